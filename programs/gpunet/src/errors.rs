@@ -1,0 +1,97 @@
+//! Every error the program returns, grouped by concern.
+use anchor_lang::prelude::*;
+
+#[error_code]
+pub enum GpunetError {
+    // --- authority and configuration
+    #[msg("Only the config admin may do this")]
+    NotAdmin,
+    #[msg("The signer is not one of the configured attesters")]
+    NotAttester,
+    #[msg("The protocol fee may not exceed 2,000 basis points (20%)")]
+    FeeTooHigh,
+    #[msg("A basis-point value exceeds 10,000")]
+    InvalidBasisPoints,
+    #[msg("Durations must not be negative and the usage period must be positive")]
+    InvalidDuration,
+    #[msg("Give between 1 and 4 attester keys")]
+    InvalidAttesters,
+    #[msg("The protocol is paused: no new leases until the admin unpauses it")]
+    Paused,
+    #[msg("The token account does not belong to the expected owner")]
+    WrongTokenOwner,
+    #[msg("This is not the configured treasury account")]
+    WrongTreasury,
+
+    // --- stake
+    #[msg("The amount must be greater than zero")]
+    ZeroAmount,
+    #[msg("Not enough free stake: stake more or deregister nodes first")]
+    InsufficientFreeStake,
+    #[msg("Nothing is unbonding")]
+    NothingUnbonding,
+    #[msg("The unbonding period has not ended yet")]
+    StillUnbonding,
+
+    // --- nodes
+    #[msg("A node needs a GPU model, 1 to 16 GPUs, VRAM, a region and a non-zero price")]
+    InvalidNodeSpec,
+    #[msg("The node belongs to another provider")]
+    NotNodeProvider,
+    #[msg("The node still has GPUs assigned to leases")]
+    NodeLeased,
+    #[msg("The node is jailed")]
+    NodeJailed,
+    #[msg("The node is not jailed")]
+    NodeNotJailed,
+    #[msg("The node's jail cool-down has not ended")]
+    JailNotOver,
+    #[msg("The node's provider does not hold enough stake for its nodes")]
+    ProviderUndercollateralised,
+
+    // --- leases
+    #[msg("A lease needs 1 to 128 GPUs, a positive duration and a non-zero maximum price")]
+    InvalidLeaseTerms,
+    #[msg("The lease is not open for assignment")]
+    LeaseNotOpen,
+    #[msg("The lease is not active")]
+    LeaseNotActive,
+    #[msg("The lease is closed")]
+    LeaseClosed,
+    #[msg("Give between 1 and 8 nodes, each with a GPU share, summing to the lease's GPU count")]
+    InvalidAssignment,
+    #[msg("The same node appears twice in the lease")]
+    DuplicateNode,
+    #[msg("The node does not meet the lease's GPU model, VRAM, region or price")]
+    NodeDoesNotQualify,
+    #[msg("The node does not have that many free GPUs")]
+    NotEnoughFreeGpus,
+    #[msg("The node is not assigned to this lease")]
+    NodeNotInLease,
+    #[msg("Pass every node account of the lease, in assignment order")]
+    LeaseNodesMismatch,
+    #[msg("Only the client may close the lease before it expires or its escrow is spent")]
+    LeaseNotExpired,
+    #[msg("The account passed is not the expected one")]
+    AccountMismatch,
+
+    // --- usage settlement
+    #[msg("The usage report's sequence number is not the previous one + 1")]
+    BadSequence,
+    #[msg("The usage period is empty, too long, in the future or overlaps a settled one")]
+    BadPeriod,
+    #[msg("Claimed GPU-seconds exceed the period's wall time times the node's GPUs")]
+    OverClaimed,
+    #[msg("The instruction before settle_usage must be an Ed25519 verification of this report")]
+    MissingEd25519Instruction,
+    #[msg("The Ed25519 instruction is malformed or its offsets point outside its own data")]
+    MalformedEd25519Instruction,
+    #[msg("The usage report was not signed by the node's key")]
+    WrongSigner,
+    #[msg("The signed message is not this usage report")]
+    MessageMismatch,
+
+    // --- arithmetic
+    #[msg("Arithmetic overflow")]
+    ArithmeticOverflow,
+}

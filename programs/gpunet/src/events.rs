@@ -1,0 +1,160 @@
+//! One event per state change, carrying what an indexer needs to rebuild state without reading accounts.
+use anchor_lang::prelude::*;
+
+use crate::state::{Assignment, FaultKind, LeaseTerms, NodeSpec};
+
+#[event]
+pub struct ConfigInitialized {
+    pub admin: Pubkey,
+    pub io_mint: Pubkey,
+    pub treasury: Pubkey,
+    pub protocol_fee_bps: u16,
+    pub min_stake_per_gpu: u64,
+    pub attesters: Vec<Pubkey>,
+}
+
+#[event]
+pub struct ConfigUpdated {
+    pub admin: Pubkey,
+    pub treasury: Pubkey,
+    pub protocol_fee_bps: u16,
+    pub min_stake_per_gpu: u64,
+    pub unbonding_seconds: i64,
+    pub usage_period_seconds: i64,
+    pub jail_seconds: i64,
+    pub slash_bps: [u16; 3],
+    pub slash_client_share_bps: u16,
+    pub attesters: Vec<Pubkey>,
+    pub paused: bool,
+}
+
+#[event]
+pub struct ProviderRegistered {
+    pub provider: Pubkey,
+    pub authority: Pubkey,
+}
+
+#[event]
+pub struct Staked {
+    pub provider: Pubkey,
+    pub amount: u64,
+    pub staked: u64,
+}
+
+#[event]
+pub struct UnstakeRequested {
+    pub provider: Pubkey,
+    pub amount: u64,
+    pub staked: u64,
+    pub unbonding: u64,
+    pub unbonding_ends_at: i64,
+}
+
+#[event]
+pub struct UnstakeWithdrawn {
+    pub provider: Pubkey,
+    pub amount: u64,
+}
+
+#[event]
+pub struct NodeRegistered {
+    pub node: Pubkey,
+    pub provider: Pubkey,
+    pub node_key: Pubkey,
+    pub spec: NodeSpec,
+    pub bonded_stake: u64,
+}
+
+#[event]
+pub struct NodeUpdated {
+    pub node: Pubkey,
+    pub region: u16,
+    pub price_per_gpu_hour: u64,
+    pub inventory_hash: [u8; 32],
+}
+
+#[event]
+pub struct NodeDeregistered {
+    pub node: Pubkey,
+    pub provider: Pubkey,
+    pub released_stake: u64,
+}
+
+#[event]
+pub struct LeaseOpened {
+    pub lease: Pubkey,
+    pub client: Pubkey,
+    pub lease_id: u64,
+    pub terms: LeaseTerms,
+    pub deposit: u64,
+}
+
+#[event]
+pub struct LeaseAssigned {
+    pub lease: Pubkey,
+    pub attester: Pubkey,
+    pub assignments: Vec<Assignment>,
+    pub started_at: i64,
+}
+
+#[event]
+pub struct LeaseToppedUp {
+    pub lease: Pubkey,
+    pub amount: u64,
+    pub extra_seconds: i64,
+    pub deposited: u64,
+}
+
+#[event]
+pub struct LeaseReassigned {
+    pub lease: Pubkey,
+    pub attester: Pubkey,
+    pub from_node: Pubkey,
+    pub assignment: Assignment,
+}
+
+#[event]
+pub struct UsageSettled {
+    pub lease: Pubkey,
+    pub node: Pubkey,
+    pub provider: Pubkey,
+    pub seq: u64,
+    pub period_start: i64,
+    pub period_end: i64,
+    /// GPU-seconds the node signed for.
+    pub gpu_seconds: u64,
+    /// Gross amount charged to the escrow (payout + fee).
+    pub amount: u64,
+    pub payout: u64,
+    pub fee: u64,
+    pub escrow_left: u64,
+}
+
+#[event]
+pub struct LeaseClosed {
+    pub lease: Pubkey,
+    pub closed_by: Pubkey,
+    pub refund: u64,
+    pub paid: u64,
+    pub fees: u64,
+}
+
+#[event]
+pub struct ProviderSlashed {
+    pub provider: Pubkey,
+    pub node: Pubkey,
+    pub attester: Pubkey,
+    pub fault: FaultKind,
+    pub evidence_hash: [u8; 32],
+    pub amount: u64,
+    pub to_treasury: u64,
+    pub to_client: u64,
+    pub lease: Option<Pubkey>,
+    pub jail_ends_at: i64,
+}
+
+#[event]
+pub struct NodeUnjailed {
+    pub node: Pubkey,
+    pub provider: Pubkey,
+}

@@ -1,0 +1,36 @@
+pub mod assign_lease;
+pub mod close_lease;
+pub mod deregister_node;
+pub mod initialize;
+pub mod open_lease;
+pub mod reassign_lease;
+pub mod register_node;
+pub mod register_provider;
+pub mod request_unstake;
+pub mod settle_usage;
+pub mod slash_provider;
+pub mod stake;
+pub mod top_up_lease;
+pub mod unjail_node;
+pub mod update_config;
+pub mod update_node;
+pub mod withdraw_unstaked;
+
+// Anchor's #[program] macro needs every accounts struct (and its generated client module) at one path.
+pub use assign_lease::*;
+pub use close_lease::*;
+pub use deregister_node::*;
+pub use initialize::*;
+pub use open_lease::*;
+pub use reassign_lease::*;
+pub use register_node::*;
+pub use register_provider::*;
+pub use request_unstake::*;
+pub use settle_usage::*;
+pub use slash_provider::*;
+pub use stake::*;
+pub use top_up_lease::*;
+pub use unjail_node::*;
+pub use update_config::*;
+pub use update_node::*;
+pub use withdraw_unstaked::*;

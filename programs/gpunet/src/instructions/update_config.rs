@@ -1,0 +1,44 @@
+//! `update_config`: the admin changes fees, stake rules, attesters or the pause switch.
+use anchor_lang::prelude::*;
+use anchor_spl::token::TokenAccount;
+
+use crate::errors::GpunetError;
+use crate::events::ConfigUpdated;
+use crate::state::*;
+
+#[derive(Accounts)]
+pub struct UpdateConfig<'info> {
+    pub admin: Signer<'info>,
+    #[account(mut, seeds = [SEED_CONFIG], bump = config.bump, has_one = admin @ GpunetError::NotAdmin)]
+    pub config: Account<'info, Config>,
+    #[account(token::mint = config.io_mint)]
+    pub treasury: Account<'info, TokenAccount>,
+}
+
+impl<'info> UpdateConfig<'info> {
+    pub fn validate(&self, params: &ConfigParams) -> Result<()> {
+        params.validate()?;
+        require_keys_eq!(params.treasury, self.treasury.key(), GpunetError::WrongTreasury);
+        Ok(())
+    }
+
+    #[access_control(ctx.accounts.validate(&params))]
+    pub fn handler(ctx: Context<Self>, params: ConfigParams) -> Result<()> {
+        let config = &mut ctx.accounts.config;
+        config.apply(&params);
+        emit!(ConfigUpdated {
+            admin: config.admin,
+            treasury: config.treasury,
+            protocol_fee_bps: config.protocol_fee_bps,
+            min_stake_per_gpu: config.min_stake_per_gpu,
+            unbonding_seconds: config.unbonding_seconds,
+            usage_period_seconds: config.usage_period_seconds,
+            jail_seconds: config.jail_seconds,
+            slash_bps: config.slash_bps,
+            slash_client_share_bps: config.slash_client_share_bps,
+            attesters: params.attesters,
+            paused: config.paused,
+        });
+        Ok(())
+    }
+}

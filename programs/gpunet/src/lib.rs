@@ -1,0 +1,99 @@
+//! gpunet: GPU suppliers stake IO and register nodes, clients lease them from an escrow,
+//! attesters settle signed usage out of that escrow and slash faulty suppliers.
+#![deny(arithmetic_overflow)]
+#![allow(unexpected_cfgs)]
+
+use anchor_lang::prelude::*;
+
+pub mod ed25519;
+pub mod errors;
+pub mod events;
+pub mod instructions;
+pub mod math;
+pub mod state;
+pub mod vault;
+
+use instructions::*;
+use state::{ConfigParams, FaultKind, LeaseTerms, NodeSpec, UsageReport};
+
+declare_id!("DUaGWuMPftjSLiWWJYjqdte7boRZ8vqT77vf372eqHj4");
+
+// Anchor 0.31's generated IDL-account handlers still call the deprecated `realloc`.
+#[allow(deprecated)]
+#[program]
+pub mod gpunet {
+    use super::*;
+
+    // --- configuration
+    pub fn initialize(ctx: Context<Initialize>, params: ConfigParams) -> Result<()> {
+        Initialize::handler(ctx, params)
+    }
+
+    pub fn update_config(ctx: Context<UpdateConfig>, params: ConfigParams) -> Result<()> {
+        UpdateConfig::handler(ctx, params)
+    }
+
+    // --- providers and stake
+    pub fn register_provider(ctx: Context<RegisterProvider>) -> Result<()> {
+        RegisterProvider::handler(ctx)
+    }
+
+    pub fn stake(ctx: Context<Stake>, amount: u64) -> Result<()> {
+        Stake::handler(ctx, amount)
+    }
+
+    pub fn request_unstake(ctx: Context<RequestUnstake>, amount: u64) -> Result<()> {
+        RequestUnstake::handler(ctx, amount)
+    }
+
+    pub fn withdraw_unstaked(ctx: Context<WithdrawUnstaked>) -> Result<()> {
+        WithdrawUnstaked::handler(ctx)
+    }
+
+    // --- nodes
+    pub fn register_node(ctx: Context<RegisterNode>, spec: NodeSpec) -> Result<()> {
+        RegisterNode::handler(ctx, spec)
+    }
+
+    pub fn update_node(ctx: Context<UpdateNode>, region: u16, price_per_gpu_hour: u64, inventory_hash: [u8; 32]) -> Result<()> {
+        UpdateNode::handler(ctx, region, price_per_gpu_hour, inventory_hash)
+    }
+
+    pub fn deregister_node(ctx: Context<DeregisterNode>) -> Result<()> {
+        DeregisterNode::handler(ctx)
+    }
+
+    pub fn unjail_node(ctx: Context<UnjailNode>) -> Result<()> {
+        UnjailNode::handler(ctx)
+    }
+
+    // --- leases
+    pub fn open_lease(ctx: Context<OpenLease>, lease_id: u64, terms: LeaseTerms) -> Result<()> {
+        OpenLease::handler(ctx, lease_id, terms)
+    }
+
+    pub fn assign_lease<'info>(ctx: Context<'_, '_, 'info, 'info, AssignLease<'info>>, gpus: Vec<u8>) -> Result<()> {
+        AssignLease::handler(ctx, gpus)
+    }
+
+    pub fn top_up_lease(ctx: Context<TopUpLease>, extra_seconds: i64) -> Result<()> {
+        TopUpLease::handler(ctx, extra_seconds)
+    }
+
+    pub fn reassign_lease(ctx: Context<ReassignLease>) -> Result<()> {
+        ReassignLease::handler(ctx)
+    }
+
+    pub fn close_lease<'info>(ctx: Context<'_, '_, 'info, 'info, CloseLease<'info>>) -> Result<()> {
+        CloseLease::handler(ctx)
+    }
+
+    // --- settlement and slashing
+    pub fn settle_usage(ctx: Context<SettleUsage>, report: UsageReport) -> Result<()> {
+        SettleUsage::handler(ctx, report)
+    }
+
+    pub fn slash_provider(ctx: Context<SlashProvider>, fault: FaultKind, evidence_hash: [u8; 32]) -> Result<()> {
+        SlashProvider::handler(ctx, fault, evidence_hash)
+    }
+}

@@ -1,0 +1,136 @@
+//! Pure, checked token arithmetic for escrow, settlement, fees and slashing.
+//!
+//! Rounding rule: every division rounds down, so nobody is paid beyond delivered
+//! usage. The escrow a client deposits rounds up (it must cover the whole duration);
+//! whatever a rounding leaves in escrow goes back to the client at close.
+use crate::state::BPS_DENOMINATOR;
+
+pub const SECONDS_PER_HOUR: u128 = 3_600;
+
+/// Escrow that pays `gpus` GPUs for `seconds` at `price_per_gpu_hour`, rounded up.
+pub fn escrow_for(price_per_gpu_hour: u64, gpus: u8, seconds: i64) -> Option<u64> {
+    let seconds = u128::try_from(seconds).ok()?;
+    let total = u128::from(price_per_gpu_hour)
+        .checked_mul(u128::from(gpus))?
+        .checked_mul(seconds)?;
+    u64::try_from(total.div_ceil(SECONDS_PER_HOUR)).ok()
+}
+
+/// What `gpu_seconds` cost at `price_per_gpu_hour`, rounded down.
+pub fn usage_cost(price_per_gpu_hour: u64, gpu_seconds: u64) -> Option<u64> {
+    let total = u128::from(price_per_gpu_hour).checked_mul(u128::from(gpu_seconds))?;
+    u64::try_from(total / SECONDS_PER_HOUR).ok()
+}
+
+/// `amount * bps / 10_000`, rounded down; `None` if `bps` > 10_000.
+pub fn bps_of(amount: u64, bps: u16) -> Option<u64> {
+    if u64::from(bps) > BPS_DENOMINATOR {
+        return None;
+    }
+    let part = u128::from(amount).checked_mul(u128::from(bps))? / u128::from(BPS_DENOMINATOR);
+    u64::try_from(part).ok()
+}
+
+/// How one settlement splits: `payout + fee == amount`, `amount <= escrow_left`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Settlement {
+    pub amount: u64,
+    pub payout: u64,
+    pub fee: u64,
+}
+
+/// Splits the cost of `gpu_seconds` into payout and fee, capped by what is left in escrow.
+pub fn settle(price_per_gpu_hour: u64, gpu_seconds: u64, fee_bps: u16, escrow_left: u64) -> Option<Settlement> {
+    let amount = usage_cost(price_per_gpu_hour, gpu_seconds)?.min(escrow_left);
+    let fee = bps_of(amount, fee_bps)?;
+    let payout = amount.checked_sub(fee)?;
+    Some(Settlement { amount, payout, fee })
+}
+
+/// How one slash splits: `to_client + to_treasury == amount`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slash {
+    pub amount: u64,
+    pub to_client: u64,
+    pub to_treasury: u64,
+}
+
+/// `slash_bps` of `stake`, of which `client_share_bps` goes to the client (when there is one).
+pub fn slash(stake: u64, slash_bps: u16, client_share_bps: u16, has_client: bool) -> Option<Slash> {
+    let amount = bps_of(stake, slash_bps)?;
+    let to_client = if has_client { bps_of(amount, client_share_bps)? } else { 0 };
+    let to_treasury = amount.checked_sub(to_client)?;
+    Some(Slash { amount, to_client, to_treasury })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escrow_rounds_up_and_covers_usage() {
+        assert_eq!(escrow_for(3_600, 1, 1), Some(1));
+        assert_eq!(escrow_for(1, 1, 1), Some(1)); // 1/3600 rounds up to 1
+        assert_eq!(escrow_for(0, 8, 3_600), Some(0));
+        assert_eq!(escrow_for(1_000, 8, 0), Some(0));
+        assert_eq!(escrow_for(1_000, 8, 7_200), Some(16_000));
+        // the escrow always pays for the full usage it was sized for
+        for (price, gpus, secs) in [(7u64, 3u8, 1_001i64), (999_999, 16, 86_399), (1, 128, 1)] {
+            let escrow = escrow_for(price, gpus, secs).unwrap();
+            let used = usage_cost(price, u64::from(gpus) * secs as u64).unwrap();
+            assert!(used <= escrow);
+        }
+    }
+
+    #[test]
+    fn escrow_rejects_negative_and_overflow() {
+        assert_eq!(escrow_for(1, 1, -1), None);
+        assert_eq!(escrow_for(u64::MAX, u8::MAX, i64::MAX), None);
+        // u64::MAX per GPU-hour for one hour is representable, for two it is not
+        assert_eq!(escrow_for(u64::MAX, 1, 3_600), Some(u64::MAX));
+        assert_eq!(escrow_for(u64::MAX, 2, 3_600), None);
+    }
+
+    #[test]
+    fn usage_cost_rounds_down() {
+        assert_eq!(usage_cost(3_600, 1), Some(1));
+        assert_eq!(usage_cost(3_599, 1), Some(0));
+        assert_eq!(usage_cost(0, u64::MAX), Some(0));
+        assert_eq!(usage_cost(u64::MAX, 0), Some(0));
+        assert_eq!(usage_cost(u64::MAX, 3_600), Some(u64::MAX));
+        assert_eq!(usage_cost(u64::MAX, 3_601), None);
+    }
+
+    #[test]
+    fn bps_bounds() {
+        assert_eq!(bps_of(10_000, 10_000), Some(10_000));
+        assert_eq!(bps_of(10_000, 10_001), None);
+        assert_eq!(bps_of(u64::MAX, 10_000), Some(u64::MAX));
+        assert_eq!(bps_of(9_999, 1), Some(0));
+        assert_eq!(bps_of(0, 500), Some(0));
+    }
+
+    #[test]
+    fn settlement_conserves_and_caps_at_escrow() {
+        let s = settle(3_600, 100, 500, u64::MAX).unwrap();
+        assert_eq!(s, Settlement { amount: 100, payout: 95, fee: 5 });
+        let capped = settle(3_600, 100, 500, 40).unwrap();
+        assert_eq!(capped, Settlement { amount: 40, payout: 38, fee: 2 });
+        let empty = settle(3_600, 100, 500, 0).unwrap();
+        assert_eq!(empty, Settlement { amount: 0, payout: 0, fee: 0 });
+        for (price, secs, bps, left) in [(123u64, 4_567u64, 1_999u16, 999u64), (u64::MAX, 3_600, 2_000, u64::MAX)] {
+            let s = settle(price, secs, bps, left).unwrap();
+            assert_eq!(s.payout + s.fee, s.amount);
+            assert!(s.amount <= left);
+        }
+    }
+
+    #[test]
+    fn slash_splits_exactly() {
+        assert_eq!(slash(1_000, 1_000, 5_000, true), Some(Slash { amount: 100, to_client: 50, to_treasury: 50 }));
+        assert_eq!(slash(1_000, 1_000, 5_000, false), Some(Slash { amount: 100, to_client: 0, to_treasury: 100 }));
+        assert_eq!(slash(0, 10_000, 10_000, true), Some(Slash { amount: 0, to_client: 0, to_treasury: 0 }));
+        assert_eq!(slash(u64::MAX, 10_000, 3_333, true).map(|s| s.to_client + s.to_treasury), Some(u64::MAX));
+        assert_eq!(slash(1, 10_001, 0, true), None);
+    }
+}

@@ -1,0 +1,119 @@
+//! A client's escrowed lease of one or more nodes.
+use anchor_lang::prelude::*;
+
+use crate::errors::GpunetError;
+
+/// The most nodes a cluster lease can span.
+pub const MAX_LEASE_NODES: usize = 8;
+
+/// What a client asks for.
+#[derive(AnchorSerialize, AnchorDeserialize, Clone, Copy, Debug, PartialEq, Eq, InitSpace)]
+pub struct LeaseTerms {
+    /// GPU model code, or `ANY`.
+    pub gpu_model: u16,
+    /// Minimum memory per GPU in GiB.
+    pub min_vram_gb: u16,
+    /// Total GPUs across all nodes of the lease.
+    pub gpu_count: u8,
+    /// Region code, or `ANY`.
+    pub region: u16,
+    /// Highest price per GPU-hour the client accepts, in IO base units.
+    pub max_price_per_gpu_hour: u64,
+    /// Seconds of running time the escrow pays for at the maximum price.
+    pub duration_seconds: i64,
+}
+
+#[derive(AnchorSerialize, AnchorDeserialize, Clone, Copy, Debug, PartialEq, Eq, InitSpace)]
+pub enum LeaseStatus {
+    /// Escrow funded, waiting for nodes.
+    Open,
+    /// Running on its assigned nodes.
+    Active,
+    /// Refunded and finished; kept as a record (never reopened).
+    Closed,
+}
+
+/// One node's share of a lease.
+#[derive(AnchorSerialize, AnchorDeserialize, Clone, Copy, Debug, Default, PartialEq, Eq, InitSpace)]
+pub struct Assignment {
+    /// The node account (PDA).
+    pub node: Pubkey,
+    /// The node's signing key, which must sign its usage reports.
+    pub node_key: Pubkey,
+    /// The node's provider account (PDA), paid for its usage.
+    pub provider: Pubkey,
+    /// GPUs of the node given to this lease.
+    pub gpus: u8,
+    /// Price per GPU-hour fixed at assignment.
+    pub price_per_gpu_hour: u64,
+    /// Sequence number of the last settled report (0 = none yet).
+    pub last_seq: u64,
+    /// End of the last settled period; the next period may not start before it.
+    pub settled_until: i64,
+    /// GPU-seconds settled for this share.
+    pub gpu_seconds: u64,
+}
+
+/// PDA `[SEED_LEASE, client, lease_id]`; escrow in the vault PDA `[SEED_LEASE_VAULT, lease]`.
+#[account]
+#[derive(InitSpace)]
+pub struct Lease {
+    /// The client who opened and funds the lease.
+    pub client: Pubkey,
+    /// Client-chosen id, unique per client.
+    pub lease_id: u64,
+    /// What the client asked for.
+    pub terms: LeaseTerms,
+    /// Where the lease is in its life.
+    pub status: LeaseStatus,
+    /// When the lease was opened (unix seconds).
+    pub opened_at: i64,
+    /// When it was first assigned (0 before).
+    pub started_at: i64,
+    /// Total escrow ever deposited (opening + top-ups).
+    pub deposited: u64,
+    /// Paid to providers.
+    pub paid: u64,
+    /// Protocol fees taken.
+    pub fees: u64,
+    /// Returned to the client at close.
+    pub refunded: u64,
+    /// Valid entries in `assignments`.
+    pub node_count: u8,
+    /// The nodes running the lease.
+    pub assignments: [Assignment; MAX_LEASE_NODES],
+    /// Canonical bump of this PDA.
+    pub bump: u8,
+    /// Canonical bump of the vault PDA.
+    pub vault_bump: u8,
+}
+
+impl Lease {
+    pub fn assignments(&self) -> &[Assignment] {
+        &self.assignments[..usize::from(self.node_count)]
+    }
+
+    pub fn assignment_index(&self, node: &Pubkey) -> Option<usize> {
+        self.assignments().iter().position(|a| a.node == *node)
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.status == LeaseStatus::Closed
+    }
+
+    /// What the vault must hold: deposits not yet paid, taken as fees or refunded.
+    pub fn escrow_left(&self) -> Result<u64> {
+        self.deposited
+            .checked_sub(self.paid)
+            .and_then(|v| v.checked_sub(self.fees))
+            .and_then(|v| v.checked_sub(self.refunded))
+            .ok_or_else(|| error!(GpunetError::ArithmeticOverflow))
+    }
+
+    /// After this moment anyone may close the lease: `duration_seconds` after it started
+    /// (or after it opened, for a lease that never found nodes).
+    pub fn ends_at(&self) -> Option<i64> {
+        let from = if self.started_at > 0 { self.started_at } else { self.opened_at };
+        from.checked_add(self.terms.duration_seconds)
+    }
+}

@@ -1,0 +1,82 @@
+//! A registered GPU machine.
+use anchor_lang::prelude::*;
+
+/// Requirements use 0 for "any" GPU model and "any" region.
+pub const ANY: u16 = 0;
+/// The most GPUs one node may register.
+pub const MAX_GPUS_PER_NODE: u8 = 16;
+
+/// The hardware a node offers, as registered by its provider.
+#[derive(AnchorSerialize, AnchorDeserialize, Clone, Debug, PartialEq, Eq)]
+pub struct NodeSpec {
+    /// GPU model code (the SDK's table; never 0).
+    pub gpu_model: u16,
+    /// Number of GPUs on the node (1..=16).
+    pub gpu_count: u8,
+    /// Memory per GPU in GiB.
+    pub vram_gb: u16,
+    /// Region code (the SDK's table; never 0).
+    pub region: u16,
+    /// Asking price per GPU-hour in IO base units.
+    pub price_per_gpu_hour: u64,
+    /// SHA-256 of the node's NVML inventory, signed off-chain by the node key.
+    pub inventory_hash: [u8; 32],
+}
+
+/// PDA `[SEED_NODE, node_key]`.
+#[account]
+#[derive(InitSpace)]
+pub struct Node {
+    /// The owning provider account (PDA).
+    pub provider: Pubkey,
+    /// The key the worker signs usage reports with.
+    pub node_key: Pubkey,
+    /// GPU model code.
+    pub gpu_model: u16,
+    /// GPUs on the node.
+    pub gpu_count: u8,
+    /// Memory per GPU in GiB.
+    pub vram_gb: u16,
+    /// Region code.
+    pub region: u16,
+    /// Asking price per GPU-hour in IO base units.
+    pub price_per_gpu_hour: u64,
+    /// SHA-256 of the NVML inventory.
+    pub inventory_hash: [u8; 32],
+    /// GPUs currently assigned to leases.
+    pub gpus_leased: u8,
+    /// Stake bonded to this node at registration (released at deregistration).
+    pub bonded_stake: u64,
+    /// A jailed node gets no assignments.
+    pub jailed: bool,
+    /// When the provider may unjail the node (unix seconds).
+    pub jail_ends_at: i64,
+    /// Canonical bump of this PDA.
+    pub bump: u8,
+}
+
+impl Node {
+    pub fn free_gpus(&self) -> u8 {
+        self.gpu_count.saturating_sub(self.gpus_leased)
+    }
+}
+
+impl NodeSpec {
+    pub fn is_valid(&self) -> bool {
+        self.gpu_model != ANY
+            && (1..=MAX_GPUS_PER_NODE).contains(&self.gpu_count)
+            && self.vram_gb > 0
+            && self.region != ANY
+            && self.price_per_gpu_hour > 0
+    }
+}
+
+impl Node {
+    /// Whether the node's hardware and price satisfy a lease's terms.
+    pub fn meets(&self, terms: &crate::state::LeaseTerms) -> bool {
+        (terms.gpu_model == ANY || terms.gpu_model == self.gpu_model)
+            && self.vram_gb >= terms.min_vram_gb
+            && (terms.region == ANY || terms.region == self.region)
+            && self.price_per_gpu_hour <= terms.max_price_per_gpu_hour
+    }
+}
