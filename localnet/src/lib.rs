@@ -51,6 +51,8 @@ use {
     },
 };
 
+mod gpunet_program;
+pub use gpunet_program::gpunet_svm;
 pub use litesvm::LiteSVM;
 
 /// Plain solana-program style entrypoint: `fn(&Pubkey, &[AccountInfo], &[u8]) -> ProgramResult`.
@@ -197,7 +199,8 @@ fn with_invoke_context<R>(f: impl FnOnce(&mut InvokeContext<'static>) -> R) -> O
 
 /// The body of the shared builtin: look the program up, serialize, run, write back.
 /// "Program <id> invoke [n]" / "success" / "failed" are logged by the runtime's
-/// `process_executable_chain` around every builtin, so they are not logged here.
+/// `process_executable_chain` around every builtin, so they are not logged here;
+/// "consumed" and "Program return:" are (the BPF loader logs those for SBF).
 fn run_native_program(invoke_context: &mut InvokeContext) -> Result<(), InstructionError> {
     let transaction_context = &*invoke_context.transaction_context;
     let instruction_context = transaction_context.get_current_instruction_context()?;
@@ -225,30 +228,52 @@ fn run_native_program(invoke_context: &mut InvokeContext) -> Result<(), Instruct
     let (program_id_ref, account_infos, data) =
         unsafe { solana_program_entrypoint::deserialize(parameters.as_slice_mut().as_mut_ptr()) };
 
+    // The flat units were charged before we were called: add them back to
+    // report what the program used, like the BPF loader does.
+    let units_before = invoke_context
+        .get_remaining()
+        .saturating_add(NATIVE_PROGRAM_COMPUTE_UNITS);
     let result = {
         let _guard = ContextGuard::enter(invoke_context);
         PENDING_ABORT.with(|abort| abort.borrow_mut().take());
+        PANIC_MESSAGE.with(|message| message.borrow_mut().take());
         std::panic::catch_unwind(AssertUnwindSafe(|| {
             entry(program_id_ref, &account_infos, data)
         }))
     };
     let pending_abort = PENDING_ABORT.with(|abort| abort.borrow_mut().take());
-    match result {
+    let logger = invoke_context.get_log_collector();
+    let outcome = match result {
         Err(payload) => {
             let message = PANIC_MESSAGE
-                .with(|m| m.borrow_mut().take())
+                .with(|message| message.borrow_mut().take())
                 .unwrap_or_else(|| panic_payload_message(payload.as_ref()));
-            stable_log::program_log(&invoke_context.get_log_collector(), &message);
-            return Err(InstructionError::ProgramFailedToComplete);
+            stable_log::program_log(&logger, &message);
+            Err(InstructionError::ProgramFailedToComplete)
         }
         Ok(program_result) => match pending_abort {
             // On chain the program would have been aborted where this happened,
             // whatever it then did with the error the stub returned.
-            Some(err) => return Err(err),
+            Some(err) => Err(err),
             // ProgramError -> u64 -> InstructionError keeps Custom(n) as Custom(n).
-            None => program_result.map_err(|err| InstructionError::from(u64::from(err)))?,
+            None => program_result.map_err(|err| InstructionError::from(u64::from(err))),
         },
+    };
+    // The lines the BPF loader adds after every SBF program, success or not
+    // ("invoke", "success" and "failed" come from the runtime itself).
+    let remaining = invoke_context.get_remaining();
+    ic_msg!(
+        invoke_context,
+        "Program {} consumed {} of {} compute units",
+        program_id,
+        units_before.saturating_sub(remaining),
+        units_before
+    );
+    let (_, return_data) = invoke_context.transaction_context.get_return_data();
+    if !return_data.is_empty() {
+        stable_log::program_return(&logger, &program_id, return_data);
     }
+    outcome?;
 
     // Write back. The instruction context is fetched again: CPIs pushed and
     // popped frames meanwhile. Duplicated accounts are written once.

@@ -1,0 +1,122 @@
+//! Config: initialisation, admin-only updates, limits and the pause switch.
+mod harness;
+
+use anchor_lang::error::ErrorCode as AnchorError;
+use gpunet::errors::GpunetError;
+use gpunet::events::{ConfigInitialized, ConfigUpdated};
+use gpunet::state::{Config, MAX_PROTOCOL_FEE_BPS};
+use harness::*;
+use solana_signer::Signer;
+
+#[test]
+fn initialize_records_every_parameter_and_emits_an_event() {
+    let mut h = Harness::uninitialised();
+    let params = h.default_params();
+    let admin = h.admin.insecure_clone();
+    let meta = h.send(&[h.initialize_ix(&params)], &[&admin]).unwrap();
+
+    let config: Config = h.account(&config_pda());
+    assert_eq!(config.admin, admin.pubkey());
+    assert_eq!(config.io_mint, h.mint);
+    assert_eq!(config.treasury, h.treasury);
+    assert_eq!(config.protocol_fee_bps, FEE_BPS);
+    assert_eq!(config.min_stake_per_gpu, MIN_STAKE_PER_GPU);
+    assert_eq!(config.slash_bps, SLASH_BPS);
+    assert_eq!(config.attester_count, 1);
+    assert!(config.is_attester(&h.attester.pubkey()));
+    assert!(!config.paused);
+
+    let ev: ConfigInitialized = event(&meta);
+    assert_eq!(ev.io_mint, h.mint);
+    assert_eq!(ev.attesters, vec![h.attester.pubkey()]);
+}
+
+#[test]
+fn initialize_cannot_run_twice() {
+    let mut h = Harness::new();
+    let params = h.default_params();
+    let admin = h.admin.insecure_clone();
+    // re-initialisation: the config PDA already exists, so `init` fails in the system program
+    let err = instruction_error(h.send(&[h.initialize_ix(&params)], &[&admin]));
+    assert_ne!(err, anchor_lang::solana_program::instruction::InstructionError::ProgramFailedToComplete);
+    let config: Config = h.account(&config_pda());
+    assert_eq!(config.admin, admin.pubkey());
+}
+
+#[test]
+fn fee_above_twenty_percent_and_bad_attester_lists_are_refused() {
+    let mut h = Harness::new();
+    assert_error(h.update_config(|p| p.protocol_fee_bps = MAX_PROTOCOL_FEE_BPS + 1), GpunetError::FeeTooHigh);
+    assert_error(h.update_config(|p| p.attesters.clear()), GpunetError::InvalidAttesters);
+    assert_error(
+        h.update_config(|p| p.attesters = (0..5).map(|_| anchor_lang::prelude::Pubkey::new_unique()).collect()),
+        GpunetError::InvalidAttesters,
+    );
+    assert_error(h.update_config(|p| p.slash_bps[2] = 10_001), GpunetError::InvalidBasisPoints);
+    assert_error(h.update_config(|p| p.usage_period_seconds = 0), GpunetError::InvalidDuration);
+    let config: Config = h.account(&config_pda());
+    assert_eq!(config.protocol_fee_bps, FEE_BPS, "refused updates change nothing");
+    h.update_config(|p| p.protocol_fee_bps = MAX_PROTOCOL_FEE_BPS).unwrap();
+}
+
+#[test]
+fn only_the_admin_updates_the_config() {
+    let mut h = Harness::new();
+    let stranger = h.wallet();
+    let mut params = h.default_params();
+    params.protocol_fee_bps = 0;
+    let ix = h.update_config_ix(&stranger.pubkey(), &params);
+    assert_error(h.send(&[ix], &[&stranger]), GpunetError::NotAdmin);
+
+    // missing signer: the admin's key without its signature
+    let mut ix = h.update_config_ix(&h.admin.pubkey(), &params);
+    ix.accounts[0].is_signer = false;
+    assert_error(h.send(&[ix], &[&stranger]), AnchorError::AccountNotSigner);
+
+    let meta = h.update_config(|p| p.protocol_fee_bps = 0).unwrap();
+    let ev: ConfigUpdated = event(&meta);
+    assert_eq!(ev.protocol_fee_bps, 0);
+    assert_eq!(h.account::<Config>(&config_pda()).protocol_fee_bps, 0);
+}
+
+#[test]
+fn pause_stops_new_leases_but_not_withdrawals_or_refunds() {
+    let mut h = Harness::new();
+    let supplier = h.supplier(500 * IO);
+    let node = h.node(&supplier, h100_spec(1));
+    let client = h.client(1_000 * IO);
+    let lease = h.open_lease(&client, 1, terms(1, 2));
+    h.assign(&lease, &[(&node, 1)]).unwrap();
+    h.send(&[h.request_unstake_ix(&supplier, 100 * IO)], &[&supplier.wallet]).unwrap();
+
+    h.update_config(|p| p.paused = true).unwrap();
+    let second = LeaseRef::new(client.wallet.pubkey(), 2);
+    assert_error(h.send(&[h.open_lease_ix(&client, &second, terms(1, 1))], &[&client.wallet]), GpunetError::Paused);
+    assert!(!h.exists(&second.lease));
+
+    h.advance(UNBONDING_SECONDS);
+    h.send(&[h.withdraw_unstaked_ix(&supplier)], &[&supplier.wallet]).unwrap();
+    let report = h.full_use_report(&lease, &node, 30);
+    h.settle(&lease, &node, report).unwrap();
+    let before = h.balance(&client.tokens);
+    let wallet = client.wallet.insecure_clone();
+    h.close(&wallet, &lease, &client.tokens).unwrap();
+    assert!(h.balance(&client.tokens) > before, "refund paid while paused");
+}
+
+#[test]
+fn treasury_must_hold_the_io_mint() {
+    let mut h = Harness::new();
+    let other_mint_account = {
+        let fake_mint = h.mint; // same mint: fine
+        h.token_account_for_mint(&h.admin.pubkey(), &fake_mint)
+    };
+    h.update_config(|p| p.treasury = other_mint_account).unwrap();
+    // the treasury named in the params must be the account passed
+    let mut params = h.default_params();
+    params.treasury = anchor_lang::prelude::Pubkey::new_unique();
+    let admin = h.admin.insecure_clone();
+    let mut ix = h.update_config_ix(&admin.pubkey(), &params);
+    ix.accounts[2].pubkey = h.treasury;
+    assert_error(h.send(&[ix], &[&admin]), GpunetError::WrongTreasury);
+}

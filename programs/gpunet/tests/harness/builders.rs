@@ -1,0 +1,364 @@
+//! One builder per gpunet instruction (the Rust twin of the Python SDK's builders),
+//! and story steps that build, send and unwrap them.
+use anchor_lang::prelude::*;
+use anchor_lang::solana_program::instruction::Instruction;
+use anchor_lang::solana_program::{ed25519_program, sysvar};
+use anchor_lang::system_program;
+use anchor_lang::{InstructionData, ToAccountMetas};
+use anchor_spl::token::spl_token;
+use solana_keypair::Keypair;
+use solana_signer::Signer;
+
+use gpunet::state::*;
+use gpunet::{accounts as acc, instruction as ix};
+
+use super::{Harness, TxResult, IO};
+use crate::harness::accounts::*;
+
+pub fn program_ix(accounts: impl ToAccountMetas, data: impl InstructionData) -> Instruction {
+    Instruction { program_id: gpunet::ID, accounts: accounts.to_account_metas(None), data: data.data() }
+}
+
+/// `program_ix` with extra (remaining) accounts appended.
+pub fn program_ix_with(accounts: impl ToAccountMetas, data: impl InstructionData, extra: Vec<AccountMeta>) -> Instruction {
+    let mut ix = program_ix(accounts, data);
+    ix.accounts.extend(extra);
+    ix
+}
+
+/// An Ed25519 precompile instruction verifying `message` signed by `signer`, with the
+/// public key, signature and message all inside its own data.
+pub fn ed25519_ix(signer: &Keypair, message: &[u8]) -> Instruction {
+    const DATA_START: u16 = 2 + 14;
+    let key_offset = DATA_START;
+    let sig_offset = key_offset + 32;
+    let msg_offset = sig_offset + 64;
+    let mut data = vec![1u8, 0];
+    for field in [sig_offset, u16::MAX, key_offset, u16::MAX, msg_offset, message.len() as u16, u16::MAX] {
+        data.extend_from_slice(&field.to_le_bytes());
+    }
+    data.extend_from_slice(signer.pubkey().as_ref());
+    data.extend_from_slice(signer.sign_message(message).as_ref());
+    data.extend_from_slice(message);
+    Instruction { program_id: ed25519_program::ID, accounts: vec![], data }
+}
+
+impl Harness {
+    // --- configuration
+
+    pub fn initialize_ix(&self, params: &ConfigParams) -> Instruction {
+        program_ix(
+            acc::Initialize {
+                admin: self.admin.pubkey(),
+                config: config_pda(),
+                io_mint: self.mint,
+                treasury: params.treasury,
+                system_program: system_program::ID,
+            },
+            ix::Initialize { params: params.clone() },
+        )
+    }
+
+    pub fn update_config_ix(&self, admin: &Pubkey, params: &ConfigParams) -> Instruction {
+        program_ix(
+            acc::UpdateConfig { admin: *admin, config: config_pda(), treasury: params.treasury },
+            ix::UpdateConfig { params: params.clone() },
+        )
+    }
+
+    pub fn update_config(&mut self, change: impl FnOnce(&mut ConfigParams)) -> TxResult {
+        let mut params = self.default_params();
+        change(&mut params);
+        let admin = self.admin.insecure_clone();
+        self.send(&[self.update_config_ix(&admin.pubkey(), &params)], &[&admin])
+    }
+
+    // --- suppliers
+
+    pub fn register_provider_ix(&self, authority: &Pubkey) -> Instruction {
+        let provider = provider_pda(authority);
+        program_ix(
+            acc::RegisterProvider {
+                authority: *authority,
+                config: config_pda(),
+                provider,
+                stake_vault: stake_vault_pda(&provider),
+                io_mint: self.mint,
+                token_program: spl_token::ID,
+                system_program: system_program::ID,
+            },
+            ix::RegisterProvider {},
+        )
+    }
+
+    pub fn stake_ix(&self, s: &Supplier, amount: u64) -> Instruction {
+        program_ix(
+            acc::Stake {
+                authority: s.wallet.pubkey(),
+                config: config_pda(),
+                provider: s.provider,
+                stake_vault: s.vault,
+                authority_tokens: s.tokens,
+                token_program: spl_token::ID,
+            },
+            ix::Stake { amount },
+        )
+    }
+
+    pub fn request_unstake_ix(&self, s: &Supplier, amount: u64) -> Instruction {
+        program_ix(
+            acc::RequestUnstake { authority: s.wallet.pubkey(), config: config_pda(), provider: s.provider },
+            ix::RequestUnstake { amount },
+        )
+    }
+
+    pub fn withdraw_unstaked_ix(&self, s: &Supplier) -> Instruction {
+        program_ix(
+            acc::WithdrawUnstaked {
+                authority: s.wallet.pubkey(),
+                config: config_pda(),
+                provider: s.provider,
+                stake_vault: s.vault,
+                authority_tokens: s.tokens,
+                token_program: spl_token::ID,
+            },
+            ix::WithdrawUnstaked {},
+        )
+    }
+
+    /// A supplier with 10,000 IO in its wallet, `stake` of it staked.
+    pub fn supplier(&mut self, stake: u64) -> Supplier {
+        let wallet = self.wallet();
+        let tokens = self.token_account(&wallet.pubkey());
+        self.mint_to(&tokens, 10_000 * IO);
+        let provider = provider_pda(&wallet.pubkey());
+        let s = Supplier { tokens, provider, vault: stake_vault_pda(&provider), wallet };
+        self.send(&[self.register_provider_ix(&s.wallet.pubkey())], &[&s.wallet]).expect("register_provider");
+        if stake > 0 {
+            self.send(&[self.stake_ix(&s, stake)], &[&s.wallet]).expect("stake");
+        }
+        s
+    }
+
+    // --- nodes
+
+    pub fn register_node_ix(&self, s: &Supplier, node_key: &Pubkey, spec: NodeSpec) -> Instruction {
+        program_ix(
+            acc::RegisterNode {
+                authority: s.wallet.pubkey(),
+                config: config_pda(),
+                provider: s.provider,
+                node_key: *node_key,
+                node: node_pda(node_key),
+                system_program: system_program::ID,
+            },
+            ix::RegisterNode { spec },
+        )
+    }
+
+    pub fn update_node_ix(&self, s: &Supplier, node: &Pubkey, region: u16, price: u64) -> Instruction {
+        program_ix(
+            acc::UpdateNode { authority: s.wallet.pubkey(), provider: s.provider, node: *node },
+            ix::UpdateNode { region, price_per_gpu_hour: price, inventory_hash: [9; 32] },
+        )
+    }
+
+    pub fn deregister_node_ix(&self, s: &Supplier, node: &Pubkey) -> Instruction {
+        program_ix(
+            acc::DeregisterNode { authority: s.wallet.pubkey(), provider: s.provider, node: *node },
+            ix::DeregisterNode {},
+        )
+    }
+
+    pub fn unjail_node_ix(&self, s: &Supplier, node: &Pubkey) -> Instruction {
+        program_ix(
+            acc::UnjailNode { authority: s.wallet.pubkey(), provider: s.provider, node: *node },
+            ix::UnjailNode {},
+        )
+    }
+
+    pub fn node(&mut self, s: &Supplier, spec: NodeSpec) -> GpuNode {
+        let key = Keypair::new();
+        let ix = self.register_node_ix(s, &key.pubkey(), spec);
+        self.send(&[ix], &[&s.wallet, &key]).expect("register_node");
+        GpuNode { node: node_pda(&key.pubkey()), key, provider: s.provider, payout_tokens: s.tokens }
+    }
+
+    // --- clients and leases
+
+    pub fn client(&mut self, funds: u64) -> Client {
+        let wallet = self.wallet();
+        let tokens = self.token_account(&wallet.pubkey());
+        self.mint_to(&tokens, funds);
+        Client { wallet, tokens }
+    }
+
+    pub fn open_lease_ix(&self, c: &Client, lease: &LeaseRef, terms: LeaseTerms) -> Instruction {
+        program_ix(
+            acc::OpenLease {
+                client: c.wallet.pubkey(),
+                config: config_pda(),
+                lease: lease.lease,
+                lease_vault: lease.vault,
+                client_tokens: c.tokens,
+                io_mint: self.mint,
+                token_program: spl_token::ID,
+                system_program: system_program::ID,
+            },
+            ix::OpenLease { lease_id: lease.id, terms },
+        )
+    }
+
+    pub fn open_lease(&mut self, c: &Client, id: u64, terms: LeaseTerms) -> LeaseRef {
+        let lease = LeaseRef::new(c.wallet.pubkey(), id);
+        self.send(&[self.open_lease_ix(c, &lease, terms)], &[&c.wallet]).expect("open_lease");
+        lease
+    }
+
+    /// Remaining accounts of `assign_lease`: each node (writable) then its provider.
+    pub fn assign_lease_ix(&self, attester: &Pubkey, lease: &LeaseRef, shares: &[(&GpuNode, u8)]) -> Instruction {
+        let extra = shares
+            .iter()
+            .flat_map(|(n, _)| [AccountMeta::new(n.node, false), AccountMeta::new_readonly(n.provider, false)])
+            .collect();
+        program_ix_with(
+            acc::AssignLease { attester: *attester, config: config_pda(), lease: lease.lease },
+            ix::AssignLease { gpus: shares.iter().map(|(_, g)| *g).collect() },
+            extra,
+        )
+    }
+
+    pub fn assign(&mut self, lease: &LeaseRef, shares: &[(&GpuNode, u8)]) -> TxResult {
+        let attester = self.attester.insecure_clone();
+        self.send(&[self.assign_lease_ix(&attester.pubkey(), lease, shares)], &[&attester])
+    }
+
+    pub fn top_up_lease_ix(&self, c: &Client, lease: &LeaseRef, extra_seconds: i64) -> Instruction {
+        program_ix(
+            acc::TopUpLease {
+                client: c.wallet.pubkey(),
+                config: config_pda(),
+                lease: lease.lease,
+                lease_vault: lease.vault,
+                client_tokens: c.tokens,
+                token_program: spl_token::ID,
+            },
+            ix::TopUpLease { extra_seconds },
+        )
+    }
+
+    pub fn reassign_lease_ix(&self, attester: &Pubkey, lease: &LeaseRef, from: &GpuNode, to: &GpuNode) -> Instruction {
+        program_ix(
+            acc::ReassignLease {
+                attester: *attester,
+                config: config_pda(),
+                lease: lease.lease,
+                from_node: from.node,
+                to_node: to.node,
+                to_provider: to.provider,
+            },
+            ix::ReassignLease {},
+        )
+    }
+
+    pub fn reassign(&mut self, lease: &LeaseRef, from: &GpuNode, to: &GpuNode) -> TxResult {
+        let attester = self.attester.insecure_clone();
+        self.send(&[self.reassign_lease_ix(&attester.pubkey(), lease, from, to)], &[&attester])
+    }
+
+    /// Remaining accounts of `close_lease`: the lease's nodes, in assignment order.
+    pub fn close_lease_ix(&self, closer: &Pubkey, lease: &LeaseRef, client_tokens: &Pubkey) -> Instruction {
+        let state: Lease = self.account(&lease.lease);
+        let extra = state.assignments().iter().map(|a| AccountMeta::new(a.node, false)).collect();
+        program_ix_with(
+            acc::CloseLease {
+                closer: *closer,
+                config: config_pda(),
+                lease: lease.lease,
+                lease_vault: lease.vault,
+                client: lease.client,
+                client_tokens: *client_tokens,
+                token_program: spl_token::ID,
+            },
+            ix::CloseLease {},
+            extra,
+        )
+    }
+
+    pub fn close(&mut self, closer: &Keypair, lease: &LeaseRef, client_tokens: &Pubkey) -> TxResult {
+        let ix = self.close_lease_ix(&closer.pubkey(), lease, client_tokens);
+        self.send(&[ix], &[closer])
+    }
+
+    // --- settlement and slashing
+
+    pub fn settle_usage_ix(&self, attester: &Pubkey, lease: &LeaseRef, node: &GpuNode, report: UsageReport) -> Instruction {
+        program_ix(
+            acc::SettleUsage {
+                attester: *attester,
+                config: config_pda(),
+                lease: lease.lease,
+                lease_vault: lease.vault,
+                node: node.node,
+                provider: node.provider,
+                provider_tokens: node.payout_tokens,
+                treasury: self.treasury,
+                instructions: sysvar::instructions::ID,
+                token_program: spl_token::ID,
+            },
+            ix::SettleUsage { report },
+        )
+    }
+
+    /// The node-signed Ed25519 instruction followed by `settle_usage`.
+    pub fn usage_ixs(&self, lease: &LeaseRef, node: &GpuNode, report: UsageReport) -> [Instruction; 2] {
+        let message = report.message(&lease.lease, &node.key.pubkey());
+        [ed25519_ix(&node.key, &message), self.settle_usage_ix(&self.attester.pubkey(), lease, node, report)]
+    }
+
+    pub fn settle(&mut self, lease: &LeaseRef, node: &GpuNode, report: UsageReport) -> TxResult {
+        let attester = self.attester.insecure_clone();
+        self.send(&self.usage_ixs(lease, node, report), &[&attester])
+    }
+
+    /// The next report for `node` on `lease`: `seconds` of full use of its GPUs, ending now.
+    pub fn full_use_report(&self, lease: &LeaseRef, node: &GpuNode, seconds: i64) -> UsageReport {
+        let state: Lease = self.account(&lease.lease);
+        let share = state.assignments()[state.assignment_index(&node.node).expect("node in lease")];
+        UsageReport {
+            seq: share.last_seq + 1,
+            period_start: self.now() - seconds,
+            period_end: self.now(),
+            gpu_seconds: seconds as u64 * u64::from(share.gpus),
+        }
+    }
+
+    pub fn slash_ix(
+        &self,
+        attester: &Pubkey,
+        node: &GpuNode,
+        fault: FaultKind,
+        victim: Option<(&LeaseRef, &Pubkey)>,
+    ) -> Instruction {
+        let provider = node.provider;
+        program_ix(
+            acc::SlashProvider {
+                attester: *attester,
+                config: config_pda(),
+                node: node.node,
+                provider,
+                stake_vault: stake_vault_pda(&provider),
+                treasury: self.treasury,
+                lease: victim.map(|(l, _)| l.lease),
+                client_tokens: victim.map(|(_, t)| *t),
+                token_program: spl_token::ID,
+            },
+            ix::SlashProvider { fault, evidence_hash: [0xEE; 32] },
+        )
+    }
+
+    pub fn slash(&mut self, node: &GpuNode, fault: FaultKind, victim: Option<(&LeaseRef, &Pubkey)>) -> TxResult {
+        let attester = self.attester.insecure_clone();
+        self.send(&[self.slash_ix(&attester.pubkey(), node, fault, victim)], &[&attester])
+    }
+}
