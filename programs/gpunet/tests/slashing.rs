@@ -1,0 +1,108 @@
+//! Slashing and jail: an attester takes the configured fraction of stake (part to the
+//! affected client), the node is jailed until its provider unjails it after the cool-down.
+mod harness;
+
+use gpunet::errors::GpunetError;
+use gpunet::events::{NodeUnjailed, ProviderSlashed};
+use gpunet::state::{FaultKind, Node, Provider};
+use harness::*;
+use solana_signer::Signer;
+
+#[test]
+fn slash_pays_treasury_and_client_and_jails_the_node() {
+    let mut h = Harness::new();
+    let s = h.supplier(1_000 * IO);
+    let node = h.node(&s, h100_spec(2));
+    let client = h.client(1_000 * IO);
+    let lease = h.open_lease(&client, 1, terms(2, 1));
+    h.assign(&lease, &[(&node, 2)]).unwrap();
+    let client_before = h.balance(&client.tokens);
+
+    let meta = h.slash(&node, FaultKind::MissedHeartbeats, Some((&lease, &client.tokens))).unwrap();
+    let ev: ProviderSlashed = event(&meta);
+    let amount = 1_000 * IO * u64::from(SLASH_BPS[0]) / 10_000; // 10% of 1,000 IO
+    let to_client = amount * u64::from(SLASH_CLIENT_SHARE_BPS) / 10_000;
+    assert_eq!((ev.amount, ev.to_client, ev.to_treasury), (amount, to_client, amount - to_client));
+    assert_eq!((ev.fault, ev.lease, ev.evidence_hash), (FaultKind::MissedHeartbeats, Some(lease.lease), [0xEE; 32]));
+    assert_eq!(ev.jail_ends_at, h.now() + JAIL_SECONDS);
+
+    assert_eq!(h.balance(&s.vault), 1_000 * IO - amount);
+    assert_eq!(h.balance(&client.tokens), client_before + to_client);
+    assert_eq!(h.balance(&h.treasury.clone()), amount - to_client);
+    let p: Provider = h.account(&s.provider);
+    assert_eq!((p.staked, p.slashed), (1_000 * IO - amount, amount));
+    let n: Node = h.account(&node.node);
+    assert!(n.jailed);
+}
+
+#[test]
+fn a_jailed_node_gets_no_work_until_unjailed_after_the_cool_down() {
+    let mut h = Harness::new();
+    let s = h.supplier(1_000 * IO);
+    let node = h.node(&s, h100_spec(1));
+    h.slash(&node, FaultKind::FailedVerification, None).unwrap();
+    let client = h.client(1_000 * IO);
+    let lease = h.open_lease(&client, 1, terms(1, 1));
+    assert_error(h.assign(&lease, &[(&node, 1)]), GpunetError::NodeJailed);
+    assert_error(h.send(&[h.deregister_node_ix(&s, &node.node)], &[&s.wallet]), GpunetError::NodeJailed);
+
+    h.advance(JAIL_SECONDS - 1);
+    assert_error(h.send(&[h.unjail_node_ix(&s, &node.node)], &[&s.wallet]), GpunetError::JailNotOver);
+    h.advance(1);
+    let meta = h.send(&[h.unjail_node_ix(&s, &node.node)], &[&s.wallet]).unwrap();
+    assert_eq!(event::<NodeUnjailed>(&meta).node, node.node);
+    assert_error(h.send(&[h.unjail_node_ix(&s, &node.node)], &[&s.wallet]), GpunetError::NodeNotJailed);
+    h.assign(&lease, &[(&node, 1)]).unwrap();
+}
+
+#[test]
+fn an_undercollateralised_provider_gets_no_new_work_until_it_restakes() {
+    let mut h = Harness::new();
+    let s = h.supplier(MIN_STAKE_PER_GPU);
+    let node = h.node(&s, h100_spec(1));
+    let neighbour = h.supplier(MIN_STAKE_PER_GPU);
+    let spare = h.node(&neighbour, h100_spec(1));
+    h.slash(&spare, FaultKind::InvalidUsage, None).unwrap(); // another provider: no effect on `s`
+    h.slash(&node, FaultKind::InvalidUsage, None).unwrap();
+    h.advance(JAIL_SECONDS);
+    h.send(&[h.unjail_node_ix(&s, &node.node)], &[&s.wallet]).unwrap();
+    let client = h.client(1_000 * IO);
+    let lease = h.open_lease(&client, 1, terms(1, 1));
+    assert_error(h.assign(&lease, &[(&node, 1)]), GpunetError::ProviderUndercollateralised);
+    h.send(&[h.stake_ix(&s, MIN_STAKE_PER_GPU / 2)], &[&s.wallet]).unwrap();
+    h.assign(&lease, &[(&node, 1)]).unwrap();
+}
+
+#[test]
+fn unbonding_stake_is_still_slashable() {
+    let mut h = Harness::new();
+    let s = h.supplier(1_000 * IO);
+    let node = h.node(&s, h100_spec(1)); // bonds 100
+    h.send(&[h.request_unstake_ix(&s, 850 * IO)], &[&s.wallet]).unwrap(); // 150 active, 850 unbonding
+    h.slash(&node, FaultKind::InvalidUsage, None).unwrap(); // 50% of 1,000 = 500
+    let p: Provider = h.account(&s.provider);
+    assert_eq!((p.staked, p.unbonding, p.slashed), (0, 500 * IO, 500 * IO));
+    assert_eq!(h.balance(&s.vault), 500 * IO);
+}
+
+#[test]
+fn only_attesters_slash_and_the_client_share_needs_the_lease() {
+    let mut h = Harness::new();
+    let s = h.supplier(1_000 * IO);
+    let node = h.node(&s, h100_spec(1));
+    let other = h.node(&s, h100_spec(1));
+    let outsider = h.wallet();
+    let ix = h.slash_ix(&outsider.pubkey(), &node, FaultKind::InvalidUsage, None);
+    assert_error(h.send(&[ix], &[&outsider]), GpunetError::NotAttester);
+
+    let client = h.client(1_000 * IO);
+    let lease = h.open_lease(&client, 1, terms(1, 1));
+    h.assign(&lease, &[(&node, 1)]).unwrap();
+    // a lease the slashed node is not part of cannot collect the client share
+    assert_error(h.slash(&other, FaultKind::MissedHeartbeats, Some((&lease, &client.tokens))), GpunetError::NodeNotInLease);
+    // the client share goes to the lease's client only
+    let thief_tokens = h.token_account(&outsider.pubkey());
+    assert_error(h.slash(&node, FaultKind::MissedHeartbeats, Some((&lease, &thief_tokens))), GpunetError::WrongTokenOwner);
+    assert_eq!(h.balance(&s.vault), 1_000 * IO);
+    assert_eq!(h.account::<Provider>(&s.provider).slashed, 0);
+}
