@@ -17,11 +17,9 @@
 //! "Program data: ..."), CPIs and return data behave like on chain.
 //!
 //! Known differences from SBF execution (state them to users):
-//! - `msg!` (solana-msg 2.2) calls `println!` directly on non-Solana targets and
-//!   never reaches the stubs: its text goes to the process's stdout, not to the
-//!   transaction log. So Anchor's "AnchorError occurred ..." lines are missing
-//!   from the logs; the error itself still surfaces as `custom program error`.
-//!   `solana_sysvar::program_stubs::sol_log` (and `sol_log_data`) do reach the log.
+//! - `msg!` (solana-msg 2.2) is a bare `println!` on non-Solana targets; the
+//!   workspace patches in our stand-in (localnet/solana-msg) whose log hook this
+//!   bridge installs, so `msg!` text reaches the transaction log as on chain.
 //! - No compute-unit metering of program code (each native instruction costs a
 //!   flat [`NATIVE_PROGRAM_COMPUTE_UNITS`]), no stack or heap limits.
 //! - `sol_get_processed_sibling_instruction` and `sol_get_epoch_stake` are not
@@ -337,6 +335,8 @@ fn install_stubs() {
     static INSTALL: Once = Once::new();
     INSTALL.call_once(|| {
         set_syscall_stubs(Box::new(BridgeStubs));
+        // `msg!` bypasses the stubs off-chain; our solana-msg stand-in calls this instead.
+        solana_msg::set_log_hook(|message| BridgeStubs.sol_log(message));
         // Record the panic message with its location ("panicked at src/x.rs:1:2:\n...")
         // for the transaction log, like the SBF panic handler does; the previous
         // hook still prints to stderr.

@@ -2,6 +2,8 @@
 //! attesters settle signed usage out of that escrow and slash faulty suppliers.
 #![deny(arithmetic_overflow)]
 #![allow(unexpected_cfgs)]
+// Anchor 0.31's generated IDL-account handlers call the deprecated `realloc`, outside our module.
+#![allow(deprecated)]
 
 use anchor_lang::prelude::*;
 
@@ -18,8 +20,6 @@ use state::{ConfigParams, FaultKind, LeaseTerms, NodeSpec, UsageReport};
 
 declare_id!("DUaGWuMPftjSLiWWJYjqdte7boRZ8vqT77vf372eqHj4");
 
-// Anchor 0.31's generated IDL-account handlers still call the deprecated `realloc`.
-#[allow(deprecated)]
 #[program]
 pub mod gpunet {
     use super::*;

@@ -120,3 +120,20 @@ fn treasury_must_hold_the_io_mint() {
     ix.accounts[2].pubkey = h.treasury;
     assert_error(h.send(&[ix], &[&admin]), GpunetError::WrongTreasury);
 }
+
+#[test]
+fn program_logs_reach_the_transaction_log_like_on_chain() {
+    let mut h = Harness::uninitialised();
+    let params = h.default_params();
+    let admin = h.admin.insecure_clone();
+    let meta = h.send(&[h.initialize_ix(&params)], &[&admin]).unwrap();
+    assert!(meta.logs.iter().any(|l| l == "Program log: Instruction: Initialize"), "{:#?}", meta.logs);
+    assert!(meta.logs.iter().any(|l| l.starts_with("Program data: ")), "events are logged");
+
+    let failed = h.update_config(|p| p.protocol_fee_bps = 9_999).unwrap_err();
+    assert!(
+        failed.meta.logs.iter().any(|l| l.starts_with("Program log: AnchorError") && l.contains("FeeTooHigh")),
+        "{:#?}",
+        failed.meta.logs
+    );
+}
