@@ -11,3 +11,35 @@ pub use node::*;
 pub use provider::*;
 pub use seeds::*;
 pub use usage::*;
+
+#[cfg(test)]
+mod tests {
+    use anchor_lang::prelude::Pubkey;
+    use anchor_lang::Space;
+
+    use super::*;
+
+    /// Clients, the indexer and the explorers decode these layouts: a size change must be deliberate.
+    #[test]
+    fn account_sizes_are_pinned() {
+        assert_eq!(8 + Config::INIT_SPACE, 277);
+        assert_eq!(8 + Provider::INIT_SPACE, 94);
+        assert_eq!(8 + Node::INIT_SPACE, 138);
+        assert_eq!(8 + Lease::INIT_SPACE, 1_155);
+    }
+
+    #[test]
+    fn usage_message_layout() {
+        let lease = Pubkey::new_from_array([1; 32]);
+        let node = Pubkey::new_from_array([2; 32]);
+        let report = UsageReport { seq: 3, period_start: 4, period_end: 5, gpu_seconds: 6 };
+        let msg = report.message(&lease, &node);
+        assert_eq!(&msg[..16], b"gpunet-usage-v1\0");
+        assert_eq!(&msg[16..48], crate::ID.as_ref());
+        assert_eq!((&msg[48..80], &msg[80..112]), (&[1u8; 32][..], &[2u8; 32][..]));
+        assert_eq!(msg[112..120], 3u64.to_le_bytes());
+        assert_eq!(msg[120..128], 4i64.to_le_bytes());
+        assert_eq!(msg[128..136], 5i64.to_le_bytes());
+        assert_eq!(msg[136..144], 6u64.to_le_bytes());
+    }
+}
