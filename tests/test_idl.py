@@ -1,0 +1,151 @@
+"""The committed IDL (gpunet/idl/gpunet.json): parses with anchorpy3, matches the program, usable by the SDK."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from anchorpy import Context, Program, Provider, Wallet
+from solana.rpc.async_api import AsyncClient
+from solders.pubkey import Pubkey
+
+from gpunet.idl import IDL_RESOURCE, PROGRAM_ID, idl_json, load_idl
+
+REPO = Path(__file__).resolve().parent.parent
+COMMITTED_IDL = REPO / "gpunet" / "idl" / "gpunet.json"
+
+INSTRUCTIONS = {
+    "initialize",
+    "update_config",
+    "register_provider",
+    "stake",
+    "request_unstake",
+    "withdraw_unstaked",
+    "register_node",
+    "update_node",
+    "deregister_node",
+    "unjail_node",
+    "open_lease",
+    "assign_lease",
+    "top_up_lease",
+    "reassign_lease",
+    "close_lease",
+    "settle_usage",
+    "slash_provider",
+}
+ACCOUNTS = {"Config", "Provider", "Node", "Lease"}
+EVENTS = {
+    "ConfigInitialized",
+    "ConfigUpdated",
+    "ProviderRegistered",
+    "Staked",
+    "UnstakeRequested",
+    "UnstakeWithdrawn",
+    "NodeRegistered",
+    "NodeUpdated",
+    "NodeDeregistered",
+    "NodeUnjailed",
+    "LeaseOpened",
+    "LeaseAssigned",
+    "LeaseToppedUp",
+    "LeaseReassigned",
+    "LeaseClosed",
+    "UsageSettled",
+    "ProviderSlashed",
+}
+
+# A cold build of the program with the idl-build feature takes minutes on 2 cores.
+CARGO_TIMEOUT_S = 1800
+
+
+def _discriminator(namespace: str, name: str) -> list[int]:
+    return list(hashlib.sha256(f"{namespace}:{name}".encode()).digest()[:8])
+
+
+def _run_idl_check(path: Path) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env.setdefault(
+        "CARGO_TARGET_DIR",
+        str(Path(env.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gpunet" / "target"),
+    )
+    return subprocess.run(
+        ["cargo", "run", "-q", "-p", "gpunet-localnet", "--bin", "gpunet-idl", "--", "--check", str(path)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=CARGO_TIMEOUT_S,
+    )
+
+
+def test_package_data_is_the_committed_file() -> None:
+    assert Path(str(IDL_RESOURCE)).resolve() == COMMITTED_IDL
+    assert idl_json() == COMMITTED_IDL.read_text(encoding="utf-8")
+
+
+def test_idl_parses_with_anchorpy3() -> None:
+    idl = load_idl()
+    assert idl.name == "gpunet"
+    assert str(PROGRAM_ID) == "DUaGWuMPftjSLiWWJYjqdte7boRZ8vqT77vf372eqHj4"
+    assert idl.address == str(PROGRAM_ID)
+
+    names = [ix.name for ix in idl.instructions]
+    assert len(names) == 17
+    assert set(names) == INSTRUCTIONS
+    assert {acc.name for acc in idl.accounts} == ACCOUNTS
+    # Account definitions resolve to real structs, not anchorpy3's empty stubs.
+    assert all(acc.ty.fields for acc in idl.accounts)
+    assert idl.events is not None
+    assert {ev.name for ev in idl.events} == EVENTS
+    assert idl.errors
+
+
+def test_discriminators_follow_anchor_convention() -> None:
+    raw = json.loads(idl_json())
+    for ix in raw["instructions"]:
+        assert ix["discriminator"] == _discriminator("global", ix["name"]), ix["name"]
+    for acc in raw["accounts"]:
+        assert acc["discriminator"] == _discriminator("account", acc["name"]), acc["name"]
+    for ev in raw["events"]:
+        assert ev["discriminator"] == _discriminator("event", ev["name"]), ev["name"]
+
+
+async def test_anchorpy3_builds_an_instruction_from_the_idl() -> None:
+    idl = load_idl()
+    stake = next(ix for ix in idl.instructions if ix.name == "stake")
+    accounts = {acc.name: Pubkey.new_unique() for acc in stake.accounts}
+    provider = Provider(AsyncClient("http://127.0.0.1:9"), Wallet.dummy())
+    async with Program(idl, PROGRAM_ID, provider) as program:
+        ix = program.instruction["stake"](1_234_567, ctx=Context(accounts=accounts))
+
+    raw_stake = next(i for i in json.loads(idl_json())["instructions"] if i["name"] == "stake")
+    assert ix.program_id == PROGRAM_ID
+    assert ix.data[:8] == bytes(raw_stake["discriminator"])
+    assert ix.data[8:] == (1_234_567).to_bytes(8, "little")
+    assert [meta.pubkey for meta in ix.accounts] == [accounts[acc.name] for acc in stake.accounts]
+    authority = ix.accounts[0]
+    assert authority.is_signer
+
+
+@pytest.mark.timeout(CARGO_TIMEOUT_S)
+def test_committed_idl_matches_program() -> None:
+    """Drift test: the committed IDL is exactly what the program generates."""
+    result = _run_idl_check(COMMITTED_IDL)
+    assert result.returncode == 0, f"gpunet-idl --check failed:\n{result.stderr}"
+
+
+@pytest.mark.timeout(CARGO_TIMEOUT_S)
+def test_idl_check_detects_drift(tmp_path: Path) -> None:
+    raw = json.loads(COMMITTED_IDL.read_text(encoding="utf-8"))
+    raw["instructions"] = [ix for ix in raw["instructions"] if ix["name"] != "slash_provider"]
+    modified = tmp_path / "gpunet.json"
+    modified.write_text(json.dumps(raw, indent=2) + "\n", encoding="utf-8")
+
+    result = _run_idl_check(modified)
+    assert result.returncode == 1, result.stderr
+    assert "IDL drift" in result.stderr
+    assert "scripts/idl" in result.stderr
