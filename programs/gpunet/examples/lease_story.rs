@@ -25,6 +25,27 @@ fn step(title: &str) {
     println!("\n── {title}");
 }
 
+/// One usage period: each node signs a report of full use, the attester settles it.
+fn settle_period<'a>(
+    h: &mut Harness,
+    lease: &LeaseRef,
+    period: u32,
+    nodes: &[(&'a str, &GpuNode)],
+    settlements: &mut Vec<(&'a str, UsageSettled)>,
+) {
+    h.advance(USAGE_PERIOD_SECONDS);
+    for (name, node) in nodes {
+        let report = h.full_use_report(lease, node, USAGE_PERIOD_SECONDS);
+        let meta = h.settle(lease, node, report).expect("settle_usage");
+        let ev: UsageSettled = event(&meta);
+        println!(
+            "  period {period} {name}: seq {} {:>4} GPU-s → paid {:>14}, fee {:>12}  tx {}",
+            ev.seq, ev.gpu_seconds, io(ev.payout), io(ev.fee), sig(&meta)
+        );
+        settlements.push((name, ev));
+    }
+}
+
 fn main() {
     let mut h = Harness::new();
     println!("gpunet lease story — program running natively in LiteSVM (real SPL Token + Ed25519 precompile)");
@@ -53,19 +74,9 @@ fn main() {
     println!("  assigned in tx {}", sig(&meta));
 
     step("Workers sign usage every period; the coordinator settles it on chain");
-    let mut settlements: Vec<(String, UsageSettled, String)> = Vec::new();
+    let mut settlements: Vec<(&str, UsageSettled)> = Vec::new();
     for period in 1..=3 {
-        h.advance(USAGE_PERIOD_SECONDS);
-        for (name, node) in [("ada", &a), ("bob", &b)] {
-            let report = h.full_use_report(&lease, node, USAGE_PERIOD_SECONDS);
-            let meta = h.settle(&lease, node, report).unwrap();
-            let ev: UsageSettled = event(&meta);
-            println!(
-                "  period {period} {name}: seq {} {:>4} GPU-s → paid {:>14}, fee {:>12}  tx {}",
-                ev.seq, ev.gpu_seconds, io(ev.payout), io(ev.fee), sig(&meta)
-            );
-            settlements.push((name.to_string(), ev, sig(&meta)));
-        }
+        settle_period(&mut h, &lease, period, &[("ada", &a), ("bob", &b)], &mut settlements);
     }
 
     step("bob's node stops heartbeating: slashed, jailed, its share moved to cyd");
@@ -76,17 +87,7 @@ fn main() {
     let meta = h.reassign(&lease, &b, &c).unwrap();
     println!("  reassigned bob → cyd  tx {}", sig(&meta));
     for period in 4..=5 {
-        h.advance(USAGE_PERIOD_SECONDS);
-        for (name, node) in [("ada", &a), ("cyd", &c)] {
-            let report = h.full_use_report(&lease, node, USAGE_PERIOD_SECONDS);
-            let meta = h.settle(&lease, node, report).unwrap();
-            let ev: UsageSettled = event(&meta);
-            println!(
-                "  period {period} {name}: seq {} {:>4} GPU-s → paid {:>14}, fee {:>12}  tx {}",
-                ev.seq, ev.gpu_seconds, io(ev.payout), io(ev.fee), sig(&meta)
-            );
-            settlements.push((name.to_string(), ev, sig(&meta)));
-        }
+        settle_period(&mut h, &lease, period, &[("ada", &a), ("cyd", &c)], &mut settlements);
     }
 
     step("The client closes the lease; the unspent escrow is refunded");
@@ -98,8 +99,8 @@ fn main() {
     step("Summary");
     println!("  {:<10} {:>16} {:>14} {:>16}", "supplier", "paid", "fees", "slashed");
     for (name, provider) in [("ada", &alice.provider), ("bob", &bob.provider), ("cyd", &cyd.provider)] {
-        let paid: u64 = settlements.iter().filter(|(n, _, _)| n == name).map(|(_, e, _)| e.payout).sum();
-        let fees: u64 = settlements.iter().filter(|(n, _, _)| n == name).map(|(_, e, _)| e.fee).sum();
+        let paid: u64 = settlements.iter().filter(|(n, _)| *n == name).map(|(_, e)| e.payout).sum();
+        let fees: u64 = settlements.iter().filter(|(n, _)| *n == name).map(|(_, e)| e.fee).sum();
         let p: Provider = h.account(provider);
         println!("  {name:<10} {:>16} {:>14} {:>16}", io(paid), io(fees), io(p.slashed));
     }

@@ -1,31 +1,19 @@
 //! One event per state change, carrying what an indexer needs to rebuild state without reading accounts.
 use anchor_lang::prelude::*;
 
-use crate::state::{Assignment, FaultKind, LeaseTerms, NodeSpec};
+use crate::state::{Assignment, ConfigParams, FaultKind, LeaseTerms, NodeSpec};
 
 #[event]
 pub struct ConfigInitialized {
     pub admin: Pubkey,
     pub io_mint: Pubkey,
-    pub treasury: Pubkey,
-    pub protocol_fee_bps: u16,
-    pub min_stake_per_gpu: u64,
-    pub attesters: Vec<Pubkey>,
+    pub params: ConfigParams,
 }
 
 #[event]
 pub struct ConfigUpdated {
     pub admin: Pubkey,
-    pub treasury: Pubkey,
-    pub protocol_fee_bps: u16,
-    pub min_stake_per_gpu: u64,
-    pub unbonding_seconds: i64,
-    pub usage_period_seconds: i64,
-    pub jail_seconds: i64,
-    pub slash_bps: [u16; 3],
-    pub slash_client_share_bps: u16,
-    pub attesters: Vec<Pubkey>,
-    pub paused: bool,
+    pub params: ConfigParams,
 }
 
 #[event]

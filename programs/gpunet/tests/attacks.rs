@@ -81,7 +81,7 @@ fn reinitialisation() {
     let node = h.node(&s, h100_spec(1));
     let ix = h.register_node_ix(&s, &node.key.pubkey(), h100_spec(2));
     assert!(h.send(&[ix], &[&s.wallet, &node.key]).is_err());
-    assert_eq!(h.account::<gpunet::state::Node>(&node.node).gpu_count, 1);
+    assert_eq!(h.account::<gpunet::state::Node>(&node.node).spec.gpu_count, 1);
     let client = h.client(1_000 * IO);
     let lease = h.open_lease(&client, 1, terms(1, 1));
     assert!(h.send(&[h.open_lease_ix(&client, &lease, terms(2, 2))], &[&client.wallet]).is_err());

@@ -28,7 +28,7 @@ fn initialize_records_every_parameter_and_emits_an_event() {
 
     let ev: ConfigInitialized = event(&meta);
     assert_eq!(ev.io_mint, h.mint);
-    assert_eq!(ev.attesters, vec![h.attester.pubkey()]);
+    assert_eq!(ev.params, params);
 }
 
 #[test]
@@ -75,7 +75,7 @@ fn only_the_admin_updates_the_config() {
 
     let meta = h.update_config(|p| p.protocol_fee_bps = 0).unwrap();
     let ev: ConfigUpdated = event(&meta);
-    assert_eq!(ev.protocol_fee_bps, 0);
+    assert_eq!(ev.params.protocol_fee_bps, 0);
     assert_eq!(h.account::<Config>(&config_pda()).protocol_fee_bps, 0);
 }
 

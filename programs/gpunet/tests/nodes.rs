@@ -21,7 +21,7 @@ fn register_update_and_deregister_a_node() {
 
     let node_addr = node_pda(&key.pubkey());
     let node: Node = h.account(&node_addr);
-    assert_eq!((node.gpu_model, node.gpu_count, node.vram_gb, node.region), (H100, 8, 80, EU));
+    assert_eq!(node.spec, spec);
     assert_eq!((node.provider, node.gpus_leased, node.jailed), (s.provider, 0, false));
     let p: Provider = h.account(&s.provider);
     assert_eq!((p.bonded, p.node_count, p.free_stake()), (800 * IO, 1, 0));
@@ -29,7 +29,7 @@ fn register_update_and_deregister_a_node() {
     let meta = h.send(&[h.update_node_ix(&s, &node_addr, US, 5 * IO)], &[&s.wallet]).unwrap();
     let ev: NodeUpdated = event(&meta);
     assert_eq!((ev.region, ev.price_per_gpu_hour, ev.inventory_hash), (US, 5 * IO, [9; 32]));
-    assert_eq!(h.account::<Node>(&node_addr).price_per_gpu_hour, 5 * IO);
+    assert_eq!(h.account::<Node>(&node_addr).spec.price_per_gpu_hour, 5 * IO);
 
     let rent_before = h.svm.get_balance(&s.wallet.pubkey()).unwrap();
     let meta = h.send(&[h.deregister_node_ix(&s, &node_addr)], &[&s.wallet]).unwrap();

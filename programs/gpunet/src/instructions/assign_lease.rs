@@ -50,7 +50,7 @@ pub(crate) fn take_gpus(node: &mut Account<Node>, gpus: u8, now: i64) -> Result<
         node_key: node.node_key,
         provider: node.provider,
         gpus,
-        price_per_gpu_hour: node.price_per_gpu_hour,
+        price_per_gpu_hour: node.spec.price_per_gpu_hour,
         last_seq: 0,
         settled_until: now,
         gpu_seconds: 0,

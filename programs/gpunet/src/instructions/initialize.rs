@@ -32,14 +32,7 @@ impl<'info> Initialize<'info> {
         config.io_mint = ctx.accounts.io_mint.key();
         config.bump = ctx.bumps.config;
         config.apply(&params);
-        emit!(ConfigInitialized {
-            admin: config.admin,
-            io_mint: config.io_mint,
-            treasury: config.treasury,
-            protocol_fee_bps: config.protocol_fee_bps,
-            min_stake_per_gpu: config.min_stake_per_gpu,
-            attesters: params.attesters,
-        });
+        emit!(ConfigInitialized { admin: config.admin, io_mint: config.io_mint, params });
         Ok(())
     }
 }

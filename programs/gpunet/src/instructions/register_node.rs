@@ -50,12 +50,7 @@ impl<'info> RegisterNode<'info> {
         let node = &mut ctx.accounts.node;
         node.provider = provider.key();
         node.node_key = ctx.accounts.node_key.key();
-        node.gpu_model = spec.gpu_model;
-        node.gpu_count = spec.gpu_count;
-        node.vram_gb = spec.vram_gb;
-        node.region = spec.region;
-        node.price_per_gpu_hour = spec.price_per_gpu_hour;
-        node.inventory_hash = spec.inventory_hash;
+        node.spec = spec.clone();
         node.bonded_stake = bond;
         node.bump = ctx.bumps.node;
         emit!(NodeRegistered {

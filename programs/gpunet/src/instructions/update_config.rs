@@ -26,19 +26,7 @@ impl<'info> UpdateConfig<'info> {
     pub fn handler(ctx: Context<Self>, params: ConfigParams) -> Result<()> {
         let config = &mut ctx.accounts.config;
         config.apply(&params);
-        emit!(ConfigUpdated {
-            admin: config.admin,
-            treasury: config.treasury,
-            protocol_fee_bps: config.protocol_fee_bps,
-            min_stake_per_gpu: config.min_stake_per_gpu,
-            unbonding_seconds: config.unbonding_seconds,
-            usage_period_seconds: config.usage_period_seconds,
-            jail_seconds: config.jail_seconds,
-            slash_bps: config.slash_bps,
-            slash_client_share_bps: config.slash_client_share_bps,
-            attesters: params.attesters,
-            paused: config.paused,
-        });
+        emit!(ConfigUpdated { admin: config.admin, params });
         Ok(())
     }
 }

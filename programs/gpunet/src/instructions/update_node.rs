@@ -27,9 +27,9 @@ impl<'info> UpdateNode<'info> {
     ) -> Result<()> {
         require!(region != ANY && price_per_gpu_hour > 0, GpunetError::InvalidNodeSpec);
         let node = &mut ctx.accounts.node;
-        node.region = region;
-        node.price_per_gpu_hour = price_per_gpu_hour;
-        node.inventory_hash = inventory_hash;
+        node.spec.region = region;
+        node.spec.price_per_gpu_hour = price_per_gpu_hour;
+        node.spec.inventory_hash = inventory_hash;
         emit!(NodeUpdated { node: node.key(), region, price_per_gpu_hour, inventory_hash });
         Ok(())
     }

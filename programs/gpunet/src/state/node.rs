@@ -7,7 +7,7 @@ pub const ANY: u16 = 0;
 pub const MAX_GPUS_PER_NODE: u8 = 16;
 
 /// The hardware a node offers, as registered by its provider.
-#[derive(AnchorSerialize, AnchorDeserialize, Clone, Debug, PartialEq, Eq)]
+#[derive(AnchorSerialize, AnchorDeserialize, Clone, Debug, PartialEq, Eq, InitSpace)]
 pub struct NodeSpec {
     /// GPU model code (the SDK's table; never 0).
     pub gpu_model: u16,
@@ -31,18 +31,8 @@ pub struct Node {
     pub provider: Pubkey,
     /// The key the worker signs usage reports with.
     pub node_key: Pubkey,
-    /// GPU model code.
-    pub gpu_model: u16,
-    /// GPUs on the node.
-    pub gpu_count: u8,
-    /// Memory per GPU in GiB.
-    pub vram_gb: u16,
-    /// Region code.
-    pub region: u16,
-    /// Asking price per GPU-hour in IO base units.
-    pub price_per_gpu_hour: u64,
-    /// SHA-256 of the NVML inventory.
-    pub inventory_hash: [u8; 32],
+    /// The hardware and price on offer.
+    pub spec: NodeSpec,
     /// GPUs currently assigned to leases.
     pub gpus_leased: u8,
     /// Stake bonded to this node at registration (released at deregistration).
@@ -57,7 +47,7 @@ pub struct Node {
 
 impl Node {
     pub fn free_gpus(&self) -> u8 {
-        self.gpu_count.saturating_sub(self.gpus_leased)
+        self.spec.gpu_count.saturating_sub(self.gpus_leased)
     }
 }
 
@@ -74,9 +64,10 @@ impl NodeSpec {
 impl Node {
     /// Whether the node's hardware and price satisfy a lease's terms.
     pub fn meets(&self, terms: &crate::state::LeaseTerms) -> bool {
-        (terms.gpu_model == ANY || terms.gpu_model == self.gpu_model)
-            && self.vram_gb >= terms.min_vram_gb
-            && (terms.region == ANY || terms.region == self.region)
-            && self.price_per_gpu_hour <= terms.max_price_per_gpu_hour
+        let spec = &self.spec;
+        (terms.gpu_model == ANY || terms.gpu_model == spec.gpu_model)
+            && spec.vram_gb >= terms.min_vram_gb
+            && (terms.region == ANY || terms.region == spec.region)
+            && spec.price_per_gpu_hour <= terms.max_price_per_gpu_hour
     }
 }
