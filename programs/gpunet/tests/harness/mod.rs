@@ -1,6 +1,6 @@
 //! Test harness: a LiteSVM running gpunet natively with the real SPL Token program and
 //! Ed25519 precompile, plus builders for every gpunet instruction and the usual assertions.
-#![allow(dead_code)] // each test file uses its own part of the harness
+#![allow(dead_code, unused_imports)] // each test file uses its own part of the harness
 
 pub mod accounts;
 pub mod builders;

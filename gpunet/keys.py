@@ -1,0 +1,52 @@
+"""Keypair files in the Solana CLI format (a JSON array of 64 bytes), created owner-only."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from solders.keypair import Keypair
+
+__all__ = ["KeypairFileError", "create_keypair_file", "load_keypair"]
+
+
+class KeypairFileError(Exception):
+    """A keypair file is missing, unreadable or not a Solana CLI keypair; the message says which."""
+
+
+def load_keypair(path: str | os.PathLike[str]) -> Keypair:
+    """Reads a Solana CLI keypair file. Errors name the file, never its content."""
+    path = Path(path).expanduser()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise KeypairFileError(f"{path}: no such keypair file (create one with `gpunet keys new {path}`)") from None
+    except OSError as e:
+        raise KeypairFileError(f"{path}: cannot read keypair file: {e.strerror}") from None
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError:
+        raise KeypairFileError(f"{path}: not a keypair file (expected a JSON array of 64 numbers)") from None
+    if not (isinstance(raw, list) and len(raw) == 64 and all(isinstance(b, int) and 0 <= b <= 255 for b in raw)):
+        raise KeypairFileError(f"{path}: not a keypair file (expected a JSON array of 64 numbers 0-255)")
+    try:
+        keypair = Keypair.from_bytes(bytes(raw))
+    except ValueError:
+        raise KeypairFileError(f"{path}: the 64 bytes are not a valid ed25519 keypair") from None
+    return keypair
+
+
+def create_keypair_file(path: str | os.PathLike[str], keypair: Keypair | None = None) -> Keypair:
+    """Writes a new (or the given) keypair to `path` with mode 0600; refuses to overwrite."""
+    path = Path(path).expanduser()
+    keypair = keypair or Keypair()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        # O_EXCL: never clobber an existing key; 0o600 from the start, not chmod afterwards.
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        raise KeypairFileError(f"{path}: already exists; refusing to overwrite a keypair") from None
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(list(bytes(keypair)), f)
+    return keypair

@@ -1,0 +1,59 @@
+"""Every gpunet program address (PDA), derived with the program's seeds (programs/gpunet/src/state/seeds.rs)."""
+
+from __future__ import annotations
+
+from solders.pubkey import Pubkey
+
+from gpunet.idl import PROGRAM_ID
+
+__all__ = [
+    "config_pda",
+    "lease_pda",
+    "lease_vault_pda",
+    "node_pda",
+    "provider_pda",
+    "stake_vault_pda",
+]
+
+SEED_CONFIG = b"config"
+SEED_PROVIDER = b"provider"
+SEED_STAKE_VAULT = b"stake_vault"
+SEED_NODE = b"node"
+SEED_LEASE = b"lease"
+SEED_LEASE_VAULT = b"lease_vault"
+
+
+def _pda(*seeds: bytes, program_id: Pubkey = PROGRAM_ID) -> Pubkey:
+    return Pubkey.find_program_address(list(seeds), program_id)[0]
+
+
+def config_pda(program_id: Pubkey = PROGRAM_ID) -> Pubkey:
+    """The protocol's single config account."""
+    return _pda(SEED_CONFIG, program_id=program_id)
+
+
+def provider_pda(authority: Pubkey, program_id: Pubkey = PROGRAM_ID) -> Pubkey:
+    """A supplier's provider account, keyed by its wallet."""
+    return _pda(SEED_PROVIDER, bytes(authority), program_id=program_id)
+
+
+def stake_vault_pda(provider: Pubkey, program_id: Pubkey = PROGRAM_ID) -> Pubkey:
+    """The token account holding a provider's stake."""
+    return _pda(SEED_STAKE_VAULT, bytes(provider), program_id=program_id)
+
+
+def node_pda(node_key: Pubkey, program_id: Pubkey = PROGRAM_ID) -> Pubkey:
+    """A node account, keyed by the node's signing key."""
+    return _pda(SEED_NODE, bytes(node_key), program_id=program_id)
+
+
+def lease_pda(client: Pubkey, lease_id: int, program_id: Pubkey = PROGRAM_ID) -> Pubkey:
+    """A lease account, keyed by its client and the client's lease id (u64)."""
+    if not 0 <= lease_id < 2**64:
+        raise ValueError(f"lease id must be a u64, got {lease_id}")
+    return _pda(SEED_LEASE, bytes(client), lease_id.to_bytes(8, "little"), program_id=program_id)
+
+
+def lease_vault_pda(lease: Pubkey, program_id: Pubkey = PROGRAM_ID) -> Pubkey:
+    """The token account holding a lease's escrow."""
+    return _pda(SEED_LEASE_VAULT, bytes(lease), program_id=program_id)
