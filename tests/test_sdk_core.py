@@ -123,7 +123,7 @@ def _event_line(name: str, body: bytes) -> str:
 def test_events_decode_from_gpunet_logs_only() -> None:
     provider = Pubkey.from_string(VECTOR["node_key"])
     staked = _event_line("Staked", bytes(provider) + struct.pack("<QQ", 5, 12))
-    other = Pubkey.from_string("TokenkegQfeZyiNwAJbNbGNPZXTCSMv9aW5KdMFpwJ6")
+    other = Pubkey.from_string("TokenkegQfeZyiNwAJbNbGKPFXCWuBvf9Ss623VQ5DA")
     logs = [
         f"Program {PROGRAM_ID} invoke [1]",
         "Program log: Instruction: Stake",

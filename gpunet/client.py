@@ -1,0 +1,93 @@
+"""Sending gpunet transactions: fresh blockhash, confirmation at a chosen commitment, and a
+retry on blockhash expiry that can never apply the same instructions twice."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+from solana.rpc.async_api import AsyncClient
+from solana.rpc.commitment import Commitment, Confirmed
+from solana.rpc.core import RPCException
+from solana.rpc.types import TxOpts
+from solders.instruction import Instruction
+from solders.keypair import Keypair
+from solders.message import Message
+from solders.signature import Signature
+from solders.transaction import Transaction
+
+from gpunet.errors import ProgramError, custom_error_code, program_error
+
+__all__ = ["TransactionExpired", "TransactionFailed", "send_and_confirm"]
+
+_ORDER = {"processed": 0, "confirmed": 1, "finalized": 2}
+
+
+class TransactionFailed(Exception):
+    """The transaction was refused (in preflight or on chain); nothing it asked for happened."""
+
+    def __init__(self, err: Any, logs: Sequence[str] = (), signature: Signature | None = None) -> None:
+        self.err = err
+        self.logs = list(logs)
+        self.signature = signature
+        code = custom_error_code(err) if err is not None else None
+        if code is None:
+            code = next((c for line in self.logs if (c := custom_error_code(line)) is not None), None)
+        self.program_error: ProgramError | None = program_error(code) if code is not None else None
+        reason = str(self.program_error) if self.program_error else str(err)
+        super().__init__(f"transaction failed: {reason}")
+
+
+class TransactionExpired(Exception):
+    """No attempt landed before its blockhash expired, `attempts` times; none can land any more."""
+
+
+def _status_rank(status: Any) -> int:
+    level = getattr(status, "confirmation_status", None)
+    return _ORDER.get(str(level).rsplit(".", 1)[-1].lower(), -1) if level is not None else -1
+
+
+async def send_and_confirm(
+    client: AsyncClient,
+    payer: Keypair,
+    instructions: Sequence[Instruction],
+    signers: Sequence[Keypair] = (),
+    *,
+    commitment: Commitment = Confirmed,
+    attempts: int = 3,
+    poll_seconds: float = 0.1,
+) -> Signature:
+    """Signs `instructions` (fee paid by `payer`), sends them and waits for `commitment`.
+
+    A retry happens only once the previous attempt's blockhash has expired without the
+    transaction being seen: from then on it can never land, so resending under a new
+    blockhash cannot apply the instructions twice. Raises TransactionFailed (with the
+    program error, when there is one) or TransactionExpired.
+    """
+    want = _ORDER[str(commitment)]
+    for _ in range(attempts):
+        latest = (await client.get_latest_blockhash(commitment)).value
+        message = Message.new_with_blockhash(list(instructions), payer.pubkey(), latest.blockhash)
+        tx = Transaction([payer, *signers], message, latest.blockhash)
+        signature = tx.signatures[0]
+        try:
+            await client.send_raw_transaction(bytes(tx), opts=TxOpts(skip_confirmation=True, preflight_commitment=commitment))
+        except RPCException as e:
+            data = e.args[0] if e.args else None
+            err = getattr(getattr(data, "data", None), "err", None)
+            logs = getattr(getattr(data, "data", None), "logs", None) or []
+            raise TransactionFailed(err if err is not None else data, logs) from None
+        while True:
+            status = (await client.get_signature_statuses([signature])).value[0]
+            if status is not None and status.err is not None:
+                tx_info = await client.get_transaction(signature, commitment=Confirmed, max_supported_transaction_version=0)
+                logs = tx_info.value.transaction.meta.log_messages if tx_info.value and tx_info.value.transaction.meta else []
+                raise TransactionFailed(status.err, logs or [], signature)
+            if status is not None and _status_rank(status) >= want:
+                return signature
+            if status is None and (await client.get_block_height(commitment)).value > latest.last_valid_block_height:
+                break  # expired unseen: it can never land now
+            await asyncio.sleep(poll_seconds)
+    raise TransactionExpired(f"no attempt landed before its blockhash expired ({attempts} attempts)")
+

@@ -1,0 +1,410 @@
+"""One builder per gpunet instruction: every account passed explicitly (anchorpy3 fills in no PDA).
+
+The coordinator, the CLI, the worker and the tests all build gpunet transactions here, so
+there is one implementation of each instruction (the Rust twin is the test harness in
+programs/gpunet/tests/harness/builders.rs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from functools import cache
+from typing import Any
+
+from anchorpy import Context, Program, Provider, Wallet
+from solana.rpc.async_api import AsyncClient
+from solders.instruction import AccountMeta, Instruction
+from solders.keypair import Keypair
+from solders.pubkey import Pubkey
+from solders.system_program import ID as SYSTEM_PROGRAM_ID
+from solders.sysvar import INSTRUCTIONS
+from spl.token.constants import TOKEN_PROGRAM_ID
+
+from gpunet.idl import PROGRAM_ID, load_idl
+from gpunet.pda import config_pda, lease_pda, lease_vault_pda, node_pda, provider_pda, stake_vault_pda
+from gpunet.usage import UsageReport
+
+__all__ = [
+    "ANY",
+    "TOKEN_PROGRAM_ID",
+    "ConfigParams",
+    "LeaseTerms",
+    "NodeSpec",
+    "Share",
+    "assign_lease",
+    "close_lease",
+    "deregister_node",
+    "initialize",
+    "open_lease",
+    "reassign_lease",
+    "register_node",
+    "register_provider",
+    "request_unstake",
+    "settle_usage",
+    "slash_provider",
+    "stake",
+    "top_up_lease",
+    "unjail_node",
+    "update_config",
+    "update_node",
+    "withdraw_unstaked",
+]
+
+ANY = 0
+"""GPU model or region code meaning "any" in lease terms."""
+FAULT_KINDS = ("MissedHeartbeats", "FailedVerification", "InvalidUsage")
+
+
+@dataclass(frozen=True)
+class ConfigParams:
+    """The admin-settable protocol parameters (programs/gpunet/src/state/config.rs)."""
+
+    treasury: Pubkey
+    protocol_fee_bps: int
+    min_stake_per_gpu: int
+    unbonding_seconds: int
+    usage_period_seconds: int
+    jail_seconds: int
+    slash_bps: tuple[int, int, int]
+    slash_client_share_bps: int
+    attesters: list[Pubkey] = field(default_factory=list)
+    paused: bool = False
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """The hardware and price a node offers."""
+
+    gpu_model: int
+    gpu_count: int
+    vram_gb: int
+    region: int
+    price_per_gpu_hour: int
+    inventory_hash: bytes = bytes(32)
+
+
+@dataclass(frozen=True)
+class LeaseTerms:
+    """What a client asks for; `gpu_model`/`region` may be ANY."""
+
+    gpu_model: int
+    min_vram_gb: int
+    gpu_count: int
+    region: int
+    max_price_per_gpu_hour: int
+    duration_seconds: int
+
+
+@dataclass(frozen=True)
+class Share:
+    """One node's part of an assignment: the node's signing key, its provider's wallet, GPUs."""
+
+    node_key: Pubkey
+    provider_authority: Pubkey
+    gpus: int
+
+
+@cache
+def _program() -> Program:
+    # Building instructions needs no connection; the provider is never used to send.
+    return Program(load_idl(), PROGRAM_ID, Provider(AsyncClient("http://127.0.0.1:8899"), Wallet.dummy()))
+
+
+def _ix(name: str, *args: Any, accounts: dict[str, Pubkey], remaining: list[AccountMeta] | None = None) -> Instruction:
+    ctx = Context(accounts=accounts, remaining_accounts=remaining or [])
+    return _program().instruction[name](*args, ctx=ctx)
+
+
+def _values(obj: Any) -> dict[str, Any]:
+    # Arguments go to anchorpy3 as plain dicts shaped like the IDL type: dataclasses.asdict and
+    # anchorpy3's generated types both deep-copy, which solders' Pubkey does not support.
+    return {f.name: getattr(obj, f.name) for f in fields(obj)}
+
+
+def _config_params(params: ConfigParams) -> Any:
+    values = _values(params)
+    values["slash_bps"] = list(params.slash_bps)
+    values["attesters"] = list(params.attesters)
+    return values
+
+
+# --- configuration
+
+
+def initialize(admin: Pubkey, io_mint: Pubkey, params: ConfigParams) -> Instruction:
+    return _ix(
+        "initialize",
+        _config_params(params),
+        accounts={
+            "admin": admin,
+            "config": config_pda(),
+            "io_mint": io_mint,
+            "treasury": params.treasury,
+            "system_program": SYSTEM_PROGRAM_ID,
+        },
+    )
+
+
+def update_config(admin: Pubkey, params: ConfigParams) -> Instruction:
+    return _ix(
+        "update_config",
+        _config_params(params),
+        accounts={"admin": admin, "config": config_pda(), "treasury": params.treasury},
+    )
+
+
+# --- suppliers
+
+
+def register_provider(authority: Pubkey, io_mint: Pubkey) -> Instruction:
+    provider = provider_pda(authority)
+    return _ix(
+        "register_provider",
+        accounts={
+            "authority": authority,
+            "config": config_pda(),
+            "provider": provider,
+            "stake_vault": stake_vault_pda(provider),
+            "io_mint": io_mint,
+            "token_program": TOKEN_PROGRAM_ID,
+            "system_program": SYSTEM_PROGRAM_ID,
+        },
+    )
+
+
+def _stake_accounts(authority: Pubkey, tokens: Pubkey) -> dict[str, Pubkey]:
+    provider = provider_pda(authority)
+    return {
+        "authority": authority,
+        "config": config_pda(),
+        "provider": provider,
+        "stake_vault": stake_vault_pda(provider),
+        "authority_tokens": tokens,
+        "token_program": TOKEN_PROGRAM_ID,
+    }
+
+
+def stake(authority: Pubkey, tokens: Pubkey, amount: int) -> Instruction:
+    return _ix("stake", amount, accounts=_stake_accounts(authority, tokens))
+
+
+def request_unstake(authority: Pubkey, amount: int) -> Instruction:
+    return _ix(
+        "request_unstake",
+        amount,
+        accounts={"authority": authority, "config": config_pda(), "provider": provider_pda(authority)},
+    )
+
+
+def withdraw_unstaked(authority: Pubkey, tokens: Pubkey) -> Instruction:
+    return _ix("withdraw_unstaked", accounts=_stake_accounts(authority, tokens))
+
+
+# --- nodes
+
+
+def register_node(authority: Pubkey, node_key: Pubkey, spec: NodeSpec) -> Instruction:
+    """Both the supplier's wallet and the node key sign."""
+    values = _values(spec)
+    values["inventory_hash"] = list(spec.inventory_hash)
+    return _ix(
+        "register_node",
+        values,
+        accounts={
+            "authority": authority,
+            "config": config_pda(),
+            "provider": provider_pda(authority),
+            "node_key": node_key,
+            "node": node_pda(node_key),
+            "system_program": SYSTEM_PROGRAM_ID,
+        },
+    )
+
+
+def _node_owner_accounts(authority: Pubkey, node_key: Pubkey) -> dict[str, Pubkey]:
+    return {"authority": authority, "provider": provider_pda(authority), "node": node_pda(node_key)}
+
+
+def update_node(authority: Pubkey, node_key: Pubkey, region: int, price_per_gpu_hour: int, inventory_hash: bytes) -> Instruction:
+    return _ix(
+        "update_node",
+        region,
+        price_per_gpu_hour,
+        list(inventory_hash),
+        accounts=_node_owner_accounts(authority, node_key),
+    )
+
+
+def deregister_node(authority: Pubkey, node_key: Pubkey) -> Instruction:
+    return _ix("deregister_node", accounts=_node_owner_accounts(authority, node_key))
+
+
+def unjail_node(authority: Pubkey, node_key: Pubkey) -> Instruction:
+    return _ix("unjail_node", accounts=_node_owner_accounts(authority, node_key))
+
+
+# --- leases
+
+
+def open_lease(client: Pubkey, client_tokens: Pubkey, io_mint: Pubkey, lease_id: int, terms: LeaseTerms) -> Instruction:
+    lease = lease_pda(client, lease_id)
+    return _ix(
+        "open_lease",
+        lease_id,
+        _values(terms),
+        accounts={
+            "client": client,
+            "config": config_pda(),
+            "lease": lease,
+            "lease_vault": lease_vault_pda(lease),
+            "client_tokens": client_tokens,
+            "io_mint": io_mint,
+            "token_program": TOKEN_PROGRAM_ID,
+            "system_program": SYSTEM_PROGRAM_ID,
+        },
+    )
+
+
+def assign_lease(attester: Pubkey, lease: Pubkey, shares: list[Share]) -> Instruction:
+    """Places the lease on every share's node at once (remaining accounts: node, provider per share)."""
+    remaining = [
+        meta
+        for s in shares
+        for meta in (
+            AccountMeta(node_pda(s.node_key), is_signer=False, is_writable=True),
+            AccountMeta(provider_pda(s.provider_authority), is_signer=False, is_writable=False),
+        )
+    ]
+    return _ix(
+        "assign_lease",
+        bytes(s.gpus for s in shares),
+        accounts={"attester": attester, "config": config_pda(), "lease": lease},
+        remaining=remaining,
+    )
+
+
+def top_up_lease(client: Pubkey, client_tokens: Pubkey, lease: Pubkey, extra_seconds: int) -> Instruction:
+    return _ix(
+        "top_up_lease",
+        extra_seconds,
+        accounts={
+            "client": client,
+            "config": config_pda(),
+            "lease": lease,
+            "lease_vault": lease_vault_pda(lease),
+            "client_tokens": client_tokens,
+            "token_program": TOKEN_PROGRAM_ID,
+        },
+    )
+
+
+def reassign_lease(attester: Pubkey, lease: Pubkey, from_node_key: Pubkey, to: Share) -> Instruction:
+    return _ix(
+        "reassign_lease",
+        accounts={
+            "attester": attester,
+            "config": config_pda(),
+            "lease": lease,
+            "from_node": node_pda(from_node_key),
+            "to_node": node_pda(to.node_key),
+            "to_provider": provider_pda(to.provider_authority),
+        },
+    )
+
+
+def close_lease(closer: Pubkey, client: Pubkey, client_tokens: Pubkey, lease: Pubkey, nodes: list[Pubkey]) -> Instruction:
+    """`nodes`: the lease's node accounts in assignment order (from the lease account)."""
+    return _ix(
+        "close_lease",
+        accounts={
+            "closer": closer,
+            "config": config_pda(),
+            "lease": lease,
+            "lease_vault": lease_vault_pda(lease),
+            "client": client,
+            "client_tokens": client_tokens,
+            "token_program": TOKEN_PROGRAM_ID,
+        },
+        remaining=[AccountMeta(n, is_signer=False, is_writable=True) for n in nodes],
+    )
+
+
+# --- settlement and slashing
+
+
+def settle_usage(
+    attester: Pubkey,
+    treasury: Pubkey,
+    lease: Pubkey,
+    node_key: Pubkey,
+    provider_authority: Pubkey,
+    provider_tokens: Pubkey,
+    report: UsageReport,
+) -> Instruction:
+    """Must directly follow the node's Ed25519 instruction for `report` (`UsageReport.sign`)."""
+    return _ix(
+        "settle_usage",
+        _values(report),
+        accounts={
+            "attester": attester,
+            "config": config_pda(),
+            "lease": lease,
+            "lease_vault": lease_vault_pda(lease),
+            "node": node_pda(node_key),
+            "provider": provider_pda(provider_authority),
+            "provider_tokens": provider_tokens,
+            "treasury": treasury,
+            "instructions": INSTRUCTIONS,
+            "token_program": TOKEN_PROGRAM_ID,
+        },
+    )
+
+
+def signed_settlement(
+    attester: Pubkey,
+    treasury: Pubkey,
+    lease: Pubkey,
+    node: Keypair,
+    provider_authority: Pubkey,
+    provider_tokens: Pubkey,
+    report: UsageReport,
+) -> list[Instruction]:
+    """The node's signature and the settlement, in the order the program requires."""
+    return [
+        report.sign(lease, node),
+        settle_usage(attester, treasury, lease, node.pubkey(), provider_authority, provider_tokens, report),
+    ]
+
+
+def slash_provider(
+    attester: Pubkey,
+    treasury: Pubkey,
+    node_key: Pubkey,
+    provider_authority: Pubkey,
+    fault: str,
+    evidence_hash: bytes,
+    victim: tuple[Pubkey, Pubkey] | None = None,
+) -> Instruction:
+    """`fault`: one of FAULT_KINDS. `victim`: (lease, its client's token account) to pay the client share."""
+    if fault not in FAULT_KINDS:
+        raise ValueError(f"unknown fault kind {fault!r}; expected one of {', '.join(FAULT_KINDS)}")
+    if len(evidence_hash) != 32:
+        raise ValueError("evidence hash must be 32 bytes (SHA-256)")
+    provider = provider_pda(provider_authority)
+    lease, client_tokens = victim if victim else (PROGRAM_ID, PROGRAM_ID)  # Anchor: program id = absent
+    return _ix(
+        "slash_provider",
+        getattr(_program().type["FaultKind"], fault)(),
+        list(evidence_hash),
+        accounts={
+            "attester": attester,
+            "config": config_pda(),
+            "node": node_pda(node_key),
+            "provider": provider,
+            "stake_vault": stake_vault_pda(provider),
+            "treasury": treasury,
+            "lease": lease,
+            "client_tokens": client_tokens,
+            "token_program": TOKEN_PROGRAM_ID,
+        },
+    )
