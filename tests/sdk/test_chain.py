@@ -1,0 +1,151 @@
+"""The SDK against gpunet-localnet and the real program: every step of a lease built by
+gpunet.instructions and sent by gpunet.client, the usage message accepted on chain (and a
+one-byte change refused), program errors mapped to their names, events decoded."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+import pytest
+from anchorpy import Coder
+from solana.rpc.async_api import AsyncClient
+from solana.rpc.commitment import Confirmed
+from solders.keypair import Keypair
+from solders.pubkey import Pubkey
+from solders.system_program import CreateAccountParams, create_account
+from spl.token.constants import TOKEN_PROGRAM_ID
+from spl.token.instructions import (
+    InitializeAccountParams,
+    InitializeMintParams,
+    MintToParams,
+    initialize_account,
+    initialize_mint,
+    mint_to,
+)
+
+from gpunet import instructions as ix
+from gpunet.client import TransactionFailed, send_and_confirm
+from gpunet.events import decode_events
+from gpunet.idl import load_idl
+from gpunet.pda import lease_pda, lease_vault_pda, node_pda, provider_pda, stake_vault_pda
+from gpunet.usage import UsageReport, ed25519_instruction
+
+IO = 1_000_000
+
+
+async def airdropped(client: AsyncClient) -> Keypair:
+    kp = Keypair()
+    sig = (await client.request_airdrop(kp.pubkey(), 10**10)).value
+    for _ in range(100):
+        if (await client.get_signature_statuses([sig])).value[0] is not None:
+            return kp
+        await asyncio.sleep(0.05)
+    raise TimeoutError("airdrop")
+
+
+async def token_account(client: AsyncClient, payer: Keypair, mint: Pubkey, owner: Pubkey) -> Pubkey:
+    account = Keypair()
+    rent = (await client.get_minimum_balance_for_rent_exemption(165)).value
+    await send_and_confirm(client, payer, [
+        create_account(CreateAccountParams(from_pubkey=payer.pubkey(), to_pubkey=account.pubkey(), lamports=rent,
+                                           space=165, owner=TOKEN_PROGRAM_ID)),
+        initialize_account(InitializeAccountParams(program_id=TOKEN_PROGRAM_ID, account=account.pubkey(), mint=mint,
+                                                   owner=owner)),
+    ], [account])
+    return account.pubkey()
+
+
+async def balance(client: AsyncClient, account: Pubkey) -> int:
+    return int((await client.get_token_account_balance(account)).value.amount)
+
+
+async def fetch(client: AsyncClient, name: str, address: Pubkey):
+    data = (await client.get_account_info(address)).value.data
+    return Coder(load_idl()).accounts.decode(bytes(data))
+
+
+async def test_a_lease_from_opening_to_settlement_through_the_sdk(node) -> None:
+    async with AsyncClient(node.url, commitment=Confirmed) as client:
+        admin, attester, supplier, client_wallet = [await airdropped(client) for _ in range(4)]
+        mint_kp = Keypair()
+        rent = (await client.get_minimum_balance_for_rent_exemption(82)).value
+        await send_and_confirm(client, admin, [
+            create_account(CreateAccountParams(from_pubkey=admin.pubkey(), to_pubkey=mint_kp.pubkey(), lamports=rent,
+                                               space=82, owner=TOKEN_PROGRAM_ID)),
+            initialize_mint(InitializeMintParams(decimals=6, program_id=TOKEN_PROGRAM_ID, mint=mint_kp.pubkey(),
+                                                 mint_authority=admin.pubkey())),
+        ], [mint_kp])
+        mint = mint_kp.pubkey()
+        treasury = await token_account(client, admin, mint, admin.pubkey())
+        supplier_tokens = await token_account(client, admin, mint, supplier.pubkey())
+        client_tokens = await token_account(client, admin, mint, client_wallet.pubkey())
+        for account in (supplier_tokens, client_tokens):
+            await send_and_confirm(client, admin, [mint_to(MintToParams(
+                program_id=TOKEN_PROGRAM_ID, mint=mint, dest=account, mint_authority=admin.pubkey(), amount=1_000 * IO))])
+
+        params = ix.ConfigParams(treasury=treasury, protocol_fee_bps=500, min_stake_per_gpu=100 * IO,
+                                 unbonding_seconds=60, usage_period_seconds=60, jail_seconds=60,
+                                 slash_bps=(1_000, 2_000, 5_000), slash_client_share_bps=5_000,
+                                 attesters=[attester.pubkey()])
+        await send_and_confirm(client, admin, [ix.initialize(admin.pubkey(), mint, params)])
+
+        # a program error in preflight comes back by name, and nothing is sent
+        with pytest.raises(TransactionFailed) as failed:
+            await send_and_confirm(client, admin, [ix.update_config(admin.pubkey(), dataclasses.replace(params, protocol_fee_bps=2_001))])
+        assert failed.value.program_error is not None and failed.value.program_error.name == "FeeTooHigh"
+
+        node_key = Keypair()
+        await send_and_confirm(client, supplier, [
+            ix.register_provider(supplier.pubkey(), mint),
+            ix.stake(supplier.pubkey(), supplier_tokens, 200 * IO),
+            ix.register_node(supplier.pubkey(), node_key.pubkey(), ix.NodeSpec(1, 2, 80, 1, 2 * IO)),
+        ], [node_key])
+        assert await balance(client, stake_vault_pda(provider_pda(supplier.pubkey()))) == 200 * IO
+
+        terms = ix.LeaseTerms(gpu_model=ix.ANY, min_vram_gb=24, gpu_count=2, region=ix.ANY,
+                              max_price_per_gpu_hour=3 * IO, duration_seconds=3_600)
+        await send_and_confirm(client, client_wallet, [ix.open_lease(client_wallet.pubkey(), client_tokens, mint, 1, terms)])
+        lease = lease_pda(client_wallet.pubkey(), 1)
+        assert await balance(client, lease_vault_pda(lease)) == 6 * IO
+        share = ix.Share(node_key.pubkey(), supplier.pubkey(), 2)
+        await send_and_confirm(client, attester, [ix.assign_lease(attester.pubkey(), lease, [share])])
+        start = (await fetch(client, "Lease", lease)).assignments[0].settled_until
+
+        await asyncio.sleep(2.2)  # the node's clock follows wall time
+        report = UsageReport(seq=1, period_start=start, period_end=start + 2, gpu_seconds=4)
+        settle = ix.settle_usage(attester.pubkey(), treasury, lease, node_key.pubkey(), supplier.pubkey(),
+                                 supplier_tokens, report)
+
+        # one byte changed in the signed message: validly signed, but not this report
+        tampered = bytearray(report.message(lease, node_key.pubkey()))
+        tampered[-1] ^= 1
+        with pytest.raises(TransactionFailed) as failed:
+            await send_and_confirm(client, attester, [ed25519_instruction(node_key, bytes(tampered)), settle])
+        assert failed.value.program_error.name == "MessageMismatch"
+
+        before = await balance(client, supplier_tokens)
+        sig = await send_and_confirm(client, attester, [report.sign(lease, node_key), settle])
+        amount = 2 * IO * 4 // 3_600
+        fee = amount * 500 // 10_000
+        assert await balance(client, supplier_tokens) == before + amount - fee
+        assert await balance(client, treasury) == fee
+
+        tx = (await client.get_transaction(sig, commitment=Confirmed, max_supported_transaction_version=0)).value
+        events = decode_events(tx.transaction.meta.log_messages)
+        assert [e.name for e in events] == ["UsageSettled"]
+        assert (events[0].data.seq, events[0].data.gpu_seconds, events[0].data.payout) == (1, 4, amount - fee)
+
+        # replaying the same signed report is refused by the program (a new blockhash makes it a
+        # new transaction; the same bytes again would be refused earlier, as a duplicate)
+        await asyncio.sleep(0.3)
+        with pytest.raises(TransactionFailed) as failed:
+            await send_and_confirm(client, attester, [report.sign(lease, node_key), settle])
+        assert failed.value.program_error.name == "BadSequence"
+
+        state = await fetch(client, "Lease", lease)
+        await send_and_confirm(client, client_wallet, [
+            ix.close_lease(client_wallet.pubkey(), client_wallet.pubkey(), client_tokens, lease,
+                           [a.node for a in state.assignments[: state.node_count]])])
+        assert await balance(client, client_tokens) == 1_000 * IO - amount
+        assert node_pda(node_key.pubkey()) == state.assignments[0].node
