@@ -1,7 +1,7 @@
 """Fixtures that run the gpunet-localnet binary on free ports.
 
-The binary is built once per session (`cargo build -p gpunet-localnet --bin
-gpunet-localnet`), or taken from $GPUNET_LOCALNET_BIN when set.
+The binary is built once per session (`cargo build --workspace --all-targets`, as
+scripts/setup does), or taken from $GPUNET_LOCALNET_BIN when set.
 """
 
 from __future__ import annotations
@@ -54,7 +54,9 @@ def localnet_bin(tmp_path_factory) -> Path:
     copy = tmp_path_factory.mktemp("bin") / "gpunet-localnet"
     for _ in range(3):
         subprocess.run(
-            ["cargo", "build", "-p", "gpunet-localnet", "--bin", "gpunet-localnet"],
+            # The same command as scripts/setup (a no-op after it): building only this
+            # package would unify features differently and rebuild half the tree.
+            ["cargo", "build", "--workspace", "--all-targets"],
             cwd=REPO,
             check=True,
             env={**os.environ, "CARGO_TARGET_DIR": str(target)},
