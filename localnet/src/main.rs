@@ -75,6 +75,7 @@ async fn save_ledger(node: &Arc<Node>, dir: &std::path::Path) {
     };
     if let Err(e) = res {
         eprintln!("gpunet-localnet: ledger snapshot failed: {e}");
+        node.chain().dirty = true; // try again at the next tick
     }
 }
 
