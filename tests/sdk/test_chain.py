@@ -13,21 +13,12 @@ from solana.rpc.async_api import AsyncClient
 from solana.rpc.commitment import Confirmed
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
-from solders.system_program import CreateAccountParams, create_account
-from spl.token.constants import TOKEN_PROGRAM_ID
-from spl.token.instructions import (
-    InitializeAccountParams,
-    InitializeMintParams,
-    MintToParams,
-    initialize_account,
-    initialize_mint,
-    mint_to,
-)
 
 from gpunet import instructions as ix
 from gpunet.client import TransactionFailed, send_and_confirm
 from gpunet.events import decode_events
 from gpunet.idl import load_idl
+from gpunet.tokens import create_mint, create_token_account, mint_io, token_balance
 from gpunet.pda import lease_pda, lease_vault_pda, node_pda, provider_pda, stake_vault_pda
 from gpunet.usage import UsageReport, ed25519_instruction
 
@@ -44,22 +35,6 @@ async def airdropped(client: AsyncClient) -> Keypair:
     raise TimeoutError("airdrop")
 
 
-async def token_account(client: AsyncClient, payer: Keypair, mint: Pubkey, owner: Pubkey) -> Pubkey:
-    account = Keypair()
-    rent = (await client.get_minimum_balance_for_rent_exemption(165)).value
-    await send_and_confirm(client, payer, [
-        create_account(CreateAccountParams(from_pubkey=payer.pubkey(), to_pubkey=account.pubkey(), lamports=rent,
-                                           space=165, owner=TOKEN_PROGRAM_ID)),
-        initialize_account(InitializeAccountParams(program_id=TOKEN_PROGRAM_ID, account=account.pubkey(), mint=mint,
-                                                   owner=owner)),
-    ], [account])
-    return account.pubkey()
-
-
-async def balance(client: AsyncClient, account: Pubkey) -> int:
-    return int((await client.get_token_account_balance(account)).value.amount)
-
-
 async def fetch(client: AsyncClient, name: str, address: Pubkey):
     data = (await client.get_account_info(address)).value.data
     return Coder(load_idl()).accounts.decode(bytes(data))
@@ -68,21 +43,12 @@ async def fetch(client: AsyncClient, name: str, address: Pubkey):
 async def test_a_lease_from_opening_to_settlement_through_the_sdk(node) -> None:
     async with AsyncClient(node.url, commitment=Confirmed) as client:
         admin, attester, supplier, client_wallet = [await airdropped(client) for _ in range(4)]
-        mint_kp = Keypair()
-        rent = (await client.get_minimum_balance_for_rent_exemption(82)).value
-        await send_and_confirm(client, admin, [
-            create_account(CreateAccountParams(from_pubkey=admin.pubkey(), to_pubkey=mint_kp.pubkey(), lamports=rent,
-                                               space=82, owner=TOKEN_PROGRAM_ID)),
-            initialize_mint(InitializeMintParams(decimals=6, program_id=TOKEN_PROGRAM_ID, mint=mint_kp.pubkey(),
-                                                 mint_authority=admin.pubkey())),
-        ], [mint_kp])
-        mint = mint_kp.pubkey()
-        treasury = await token_account(client, admin, mint, admin.pubkey())
-        supplier_tokens = await token_account(client, admin, mint, supplier.pubkey())
-        client_tokens = await token_account(client, admin, mint, client_wallet.pubkey())
+        mint = await create_mint(client, admin)
+        treasury = await create_token_account(client, admin, mint, admin.pubkey())
+        supplier_tokens = await create_token_account(client, admin, mint, supplier.pubkey())
+        client_tokens = await create_token_account(client, admin, mint, client_wallet.pubkey())
         for account in (supplier_tokens, client_tokens):
-            await send_and_confirm(client, admin, [mint_to(MintToParams(
-                program_id=TOKEN_PROGRAM_ID, mint=mint, dest=account, mint_authority=admin.pubkey(), amount=1_000 * IO))])
+            await mint_io(client, admin, mint, account, 1_000 * IO)
 
         params = ix.ConfigParams(treasury=treasury, protocol_fee_bps=500, min_stake_per_gpu=100 * IO,
                                  unbonding_seconds=60, usage_period_seconds=60, jail_seconds=60,
@@ -101,13 +67,13 @@ async def test_a_lease_from_opening_to_settlement_through_the_sdk(node) -> None:
             ix.stake(supplier.pubkey(), supplier_tokens, 200 * IO),
             ix.register_node(supplier.pubkey(), node_key.pubkey(), ix.NodeSpec(1, 2, 80, 1, 2 * IO)),
         ], [node_key])
-        assert await balance(client, stake_vault_pda(provider_pda(supplier.pubkey()))) == 200 * IO
+        assert await token_balance(client, stake_vault_pda(provider_pda(supplier.pubkey()))) == 200 * IO
 
         terms = ix.LeaseTerms(gpu_model=ix.ANY, min_vram_gb=24, gpu_count=2, region=ix.ANY,
                               max_price_per_gpu_hour=3 * IO, duration_seconds=3_600)
         await send_and_confirm(client, client_wallet, [ix.open_lease(client_wallet.pubkey(), client_tokens, mint, 1, terms)])
         lease = lease_pda(client_wallet.pubkey(), 1)
-        assert await balance(client, lease_vault_pda(lease)) == 6 * IO
+        assert await token_balance(client, lease_vault_pda(lease)) == 6 * IO
         share = ix.Share(node_key.pubkey(), supplier.pubkey(), 2)
         await send_and_confirm(client, attester, [ix.assign_lease(attester.pubkey(), lease, [share])])
         start = (await fetch(client, "Lease", lease)).assignments[0].settled_until
@@ -124,12 +90,12 @@ async def test_a_lease_from_opening_to_settlement_through_the_sdk(node) -> None:
             await send_and_confirm(client, attester, [ed25519_instruction(node_key, bytes(tampered)), settle])
         assert failed.value.program_error.name == "MessageMismatch"
 
-        before = await balance(client, supplier_tokens)
+        before = await token_balance(client, supplier_tokens)
         sig = await send_and_confirm(client, attester, [report.sign(lease, node_key), settle])
         amount = 2 * IO * 4 // 3_600
         fee = amount * 500 // 10_000
-        assert await balance(client, supplier_tokens) == before + amount - fee
-        assert await balance(client, treasury) == fee
+        assert await token_balance(client, supplier_tokens) == before + amount - fee
+        assert await token_balance(client, treasury) == fee
 
         tx = (await client.get_transaction(sig, commitment=Confirmed, max_supported_transaction_version=0)).value
         events = decode_events(tx.transaction.meta.log_messages)
@@ -147,5 +113,5 @@ async def test_a_lease_from_opening_to_settlement_through_the_sdk(node) -> None:
         await send_and_confirm(client, client_wallet, [
             ix.close_lease(client_wallet.pubkey(), client_wallet.pubkey(), client_tokens, lease,
                            [a.node for a in state.assignments[: state.node_count]])])
-        assert await balance(client, client_tokens) == 1_000 * IO - amount
+        assert await token_balance(client, client_tokens) == 1_000 * IO - amount
         assert node_pda(node_key.pubkey()) == state.assignments[0].node

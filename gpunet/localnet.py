@@ -1,0 +1,96 @@
+"""Starting and stopping a gpunet-localnet node process (the demo, and soon the CLI's `gpunet localnet`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+__all__ = ["LocalnetError", "LocalnetProcess", "localnet_binary"]
+
+
+class LocalnetError(Exception):
+    """The node binary is missing or the node did not come up; the message says what to do."""
+
+
+def localnet_binary() -> Path:
+    """$GPUNET_LOCALNET_BIN, else the build in the cargo target dir scripts/setup uses."""
+    if env := os.environ.get("GPUNET_LOCALNET_BIN"):
+        return Path(env)
+    target = Path(os.environ.get("CARGO_TARGET_DIR", Path.home() / ".cache" / "gpunet" / "target"))
+    binary = target / "debug" / "gpunet-localnet"
+    if not binary.is_file():
+        raise LocalnetError(f"{binary} not found: run scripts/setup (or set GPUNET_LOCALNET_BIN)")
+    return binary
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LocalnetProcess:
+    """A gpunet-localnet child process on free loopback ports; a context manager."""
+
+    def __init__(self, log: Path, slot_ms: int = 400, binary: Path | None = None) -> None:
+        self.binary = binary or localnet_binary()
+        self.rpc_port, self.ws_port = _free_port(), _free_port()
+        self.slot_ms = slot_ms
+        self.log = log
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.rpc_port}"
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://127.0.0.1:{self.ws_port}"
+
+    def _healthy(self) -> bool:
+        body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "getHealth"}).encode()
+        request = urllib.request.Request(self.url, body, {"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=2) as response:
+                return json.loads(response.read()).get("result") == "ok"
+        except (OSError, urllib.error.URLError, ValueError):
+            return False
+
+    def start(self, timeout: float = 30.0) -> LocalnetProcess:
+        args = [str(self.binary), "--rpc-port", str(self.rpc_port), "--ws-port", str(self.ws_port),
+                "--slot-ms", str(self.slot_ms)]
+        with self.log.open("ab") as log:
+            self._proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                raise LocalnetError(f"gpunet-localnet exited with {self._proc.returncode}; see {self.log}")
+            if self._healthy():
+                return self
+            time.sleep(0.05)
+        self.stop()
+        raise LocalnetError(f"gpunet-localnet did not answer getHealth within {timeout:.0f} s; see {self.log}")
+
+    def stop(self) -> None:
+        if self._proc is None:
+            return
+        if self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        self._proc = None
+
+    def __enter__(self) -> LocalnetProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

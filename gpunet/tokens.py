@@ -1,0 +1,62 @@
+"""IO token accounts: the SPL Token steps the admin, suppliers and clients need around gpunet."""
+
+from __future__ import annotations
+
+from solana.rpc.async_api import AsyncClient
+from solders.keypair import Keypair
+from solders.pubkey import Pubkey
+from solders.system_program import CreateAccountParams, create_account
+from spl.token.constants import TOKEN_PROGRAM_ID
+from spl.token.instructions import (
+    InitializeAccountParams,
+    InitializeMintParams,
+    MintToParams,
+    initialize_account,
+    initialize_mint,
+    mint_to,
+)
+
+from gpunet.client import send_and_confirm
+
+__all__ = ["IO_DECIMALS", "create_mint", "create_token_account", "mint_io", "token_balance"]
+
+IO_DECIMALS = 6
+_MINT_LEN = 82
+_ACCOUNT_LEN = 165
+
+
+async def create_mint(client: AsyncClient, payer: Keypair, decimals: int = IO_DECIMALS) -> Pubkey:
+    """A new mint whose mint authority is `payer`."""
+    mint = Keypair()
+    rent = (await client.get_minimum_balance_for_rent_exemption(_MINT_LEN)).value
+    await send_and_confirm(client, payer, [
+        create_account(CreateAccountParams(from_pubkey=payer.pubkey(), to_pubkey=mint.pubkey(), lamports=rent,
+                                           space=_MINT_LEN, owner=TOKEN_PROGRAM_ID)),
+        initialize_mint(InitializeMintParams(decimals=decimals, program_id=TOKEN_PROGRAM_ID, mint=mint.pubkey(),
+                                             mint_authority=payer.pubkey())),
+    ], [mint])
+    return mint.pubkey()
+
+
+async def create_token_account(client: AsyncClient, payer: Keypair, mint: Pubkey, owner: Pubkey) -> Pubkey:
+    """A new token account of `mint` owned by `owner`, paid by `payer`."""
+    account = Keypair()
+    rent = (await client.get_minimum_balance_for_rent_exemption(_ACCOUNT_LEN)).value
+    await send_and_confirm(client, payer, [
+        create_account(CreateAccountParams(from_pubkey=payer.pubkey(), to_pubkey=account.pubkey(), lamports=rent,
+                                           space=_ACCOUNT_LEN, owner=TOKEN_PROGRAM_ID)),
+        initialize_account(InitializeAccountParams(program_id=TOKEN_PROGRAM_ID, account=account.pubkey(), mint=mint,
+                                                   owner=owner)),
+    ], [account])
+    return account.pubkey()
+
+
+async def mint_io(client: AsyncClient, mint_authority: Keypair, mint: Pubkey, to: Pubkey, amount: int) -> None:
+    """Mints `amount` base units to the token account `to`."""
+    await send_and_confirm(client, mint_authority, [mint_to(MintToParams(
+        program_id=TOKEN_PROGRAM_ID, mint=mint, dest=to, mint_authority=mint_authority.pubkey(), amount=amount))])
+
+
+async def token_balance(client: AsyncClient, account: Pubkey) -> int:
+    """The account's balance in base units."""
+    return int((await client.get_token_account_balance(account)).value.amount)
