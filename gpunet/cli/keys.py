@@ -1,0 +1,55 @@
+"""`gpunet keys new|show`: Solana CLI keypair files (created 0600, secrets never printed)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from gpunet.keys import KeypairFileError, create_keypair_file, load_keypair
+
+__all__ = ["app"]
+
+app = typer.Typer(help="Create and inspect keypair files (Solana CLI format).", no_args_is_help=True)
+console = Console()
+errors = Console(stderr=True)
+
+# Exit codes (documented in the README): 0 ok, 1 bad keypair file / refused.
+EXIT_KEYPAIR = 1
+
+
+@app.command("new")
+def new(
+    path: Path = typer.Argument(..., help="Where to write the new keypair (refuses to overwrite)."),
+    json_output: bool = typer.Option(False, "--json", help="Print {\"pubkey\", \"path\"} as JSON."),
+) -> None:
+    """Create a new keypair file with mode 0600 and print its public key."""
+    try:
+        keypair = create_keypair_file(path)
+    except KeypairFileError as e:
+        errors.print(f"[red]error:[/] {e}")
+        raise typer.Exit(EXIT_KEYPAIR) from None
+    _show(keypair.pubkey(), path, json_output)
+
+
+@app.command("show")
+def show(
+    path: Path = typer.Argument(..., help="A keypair file."),
+    json_output: bool = typer.Option(False, "--json", help="Print {\"pubkey\", \"path\"} as JSON."),
+) -> None:
+    """Print the public key of a keypair file (never its secret)."""
+    try:
+        keypair = load_keypair(path)
+    except KeypairFileError as e:
+        errors.print(f"[red]error:[/] {e}")
+        raise typer.Exit(EXIT_KEYPAIR) from None
+    _show(keypair.pubkey(), path, json_output)
+
+
+def _show(pubkey: object, path: Path, json_output: bool) -> None:
+    if json_output:
+        print(json.dumps({"pubkey": str(pubkey), "path": str(path.expanduser())}))
+    else:
+        console.print(f"{pubkey}  [dim]{path}[/]")
