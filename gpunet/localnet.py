@@ -1,9 +1,10 @@
-"""Starting and stopping a gpunet-localnet node process (the demo, and soon the CLI's `gpunet localnet`)."""
+"""Starting and stopping a gpunet-localnet node process (the demo, the tests, soon `gpunet localnet`)."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import time
@@ -38,11 +39,20 @@ def _free_port() -> int:
 class LocalnetProcess:
     """A gpunet-localnet child process on free loopback ports; a context manager."""
 
-    def __init__(self, log: Path, slot_ms: int = 400, binary: Path | None = None) -> None:
+    def __init__(
+        self,
+        log: Path,
+        slot_ms: int = 400,
+        binary: Path | None = None,
+        ledger: Path | None = None,
+        genesis: Path | None = None,
+    ) -> None:
         self.binary = binary or localnet_binary()
         self.rpc_port, self.ws_port = _free_port(), _free_port()
         self.slot_ms = slot_ms
         self.log = log
+        self.ledger = ledger
+        self.genesis = genesis
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -53,18 +63,26 @@ class LocalnetProcess:
     def ws_url(self) -> str:
         return f"ws://127.0.0.1:{self.ws_port}"
 
-    def _healthy(self) -> bool:
-        body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "getHealth"}).encode()
+    def call(self, method: str, params: list | None = None, timeout: float = 10.0) -> dict:
+        """One raw JSON-RPC call; the decoded response object."""
+        body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params or []}).encode()
         request = urllib.request.Request(self.url, body, {"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return json.loads(response.read())
+
+    def _healthy(self) -> bool:
         try:
-            with urllib.request.urlopen(request, timeout=2) as response:
-                return json.loads(response.read()).get("result") == "ok"
+            return self.call("getHealth", timeout=2).get("result") == "ok"
         except (OSError, urllib.error.URLError, ValueError):
             return False
 
     def start(self, timeout: float = 30.0) -> LocalnetProcess:
         args = [str(self.binary), "--rpc-port", str(self.rpc_port), "--ws-port", str(self.ws_port),
                 "--slot-ms", str(self.slot_ms)]
+        if self.ledger:
+            args += ["--ledger", str(self.ledger)]
+        if self.genesis:
+            args += ["--genesis", str(self.genesis)]
         with self.log.open("ab") as log:
             self._proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout
@@ -77,17 +95,20 @@ class LocalnetProcess:
         self.stop()
         raise LocalnetError(f"gpunet-localnet did not answer getHealth within {timeout:.0f} s; see {self.log}")
 
-    def stop(self) -> None:
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        """Stops the node with `sig` (it flushes its ledger on SIGTERM/SIGINT); its exit code."""
         if self._proc is None:
-            return
+            return 0
         if self._proc.poll() is None:
-            self._proc.terminate()
+            self._proc.send_signal(sig)
             try:
                 self._proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 self._proc.kill()
                 self._proc.wait()
+        code = self._proc.returncode
         self._proc = None
+        return code
 
     def __enter__(self) -> LocalnetProcess:
         return self.start()

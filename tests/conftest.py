@@ -9,16 +9,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
-import time
 import urllib.request
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
+from gpunet.localnet import LocalnetProcess
 
 # solana-py's websocket client is built on websockets.legacy, which warns once on
 # import; pyproject turns warnings into errors. Import it here with only that one
@@ -67,12 +65,6 @@ def localnet_bin(tmp_path_factory) -> Path:
     raise RuntimeError(f"{target}/debug/gpunet-localnet is not the gpunet-localnet node")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def rpc(url: str, body: object | bytes, timeout: float = 10.0) -> object:
     """A raw JSON-RPC POST; returns the decoded JSON response (or None for an empty body)."""
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
@@ -82,77 +74,15 @@ def rpc(url: str, body: object | bytes, timeout: float = 10.0) -> object:
     return json.loads(text) if text else None
 
 
-@dataclass
-class LocalNode:
-    binary: Path
-    ledger: Path | None = None
-    genesis: Path | None = None
-    slot_ms: int = SLOT_MS
-    rpc_port: int = field(default_factory=free_port)
-    ws_port: int = field(default_factory=free_port)
-    proc: subprocess.Popen | None = None
-    log: Path | None = None
-    _log_file: object = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.rpc_port}"
-
-    @property
-    def ws_url(self) -> str:
-        return f"ws://127.0.0.1:{self.ws_port}"
-
-    def call(self, method: str, params: list | None = None) -> dict:
-        return rpc(self.url, {"jsonrpc": "2.0", "id": 1, "method": method, "params": params or []})
-
-    def start(self, log: Path) -> LocalNode:
-        args = [str(self.binary), "--rpc-port", str(self.rpc_port), "--ws-port", str(self.ws_port),
-                "--slot-ms", str(self.slot_ms)]
-        if self.ledger:
-            args += ["--ledger", str(self.ledger)]
-        if self.genesis:
-            args += ["--genesis", str(self.genesis)]
-        self.log = log
-        self._log_file = log.open("ab")
-        self.proc = subprocess.Popen(args, stdout=self._log_file, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                self._log_file.close()
-                raise RuntimeError(f"gpunet-localnet exited with {self.proc.returncode}: {log.read_text()}")
-            try:
-                if self.call("getHealth").get("result") == "ok":
-                    return self
-            except OSError:
-                pass
-            time.sleep(0.05)
-        raise RuntimeError("gpunet-localnet did not become healthy")
-
-    def stop(self, sig: int = signal.SIGTERM) -> int:
-        if self.proc is None:
-            return 0
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        code = self.proc.returncode
-        self.proc = None
-        self._log_file.close()
-        return code
-
-
 @pytest.fixture
 def start_node(localnet_bin, tmp_path):
-    """Factory: start_node(ledger=..., genesis=...) -> a running LocalNode; all stopped at teardown."""
-    nodes: list[LocalNode] = []
+    """Factory: start_node(ledger=..., genesis=...) -> a running node; all stopped at teardown."""
+    nodes: list[LocalnetProcess] = []
 
-    def start(**kwargs) -> LocalNode:
-        node = LocalNode(localnet_bin, **kwargs)
+    def start(**kwargs) -> LocalnetProcess:
+        node = LocalnetProcess(tmp_path / f"node{len(nodes) + 1}.log", slot_ms=SLOT_MS, binary=localnet_bin, **kwargs)
         nodes.append(node)
-        return node.start(tmp_path / f"node{len(nodes)}.log")
+        return node.start()
 
     yield start
     for n in nodes:
@@ -160,5 +90,5 @@ def start_node(localnet_bin, tmp_path):
 
 
 @pytest.fixture
-def node(start_node) -> LocalNode:
+def node(start_node) -> LocalnetProcess:
     return start_node()

@@ -49,7 +49,8 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
 from gpunet.idl import PROGRAM_ID, idl_json, load_idl  # noqa: E402
-from localnet.helpers import create_ata, create_mint, funded, mint_tokens, send  # noqa: E402
+from gpunet.tokens import create_mint  # noqa: E402
+from localnet.helpers import create_ata, funded, mint_tokens, send  # noqa: E402
 
 ED25519_PROGRAM_ID = Pubkey.from_string("Ed25519SigVerify111111111111111111111111111")
 USAGE_TAG = b"gpunet-usage-v1\0"
@@ -88,7 +89,7 @@ class Pair:
 async def setup(client: AsyncClient, nodes: int):
     program = Program(load_idl(), PROGRAM_ID, Provider(client, Wallet.dummy()))
     admin = await funded(client, 100 * 10**9)
-    mint = await create_mint(client, admin, admin.pubkey(), decimals=6)
+    mint = await create_mint(client, admin)
     treasury = await create_ata(client, admin, admin.pubkey(), mint)
     config = pda(b"config")
     await send(client, admin, [program.instruction["initialize"](dict(

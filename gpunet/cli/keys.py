@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import typer
 from rich.console import Console
+from solders.keypair import Keypair
 
 from gpunet.keys import KeypairFileError, create_keypair_file, load_keypair
 
@@ -26,12 +28,7 @@ def new(
     json_output: bool = typer.Option(False, "--json", help="Print {\"pubkey\", \"path\"} as JSON."),
 ) -> None:
     """Create a new keypair file with mode 0600 and print its public key."""
-    try:
-        keypair = create_keypair_file(path)
-    except KeypairFileError as e:
-        errors.print(f"[red]error:[/] {e}")
-        raise typer.Exit(EXIT_KEYPAIR) from None
-    _show(keypair.pubkey(), path, json_output)
+    _show(_or_exit(create_keypair_file, path), path, json_output)
 
 
 @app.command("show")
@@ -40,15 +37,19 @@ def show(
     json_output: bool = typer.Option(False, "--json", help="Print {\"pubkey\", \"path\"} as JSON."),
 ) -> None:
     """Print the public key of a keypair file (never its secret)."""
+    _show(_or_exit(load_keypair, path), path, json_output)
+
+
+def _or_exit(action: Callable[[Path], Keypair], path: Path) -> Keypair:
     try:
-        keypair = load_keypair(path)
+        return action(path)
     except KeypairFileError as e:
         errors.print(f"[red]error:[/] {e}")
         raise typer.Exit(EXIT_KEYPAIR) from None
-    _show(keypair.pubkey(), path, json_output)
 
 
-def _show(pubkey: object, path: Path, json_output: bool) -> None:
+def _show(keypair: Keypair, path: Path, json_output: bool) -> None:
+    pubkey = keypair.pubkey()
     if json_output:
         print(json.dumps({"pubkey": str(pubkey), "path": str(path.expanduser())}))
     else:

@@ -13,20 +13,16 @@ from solders.keypair import Keypair
 from solders.message import Message
 from solders.pubkey import Pubkey
 from solders.signature import Signature
-from solders.system_program import CreateAccountParams, create_account
 from solders.transaction import Transaction
 from spl.token.constants import TOKEN_PROGRAM_ID
 from spl.token.instructions import (
-    InitializeMintParams,
     MintToParams,
     create_associated_token_account,
     get_associated_token_address,
-    initialize_mint,
     mint_to,
 )
 
 SOL = 1_000_000_000
-MINT_LEN = 82
 
 
 async def confirm(client: AsyncClient, sig: Signature, timeout: float = 10.0) -> None:
@@ -62,18 +58,6 @@ async def send(client: AsyncClient, payer: Keypair, ixs: list[Instruction], sign
     sig = (await client.send_raw_transaction(bytes(tx), opts=TxOpts(preflight_commitment=Confirmed))).value
     await confirm(client, sig)
     return sig
-
-
-async def create_mint(client: AsyncClient, payer: Keypair, authority: Pubkey, decimals: int = 6) -> Pubkey:
-    mint = Keypair()
-    rent = (await client.get_minimum_balance_for_rent_exemption(MINT_LEN)).value
-    await send(client, payer, [
-        create_account(CreateAccountParams(from_pubkey=payer.pubkey(), to_pubkey=mint.pubkey(), lamports=rent,
-                                           space=MINT_LEN, owner=TOKEN_PROGRAM_ID)),
-        initialize_mint(InitializeMintParams(decimals=decimals, program_id=TOKEN_PROGRAM_ID, mint=mint.pubkey(),
-                                             mint_authority=authority)),
-    ], [mint])
-    return mint.pubkey()
 
 
 async def create_ata(client: AsyncClient, payer: Keypair, owner: Pubkey, mint: Pubkey) -> Pubkey:

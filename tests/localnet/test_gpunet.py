@@ -15,9 +15,10 @@ from solders.rpc.config import RpcTransactionLogsFilterMentions
 from solders.rpc.responses import LogsNotification
 from solders.system_program import ID as SYSTEM_PROGRAM_ID
 
+from gpunet.tokens import create_mint
 from gpunet.idl import PROGRAM_ID, idl_json, load_idl
 
-from .helpers import create_ata, create_mint, funded, send
+from .helpers import create_ata, funded, send
 
 B58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
 
@@ -37,7 +38,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:websockets.legacy is deprecated:
 async def initialize_config(client: AsyncClient, ws=None):
     program = Program(load_idl(), PROGRAM_ID, Provider(client, Wallet.dummy()))
     admin = await funded(client)
-    mint = await create_mint(client, admin, admin.pubkey(), decimals=6)
+    mint = await create_mint(client, admin)
     treasury = await create_ata(client, admin, admin.pubkey(), mint)
     config, _ = Pubkey.find_program_address([b"config"], PROGRAM_ID)
     # A plain dict: anchorpy3's dataclass path deep-copies the solders Pubkeys, which cannot be pickled.

@@ -11,7 +11,9 @@ from solana.rpc.async_api import AsyncClient
 from solders.keypair import Keypair
 from solders.system_program import TransferParams, transfer
 
-from .helpers import SOL, confirm, create_ata, create_mint, funded, mint_tokens, send
+from gpunet.tokens import create_mint
+
+from .helpers import SOL, confirm, create_ata, funded, mint_tokens, send
 
 
 @pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT])
@@ -23,7 +25,7 @@ async def test_restart_with_ledger_finds_every_account_and_transaction(start_nod
         bob = Keypair()
         sigs = [await send(client, alice, [transfer(TransferParams(
             from_pubkey=alice.pubkey(), to_pubkey=bob.pubkey(), lamports=SOL))])]
-        mint = await create_mint(client, alice, alice.pubkey())
+        mint = await create_mint(client, alice)
         ata = await create_ata(client, alice, bob.pubkey(), mint)
         sigs.append(await mint_tokens(client, alice, mint, ata, 42))
         balances = {k: (await client.get_balance(k)).value for k in (alice.pubkey(), bob.pubkey(), mint, ata)}

@@ -13,7 +13,9 @@ from solders.keypair import Keypair
 from solders.rpc.responses import AccountNotificationJsonParsed, ProgramNotification
 from spl.token.constants import ASSOCIATED_TOKEN_PROGRAM_ID, TOKEN_PROGRAM_ID
 
-from .helpers import create_ata, create_mint, funded, mint_tokens
+from gpunet.tokens import create_mint
+
+from .helpers import create_ata, funded, mint_tokens
 
 pytestmark = pytest.mark.filterwarnings("ignore:websockets.legacy is deprecated:DeprecationWarning")
 
@@ -25,7 +27,7 @@ async def test_io_mint_token_accounts_and_balances(node):
 
         authority = await funded(client)
         holder = Keypair()
-        mint = await create_mint(client, authority, authority.pubkey(), decimals=6)
+        mint = await create_mint(client, authority)
         ata = await create_ata(client, authority, holder.pubkey(), mint)
 
         async with connect(node.ws_url) as ws:
@@ -82,7 +84,7 @@ async def test_account_subscribe_default_encoding_and_large_accounts(node):
 
     async with AsyncClient(node.url) as client:
         authority = await funded(client)
-        mint = await create_mint(client, authority, authority.pubkey())
+        mint = await create_mint(client, authority)
         ata = await create_ata(client, authority, authority.pubkey(), mint)
         async with websockets.connect(node.ws_url) as ws:
             subs = {}
