@@ -1,0 +1,85 @@
+"""The code tables behind NodeSpec.gpu_model and .region (the program stores only u16 codes;
+0 means "any" in lease terms and is never a node's value).
+
+Codes are append-only: a code once published keeps its meaning on chain forever.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+ANY = 0
+
+
+@dataclass(frozen=True)
+class GpuModel:
+    code: int
+    name: str  # the CLI name, e.g. "H100"
+    vram_gb: int  # the usual memory per GPU, a default for the CLI
+    nvml_pattern: str  # a regex matched against nvmlDeviceGetName()
+
+
+GPU_MODELS: tuple[GpuModel, ...] = (
+    GpuModel(1, "H100", 80, r"\bH100\b"),
+    GpuModel(2, "H200", 141, r"\bH200\b"),
+    GpuModel(3, "A100", 80, r"\bA100\b"),
+    GpuModel(4, "L40S", 48, r"\bL40S\b"),
+    GpuModel(5, "RTX4090", 24, r"RTX 4090\b"),
+    GpuModel(6, "RTX3090", 24, r"RTX 3090\b"),
+    GpuModel(7, "A10G", 24, r"\bA10G\b"),
+    GpuModel(8, "T4", 16, r"\bT4\b"),
+    GpuModel(9, "B200", 180, r"\bB200\b"),
+    GpuModel(10, "RTX5090", 32, r"RTX 5090\b"),
+    GpuModel(11, "L4", 24, r"\bL4\b"),
+)
+
+REGIONS: dict[int, str] = {
+    1: "us-east",
+    2: "us-west",
+    3: "eu-west",
+    4: "eu-central",
+    5: "asia-east",
+    6: "asia-south",
+    7: "south-america",
+    8: "oceania",
+    9: "africa",
+}
+
+
+class CatalogError(ValueError):
+    """An unknown GPU model or region name/code; the message lists the known ones."""
+
+
+def gpu_model(name_or_code: str | int) -> GpuModel:
+    """Looks a model up by CLI name (case-insensitive) or code."""
+    for model in GPU_MODELS:
+        if str(name_or_code).upper() in (model.name, str(model.code)):
+            return model
+    known = ", ".join(m.name for m in GPU_MODELS)
+    raise CatalogError(f"unknown GPU model {name_or_code!r}; known models: {known}")
+
+
+def gpu_model_name(code: int) -> str:
+    return "any" if code == ANY else gpu_model(code).name
+
+
+def gpu_model_from_nvml(device_name: str) -> GpuModel:
+    """The model of an NVML device name such as 'NVIDIA H100 80GB HBM3'."""
+    for model in GPU_MODELS:
+        if re.search(model.nvml_pattern, device_name):
+            return model
+    raise CatalogError(f"GPU {device_name!r} is not a model gpunet lists; known models: "
+                       + ", ".join(m.name for m in GPU_MODELS))
+
+
+def region(name_or_code: str | int) -> int:
+    """A region code from its name (case-insensitive) or code."""
+    for code, name in REGIONS.items():
+        if str(name_or_code).lower() in (name, str(code)):
+            return code
+    raise CatalogError(f"unknown region {name_or_code!r}; known regions: {', '.join(REGIONS.values())}")
+
+
+def region_name(code: int) -> str:
+    return "any" if code == ANY else REGIONS.get(code, f"region-{code}")
