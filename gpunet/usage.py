@@ -12,10 +12,18 @@ from dataclasses import dataclass
 from solders.instruction import Instruction
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
+from solders.signature import Signature
 
 from gpunet.idl import PROGRAM_ID
 
-__all__ = ["ED25519_PROGRAM_ID", "USAGE_DOMAIN_TAG", "USAGE_MESSAGE_LEN", "UsageReport", "ed25519_instruction"]
+__all__ = [
+    "ED25519_PROGRAM_ID",
+    "USAGE_DOMAIN_TAG",
+    "USAGE_MESSAGE_LEN",
+    "UsageReport",
+    "ed25519_instruction",
+    "ed25519_verify_instruction",
+]
 
 USAGE_DOMAIN_TAG = b"gpunet-usage-v1\x00"
 USAGE_MESSAGE_LEN = 144
@@ -66,6 +74,12 @@ _THIS_INSTRUCTION = 0xFFFF
 
 def ed25519_instruction(signer: Keypair, message: bytes) -> Instruction:
     """An Ed25519 precompile instruction verifying `message` signed by `signer`."""
+    return ed25519_verify_instruction(signer.pubkey(), signer.sign_message(message), message)
+
+
+def ed25519_verify_instruction(public_key: Pubkey, signature: Signature, message: bytes) -> Instruction:
+    """The same instruction from a signature made elsewhere (a worker's signed usage report,
+    settled by the coordinator, which never holds the node key)."""
     if len(message) > 0xFFFF - _HEADER_LEN - 96:
         raise ValueError(f"message too long for one Ed25519 instruction: {len(message)} bytes")
     key_offset = _HEADER_LEN
@@ -83,5 +97,5 @@ def ed25519_instruction(signer: Keypair, message: bytes) -> Instruction:
         len(message),
         _THIS_INSTRUCTION,
     )
-    data = offsets + bytes(signer.pubkey()) + bytes(signer.sign_message(message)) + message
+    data = offsets + bytes(public_key) + bytes(signature) + message
     return Instruction(ED25519_PROGRAM_ID, data, [])

@@ -1,0 +1,130 @@
+"""NVML inventory and health against a fake pynvml module (the module boundary), the real
+no-driver path, and simulated GPUs."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpunet.protocol import Inventory
+from tests.worker.fake_pynvml import FakeGpu, FakeNvml, NVMLError_LibraryNotFound
+from worker.gpus import GpusUnavailable, open_gpus
+from worker.nvml import NvmlGpus
+from worker.simulate import SimulatedGpus, SimulationSpecError
+
+H100 = FakeGpu()
+RTX4090 = FakeGpu(name="NVIDIA GeForce RTX 4090", uuid="GPU-aaaaaaaa-0000-0000-0000-000000000001", total=24564 << 20,
+                  cc=(8, 9), pcie=None, power_limit_mw=450_000, ecc=None)
+
+
+def test_inventory_reads_every_field_from_nvml() -> None:
+    fake = FakeNvml(gpus=[H100, RTX4090])
+    inventory = NvmlGpus(fake.module()).inventory()
+    assert (inventory.driver_version, inventory.cuda_version, inventory.simulated) == ("550.54.15", "12.4", False)
+    h100, rtx = inventory.gpus
+    assert h100.model_dump() == {"index": 0, "uuid": H100.uuid, "name": "NVIDIA H100 80GB HBM3", "model": "H100",
+                                 "vram_mib": 81559, "compute_capability": "9.0", "pcie_gen": 5, "pcie_width": 16,
+                                 "power_limit_w": 700}
+    # a consumer card: no PCIe limits reported (NotSupported) becomes 0, not a failure
+    assert (rtx.model, rtx.vram_mib, rtx.compute_capability, rtx.pcie_gen, rtx.pcie_width) == ("RTX4090", 24564, "8.9", 0, 0)
+
+
+def test_a_gpu_gpunet_does_not_list_is_inventoried_without_a_model() -> None:
+    inventory = NvmlGpus(FakeNvml(gpus=[FakeGpu(name="Tesla K80")]).module()).inventory()
+    assert inventory.gpus[0].model == ""
+
+
+def test_inventory_hash_is_canonical_and_differences_are_named() -> None:
+    a = NvmlGpus(FakeNvml(gpus=[H100, RTX4090]).module()).inventory()
+    again = Inventory.model_validate_json(a.model_dump_json())
+    assert a.hash() == again.hash() and len(a.hash()) == 32
+    swapped = FakeGpu(name="NVIDIA H100 80GB HBM3", uuid=H100.uuid, total=40000 << 20)
+    b = NvmlGpus(FakeNvml(gpus=[swapped], driver="560.1").module()).inventory()
+    assert a.hash() != b.hash()
+    assert sorted(b.differences(a)) == sorted([
+        "driver_version: '550.54.15' -> '560.1'",
+        f"GPU {RTX4090.uuid} missing",
+        f"GPU {H100.uuid} vram_mib: 81559 -> 40000",
+    ])
+    assert a.differences(again) == []
+
+
+def test_health_sample_reports_telemetry_and_throttling() -> None:
+    gpu = FakeGpu(reasons=0x4 | 0x40 | 0x1)  # power cap, hw thermal, idle (not shown)
+    [sample] = NvmlGpus(FakeNvml(gpus=[gpu]).module()).sample()
+    assert sample.healthy and sample.problems == []
+    assert (sample.utilization_pct, sample.memory_used_mib, sample.temperature_c, sample.power_w, sample.ecc_uncorrected) \
+        == (87, 1024, 61, 312.5, 0)
+    assert sample.throttle_reasons == ["sw_power_cap", "hw_thermal"]
+
+
+def test_uncorrected_ecc_errors_make_a_gpu_unhealthy() -> None:
+    fake = FakeNvml(gpus=[FakeGpu()])
+    gpus = NvmlGpus(fake.module())
+    fake.gpus[0].ecc = 3
+    [sample] = gpus.sample()
+    assert not sample.healthy and sample.problems == ["3 uncorrected ECC errors"]
+
+
+def test_a_gpu_that_fails_nvml_calls_or_disappears_is_unhealthy() -> None:
+    fake = FakeNvml(gpus=[FakeGpu(), FakeGpu(uuid="GPU-2"), FakeGpu(uuid="GPU-3")])
+    gpus = NvmlGpus(fake.module())
+    assert all(s.healthy for s in gpus.sample())
+    fake.gpus[0].lost = True
+    fake.gpus[1] = FakeGpu(uuid="GPU-other")  # a different card now answers at index 1
+    del fake.gpus[2]
+    lost, replaced, gone = gpus.sample()
+    assert not (lost.healthy or replaced.healthy or gone.healthy)
+    assert lost.problems == ["NVML: NVMLError_GpuIsLost: GpuIsLost"]
+    assert replaced.problems == ["GPU disappeared (index 1 is now GPU-other)"]
+    assert gone.problems == ["GPU disappeared (NVML lists fewer GPUs)"]
+    assert [s.uuid for s in (lost, replaced, gone)] == [H100.uuid, "GPU-2", "GPU-3"]
+
+
+def test_no_driver_refuses_with_the_reason_and_the_way_out() -> None:
+    fake = FakeNvml(init_error=NVMLError_LibraryNotFound)
+    with pytest.raises(GpusUnavailable, match=r"NVMLError_LibraryNotFound.*no NVIDIA driver.*--simulate-gpus"):
+        NvmlGpus(fake.module())
+
+
+def test_no_gpu_listed_refuses() -> None:
+    fake = FakeNvml(gpus=[])
+    with pytest.raises(GpusUnavailable, match="lists no GPU"):
+        NvmlGpus(fake.module())
+    assert fake.shutdowns == 1
+
+
+def test_the_real_nvml_on_this_machine() -> None:
+    """Without a driver (CI, this machine) the real pynvml path refuses; with one, it inventories."""
+    try:
+        gpus = open_gpus(None, "node")
+    except GpusUnavailable as e:
+        assert "no NVIDIA driver" in str(e) and "--simulate-gpus" in str(e)
+        return
+    try:
+        inventory = gpus.inventory()
+        assert inventory.gpus and not inventory.simulated
+        assert len(gpus.sample()) == len(inventory.gpus)
+    finally:
+        gpus.close()
+
+
+def test_simulated_gpus_are_marked_and_stable() -> None:
+    a = open_gpus("h100:2:80", "NodeKeyA")
+    inventory = a.inventory()
+    assert a.simulated and inventory.simulated
+    assert [(g.model, g.vram_mib) for g in inventory.gpus] == [("H100", 81920)] * 2
+    assert inventory.hash() == SimulatedGpus.parse("H100:2:80", "NodeKeyA").inventory().hash()
+    assert inventory.hash() != SimulatedGpus.parse("H100:2:80", "NodeKeyB").inventory().hash()
+    assert all(s.healthy for s in a.sample())
+
+
+@pytest.mark.parametrize(("spec", "error"), [
+    ("H100:2", "expected MODEL:COUNT:VRAM_GB"),
+    ("Z9:1:8", "unknown GPU model 'Z9'"),
+    ("H100:two:80", "whole numbers"),
+    ("H100:0:80", "COUNT must be 1-16"),
+    ("H100:17:80", "COUNT must be 1-16"),
+])
+def test_bad_simulation_specs_are_refused(spec: str, error: str) -> None:
+    with pytest.raises(SimulationSpecError, match=error):
+        SimulatedGpus.parse(spec, "node")

@@ -1,0 +1,1 @@
+"""The gpunet worker agent: GPUs (NVML or simulated), coordinator session, jobs, metered and signed usage."""
