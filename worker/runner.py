@@ -1,0 +1,221 @@
+"""Runs one lease's job on this node: a subprocess (or a docker/podman container) with its GPUs,
+env, working directory and a checkpoint directory that outlives the process and the agent;
+stdout/stderr streamed line by line; restart policy; time limit; graceful stop.
+
+Contract seen by the job: CUDA_VISIBLE_DEVICES (GPU UUIDs), GPUNET_LEASE, GPUNET_CHECKPOINT_DIR,
+GPUNET_WORKDIR, RANK / WORLD_SIZE / LOCAL_RANK, and MASTER_ADDR / MASTER_PORT for clusters.
+Stopping: SIGTERM to the job's process group, SIGKILL after the grace period.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import hashlib
+import os
+import shutil
+import signal
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from gpunet.protocol import Dispatch, JobLog, JobState, JobStatus
+
+__all__ = ["JobDirs", "JobRunner", "find_container_engine"]
+
+MAX_LINE = 4096  # longer lines are cut (the protocol's limit)
+_PR_SET_PDEATHSIG = 1
+
+
+def find_container_engine() -> str | None:
+    """docker, else podman, else None."""
+    return shutil.which("docker") or shutil.which("podman")
+
+
+def _die_with_agent() -> None:
+    # In the child before exec: if the agent dies (even SIGKILL), the kernel kills the job, so a
+    # restarted agent never finds an orphan still using the GPUs (Linux; elsewhere a no-op).
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+
+
+@dataclass(frozen=True)
+class JobDirs:
+    """Where a lease's job lives under the worker's state directory; both survive restarts."""
+
+    workdir: Path
+    checkpoint: Path
+
+    @classmethod
+    def of(cls, state_dir: Path, dispatch: Dispatch) -> JobDirs:
+        base = state_dir / "jobs" / dispatch.lease
+        return cls(base / "work", base / dispatch.job.checkpoint_dir)
+
+
+class JobRunner:
+    """One lease's job. `send` gets JobStatus/JobLog messages; `on_run(running, t)` tells the
+    meter when the job starts and stops running (unix time)."""
+
+    def __init__(self, dispatch: Dispatch, gpu_uuids: list[str], dirs: JobDirs, *, simulated: bool,
+                 send: Callable[[BaseModel], None], on_run: Callable[[bool, float], None],
+                 grace_seconds: float = 10.0, restart_delay: float = 1.0, container_engine: str | None = None) -> None:
+        self.dispatch, self.spec, self.gpu_uuids, self.dirs = dispatch, dispatch.job, gpu_uuids, dirs
+        self.simulated, self._send, self._on_run = simulated, send, on_run
+        self.grace_seconds, self.restart_delay, self.engine = grace_seconds, restart_delay, container_engine
+        self.restarts = 0
+        self.state: JobState = "starting"
+        self._cancelled = asyncio.Event()
+        self._cancel_reason = ""
+        self._container = f"gpunet-{dispatch.lease[:16]}"
+
+    def cancel(self, reason: str = "") -> None:
+        self._cancel_reason = reason
+        self._cancelled.set()
+
+    def _status(self, state: JobState, exit_code: int | None = None, detail: str = "") -> JobStatus:
+        self.state = state
+        status = JobStatus(simulated=self.simulated, lease=self.dispatch.lease, state=state, exit_code=exit_code,
+                           restarts=self.restarts, detail=detail[:MAX_LINE])
+        self._send(status)
+        return status
+
+    async def run(self) -> JobStatus:
+        """Runs the job to its end (success, failure, time limit or cancel); returns the final status."""
+        if self.spec.image is not None and self.engine is None:
+            return self._status("refused", detail=f"the job names image {self.spec.image!r} but neither docker nor "
+                                                  "podman is installed on this node")
+        for d in (self.dirs.workdir, self.dirs.checkpoint):
+            d.mkdir(parents=True, exist_ok=True)
+        try:
+            await asyncio.to_thread(self._fetch_inputs)
+        except (OSError, ValueError) as e:
+            return self._status("failed", detail=f"inputs: {e}")
+        loop = asyncio.get_running_loop()
+        deadline = None if self.spec.time_limit_seconds is None else loop.time() + self.spec.time_limit_seconds
+        while True:
+            self._status("starting" if self.restarts == 0 else "restarting")
+            argv = self._argv()
+            try:
+                process = await asyncio.create_subprocess_exec(
+                    *argv, cwd=self.dirs.workdir, env=self._env(), stdin=asyncio.subprocess.DEVNULL,
+                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                    start_new_session=True, preexec_fn=_die_with_agent, limit=2 * MAX_LINE)
+            except OSError as e:
+                return self._status("failed", detail=f"cannot start {argv[0]!r}: {e.strerror or e}")
+            self._on_run(True, time.time())
+            self._status("running")
+            outcome, code = await self._supervise(process, deadline)
+            self._on_run(False, time.time())
+            if outcome == "cancelled":
+                return self._status("cancelled", code, self._cancel_reason)
+            if outcome == "timed_out":
+                return self._status("timed_out", code, f"time limit of {self.spec.time_limit_seconds} s reached")
+            if code == 0:
+                return self._status("succeeded", 0)
+            if self.spec.restart_policy == "never" or self.restarts >= self.spec.max_restarts:
+                return self._status("failed", code, f"exited with {code}")
+            self.restarts += 1
+            try:  # a cancel during the pause ends the job without another start
+                await asyncio.wait_for(self._cancelled.wait(), self.restart_delay)
+                return self._status("cancelled", code, self._cancel_reason)
+            except TimeoutError:
+                pass
+
+    async def _supervise(self, process: asyncio.subprocess.Process, deadline: float | None) -> tuple[str, int]:
+        readers = [asyncio.create_task(self._stream(process.stdout, "stdout")),
+                   asyncio.create_task(self._stream(process.stderr, "stderr"))]
+        exited = asyncio.create_task(process.wait())
+        cancelled = asyncio.create_task(self._cancelled.wait())
+        timeout = None if deadline is None else max(0.0, deadline - asyncio.get_running_loop().time())
+        done, _ = await asyncio.wait({exited, cancelled}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        outcome = "exited" if exited in done else "cancelled" if cancelled in done else "timed_out"
+        cancelled.cancel()
+        if outcome != "exited":
+            await self._stop(process, exited)
+        # a grandchild may still hold the pipes open: do not wait for it forever
+        await asyncio.wait(readers, timeout=5)
+        for reader in readers:
+            reader.cancel()
+        return outcome, await exited
+
+    async def _stop(self, process: asyncio.subprocess.Process, exited: asyncio.Task[int]) -> None:
+        self._signal(process, signal.SIGTERM)
+        done, _ = await asyncio.wait({exited}, timeout=self.grace_seconds)
+        if not done:
+            if self.spec.image is not None and self.engine:
+                kill = await asyncio.create_subprocess_exec(self.engine, "kill", self._container,
+                                                            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+                await kill.wait()
+            self._signal(process, signal.SIGKILL)
+            await exited
+
+    @staticmethod
+    def _signal(process: asyncio.subprocess.Process, sig: signal.Signals) -> None:
+        try:
+            os.killpg(process.pid, sig)  # the whole group: the job's own children too
+        except ProcessLookupError:
+            pass
+
+    async def _stream(self, reader: asyncio.StreamReader | None, stream: str) -> None:
+        assert reader is not None
+        while True:
+            try:
+                raw = await reader.readline()
+            except ValueError:  # over the limit: the line is dropped from the buffer
+                self._send(JobLog(simulated=self.simulated, lease=self.dispatch.lease, stream=stream,  # type: ignore[arg-type]
+                                  line="[gpunet: line over the limit, cut]"))
+                continue
+            if not raw:
+                return
+            line = raw.decode("utf-8", "replace").rstrip("\r\n")[:MAX_LINE]
+            self._send(JobLog(simulated=self.simulated, lease=self.dispatch.lease, stream=stream, line=line))  # type: ignore[arg-type]
+
+    def _contract_env(self, checkpoint: str, workdir: str) -> dict[str, str]:
+        d = self.dispatch
+        env = {"GPUNET_LEASE": d.lease, "GPUNET_CHECKPOINT_DIR": checkpoint, "GPUNET_WORKDIR": workdir,
+               "RANK": str(d.rank), "WORLD_SIZE": str(d.world_size), "LOCAL_RANK": "0"}
+        if d.peers:
+            host, _, port = d.peers[0].rpartition(":")
+            env |= {"MASTER_ADDR": host.strip("[]"), "MASTER_PORT": port, "GPUNET_PEERS": ",".join(d.peers)}
+        return env
+
+    def _env(self) -> dict[str, str]:
+        # A clean environment: the agent's own variables (and any secrets in them) stay out of the job.
+        base = {k: os.environ[k] for k in ("PATH", "LANG", "LC_ALL", "TZ") if k in os.environ}
+        if self.spec.image is not None:
+            return base  # the container gets its env through -e flags
+        return base | {"HOME": str(self.dirs.workdir), "CUDA_VISIBLE_DEVICES": ",".join(self.gpu_uuids)} \
+            | self.spec.env | self._contract_env(str(self.dirs.checkpoint), str(self.dirs.workdir))
+
+    def _argv(self) -> list[str]:
+        if self.spec.image is None:
+            return list(self.spec.command)
+        assert self.engine is not None
+        argv = [self.engine, "run", "--rm", "--init", "--name", self._container,
+                "-v", f"{self.dirs.workdir}:/work", "-v", f"{self.dirs.checkpoint}:/checkpoint", "-w", "/work"]
+        if not self.simulated:
+            if Path(self.engine).name == "podman":  # CDI device names
+                argv += [arg for uuid in self.gpu_uuids for arg in ("--device", f"nvidia.com/gpu={uuid}")]
+            else:
+                argv += ["--gpus", f"\"device={','.join(self.gpu_uuids)}\""]
+        for name, value in (self.spec.env | self._contract_env("/checkpoint", "/work")).items():
+            argv += ["-e", f"{name}={value}"]
+        return argv + [self.spec.image, *self.spec.command]
+
+    def _fetch_inputs(self) -> None:
+        for item in self.spec.inputs:
+            target = self.dirs.workdir / item.path
+            if target.exists() and hashlib.sha256(target.read_bytes()).hexdigest() == item.sha256:
+                continue  # fetched before a restart
+            with urllib.request.urlopen(item.url, timeout=60) as response:  # noqa: S310 (http(s) only, by schema)
+                data = response.read()
+            if hashlib.sha256(data).hexdigest() != item.sha256:
+                raise ValueError(f"{item.path}: the content of {item.url} does not match its sha256")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
