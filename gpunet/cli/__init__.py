@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from gpunet.cli.keys import app as keys_app
+from worker.cli import app as worker_app
 
 __all__ = ["app", "main"]
 
@@ -15,6 +16,7 @@ app = typer.Typer(
     add_completion=False,
 )
 app.add_typer(keys_app, name="keys")
+app.add_typer(worker_app, name="worker")
 
 
 def main() -> None:

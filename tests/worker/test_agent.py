@@ -1,0 +1,153 @@
+"""The agent in this process against the fake gateway over a real WebSocket: authentication,
+heartbeats, a dispatched job with its logs, statuses and signed usage, bad coordinator input
+refused while the agent keeps running, and a dropped connection resumed without losing state."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from solders.keypair import Keypair
+from solders.pubkey import Pubkey
+
+from gpunet.protocol import (
+    Ack,
+    Cancel,
+    Dispatch,
+    Heartbeat,
+    Hello,
+    JobLog,
+    JobSpec,
+    JobStatus,
+    UsageAck,
+    UsageReportMessage,
+)
+from tests.worker.gateway import FakeGateway
+from worker.agent import Agent, WorkerSettings
+from worker.simulate import SimulatedGpus
+
+JOB = str(Path(__file__).parent / "jobs" / "steps.py")
+
+
+def job(steps: int, step_seconds: float = 0.1, **spec: object) -> JobSpec:
+    return JobSpec(command=[sys.executable, JOB], env={"STEPS": str(steps), "STEP_SECONDS": str(step_seconds)}, **spec)
+
+
+@contextlib.asynccontextmanager
+async def running_agent(gateway: FakeGateway, state_dir: Path, node: Keypair | None = None) -> AsyncIterator[Agent]:
+    node = node or Keypair()
+    settings = WorkerSettings(gateway_url=gateway.url, state_dir=state_dir, meter_tick_seconds=0.2,
+                              stop_grace_seconds=2, reconnect_base_seconds=0.1, reconnect_cap_seconds=1)
+    agent = Agent(settings, node, SimulatedGpus.parse("H100:2:80", str(node.pubkey())))
+    task = asyncio.create_task(agent.run())
+    try:
+        yield agent
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def final_status(gateway: FakeGateway, lease: str):
+    return next((m for m in gateway.messages(JobStatus) if m.lease == lease
+                 and m.state in ("succeeded", "failed", "cancelled", "timed_out", "refused")), None)
+
+
+def reports(gateway: FakeGateway, lease: str, session: int | None = None) -> list[UsageReportMessage]:
+    return [m for m in gateway.messages(UsageReportMessage, session) if m.lease == lease]
+
+
+async def test_a_dispatched_job_runs_and_its_usage_is_signed_reported_and_acked(tmp_path) -> None:
+    node, lease = Keypair(), str(Pubkey.new_unique())
+    async with FakeGateway() as gateway, running_agent(gateway, tmp_path, node) as agent:
+        hello = await gateway.wait_for(lambda: gateway.messages(Hello), what="hello")
+        assert hello[0].node_key == str(node.pubkey()) and hello[0].inventory.simulated
+        await gateway.wait_for(lambda: gateway.messages(Heartbeat), what="a heartbeat")
+
+        await gateway.send(Dispatch(lease=lease, gpus=2, job=job(steps=30)))
+        status = await gateway.wait_for(lambda: final_status(gateway, lease), what="the job's end")
+        assert (status.state, status.exit_code) == ("succeeded", 0)
+        lines = [m.line for m in gateway.messages(JobLog) if m.stream == "stdout"]
+        assert lines[0] == "fresh start" and lines[-1] == "done" and len(lines) == 32
+
+        # usage: every report signed by the node key, contiguous, never over wall time x GPUs
+        await gateway.wait_for(lambda: agent.journal.unacked() == [] and reports(gateway, lease), what="acks")
+        usage = reports(gateway, lease)
+        assert [r.seq for r in usage] == list(range(1, len(usage) + 1))
+        assert all(r.verify(node.pubkey()) for r in usage)
+        assert all(b.period_start >= a.period_end for a, b in zip(usage, usage[1:]))
+        assert all(0 < r.gpu_seconds <= 2 * (r.period_end - r.period_start) for r in usage)
+        assert sum(r.gpu_seconds for r in usage) >= 2 * 2  # the job ran 3 s or more on 2 GPUs
+        # simulated GPUs are marked in every message the worker sent
+        assert gateway.received and all(m.simulated for _, m in gateway.received)
+        assert [m.of for m in gateway.messages(Ack)] == ["dispatch"]
+
+
+async def test_bad_coordinator_input_is_refused_and_reported_and_the_agent_keeps_running(tmp_path) -> None:
+    lease = str(Pubkey.new_unique())
+    async with FakeGateway() as gateway, running_agent(gateway, tmp_path) as agent:
+        await gateway.wait_for(lambda: gateway.messages(Heartbeat), what="a heartbeat")
+        bad = [
+            "this is not json",
+            '{"type": "reboot", "now": true}',
+            '{"type": "dispatch", "lease": "%s", "gpus": 1, "job": {"command": ["x"], "env": {"CUDA_VISIBLE_DEVICES": "0"}}}' % lease,
+            '{"type": "dispatch", "lease": "%s", "gpus": 1, "job": {"command": []}}' % lease,
+            '{"type": "dispatch", "lease": "%s", "gpus": 1, "job": {"command": ["x"], "checkpoint_dir": "../../etc"}}' % lease,
+            '{"type": "cancel", "lease": "not-a-key"}',
+        ]
+        for raw in bad:
+            await gateway.send(raw)
+        await gateway.send(Dispatch(lease=lease, gpus=3, job=job(steps=1)))  # valid, but only 2 GPUs here
+        await gateway.send(Cancel(lease=str(Pubkey.new_unique())))  # no such job
+        await gateway.send(UsageAck(lease=lease, seq=7))  # never sent
+
+        refusals = await gateway.wait_for(lambda: len(gateway.messages(Ack)) >= 9, what="9 refusals")
+        refusals = gateway.messages(Ack)
+        errors = [(a.of, a.error) for a in refusals]
+        assert errors[0][0] == "?" and errors[0][1].startswith("not JSON")
+        assert errors[1] == ("reboot", "unknown coordinator message type 'reboot'")
+        assert errors[2][0] == "dispatch" and "CUDA_VISIBLE_DEVICES is set by the worker" in errors[2][1]
+        assert errors[3][0] == "dispatch" and "a job needs a command or an image" in errors[3][1]
+        assert errors[4][0] == "dispatch" and "job.checkpoint_dir" in errors[4][1]
+        assert errors[5][0] == "cancel" and "not a base58 public key" in errors[5][1]
+        assert errors[6] == ("dispatch", "3 GPUs asked for, 2 free and healthy on this node")
+        assert errors[7] == ("cancel", "no job of this lease is running on this node")
+        assert errors[8] == ("ack", "no usage report 7 of this lease was sent by this node")
+        assert agent.jobs == {} and not (tmp_path / "jobs").exists()  # nothing was started
+
+        # still the same session, still serving: a good dispatch runs
+        await gateway.send(Dispatch(lease=lease, gpus=1, job=job(steps=2)))
+        status = await gateway.wait_for(lambda: final_status(gateway, lease), what="the job's end")
+        assert status.state == "succeeded" and gateway.sessions == 1
+
+
+async def test_a_dropped_connection_is_resumed_without_losing_or_repeating_anything(tmp_path) -> None:
+    node, lease = Keypair(), str(Pubkey.new_unique())
+    async with FakeGateway() as gateway, running_agent(gateway, tmp_path, node) as agent:
+        await gateway.wait_for(lambda: gateway.messages(Heartbeat), what="a heartbeat")
+        gateway.ack_usage = lambda report: False  # nothing acked in the first session
+        await gateway.send(Dispatch(lease=lease, gpus=1, job=job(steps=60)))
+        await gateway.wait_for(lambda: len(reports(gateway, lease, 1)) >= 2, what="two reports")
+        gateway.ack_usage = lambda report: True
+        await gateway.drop()
+
+        await gateway.wait_for(lambda: gateway.sessions == 2 or None, what="the second session")
+        # a repeated dispatch after the reconnect does not start a second copy
+        await gateway.send(Dispatch(lease=lease, gpus=1, job=job(steps=60)))
+        await gateway.wait_for(lambda: final_status(gateway, lease), timeout=90, what="the job's end")
+        await gateway.wait_for(lambda: agent.journal.unacked() == [] or None, what="every report acked")
+
+        lines = [m.line for m in gateway.messages(JobLog) if m.stream == "stdout"]
+        assert lines.count("fresh start") == 1 and lines.count("done") == 1
+        assert [line for line in lines if line.startswith("step")] == [f"step {i}" for i in range(1, 61)]
+        first = reports(gateway, lease, 1)
+        second = reports(gateway, lease, 2)
+        # every unacked report of session 1 came again in session 2, once; then the new ones
+        assert [r.seq for r in second[: len(first)]] == [r.seq for r in first]
+        assert second[: len(first)] == first
+        assert [r.seq for r in second] == list(range(1, len(second) + 1))
+        assert gateway.messages(Ack, 2)[-1].of == "dispatch"

@@ -1,0 +1,59 @@
+"""What the chain says about this node: its registration (Node), its provider's stake and
+earnings (Provider), and its shares of leases (Lease) — read through RPC, decoded with the IDL."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from anchorpy import Coder
+from solana.rpc.async_api import AsyncClient
+from solana.rpc.commitment import Confirmed
+from solders.pubkey import Pubkey
+
+from gpunet.idl import load_idl
+from gpunet.pda import node_pda
+
+__all__ = ["LeaseShare", "NodeRecord", "fetch_lease_share", "fetch_node"]
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    node: Any  # the decoded Node account
+    provider: Any  # the decoded Provider account
+
+
+@dataclass(frozen=True)
+class LeaseShare:
+    lease: str
+    status: str
+    gpus: int
+    price_per_gpu_hour: int
+    last_seq: int
+    settled_until: int
+    settled_gpu_seconds: int
+
+
+async def _account(client: AsyncClient, address: Pubkey) -> Any | None:
+    info = (await client.get_account_info(address, commitment=Confirmed)).value
+    return None if info is None else Coder(load_idl()).accounts.decode(bytes(info.data))
+
+
+async def fetch_node(client: AsyncClient, node_key: Pubkey) -> NodeRecord | None:
+    """None when the node key is not registered."""
+    node = await _account(client, node_pda(node_key))
+    if node is None:
+        return None
+    return NodeRecord(node, await _account(client, node.provider))
+
+
+async def fetch_lease_share(client: AsyncClient, lease: str, node_key: Pubkey) -> LeaseShare | None:
+    """This node's share of `lease`, None if the lease is gone or no longer lists the node."""
+    state = await _account(client, Pubkey.from_string(lease))
+    if state is None:
+        return None
+    for a in state.assignments[: state.node_count]:
+        if a.node_key == node_key:
+            return LeaseShare(lease, type(state.status).__name__, a.gpus, a.price_per_gpu_hour, a.last_seq,
+                              a.settled_until, a.gpu_seconds)
+    return None

@@ -1,0 +1,256 @@
+"""`gpunet worker run|status|inventory`: the supplier's side of a node."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from solana.rpc.async_api import AsyncClient
+from solders.keypair import Keypair
+
+from gpunet.catalog import gpu_model_name, region_name
+from gpunet.keys import KeypairFileError, load_keypair
+from gpunet.protocol import Inventory
+from worker.agent import Agent, WorkerSettings
+from worker.chain import fetch_lease_share, fetch_node
+from worker.gpus import GpuBackend, GpusUnavailable, open_gpus
+from worker.journal import Journal, JournalError
+from worker.simulate import SimulationSpecError
+
+__all__ = ["app"]
+
+app = typer.Typer(help="Run a worker node and read its status.", no_args_is_help=True)
+console = Console()
+errors = Console(stderr=True)
+
+# Exit codes: 0 ok, 1 bad keypair file, 2 no usable GPUs / bad --simulate-gpus, 3 damaged journal.
+EXIT_KEYPAIR, EXIT_GPUS, EXIT_JOURNAL = 1, 2, 3
+IO = 10**6
+
+KeypairOption = typer.Option(Path("~/.config/gpunet/node.json"), "--keypair", "-k", help="The node keypair file.")
+SimulateOption = typer.Option(None, "--simulate-gpus", metavar="MODEL:COUNT:VRAM_GB",
+                              help="Simulated GPUs for a machine without an NVIDIA driver (marked simulated everywhere).")
+StateDirOption = typer.Option(None, "--state-dir", help="Journal, job and checkpoint directories "
+                                                        "[default: ~/.local/state/gpunet-worker].")
+RpcOption = typer.Option(None, "--rpc-url", help="Solana JSON-RPC URL, to check the node's registration.")
+
+
+def _fail(code: int, message: str) -> typer.Exit:
+    errors.print(f"[red]error:[/] {message}")
+    return typer.Exit(code)
+
+
+def _node(keypair: Path) -> Keypair:
+    try:
+        return load_keypair(keypair)
+    except KeypairFileError as e:
+        raise _fail(EXIT_KEYPAIR, str(e)) from None
+
+
+def _gpus(simulate: str | None, node: Keypair) -> GpuBackend:
+    try:
+        return open_gpus(simulate, str(node.pubkey()))
+    except (GpusUnavailable, SimulationSpecError) as e:
+        raise _fail(EXIT_GPUS, f"cannot start the worker: {e}") from None
+
+
+def _settings(**overrides: Any) -> WorkerSettings:
+    return WorkerSettings(**{k: v for k, v in overrides.items() if v is not None})
+
+
+@app.command("run")
+def run(
+    keypair: Path = KeypairOption,
+    gateway: str = typer.Option(None, "--gateway", help="The coordinator's worker gateway (ws:// or wss://)."),
+    simulate_gpus: str = SimulateOption,
+    state_dir: Path = StateDirOption,
+    rpc_url: str = RpcOption,
+    usage_period: int = typer.Option(None, "--usage-period", help="Seconds per usage report until the coordinator says."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logging."),
+) -> None:
+    """Run the agent: inventory the GPUs, connect to the coordinator, run jobs, report usage."""
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    node = _node(keypair)
+    gpus = _gpus(simulate_gpus, node)
+    settings = _settings(gateway_url=gateway, state_dir=state_dir, usage_period_seconds=usage_period)
+    if rpc_url:
+        asyncio.run(_check_registration(rpc_url, node, gpus.inventory(), settings.state_dir))
+    try:
+        agent = Agent(settings, node, gpus)
+    except JournalError as e:
+        raise _fail(EXIT_JOURNAL, str(e)) from None
+    kind = "simulated" if gpus.simulated else "NVML"
+    errors.print(f"worker {node.pubkey()}: {len(gpus.inventory().gpus)} {kind} GPU(s), gateway {settings.gateway_url}")
+    asyncio.run(_run_until_signalled(agent))
+
+
+async def _run_until_signalled(agent: Agent) -> None:
+    task = asyncio.create_task(agent.run())
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, task.cancel)  # jobs get SIGTERM and their grace period
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+    finally:
+        agent.gpus.close()
+
+
+async def _check_registration(rpc_url: str, node: Keypair, inventory: Inventory, state_dir: Path) -> None:
+    """Compares the inventory with the node's on-chain registration and says what differs."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    (state_dir / "inventory.json").write_text(inventory.model_dump_json(indent=2))
+    try:
+        async with AsyncClient(rpc_url) as client:
+            record = await fetch_node(client, node.pubkey())
+    except Exception as e:  # the RPC node is not ours to trust; never fatal for the agent
+        errors.print(f"[yellow]warning:[/] cannot read the node's registration from {rpc_url}: {e}")
+        return
+    if record is None:
+        errors.print(f"[yellow]warning:[/] node key {node.pubkey()} is not registered on chain "
+                     "(`gpunet node register`); the coordinator will not admit it")
+        return
+    registered = bytes(record.node.spec.inventory_hash)
+    saved = state_dir / "inventory.registered.json"
+    if registered == inventory.hash():
+        saved.write_text(inventory.model_dump_json(indent=2))
+        return
+    errors.print(f"[yellow]warning:[/] inventory hash {inventory.hash().hex()} differs from the registered "
+                 f"{registered.hex()}")
+    if saved.exists() and (old := Inventory.model_validate_json(saved.read_text())).hash() == registered:
+        for line in inventory.differences(old):
+            errors.print(f"  {line}")
+    elif registered == bytes(32):
+        errors.print("  the node was registered without an inventory hash")
+    else:
+        errors.print("  (no copy of the registered inventory here to compare fields; `gpunet worker inventory` "
+                     "prints the current one)")
+
+
+@app.command("inventory")
+def inventory(keypair: Path = KeypairOption, simulate_gpus: str = SimulateOption) -> None:
+    """Print the GPU inventory and its hash (the value to register with `gpunet node register`)."""
+    node = _node(keypair)
+    gpus = _gpus(simulate_gpus, node)
+    try:
+        inv = gpus.inventory()
+        print(json.dumps({"inventory_hash": inv.hash().hex(), "inventory": inv.model_dump(mode="json")}, indent=2))
+    finally:
+        gpus.close()
+
+
+@app.command("status")
+def status(
+    keypair: Path = KeypairOption,
+    simulate_gpus: str = SimulateOption,
+    state_dir: Path = StateDirOption,
+    rpc_url: str = RpcOption,
+    json_output: bool = typer.Option(False, "--json", help="Print everything as one JSON object."),
+) -> None:
+    """What the node sees, its registration and stake, its leases and its earnings."""
+    node = _node(keypair)
+    settings = _settings(state_dir=state_dir)
+    report: dict[str, Any] = {"node_key": str(node.pubkey())}
+    try:
+        gpus = open_gpus(simulate_gpus, str(node.pubkey()))
+        inv = gpus.inventory()
+        gpus.close()
+        report["inventory"] = {"hash": inv.hash().hex(), **inv.model_dump(mode="json")}
+    except (GpusUnavailable, SimulationSpecError) as e:
+        report["inventory"] = {"error": str(e)}
+    journal_path = settings.state_dir / "usage.jsonl"
+    leases: dict[str, dict[str, Any]] = {}
+    if journal_path.exists():
+        try:
+            journal = Journal(journal_path)
+        except JournalError as e:
+            raise _fail(EXIT_JOURNAL, str(e)) from None
+        journal.close()
+        for (lease, seq), message in journal.reports.items():
+            entry = leases.setdefault(lease, {"reports": 0, "acked": 0, "reported_gpu_seconds": 0})
+            entry["reports"] += 1
+            entry["acked"] += (lease, seq) in journal.acked
+            entry["reported_gpu_seconds"] += message.gpu_seconds
+    report["leases"] = leases
+    if rpc_url:
+        report["chain"] = asyncio.run(_chain_status(rpc_url, node, leases))
+    if json_output:
+        print(json.dumps(report, indent=2))
+    else:
+        _print_status(report)
+
+
+async def _chain_status(rpc_url: str, node: Keypair, leases: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    try:
+        async with AsyncClient(rpc_url) as client:
+            record = await fetch_node(client, node.pubkey())
+            if record is None:
+                return {"registered": False}
+            spec, provider = record.node.spec, record.provider
+            for lease, entry in leases.items():
+                share = await fetch_lease_share(client, lease, node.pubkey())
+                if share is not None:
+                    entry |= {"status": share.status, "gpus": share.gpus, "price_per_gpu_hour": share.price_per_gpu_hour,
+                              "settled_seq": share.last_seq, "settled_gpu_seconds": share.settled_gpu_seconds,
+                              "settled_gross": share.settled_gpu_seconds * share.price_per_gpu_hour // 3600}
+    except Exception as e:  # shown, not fatal: the local half of the status is still worth printing
+        return {"error": f"cannot read {rpc_url}: {e}"}
+    return {
+        "registered": True,
+        "gpu_model": gpu_model_name(spec.gpu_model), "gpu_count": spec.gpu_count, "vram_gb": spec.vram_gb,
+        "region": region_name(spec.region), "price_per_gpu_hour": spec.price_per_gpu_hour,
+        "inventory_hash": bytes(spec.inventory_hash).hex(),
+        "gpus_leased": record.node.gpus_leased, "jailed": record.node.jailed, "bonded_stake": record.node.bonded_stake,
+        "provider": {"staked": provider.staked, "bonded": provider.bonded, "unbonding": provider.unbonding,
+                     "slashed": provider.slashed, "earned": provider.earned},
+    }
+
+
+def _io(units: int) -> str:
+    return f"{units / IO:,.6f} IO"
+
+
+def _print_status(report: dict[str, Any]) -> None:
+    console.print(f"[bold]node[/] {report['node_key']}")
+    inv = report["inventory"]
+    if "error" in inv:
+        console.print(f"  GPUs: [red]{inv['error']}[/]")
+    else:
+        tag = " [yellow](simulated)[/]" if inv["simulated"] else ""
+        console.print(f"  driver {inv['driver_version']}, CUDA {inv['cuda_version']}{tag}; inventory hash {inv['hash']}")
+        for g in inv["gpus"]:
+            console.print(f"  GPU {g['index']}: {g['name']} ({g['model'] or 'not listed'}), {g['vram_mib']} MiB, "
+                          f"cc {g['compute_capability']}, PCIe gen {g['pcie_gen']} x{g['pcie_width']}, {g['power_limit_w']} W  "
+                          f"[dim]{g['uuid']}[/]")
+    chain = report.get("chain")
+    if chain is None:
+        console.print("  registration: [dim]not checked (give --rpc-url)[/]")
+    elif "error" in chain:
+        console.print(f"  registration: [red]{chain['error']}[/]")
+    elif not chain["registered"]:
+        console.print("  registration: [red]not registered[/] (`gpunet node register`)")
+    else:
+        matches = "error" not in inv and chain["inventory_hash"] == inv["hash"]
+        console.print(f"  registered: {chain['gpu_count']}x {chain['gpu_model']} {chain['vram_gb']} GB in {chain['region']} at "
+                      f"{_io(chain['price_per_gpu_hour'])}/GPU-hour; {chain['gpus_leased']} GPU(s) leased"
+                      f"{'; [red]JAILED[/]' if chain['jailed'] else ''}; inventory "
+                      f"{'[green]matches[/]' if matches else '[red]differs[/]'}")
+        p = chain["provider"]
+        console.print(f"  stake: {_io(p['staked'])} ({_io(p['bonded'])} bonded, {_io(p['unbonding'])} unbonding, "
+                      f"{_io(p['slashed'])} slashed); provider earned {_io(p['earned'])} in total")
+    table = Table(title="leases (from the usage journal; settled figures from the chain)")
+    for column in ("lease", "reports", "acked", "GPU-s reported", "GPU-s settled", "settled (gross)"):
+        table.add_column(column, justify="left" if column == "lease" else "right")
+    for lease, e in report["leases"].items():
+        table.add_row(lease, str(e["reports"]), str(e["acked"]), str(e["reported_gpu_seconds"]),
+                      str(e.get("settled_gpu_seconds", "-")), _io(e["settled_gross"]) if "settled_gross" in e else "-")
+    console.print(table)

@@ -1,0 +1,199 @@
+"""The agent's WebSocket session with the coordinator's gateway: authenticate with the node key,
+heartbeat, deliver the outbox, hand coordinator messages to the agent, and reconnect with
+exponential backoff and full jitter when anything breaks — without losing queued messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from pydantic import BaseModel
+from solders.keypair import Keypair
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
+
+from gpunet.protocol import (
+    CLOSE_MALFORMED,
+    CLOSE_UNAUTHORISED,
+    CLOSE_VERSION_MISMATCH,
+    MAX_MESSAGE_BYTES,
+    Ack,
+    Challenge,
+    Error,
+    Heartbeat,
+    Hello,
+    JobLog,
+    ProtocolError,
+    UsageReportMessage,
+    Welcome,
+    answer_challenge,
+    encode,
+    parse_coordinator_message,
+)
+
+__all__ = ["Backoff", "Session"]
+
+log = logging.getLogger("gpunet.worker.session")
+
+HANDSHAKE_TIMEOUT = 15.0
+MAX_QUEUED_LOG_LINES = 10_000  # while offline; older lines are dropped first (statuses never are)
+_CLOSE_REASONS = {CLOSE_MALFORMED: "malformed message", CLOSE_UNAUTHORISED: "unauthorised",
+                  CLOSE_VERSION_MISMATCH: "protocol version mismatch"}
+
+
+class Backoff:
+    """Exponential backoff with full jitter: a random delay in [0, min(cap, base * 2**attempt)]."""
+
+    def __init__(self, base: float = 0.5, cap: float = 30.0, rng: random.Random | None = None) -> None:
+        self.base, self.cap, self.attempt = base, cap, 0
+        self._rng = rng or random.Random()
+
+    def next_delay(self) -> float:
+        delay = self._rng.uniform(0, min(self.cap, self.base * 2**self.attempt))
+        self.attempt = min(self.attempt + 1, 30)
+        return delay
+
+    def reset(self) -> None:
+        self.attempt = 0
+
+
+class _HandshakeRefused(Exception):
+    pass
+
+
+class Session:
+    """`hello()` builds the hello; `on_welcome(welcome)` returns what must be (re)sent first
+    (the journal's unacked usage reports); `handle(message)` gets each valid coordinator
+    message. Invalid ones are refused here with an ack naming the error."""
+
+    def __init__(self, url: str, node: Keypair, *, simulated: bool, hello: Callable[[], Hello],
+                 heartbeat: Callable[[], Heartbeat], on_welcome: Callable[[Welcome], list[BaseModel]],
+                 handle: Callable[[Any], Awaitable[None]], backoff: Backoff | None = None) -> None:
+        self.url, self.node, self.simulated = url, node, simulated
+        self._hello, self._heartbeat, self._on_welcome, self._handle = hello, heartbeat, on_welcome, handle
+        self.backoff = backoff or Backoff()
+        self.heartbeat_seconds = 2.0
+        self.connected = asyncio.Event()
+        self.sessions = 0  # welcomed sessions so far
+        self._outbox: deque[BaseModel] = deque()
+        self._queued_logs = 0
+        self.dropped_log_lines = 0
+        self._wake = asyncio.Event()
+
+    def send(self, message: BaseModel) -> None:
+        """Queues a message; it is sent now if connected, else after the next welcome.
+        Usage reports are journaled before they get here and re-sent from the journal instead."""
+        if isinstance(message, JobLog):
+            if self._queued_logs >= MAX_QUEUED_LOG_LINES:
+                # the head may be on the wire right now: drop the oldest line behind it
+                oldest = next(i for i, m in enumerate(self._outbox) if i > 0 and isinstance(m, JobLog))
+                del self._outbox[oldest]
+                self.dropped_log_lines += 1
+            else:
+                self._queued_logs += 1
+        self._outbox.append(message)
+        self._wake.set()
+
+    async def run_forever(self) -> None:
+        while True:
+            try:
+                async with connect(self.url, max_size=MAX_MESSAGE_BYTES, open_timeout=HANDSHAKE_TIMEOUT) as ws:
+                    welcome = await self._handshake(ws)
+                    self.backoff.reset()
+                    await self._serve(ws, welcome)
+            except ConnectionClosed as e:
+                code = e.rcvd.code if e.rcvd else None
+                log.warning("session.closed code=%s reason=%s", code, _CLOSE_REASONS.get(code, e.rcvd.reason if e.rcvd else ""))
+            except (OSError, TimeoutError, InvalidHandshake, _HandshakeRefused) as e:
+                log.warning("session.failed url=%s error=%s", self.url, e or type(e).__name__)
+            except InvalidURI as e:
+                raise ValueError(f"bad gateway URL {self.url!r}: {e}") from None
+            finally:
+                self.connected.clear()
+            delay = self.backoff.next_delay()
+            log.info("session.reconnect in_seconds=%.2f attempt=%d", delay, self.backoff.attempt)
+            await asyncio.sleep(delay)
+
+    async def _recv(self, ws: ClientConnection) -> Any:
+        raw = await asyncio.wait_for(ws.recv(), HANDSHAKE_TIMEOUT)
+        try:
+            message = parse_coordinator_message(raw)
+        except ProtocolError as e:
+            raise _HandshakeRefused(f"bad message from the gateway during the handshake: {e}") from None
+        if isinstance(message, Error):
+            raise _HandshakeRefused(f"the gateway refused the session: {message.message}")
+        return message
+
+    async def _handshake(self, ws: ClientConnection) -> Welcome:
+        await ws.send(encode(self._hello()))
+        challenge = await self._recv(ws)
+        if not isinstance(challenge, Challenge):
+            raise _HandshakeRefused(f"expected a challenge, got {challenge.type}")
+        await ws.send(encode(answer_challenge(self.node, challenge, self.simulated)))
+        welcome = await self._recv(ws)
+        if not isinstance(welcome, Welcome):
+            raise _HandshakeRefused(f"expected welcome, got {welcome.type}")
+        self.heartbeat_seconds = welcome.heartbeat_seconds
+        # reports already queued are in the journal: send them once, in order, from there
+        resend = self._on_welcome(welcome)
+        self._outbox = deque([*resend, *(m for m in self._outbox if not isinstance(m, UsageReportMessage))])
+        self.sessions += 1
+        self.connected.set()
+        log.info("session.welcome url=%s resent_reports=%d", self.url, len(resend))
+        return welcome
+
+    async def _serve(self, ws: ClientConnection, welcome: Welcome) -> None:
+        tasks = [asyncio.create_task(self._receive(ws)), asyncio.create_task(self._deliver(ws)),
+                 asyncio.create_task(self._beat(ws))]
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+            for task in done:
+                task.result()  # re-raise what ended the session
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _receive(self, ws: ClientConnection) -> None:
+        async for raw in ws:
+            try:
+                message = parse_coordinator_message(raw)
+            except ProtocolError as e:
+                # refused and reported; the session and the agent carry on
+                log.warning("session.refused error=%s", e)
+                self.send(refusal(raw, e, self.simulated))
+                continue
+            await self._handle(message)
+
+    async def _deliver(self, ws: ClientConnection) -> None:
+        while True:
+            while self._outbox:
+                # taken off the queue only once sent: a dropped connection loses nothing
+                await ws.send(encode(self._outbox[0]))
+                if isinstance(self._outbox.popleft(), JobLog):
+                    self._queued_logs -= 1
+            self._wake.clear()
+            await self._wake.wait()
+
+    async def _beat(self, ws: ClientConnection) -> None:
+        while True:
+            await ws.send(encode(self._heartbeat()))
+            await asyncio.sleep(self.heartbeat_seconds)
+
+
+def refusal(raw: str | bytes, error: ProtocolError, simulated: bool) -> Ack:
+    """The ack that refuses an unreadable coordinator message, naming its type when it has one."""
+    of = "?"
+    try:
+        value = json.loads(raw)
+        if isinstance(value, dict) and isinstance(value.get("type"), str):
+            of = value["type"][:64]
+    except (ValueError, TypeError):
+        pass
+    return Ack(simulated=simulated, of=of, error=str(error)[:4096])
