@@ -81,8 +81,9 @@ class FakeGateway:
                 await ws.send(encode(UsageAck(lease=message.lease, seq=message.seq)))
 
     async def send(self, message: Any) -> None:
-        """A protocol model or raw text, to the worker's current session."""
-        assert self._connection is not None, "no worker connected"
+        """A protocol model or raw text, to the worker's current session (waits for one)."""
+        await self.wait_for(lambda: self._connection, what="a worker to connect")
+        assert self._connection is not None
         await self._connection.send(message if isinstance(message, str) else encode(message))
 
     async def drop(self) -> None:

@@ -1,0 +1,133 @@
+"""Usage reports made by the agent, as the gateway receives them, verify with the SDK and are
+accepted on chain by settle_usage on gpunet-localnet (the real program); `gpunet worker status`
+then shows the registration, the stake, the lease and the earnings."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from solana.rpc.async_api import AsyncClient
+from solana.rpc.commitment import Confirmed
+from solders.keypair import Keypair
+from solders.pubkey import Pubkey
+from solders.signature import Signature
+
+from gpunet import instructions as ix
+from gpunet.client import send_and_confirm
+from gpunet.events import decode_events
+from gpunet.keys import create_keypair_file
+from gpunet.pda import lease_pda
+from gpunet.protocol import Dispatch, JobSpec, UsageReportMessage
+from gpunet.tokens import create_mint, create_token_account, mint_io, token_balance
+from gpunet.usage import ed25519_verify_instruction
+from tests.sdk.test_chain import airdropped
+from tests.worker.gateway import FakeGateway
+from tests.worker.test_agent import final_status, reports, running_agent
+from worker.cli import _check_registration
+from worker.simulate import SimulatedGpus
+
+IO = 1_000_000
+PRICE = 36 * IO  # per GPU-hour: 10_000 base units per GPU-second
+JOB = str(Path(__file__).parent / "jobs" / "steps.py")
+GPUNET = str(Path(sys.executable).parent / "gpunet")
+
+
+async def settle(client: AsyncClient, attester: Keypair, treasury: Pubkey, lease: Pubkey, node_key: Pubkey,
+                 supplier: Pubkey, supplier_tokens: Pubkey, message: UsageReportMessage):
+    """What the coordinator will do: the node's own signature, carried into the Ed25519 instruction."""
+    report = message.report()
+    verify = ed25519_verify_instruction(node_key, Signature.from_string(message.signature), report.message(lease, node_key))
+    settle_ix = ix.settle_usage(attester.pubkey(), treasury, lease, node_key, supplier, supplier_tokens, report)
+    while time.time() < report.period_end + 1:  # the program takes no period ending after its clock
+        await asyncio.sleep(0.2)
+    sig = await send_and_confirm(client, attester, [verify, settle_ix])
+    tx = (await client.get_transaction(sig, commitment=Confirmed, max_supported_transaction_version=0)).value
+    [event] = [e for e in decode_events(tx.transaction.meta.log_messages) if e.name == "UsageSettled"]
+    return event.data
+
+
+async def test_the_workers_signed_reports_settle_on_chain(node, tmp_path, capsys) -> None:
+    keyfile = tmp_path / "node.json"
+    node_key = create_keypair_file(keyfile)
+    inventory = SimulatedGpus.parse("H100:2:80", str(node_key.pubkey())).inventory()
+    async with AsyncClient(node.url, commitment=Confirmed) as client:
+        admin, attester, supplier, client_wallet = [await airdropped(client) for _ in range(4)]
+        mint = await create_mint(client, admin)
+        treasury = await create_token_account(client, admin, mint, admin.pubkey())
+        supplier_tokens = await create_token_account(client, admin, mint, supplier.pubkey())
+        client_tokens = await create_token_account(client, admin, mint, client_wallet.pubkey())
+        for account in (supplier_tokens, client_tokens):
+            await mint_io(client, admin, mint, account, 1_000 * IO)
+        params = ix.ConfigParams(treasury=treasury, protocol_fee_bps=500, min_stake_per_gpu=100 * IO,
+                                 unbonding_seconds=60, usage_period_seconds=60, jail_seconds=60,
+                                 slash_bps=(1_000, 2_000, 5_000), slash_client_share_bps=5_000,
+                                 attesters=[attester.pubkey()])
+        await send_and_confirm(client, admin, [ix.initialize(admin.pubkey(), mint, params)])
+        await send_and_confirm(client, supplier, [
+            ix.register_provider(supplier.pubkey(), mint),
+            ix.stake(supplier.pubkey(), supplier_tokens, 200 * IO),
+            ix.register_node(supplier.pubkey(), node_key.pubkey(),
+                             ix.NodeSpec(1, 2, 80, 1, PRICE, inventory_hash=inventory.hash())),
+        ], [node_key])
+        # the agent's start-up check: the registered inventory matches; then a GPU goes missing
+        await _check_registration(node.url, node_key, inventory, tmp_path / "check")
+        assert capsys.readouterr().err == ""
+        one_gpu = SimulatedGpus.parse("H100:1:80", str(node_key.pubkey())).inventory()
+        await _check_registration(node.url, node_key, one_gpu, tmp_path / "check")
+        warning = " ".join(capsys.readouterr().err.split())
+        assert f"inventory hash {one_gpu.hash().hex()} differs from the registered {inventory.hash().hex()}" in warning
+        assert f"GPU {inventory.gpus[1].uuid} missing" in warning
+        await _check_registration(node.url, Keypair(), inventory, tmp_path / "check")
+        assert "is not registered on chain" in " ".join(capsys.readouterr().err.split())
+
+        terms = ix.LeaseTerms(gpu_model=1, min_vram_gb=80, gpu_count=2, region=ix.ANY,
+                              max_price_per_gpu_hour=PRICE, duration_seconds=3_600)
+        await send_and_confirm(client, client_wallet, [ix.open_lease(client_wallet.pubkey(), client_tokens, mint, 1, terms)])
+        lease = lease_pda(client_wallet.pubkey(), 1)
+        await send_and_confirm(client, attester, [ix.assign_lease(attester.pubkey(), lease, [
+            ix.Share(node_key.pubkey(), supplier.pubkey(), 2)])])
+        await asyncio.sleep(1.1)  # the job starts in a later second than the assignment
+
+        state = tmp_path / "state"
+        async with FakeGateway(usage_period_seconds=2) as gateway, running_agent(gateway, state, node_key):
+            spec = JobSpec(command=[sys.executable, JOB], env={"STEPS": "35", "STEP_SECONDS": "0.1"})
+            await gateway.send(Dispatch(lease=str(lease), gpus=2, job=spec))
+            await gateway.wait_for(lambda: final_status(gateway, str(lease)), what="the job's end")
+            await gateway.wait_for(lambda: final_status(gateway, str(lease)) and len(reports(gateway, str(lease))) >= 2,
+                                   what="the reports")
+            usage = reports(gateway, str(lease))
+
+        before = await token_balance(client, supplier_tokens)
+        settled_payout = 0
+        for message in usage:
+            assert message.verify(node_key.pubkey())
+            event = await settle(client, attester, treasury, lease, node_key.pubkey(), supplier.pubkey(),
+                                 supplier_tokens, message)
+            assert (event.seq, event.gpu_seconds, event.period_end) == (message.seq, message.gpu_seconds, message.period_end)
+            settled_payout += event.payout
+        total = sum(m.gpu_seconds for m in usage)
+        assert total >= 2 * 3  # 3.5 s of steps on 2 GPUs
+        assert await token_balance(client, supplier_tokens) == before + settled_payout
+        amounts = [m.gpu_seconds * PRICE // 3600 for m in usage]
+        assert settled_payout == sum(a - a * 500 // 10_000 for a in amounts)
+
+    out = subprocess.run([GPUNET, "worker", "status", "-k", str(keyfile), "--simulate-gpus", "H100:2:80",
+                          "--state-dir", str(state), "--rpc-url", node.url, "--json"],
+                         capture_output=True, text=True, timeout=60, env=os.environ)
+    assert out.returncode == 0, out.stderr
+    status = json.loads(out.stdout)
+    assert status["inventory"]["simulated"] and status["inventory"]["hash"] == inventory.hash().hex()
+    chain = status["chain"]
+    assert chain["registered"] and chain["inventory_hash"] == inventory.hash().hex()
+    assert (chain["gpu_model"], chain["gpu_count"], chain["gpus_leased"], chain["jailed"]) == ("H100", 2, 2, False)
+    assert chain["provider"]["staked"] == 200 * IO and chain["provider"]["earned"] == settled_payout
+    entry = status["leases"][str(lease)]
+    assert entry["reports"] == entry["acked"] == len(usage)
+    assert entry["reported_gpu_seconds"] == entry["settled_gpu_seconds"] == total
+    assert entry["settled_seq"] == len(usage) and entry["status"] == "Active"
