@@ -1,0 +1,153 @@
+"""gpunet.protocol: every message round-trips, strict validation with clear errors, version
+mismatch and its close code, challenge answers bound to their nonce and node key."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from solders.keypair import Keypair
+from solders.pubkey import Pubkey
+
+from gpunet.protocol import (
+    CLOSE_MALFORMED,
+    CLOSE_VERSION_MISMATCH,
+    MAX_MESSAGE_BYTES,
+    PROTOCOL_VERSION,
+    Ack,
+    Cancel,
+    Challenge,
+    Dispatch,
+    Error,
+    GpuTelemetry,
+    Heartbeat,
+    Hello,
+    JobLog,
+    JobSpec,
+    JobStatus,
+    ProtocolError,
+    UsageAck,
+    Welcome,
+    answer_challenge,
+    encode,
+    parse_coordinator_message,
+    parse_worker_message,
+    verify_challenge_answer,
+)
+from gpunet.usage import UsageReport
+from worker.metering import sign_report
+from worker.simulate import SimulatedGpus
+
+LEASE = str(Pubkey.new_unique())
+NODE = Keypair()
+
+
+def worker_messages() -> list:
+    inventory = SimulatedGpus.parse("L4:1:24", "n").inventory()
+    return [
+        Hello(simulated=True, version=PROTOCOL_VERSION, node_key=str(NODE.pubkey()), inventory=inventory),
+        answer_challenge(NODE, Challenge(nonce=os.urandom(32).hex()), simulated=True),
+        Heartbeat(simulated=False, healthy=False, gpus=[GpuTelemetry(uuid="GPU-1", healthy=False, problems=["lost"])],
+                  running=[LEASE]),
+        JobStatus(simulated=False, lease=LEASE, state="failed", exit_code=1, restarts=2, detail="exited with 1"),
+        JobLog(simulated=False, lease=LEASE, stream="stderr", line="CUDA out of memory"),
+        sign_report(NODE, LEASE, UsageReport(1, 100, 160, 120), simulated=False),
+        Ack(simulated=False, of="dispatch", lease=LEASE),
+    ]
+
+
+def coordinator_messages() -> list:
+    return [
+        Challenge(nonce=os.urandom(32).hex()),
+        Welcome(heartbeat_seconds=2, usage_period_seconds=60),
+        Dispatch(lease=LEASE, gpus=8, job=JobSpec(image="nvcr.io/nvidia/pytorch:24.05-py3", command=["torchrun", "t.py"]),
+                 rank=1, world_size=2, peers=["10.0.0.1:29500", "[fd00::2]:29500"]),
+        Cancel(lease=LEASE, reason="lease closed"),
+        UsageAck(lease=LEASE, seq=3),
+        Error(message="node is jailed", code=4401),
+    ]
+
+
+@pytest.mark.parametrize("message", worker_messages(), ids=lambda m: m.type)
+def test_worker_messages_round_trip(message) -> None:
+    assert parse_worker_message(encode(message)) == message
+
+
+@pytest.mark.parametrize("message", coordinator_messages(), ids=lambda m: m.type)
+def test_coordinator_messages_round_trip(message) -> None:
+    assert parse_coordinator_message(encode(message)) == message
+
+
+def test_each_direction_knows_only_its_own_types() -> None:
+    with pytest.raises(ProtocolError, match="unknown worker message type 'dispatch'"):
+        parse_worker_message(encode(coordinator_messages()[2]))
+    with pytest.raises(ProtocolError, match="unknown coordinator message type 'heartbeat'"):
+        parse_coordinator_message(encode(worker_messages()[2]))
+
+
+@pytest.mark.parametrize(("change", "error"), [
+    (lambda m: m | {"simulated": "false"}, "simulated: Input should be a valid boolean"),
+    (lambda m: m | {"simulated": 0}, "simulated: Input should be a valid boolean"),
+    (lambda m: {k: v for k, v in m.items() if k != "simulated"}, "simulated: Field required"),
+    (lambda m: m | {"gpu_seconds": -1}, "gpu_seconds: Input should be greater than or equal to 0"),
+    (lambda m: m | {"gpu_seconds": 2**64}, "gpu_seconds: Input should be less than"),
+    (lambda m: m | {"seq": 0}, "seq: Input should be greater than or equal to 1"),
+    (lambda m: m | {"signature": "abc"}, "signature: Value error, not a base58 Ed25519 signature"),
+    (lambda m: m | {"lease": "0" * 44}, "lease: Value error, not a base58 public key"),
+    (lambda m: m | {"extra": 1}, "extra: Extra inputs are not permitted"),
+])
+def test_a_bad_field_is_named_in_the_error(change, error) -> None:
+    usage = json.loads(encode(worker_messages()[5]))
+    with pytest.raises(ProtocolError, match=error) as refused:
+        parse_worker_message(json.dumps(change(usage)))
+    assert str(refused.value).startswith("bad usage_report message: ") and refused.value.close_code == CLOSE_MALFORMED
+
+
+def test_unreadable_and_oversized_messages() -> None:
+    for raw, error in [("{", "not JSON"), ("[1]", "must be a JSON object"), ('{"lease": 1}', "has no 'type'"),
+                       (b"\xff\xfe", "not JSON"), ("x" * (MAX_MESSAGE_BYTES + 1), "over the")]:
+        with pytest.raises(ProtocolError, match=error):
+            parse_worker_message(raw)
+
+
+def test_another_protocol_version_gets_its_close_code() -> None:
+    hello = json.loads(encode(worker_messages()[0])) | {"version": PROTOCOL_VERSION + 1}
+    with pytest.raises(ProtocolError, match=f"protocol version {PROTOCOL_VERSION + 1} is not {PROTOCOL_VERSION}") as e:
+        parse_worker_message(json.dumps(hello))
+    assert e.value.close_code == CLOSE_VERSION_MISMATCH
+
+
+def test_a_challenge_answer_is_bound_to_its_nonce_and_node_key() -> None:
+    nonce = os.urandom(32).hex()
+    answer = answer_challenge(NODE, Challenge(nonce=nonce), simulated=False)
+    assert verify_challenge_answer(NODE.pubkey(), nonce, answer)
+    assert not verify_challenge_answer(NODE.pubkey(), os.urandom(32).hex(), answer)  # replayed to a new nonce
+    assert not verify_challenge_answer(Keypair().pubkey(), nonce, answer)
+    with pytest.raises(ProtocolError, match="nonce must be 32 bytes"):
+        parse_coordinator_message('{"type": "challenge", "nonce": "00"}')
+
+
+def test_a_usage_report_verifies_only_for_its_node_and_content() -> None:
+    message = worker_messages()[5]
+    assert message.verify(NODE.pubkey()) and not message.verify(Keypair().pubkey())
+    tampered = message.model_copy(update={"gpu_seconds": message.gpu_seconds + 1})
+    assert not tampered.verify(NODE.pubkey())
+
+
+@pytest.mark.parametrize(("dispatch", "error"), [
+    ({"rank": 2, "world_size": 2, "peers": ["a:1", "b:1"]}, "rank 2 is not below world_size 2"),
+    ({"world_size": 2, "peers": ["a:1"]}, "a cluster of 2 needs 2 peers, got 1"),
+    ({"gpus": 0}, "gpus: Input should be greater than or equal to 1"),
+    ({"job": {"command": ["x"], "env": {"GPUNET_LEASE": "x"}}}, "GPUNET_LEASE is set by the worker"),
+    ({"job": {"command": ["x"], "env": {"1BAD": "x"}}}, "env name '1BAD' is not a valid variable name"),
+    ({"job": {"image": "x; rm -rf /"}}, "job.image: String should match pattern"),
+    ({"job": {"command": ["x"], "restart_policy": "always"}}, "job.restart_policy: Input should be 'never' or 'on-failure'"),
+    ({"job": {"command": ["x"], "inputs": [{"path": "../x", "url": "https://e/x", "sha256": "0" * 64}]}}, "path"),
+    ({"job": {"command": ["x"], "inputs": [{"path": "x", "url": "file:///etc/passwd", "sha256": "0" * 64}]}}, "url"),
+    ({"job": {"command": ["x"], "time_limit_seconds": 0}}, "time_limit_seconds: Input should be greater than 0"),
+])
+def test_bad_job_specs_are_refused(dispatch, error) -> None:
+    raw = {"type": "dispatch", "lease": LEASE, "gpus": 1, "job": {"command": ["python", "train.py"]}} | dispatch
+    with pytest.raises(ProtocolError, match=error):
+        parse_coordinator_message(json.dumps(raw))
