@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 from solders.keypair import Keypair
@@ -316,7 +316,7 @@ class Ack(_FromWorker):
 
 
 WorkerMessage = Annotated[
-    Union[Hello, ChallengeAnswer, Heartbeat, JobStatus, JobLog, UsageReportMessage, Ack], Field(discriminator="type")
+    Hello | ChallengeAnswer | Heartbeat | JobStatus | JobLog | UsageReportMessage | Ack, Field(discriminator="type")
 ]
 
 
@@ -375,7 +375,7 @@ class Error(_Model):
     code: int | None = None
 
 
-CoordinatorMessage = Annotated[Union[Challenge, Welcome, Dispatch, Cancel, UsageAck, Error], Field(discriminator="type")]
+CoordinatorMessage = Annotated[Challenge | Welcome | Dispatch | Cancel | UsageAck | Error, Field(discriminator="type")]
 
 _worker_messages: TypeAdapter[Any] = TypeAdapter(WorkerMessage)
 _coordinator_messages: TypeAdapter[Any] = TypeAdapter(CoordinatorMessage)

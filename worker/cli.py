@@ -12,6 +12,7 @@ from typing import Any
 import typer
 from rich.console import Console
 from rich.table import Table
+from solana.exceptions import SolanaRpcException
 from solana.rpc.async_api import AsyncClient
 from solders.keypair import Keypair
 
@@ -112,7 +113,7 @@ async def _check_registration(rpc_url: str, node: Keypair, inventory: Inventory,
     try:
         async with AsyncClient(rpc_url) as client:
             record = await fetch_node(client, node.pubkey())
-    except Exception as e:  # the RPC node is not ours to trust; never fatal for the agent
+    except (SolanaRpcException, OSError, ValueError) as e:  # an RPC node we cannot read is never fatal here
         errors.print(f"[yellow]warning:[/] cannot read the node's registration from {rpc_url}: {e}")
         return
     if record is None:
@@ -202,7 +203,7 @@ async def _chain_status(rpc_url: str, node: Keypair, leases: dict[str, dict[str,
                     entry |= {"status": share.status, "gpus": share.gpus, "price_per_gpu_hour": share.price_per_gpu_hour,
                               "settled_seq": share.last_seq, "settled_gpu_seconds": share.settled_gpu_seconds,
                               "settled_gross": share.settled_gpu_seconds * share.price_per_gpu_hour // 3600}
-    except Exception as e:  # shown, not fatal: the local half of the status is still worth printing
+    except (SolanaRpcException, OSError, ValueError) as e:  # shown: the local half is still worth printing
         return {"error": f"cannot read {rpc_url}: {e}"}
     return {
         "registered": True,

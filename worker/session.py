@@ -108,8 +108,9 @@ class Session:
                     self.backoff.reset()
                     await self._serve(ws, welcome)
             except ConnectionClosed as e:
-                code = e.rcvd.code if e.rcvd else None
-                log.warning("session.closed code=%s reason=%s", code, _CLOSE_REASONS.get(code, e.rcvd.reason if e.rcvd else ""))
+                # e.g. 4401 (node not registered yet) or 4426 (upgrade the worker): logged, retried with backoff
+                code, reason = (e.rcvd.code, e.rcvd.reason) if e.rcvd else (None, "no close frame")
+                log.warning("session.closed code=%s reason=%s", code, _CLOSE_REASONS.get(code or 0, reason))
             except (OSError, TimeoutError, InvalidHandshake, _HandshakeRefused) as e:
                 log.warning("session.failed url=%s error=%s", self.url, e or type(e).__name__)
             except InvalidURI as e:

@@ -15,19 +15,19 @@ class NVMLError(Exception):
         return self.__class__.__name__.removeprefix("NVMLError_")
 
 
-class NVMLError_NotSupported(NVMLError):  # noqa: N801 (pynvml's names)
+class NVMLError_NotSupported(NVMLError):
     value = 3
 
 
-class NVMLError_LibraryNotFound(NVMLError):  # noqa: N801
+class NVMLError_LibraryNotFound(NVMLError):
     value = 12
 
 
-class NVMLError_GpuIsLost(NVMLError):  # noqa: N801
+class NVMLError_GpuIsLost(NVMLError):
     value = 15
 
 
-class NVMLError_FunctionNotFound(NVMLError):  # noqa: N801
+class NVMLError_FunctionNotFound(NVMLError):
     value = 13
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Self
 
 from solders.pubkey import Pubkey
 from websockets.asyncio.server import Server, ServerConnection, serve
@@ -45,7 +45,7 @@ class FakeGateway:
         port = next(iter(self._server.sockets)).getsockname()[1]
         return f"ws://127.0.0.1:{port}/worker"
 
-    async def __aenter__(self) -> FakeGateway:
+    async def __aenter__(self) -> Self:
         self._server = await serve(self._session, "127.0.0.1", 0)
         return self
 

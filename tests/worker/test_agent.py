@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
+import json
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import pytest
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
@@ -79,7 +80,7 @@ async def test_a_dispatched_job_runs_and_its_usage_is_signed_reported_and_acked(
         usage = reports(gateway, lease)
         assert [r.seq for r in usage] == list(range(1, len(usage) + 1))
         assert all(r.verify(node.pubkey()) for r in usage)
-        assert all(b.period_start >= a.period_end for a, b in zip(usage, usage[1:]))
+        assert all(b.period_start >= a.period_end for a, b in itertools.pairwise(usage))
         assert all(0 < r.gpu_seconds <= 2 * (r.period_end - r.period_start) for r in usage)
         assert sum(r.gpu_seconds for r in usage) >= 2 * 2  # the job ran 3 s or more on 2 GPUs
         # simulated GPUs are marked in every message the worker sent
@@ -91,12 +92,15 @@ async def test_bad_coordinator_input_is_refused_and_reported_and_the_agent_keeps
     lease = str(Pubkey.new_unique())
     async with FakeGateway() as gateway, running_agent(gateway, tmp_path) as agent:
         await gateway.wait_for(lambda: gateway.messages(Heartbeat), what="a heartbeat")
+        def dispatch(job: dict) -> str:
+            return json.dumps({"type": "dispatch", "lease": lease, "gpus": 1, "job": job})
+
         bad = [
             "this is not json",
             '{"type": "reboot", "now": true}',
-            '{"type": "dispatch", "lease": "%s", "gpus": 1, "job": {"command": ["x"], "env": {"CUDA_VISIBLE_DEVICES": "0"}}}' % lease,
-            '{"type": "dispatch", "lease": "%s", "gpus": 1, "job": {"command": []}}' % lease,
-            '{"type": "dispatch", "lease": "%s", "gpus": 1, "job": {"command": ["x"], "checkpoint_dir": "../../etc"}}' % lease,
+            f'{{"type": "dispatch", "lease": "{lease}", "gpus": 1, "job": {{"command": ["x"], "env": {{"CUDA_VISIBLE_DEVICES": "0"}}}}}}',
+            f'{{"type": "dispatch", "lease": "{lease}", "gpus": 1, "job": {{"command": []}}}}',
+            f'{{"type": "dispatch", "lease": "{lease}", "gpus": 1, "job": {{"command": ["x"], "checkpoint_dir": "../../etc"}}}}',
             '{"type": "cancel", "lease": "not-a-key"}',
         ]
         for raw in bad:

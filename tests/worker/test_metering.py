@@ -80,7 +80,7 @@ def test_a_crash_closes_the_open_period_at_its_last_journaled_instant_and_never_
     journal = open_journal(path)
     m = meter(journal, node)
     m.start(1000.0)
-    [first] = m.tick(1010.0)
+    [_first] = m.tick(1010.0)
     m.tick(1014.3)  # 4.3 s into period 2, journaled; then the agent is killed
     journal.close()
 
