@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +32,7 @@ from worker.metering import LeaseMeter, recover_open_periods
 from worker.runner import JobDirs, JobRunner, find_container_engine
 from worker.session import Backoff, Session
 
-__all__ = ["Agent", "WorkerSettings"]
+__all__ = ["Agent", "StateDirBusy", "WorkerSettings"]
 
 log = logging.getLogger("gpunet.worker")
 
@@ -49,6 +51,21 @@ class WorkerSettings(BaseSettings):
     reconnect_cap_seconds: float = 30.0
 
 
+class StateDirBusy(RuntimeError):
+    """Another agent holds this state directory: two writers would meter the same leases twice."""
+
+
+def _lock_state_dir(state_dir: Path) -> int:
+    state_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(state_dir / "agent.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released by the kernel when the agent dies
+    except BlockingIOError:
+        os.close(fd)
+        raise StateDirBusy(f"{state_dir}: another worker agent is running with this state directory") from None
+    return fd
+
+
 @dataclass
 class _Job:
     runner: JobRunner
@@ -62,7 +79,12 @@ class Agent:
         self.settings, self.node, self.gpus = settings, node, gpus
         self.simulated = gpus.simulated
         self.inventory = gpus.inventory()
-        self.journal = Journal(settings.state_dir / "usage.jsonl")
+        self._lock = _lock_state_dir(settings.state_dir)
+        try:
+            self.journal = Journal(settings.state_dir / "usage.jsonl")
+        except BaseException:
+            os.close(self._lock)
+            raise
         self.jobs: dict[str, _Job] = {}
         self.usage_period_seconds = settings.usage_period_seconds
         self.engine = find_container_engine()
@@ -82,7 +104,14 @@ class Agent:
         finally:
             meter.cancel()
             await self.stop_jobs("agent stopping")
-            self.journal.close()
+            self.close()
+
+    def close(self) -> None:
+        """Closes the journal and releases the state directory (idempotent)."""
+        self.journal.close()
+        if self._lock >= 0:
+            os.close(self._lock)
+            self._lock = -1
 
     async def stop_jobs(self, reason: str) -> None:
         for job in list(self.jobs.values()):

@@ -19,7 +19,7 @@ from solders.keypair import Keypair
 from gpunet.catalog import gpu_model_name, region_name
 from gpunet.keys import KeypairFileError, load_keypair
 from gpunet.protocol import Inventory
-from worker.agent import Agent, WorkerSettings
+from worker.agent import Agent, StateDirBusy, WorkerSettings
 from worker.chain import fetch_lease_share, fetch_node
 from worker.gpus import GpuBackend, GpusUnavailable, open_gpus
 from worker.journal import Journal, JournalError
@@ -31,8 +31,9 @@ app = typer.Typer(help="Run a worker node and read its status.", no_args_is_help
 console = Console()
 errors = Console(stderr=True)
 
-# Exit codes: 0 ok, 1 bad keypair file, 2 no usable GPUs / bad --simulate-gpus, 3 damaged journal.
-EXIT_KEYPAIR, EXIT_GPUS, EXIT_JOURNAL = 1, 2, 3
+# Exit codes: 0 ok, 1 bad keypair file, 2 no usable GPUs / bad --simulate-gpus,
+# 3 state directory unusable (damaged journal, or another agent running on it).
+EXIT_KEYPAIR, EXIT_GPUS, EXIT_STATE = 1, 2, 3
 IO = 10**6
 
 KeypairOption = typer.Option(Path("~/.config/gpunet/node.json"), "--keypair", "-k", help="The node keypair file.")
@@ -86,8 +87,8 @@ def run(
         asyncio.run(_check_registration(rpc_url, node, gpus.inventory(), settings.state_dir))
     try:
         agent = Agent(settings, node, gpus)
-    except JournalError as e:
-        raise _fail(EXIT_JOURNAL, str(e)) from None
+    except (JournalError, StateDirBusy) as e:
+        raise _fail(EXIT_STATE, str(e)) from None
     kind = "simulated" if gpus.simulated else "NVML"
     errors.print(f"worker {node.pubkey()}: {len(gpus.inventory().gpus)} {kind} GPU(s), gateway {settings.gateway_url}")
     asyncio.run(_run_until_signalled(agent))
@@ -103,6 +104,7 @@ async def _run_until_signalled(agent: Agent) -> None:
     except asyncio.CancelledError:
         pass
     finally:
+        agent.close()
         agent.gpus.close()
 
 
@@ -172,10 +174,9 @@ def status(
     leases: dict[str, dict[str, Any]] = {}
     if journal_path.exists():
         try:
-            journal = Journal(journal_path)
+            journal = Journal(journal_path, read_only=True)  # the agent may be writing it right now
         except JournalError as e:
-            raise _fail(EXIT_JOURNAL, str(e)) from None
-        journal.close()
+            raise _fail(EXIT_STATE, str(e)) from None
         for (lease, seq), message in journal.reports.items():
             entry = leases.setdefault(lease, {"reports": 0, "acked": 0, "reported_gpu_seconds": 0})
             entry["reports"] += 1

@@ -34,17 +34,50 @@ class OpenPeriod:
     run_seconds: float
 
 
+def _progress(period: OpenPeriod) -> dict[str, Any]:
+    return {"kind": "progress", "lease": period.lease, "gpus": period.gpus, "period_start": period.period_start,
+            "until": period.until, "run_seconds": period.run_seconds}
+
+
 class Journal:
-    def __init__(self, path: Path) -> None:
+    """The agent's journal (`read_only=False`: one writer, which repairs a torn tail and compacts
+    superseded progress records at open), or a reader's view of it (`gpunet worker status`)."""
+
+    def __init__(self, path: Path, read_only: bool = False) -> None:
         self.path = path
         self.reports: dict[tuple[str, int], UsageReportMessage] = {}
         self.acked: set[tuple[str, int]] = set()
         self.open_periods: dict[str, OpenPeriod] = {}
+        self._superseded = 0  # progress/closed records that no longer say anything
+        if read_only:
+            self._load(repair=False)
+            self._file = None
+            return
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._load()
+        self._load(repair=True)
+        if self._superseded:
+            self._compact()
         self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 (held for the agent's life)
 
-    def _load(self) -> None:
+    def _compact(self) -> None:
+        """Rewrites the journal with only what its state needs; atomic (rename) and durable (fsync)."""
+        records: list[dict[str, Any]] = [{"kind": "report", "message": m.model_dump(mode="json")}
+                                         for _, m in sorted(self.reports.items())]
+        records += [{"kind": "ack", "lease": lease, "seq": seq} for lease, seq in sorted(self.acked)]
+        records += [_progress(p) for p in self.open_periods.values()]
+        tmp = self.path.with_suffix(".compact")
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.writelines(json.dumps(r, separators=(",", ":")) + "\n" for r in records)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+        directory = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+
+    def _load(self, repair: bool) -> None:
         if not self.path.exists():
             return
         data = self.path.read_bytes()
@@ -61,7 +94,7 @@ class Journal:
                     break  # a torn last write (killed mid-append): it was never fsynced, so never sent
                 raise JournalError(f"{self.path}:{number}: damaged journal record ({e})") from None
             good += len(line) + 1
-        if good < len(data):
+        if good < len(data) and repair:
             with open(self.path, "r+b") as f:
                 f.truncate(good)
 
@@ -70,25 +103,29 @@ class Journal:
         if kind == "report":
             message = UsageReportMessage.model_validate(record["message"])
             self.reports[(message.lease, message.seq)] = message
-            self.open_periods.pop(message.lease, None)
+            self._superseded += self.open_periods.pop(message.lease, None) is not None
         elif kind == "ack":
             self.acked.add((record["lease"], record["seq"]))
         elif kind == "progress":
             period = OpenPeriod(record["lease"], record["gpus"], record["period_start"], record["until"], record["run_seconds"])
+            self._superseded += period.lease in self.open_periods
             self.open_periods[period.lease] = period
         elif kind == "closed":
+            self._superseded += 1
             self.open_periods.pop(record["lease"], None)
         else:
             raise ValueError(f"unknown record kind {kind!r}")
 
     def _append(self, record: dict[str, Any]) -> None:
+        if self._file is None:
+            raise RuntimeError("this journal was opened read-only")
         self._apply(record)
         self._file.write(json.dumps(record, separators=(",", ":")) + "\n")
         self._file.flush()
         os.fsync(self._file.fileno())
 
     def close(self) -> None:
-        if not self._file.closed:
+        if self._file is not None and not self._file.closed:
             self._file.close()
 
     # --- writes
@@ -106,8 +143,7 @@ class Journal:
         return True
 
     def record_progress(self, period: OpenPeriod) -> None:
-        self._append({"kind": "progress", "lease": period.lease, "gpus": period.gpus,
-                      "period_start": period.period_start, "until": period.until, "run_seconds": period.run_seconds})
+        self._append(_progress(period))
 
     def record_closed(self, lease: str) -> None:
         """An open period ended with nothing to report."""

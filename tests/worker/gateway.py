@@ -35,6 +35,8 @@ class FakeGateway:
         self.received: list[tuple[int, Any]] = []  # (session number, message)
         self.sessions = 0
         self.ack_usage: Callable[[UsageReportMessage], bool] = lambda report: True
+        self.refuse_next = 0  # sessions to close as unauthorised (an unregistered node) before admitting one
+        self.refused = 0
         self._connection: ServerConnection | None = None
         self._server: Server | None = None
         self._changed = asyncio.Condition()
@@ -62,6 +64,11 @@ class FakeGateway:
     async def _session(self, ws: ServerConnection) -> None:
         hello = parse_worker_message(await ws.recv())
         assert isinstance(hello, Hello), hello
+        if self.refuse_next:
+            self.refuse_next -= 1
+            self.refused += 1
+            await ws.close(CLOSE_UNAUTHORISED, "node not registered")
+            return
         nonce = os.urandom(32).hex()
         await ws.send(encode(Challenge(nonce=nonce)))
         answer = parse_worker_message(await ws.recv())

@@ -12,6 +12,7 @@ import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import pytest
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
@@ -28,7 +29,8 @@ from gpunet.protocol import (
     UsageReportMessage,
 )
 from tests.worker.gateway import FakeGateway
-from worker.agent import Agent, WorkerSettings
+from worker.agent import Agent, StateDirBusy, WorkerSettings
+from worker.session import Backoff
 from worker.simulate import SimulatedGpus
 
 JOB = str(Path(__file__).parent / "jobs" / "steps.py")
@@ -51,6 +53,7 @@ async def running_agent(gateway: FakeGateway, state_dir: Path, node: Keypair | N
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+        agent.close()  # a task cancelled before it ever ran never reached its own cleanup
 
 
 def final_status(gateway: FakeGateway, lease: str):
@@ -155,3 +158,66 @@ async def test_a_dropped_connection_is_resumed_without_losing_or_repeating_anyth
         assert second[: len(first)] == first
         assert [r.seq for r in second] == list(range(1, len(second) + 1))
         assert gateway.messages(Ack, 2)[-1].of == "dispatch"
+
+
+class FailingGpus(SimulatedGpus):
+    """Simulated GPUs whose first one can be made to fail (as NVML reports a lost GPU)."""
+
+    lost = False
+
+    def sample(self):
+        samples = super().sample()
+        if self.lost:
+            samples[0] = samples[0].model_copy(update={"healthy": False, "problems": ["NVML: GpuIsLost"]})
+        return samples
+
+
+async def test_an_unhealthy_gpu_shows_in_heartbeats_and_takes_no_job(tmp_path) -> None:
+    node, lease = Keypair(), str(Pubkey.new_unique())
+    gpus = FailingGpus.parse("H100:2:80", str(node.pubkey()))
+    settings = WorkerSettings(gateway_url="", state_dir=tmp_path, meter_tick_seconds=0.2)
+    async with FakeGateway() as gateway:
+        agent = Agent(settings.model_copy(update={"gateway_url": gateway.url}), node, gpus)
+        task = asyncio.create_task(agent.run())
+        try:
+            await gateway.wait_for(lambda: gateway.messages(Heartbeat), what="a heartbeat")
+            gpus.lost = True
+            beat = await gateway.wait_for(lambda: next((b for b in gateway.messages(Heartbeat) if not b.healthy), None),
+                                          what="an unhealthy heartbeat")
+            assert beat.gpus[0].problems == ["NVML: GpuIsLost"] and beat.gpus[1].healthy
+            await gateway.send(Dispatch(lease=lease, gpus=2, job=job(steps=1)))
+            ack = await gateway.wait_for(lambda: gateway.messages(Ack), what="the refusal")
+            assert ack[0].error == "2 GPUs asked for, 1 free and healthy on this node"
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            agent.close()
+
+
+async def test_one_state_directory_serves_one_agent(tmp_path) -> None:
+    async with FakeGateway() as gateway, running_agent(gateway, tmp_path):
+        with pytest.raises(StateDirBusy, match="another worker agent is running with this state directory"):
+            node = Keypair()
+            Agent(WorkerSettings(gateway_url=gateway.url, state_dir=tmp_path), node,
+                  SimulatedGpus.parse("H100:1:80", str(node.pubkey())))
+
+
+async def test_a_refused_session_is_retried_with_backoff_until_admitted(tmp_path) -> None:
+    async with FakeGateway() as gateway:
+        gateway.refuse_next = 3  # e.g. the node is registered on chain a moment later
+        async with running_agent(gateway, tmp_path) as agent:
+            await gateway.wait_for(lambda: gateway.messages(Heartbeat), what="a heartbeat")
+            assert gateway.refused == 3 and gateway.sessions == 1 and agent.session.sessions == 1
+
+
+def test_backoff_grows_with_full_jitter_up_to_its_cap_and_resets() -> None:
+    import random
+
+    backoff = Backoff(base=0.5, cap=4.0, rng=random.Random(7))
+    delays = [backoff.next_delay() for _ in range(12)]
+    bounds = [min(4.0, 0.5 * 2**i) for i in range(12)]
+    assert all(0 <= d <= b for d, b in zip(delays, bounds, strict=True))
+    assert max(delays[6:]) > 2.0  # it does grow (seeded: deterministic)
+    backoff.reset()
+    assert backoff.next_delay() <= 0.5

@@ -113,3 +113,35 @@ def test_a_torn_last_line_is_dropped_and_other_damage_refused(tmp_path: Path, op
     path.write_bytes(b"\n".join(lines))
     with pytest.raises(JournalError, match=r"usage.jsonl:1: damaged"):
         open_journal(path)
+
+
+def test_the_writer_compacts_superseded_progress_and_keeps_every_fact(tmp_path: Path, open_journal) -> None:
+    path, node = tmp_path / "usage.jsonl", Keypair()
+    journal = open_journal(path)
+    m = meter(journal, node, period=10)
+    m.start(1000.0)
+    for i in range(1, 100):
+        m.tick(1000.0 + i * 0.25)  # 2 reports and many progress records
+    journal.record_ack(LEASE, 2)
+    journal.close()
+    lines_before = path.read_bytes().count(b"\n")
+
+    again = open_journal(path)
+    assert path.read_bytes().count(b"\n") == 2 + 1 + 1 < lines_before  # 2 reports, the ack, the open period
+    assert again.reports == journal.reports and again.acked == journal.acked
+    assert again.open_periods == journal.open_periods and again.next_seq(LEASE) == 3
+    assert not (tmp_path / "usage.compact").exists()
+
+
+def test_a_reader_never_repairs_or_writes(tmp_path: Path, open_journal) -> None:
+    path = tmp_path / "usage.jsonl"
+    journal = open_journal(path)
+    meter(journal, Keypair(), period=2).start(100.0)
+    journal.close()
+    with open(path, "ab") as f:
+        f.write(b'{"kind":"ack"')  # the agent is in the middle of a write
+    content = path.read_bytes()
+    reader = Journal(path, read_only=True)
+    assert LEASE in reader.open_periods and path.read_bytes() == content
+    with pytest.raises(RuntimeError, match="read-only"):
+        reader.record_closed(LEASE)
