@@ -3,6 +3,7 @@ earnings (Provider), and its shares of leases (Lease) — read through RPC, deco
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,10 +12,10 @@ from solana.rpc.async_api import AsyncClient
 from solana.rpc.commitment import Confirmed
 from solders.pubkey import Pubkey
 
-from gpunet.idl import load_idl
+from gpunet.idl import PROGRAM_ID, load_idl
 from gpunet.pda import node_pda
 
-__all__ = ["LeaseShare", "NodeRecord", "fetch_lease_share", "fetch_node"]
+__all__ = ["LeaseShare", "NodeRecord", "fetch_node", "fetch_node_leases"]
 
 
 @dataclass(frozen=True)
@@ -47,13 +48,22 @@ async def fetch_node(client: AsyncClient, node_key: Pubkey) -> NodeRecord | None
     return NodeRecord(node, await _account(client, node.provider))
 
 
-async def fetch_lease_share(client: AsyncClient, lease: str, node_key: Pubkey) -> LeaseShare | None:
-    """This node's share of `lease`, None if the lease is gone or no longer lists the node."""
-    state = await _account(client, Pubkey.from_string(lease))
-    if state is None:
-        return None
+def _share(lease: str, state: Any, node_key: Pubkey) -> LeaseShare | None:
     for a in state.assignments[: state.node_count]:
         if a.node_key == node_key:
             return LeaseShare(lease, type(state.status).__name__, a.gpus, a.price_per_gpu_hour, a.last_seq,
                               a.settled_until, a.gpu_seconds)
     return None
+
+
+_LEASE_DISCRIMINATOR = hashlib.sha256(b"account:Lease").digest()[:8]  # Anchor's account tag
+
+
+async def fetch_node_leases(client: AsyncClient, node_key: Pubkey) -> list[LeaseShare]:
+    """Every lease that lists this node now (closed ones included, as the program keeps them).
+    Reads all Lease accounts: fine for a status command, not for a hot path."""
+    response = await client.get_program_accounts(PROGRAM_ID, commitment=Confirmed, encoding="base64")
+    coder = Coder(load_idl())
+    shares = [_share(str(item.pubkey), coder.accounts.decode(bytes(item.account.data)), node_key)
+              for item in response.value if bytes(item.account.data[:8]) == _LEASE_DISCRIMINATOR]
+    return [share for share in shares if share is not None]

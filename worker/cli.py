@@ -20,7 +20,7 @@ from gpunet.catalog import gpu_model_name, region_name
 from gpunet.keys import KeypairFileError, load_keypair
 from gpunet.protocol import Inventory
 from worker.agent import Agent, StateDirBusy, WorkerSettings
-from worker.chain import fetch_lease_share, fetch_node
+from worker.chain import fetch_node, fetch_node_leases
 from worker.gpus import GpuBackend, GpusUnavailable, open_gpus
 from worker.journal import Journal, JournalError
 from worker.simulate import SimulationSpecError
@@ -198,12 +198,12 @@ async def _chain_status(rpc_url: str, node: Keypair, leases: dict[str, dict[str,
             if record is None:
                 return {"registered": False}
             spec, provider = record.node.spec, record.provider
-            for lease, entry in leases.items():
-                share = await fetch_lease_share(client, lease, node.pubkey())
-                if share is not None:
-                    entry |= {"status": share.status, "gpus": share.gpus, "price_per_gpu_hour": share.price_per_gpu_hour,
-                              "settled_seq": share.last_seq, "settled_gpu_seconds": share.settled_gpu_seconds,
-                              "settled_gross": share.settled_gpu_seconds * share.price_per_gpu_hour // 3600}
+            # every lease listing this node on chain joins those it journaled usage for
+            for share in await fetch_node_leases(client, node.pubkey()):
+                entry = leases.setdefault(share.lease, {"reports": 0, "acked": 0, "reported_gpu_seconds": 0})
+                entry |= {"status": share.status, "gpus": share.gpus, "price_per_gpu_hour": share.price_per_gpu_hour,
+                          "settled_seq": share.last_seq, "settled_gpu_seconds": share.settled_gpu_seconds,
+                          "settled_gross": share.settled_gpu_seconds * share.price_per_gpu_hour // 3600}
     except (SolanaRpcException, OSError, ValueError) as e:  # shown: the local half is still worth printing
         return {"error": f"cannot read {rpc_url}: {e}"}
     return {
@@ -250,9 +250,10 @@ def _print_status(report: dict[str, Any]) -> None:
         console.print(f"  stake: {_io(p['staked'])} ({_io(p['bonded'])} bonded, {_io(p['unbonding'])} unbonding, "
                       f"{_io(p['slashed'])} slashed); provider earned {_io(p['earned'])} in total")
     table = Table(title="leases (from the usage journal; settled figures from the chain)")
-    for column in ("lease", "reports", "acked", "GPU-s reported", "GPU-s settled", "settled (gross)"):
+    for column in ("lease", "status", "GPUs", "reports", "acked", "GPU-s reported", "GPU-s settled", "settled (gross)"):
         table.add_column(column, justify="left" if column == "lease" else "right")
     for lease, e in report["leases"].items():
-        table.add_row(lease, str(e["reports"]), str(e["acked"]), str(e["reported_gpu_seconds"]),
+        table.add_row(lease, e.get("status", "-"), str(e.get("gpus", "-")), str(e["reports"]), str(e["acked"]),
+                      str(e["reported_gpu_seconds"]),
                       str(e.get("settled_gpu_seconds", "-")), _io(e["settled_gross"]) if "settled_gross" in e else "-")
     console.print(table)

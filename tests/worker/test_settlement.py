@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from solana.rpc.async_api import AsyncClient
 from solana.rpc.commitment import Confirmed
@@ -36,6 +37,15 @@ IO = 1_000_000
 PRICE = 36 * IO  # per GPU-hour: 10_000 base units per GPU-second
 JOB = str(Path(__file__).parent / "jobs" / "steps.py")
 GPUNET = str(Path(sys.executable).parent / "gpunet")
+
+
+async def worker_status(keyfile: Path, state: Path, rpc_url: str, *, as_json: bool = True) -> Any:
+    out = await asyncio.to_thread(
+        subprocess.run, [GPUNET, "worker", "status", "-k", str(keyfile), "--simulate-gpus", "H100:2:80",
+                         "--state-dir", str(state), "--rpc-url", rpc_url, *(["--json"] if as_json else [])],
+        capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "250"}, check=False)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout) if as_json else out.stdout
 
 
 async def settle(client: AsyncClient, attester: Keypair, treasury: Pubkey, lease: Pubkey, node_key: Pubkey,
@@ -92,6 +102,10 @@ async def test_the_workers_signed_reports_settle_on_chain(node, tmp_path, capsys
         lease = lease_pda(client_wallet.pubkey(), 1)
         await send_and_confirm(client, attester, [ix.assign_lease(attester.pubkey(), lease, [
             ix.Share(node_key.pubkey(), supplier.pubkey(), 2)])])
+        status = await worker_status(keyfile, tmp_path / "state", node.url)  # placed, nothing run yet
+        assert status["leases"] == {str(lease): {"reports": 0, "acked": 0, "reported_gpu_seconds": 0, "status": "Active",
+                                                 "gpus": 2, "price_per_gpu_hour": PRICE, "settled_seq": 0,
+                                                 "settled_gpu_seconds": 0, "settled_gross": 0}}
         await asyncio.sleep(1.1)  # the job starts in a later second than the assignment
 
         state = tmp_path / "state"
@@ -117,11 +131,7 @@ async def test_the_workers_signed_reports_settle_on_chain(node, tmp_path, capsys
         amounts = [m.gpu_seconds * PRICE // 3600 for m in usage]
         assert settled_payout == sum(a - a * 500 // 10_000 for a in amounts)
 
-    out = await asyncio.to_thread(subprocess.run, [GPUNET, "worker", "status", "-k", str(keyfile), "--simulate-gpus", "H100:2:80",
-                          "--state-dir", str(state), "--rpc-url", node.url, "--json"],
-                         capture_output=True, text=True, timeout=60, env=os.environ, check=False)
-    assert out.returncode == 0, out.stderr
-    status = json.loads(out.stdout)
+    status = await worker_status(keyfile, state, node.url)
     assert status["inventory"]["simulated"] and status["inventory"]["hash"] == inventory.hash().hex()
     chain = status["chain"]
     assert chain["registered"] and chain["inventory_hash"] == inventory.hash().hex()
@@ -131,3 +141,7 @@ async def test_the_workers_signed_reports_settle_on_chain(node, tmp_path, capsys
     assert entry["reports"] == entry["acked"] == len(usage)
     assert entry["reported_gpu_seconds"] == entry["settled_gpu_seconds"] == total
     assert entry["settled_seq"] == len(usage) and entry["status"] == "Active"
+
+    text = await worker_status(keyfile, state, node.url, as_json=False)
+    assert "registered: 2x H100 80 GB in us-east" in text and "inventory matches" in text
+    assert "stake: 200.000000 IO" in text and str(lease) in text
