@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from solders.keypair import Keypair
 
@@ -49,6 +49,13 @@ class WorkerSettings(BaseSettings):
     stop_grace_seconds: float = 10.0  # SIGTERM -> SIGKILL
     reconnect_base_seconds: float = 0.5
     reconnect_cap_seconds: float = 30.0
+
+    @field_validator("gateway_url")
+    @classmethod
+    def _websocket_url(cls, url: str) -> str:
+        if not url.startswith(("ws://", "wss://")):
+            raise ValueError(f"the gateway URL must start with ws:// or wss://, got {url!r}")
+        return url
 
 
 class StateDirBusy(RuntimeError):

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 from solana.exceptions import SolanaRpcException
@@ -31,9 +32,10 @@ app = typer.Typer(help="Run a worker node and read its status.", no_args_is_help
 console = Console()
 errors = Console(stderr=True)
 
-# Exit codes: 0 ok, 1 bad keypair file, 2 no usable GPUs / bad --simulate-gpus,
+# Exit codes: 0 ok, 1 bad keypair file, 2 no usable GPUs / a bad option or setting,
 # 3 state directory unusable (damaged journal, or another agent running on it).
 EXIT_KEYPAIR, EXIT_GPUS, EXIT_STATE = 1, 2, 3
+EXIT_USAGE = EXIT_GPUS  # like click's own usage errors
 IO = 10**6
 
 KeypairOption = typer.Option(Path("~/.config/gpunet/node.json"), "--keypair", "-k", help="The node keypair file.")
@@ -64,7 +66,12 @@ def _gpus(simulate: str | None, node: Keypair) -> GpuBackend:
 
 
 def _settings(**overrides: Any) -> WorkerSettings:
-    return WorkerSettings(**{k: v for k, v in overrides.items() if v is not None})
+    """Options given on the command line over GPUNET_WORKER_* variables over defaults."""
+    try:
+        return WorkerSettings(**{k: v for k, v in overrides.items() if v is not None})
+    except ValidationError as e:
+        problems = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())
+        raise _fail(EXIT_USAGE, f"bad worker settings: {problems}") from None
 
 
 @app.command("run")
@@ -80,9 +87,9 @@ def run(
     """Run the agent: inventory the GPUs, connect to the coordinator, run jobs, report usage."""
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    settings = _settings(gateway_url=gateway, state_dir=state_dir, usage_period_seconds=usage_period)
     node = _node(keypair)
     gpus = _gpus(simulate_gpus, node)
-    settings = _settings(gateway_url=gateway, state_dir=state_dir, usage_period_seconds=usage_period)
     if rpc_url:
         asyncio.run(_check_registration(rpc_url, node, gpus.inventory(), settings.state_dir))
     try:

@@ -142,3 +142,12 @@ def test_without_a_driver_the_worker_refuses_to_start_and_says_why(tmp_path) -> 
     assert out.returncode == 2
     assert "no NVIDIA driver" in out.stderr and "--simulate-gpus MODEL:COUNT:VRAM_GB" in out.stderr
     assert not (tmp_path / "state").exists()  # refused before touching anything
+
+
+def test_a_bad_gateway_url_is_refused_before_anything_starts(tmp_path) -> None:
+    out = subprocess.run([GPUNET, "worker", "run", "-k", str(tmp_path / "missing.json"), "--gateway", "http://x/worker",
+                          "--simulate-gpus", "H100:1:80", "--state-dir", str(tmp_path / "state")],
+                         capture_output=True, text=True, timeout=60, check=False, env={**os.environ, "COLUMNS": "300"})
+    assert out.returncode == 2
+    assert "gateway_url: Value error, the gateway URL must start with ws:// or wss://, got 'http://x/worker'" in out.stderr
+    assert not (tmp_path / "state").exists()
