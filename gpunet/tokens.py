@@ -11,6 +11,8 @@ from spl.token.instructions import (
     InitializeAccountParams,
     InitializeMintParams,
     MintToParams,
+    create_associated_token_account,
+    get_associated_token_address,
     initialize_account,
     initialize_mint,
     mint_to,
@@ -18,7 +20,8 @@ from spl.token.instructions import (
 
 from gpunet.client import send_and_confirm
 
-__all__ = ["IO_DECIMALS", "create_mint", "create_token_account", "mint_io", "token_balance"]
+__all__ = ["IO_DECIMALS", "create_mint", "create_token_account", "ensure_io_account", "io_account", "io_balance",
+           "mint_io", "token_balance"]
 
 IO_DECIMALS = 6
 _MINT_LEN = 82
@@ -60,3 +63,24 @@ async def mint_io(client: AsyncClient, mint_authority: Keypair, mint: Pubkey, to
 async def token_balance(client: AsyncClient, account: Pubkey) -> int:
     """The account's balance in base units."""
     return int((await client.get_token_account_balance(account)).value.amount)
+
+
+def io_account(owner: Pubkey, mint: Pubkey) -> Pubkey:
+    """A wallet's IO token account: its associated token account, as every Solana wallet uses."""
+    return get_associated_token_address(owner, mint)
+
+
+async def io_balance(client: AsyncClient, owner: Pubkey, mint: Pubkey) -> int:
+    """The wallet's IO balance in base units (0 when it has no IO account yet)."""
+    account = io_account(owner, mint)
+    if (await client.get_account_info(account)).value is None:
+        return 0
+    return await token_balance(client, account)
+
+
+async def ensure_io_account(client: AsyncClient, payer: Keypair, owner: Pubkey, mint: Pubkey) -> Pubkey:
+    """The owner's IO account, created (paid by `payer`) when missing."""
+    account = io_account(owner, mint)
+    if (await client.get_account_info(account)).value is None:
+        await send_and_confirm(client, payer, [create_associated_token_account(payer.pubkey(), owner, mint)])
+    return account
