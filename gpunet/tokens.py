@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from solana.rpc.async_api import AsyncClient
+from solders.instruction import Instruction
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 from solders.system_program import CreateAccountParams, create_account
@@ -20,7 +21,8 @@ from spl.token.instructions import (
 
 from gpunet.client import send_and_confirm
 
-__all__ = ["IO_DECIMALS", "create_mint", "create_token_account", "ensure_io_account", "io_account", "io_balance",
+__all__ = ["IO_DECIMALS", "create_mint", "create_io_account_if_missing", "create_token_account",
+           "ensure_io_account", "io_account", "io_balance",
            "mint_io", "token_balance"]
 
 IO_DECIMALS = 6
@@ -78,9 +80,15 @@ async def io_balance(client: AsyncClient, owner: Pubkey, mint: Pubkey) -> int:
     return await token_balance(client, account)
 
 
+async def create_io_account_if_missing(client: AsyncClient, payer: Pubkey, owner: Pubkey, mint: Pubkey) -> list[Instruction]:
+    """The instruction that creates the owner's IO account (paid by `payer`), or none if it exists."""
+    if (await client.get_account_info(io_account(owner, mint))).value is not None:
+        return []
+    return [create_associated_token_account(payer, owner, mint)]
+
+
 async def ensure_io_account(client: AsyncClient, payer: Keypair, owner: Pubkey, mint: Pubkey) -> Pubkey:
     """The owner's IO account, created (paid by `payer`) when missing."""
-    account = io_account(owner, mint)
-    if (await client.get_account_info(account)).value is None:
-        await send_and_confirm(client, payer, [create_associated_token_account(payer.pubkey(), owner, mint)])
-    return account
+    if missing := await create_io_account_if_missing(client, payer.pubkey(), owner, mint):
+        await send_and_confirm(client, payer, missing)
+    return io_account(owner, mint)

@@ -93,6 +93,7 @@ def init(mint: MintOpt = None, treasury: TreasuryOpt = None, fee_bps: FeeOpt = N
     async def command(s: Session) -> None:
         admin = s.wallet
         async with s.client() as client:
+            await s.check_fee(client)
             if mint is None:
                 with s.waiting("Creating the IO mint"):
                     io_mint = await create_mint(client, admin)
@@ -170,6 +171,7 @@ def mint_tokens(wallet: Annotated[str, typer.Argument(help="Wallet to receive IO
         units = parse_io(amount)
         async with s.client() as client:
             io_mint = (await fetch_config(client)).io_mint
+            await s.check_fee(client)
             account = await ensure_io_account(client, s.wallet, owner, io_mint)
             with s.waiting(f"Minting {format_io(units)}"):
                 await mint_io(client, s.wallet, io_mint, account, units)

@@ -136,12 +136,16 @@ class Session:
     async def send(self, client: AsyncClient, what: str, instructions: list[Instruction],
                    signers: list[Keypair] = ()) -> Signature:
         """Sends with the wallet as fee payer, after checking it can pay the fee."""
-        lamports = (await client.get_balance(self.wallet.pubkey())).value
-        if lamports < 10_000:
-            raise NotEnoughFunds(f"wallet {self.wallet.pubkey()} holds {lamports} lamports, not enough for the "
-                                 "transaction fee; fund it (on localnet: `gpunet airdrop 1`)")
+        await self.check_fee(client)
         with self.waiting(f"{what}: waiting for confirmation"):
             return await send_and_confirm(client, self.wallet, instructions, signers)
+
+    async def check_fee(self, client: AsyncClient) -> None:
+        """Before anything is sent: the wallet must hold enough SOL for fees (and a little rent)."""
+        lamports = (await client.get_balance(self.wallet.pubkey())).value
+        if lamports < 10_000_000:
+            raise NotEnoughFunds(f"wallet {self.wallet.pubkey()} holds {lamports} lamports, not enough for "
+                                 "transaction fees and rent (0.01 SOL); fund it (on localnet: `gpunet airdrop 1`)")
 
     def show(self, data: Any, render: Callable[[], RenderableType | str]) -> None:
         """JSON for scripts, a table or line for people."""
@@ -157,7 +161,7 @@ class Session:
         if self.json_output:
             print(json.dumps({"error": message, "exit_code": int(code)}))
         else:
-            self.err.print(f"[red]error:[/] {message}")
+            self.err.print(f"[red]error:[/] {message}", soft_wrap=True)
         return typer.Exit(int(code))
 
     def run(self, command: Callable[[Session], Awaitable[Any]]) -> None:

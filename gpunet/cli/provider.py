@@ -14,7 +14,7 @@ from gpunet.amounts import format_io, parse_io
 from gpunet.cli.common import (DEFAULT_KEYPAIR, BadInput, JsonOpt, KeypairOpt, NotEnoughFunds, Session, UrlOpt,
                                io_balance_check, pubkey_arg)
 from gpunet.pda import provider_pda, stake_vault_pda
-from gpunet.tokens import ensure_io_account, io_account, io_balance
+from gpunet.tokens import create_io_account_if_missing, io_account, io_balance
 
 app = typer.Typer(help="A supplier's provider account and stake.", no_args_is_help=True)
 AmountArg = Annotated[str, typer.Argument(help="IO, e.g. 1000 or 12.5.")]
@@ -30,8 +30,8 @@ def register(url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR, json_out
             io_mint = (await fetch_config(client)).io_mint
             if (await client.get_account_info(provider_pda(me))).value is not None:
                 raise BadInput(f"wallet {me} is already a registered provider ({provider_pda(me)})")
-            await ensure_io_account(client, s.wallet, me, io_mint)
-            sig = await s.send(client, "Registering the provider", [ix.register_provider(me, io_mint)])
+            payouts = await create_io_account_if_missing(client, me, me, io_mint)
+            sig = await s.send(client, "Registering the provider", [*payouts, ix.register_provider(me, io_mint)])
         s.done(f"provider {provider_pda(me)} registered; payouts go to {io_account(me, io_mint)}", sig,
                provider=provider_pda(me))
 
@@ -87,8 +87,9 @@ def withdraw(url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR, json_out
             if (wait := p.unbonding_ends_at - int(time.time())) > 0:
                 raise BadInput(f"{format_io(p.unbonding)} is still unbonding for {wait} s "
                                f"(until unix time {p.unbonding_ends_at})")
-            account = await ensure_io_account(client, s.wallet, me, io_mint)
-            sig = await s.send(client, f"Withdrawing {format_io(p.unbonding)}", [ix.withdraw_unstaked(me, account)])
+            missing = await create_io_account_if_missing(client, me, me, io_mint)
+            sig = await s.send(client, f"Withdrawing {format_io(p.unbonding)}",
+                               [*missing, ix.withdraw_unstaked(me, io_account(me, io_mint))])
         s.done(f"withdrew {format_io(p.unbonding)}", sig, amount=p.unbonding)
 
     Session(url, keypair, json_output).run(command)
