@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from gpunet import audit as audit_module
@@ -87,7 +89,7 @@ def test_audit_exits_7_and_names_the_transaction_when_history_and_state_differ(m
 
     monkeypatch.setattr(audit_module, "transactions_of", without_the_top_up)
     result = market("audit", "--lease", opened["lease"], "--json", expect=Exit.AUDIT_MISMATCH)
-    report = __import__("json").loads(result.stdout)
+    report = json.loads(result.stdout)
     deposited = next(c for c in report["checks"] if c["what"] == "deposited")
     assert (deposited["from_events"], deposited["on_chain"], deposited["ok"]) == (IO, 2 * IO, False)
     assert deposited["signatures"] == [opened["signature"]]
