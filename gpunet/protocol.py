@@ -1,0 +1,434 @@
+"""The worker <-> coordinator WebSocket protocol: versioned JSON messages, strictly validated.
+
+One JSON object per WebSocket text frame, tagged by "type". Each direction has its own set
+of types (`parse_worker_message` on the gateway, `parse_coordinator_message` on the worker);
+anything else is a `ProtocolError` whose message says what is wrong.
+
+Session (worker side first):
+
+    worker  -> hello{version, node_key, inventory, simulated}
+    gateway -> challenge{nonce}                      (fresh random 32 bytes per session)
+    worker  -> challenge_answer{signature}           (node key over `challenge_message`)
+    gateway -> welcome{heartbeat_seconds, usage_period_seconds}
+    then    worker: heartbeat, job_status, job_log, usage_report, ack
+            gateway: dispatch, cancel, ack{lease, seq} (usage report journaled), error
+
+A gateway closes a bad session with one of the CLOSE_* codes. A worker refuses a bad
+coordinator message with ack{of, error} and keeps the session. Simulated GPUs: every worker
+message carries `simulated`, so a simulated node can never pass for a real one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+from solders.keypair import Keypair
+from solders.pubkey import Pubkey
+from solders.signature import Signature
+
+from gpunet.usage import UsageReport
+
+__all__ = [
+    "CLOSE_MALFORMED",
+    "CLOSE_UNAUTHORISED",
+    "CLOSE_VERSION_MISMATCH",
+    "MAX_MESSAGE_BYTES",
+    "PROTOCOL_VERSION",
+    "Ack",
+    "Cancel",
+    "Challenge",
+    "ChallengeAnswer",
+    "CoordinatorMessage",
+    "Dispatch",
+    "Error",
+    "GpuInfo",
+    "GpuTelemetry",
+    "Heartbeat",
+    "Hello",
+    "InputFile",
+    "Inventory",
+    "JobLog",
+    "JobSpec",
+    "JobStatus",
+    "ProtocolError",
+    "UsageAck",
+    "UsageReportMessage",
+    "Welcome",
+    "WorkerMessage",
+    "challenge_message",
+    "encode",
+    "parse_coordinator_message",
+    "parse_worker_message",
+]
+
+PROTOCOL_VERSION = 1
+MAX_MESSAGE_BYTES = 1 << 20
+
+# WebSocket close codes (4000-4999 are the application's).
+CLOSE_MALFORMED = 4400  # not JSON, unknown type, or a field out of its schema
+CLOSE_UNAUTHORISED = 4401  # bad challenge signature, unregistered or jailed node
+CLOSE_VERSION_MISMATCH = 4426  # hello.version != PROTOCOL_VERSION
+
+CHALLENGE_DOMAIN_TAG = b"gpunet-session-v1\x00"
+NONCE_BYTES = 32
+
+
+class ProtocolError(ValueError):
+    """A message that is not valid protocol; `close_code` is what a gateway closes with."""
+
+    def __init__(self, message: str, close_code: int = CLOSE_MALFORMED) -> None:
+        super().__init__(message)
+        self.close_code = close_code
+
+
+# --- field types
+
+
+def _pubkey(value: str) -> str:
+    try:
+        Pubkey.from_string(value)
+    except ValueError:
+        raise ValueError("not a base58 public key") from None
+    return value
+
+
+def _signature(value: str) -> str:
+    try:
+        Signature.from_string(value)
+    except ValueError:
+        raise ValueError("not a base58 Ed25519 signature") from None
+    return value
+
+
+def _nonce(value: str) -> str:
+    if not re.fullmatch(f"[0-9a-f]{{{2 * NONCE_BYTES}}}", value):
+        raise ValueError(f"nonce must be {NONCE_BYTES} bytes as lowercase hex")
+    return value
+
+
+def _path_component(value: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", value):
+        raise ValueError("must be one file name: letters, digits, '.', '_', '-' (no '/', no leading '.')")
+    return value
+
+
+def _relative_path(value: str) -> str:
+    parts = value.split("/")
+    if not 0 < len(parts) <= 8:
+        raise ValueError("must be a relative path of 1 to 8 names")
+    for part in parts:
+        _path_component(part)
+    return value
+
+
+PubkeyStr = Annotated[str, AfterValidator(_pubkey)]
+SignatureStr = Annotated[str, AfterValidator(_signature)]
+NonceHex = Annotated[str, AfterValidator(_nonce)]
+U64 = Annotated[int, Field(ge=0, lt=2**64)]
+I64 = Annotated[int, Field(ge=-(2**63), lt=2**63)]
+ShortText = Annotated[str, Field(max_length=4096)]
+
+
+class _Model(BaseModel):
+    # strict: no "1" for 1 or 1 for true; extra fields are errors, not silently dropped.
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+# --- hardware
+
+
+class GpuInfo(_Model):
+    """What NVML (or the simulator) says one GPU is; the part that is hashed."""
+
+    index: Annotated[int, Field(ge=0, lt=64)]
+    uuid: Annotated[str, Field(min_length=1, max_length=96)]
+    name: Annotated[str, Field(min_length=1, max_length=96)]  # NVML device name
+    model: Annotated[str, Field(max_length=32)]  # gpunet.catalog name, "" if not listed
+    vram_mib: Annotated[int, Field(ge=0)]
+    compute_capability: Annotated[str, Field(pattern=r"^\d+\.\d+$")]
+    pcie_gen: Annotated[int, Field(ge=0, le=16)]
+    pcie_width: Annotated[int, Field(ge=0, le=64)]
+    power_limit_w: Annotated[int, Field(ge=0)]
+
+
+class Inventory(_Model):
+    """A node's GPUs and software stack."""
+
+    driver_version: Annotated[str, Field(max_length=64)]
+    cuda_version: Annotated[str, Field(max_length=16)]
+    simulated: bool
+    gpus: Annotated[list[GpuInfo], Field(max_length=64)]
+
+    def canonical_json(self) -> bytes:
+        """Sorted keys, no whitespace: the bytes `hash` covers (stable across Python versions)."""
+        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":")).encode()
+
+    def hash(self) -> bytes:
+        """SHA-256 of the canonical JSON: what NodeSpec.inventory_hash records on chain."""
+        return hashlib.sha256(self.canonical_json()).digest()
+
+    def differences(self, other: Inventory) -> list[str]:
+        """Human-readable differences from `other` (e.g. the registered inventory), one per line."""
+        out = [f"{name}: {getattr(other, name)!r} -> {getattr(self, name)!r}"
+               for name in ("driver_version", "cuda_version", "simulated") if getattr(self, name) != getattr(other, name)]
+        mine, theirs = {g.uuid: g for g in self.gpus}, {g.uuid: g for g in other.gpus}
+        out += [f"GPU {uuid} missing" for uuid in theirs if uuid not in mine]
+        out += [f"GPU {uuid} new ({mine[uuid].name})" for uuid in mine if uuid not in theirs]
+        for uuid in mine.keys() & theirs.keys():
+            a, b = theirs[uuid].model_dump(), mine[uuid].model_dump()
+            out += [f"GPU {uuid} {k}: {a[k]!r} -> {b[k]!r}" for k in a if a[k] != b[k]]
+        return out
+
+
+class GpuTelemetry(_Model):
+    """One health sample of one GPU. `healthy` is false when NVML calls fail or the GPU is gone."""
+
+    uuid: Annotated[str, Field(max_length=96)]
+    healthy: bool
+    problems: Annotated[list[ShortText], Field(max_length=16)] = []
+    utilization_pct: Annotated[int, Field(ge=0, le=100)] | None = None
+    memory_used_mib: Annotated[int, Field(ge=0)] | None = None
+    temperature_c: Annotated[int, Field(ge=-100, le=200)] | None = None
+    power_w: Annotated[float, Field(ge=0)] | None = None
+    ecc_uncorrected: Annotated[int, Field(ge=0)] | None = None  # None: not supported (consumer GPUs)
+    throttle_reasons: Annotated[list[Annotated[str, Field(max_length=64)]], Field(max_length=16)] = []
+
+
+# --- jobs
+
+
+class InputFile(_Model):
+    """A file fetched into the job's working directory before it starts."""
+
+    path: Annotated[str, AfterValidator(_relative_path)]
+    url: Annotated[str, Field(pattern=r"^https?://", max_length=2048)]
+    sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+# Set by the worker itself; a job spec may not override them.
+RESERVED_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "RANK", "WORLD_SIZE", "LOCAL_RANK",
+                "MASTER_ADDR", "MASTER_PORT")
+
+
+class JobSpec(_Model):
+    """What to run: `command` (argv) on the host, or `image` (with `command` as its argv, if any)
+    in docker/podman. The job finds its checkpoint directory in $GPUNET_CHECKPOINT_DIR."""
+
+    command: Annotated[list[Annotated[str, Field(min_length=1, max_length=4096)]], Field(max_length=256)] = []
+    image: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}$")] | None = None
+    env: Annotated[dict[str, Annotated[str, Field(max_length=32768)]], Field(max_length=256)] = {}
+    inputs: Annotated[list[InputFile], Field(max_length=64)] = []
+    checkpoint_dir: Annotated[str, AfterValidator(_path_component)] = "checkpoints"
+    restart_policy: Literal["never", "on-failure"] = "on-failure"
+    max_restarts: Annotated[int, Field(ge=0, le=100)] = 3
+    time_limit_seconds: Annotated[int, Field(gt=0)] | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> JobSpec:
+        if not self.command and self.image is None:
+            raise ValueError("a job needs a command or an image")
+        for name in self.env:
+            if not _ENV_NAME.fullmatch(name):
+                raise ValueError(f"env name {name!r} is not a valid variable name")
+            if name in RESERVED_ENV or name.startswith("GPUNET_"):
+                raise ValueError(f"env {name} is set by the worker and cannot be given by a job")
+        return self
+
+
+# --- worker -> coordinator
+
+
+class _FromWorker(_Model):
+    simulated: bool
+
+
+class Hello(_FromWorker):
+    type: Literal["hello"] = "hello"
+    version: int
+    node_key: PubkeyStr
+    inventory: Inventory
+    agent: Annotated[str, Field(max_length=64)] = "gpunet-worker"
+
+
+class ChallengeAnswer(_FromWorker):
+    type: Literal["challenge_answer"] = "challenge_answer"
+    signature: SignatureStr
+
+
+class Heartbeat(_FromWorker):
+    type: Literal["heartbeat"] = "heartbeat"
+    healthy: bool
+    gpus: Annotated[list[GpuTelemetry], Field(max_length=64)]
+    running: Annotated[list[PubkeyStr], Field(max_length=64)] = []  # leases with a job running now
+
+
+JobState = Literal["starting", "running", "restarting", "succeeded", "failed", "cancelled", "timed_out", "refused"]
+
+
+class JobStatus(_FromWorker):
+    type: Literal["job_status"] = "job_status"
+    lease: PubkeyStr
+    state: JobState
+    exit_code: int | None = None
+    restarts: Annotated[int, Field(ge=0)] = 0
+    detail: ShortText = ""
+
+
+class JobLog(_FromWorker):
+    type: Literal["job_log"] = "job_log"
+    lease: PubkeyStr
+    stream: Literal["stdout", "stderr"]
+    line: ShortText
+
+
+class UsageReportMessage(_FromWorker):
+    """A signed usage report: `signature` is the node key's Ed25519 signature (base58) over
+    gpunet.usage's canonical 144-byte message, so the coordinator can settle it as is."""
+
+    type: Literal["usage_report"] = "usage_report"
+    lease: PubkeyStr
+    seq: Annotated[int, Field(ge=1, lt=2**64)]
+    period_start: I64
+    period_end: I64
+    gpu_seconds: U64
+    signature: SignatureStr
+
+    def report(self) -> UsageReport:
+        return UsageReport(self.seq, self.period_start, self.period_end, self.gpu_seconds)
+
+    def verify(self, node_key: Pubkey) -> bool:
+        message = self.report().message(Pubkey.from_string(self.lease), node_key)
+        return Signature.from_string(self.signature).verify(node_key, message)
+
+
+class Ack(_FromWorker):
+    """The worker's answer to a coordinator message it acted on (`error` None) or refused."""
+
+    type: Literal["ack"] = "ack"
+    of: Annotated[str, Field(max_length=64)]  # the type of the message answered ("?" if unreadable)
+    lease: PubkeyStr | None = None
+    error: ShortText | None = None
+
+
+WorkerMessage = Annotated[
+    Union[Hello, ChallengeAnswer, Heartbeat, JobStatus, JobLog, UsageReportMessage, Ack], Field(discriminator="type")
+]
+
+
+# --- coordinator -> worker
+
+
+class Challenge(_Model):
+    type: Literal["challenge"] = "challenge"
+    nonce: NonceHex
+
+
+class Welcome(_Model):
+    type: Literal["welcome"] = "welcome"
+    heartbeat_seconds: Annotated[float, Field(gt=0, le=300)] = 2.0
+    usage_period_seconds: Annotated[int, Field(gt=0, le=86_400)] = 60
+
+
+class Dispatch(_Model):
+    """Run `job` for `lease` on `gpus` of this node. Cluster leases: this node is `rank` of
+    `world_size`, and `peers[0]` ("host:port") is the rendezvous (MASTER_ADDR/MASTER_PORT)."""
+
+    type: Literal["dispatch"] = "dispatch"
+    lease: PubkeyStr
+    gpus: Annotated[int, Field(ge=1, le=16)]
+    job: JobSpec
+    rank: Annotated[int, Field(ge=0)] = 0
+    world_size: Annotated[int, Field(ge=1, le=8)] = 1
+    peers: Annotated[list[Annotated[str, Field(pattern=r"^[A-Za-z0-9.:\[\]-]{1,253}:\d{1,5}$")]], Field(max_length=8)] = []
+
+    @model_validator(mode="after")
+    def _check(self) -> Dispatch:
+        if self.rank >= self.world_size:
+            raise ValueError(f"rank {self.rank} is not below world_size {self.world_size}")
+        if self.world_size > 1 and len(self.peers) != self.world_size:
+            raise ValueError(f"a cluster of {self.world_size} needs {self.world_size} peers, got {len(self.peers)}")
+        return self
+
+
+class Cancel(_Model):
+    type: Literal["cancel"] = "cancel"
+    lease: PubkeyStr
+    reason: ShortText = ""
+
+
+class UsageAck(_Model):
+    """The coordinator has durably recorded usage report `seq` of `lease`: the worker stops re-sending it."""
+
+    type: Literal["ack"] = "ack"
+    lease: PubkeyStr
+    seq: Annotated[int, Field(ge=1, lt=2**64)]
+
+
+class Error(_Model):
+    type: Literal["error"] = "error"
+    message: ShortText
+    code: int | None = None
+
+
+CoordinatorMessage = Annotated[Union[Challenge, Welcome, Dispatch, Cancel, UsageAck, Error], Field(discriminator="type")]
+
+_worker_messages: TypeAdapter[Any] = TypeAdapter(WorkerMessage)
+_coordinator_messages: TypeAdapter[Any] = TypeAdapter(CoordinatorMessage)
+
+
+def _parse(adapter: TypeAdapter[Any], raw: str | bytes, direction: str) -> Any:
+    if len(raw) > MAX_MESSAGE_BYTES:
+        raise ProtocolError(f"message of {len(raw)} bytes is over the {MAX_MESSAGE_BYTES}-byte limit")
+    try:
+        value = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ProtocolError(f"not JSON: {e}") from None
+    if not isinstance(value, dict):
+        raise ProtocolError("a message must be a JSON object")
+    if "type" not in value:
+        raise ProtocolError("message has no 'type'")
+    try:
+        return adapter.validate_python(value)
+    except ValidationError as e:
+        first = e.errors()[0]
+        if first["type"] == "union_tag_invalid":
+            raise ProtocolError(f"unknown {direction} message type {str(value['type'])[:64]!r}") from None
+        where = ".".join(str(p) for p in first["loc"][1:]) or "message"
+        raise ProtocolError(f"bad {value['type']} message: {where}: {first['msg']}") from None
+
+
+def parse_worker_message(raw: str | bytes) -> Hello | ChallengeAnswer | Heartbeat | JobStatus | JobLog | UsageReportMessage | Ack:
+    """A worker's message, or ProtocolError (CLOSE_VERSION_MISMATCH for a hello of another version)."""
+    message = _parse(_worker_messages, raw, "worker")
+    if isinstance(message, Hello) and message.version != PROTOCOL_VERSION:
+        raise ProtocolError(f"protocol version {message.version} is not {PROTOCOL_VERSION}", CLOSE_VERSION_MISMATCH)
+    return message
+
+
+def parse_coordinator_message(raw: str | bytes) -> Challenge | Welcome | Dispatch | Cancel | UsageAck | Error:
+    """A coordinator's message, or ProtocolError."""
+    return _parse(_coordinator_messages, raw, "coordinator")
+
+
+def encode(message: BaseModel) -> str:
+    return message.model_dump_json()
+
+
+def challenge_message(nonce_hex: str, node_key: Pubkey) -> bytes:
+    """The bytes a worker signs to prove it holds `node_key`: domain tag, node key, nonce.
+    The domain tag keeps this signature from ever being a valid usage report or transaction."""
+    return CHALLENGE_DOMAIN_TAG + bytes(node_key) + bytes.fromhex(_nonce(nonce_hex))
+
+
+def answer_challenge(node: Keypair, challenge: Challenge, simulated: bool) -> ChallengeAnswer:
+    return ChallengeAnswer(simulated=simulated,
+                           signature=str(node.sign_message(challenge_message(challenge.nonce, node.pubkey()))))
+
+
+def verify_challenge_answer(node_key: Pubkey, nonce_hex: str, answer: ChallengeAnswer) -> bool:
+    return Signature.from_string(answer.signature).verify(node_key, challenge_message(nonce_hex, node_key))
