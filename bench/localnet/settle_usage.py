@@ -57,7 +57,7 @@ class Pair:
         self.settled_until = settled_until
 
 
-class Payee:
+class SettlementAccounts:
     """The accounts every settlement names: the attester who sends it, the treasury, the supplier."""
 
     def __init__(self, attester: Keypair, treasury: Pubkey, supplier: Pubkey, supplier_tokens: Pubkey):
@@ -71,7 +71,7 @@ async def funded(client: AsyncClient, lamports: int) -> Keypair:
     return wallet
 
 
-async def setup(client: AsyncClient, nodes: int) -> tuple[list[Pair], Payee]:
+async def setup(client: AsyncClient, nodes: int) -> tuple[list[Pair], SettlementAccounts]:
     admin = await funded(client, 100 * SOL)  # also the attester
     mint = await create_mint(client, admin)
     treasury = await ensure_io_account(client, admin, admin.pubkey(), mint)
@@ -113,17 +113,17 @@ async def setup(client: AsyncClient, nodes: int) -> tuple[list[Pair], Payee]:
         state = await fetch(client, lease, "Lease")
         share = next(a for a in state.assignments if a.node == node_pda(key.pubkey()))
         pairs.append(Pair(key, lease, share.settled_until))
-    return pairs, Payee(admin, treasury, supplier.pubkey(), supplier_tokens)
+    return pairs, SettlementAccounts(admin, treasury, supplier.pubkey(), supplier_tokens)
 
 
-def settle_tx(p: Pair, payee: Payee, blockhash: Hash) -> Transaction:
+def settle_tx(p: Pair, accounts: SettlementAccounts, blockhash: Hash) -> Transaction:
     """The node's next one-second report, signed by the node, settled by the attester."""
     p.seq += 1
     report = UsageReport(seq=p.seq, period_start=p.settled_until, period_end=p.settled_until + 1, gpu_seconds=1)
     p.settled_until += 1
-    attester = payee.attester
-    instructions = ix.signed_settlement(attester.pubkey(), payee.treasury, p.lease, p.node_key, payee.supplier,
-                                        payee.supplier_tokens, report)
+    attester = accounts.attester
+    instructions = ix.signed_settlement(attester.pubkey(), accounts.treasury, p.lease, p.node_key, accounts.supplier,
+                                        accounts.supplier_tokens, report)
     return Transaction([attester], Message.new_with_blockhash(instructions, attester.pubkey(), blockhash), blockhash)
 
 
@@ -172,7 +172,7 @@ async def worker(url, txs: list[tuple[str, str]], latencies: list[float], errors
 async def measure(url: str, args: argparse.Namespace) -> None:
     async with AsyncClient(url) as client:
         t = time.perf_counter()
-        pairs, payee = await setup(client, args.nodes)
+        pairs, accounts = await setup(client, args.nodes)
         print(f"setup: {args.nodes} nodes + leases in {time.perf_counter() - t:.1f} s")
         per_pair = -(-args.txs // len(pairs))
         # Every period must have ended by the node's clock: wait until enough seconds passed.
@@ -187,7 +187,7 @@ async def measure(url: str, args: argparse.Namespace) -> None:
     plan: list[list[tuple[str, str]]] = [[] for _ in range(args.clients)]
     for _ in range(per_pair):
         for i, p in enumerate(pairs):
-            tx = settle_tx(p, payee, blockhash)
+            tx = settle_tx(p, accounts, blockhash)
             plan[i % args.clients].append((str(tx.signatures[0]), base64.b64encode(bytes(tx)).decode()))
     total = sum(len(x) for x in plan)
     print(f"signed {total} settle_usage transactions in {time.perf_counter() - t:.1f} s")
