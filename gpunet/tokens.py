@@ -6,6 +6,7 @@ from solana.rpc.async_api import AsyncClient
 from solders.instruction import Instruction
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
+from solders.signature import Signature
 from solders.system_program import CreateAccountParams, create_account
 from spl.token.constants import TOKEN_PROGRAM_ID
 from spl.token.instructions import (
@@ -56,9 +57,9 @@ async def create_token_account(client: AsyncClient, payer: Keypair, mint: Pubkey
     return account.pubkey()
 
 
-async def mint_io(client: AsyncClient, mint_authority: Keypair, mint: Pubkey, to: Pubkey, amount: int) -> None:
-    """Mints `amount` base units to the token account `to`."""
-    await send_and_confirm(client, mint_authority, [mint_to(MintToParams(
+async def mint_io(client: AsyncClient, mint_authority: Keypair, mint: Pubkey, to: Pubkey, amount: int) -> Signature:
+    """Mints `amount` base units to the token account `to`; the transaction's signature."""
+    return await send_and_confirm(client, mint_authority, [mint_to(MintToParams(
         program_id=TOKEN_PROGRAM_ID, mint=mint, dest=to, mint_authority=mint_authority.pubkey(), amount=amount))])
 
 
