@@ -301,9 +301,11 @@ class UsageReportMessage(_FromWorker):
     def report(self) -> UsageReport:
         return UsageReport(self.seq, self.period_start, self.period_end, self.gpu_seconds)
 
+    def signature_bytes(self) -> bytes:
+        return bytes(Signature.from_string(self.signature))
+
     def verify(self, node_key: Pubkey) -> bool:
-        message = self.report().message(Pubkey.from_string(self.lease), node_key)
-        return Signature.from_string(self.signature).verify(node_key, message)
+        return self.report().verify(Pubkey.from_string(self.lease), node_key, self.signature_bytes())
 
 
 class Ack(_FromWorker):

@@ -16,14 +16,8 @@ from solders.signature import Signature
 
 from gpunet.idl import PROGRAM_ID
 
-__all__ = [
-    "ED25519_PROGRAM_ID",
-    "USAGE_DOMAIN_TAG",
-    "USAGE_MESSAGE_LEN",
-    "UsageReport",
-    "ed25519_instruction",
-    "ed25519_verify_instruction",
-]
+__all__ = ["ED25519_PROGRAM_ID", "USAGE_DOMAIN_TAG", "USAGE_MESSAGE_LEN", "UsageReport", "ed25519_instruction",
+           "ed25519_verify_instruction"]
 
 USAGE_DOMAIN_TAG = b"gpunet-usage-v1\x00"
 USAGE_MESSAGE_LEN = 144
@@ -62,9 +56,24 @@ class UsageReport:
             + struct.pack("<QqqQ", self.seq, self.period_start, self.period_end, self.gpu_seconds)
         )
 
+    def signature(self, lease: Pubkey, node: Keypair, program_id: Pubkey = PROGRAM_ID) -> bytes:
+        """The node's 64-byte signature over this report (what a worker sends the coordinator)."""
+        return bytes(node.sign_message(self.message(lease, node.pubkey(), program_id)))
+
+    def verify(self, lease: Pubkey, node_key: Pubkey, signature: bytes, program_id: Pubkey = PROGRAM_ID) -> bool:
+        """Whether `signature` is `node_key`'s signature over this report."""
+        if len(signature) != 64:
+            return False
+        return Signature.from_bytes(signature).verify(node_key, self.message(lease, node_key, program_id))
+
     def sign(self, lease: Pubkey, node: Keypair, program_id: Pubkey = PROGRAM_ID) -> Instruction:
         """The Ed25519 instruction that must directly precede `settle_usage` for this report."""
         return ed25519_instruction(node, self.message(lease, node.pubkey(), program_id))
+
+    def signed_instruction(self, lease: Pubkey, node_key: Pubkey, signature: bytes,
+                           program_id: Pubkey = PROGRAM_ID) -> Instruction:
+        """The same Ed25519 instruction from a signature the node sent (the coordinator has no node key)."""
+        return ed25519_verify_instruction(node_key, signature, self.message(lease, node_key, program_id))
 
 
 # Offsets layout: one signature; public key, signature and message all inside this instruction.
@@ -74,12 +83,13 @@ _THIS_INSTRUCTION = 0xFFFF
 
 def ed25519_instruction(signer: Keypair, message: bytes) -> Instruction:
     """An Ed25519 precompile instruction verifying `message` signed by `signer`."""
-    return ed25519_verify_instruction(signer.pubkey(), signer.sign_message(message), message)
+    return ed25519_verify_instruction(signer.pubkey(), bytes(signer.sign_message(message)), message)
 
 
-def ed25519_verify_instruction(public_key: Pubkey, signature: Signature, message: bytes) -> Instruction:
-    """The same instruction from a signature made elsewhere (a worker's signed usage report,
-    settled by the coordinator, which never holds the node key)."""
+def ed25519_verify_instruction(public_key: Pubkey, signature: bytes, message: bytes) -> Instruction:
+    """An Ed25519 precompile instruction verifying `signature` by `public_key` over `message`."""
+    if len(signature) != 64:
+        raise ValueError(f"an Ed25519 signature is 64 bytes, got {len(signature)}")
     if len(message) > 0xFFFF - _HEADER_LEN - 96:
         raise ValueError(f"message too long for one Ed25519 instruction: {len(message)} bytes")
     key_offset = _HEADER_LEN
@@ -97,5 +107,5 @@ def ed25519_verify_instruction(public_key: Pubkey, signature: Signature, message
         len(message),
         _THIS_INSTRUCTION,
     )
-    data = offsets + bytes(public_key) + bytes(signature) + message
+    data = offsets + bytes(public_key) + signature + message
     return Instruction(ED25519_PROGRAM_ID, data, [])

@@ -34,17 +34,17 @@ def test_new_refuses_to_overwrite(tmp_path: Path) -> None:
     assert runner.invoke(app, ["keys", "new", str(path)]).exit_code == 0
     before = path.read_text()
     again = runner.invoke(app, ["keys", "new", str(path)])
-    assert again.exit_code == 1 and "already exists" in again.stderr
+    assert again.exit_code == 3 and "already exists" in again.stderr
     assert path.read_text() == before
 
 
 def test_show_explains_a_missing_or_malformed_file(tmp_path: Path) -> None:
     missing = runner.invoke(app, ["keys", "show", str(tmp_path / "nope.json")])
-    assert missing.exit_code == 1 and "no such keypair file" in missing.stderr
+    assert missing.exit_code == 3 and "no such keypair file" in missing.stderr
     bad = tmp_path / "bad.json"
     bad.write_text("[1,2,3]")
     malformed = runner.invoke(app, ["keys", "show", str(bad)])
-    assert malformed.exit_code == 1 and "64 numbers" in malformed.stderr
+    assert malformed.exit_code == 3 and "64 numbers" in malformed.stderr
 
 
 def test_the_gpunet_command_is_installed() -> None:

@@ -18,6 +18,7 @@ from solana.rpc.async_api import AsyncClient
 from solders.keypair import Keypair
 
 from gpunet.catalog import gpu_model_name, region_name
+from gpunet.cluster import ClusterError, resolve_cluster
 from gpunet.keys import KeypairFileError, load_keypair
 from gpunet.protocol import Inventory
 from worker.agent import Agent, StateDirBusy, WorkerSettings
@@ -32,10 +33,12 @@ app = typer.Typer(help="Run a worker node and read its status.", no_args_is_help
 console = Console()
 errors = Console(stderr=True)
 
-# Exit codes: 0 ok, 1 bad keypair file, 2 no usable GPUs / a bad option or setting,
-# 3 state directory unusable (damaged journal, or another agent running on it).
-EXIT_KEYPAIR, EXIT_GPUS, EXIT_STATE = 1, 2, 3
-EXIT_USAGE = EXIT_GPUS  # like click's own usage errors
+# Exit codes: the values of gpunet.cli.common.Exit where one fits (not imported: gpunet.cli mounts
+# this module, so importing back would be circular), then the worker's own from 10.
+EXIT_USAGE = 2  # Exit.BAD_INPUT: a bad option or setting (also click's own usage errors)
+EXIT_KEYPAIR = 3  # Exit.KEYPAIR
+EXIT_GPUS = 10  # no usable GPUs (no NVIDIA driver, NVML failing) and no --simulate-gpus
+EXIT_STATE = 11  # the state directory is unusable: a damaged journal, or another agent running on it
 IO = 10**6
 
 KeypairOption = typer.Option(Path("~/.config/gpunet/node.json"), "--keypair", "-k", help="The node keypair file.")
@@ -43,7 +46,8 @@ SimulateOption = typer.Option(None, "--simulate-gpus", metavar="MODEL:COUNT:VRAM
                               help="Simulated GPUs for a machine without an NVIDIA driver (marked simulated everywhere).")
 StateDirOption = typer.Option(None, "--state-dir", help="Journal, job and checkpoint directories "
                                                         "[default: ~/.local/state/gpunet-worker].")
-RpcOption = typer.Option(None, "--rpc-url", help="Solana JSON-RPC URL, to check the node's registration.")
+UrlOption = typer.Option(None, "--url", "-u", envvar="GPUNET_RPC_URL", show_envvar=True,
+                         help="RPC URL or cluster name (localnet, devnet, testnet, mainnet), as for every gpunet command.")
 
 
 def _fail(code: int, message: str) -> typer.Exit:
@@ -61,8 +65,17 @@ def _node(keypair: Path) -> Keypair:
 def _gpus(simulate: str | None, node: Keypair) -> GpuBackend:
     try:
         return open_gpus(simulate, str(node.pubkey()))
-    except (GpusUnavailable, SimulationSpecError) as e:
+    except SimulationSpecError as e:
+        raise _fail(EXIT_USAGE, str(e)) from None
+    except GpusUnavailable as e:
         raise _fail(EXIT_GPUS, f"cannot start the worker: {e}") from None
+
+
+def _rpc_url(url: str | None) -> str:
+    try:
+        return resolve_cluster(url).rpc_url
+    except ClusterError as e:
+        raise _fail(EXIT_USAGE, str(e)) from None
 
 
 def _settings(**overrides: Any) -> WorkerSettings:
@@ -80,7 +93,8 @@ def run(
     gateway: str = typer.Option(None, "--gateway", help="The coordinator's worker gateway (ws:// or wss://)."),
     simulate_gpus: str = SimulateOption,
     state_dir: Path = StateDirOption,
-    rpc_url: str = RpcOption,
+    url: str = typer.Option(None, "--url", "-u", envvar="GPUNET_RPC_URL", show_envvar=True,
+                            help="RPC URL or cluster name: check the node's registration at start-up."),
     usage_period: int = typer.Option(None, "--usage-period", help="Seconds per usage report until the coordinator says."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logging."),
 ) -> None:
@@ -88,6 +102,7 @@ def run(
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     settings = _settings(gateway_url=gateway, state_dir=state_dir, usage_period_seconds=usage_period)
+    rpc_url = _rpc_url(url) if url else None
     node = _node(keypair)
     gpus = _gpus(simulate_gpus, node)
     if rpc_url:
@@ -163,12 +178,13 @@ def status(
     keypair: Path = KeypairOption,
     simulate_gpus: str = SimulateOption,
     state_dir: Path = StateDirOption,
-    rpc_url: str = RpcOption,
+    url: str = UrlOption,
     json_output: bool = typer.Option(False, "--json", help="Print everything as one JSON object."),
 ) -> None:
     """What the node sees, its registration and stake, its leases and its earnings."""
     node = _node(keypair)
     settings = _settings(state_dir=state_dir)
+    _rpc_url(url)  # a bad --url is reported before anything else
     report: dict[str, Any] = {"node_key": str(node.pubkey())}
     try:
         gpus = open_gpus(simulate_gpus, str(node.pubkey()))
@@ -190,8 +206,7 @@ def status(
             entry["acked"] += (lease, seq) in journal.acked
             entry["reported_gpu_seconds"] += message.gpu_seconds
     report["leases"] = leases
-    if rpc_url:
-        report["chain"] = asyncio.run(_chain_status(rpc_url, node, leases))
+    report["chain"] = asyncio.run(_chain_status(_rpc_url(url), node, leases))
     if json_output:
         print(json.dumps(report, indent=2))
     else:
@@ -240,10 +255,8 @@ def _print_status(report: dict[str, Any]) -> None:
             console.print(f"  GPU {g['index']}: {g['name']} ({g['model'] or 'not listed'}), {g['vram_mib']} MiB, "
                           f"cc {g['compute_capability']}, PCIe gen {g['pcie_gen']} x{g['pcie_width']}, {g['power_limit_w']} W  "
                           f"[dim]{g['uuid']}[/]")
-    chain = report.get("chain")
-    if chain is None:
-        console.print("  registration: [dim]not checked (give --rpc-url)[/]")
-    elif "error" in chain:
+    chain = report["chain"]
+    if "error" in chain:
         console.print(f"  registration: [red]{chain['error']}[/]")
     elif not chain["registered"]:
         console.print("  registration: [red]not registered[/] (`gpunet node register`)")

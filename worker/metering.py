@@ -12,6 +12,7 @@ import math
 
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
+from solders.signature import Signature
 
 from gpunet.protocol import UsageReportMessage
 from gpunet.usage import UsageReport
@@ -21,7 +22,7 @@ __all__ = ["LeaseMeter", "recover_open_periods", "sign_report"]
 
 
 def sign_report(node: Keypair, lease: str, report: UsageReport, simulated: bool) -> UsageReportMessage:
-    signature = node.sign_message(report.message(Pubkey.from_string(lease), node.pubkey()))
+    signature = Signature.from_bytes(report.signature(Pubkey.from_string(lease), node))
     return UsageReportMessage(simulated=simulated, lease=lease, seq=report.seq, period_start=report.period_start,
                               period_end=report.period_end, gpu_seconds=report.gpu_seconds, signature=str(signature))
 

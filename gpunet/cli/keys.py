@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from solders.keypair import Keypair
 
+from gpunet.cli.common import Exit
 from gpunet.keys import KeypairFileError, create_keypair_file, load_keypair
 
 __all__ = ["app"]
@@ -18,8 +19,6 @@ app = typer.Typer(help="Create and inspect keypair files (Solana CLI format).", 
 console = Console()
 errors = Console(stderr=True)
 
-# Exit codes (documented in the README): 0 ok, 1 bad keypair file / refused.
-EXIT_KEYPAIR = 1
 
 
 @app.command("new")
@@ -45,7 +44,7 @@ def _or_exit(action: Callable[[Path], Keypair], path: Path) -> Keypair:
         return action(path)
     except KeypairFileError as e:
         errors.print(f"[red]error:[/] {e}")
-        raise typer.Exit(EXIT_KEYPAIR) from None
+        raise typer.Exit(int(Exit.KEYPAIR)) from None
 
 
 def _show(keypair: Keypair, path: Path, json_output: bool) -> None:

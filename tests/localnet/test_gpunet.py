@@ -1,76 +1,59 @@
-"""A gpunet instruction built from the committed IDL with anchorpy3; its event through logsSubscribe."""
+"""A gpunet instruction built by the SDK from the committed IDL; its event through logsSubscribe."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 
+import based58
 import pytest
-from anchorpy import Context, EventParser, Program, Provider, Wallet
 from solana.rpc.async_api import AsyncClient
 from solana.rpc.types import MemcmpOpts
 from solana.rpc.websocket_api import connect
-from solders.pubkey import Pubkey
 from solders.rpc.config import RpcTransactionLogsFilterMentions
 from solders.rpc.responses import LogsNotification
-from solders.system_program import ID as SYSTEM_PROGRAM_ID
 
-from gpunet.tokens import create_mint
-from gpunet.idl import PROGRAM_ID, idl_json, load_idl
+from gpunet import instructions as ix
+from gpunet.accounts import discriminator, fetch
+from gpunet.client import send_and_confirm
+from gpunet.events import decode_events
+from gpunet.idl import PROGRAM_ID
+from gpunet.pda import config_pda
+from gpunet.tokens import create_mint, ensure_io_account
 
-from .helpers import create_ata, funded, send
-
-B58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
-
-
-def _b58(data: bytes) -> str:
-    n = int.from_bytes(data, "big")
-    out = ""
-    while n:
-        n, r = divmod(n, 58)
-        out = B58[r] + out
-    return "1" * (len(data) - len(data.lstrip(b"\0"))) + out
-
+from .helpers import funded
 
 pytestmark = pytest.mark.filterwarnings("ignore:websockets.legacy is deprecated:DeprecationWarning")
 
 
-async def initialize_config(client: AsyncClient, ws=None):
-    program = Program(load_idl(), PROGRAM_ID, Provider(client, Wallet.dummy()))
+async def initialize_config(client: AsyncClient):
     admin = await funded(client)
     mint = await create_mint(client, admin)
-    treasury = await create_ata(client, admin, admin.pubkey(), mint)
-    config, _ = Pubkey.find_program_address([b"config"], PROGRAM_ID)
-    # A plain dict: anchorpy3's dataclass path deep-copies the solders Pubkeys, which cannot be pickled.
-    params = dict(
+    treasury = await ensure_io_account(client, admin, admin.pubkey(), mint)
+    params = ix.ConfigParams(
         treasury=treasury, protocol_fee_bps=100, min_stake_per_gpu=1_000, unbonding_seconds=60,
-        usage_period_seconds=60, jail_seconds=60, slash_bps=[1_000, 1_000, 1_000], slash_client_share_bps=5_000,
-        attesters=[admin.pubkey()], paused=False)
-    ix = program.instruction["initialize"](params, ctx=Context(accounts={
-        "admin": admin.pubkey(), "config": config, "io_mint": mint, "treasury": treasury,
-        "system_program": SYSTEM_PROGRAM_ID}))
-    sig = await send(client, admin, [ix])
-    return program, admin, mint, config, sig
+        usage_period_seconds=60, jail_seconds=60, slash_bps=(1_000, 1_000, 1_000), slash_client_share_bps=5_000,
+        attesters=[admin.pubkey()])
+    sig = await send_and_confirm(client, admin, [ix.initialize(admin.pubkey(), mint, params)])
+    return admin, mint, sig
 
 
 async def test_initialize_event_arrives_through_logs_subscribe(node):
     async with AsyncClient(node.url) as client, connect(node.ws_url) as ws:
         await ws.logs_subscribe(RpcTransactionLogsFilterMentions(PROGRAM_ID))
         await ws.recv()
-        program, admin, mint, config, sig = await initialize_config(client)
+        admin, mint, sig = await initialize_config(client)
+        config = config_pda()
 
         note = (await asyncio.wait_for(ws.recv(), 5))[0]
         assert isinstance(note, LogsNotification)
         assert note.result.value.signature == sig and note.result.value.err is None
-        events = []
-        EventParser(PROGRAM_ID, program.coder).parse_logs(note.result.value.logs, events.append)
+        events = decode_events(note.result.value.logs)
         assert [e.name for e in events] == ["ConfigInitialized"]
         assert events[0].data.admin == admin.pubkey() and events[0].data.io_mint == mint
 
         # The account decodes with the IDL, and getProgramAccounts filters it by memcmp.
-        cfg = await program.account["Config"].fetch(config)
+        cfg = await fetch(client, config, "Config")
         assert cfg.admin == admin.pubkey() and cfg.protocol_fee_bps == 100
-        disc = next(a["discriminator"] for a in json.loads(idl_json())["accounts"] if a["name"] == "Config")
         found = (await client.get_program_accounts(PROGRAM_ID, encoding="base64", filters=[
             MemcmpOpts(offset=8, bytes=str(admin.pubkey()))])).value
         assert [a.pubkey for a in found] == [config]
@@ -78,7 +61,7 @@ async def test_initialize_event_arrives_through_logs_subscribe(node):
             MemcmpOpts(offset=8, bytes=str(mint))])).value
         assert none == []
         by_disc = (await client.get_program_accounts(PROGRAM_ID, encoding="base64", filters=[
-            MemcmpOpts(offset=0, bytes=_b58(bytes(disc)))])).value
+            MemcmpOpts(offset=0, bytes=based58.b58encode(discriminator("Config")).decode())])).value
         assert [a.pubkey for a in by_disc] == [config]
         size = len((await client.get_account_info(config)).value.data)
         with_size = node.call("getProgramAccounts", [str(PROGRAM_ID), {

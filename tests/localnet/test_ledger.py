@@ -11,9 +11,10 @@ from solana.rpc.async_api import AsyncClient
 from solders.keypair import Keypair
 from solders.system_program import TransferParams, transfer
 
-from gpunet.tokens import create_mint
+from gpunet.client import send_and_confirm
+from gpunet.tokens import create_mint, ensure_io_account, mint_io
 
-from .helpers import SOL, confirm, create_ata, funded, mint_tokens, send
+from .helpers import SOL, confirm, funded
 
 
 @pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT])
@@ -23,11 +24,11 @@ async def test_restart_with_ledger_finds_every_account_and_transaction(start_nod
     async with AsyncClient(node.url) as client:
         alice = await funded(client)
         bob = Keypair()
-        sigs = [await send(client, alice, [transfer(TransferParams(
+        sigs = [await send_and_confirm(client, alice, [transfer(TransferParams(
             from_pubkey=alice.pubkey(), to_pubkey=bob.pubkey(), lamports=SOL))])]
         mint = await create_mint(client, alice)
-        ata = await create_ata(client, alice, bob.pubkey(), mint)
-        sigs.append(await mint_tokens(client, alice, mint, ata, 42))
+        ata = await ensure_io_account(client, alice, bob.pubkey(), mint)
+        sigs.append(await mint_io(client, alice, mint, ata, 42))
         balances = {k: (await client.get_balance(k)).value for k in (alice.pubkey(), bob.pubkey(), mint, ata)}
         history = {str(k): node.call("getSignaturesForAddress", [str(k)])["result"] for k in (alice.pubkey(), ata)}
         txs = {str(s): node.call("getTransaction", [str(s), "json"])["result"] for s in sigs}
@@ -53,8 +54,8 @@ async def test_restart_with_ledger_finds_every_account_and_transaction(start_nod
             assert again.call("getTransaction", [s, "json"])["result"] == tx
             assert again.call("getBlockTime", [tx["slot"]])["result"] == tx["blockTime"]
         # The chain goes on: new transactions, and no replay of old ones.
-        await send(client, alice, [transfer(TransferParams(from_pubkey=alice.pubkey(), to_pubkey=bob.pubkey(),
-                                                           lamports=1))])
+        await send_and_confirm(client, alice, [transfer(TransferParams(
+            from_pubkey=alice.pubkey(), to_pubkey=bob.pubkey(), lamports=1))])
         assert (await client.get_balance(bob.pubkey())).value == balances[bob.pubkey()] + 1
 
 
@@ -82,9 +83,9 @@ async def test_genesis_file_funds_accounts_and_creates_the_io_mint(start_node, t
         assert parsed["info"]["mintAuthority"] == str(authority.pubkey()) and parsed["info"]["decimals"] == 9
         # The mint works: its authority mints to a token account.
         payer = await funded(client)
-        ata = await create_ata(client, payer, rich.pubkey(), mint.pubkey())
+        ata = await ensure_io_account(client, payer, rich.pubkey(), mint.pubkey())
         await confirm(client, (await client.request_airdrop(authority.pubkey(), SOL)).value)
-        await mint_tokens(client, authority, mint.pubkey(), ata, 5)
+        await mint_io(client, authority, mint.pubkey(), ata, 5)
         assert (await client.get_token_supply(mint.pubkey())).value.amount == "5"
 
 

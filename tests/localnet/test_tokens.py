@@ -13,9 +13,9 @@ from solders.keypair import Keypair
 from solders.rpc.responses import AccountNotificationJsonParsed, ProgramNotification
 from spl.token.constants import ASSOCIATED_TOKEN_PROGRAM_ID, TOKEN_PROGRAM_ID
 
-from gpunet.tokens import create_mint
+from gpunet.tokens import create_mint, ensure_io_account, mint_io
 
-from .helpers import create_ata, funded, mint_tokens
+from .helpers import funded
 
 pytestmark = pytest.mark.filterwarnings("ignore:websockets.legacy is deprecated:DeprecationWarning")
 
@@ -28,14 +28,14 @@ async def test_io_mint_token_accounts_and_balances(node):
         authority = await funded(client)
         holder = Keypair()
         mint = await create_mint(client, authority)
-        ata = await create_ata(client, authority, holder.pubkey(), mint)
+        ata = await ensure_io_account(client, authority, holder.pubkey(), mint)
 
         async with connect(node.ws_url) as ws:
             await ws.account_subscribe(ata, encoding="jsonParsed")
             await ws.recv()
             await ws.program_subscribe(TOKEN_PROGRAM_ID, encoding="base64")
             await ws.recv()
-            sig = await mint_tokens(client, authority, mint, ata, 1_500_000)
+            sig = await mint_io(client, authority, mint, ata, 1_500_000)
             seen = {}
             while len(seen) < 2:
                 for msg in await asyncio.wait_for(ws.recv(), 5):
@@ -85,14 +85,14 @@ async def test_account_subscribe_default_encoding_and_large_accounts(node):
     async with AsyncClient(node.url) as client:
         authority = await funded(client)
         mint = await create_mint(client, authority)
-        ata = await create_ata(client, authority, authority.pubkey(), mint)
+        ata = await ensure_io_account(client, authority, authority.pubkey(), mint)
         async with websockets.connect(node.ws_url) as ws:
             subs = {}
             for key in (mint, ata):
                 await ws.send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "accountSubscribe",
                                           "params": [str(key)]}))
                 subs[json.loads(await ws.recv())["result"]] = key
-            await mint_tokens(client, authority, mint, ata, 7)
+            await mint_io(client, authority, mint, ata, 7)
             notes = {}
             while len(notes) < 2:
                 msg = json.loads(await asyncio.wait_for(ws.recv(), 5))

@@ -175,9 +175,8 @@ class FailingGpus(SimulatedGpus):
 async def test_an_unhealthy_gpu_shows_in_heartbeats_and_takes_no_job(tmp_path) -> None:
     node, lease = Keypair(), str(Pubkey.new_unique())
     gpus = FailingGpus.parse("H100:2:80", str(node.pubkey()))
-    settings = WorkerSettings(gateway_url="", state_dir=tmp_path, meter_tick_seconds=0.2)
     async with FakeGateway() as gateway:
-        agent = Agent(settings.model_copy(update={"gateway_url": gateway.url}), node, gpus)
+        agent = Agent(WorkerSettings(gateway_url=gateway.url, state_dir=tmp_path, meter_tick_seconds=0.2), node, gpus)
         task = asyncio.create_task(agent.run())
         try:
             await gateway.wait_for(lambda: gateway.messages(Heartbeat), what="a heartbeat")

@@ -139,7 +139,7 @@ def test_without_a_driver_the_worker_refuses_to_start_and_says_why(tmp_path) -> 
     out = subprocess.run([GPUNET, "worker", "run", "-k", str(keyfile), "--gateway", "ws://127.0.0.1:9/worker",
                           "--state-dir", str(tmp_path / "state")], capture_output=True, text=True, timeout=60, check=False,
                          env={**os.environ, "COLUMNS": "300"})
-    assert out.returncode == 2
+    assert out.returncode == 10
     assert "no NVIDIA driver" in out.stderr and "--simulate-gpus MODEL:COUNT:VRAM_GB" in out.stderr
     assert not (tmp_path / "state").exists()  # refused before touching anything
 

@@ -17,7 +17,6 @@ from solana.rpc.async_api import AsyncClient
 from solana.rpc.commitment import Confirmed
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
-from solders.signature import Signature
 
 from gpunet import instructions as ix
 from gpunet.client import send_and_confirm
@@ -26,7 +25,6 @@ from gpunet.keys import create_keypair_file
 from gpunet.pda import lease_pda
 from gpunet.protocol import Dispatch, JobSpec, UsageReportMessage
 from gpunet.tokens import create_mint, create_token_account, mint_io, token_balance
-from gpunet.usage import ed25519_verify_instruction
 from tests.sdk.test_chain import airdropped
 from tests.worker.gateway import FakeGateway
 from tests.worker.test_agent import final_status, reports, running_agent
@@ -42,7 +40,7 @@ GPUNET = str(Path(sys.executable).parent / "gpunet")
 async def worker_status(keyfile: Path, state: Path, rpc_url: str, *, as_json: bool = True) -> Any:
     out = await asyncio.to_thread(
         subprocess.run, [GPUNET, "worker", "status", "-k", str(keyfile), "--simulate-gpus", "H100:2:80",
-                         "--state-dir", str(state), "--rpc-url", rpc_url, *(["--json"] if as_json else [])],
+                         "--state-dir", str(state), "--url", rpc_url, *(["--json"] if as_json else [])],
         capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "250"}, check=False)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout) if as_json else out.stdout
@@ -52,7 +50,7 @@ async def settle(client: AsyncClient, attester: Keypair, treasury: Pubkey, lease
                  supplier: Pubkey, supplier_tokens: Pubkey, message: UsageReportMessage):
     """What the coordinator will do: the node's own signature, carried into the Ed25519 instruction."""
     report = message.report()
-    verify = ed25519_verify_instruction(node_key, Signature.from_string(message.signature), report.message(lease, node_key))
+    verify = report.signed_instruction(lease, node_key, message.signature_bytes())
     settle_ix = ix.settle_usage(attester.pubkey(), treasury, lease, node_key, supplier, supplier_tokens, report)
     while time.time() < report.period_end + 1:  # the program takes no period ending after its clock
         await asyncio.sleep(0.2)

@@ -1,0 +1,1 @@
+"""The gpunet coordinator: chain indexer, PostgreSQL ledger, scheduler, worker gateway, settlement, HTTP API."""

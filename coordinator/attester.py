@@ -1,0 +1,100 @@
+"""The coordinator's attester transactions: assign a placed lease, move a lost node's share,
+slash a provider for a recorded fault. Each is safe to retry: a transport failure is retried
+with backoff, and before any resend the chain is read to see whether the first attempt landed
+(the program would refuse a second assign anyway; reading first turns that into success)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import random
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import httpx
+from solana.exceptions import SolanaRpcException
+from solana.rpc.async_api import AsyncClient
+from solders.keypair import Keypair
+from solders.pubkey import Pubkey
+from solders.signature import Signature
+
+from gpunet import instructions as ix
+from gpunet.accounts import fetch, fetch_config
+from gpunet.client import TransactionExpired, send_and_confirm
+from gpunet.pda import node_pda
+from gpunet.tokens import io_account
+
+__all__ = ["Attester", "evidence_hash"]
+
+TRANSIENT = (SolanaRpcException, httpx.HTTPError, OSError, TransactionExpired)
+
+
+def evidence_hash(evidence: dict[str, Any]) -> bytes:
+    """SHA-256 of the evidence as canonical JSON (sorted keys, no spaces): what goes on chain,
+    while the evidence itself is kept in the coordinator's ledger for anyone to recompute."""
+    return hashlib.sha256(json.dumps(evidence, sort_keys=True, separators=(",", ":")).encode()).digest()
+
+
+class Attester:
+    def __init__(self, client: AsyncClient, key: Keypair, *, attempts: int = 6, backoff_s: float = 0.2) -> None:
+        self.client = client
+        self.key = key
+        self.attempts = attempts
+        self.backoff_s = backoff_s
+
+    async def _retry(self, send: Callable[[], Awaitable[Signature]], landed: Callable[[], Awaitable[bool]]) -> Signature | None:
+        """Sends until it lands; None when an earlier attempt turns out to have landed."""
+        for attempt in range(self.attempts):
+            try:
+                if attempt and await landed():
+                    return None
+                return await send()
+            except TRANSIENT:
+                if attempt == self.attempts - 1:
+                    raise
+                await asyncio.sleep(self.backoff_s * 2**attempt * (0.5 + random.random()))
+        raise AssertionError("unreachable")
+
+    async def _lease_nodes(self, lease: Pubkey) -> tuple[str, set[Pubkey]]:
+        account = await fetch(self.client, lease, "Lease")
+        return type(account.status).__name__, {a.node_key for a in list(account.assignments)[: account.node_count]}
+
+    async def assign(self, lease: Pubkey, shares: list[ix.Share]) -> Signature | None:
+        """Puts the lease on its nodes, all at once (the program refuses partial placements)."""
+        wanted = {s.node_key for s in shares}
+
+        async def landed() -> bool:
+            status, nodes = await self._lease_nodes(lease)
+            return status == "Active" and nodes == wanted
+
+        return await self._retry(
+            lambda: send_and_confirm(self.client, self.key, [ix.assign_lease(self.key.pubkey(), lease, shares)]), landed)
+
+    async def reassign(self, lease: Pubkey, lost_node_key: Pubkey, to: ix.Share) -> Signature | None:
+        """Moves the lost node's share of the lease to `to`."""
+
+        async def landed() -> bool:
+            _, nodes = await self._lease_nodes(lease)
+            return lost_node_key not in nodes and to.node_key in nodes
+
+        return await self._retry(lambda: send_and_confirm(
+            self.client, self.key, [ix.reassign_lease(self.key.pubkey(), lease, lost_node_key, to)]), landed)
+
+    async def slash(self, node_key: Pubkey, fault: str, evidence: dict[str, Any], lease: Pubkey | None = None) -> Signature | None:
+        """Slashes the node's provider for `fault`; with `lease`, the client's share goes to its client."""
+        config = await fetch_config(self.client)
+        node = await fetch(self.client, node_pda(node_key), "Node")
+        authority = (await fetch(self.client, node.provider, "Provider")).authority
+        victim = None
+        if lease is not None:
+            client = (await fetch(self.client, lease, "Lease")).client
+            victim = (lease, io_account(client, config.io_mint))
+        digest = evidence_hash(evidence)
+        jailed_before = node.jailed
+
+        async def landed() -> bool:
+            return not jailed_before and (await fetch(self.client, node_pda(node_key), "Node")).jailed
+
+        return await self._retry(lambda: send_and_confirm(self.client, self.key, [ix.slash_provider(
+            self.key.pubkey(), config.treasury, node_key, authority, fault, digest, victim)]), landed)

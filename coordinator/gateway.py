@@ -1,0 +1,186 @@
+"""The worker gateway: a WebSocket server where worker agents authenticate with their node key
+and then heartbeat, stream job status and logs, and send signed usage reports; the coordinator
+dispatches and cancels jobs and acknowledges reports through it (protocol: gpunet.protocol).
+
+Admission: the hello names a node key; the gateway asks the coordinator whether that node may
+connect (registered on chain, not jailed), sends a fresh random challenge, and admits the
+worker only when the challenge answer is that key's signature (a replayed answer signs another
+nonce). A message that is malformed, out of place, or claims to be what the session is not
+(another simulated flag, a usage report the node did not sign) closes the session with the
+protocol's close code and a reason, and reaches the coordinator not at all.
+
+A usage report is acknowledged only after the coordinator has recorded it durably, so a worker
+re-sends anything that was lost in between; the coordinator's record is idempotent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from typing import Any, Protocol
+
+from solders.pubkey import Pubkey
+from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.exceptions import ConnectionClosed
+
+from gpunet.protocol import (
+    CLOSE_MALFORMED,
+    CLOSE_UNAUTHORISED,
+    MAX_MESSAGE_BYTES,
+    Ack,
+    Challenge,
+    ChallengeAnswer,
+    Heartbeat,
+    Hello,
+    JobLog,
+    JobStatus,
+    ProtocolError,
+    UsageAck,
+    UsageReportMessage,
+    Welcome,
+    encode,
+    parse_worker_message,
+    verify_challenge_answer,
+)
+
+__all__ = ["Gateway", "GatewayHandler", "NodeOffline"]
+
+log = logging.getLogger("gpunet.coordinator.gateway")
+HANDSHAKE_TIMEOUT = 10.0
+
+
+class NodeOffline(Exception):
+    """No worker session for that node right now."""
+
+
+class GatewayHandler(Protocol):
+    """What the coordinator does with what workers say (implemented by the coordinator service)."""
+
+    async def admit(self, node_key: Pubkey, hello: Hello) -> str | None:
+        """None to admit the node, else the reason it may not connect."""
+
+    async def connected(self, node_key: Pubkey, hello: Hello) -> None: ...
+
+    async def heartbeat(self, node_key: Pubkey, beat: Heartbeat) -> None: ...
+
+    async def job_status(self, node_key: Pubkey, status: JobStatus) -> None: ...
+
+    async def job_log(self, node_key: Pubkey, line: JobLog) -> None: ...
+
+    async def usage(self, node_key: Pubkey, report: UsageReportMessage) -> None:
+        """Record the (signature-checked) report durably; the gateway acks it after this returns."""
+
+    async def worker_ack(self, node_key: Pubkey, ack: Ack) -> None: ...
+
+    async def disconnected(self, node_key: Pubkey) -> None: ...
+
+
+class _Refused(Exception):
+    def __init__(self, code: int, reason: str) -> None:
+        super().__init__(reason)
+        self.code, self.reason = code, reason
+
+
+class Gateway:
+    def __init__(self, handler: GatewayHandler, *, heartbeat_seconds: float = 2.0, usage_period_seconds: int = 60) -> None:
+        self.handler = handler
+        self.welcome = Welcome(heartbeat_seconds=heartbeat_seconds, usage_period_seconds=usage_period_seconds)
+        self.sessions: dict[Pubkey, ServerConnection] = {}
+        self.refused: dict[int, int] = {}  # close code -> sessions closed with it (for /metrics)
+        self._server: Server | None = None
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> Gateway:
+        self._server = await serve(self._session, host, port, max_size=MAX_MESSAGE_BYTES)
+        return self
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None, "the gateway is not started"
+        host, port = next(iter(self._server.sockets)).getsockname()[:2]
+        return f"ws://{host}:{port}/worker"
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    def online(self, node_key: Pubkey) -> bool:
+        return node_key in self.sessions
+
+    async def send(self, node_key: Pubkey, message: Any) -> None:
+        """Sends a coordinator message to the node's worker; NodeOffline when it has no session."""
+        ws = self.sessions.get(node_key)
+        if ws is None:
+            raise NodeOffline(f"node {node_key} has no worker session")
+        try:
+            await ws.send(encode(message))
+        except ConnectionClosed:
+            raise NodeOffline(f"node {node_key}'s worker session closed") from None
+
+    async def _session(self, ws: ServerConnection) -> None:
+        node_key: Pubkey | None = None
+        try:
+            node_key, hello = await asyncio.wait_for(self._handshake(ws), HANDSHAKE_TIMEOUT)
+            old, self.sessions[node_key] = self.sessions.get(node_key), ws
+            if old is not None:  # the newest session wins (a worker that reconnected before noticing)
+                await old.close(CLOSE_UNAUTHORISED, "replaced by a newer session of the same node")
+            await self.handler.connected(node_key, hello)
+            async for raw in ws:
+                await self._dispatch(node_key, hello.simulated, raw, ws)
+        except _Refused as e:
+            self.refused[e.code] = self.refused.get(e.code, 0) + 1
+            log.info("worker session %s closed: %s", node_key or ws.remote_address, e.reason)
+            await ws.close(e.code, e.reason[:120])
+        except (TimeoutError, ConnectionClosed):
+            pass
+        finally:
+            if node_key is not None and self.sessions.get(node_key) is ws:
+                del self.sessions[node_key]
+                await self.handler.disconnected(node_key)
+
+    async def _handshake(self, ws: ServerConnection) -> tuple[Pubkey, Hello]:
+        hello = self._parse(await ws.recv())
+        if not isinstance(hello, Hello):
+            raise _Refused(CLOSE_MALFORMED, f"expected hello first, got {hello.type}")
+        node_key = Pubkey.from_string(hello.node_key)
+        if hello.inventory.simulated != hello.simulated:
+            raise _Refused(CLOSE_MALFORMED, "hello.simulated and inventory.simulated differ")
+        if (reason := await self.handler.admit(node_key, hello)) is not None:
+            raise _Refused(CLOSE_UNAUTHORISED, reason)
+        nonce = secrets.token_bytes(32).hex()
+        await ws.send(encode(Challenge(nonce=nonce)))
+        answer = self._parse(await ws.recv())
+        if not isinstance(answer, ChallengeAnswer) or not verify_challenge_answer(node_key, nonce, answer):
+            raise _Refused(CLOSE_UNAUTHORISED, "the challenge answer is not the node key's signature of this nonce")
+        await ws.send(encode(self.welcome))
+        return node_key, hello
+
+    @staticmethod
+    def _parse(raw: str | bytes) -> Any:
+        try:
+            return parse_worker_message(raw)
+        except ProtocolError as e:
+            raise _Refused(e.close_code, str(e)) from None
+
+    async def _dispatch(self, node_key: Pubkey, simulated: bool, raw: str | bytes, ws: ServerConnection) -> None:
+        message = self._parse(raw)
+        if message.simulated != simulated:
+            raise _Refused(CLOSE_MALFORMED, "a session's messages must keep its hello's simulated flag")
+        h = self.handler
+        match message:
+            case Heartbeat():
+                await h.heartbeat(node_key, message)
+            case JobStatus():
+                await h.job_status(node_key, message)
+            case JobLog():
+                await h.job_log(node_key, message)
+            case UsageReportMessage():
+                if not message.verify(node_key):
+                    raise _Refused(CLOSE_UNAUTHORISED, f"usage report seq {message.seq} is not signed by this node")
+                await h.usage(node_key, message)
+                await ws.send(encode(UsageAck(lease=message.lease, seq=message.seq)))
+            case Ack():
+                await h.worker_ack(node_key, message)
+            case _:
+                raise _Refused(CLOSE_MALFORMED, f"{message.type} is only valid during the handshake")

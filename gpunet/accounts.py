@@ -1,0 +1,111 @@
+"""Reading gpunet accounts from any RPC node: fetch one, list many, and the escrow figures of a lease."""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import based58
+from anchorpy import Coder
+from solana.rpc.async_api import AsyncClient
+from solana.rpc.types import MemcmpOpts
+from solders.pubkey import Pubkey
+
+from gpunet.idl import PROGRAM_ID, load_idl
+from gpunet.pda import config_pda, lease_vault_pda
+from gpunet.tokens import token_balance
+
+__all__ = ["AccountError", "Escrow", "decode_account", "escrow", "fetch", "fetch_config", "program_accounts"]
+
+_DISCRIMINATOR = 8
+
+
+class AccountError(Exception):
+    """An account that does not exist or is not the gpunet account it should be."""
+
+
+@cache
+def _coder() -> Coder:
+    return Coder(load_idl())
+
+
+def discriminator(name: str) -> bytes:
+    return _coder().accounts.acc_name_to_discriminator[name]
+
+
+def decode_account(data: bytes, name: str, address: Pubkey | None = None) -> Any:
+    """Decodes `data` as account type `name` (Config, Provider, Node, Lease); refuses any other type."""
+    where = f" at {address}" if address else ""
+    if data[:_DISCRIMINATOR] != discriminator(name):
+        raise AccountError(f"the account{where} is not a gpunet {name}")
+    try:
+        return _coder().accounts.decode(data)
+    except Exception as e:  # construct raises many types on short or corrupt data
+        raise AccountError(f"the {name} account{where} cannot be decoded: {e}") from None
+
+
+async def fetch(client: AsyncClient, address: Pubkey, name: str) -> Any:
+    """The decoded account, owned by the gpunet program; AccountError if absent or foreign."""
+    info = (await client.get_account_info(address)).value
+    if info is None:
+        raise AccountError(f"no {name} account at {address}")
+    if info.owner != PROGRAM_ID:
+        raise AccountError(f"the account at {address} is not owned by the gpunet program")
+    return decode_account(bytes(info.data), name, address)
+
+
+async def fetch_config(client: AsyncClient) -> Any:
+    try:
+        return await fetch(client, config_pda(), "Config")
+    except AccountError:
+        raise AccountError("gpunet is not initialised on this cluster (run `gpunet admin init` first)") from None
+
+
+async def program_accounts(rpc: AsyncClient, name: str, **equals: Pubkey) -> list[tuple[Pubkey, Any]]:
+    """Every `name` account whose leading Pubkey fields equal `equals` (e.g. provider=..., client=...),
+    filtered by the node with memcmp on the discriminator and the field's offset."""
+    offsets = _pubkey_offsets(name)
+    filters: list[Any] = [MemcmpOpts(offset=0, bytes=_b58(discriminator(name)))]
+    for field, value in equals.items():
+        if field not in offsets:
+            raise ValueError(f"{name} has no leading Pubkey field {field!r}")
+        filters.append(MemcmpOpts(offset=offsets[field], bytes=str(value)))
+    found = await rpc.get_program_accounts(PROGRAM_ID, encoding="base64", filters=filters)
+    return sorted(((a.pubkey, decode_account(bytes(a.account.data), name, a.pubkey)) for a in found.value),
+                  key=lambda pair: bytes(pair[0]))
+
+
+def _pubkey_offsets(name: str) -> dict[str, int]:
+    # The Pubkey fields at the start of each account (fixed offsets after the discriminator).
+    leading = {"Provider": ["authority"], "Node": ["provider", "node_key"], "Lease": ["client"]}
+    return {field: _DISCRIMINATOR + 32 * i for i, field in enumerate(leading.get(name, []))}
+
+
+def _b58(data: bytes) -> str:
+    return based58.b58encode(data).decode()
+
+
+@dataclass(frozen=True)
+class Escrow:
+    """What a lease holds and burns, in IO base units and seconds."""
+
+    balance: int  # in the lease vault now
+    burn_per_hour: int  # sum over its assignments of gpus x price per GPU-hour
+    seconds_left: int | None  # None while the lease burns nothing (open, or closed)
+    ends_at: int  # when anyone may close it (unix seconds)
+
+
+async def escrow(client: AsyncClient, lease_address: Pubkey, lease: Any) -> Escrow:
+    closed = type(lease.status).__name__ == "Closed"
+    balance = 0 if closed else await token_balance(client, lease_vault_pda(lease_address))
+    shares = list(lease.assignments)[: lease.node_count]
+    burn = 0 if closed else sum(a.gpus * a.price_per_gpu_hour for a in shares)
+    started = lease.started_at if lease.started_at > 0 else lease.opened_at
+    return Escrow(
+        balance=balance,
+        burn_per_hour=burn,
+        seconds_left=(balance * 3600 // burn) if burn else None,
+        ends_at=started + lease.terms.duration_seconds,
+    )

@@ -1,0 +1,48 @@
+"""IO amounts: exact conversion between what people type ("12.5") and integer base units."""
+
+from __future__ import annotations
+
+from decimal import Decimal, InvalidOperation
+
+from gpunet.tokens import IO_DECIMALS
+
+__all__ = ["IO", "AmountError", "escrow_for", "format_io", "parse_io"]
+
+IO = 10**IO_DECIMALS
+"""Base units in one IO."""
+U64_MAX = 2**64 - 1
+
+
+class AmountError(ValueError):
+    """An amount that is not a positive IO quantity with at most IO_DECIMALS decimals."""
+
+
+def parse_io(text: str, *, allow_zero: bool = False) -> int:
+    """'12.5' -> 12_500_000 base units, exactly; refuses negatives, NaN, too many decimals, > u64."""
+    try:
+        value = Decimal(text.strip())
+    except (InvalidOperation, AttributeError):
+        raise AmountError(f"{text!r} is not an amount of IO (for example 12.5)") from None
+    if not value.is_finite():
+        raise AmountError(f"{text!r} is not an amount of IO (for example 12.5)")
+    units = value * IO
+    if units != units.to_integral_value():
+        raise AmountError(f"{text!r} has more than {IO_DECIMALS} decimals (1 base unit = {Decimal(1) / IO} IO)")
+    if units < 0 or (units == 0 and not allow_zero):
+        raise AmountError(f"the amount must be {'zero or more' if allow_zero else 'more than zero'}, got {text!r}")
+    if units > U64_MAX:
+        raise AmountError(f"{text!r} is more IO than a token account can hold")
+    return int(units)
+
+
+def format_io(units: int) -> str:
+    """12_500_000 -> '12.5 IO' (exact: no float on the way)."""
+    whole, frac = divmod(abs(units), IO)
+    text = f"{whole:,}" + (f".{frac:0{IO_DECIMALS}d}".rstrip("0") if frac else "")
+    return f"{'-' if units < 0 else ''}{text} IO"
+
+
+def escrow_for(price_per_gpu_hour: int, gpus: int, seconds: int) -> int:
+    """The escrow the program takes for `gpus` GPUs over `seconds` at a price, rounded up
+    (programs/gpunet/src/math.rs escrow_for)."""
+    return -(-(price_per_gpu_hour * gpus * seconds) // 3600)

@@ -1,0 +1,130 @@
+"""Audit from the chain alone: recompute a lease's or a provider's totals from the events of its
+transactions and compare them with its account and its vault. Every difference names the
+transactions the recomputed figure came from, so an explorer can check them one by one."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from solana.rpc.async_api import AsyncClient
+from solders.pubkey import Pubkey
+from solders.signature import Signature
+
+from gpunet.accounts import fetch
+from gpunet.history import ChainTransaction, transactions_of
+from gpunet.pda import lease_vault_pda, provider_pda, stake_vault_pda
+from gpunet.tokens import token_balance
+
+__all__ = ["AuditReport", "Check", "audit_lease", "audit_provider"]
+
+
+@dataclass(frozen=True)
+class Check:
+    what: str
+    from_events: int
+    on_chain: int
+    signatures: tuple[Signature, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.from_events == self.on_chain
+
+
+@dataclass
+class AuditReport:
+    subject: str  # "lease <address>" or "provider <address>"
+    transactions: int = 0
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    def differences(self) -> list[Check]:
+        return [c for c in self.checks if not c.ok]
+
+
+class _Sums:
+    """Sums of event fields, remembering which transactions contributed."""
+
+    def __init__(self) -> None:
+        self.total: dict[str, int] = defaultdict(int)
+        self.sources: dict[str, list[Signature]] = defaultdict(list)
+        self.moved: set[Pubkey] = set()  # nodes a share was reassigned from or to
+
+    def add(self, what: str, amount: int, sig: Signature) -> None:
+        self.total[what] += amount
+        self.sources[what].append(sig)
+
+    def check(self, what: str, on_chain: int) -> Check:
+        return Check(what, self.total[what], on_chain, tuple(self.sources[what]))
+
+
+def _lease_sums(lease: Pubkey, txs: list[ChainTransaction]) -> _Sums:
+    sums = _Sums()
+    for tx in txs:
+        for ev in tx.events:
+            d = ev.data
+            if getattr(d, "lease", None) != lease:
+                continue
+            if ev.name == "LeaseOpened":
+                sums.add("deposited", d.deposit, tx.signature)
+            elif ev.name == "LeaseToppedUp":
+                sums.add("deposited", d.amount, tx.signature)
+            elif ev.name == "UsageSettled":
+                sums.add("paid", d.payout, tx.signature)
+                sums.add("fees", d.fee, tx.signature)
+                sums.add(f"gpu_seconds {d.node}", d.gpu_seconds, tx.signature)
+            elif ev.name == "LeaseReassigned":
+                sums.moved.update((d.from_node, d.assignment.node))
+            elif ev.name == "LeaseClosed":
+                sums.add("refunded", d.refund, tx.signature)
+    return sums
+
+
+async def audit_lease(client: AsyncClient, lease: Pubkey) -> AuditReport:
+    account = await fetch(client, lease, "Lease")
+    txs = await transactions_of(client, lease)
+    sums = _lease_sums(lease, txs)
+    report = AuditReport(f"lease {lease}", len(txs))
+    for what in ("deposited", "paid", "fees", "refunded"):
+        report.checks.append(sums.check(what, getattr(account, what)))
+    escrow_from_events = sums.total["deposited"] - sums.total["paid"] - sums.total["fees"] - sums.total["refunded"]
+    vault = lease_vault_pda(lease)
+    vault_balance = await token_balance(client, vault) if (await client.get_account_info(vault)).value else 0
+    report.checks.append(Check("lease vault balance", escrow_from_events, vault_balance,
+                               tuple(t.signature for t in txs if t.events)))
+    for share in list(account.assignments)[: account.node_count]:
+        # A share's GPU-seconds restart when it is reassigned: check the shares that never moved.
+        if share.node not in sums.moved:
+            report.checks.append(sums.check(f"gpu_seconds {share.node}", share.gpu_seconds))
+    return report
+
+
+async def audit_provider(client: AsyncClient, authority: Pubkey) -> AuditReport:
+    provider = provider_pda(authority)
+    account = await fetch(client, provider, "Provider")
+    txs = await transactions_of(client, provider)
+    sums = _Sums()
+    for tx in txs:
+        for ev in tx.events:
+            d = ev.data
+            if getattr(d, "provider", None) != provider:
+                continue
+            if ev.name == "Staked":
+                sums.add("stake in", d.amount, tx.signature)
+            elif ev.name == "UnstakeWithdrawn":
+                sums.add("withdrawn", d.amount, tx.signature)
+            elif ev.name == "ProviderSlashed":
+                sums.add("slashed", d.amount, tx.signature)
+            elif ev.name == "UsageSettled":
+                sums.add("earned", d.payout, tx.signature)
+    report = AuditReport(f"provider {provider} (wallet {authority})", len(txs))
+    report.checks.append(sums.check("slashed", account.slashed))
+    report.checks.append(sums.check("earned", account.earned))
+    held = sums.total["stake in"] - sums.total["withdrawn"] - sums.total["slashed"]
+    sources = tuple(sums.sources["stake in"] + sums.sources["withdrawn"] + sums.sources["slashed"])
+    report.checks.append(Check("stake vault balance", held, await token_balance(client, stake_vault_pda(provider)), sources))
+    report.checks.append(Check("staked + unbonding", held, account.staked + account.unbonding, sources))
+    return report

@@ -1,0 +1,181 @@
+"""`gpunet admin init|update|show|mint`: the protocol's configuration, set by its admin."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from gpunet import instructions as ix
+from gpunet.accounts import fetch_config
+from gpunet.amounts import format_io, parse_io
+from gpunet.cli.common import BadInput, JsonOpt, KeypairOpt, DEFAULT_KEYPAIR, Session, UrlOpt, duration_arg, pubkey_arg
+from gpunet.tokens import create_mint, ensure_io_account, io_account, mint_io
+
+app = typer.Typer(help="Protocol configuration (admin only).", no_args_is_help=True)
+
+# Options shared by init and update; None = keep (update) or the default (init).
+MintOpt = Annotated[str | None, typer.Option("--mint", help="IO token mint. init without it creates a new mint "
+                                                        "whose authority is the admin (for local clusters).")]
+TreasuryOpt = Annotated[str | None, typer.Option("--treasury", help="IO token account receiving fees and slashes "
+                                                                "(default: the admin's IO account).")]
+FeeOpt = Annotated[int | None, typer.Option("--fee-bps", help="Protocol fee in basis points (default 500).")]
+MinStakeOpt = Annotated[str | None, typer.Option("--min-stake-per-gpu", help="IO per registered GPU (default 100).")]
+UnbondingOpt = Annotated[str | None, typer.Option("--unbonding", help="Unstake delay, e.g. 7d (default 7d).")]
+PeriodOpt = Annotated[str | None, typer.Option("--usage-period", help="Longest usage report period (default 60s).")]
+JailOpt = Annotated[str | None, typer.Option("--jail", help="Jail time after a slash (default 1h).")]
+SlashOpt = Annotated[str | None, typer.Option("--slash-bps", help="Slash per fault kind: missed heartbeats, failed "
+                                                              "verification, invalid usage (default 1000,2000,5000).")]
+ClientShareOpt = Annotated[int | None, typer.Option("--slash-client-share-bps", help="Client's share of a slash "
+                                                                                   "(default 5000).")]
+AttesterOpt = Annotated[list[str] | None, typer.Option("--attester", help="Coordinator key allowed to assign, settle "
+                                                                       "and slash; repeat for several (default: admin).")]
+PauseOpt = Annotated[bool | None, typer.Option("--pause/--unpause", help="Stop (or resume) new leases.")]
+
+
+def _slash_bps(text: str) -> tuple[int, int, int]:
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        values = ()
+    if len(values) != 3 or any(not 0 <= v <= 10_000 for v in values):
+        raise BadInput(f"--slash-bps takes three basis points 0..10000 separated by commas, got {text!r}")
+    return values  # type: ignore[return-value]
+
+
+def _params(base: ix.ConfigParams, treasury: str | None, fee_bps: int | None, min_stake: str | None,
+            unbonding: str | None, period: str | None, jail: str | None, slash: str | None,
+            client_share: int | None, attesters: list[str] | None, pause: bool | None) -> ix.ConfigParams:
+    changes: dict[str, Any] = {}
+    if treasury is not None:
+        changes["treasury"] = pubkey_arg(treasury, "treasury token account")
+    if fee_bps is not None:
+        changes["protocol_fee_bps"] = fee_bps
+    if min_stake is not None:
+        changes["min_stake_per_gpu"] = parse_io(min_stake)
+    if unbonding is not None:
+        changes["unbonding_seconds"] = duration_arg(unbonding)
+    if period is not None:
+        changes["usage_period_seconds"] = duration_arg(period)
+    if jail is not None:
+        changes["jail_seconds"] = duration_arg(jail)
+    if slash is not None:
+        changes["slash_bps"] = _slash_bps(slash)
+    if client_share is not None:
+        changes["slash_client_share_bps"] = client_share
+    if attesters:
+        changes["attesters"] = [pubkey_arg(a, "attester key") for a in attesters]
+    if pause is not None:
+        changes["paused"] = pause
+    for name in ("protocol_fee_bps", "slash_client_share_bps"):
+        if not 0 <= changes.get(name, 0) <= 10_000:
+            raise BadInput(f"{name.replace('_', '-')} must be 0..10000 basis points")
+    return replace(base, **changes)
+
+
+def params_of(config: Any) -> ix.ConfigParams:
+    return ix.ConfigParams(treasury=config.treasury, protocol_fee_bps=config.protocol_fee_bps,
+                           min_stake_per_gpu=config.min_stake_per_gpu, unbonding_seconds=config.unbonding_seconds,
+                           usage_period_seconds=config.usage_period_seconds, jail_seconds=config.jail_seconds,
+                           slash_bps=tuple(config.slash_bps), slash_client_share_bps=config.slash_client_share_bps,
+                           attesters=list(config.attesters)[: config.attester_count], paused=config.paused)
+
+
+@app.command("init")
+def init(mint: MintOpt = None, treasury: TreasuryOpt = None, fee_bps: FeeOpt = None, min_stake_per_gpu: MinStakeOpt = None,
+         unbonding: UnbondingOpt = None, usage_period: PeriodOpt = None, jail: JailOpt = None, slash_bps: SlashOpt = None,
+         slash_client_share_bps: ClientShareOpt = None, attester: AttesterOpt = None,
+         url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR, json_output: JsonOpt = False) -> None:
+    """Initialise gpunet on a cluster: the IO mint, the treasury and the protocol parameters."""
+
+    async def command(s: Session) -> None:
+        admin = s.wallet
+        async with s.client() as client:
+            await s.check_fee(client)
+            if mint is None:
+                with s.waiting("Creating the IO mint"):
+                    io_mint = await create_mint(client, admin)
+            else:
+                io_mint = pubkey_arg(mint, "mint")
+            treasury_account = (pubkey_arg(treasury, "treasury token account") if treasury
+                                else await ensure_io_account(client, admin, admin.pubkey(), io_mint))
+            defaults = ix.ConfigParams(treasury=treasury_account, protocol_fee_bps=500, min_stake_per_gpu=parse_io("100"),
+                                       unbonding_seconds=7 * 86_400, usage_period_seconds=60, jail_seconds=3_600,
+                                       slash_bps=(1_000, 2_000, 5_000), slash_client_share_bps=5_000,
+                                       attesters=[admin.pubkey()])
+            params = _params(defaults, None, fee_bps, min_stake_per_gpu, unbonding, usage_period, jail, slash_bps,
+                             slash_client_share_bps, attester, None)
+            sig = await s.send(client, "Initialising gpunet", [ix.initialize(admin.pubkey(), io_mint, params)])
+        s.done(f"gpunet initialised: IO mint {io_mint}, treasury {treasury_account}", sig, io_mint=io_mint,
+               treasury=treasury_account)
+
+    Session(url, keypair, json_output).run(command)
+
+
+@app.command("update")
+def update(treasury: TreasuryOpt = None, fee_bps: FeeOpt = None, min_stake_per_gpu: MinStakeOpt = None,
+           unbonding: UnbondingOpt = None, usage_period: PeriodOpt = None, jail: JailOpt = None,
+           slash_bps: SlashOpt = None, slash_client_share_bps: ClientShareOpt = None, attester: AttesterOpt = None,
+           pause: PauseOpt = None, url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR,
+           json_output: JsonOpt = False) -> None:
+    """Change some protocol parameters; the others keep their values."""
+
+    async def command(s: Session) -> None:
+        async with s.client() as client:
+            current = params_of(await fetch_config(client))
+            params = _params(current, treasury, fee_bps, min_stake_per_gpu, unbonding, usage_period, jail, slash_bps,
+                             slash_client_share_bps, attester, pause)
+            if params == current:
+                raise BadInput("nothing to change: give at least one option (see --help)")
+            sig = await s.send(client, "Updating the configuration", [ix.update_config(s.wallet.pubkey(), params)])
+        s.done("configuration updated", sig)
+
+    Session(url, keypair, json_output).run(command)
+
+
+@app.command("show")
+def show(url: UrlOpt = None, json_output: JsonOpt = False) -> None:
+    """The protocol configuration on this cluster."""
+
+    async def command(s: Session) -> None:
+        async with s.client() as client:
+            c = await fetch_config(client)
+        data = {"admin": c.admin, "io_mint": c.io_mint, "treasury": c.treasury, "protocol_fee_bps": c.protocol_fee_bps,
+                "min_stake_per_gpu": c.min_stake_per_gpu, "unbonding_seconds": c.unbonding_seconds,
+                "usage_period_seconds": c.usage_period_seconds, "jail_seconds": c.jail_seconds,
+                "slash_bps": list(c.slash_bps), "slash_client_share_bps": c.slash_client_share_bps,
+                "attesters": list(c.attesters)[: c.attester_count], "paused": c.paused}
+
+        def table() -> Table:
+            t = Table("parameter", "value", title=f"gpunet on {s.cluster.rpc_url}")
+            for key, value in data.items():
+                shown = format_io(value) if key == "min_stake_per_gpu" else value
+                t.add_row(key, ", ".join(map(str, shown)) if isinstance(shown, list) else str(shown))
+            return t
+
+        s.show(data, table)
+
+    Session(url, json_output=json_output).run(command)
+
+
+@app.command("mint")
+def mint_tokens(wallet: Annotated[str, typer.Argument(help="Wallet to receive IO.")],
+                amount: Annotated[str, typer.Argument(help="IO to mint, e.g. 1000 or 12.5.")],
+                url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR, json_output: JsonOpt = False) -> None:
+    """Mint IO to a wallet (local clusters: needs the mint authority, which `admin init` gives the admin)."""
+
+    async def command(s: Session) -> None:
+        owner = pubkey_arg(wallet, "wallet")
+        units = parse_io(amount)
+        async with s.client() as client:
+            io_mint = (await fetch_config(client)).io_mint
+            await s.check_fee(client)
+            account = await ensure_io_account(client, s.wallet, owner, io_mint)
+            with s.waiting(f"Minting {format_io(units)}"):
+                await mint_io(client, s.wallet, io_mint, account, units)
+        s.show({"wallet": owner, "io_account": io_account(owner, io_mint), "amount": units},
+               lambda: f"[green]✓[/] minted {format_io(units)} to {owner}")
+
+    Session(url, keypair, json_output).run(command)

@@ -1,0 +1,192 @@
+"""What every chain command shares: cluster/keypair/--json options, the documented exit codes,
+the spinner while a transaction confirms, and one place that turns errors into messages."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from enum import IntEnum
+from functools import cached_property
+from pathlib import Path
+from typing import Annotated, Any
+
+import httpx
+import typer
+from rich.console import Console, RenderableType
+from rich.table import Column
+from solana.exceptions import SolanaRpcException
+from solana.rpc.async_api import AsyncClient
+from solana.rpc.commitment import Confirmed
+from solders.instruction import Instruction
+from solders.keypair import Keypair
+from solders.pubkey import Pubkey
+from solders.signature import Signature
+
+from gpunet.accounts import AccountError
+from gpunet.amounts import AmountError, format_io
+from gpunet.catalog import CatalogError
+from gpunet.client import TransactionExpired, TransactionFailed, send_and_confirm
+from gpunet.cluster import Cluster, ClusterError, resolve_cluster
+from gpunet.keys import KeypairFileError, load_keypair
+
+
+class Exit(IntEnum):
+    """`gpunet` exit codes (the README lists them)."""
+
+    OK = 0
+    REFUSED = 1  # the transaction was refused by the program or the node, or expired unsent
+    BAD_INPUT = 2  # a bad argument or option (also click's own usage errors)
+    KEYPAIR = 3  # keypair file missing or malformed
+    FUNDS = 4  # the wallet lacks the IO or SOL the transaction needs (checked before sending)
+    UNREACHABLE = 5  # no answer from the RPC node
+    NOT_FOUND = 6  # the account does not exist (or gpunet is not initialised there)
+    AUDIT_MISMATCH = 7  # `gpunet audit` found a difference
+
+
+class BadInput(ValueError):
+    """An argument that makes no sense for this command; nothing was sent."""
+
+
+class NotEnoughFunds(Exception):
+    """Checked before sending: the wallet cannot pay; nothing was sent."""
+
+
+DEFAULT_KEYPAIR = Path("~/.config/solana/id.json")
+
+UrlOpt = Annotated[str | None, typer.Option(
+    "--url", "-u", envvar="GPUNET_RPC_URL", show_envvar=True,
+    help="RPC URL or cluster name (localnet, devnet, testnet, mainnet). Default: Anchor.toml, else localnet.")]
+KeypairOpt = Annotated[Path, typer.Option(
+    "--keypair", "-k", envvar="GPUNET_KEYPAIR", show_envvar=True, help="Wallet keypair file (Solana CLI format).")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout instead of tables.")]
+
+
+def pubkey_arg(text: str, what: str = "public key") -> Pubkey:
+    try:
+        return Pubkey.from_string(text.strip())
+    except ValueError:
+        raise BadInput(f"{text!r} is not a valid {what} (base58, 32 bytes)") from None
+
+
+_DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s?)?$")
+
+
+def duration_arg(text: str) -> int:
+    """'90m', '1h30m', '2d', '3600' (seconds) -> seconds; refuses zero and garbage."""
+    m = _DURATION.match(text.strip().lower())
+    if not m or not any(m.groups()):
+        raise BadInput(f"{text!r} is not a duration (for example 90m, 1h30m, 2d or 3600 for seconds)")
+    d, h, mins, s = (int(g or 0) for g in m.groups())
+    seconds = ((d * 24 + h) * 60 + mins) * 60 + s
+    if seconds <= 0:
+        raise BadInput("the duration must be more than zero")
+    return seconds
+
+
+def key_column(name: str) -> Column:
+    """A table column that shows a whole base58 key or signature (never cut with an ellipsis)."""
+    return Column(name, min_width=44, overflow="fold")
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (Pubkey, Signature)):
+        return str(value)
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+@dataclass
+class Session:
+    """One command's view of the world: where to connect, whose wallet, how to print."""
+
+    url: str | None
+    keypair_path: Path = DEFAULT_KEYPAIR
+    json_output: bool = False
+    out: Console = field(default_factory=Console)
+    err: Console = field(default_factory=lambda: Console(stderr=True))
+
+    @cached_property
+    def cluster(self) -> Cluster:
+        return resolve_cluster(self.url)
+
+    @cached_property
+    def wallet(self) -> Keypair:
+        return load_keypair(self.keypair_path.expanduser())
+
+    def client(self) -> AsyncClient:
+        return AsyncClient(self.cluster.rpc_url, commitment=Confirmed, timeout=30)
+
+    @contextmanager
+    def waiting(self, what: str) -> Iterator[None]:
+        if self.json_output:
+            yield
+        else:
+            with self.err.status(f"{what}…"):
+                yield
+
+    async def send(self, client: AsyncClient, what: str, instructions: list[Instruction],
+                   signers: list[Keypair] = ()) -> Signature:
+        """Sends with the wallet as fee payer, after checking it can pay the fee."""
+        await self.check_fee(client)
+        with self.waiting(f"{what}: waiting for confirmation"):
+            return await send_and_confirm(client, self.wallet, instructions, signers)
+
+    async def check_fee(self, client: AsyncClient) -> None:
+        """Before anything is sent: the wallet must hold enough SOL for fees (and a little rent)."""
+        lamports = (await client.get_balance(self.wallet.pubkey())).value
+        if lamports < 10_000_000:
+            raise NotEnoughFunds(f"wallet {self.wallet.pubkey()} holds {lamports} lamports, not enough for "
+                                 "transaction fees and rent (0.01 SOL); fund it (on localnet: `gpunet airdrop 1`)")
+
+    def show(self, data: Any, render: Callable[[], RenderableType | str]) -> None:
+        """JSON for scripts, a table or line for people."""
+        if self.json_output:
+            print(json.dumps(_plain(data), indent=2))
+        else:
+            self.out.print(render(), soft_wrap=True)  # never break a key or signature across lines
+
+    def done(self, what: str, signature: Signature, **details: Any) -> None:
+        self.show({"signature": signature, **details}, lambda: f"[green]✓[/] {what}  [dim]{signature}[/]")
+
+    def fail(self, code: Exit, message: str) -> typer.Exit:
+        if self.json_output:
+            print(json.dumps({"error": message, "exit_code": int(code)}))
+        else:
+            self.err.print(f"[red]error:[/] {message}", soft_wrap=True)
+        return typer.Exit(int(code))
+
+    def run(self, command: Callable[[Session], Awaitable[Any]]) -> None:
+        """Runs one async command and maps every expected failure to its message and exit code."""
+        try:
+            self.cluster  # noqa: B018 - a bad --url is reported before anything else happens
+            asyncio.run(command(self))
+        except (BadInput, AmountError, CatalogError, ClusterError) as e:
+            raise self.fail(Exit.BAD_INPUT, str(e)) from None
+        except KeypairFileError as e:
+            raise self.fail(Exit.KEYPAIR, f"{e} (create one with `gpunet keys new PATH`, or pass --keypair)") from None
+        except NotEnoughFunds as e:
+            raise self.fail(Exit.FUNDS, f"{e}; nothing was sent") from None
+        except AccountError as e:
+            raise self.fail(Exit.NOT_FOUND, str(e)) from None
+        except (TransactionFailed, TransactionExpired) as e:
+            sig = getattr(e, "signature", None)
+            raise self.fail(Exit.REFUSED, f"{e}{f' (transaction {sig})' if sig else ''}") from None
+        except (SolanaRpcException, httpx.HTTPError, OSError) as e:
+            cause = e.__cause__ or e
+            raise self.fail(Exit.UNREACHABLE, f"cannot reach the RPC node at {self.cluster.rpc_url} (from "
+                            f"{self.cluster.source}): {type(cause).__name__}: {cause}. Start a local node with "
+                            "`gpunet localnet`, or pass --url") from None
+
+
+def io_balance_check(what: str, need: int, have: int) -> None:
+    if have < need:
+        raise NotEnoughFunds(f"{what} needs {format_io(need)} but the wallet's IO account holds {format_io(have)}")

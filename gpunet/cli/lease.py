@@ -1,0 +1,171 @@
+"""`gpunet lease open|top-up|close|show|list`: a client's leases and their escrow."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from gpunet import catalog
+from gpunet import instructions as ix
+from gpunet.accounts import escrow, fetch, fetch_config, program_accounts
+from gpunet.amounts import escrow_for, format_io, parse_io
+from gpunet.cli.common import (key_column, DEFAULT_KEYPAIR, BadInput, JsonOpt, KeypairOpt, Session, UrlOpt, duration_arg,
+                               io_balance_check, pubkey_arg)
+from gpunet.pda import lease_pda
+from gpunet.tokens import io_account, io_balance
+
+app = typer.Typer(help="Leases: open, top up, close, show, list.", no_args_is_help=True)
+LeaseArg = Annotated[str, typer.Argument(help="The lease's address.")]
+
+
+def _status(lease: Any) -> str:
+    return type(lease.status).__name__
+
+
+def _hms(seconds: int | None) -> str:
+    if seconds is None:
+        return "-"
+    h, rest = divmod(max(seconds, 0), 3600)
+    return f"{h}h{rest // 60:02d}m{rest % 60:02d}s"
+
+
+async def lease_summary(client: Any, address: Any, lease: Any) -> dict[str, Any]:
+    e = await escrow(client, address, lease)
+    terms = lease.terms
+    return {
+        "lease": address, "client": lease.client, "lease_id": lease.lease_id, "status": _status(lease),
+        "gpu_model": catalog.gpu_model_name(terms.gpu_model), "gpu_count": terms.gpu_count,
+        "min_vram_gb": terms.min_vram_gb, "region": catalog.region_name(terms.region),
+        "max_price_per_gpu_hour": terms.max_price_per_gpu_hour, "duration_seconds": terms.duration_seconds,
+        "deposited": lease.deposited, "paid": lease.paid, "fees": lease.fees, "refunded": lease.refunded,
+        "escrow_balance": e.balance, "burn_per_hour": e.burn_per_hour, "seconds_left": e.seconds_left,
+        "ends_at": e.ends_at,
+        "assignments": [{"node": a.node, "node_key": a.node_key, "gpus": a.gpus,
+                         "price_per_gpu_hour": a.price_per_gpu_hour, "last_seq": a.last_seq,
+                         "gpu_seconds": a.gpu_seconds} for a in list(lease.assignments)[: lease.node_count]],
+    }
+
+
+@app.command("open")
+def open_lease(gpu: Annotated[str, typer.Option("--gpu", help="GPU model (e.g. H100) or 'any'.")],
+               count: Annotated[int, typer.Option("--count", min=1, max=255, help="GPUs in all.")],
+               max_price: Annotated[str, typer.Option("--max-price", help="Most IO per GPU-hour you will pay.")],
+               duration: Annotated[str, typer.Option("--duration", help="e.g. 90m, 2h, 1d.")],
+               vram: Annotated[int, typer.Option("--vram", min=0, help="Least GiB per GPU.")] = 0,
+               region: Annotated[str, typer.Option("--region", help="Region name or 'any'.")] = "any",
+               lease_id: Annotated[int | None, typer.Option("--lease-id", min=0, help="Your id for it (default: now in ms).")] = None,
+               url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR, json_output: JsonOpt = False) -> None:
+    """Open a lease: escrow max price x GPUs x duration; the coordinator places it on nodes."""
+
+    async def command(s: Session) -> None:
+        model = catalog.ANY if gpu.lower() == "any" else catalog.gpu_model(gpu).code
+        region_code = catalog.ANY if region.lower() == "any" else catalog.region(region)
+        terms = ix.LeaseTerms(model, vram, count, region_code, parse_io(max_price), duration_arg(duration))
+        me, ident = s.wallet.pubkey(), lease_id if lease_id is not None else time.time_ns() // 1_000_000
+        deposit = escrow_for(terms.max_price_per_gpu_hour, count, terms.duration_seconds)
+        address = lease_pda(me, ident)
+        async with s.client() as client:
+            io_mint = (await fetch_config(client)).io_mint
+            if (await client.get_account_info(address)).value is not None:
+                raise BadInput(f"you already have lease id {ident} ({address}); pick another --lease-id")
+            io_balance_check(f"the escrow of {count} GPUs for {_hms(terms.duration_seconds)} at "
+                             f"{format_io(terms.max_price_per_gpu_hour)}/GPU-hour", deposit,
+                             await io_balance(client, me, io_mint))
+            sig = await s.send(client, f"Opening the lease (escrow {format_io(deposit)})",
+                               [ix.open_lease(me, io_account(me, io_mint), io_mint, ident, terms)])
+        s.done(f"lease {address} opened, {format_io(deposit)} in escrow", sig, lease=address, lease_id=ident,
+               deposit=deposit)
+
+    Session(url, keypair, json_output).run(command)
+
+
+@app.command("top-up")
+def top_up(lease: LeaseArg, duration: Annotated[str, typer.Option("--duration", help="Extra time, e.g. 1h.")],
+           url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR, json_output: JsonOpt = False) -> None:
+    """Extend a lease, escrowing the extra time at its max price."""
+
+    async def command(s: Session) -> None:
+        address, extra = pubkey_arg(lease, "lease address"), duration_arg(duration)
+        me = s.wallet.pubkey()
+        async with s.client() as client:
+            io_mint = (await fetch_config(client)).io_mint
+            account = await fetch(client, address, "Lease")
+            amount = escrow_for(account.terms.max_price_per_gpu_hour, account.terms.gpu_count, extra)
+            io_balance_check(f"extending by {_hms(extra)}", amount, await io_balance(client, me, io_mint))
+            sig = await s.send(client, f"Topping up {format_io(amount)}",
+                               [ix.top_up_lease(me, io_account(me, io_mint), address, extra)])
+        s.done(f"lease {address} extended by {_hms(extra)} for {format_io(amount)}", sig, amount=amount)
+
+    Session(url, keypair, json_output).run(command)
+
+
+@app.command("close")
+def close(lease: LeaseArg, url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR, json_output: JsonOpt = False) -> None:
+    """Close a lease: unsettled escrow goes back to the client."""
+
+    async def command(s: Session) -> None:
+        address = pubkey_arg(lease, "lease address")
+        async with s.client() as client:
+            io_mint = (await fetch_config(client)).io_mint
+            account = await fetch(client, address, "Lease")
+            if _status(account) == "Closed":
+                raise BadInput(f"lease {address} is already closed")
+            nodes = [a.node for a in list(account.assignments)[: account.node_count]]
+            sig = await s.send(client, "Closing the lease", [ix.close_lease(
+                s.wallet.pubkey(), account.client, io_account(account.client, io_mint), address, nodes)])
+            refunded = (await fetch(client, address, "Lease")).refunded
+        s.done(f"lease {address} closed, {format_io(refunded)} refunded", sig, refunded=refunded)
+
+    Session(url, keypair, json_output).run(command)
+
+
+@app.command("show")
+def show(lease: LeaseArg, url: UrlOpt = None, json_output: JsonOpt = False) -> None:
+    """A lease's terms, escrow balance, burn rate, time left and nodes."""
+
+    async def command(s: Session) -> None:
+        address = pubkey_arg(lease, "lease address")
+        async with s.client() as client:
+            data = await lease_summary(client, address, await fetch(client, address, "Lease"))
+
+        def table() -> Table:
+            t = Table("", "", title=f"lease {address}  [{data['status']}]", show_header=False)
+            t.add_row("wants", f"{data['gpu_count']}x {data['gpu_model']} >= {data['min_vram_gb']} GB in {data['region']} "
+                               f"at <= {format_io(data['max_price_per_gpu_hour'])}/GPU-hour for {_hms(data['duration_seconds'])}")
+            for key in ("deposited", "paid", "fees", "refunded", "escrow_balance"):
+                t.add_row(key.replace("_", " "), format_io(data[key]))
+            t.add_row("burn rate", f"{format_io(data['burn_per_hour'])}/hour")
+            t.add_row("time left", _hms(data["seconds_left"]))
+            for a in data["assignments"]:
+                t.add_row(f"node {a['node_key']}", f"{a['gpus']} GPUs at {format_io(a['price_per_gpu_hour'])}/GPU-hour, "
+                                                   f"{a['gpu_seconds']} GPU-s settled (seq {a['last_seq']})")
+            return t
+
+        s.show(data, table)
+
+    Session(url, json_output=json_output).run(command)
+
+
+@app.command("list")
+def list_leases(client_wallet: Annotated[str | None, typer.Option("--client", help="Whose leases (default: yours).")] = None,
+                url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR, json_output: JsonOpt = False) -> None:
+    """A client's leases with their escrow balance, burn rate and time left."""
+
+    async def command(s: Session) -> None:
+        owner = pubkey_arg(client_wallet, "client wallet") if client_wallet else s.wallet.pubkey()
+        async with s.client() as client:
+            rows = [await lease_summary(client, a, lease) for a, lease in await program_accounts(client, "Lease", client=owner)]
+
+        def table() -> Table:
+            t = Table(key_column("lease"), "status", "GPUs", "escrow", "burn/hour", "time left", "paid", title=f"leases of {owner}")
+            for r in rows:
+                t.add_row(str(r["lease"]), r["status"], f"{r['gpu_count']}x {r['gpu_model']}", format_io(r["escrow_balance"]),
+                          format_io(r["burn_per_hour"]), _hms(r["seconds_left"]), format_io(r["paid"]))
+            return t
+
+        s.show(rows, table)
+
+    Session(url, keypair, json_output).run(command)

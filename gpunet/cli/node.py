@@ -1,0 +1,139 @@
+"""`gpunet node register|update|deregister|list`: the GPU machines a supplier offers."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from gpunet import catalog
+from gpunet import instructions as ix
+from gpunet.accounts import fetch, fetch_config, program_accounts
+from gpunet.amounts import format_io, parse_io
+from gpunet.cli.common import (key_column, DEFAULT_KEYPAIR, BadInput, JsonOpt, KeypairOpt, NotEnoughFunds, Session, UrlOpt,
+                               pubkey_arg)
+from gpunet.keys import load_keypair
+from gpunet.pda import node_pda, provider_pda
+
+app = typer.Typer(help="GPU nodes: register, update, deregister, list.", no_args_is_help=True)
+NodeKeyArg = Annotated[str, typer.Argument(help="The node's public key (its worker signs with it).")]
+RegionOpt = Annotated[str | None, typer.Option("--region", help=f"One of: {', '.join(catalog.REGIONS.values())}.")]
+PriceOpt = Annotated[str | None, typer.Option("--price", help="Asking price in IO per GPU-hour, e.g. 2.5.")]
+HashOpt = Annotated[str | None, typer.Option("--inventory-hash", help="SHA-256 (hex) of the node's NVML inventory, "
+                                                                     "as `gpunet worker` prints it.")]
+
+
+def _inventory_hash(text: str | None) -> bytes:
+    if text is None:
+        return bytes(32)
+    try:
+        value = bytes.fromhex(text)
+    except ValueError:
+        value = b""
+    if len(value) != 32:
+        raise BadInput(f"--inventory-hash must be 64 hex digits (a SHA-256), got {text!r}")
+    return value
+
+
+def node_row(address: Any, n: Any) -> dict[str, Any]:
+    spec = n.spec
+    return {"node": address, "node_key": n.node_key, "provider": n.provider,
+            "gpu_model": catalog.gpu_model_name(spec.gpu_model), "gpu_count": spec.gpu_count,
+            "gpus_leased": n.gpus_leased, "vram_gb": spec.vram_gb, "region": catalog.region_name(spec.region),
+            "price_per_gpu_hour": spec.price_per_gpu_hour, "inventory_hash": bytes(spec.inventory_hash),
+            "bonded_stake": n.bonded_stake, "jailed": n.jailed, "jail_ends_at": n.jail_ends_at}
+
+
+@app.command("register")
+def register(node_keypair: Annotated[str, typer.Argument(help="The node's keypair file (`gpunet keys new`).")],
+             gpu: Annotated[str, typer.Option("--gpu", help="GPU model, e.g. H100, RTX4090.")],
+             count: Annotated[int, typer.Option("--count", min=1, max=16, help="GPUs on the node.")],
+             region: Annotated[str, typer.Option("--region", help=f"One of: {', '.join(catalog.REGIONS.values())}.")],
+             price: Annotated[str, typer.Option("--price", help="IO per GPU-hour, e.g. 2.5.")],
+             vram: Annotated[int | None, typer.Option("--vram", min=1, help="GiB per GPU (default: the model's).")] = None,
+             inventory_hash: HashOpt = None,
+             url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR, json_output: JsonOpt = False) -> None:
+    """Register a node; bonds min-stake-per-GPU x GPUs of your free stake."""
+
+    async def command(s: Session) -> None:
+        model = catalog.gpu_model(gpu)
+        spec = ix.NodeSpec(model.code, count, vram or model.vram_gb, catalog.region(region), parse_io(price),
+                           _inventory_hash(inventory_hash))
+        node_key = load_keypair(node_keypair)
+        me = s.wallet.pubkey()
+        async with s.client() as client:
+            config = await fetch_config(client)
+            p = await fetch(client, provider_pda(me), "Provider")
+            need = config.min_stake_per_gpu * count
+            if p.staked - p.bonded < need:
+                raise NotEnoughFunds(f"{count} GPUs need {format_io(need)} of free stake, you have "
+                                     f"{format_io(p.staked - p.bonded)} (stake more with `gpunet provider stake`)")
+            sig = await s.send(client, "Registering the node", [ix.register_node(me, node_key.pubkey(), spec)], [node_key])
+        s.done(f"node {node_key.pubkey()}: {count}x {model.name} {spec.vram_gb} GB in {catalog.region_name(spec.region)} "
+               f"at {format_io(spec.price_per_gpu_hour)}/GPU-hour", sig, node=node_pda(node_key.pubkey()),
+               node_key=node_key.pubkey())
+
+    Session(url, keypair, json_output).run(command)
+
+
+@app.command("update")
+def update(node_key: NodeKeyArg, region: RegionOpt = None, price: PriceOpt = None, inventory_hash: HashOpt = None,
+           url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR, json_output: JsonOpt = False) -> None:
+    """Change a node's region, price or inventory hash."""
+
+    async def command(s: Session) -> None:
+        key = pubkey_arg(node_key, "node key")
+        if region is None and price is None and inventory_hash is None:
+            raise BadInput("nothing to change: give --region, --price or --inventory-hash")
+        async with s.client() as client:
+            spec = (await fetch(client, node_pda(key), "Node")).spec
+            new_region = catalog.region(region) if region is not None else spec.region
+            new_price = parse_io(price) if price is not None else spec.price_per_gpu_hour
+            new_hash = _inventory_hash(inventory_hash) if inventory_hash is not None else bytes(spec.inventory_hash)
+            sig = await s.send(client, "Updating the node",
+                               [ix.update_node(s.wallet.pubkey(), key, new_region, new_price, new_hash)])
+        s.done(f"node {key} updated", sig)
+
+    Session(url, keypair, json_output).run(command)
+
+
+@app.command("deregister")
+def deregister(node_key: NodeKeyArg, url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR,
+               json_output: JsonOpt = False) -> None:
+    """Remove an idle node and release its bonded stake."""
+
+    async def command(s: Session) -> None:
+        key = pubkey_arg(node_key, "node key")
+        async with s.client() as client:
+            n = await fetch(client, node_pda(key), "Node")
+            if n.gpus_leased:
+                raise BadInput(f"node {key} has {n.gpus_leased} GPUs on active leases; deregister it once they end")
+            sig = await s.send(client, "Deregistering the node", [ix.deregister_node(s.wallet.pubkey(), key)])
+        s.done(f"node {key} deregistered; {format_io(n.bonded_stake)} of stake released", sig,
+               released_stake=n.bonded_stake)
+
+    Session(url, keypair, json_output).run(command)
+
+
+@app.command("list")
+def list_nodes(provider: Annotated[str | None, typer.Option("--provider", help="Only this provider wallet's nodes.")] = None,
+               url: UrlOpt = None, json_output: JsonOpt = False) -> None:
+    """Every registered node (or one provider's)."""
+
+    async def command(s: Session) -> None:
+        where = {"provider": provider_pda(pubkey_arg(provider, "provider wallet"))} if provider else {}
+        async with s.client() as client:
+            rows = [node_row(a, n) for a, n in await program_accounts(client, "Node", **where)]
+
+        def table() -> Table:
+            t = Table(key_column("node key"), "GPUs", "leased", "VRAM", "region", "price/GPU-h", "state", title=f"{len(rows)} nodes")
+            for r in rows:
+                t.add_row(str(r["node_key"]), f"{r['gpu_count']}x {r['gpu_model']}", str(r["gpus_leased"]),
+                          f"{r['vram_gb']} GB", r["region"], format_io(r["price_per_gpu_hour"]),
+                          "[red]jailed[/]" if r["jailed"] else "ok")
+            return t
+
+        s.show(rows, table)
+
+    Session(url, json_output=json_output).run(command)

@@ -1,0 +1,128 @@
+"""`gpunet provider register|stake|unstake|withdraw|show`: a supplier's account and stake."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from gpunet import instructions as ix
+from gpunet.accounts import AccountError, fetch, fetch_config
+from gpunet.amounts import format_io, parse_io
+from gpunet.cli.common import (DEFAULT_KEYPAIR, BadInput, JsonOpt, KeypairOpt, NotEnoughFunds, Session, UrlOpt,
+                               io_balance_check, pubkey_arg)
+from gpunet.pda import provider_pda, stake_vault_pda
+from gpunet.tokens import create_io_account_if_missing, io_account, io_balance
+
+app = typer.Typer(help="A supplier's provider account and stake.", no_args_is_help=True)
+AmountArg = Annotated[str, typer.Argument(help="IO, e.g. 1000 or 12.5.")]
+
+
+@app.command("register")
+def register(url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR, json_output: JsonOpt = False) -> None:
+    """Create your provider account and stake vault (and your IO account for payouts)."""
+
+    async def command(s: Session) -> None:
+        me = s.wallet.pubkey()
+        async with s.client() as client:
+            io_mint = (await fetch_config(client)).io_mint
+            if (await client.get_account_info(provider_pda(me))).value is not None:
+                raise BadInput(f"wallet {me} is already a registered provider ({provider_pda(me)})")
+            payouts = await create_io_account_if_missing(client, me, me, io_mint)
+            sig = await s.send(client, "Registering the provider", [*payouts, ix.register_provider(me, io_mint)])
+        s.done(f"provider {provider_pda(me)} registered; payouts go to {io_account(me, io_mint)}", sig,
+               provider=provider_pda(me))
+
+    Session(url, keypair, json_output).run(command)
+
+
+@app.command("stake")
+def stake(amount: AmountArg, url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR, json_output: JsonOpt = False) -> None:
+    """Move IO from your wallet into your stake vault."""
+
+    async def command(s: Session) -> None:
+        units, me = parse_io(amount), s.wallet.pubkey()
+        async with s.client() as client:
+            io_mint = (await fetch_config(client)).io_mint
+            await fetch(client, provider_pda(me), "Provider")
+            io_balance_check(f"staking {format_io(units)}", units, await io_balance(client, me, io_mint))
+            sig = await s.send(client, f"Staking {format_io(units)}", [ix.stake(me, io_account(me, io_mint), units)])
+        s.done(f"staked {format_io(units)}", sig, amount=units)
+
+    Session(url, keypair, json_output).run(command)
+
+
+@app.command("unstake")
+def unstake(amount: AmountArg, url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR, json_output: JsonOpt = False) -> None:
+    """Start unbonding free stake (stake not backing a node); withdraw it after the unbonding time."""
+
+    async def command(s: Session) -> None:
+        units, me = parse_io(amount), s.wallet.pubkey()
+        async with s.client() as client:
+            p = await fetch(client, provider_pda(me), "Provider")
+            free = p.staked - p.bonded
+            if units > free:
+                raise NotEnoughFunds(f"unstaking {format_io(units)} needs that much free stake, but only "
+                                     f"{format_io(free)} is free ({format_io(p.bonded)} backs your nodes)")
+            sig = await s.send(client, f"Requesting to unstake {format_io(units)}", [ix.request_unstake(me, units)])
+        s.done(f"unbonding {format_io(units)}; withdraw it with `gpunet provider withdraw` when unbonding ends", sig,
+               amount=units)
+
+    Session(url, keypair, json_output).run(command)
+
+
+@app.command("withdraw")
+def withdraw(url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR, json_output: JsonOpt = False) -> None:
+    """Withdraw stake whose unbonding time has passed to your IO account."""
+
+    async def command(s: Session) -> None:
+        me = s.wallet.pubkey()
+        async with s.client() as client:
+            io_mint = (await fetch_config(client)).io_mint
+            p = await fetch(client, provider_pda(me), "Provider")
+            if p.unbonding == 0:
+                raise BadInput("nothing is unbonding: request it first with `gpunet provider unstake AMOUNT`")
+            if (wait := p.unbonding_ends_at - int(time.time())) > 0:
+                raise BadInput(f"{format_io(p.unbonding)} is still unbonding for {wait} s "
+                               f"(until unix time {p.unbonding_ends_at})")
+            missing = await create_io_account_if_missing(client, me, me, io_mint)
+            sig = await s.send(client, f"Withdrawing {format_io(p.unbonding)}",
+                               [*missing, ix.withdraw_unstaked(me, io_account(me, io_mint))])
+        s.done(f"withdrew {format_io(p.unbonding)}", sig, amount=p.unbonding)
+
+    Session(url, keypair, json_output).run(command)
+
+
+@app.command("show")
+def show(wallet: Annotated[str | None, typer.Argument(help="Provider wallet (default: yours).")] = None,
+         url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR, json_output: JsonOpt = False) -> None:
+    """A provider's stake, bonds, unbonding, slashes and earnings."""
+
+    async def command(s: Session) -> None:
+        authority = pubkey_arg(wallet, "wallet") if wallet else s.wallet.pubkey()
+        address = provider_pda(authority)
+        async with s.client() as client:
+            try:
+                p = await fetch(client, address, "Provider")
+            except AccountError:
+                raise AccountError(f"wallet {authority} is not a provider (register with `gpunet provider register`)") from None
+            vault = int((await client.get_token_account_balance(stake_vault_pda(address))).value.amount)
+        data = {"provider": address, "authority": authority, "staked": p.staked, "bonded": p.bonded,
+                "free": p.staked - p.bonded, "unbonding": p.unbonding, "unbonding_ends_at": p.unbonding_ends_at,
+                "slashed": p.slashed, "earned": p.earned, "nodes": p.node_count, "stake_vault_balance": vault}
+
+        def table() -> Table:
+            t = Table("", "", title=f"provider {address}", show_header=False)
+            t.add_row("wallet", str(authority))
+            for key in ("staked", "bonded", "free", "unbonding", "slashed", "earned", "stake_vault_balance"):
+                t.add_row(key.replace("_", " "), format_io(data[key]))
+            if p.unbonding:
+                t.add_row("unbonding ends", time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(p.unbonding_ends_at)))
+            t.add_row("nodes", str(p.node_count))
+            return t
+
+        s.show(data, table)
+
+    Session(url, keypair, json_output).run(command)

@@ -1,0 +1,78 @@
+"""Which cluster to talk to: a `--url` flag, else $GPUNET_RPC_URL, else Anchor.toml's provider
+cluster, else localnet. Names follow the Solana CLI and Anchor (localnet, devnet, testnet, mainnet)."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+__all__ = ["CLUSTERS", "Cluster", "ClusterError", "resolve_cluster"]
+
+CLUSTERS: dict[str, str] = {
+    "localnet": "http://127.0.0.1:8899",
+    "devnet": "https://api.devnet.solana.com",
+    "testnet": "https://api.testnet.solana.com",
+    "mainnet": "https://api.mainnet-beta.solana.com",
+}
+_ALIASES = {"l": "localnet", "localhost": "localnet", "d": "devnet", "t": "testnet", "m": "mainnet",
+            "mainnet-beta": "mainnet"}
+
+
+class ClusterError(ValueError):
+    """A cluster that is neither a known name nor an http(s) URL."""
+
+
+@dataclass(frozen=True)
+class Cluster:
+    rpc_url: str
+    ws_url: str
+    source: str  # where the choice came from, for error messages: "--url", "GPUNET_RPC_URL", ...
+
+
+def _ws_url(rpc_url: str) -> str:
+    # The Solana convention (and gpunet-localnet's): PubSub on the RPC port + 1 over ws(s).
+    parsed = urlparse(rpc_url)
+    scheme = "wss" if parsed.scheme == "https" else "ws"
+    if parsed.port is None:
+        return parsed._replace(scheme=scheme).geturl()
+    return parsed._replace(scheme=scheme, netloc=f"{parsed.hostname}:{parsed.port + 1}").geturl()
+
+
+def _url(value: str, source: str) -> str:
+    name = _ALIASES.get(value.strip().lower(), value.strip().lower())
+    if name in CLUSTERS:
+        return CLUSTERS[name]
+    parsed = urlparse(value.strip())
+    if parsed.scheme in ("http", "https") and parsed.hostname:
+        return value.strip()
+    raise ClusterError(f"{source}: {value!r} is neither a cluster name ({', '.join(CLUSTERS)}) nor an http(s) URL")
+
+
+def _anchor_toml_cluster(start: Path) -> str | None:
+    for folder in (start, *start.parents):
+        candidate = folder / "Anchor.toml"
+        if candidate.is_file():
+            try:
+                return tomllib.loads(candidate.read_text()).get("provider", {}).get("cluster")
+            except (OSError, tomllib.TOMLDecodeError):
+                return None
+    return None
+
+
+def resolve_cluster(flag: str | None = None, *, cwd: Path | None = None, ws_flag: str | None = None) -> Cluster:
+    """The cluster from the first of: flag, $GPUNET_RPC_URL, Anchor.toml (cwd or a parent), localnet.
+    The PubSub URL comes from `ws_flag` or $GPUNET_WS_URL, else the RPC URL's port + 1."""
+    if flag:
+        value, source = flag, "--url"
+    elif env := os.environ.get("GPUNET_RPC_URL"):
+        value, source = env, "GPUNET_RPC_URL"
+    elif toml := _anchor_toml_cluster(cwd or Path.cwd()):
+        value, source = toml, "Anchor.toml"
+    else:
+        value, source = "localnet", "default"
+    rpc_url = _url(value, source)
+    ws = ws_flag or os.environ.get("GPUNET_WS_URL") or _ws_url(rpc_url)
+    return Cluster(rpc_url=rpc_url, ws_url=ws, source=source)

@@ -1,0 +1,47 @@
+"""What happened to an address on chain: its successful transactions, oldest first, each with the
+gpunet events it emitted. Read straight from the RPC node, so anyone can check the coordinator."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from anchorpy import Event
+from solana.rpc.async_api import AsyncClient
+from solana.rpc.commitment import Confirmed
+from solders.pubkey import Pubkey
+from solders.signature import Signature
+
+from gpunet.events import decode_events
+
+__all__ = ["ChainTransaction", "transactions_of"]
+
+_PAGE = 1000  # getSignaturesForAddress's largest page
+
+
+@dataclass(frozen=True)
+class ChainTransaction:
+    signature: Signature
+    slot: int
+    block_time: int | None
+    events: list[Event] = field(default_factory=list)
+
+
+async def transactions_of(client: AsyncClient, address: Pubkey, *, limit: int | None = None) -> list[ChainTransaction]:
+    """Every successful transaction that mentions `address` (failed ones change nothing), oldest first."""
+    signatures: list[Any] = []
+    before: Signature | None = None
+    while True:
+        page = (await client.get_signatures_for_address(address, before=before, limit=_PAGE, commitment=Confirmed)).value
+        signatures.extend(page)
+        if len(page) < _PAGE or (limit is not None and len(signatures) >= limit):
+            break
+        before = page[-1].signature
+    found = []
+    for info in reversed(signatures[:limit] if limit else signatures):
+        if info.err is not None:
+            continue
+        tx = (await client.get_transaction(info.signature, commitment=Confirmed, max_supported_transaction_version=0)).value
+        logs = tx.transaction.meta.log_messages if tx and tx.transaction.meta else None
+        found.append(ChainTransaction(info.signature, info.slot, info.block_time, decode_events(logs or [])))
+    return found

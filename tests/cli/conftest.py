@@ -1,0 +1,71 @@
+"""Runs the `gpunet` CLI in-process (typer's CliRunner) against a gpunet-localnet node."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner, Result
+
+from gpunet.cli import app
+from gpunet.keys import load_keypair
+from gpunet.localnet import LocalnetProcess
+
+
+@dataclass
+class Gpunet:
+    node: LocalnetProcess
+    home: Path
+    runner: CliRunner
+
+    def __call__(self, *args: str, wallet: str | None = None, expect: int = 0) -> Result:
+        argv = [*args, "--url", self.node.url]
+        if wallet is not None:
+            argv += ["--keypair", str(self.key(wallet))]
+        result = self.runner.invoke(app, argv)
+        assert result.exit_code == expect, f"gpunet {' '.join(args)} -> {result.exit_code}\n{result.output}"
+        return result
+
+    def json(self, *args: str, wallet: str | None = None) -> Any:
+        return json.loads(self(*args, "--json", wallet=wallet).stdout)
+
+    def key(self, name: str) -> Path:
+        return self.home / f"{name}.json"
+
+    def pubkey(self, name: str) -> str:
+        return str(load_keypair(self.key(name)).pubkey())
+
+    def signatures_of(self, name: str) -> int:
+        """How many transactions mention the wallet: unchanged when a command sent nothing."""
+        reply = self.node.call("getSignaturesForAddress", [self.pubkey(name)])
+        return len(reply["result"])
+
+    def wallet(self, name: str, sol: str = "5") -> str:
+        assert self.runner.invoke(app, ["keys", "new", str(self.key(name))]).exit_code == 0
+        if sol:
+            self("airdrop", sol, wallet=name)
+        return self.pubkey(name)
+
+
+@pytest.fixture
+def gpunet(node, tmp_path) -> Gpunet:
+    return Gpunet(node, tmp_path, CliRunner())
+
+
+@pytest.fixture
+def market(gpunet: Gpunet) -> Gpunet:
+    """Initialised gpunet: admin (also the attester), a supplier with a 4x H100 node, a client with IO."""
+    for name in ("admin", "supplier", "client"):
+        gpunet.wallet(name)
+    gpunet.wallet("node1", sol="")
+    gpunet("admin", "init", "--usage-period", "60s", "--unbonding", "1s", wallet="admin")
+    gpunet("admin", "mint", gpunet.pubkey("supplier"), "1000", wallet="admin")
+    gpunet("admin", "mint", gpunet.pubkey("client"), "100", wallet="admin")
+    gpunet("provider", "register", wallet="supplier")
+    gpunet("provider", "stake", "600", wallet="supplier")
+    gpunet("node", "register", str(gpunet.key("node1")), "--gpu", "H100", "--count", "4", "--region", "us-east",
+           "--price", "2", wallet="supplier")
+    return gpunet

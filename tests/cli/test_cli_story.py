@@ -1,0 +1,89 @@
+"""Every `gpunet` chain command round-trips on gpunet-localnet with the real program: a supplier's
+and a client's first minutes, a settlement (made by the attester through the SDK, as the
+coordinator will), what explorers read, and the close, audit and unstake that follow."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from solana.rpc.async_api import AsyncClient
+from solana.rpc.commitment import Confirmed
+from solders.pubkey import Pubkey
+
+from gpunet import instructions as ix
+from gpunet.accounts import fetch, fetch_config
+from gpunet.amounts import IO
+from gpunet.client import send_and_confirm
+from gpunet.keys import load_keypair
+from gpunet.tokens import io_account
+from gpunet.usage import UsageReport
+
+
+async def _assign_and_settle(g, lease: Pubkey) -> None:
+    """The coordinator's part, through the SDK: assign 2 GPUs of node1, then settle 2 s of usage."""
+    admin, supplier, node_key = (load_keypair(g.key(n)) for n in ("admin", "supplier", "node1"))
+    async with AsyncClient(g.node.url, commitment=Confirmed) as client:
+        config = await fetch_config(client)
+        await send_and_confirm(client, admin, [ix.assign_lease(admin.pubkey(), lease, [
+            ix.Share(node_key.pubkey(), supplier.pubkey(), 2)])])
+        started = (await fetch(client, lease, "Lease")).started_at
+        while (await client.get_block_time((await client.get_slot()).value)).value < started + 2:
+            await asyncio.sleep(0.2)
+        report = UsageReport(1, started, started + 2, 4)  # 2 GPUs x 2 s
+        await send_and_confirm(client, admin, ix.signed_settlement(
+            admin.pubkey(), config.treasury, lease, node_key, supplier.pubkey(),
+            io_account(supplier.pubkey(), config.io_mint), report))
+
+
+def test_a_supplier_and_a_client_from_registration_to_audit(market) -> None:
+    g = market
+    config = g.json("admin", "show")
+    assert config["attesters"] == [g.pubkey("admin")] and config["min_stake_per_gpu"] == 100 * IO
+
+    provider = g.json("provider", "show", wallet="supplier")
+    assert (provider["staked"], provider["bonded"], provider["free"], provider["nodes"]) == (600 * IO, 400 * IO, 200 * IO, 1)
+    [node] = g.json("node", "list", "--provider", g.pubkey("supplier"))
+    assert (node["node_key"], node["gpu_model"], node["gpu_count"], node["vram_gb"], node["region"]) == (
+        g.pubkey("node1"), "H100", 4, 80, "us-east")
+    g("node", "update", g.pubkey("node1"), "--price", "2.5", "--inventory-hash", "ab" * 32, wallet="supplier")
+    [node] = g.json("node", "list")
+    assert node["price_per_gpu_hour"] == 2_500_000 and node["inventory_hash"] == "ab" * 32
+
+    opened = g.json("lease", "open", "--gpu", "H100", "--count", "2", "--max-price", "3", "--duration", "1h",
+                    "--lease-id", "1", wallet="client")
+    assert opened["deposit"] == 6 * IO  # 3 IO x 2 GPUs x 1 h
+    lease = opened["lease"]
+    g("lease", "top-up", lease, "--duration", "30m", wallet="client")
+
+    asyncio.run(_assign_and_settle(g, Pubkey.from_string(lease)))
+    shown = g.json("lease", "show", lease)
+    assert shown["status"] == "Active" and shown["deposited"] == 9 * IO
+    assert shown["burn_per_hour"] == 2 * 2_500_000  # 2 GPUs at the node's 2.5 IO
+    assert shown["escrow_balance"] == 9 * IO - shown["paid"] - shown["fees"]
+    assert shown["seconds_left"] == shown["escrow_balance"] * 3600 // shown["burn_per_hour"]
+    [listed] = g.json("lease", "list", wallet="client")
+    assert listed["lease"] == lease and listed["escrow_balance"] == shown["escrow_balance"]
+
+    [settled] = g.json("settlements", "list", "--lease", lease)
+    assert (settled["seq"], settled["gpu_seconds"], settled["node"]) == (1, 4, shown["assignments"][0]["node"])
+    assert settled["payout"] + settled["fee"] == 4 * 2_500_000 // 3600  # floor(GPU-s x price / 3600)
+    assert g.json("settlements", "list", "--provider", g.pubkey("supplier")) == [settled]
+
+    closed = g.json("lease", "close", lease, wallet="client")
+    assert closed["refunded"] == 9 * IO - settled["payout"] - settled["fee"]
+    for subject in (["--lease", lease], ["--provider", g.pubkey("supplier")]):
+        audit = g.json("audit", *subject)
+        assert audit["ok"] and all(c["ok"] for c in audit["checks"]) and audit["transactions"] >= 3
+
+    g("node", "deregister", g.pubkey("node1"), wallet="supplier")
+    g("provider", "unstake", "600", wallet="supplier")
+    time.sleep(1.5)  # unbonding is 1 s on this cluster
+    withdrawn = g.json("provider", "withdraw", wallet="supplier")
+    assert withdrawn["amount"] == 600 * IO
+    after = g.json("provider", "show", wallet="supplier")
+    assert (after["staked"], after["unbonding"], after["stake_vault_balance"], after["earned"]) == (0, 0, 0, settled["payout"])
+
+    g("admin", "update", "--fee-bps", "250", "--pause", wallet="admin")
+    updated = g.json("admin", "show")
+    assert (updated["protocol_fee_bps"], updated["paused"], updated["usage_period_seconds"]) == (250, True, 60)

@@ -1,0 +1,95 @@
+"""A real gpunet on gpunet-localnet for the coordinator tests: config (admin = attester), suppliers
+with 2-GPU H100 nodes, and a client's 4-GPU lease, all made through the SDK."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from solana.rpc.async_api import AsyncClient
+from solana.rpc.commitment import Confirmed
+from solders.keypair import Keypair
+
+from coordinator.settlement import SignedUsage
+from gpunet import instructions as ix
+from gpunet.accounts import fetch
+from gpunet.amounts import IO
+from gpunet.client import send_and_confirm
+from gpunet.pda import lease_pda
+from gpunet.tokens import create_mint, ensure_io_account, io_account, mint_io, token_balance
+from gpunet.usage import UsageReport
+
+PERIOD = 2
+
+
+async def _wallet(client: AsyncClient) -> Keypair:
+    kp = Keypair()
+    sig = (await client.request_airdrop(kp.pubkey(), 10**10)).value
+    await client.confirm_transaction(sig)
+    return kp
+
+
+async def _chain_time(client: AsyncClient) -> int:
+    return (await client.get_block_time((await client.get_slot()).value)).value
+
+
+class Cluster:
+    """An initialised gpunet with 2-GPU nodes; a client's 4-GPU lease, assigned to nodes 0 and 1 unless
+    `assign=False` (admin = attester)."""
+
+    async def build(self, client: AsyncClient, nodes: int = 2, assign: bool = True) -> Cluster:
+        self.client = client
+        self.admin = await _wallet(client)
+        mint = await create_mint(client, self.admin)
+        self.mint = mint
+        treasury = await ensure_io_account(client, self.admin, self.admin.pubkey(), mint)
+        await send_and_confirm(client, self.admin, [ix.initialize(self.admin.pubkey(), mint, ix.ConfigParams(
+            treasury=treasury, protocol_fee_bps=500, min_stake_per_gpu=10 * IO, unbonding_seconds=60,
+            usage_period_seconds=60, jail_seconds=60, slash_bps=(1_000, 2_000, 5_000), slash_client_share_bps=5_000,
+            attesters=[self.admin.pubkey()]))])
+        self.nodes: list[tuple[Keypair, Keypair]] = []  # (supplier wallet, node key)
+        for _ in range(nodes):
+            supplier, node_key = await _wallet(client), Keypair()
+            tokens = await ensure_io_account(client, self.admin, supplier.pubkey(), mint)
+            await mint_io(client, self.admin, mint, tokens, 100 * IO)
+            await send_and_confirm(client, supplier, [
+                ix.register_provider(supplier.pubkey(), mint), ix.stake(supplier.pubkey(), tokens, 50 * IO),
+                ix.register_node(supplier.pubkey(), node_key.pubkey(), ix.NodeSpec(1, 2, 80, 1, 3_600 * IO // 1000)),
+            ], [node_key])
+            self.nodes.append((supplier, node_key))
+        self.client_wallet = await _wallet(client)
+        client_tokens = await ensure_io_account(client, self.admin, self.client_wallet.pubkey(), mint)
+        await mint_io(client, self.admin, mint, client_tokens, 100 * IO)
+        self.lease = lease_pda(self.client_wallet.pubkey(), 1)
+        await send_and_confirm(client, self.client_wallet, [ix.open_lease(
+            self.client_wallet.pubkey(), client_tokens, mint, 1, ix.LeaseTerms(1, 80, 4, ix.ANY, 10 * IO, 3_600))])
+        if assign:
+            await send_and_confirm(client, self.admin, [ix.assign_lease(self.admin.pubkey(), self.lease, [
+                self.share(0), self.share(1)])])
+            self.started = (await fetch(client, self.lease, "Lease")).started_at
+        return self
+
+    def share(self, node: int) -> ix.Share:
+        supplier, node_key = self.nodes[node]
+        return ix.Share(node_key.pubkey(), supplier.pubkey(), 2)
+
+    def report(self, node: int, seq: int, gpu_seconds: int | None = None, signer: Keypair | None = None) -> SignedUsage:
+        node_key = self.nodes[node][1]
+        start = self.started + (seq - 1) * PERIOD
+        report = UsageReport(seq, start, start + PERIOD, PERIOD * 2 if gpu_seconds is None else gpu_seconds)
+        return SignedUsage(self.lease, node_key.pubkey(), report, report.signature(self.lease, signer or node_key))
+
+    async def wait_for_period(self, seq: int) -> None:
+        while await _chain_time(self.client) < self.started + seq * PERIOD:
+            await asyncio.sleep(0.2)
+
+    async def earned(self, node: int) -> int:
+        return await token_balance(self.client, io_account(self.nodes[node][0].pubkey(), self.mint))
+
+
+@pytest.fixture
+async def cluster(node):
+    async with AsyncClient(node.url, commitment=Confirmed) as client:
+        yield await Cluster().build(client)
+
+

@@ -1,0 +1,76 @@
+"""The coordinator's attester transactions on gpunet-localnet: assign, reassign and slash, each
+retried after a lost reply without ever applying twice."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+from solana.rpc.async_api import AsyncClient
+from solana.rpc.commitment import Confirmed
+
+from coordinator import attester as attester_module
+from coordinator.attester import Attester, evidence_hash
+from gpunet.accounts import fetch
+from gpunet.client import TransactionFailed
+from gpunet.events import events_of_transaction
+from gpunet.pda import node_pda
+
+from .chain import Cluster
+
+
+@pytest.fixture
+async def three_nodes(node):
+    async with AsyncClient(node.url, commitment=Confirmed) as client:
+        yield await Cluster().build(client, nodes=3, assign=False)
+
+
+def _lose_first_reply(monkeypatch) -> list[int]:
+    """The first send lands on chain but its reply is lost (as when the RPC connection drops)."""
+    real, calls = attester_module.send_and_confirm, []
+
+    async def flaky(*args, **kwargs):
+        calls.append(1)
+        sig = await real(*args, **kwargs)
+        if len(calls) == 1:
+            raise httpx.ReadTimeout("reply lost")
+        return sig
+
+    monkeypatch.setattr(attester_module, "send_and_confirm", flaky)
+    return calls
+
+
+async def test_assign_retried_after_a_lost_reply_lands_once(three_nodes, monkeypatch) -> None:
+    c = three_nodes
+    calls = _lose_first_reply(monkeypatch)
+    assert await Attester(c.client, c.admin, backoff_s=0.01).assign(c.lease, [c.share(0), c.share(1)]) is None
+    assert len(calls) == 1  # the chain showed it landed: nothing resent
+    lease = await fetch(c.client, c.lease, "Lease")
+    assert type(lease.status).__name__ == "Active"
+    assert [a.node_key for a in list(lease.assignments)[: lease.node_count]] == [c.share(0).node_key, c.share(1).node_key]
+    for n in (0, 1):
+        assert (await fetch(c.client, node_pda(c.share(n).node_key), "Node")).gpus_leased == 2
+
+
+async def test_slash_with_evidence_then_reassign(three_nodes) -> None:
+    c = three_nodes
+    attester = Attester(c.client, c.admin)
+    await attester.assign(c.lease, [c.share(0), c.share(1)])
+    # The failover order: slash while the lost node still holds its share (the client's part of
+    # the slash is paid to this lease's client), then move the share.
+    evidence = {"node": str(c.share(0).node_key), "lease": str(c.lease), "last_heartbeat": 100, "lost_at": 111}
+    slashed = await attester.slash(c.share(0).node_key, "MissedHeartbeats", evidence, lease=c.lease)
+    tx = await c.client.get_transaction(slashed, commitment=Confirmed, max_supported_transaction_version=0)
+    [event] = [e for e in events_of_transaction(json.loads(tx.value.to_json())) if e.name == "ProviderSlashed"]
+    assert bytes(event.data.evidence_hash) == evidence_hash(evidence) and event.data.to_client > 0
+    assert (await fetch(c.client, node_pda(c.share(0).node_key), "Node")).jailed
+
+    sig = await attester.reassign(c.lease, c.share(0).node_key, c.share(2))
+    lease = await fetch(c.client, c.lease, "Lease")
+    assert {a.node_key for a in list(lease.assignments)[: lease.node_count]} == {c.share(1).node_key, c.share(2).node_key}
+    assert sig is not None
+
+    # A jailed node cannot be given a share again: the program's refusal is not retried.
+    with pytest.raises(TransactionFailed):
+        await attester.reassign(c.lease, c.share(1).node_key, c.share(0))

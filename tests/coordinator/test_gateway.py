@@ -1,0 +1,166 @@
+"""The worker gateway over a real WebSocket: admission by node key and a fresh challenge, the
+protocol's close codes for every kind of bad message, and usage reports acknowledged only
+after the coordinator recorded them. (The worker side is played with raw frames here, so that
+each bad message can be sent exactly; tests/worker runs the real agent.)"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from solders.keypair import Keypair
+from solders.pubkey import Pubkey
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
+
+from coordinator.gateway import Gateway, NodeOffline
+from gpunet.protocol import (
+    CLOSE_MALFORMED,
+    CLOSE_UNAUTHORISED,
+    CLOSE_VERSION_MISMATCH,
+    PROTOCOL_VERSION,
+    Cancel,
+    Hello,
+    Inventory,
+    answer_challenge,
+    encode,
+    parse_coordinator_message,
+)
+from gpunet.usage import UsageReport
+
+
+class Recorder:
+    """The coordinator's side at the module boundary: admits `registered` keys, records the rest."""
+
+    def __init__(self, registered: set[Pubkey]) -> None:
+        self.registered = registered
+        self.events: list[tuple[str, Pubkey, object]] = []
+
+    async def admit(self, node_key, hello):
+        return None if node_key in self.registered else f"node {node_key} is not registered"
+
+    def __getattr__(self, name):
+        async def record(node_key, message=None):
+            self.events.append((name, node_key, message))
+        return record
+
+    def kinds(self) -> list[str]:
+        return [kind for kind, _, _ in self.events]
+
+
+def hello(node: Keypair, simulated: bool = True, version: int = PROTOCOL_VERSION) -> str:
+    return encode(Hello(simulated=simulated, version=version, node_key=str(node.pubkey()),
+                        inventory=Inventory(driver_version="", cuda_version="", simulated=simulated, gpus=[])))
+
+
+@pytest.fixture
+async def gateway():
+    node = Keypair()
+    recorder = Recorder({node.pubkey()})
+    gw = await Gateway(recorder, heartbeat_seconds=1).start()
+    yield gw, recorder, node
+    await gw.stop()
+
+
+async def _admitted(gw: Gateway, node: Keypair):
+    ws = await connect(gw.url)
+    await ws.send(hello(node))
+    challenge = parse_coordinator_message(await ws.recv())
+    await ws.send(encode(answer_challenge(node, challenge, simulated=True)))
+    assert parse_coordinator_message(await ws.recv()).type == "welcome"
+    return ws
+
+
+async def _closed_with(ws) -> tuple[int, str]:
+    with pytest.raises(ConnectionClosed) as closed:
+        while True:
+            await ws.recv()
+    return closed.value.rcvd.code, closed.value.rcvd.reason
+
+
+async def test_a_registered_node_is_admitted_and_its_signed_usage_is_recorded_then_acked(gateway) -> None:
+    gw, recorder, node = gateway
+    ws = await _admitted(gw, node)
+    assert gw.online(node.pubkey()) and recorder.kinds() == ["connected"]
+    lease = Pubkey.new_unique()
+    report = UsageReport(1, 100, 160, 120)
+    await ws.send(json.dumps({"type": "usage_report", "simulated": True, "lease": str(lease), "seq": 1,
+                              "period_start": 100, "period_end": 160, "gpu_seconds": 120,
+                              "signature": str(node.sign_message(report.message(lease, node.pubkey())))}))
+    ack = parse_coordinator_message(await ws.recv())
+    assert (ack.type, ack.lease, ack.seq) == ("ack", str(lease), 1)
+    assert recorder.kinds() == ["connected", "usage"]  # recorded before the ack was sent
+    await gw.send(node.pubkey(), Cancel(lease=str(lease), reason="lease closed"))
+    assert parse_coordinator_message(await ws.recv()).type == "cancel"
+    await ws.close()
+    await _wait(lambda: not gw.online(node.pubkey()))
+    assert recorder.kinds()[-1] == "disconnected"
+    with pytest.raises(NodeOffline):
+        await gw.send(node.pubkey(), Cancel(lease=str(lease)))
+
+
+async def _wait(predicate, timeout: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        assert asyncio.get_running_loop().time() < deadline
+        await asyncio.sleep(0.02)
+
+
+async def test_an_unregistered_node_a_wrong_answer_and_another_version_are_refused(gateway) -> None:
+    gw, recorder, node = gateway
+    async with connect(gw.url) as ws:
+        await ws.send(hello(Keypair()))
+        code, reason = await _closed_with(ws)
+        assert code == CLOSE_UNAUTHORISED and "not registered" in reason
+    async with connect(gw.url) as ws:
+        await ws.send(hello(node))
+        parse_coordinator_message(await ws.recv())
+        other_nonce = parse_coordinator_message(json.dumps({"type": "challenge", "nonce": "00" * 32}))
+        await ws.send(encode(answer_challenge(node, other_nonce, simulated=True)))  # a replayed answer
+        code, reason = await _closed_with(ws)
+        assert code == CLOSE_UNAUTHORISED and "challenge answer" in reason
+    async with connect(gw.url) as ws:
+        await ws.send(hello(node, version=PROTOCOL_VERSION + 1))
+        assert (await _closed_with(ws))[0] == CLOSE_VERSION_MISMATCH
+    assert recorder.events == [] and not gw.online(node.pubkey())
+
+
+@pytest.mark.parametrize(("frame", "code", "reason"), [
+    ("not json", CLOSE_MALFORMED, "not JSON"),
+    ('{"type": "teleport", "simulated": true}', CLOSE_MALFORMED, "unknown worker message type"),
+    ('{"type": "heartbeat", "simulated": true, "healthy": "yes", "gpus": []}', CLOSE_MALFORMED, "healthy"),
+    ('{"type": "heartbeat", "simulated": false, "healthy": true, "gpus": []}', CLOSE_MALFORMED, "simulated flag"),
+    ('{"type": "challenge_answer", "simulated": true, "signature": "' + "1" * 64 + '"}', CLOSE_MALFORMED, "handshake"),
+])
+async def test_bad_messages_close_the_session_with_their_code_and_reach_nothing(gateway, frame, code, reason) -> None:
+    gw, recorder, node = gateway
+    ws = await _admitted(gw, node)
+    await ws.send(frame)
+    got_code, got_reason = await _closed_with(ws)
+    assert got_code == code and reason in got_reason
+    await _wait(lambda: recorder.kinds()[-1] == "disconnected")
+    assert recorder.kinds() == ["connected", "disconnected"]
+
+
+async def test_a_usage_report_the_node_did_not_sign_is_refused_and_not_recorded(gateway) -> None:
+    gw, recorder, node = gateway
+    ws = await _admitted(gw, node)
+    lease = Pubkey.new_unique()
+    forged = Keypair().sign_message(UsageReport(1, 0, 60, 60).message(lease, node.pubkey()))
+    await ws.send(json.dumps({"type": "usage_report", "simulated": True, "lease": str(lease), "seq": 1,
+                              "period_start": 0, "period_end": 60, "gpu_seconds": 60, "signature": str(forged)}))
+    code, reason = await _closed_with(ws)
+    assert code == CLOSE_UNAUTHORISED and "not signed by this node" in reason
+    assert "usage" not in recorder.kinds()
+
+
+async def test_a_second_session_of_the_same_node_replaces_the_first(gateway) -> None:
+    gw, recorder, node = gateway
+    first = await _admitted(gw, node)
+    second = await _admitted(gw, node)
+    assert (await _closed_with(first))[0] == CLOSE_UNAUTHORISED
+    assert gw.sessions[node.pubkey()] is not None and gw.online(node.pubkey())
+    await gw.send(node.pubkey(), Cancel(lease=str(Pubkey.new_unique())))
+    assert parse_coordinator_message(await second.recv()).type == "cancel"
+    await second.close()

@@ -1,0 +1,56 @@
+"""CLI building blocks without a node: exact IO amounts, escrow rounding, durations, cluster choice."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpunet.amounts import AmountError, escrow_for, format_io, parse_io
+from gpunet.cli.common import BadInput, duration_arg
+from gpunet.cluster import ClusterError, resolve_cluster
+
+
+@pytest.mark.parametrize(("text", "units"), [("1", 10**6), ("12.5", 12_500_000), ("0.000001", 1), (" 3 ", 3 * 10**6)])
+def test_io_amounts_parse_exactly(text, units) -> None:
+    assert parse_io(text) == units
+    assert parse_io(format_io(units).removesuffix(" IO").replace(",", "")) == units
+
+
+@pytest.mark.parametrize("text", ["0", "-1", "0.0000001", "1e30", "nan", "inf", "ten", ""])
+def test_bad_io_amounts_are_refused(text) -> None:
+    with pytest.raises(AmountError):
+        parse_io(text)
+
+
+def test_escrow_rounds_up_like_the_program() -> None:
+    assert escrow_for(3_000_000, 2, 3600) == 6_000_000
+    assert escrow_for(1, 1, 1) == 1  # 1/3600 of a unit rounds up to one
+    assert escrow_for(3_600, 1, 1) == 1 and escrow_for(3_601, 1, 1) == 2
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("90m", 5400), ("1h30m", 5400), ("2d", 172_800), ("45", 45), ("10s", 10)])
+def test_durations(text, seconds) -> None:
+    assert duration_arg(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["0", "0h", "soon", "1x", "-5m", ""])
+def test_bad_durations(text) -> None:
+    with pytest.raises(BadInput):
+        duration_arg(text)
+
+
+def test_cluster_from_flag_then_env_then_anchor_toml_then_localnet(tmp_path, monkeypatch) -> None:
+    monkeypatch.delenv("GPUNET_RPC_URL", raising=False)
+    monkeypatch.delenv("GPUNET_WS_URL", raising=False)
+    assert resolve_cluster(cwd=tmp_path).rpc_url == "http://127.0.0.1:8899"
+    (tmp_path / "Anchor.toml").write_text('[provider]\ncluster = "devnet"\n')
+    nested = tmp_path / "a" / "b"
+    nested.mkdir(parents=True)
+    found = resolve_cluster(cwd=nested)
+    assert (found.rpc_url, found.ws_url, found.source) == ("https://api.devnet.solana.com", "wss://api.devnet.solana.com",
+                                                          "Anchor.toml")
+    monkeypatch.setenv("GPUNET_RPC_URL", "http://10.0.0.5:7000")
+    env = resolve_cluster(cwd=nested)
+    assert (env.rpc_url, env.ws_url, env.source) == ("http://10.0.0.5:7000", "ws://10.0.0.5:7001", "GPUNET_RPC_URL")
+    assert resolve_cluster("mainnet", cwd=nested).rpc_url == "https://api.mainnet-beta.solana.com"
+    with pytest.raises(ClusterError, match="neither a cluster name"):
+        resolve_cluster("marsnet", cwd=nested)
