@@ -1,0 +1,116 @@
+"""The worker agent against the coordinator's real gateway (coordinator.gateway): both sides of
+gpunet.protocol agree — admission by node key and challenge, heartbeats, a dispatched job's
+statuses and logs, usage reports checked, recorded and acked; an unregistered node refused."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+from pathlib import Path
+
+from solders.keypair import Keypair
+from solders.pubkey import Pubkey
+
+from coordinator.gateway import Gateway
+from gpunet.protocol import Ack, Dispatch, Heartbeat, Hello, JobLog, JobSpec, JobStatus, UsageReportMessage
+from worker.agent import Agent, WorkerSettings
+from worker.simulate import SimulatedGpus
+
+JOB = str(Path(__file__).parent / "jobs" / "steps.py")
+
+
+class Coordinator:
+    """Records what the gateway hands the coordinator; admits only the registered node keys."""
+
+    def __init__(self, registered: set[Pubkey]) -> None:
+        self.registered = registered
+        self.seen: list[object] = []
+
+    async def admit(self, node_key: Pubkey, hello: Hello) -> str | None:
+        return None if node_key in self.registered else "node not registered"
+
+    async def connected(self, node_key: Pubkey, hello: Hello) -> None:
+        self.seen.append(hello)
+
+    async def heartbeat(self, node_key: Pubkey, beat: Heartbeat) -> None:
+        self.seen.append(beat)
+
+    async def job_status(self, node_key: Pubkey, status: JobStatus) -> None:
+        self.seen.append(status)
+
+    async def job_log(self, node_key: Pubkey, line: JobLog) -> None:
+        self.seen.append(line)
+
+    async def usage(self, node_key: Pubkey, report: UsageReportMessage) -> None:
+        self.seen.append(report)
+
+    async def worker_ack(self, node_key: Pubkey, ack: Ack) -> None:
+        self.seen.append(ack)
+
+    async def disconnected(self, node_key: Pubkey) -> None:
+        pass
+
+    def of(self, kind: type) -> list:
+        return [m for m in self.seen if isinstance(m, kind)]
+
+
+async def until(condition, what: str, timeout: float = 60.0):
+    async def poll():
+        while not (value := condition()):
+            await asyncio.sleep(0.05)
+        return value
+    try:
+        return await asyncio.wait_for(poll(), timeout)
+    except TimeoutError:
+        raise AssertionError(f"timed out waiting for {what}") from None
+
+
+@contextlib.asynccontextmanager
+async def agent_on(gateway: Gateway, node: Keypair, state_dir: Path):
+    settings = WorkerSettings(gateway_url=gateway.url, state_dir=state_dir, meter_tick_seconds=0.2,
+                              reconnect_base_seconds=0.1, reconnect_cap_seconds=0.5)
+    agent = Agent(settings, node, SimulatedGpus.parse("H100:2:80", str(node.pubkey())))
+    task = asyncio.create_task(agent.run())
+    try:
+        yield agent
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        agent.close()
+
+
+async def test_the_worker_and_the_coordinators_gateway_speak_the_same_protocol(tmp_path) -> None:
+    node, lease = Keypair(), str(Pubkey.new_unique())
+    coordinator = Coordinator({node.pubkey()})
+    gateway = await Gateway(coordinator, heartbeat_seconds=0.3, usage_period_seconds=1).start()
+    try:
+        async with agent_on(gateway, node, tmp_path) as agent:
+            await until(lambda: coordinator.of(Heartbeat), "a heartbeat")
+            assert gateway.online(node.pubkey()) and coordinator.of(Hello)[0].simulated
+            job = JobSpec(command=[sys.executable, JOB], env={"STEPS": "25", "STEP_SECONDS": "0.1"})
+            await gateway.send(node.pubkey(), Dispatch(lease=lease, gpus=2, job=job))
+            await until(lambda: any(s.state == "succeeded" for s in coordinator.of(JobStatus)), "the job's end")
+            await until(lambda: coordinator.of(UsageReportMessage) and not agent.journal.unacked(), "every report acked")
+            usage = coordinator.of(UsageReportMessage)
+            assert [r.seq for r in usage] == list(range(1, len(usage) + 1))
+            assert [line.line for line in coordinator.of(JobLog)][-1] == "done"
+            assert [a.of for a in coordinator.of(Ack)] == ["dispatch"]
+            assert gateway.refused == {}
+    finally:
+        await gateway.stop()
+
+
+async def test_an_unregistered_node_is_refused_and_keeps_trying(tmp_path) -> None:
+    node = Keypair()
+    coordinator = Coordinator(set())
+    gateway = await Gateway(coordinator).start()
+    try:
+        async with agent_on(gateway, node, tmp_path):
+            await until(lambda: sum(gateway.refused.values()) >= 2, "two refused sessions")
+            assert set(gateway.refused) == {4401} and not gateway.online(node.pubkey())
+            coordinator.registered.add(node.pubkey())  # registered on chain meanwhile
+            await until(lambda: gateway.online(node.pubkey()), "admission")
+    finally:
+        await gateway.stop()
