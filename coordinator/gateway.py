@@ -31,6 +31,7 @@ from gpunet.protocol import (
     Ack,
     Challenge,
     ChallengeAnswer,
+    Checkpoint,
     Heartbeat,
     Hello,
     JobLog,
@@ -70,6 +71,8 @@ class GatewayHandler(Protocol):
 
     async def usage(self, node_key: Pubkey, report: UsageReportMessage) -> None:
         """Record the (signature-checked) report durably; the gateway acks it after this returns."""
+
+    async def checkpoint(self, node_key: Pubkey, checkpoint: Checkpoint) -> None: ...
 
     async def worker_ack(self, node_key: Pubkey, ack: Ack) -> None: ...
 
@@ -180,6 +183,8 @@ class Gateway:
                     raise _Refused(CLOSE_UNAUTHORISED, f"usage report seq {message.seq} is not signed by this node")
                 await h.usage(node_key, message)
                 await ws.send(encode(UsageAck(lease=message.lease, seq=message.seq)))
+            case Checkpoint():
+                await h.checkpoint(node_key, message)
             case Ack():
                 await h.worker_ack(node_key, message)
             case _:

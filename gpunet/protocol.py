@@ -10,7 +10,7 @@ Session (worker side first):
     gateway -> challenge{nonce}                      (fresh random 32 bytes per session)
     worker  -> challenge_answer{signature}           (node key over `challenge_message`)
     gateway -> welcome{heartbeat_seconds, usage_period_seconds}
-    then    worker: heartbeat, job_status, job_log, usage_report, ack
+    then    worker: heartbeat, job_status, job_log, usage_report, checkpoint, ack
             gateway: dispatch, cancel, ack{lease, seq} (usage report journaled), error
 
 A gateway closes a bad session with one of the CLOSE_* codes. A worker refuses a bad
@@ -20,6 +20,8 @@ message carries `simulated`, so a simulated node can never pass for a real one.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import json
 import re
@@ -36,12 +38,15 @@ __all__ = [
     "CLOSE_MALFORMED",
     "CLOSE_UNAUTHORISED",
     "CLOSE_VERSION_MISMATCH",
+    "MAX_CHECKPOINT_BYTES",
     "MAX_MESSAGE_BYTES",
     "PROTOCOL_VERSION",
     "Ack",
     "Cancel",
     "Challenge",
     "ChallengeAnswer",
+    "Checkpoint",
+    "CheckpointFile",
     "CoordinatorMessage",
     "Dispatch",
     "Error",
@@ -209,6 +214,32 @@ class InputFile(_Model):
     sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 
 
+MAX_CHECKPOINT_BYTES = 512 * 1024  # all files of one checkpoint, before base64 (fits a message)
+
+
+class CheckpointFile(_Model):
+    """One file of a job's checkpoint directory, carried between nodes so that a job moved after a
+    node loss resumes where it stopped."""
+
+    path: Annotated[str, AfterValidator(_relative_path)]
+    sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+    data_b64: Annotated[str, Field(max_length=4 * MAX_CHECKPOINT_BYTES // 3 + 4)]
+
+    def content(self) -> bytes:
+        """The file's bytes, checked against its sha256 (ValueError when they differ)."""
+        try:
+            data = base64.b64decode(self.data_b64, validate=True)
+        except binascii.Error:
+            raise ValueError(f"checkpoint file {self.path}: not base64") from None
+        if hashlib.sha256(data).hexdigest() != self.sha256:
+            raise ValueError(f"checkpoint file {self.path}: content does not match its sha256")
+        return data
+
+    @classmethod
+    def of(cls, path: str, data: bytes) -> CheckpointFile:
+        return cls(path=path, sha256=hashlib.sha256(data).hexdigest(), data_b64=base64.b64encode(data).decode())
+
+
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 # Set by the worker itself; a job spec may not override them.
 RESERVED_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "RANK", "WORLD_SIZE", "LOCAL_RANK",
@@ -308,6 +339,14 @@ class UsageReportMessage(_FromWorker):
         return self.report().verify(Pubkey.from_string(self.lease), node_key, self.signature_bytes())
 
 
+class Checkpoint(_FromWorker):
+    """The job's checkpoint directory after it changed: the coordinator keeps the latest per lease."""
+
+    type: Literal["checkpoint"] = "checkpoint"
+    lease: PubkeyStr
+    files: Annotated[list[CheckpointFile], Field(max_length=64)]
+
+
 class Ack(_FromWorker):
     """The worker's answer to a coordinator message it acted on (`error` None) or refused."""
 
@@ -318,7 +357,8 @@ class Ack(_FromWorker):
 
 
 WorkerMessage = Annotated[
-    Hello | ChallengeAnswer | Heartbeat | JobStatus | JobLog | UsageReportMessage | Ack, Field(discriminator="type")
+    Hello | ChallengeAnswer | Heartbeat | JobStatus | JobLog | UsageReportMessage | Checkpoint | Ack,
+    Field(discriminator="type"),
 ]
 
 
@@ -347,6 +387,9 @@ class Dispatch(_Model):
     rank: Annotated[int, Field(ge=0)] = 0
     world_size: Annotated[int, Field(ge=1, le=8)] = 1
     peers: Annotated[list[Annotated[str, Field(pattern=r"^[A-Za-z0-9.:\[\]-]{1,253}:\d{1,5}$")]], Field(max_length=8)] = []
+    # The lease's latest checkpoint (from the node it ran on before), written into an empty
+    # checkpoint directory before the job starts.
+    restore: Annotated[list[CheckpointFile], Field(max_length=64)] = []
 
     @model_validator(mode="after")
     def _check(self) -> Dispatch:
@@ -404,7 +447,7 @@ def _parse(adapter: TypeAdapter[Any], raw: str | bytes, direction: str) -> Any:
         raise ProtocolError(f"bad {value['type']} message: {where}: {first['msg']}") from None
 
 
-def parse_worker_message(raw: str | bytes) -> Hello | ChallengeAnswer | Heartbeat | JobStatus | JobLog | UsageReportMessage | Ack:
+def parse_worker_message(raw: str | bytes) -> Any:
     """A worker's message, or ProtocolError (CLOSE_VERSION_MISMATCH for a hello of another version)."""
     message = _parse(_worker_messages, raw, "worker")
     if isinstance(message, Hello) and message.version != PROTOCOL_VERSION:

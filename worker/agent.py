@@ -19,6 +19,7 @@ from gpunet.protocol import (
     PROTOCOL_VERSION,
     Ack,
     Cancel,
+    Checkpoint,
     Dispatch,
     Error,
     Heartbeat,
@@ -26,6 +27,7 @@ from gpunet.protocol import (
     UsageAck,
     Welcome,
 )
+from worker.checkpoints import CheckpointTooLarge, fingerprint, snapshot
 from worker.gpus import GpuBackend
 from worker.journal import Journal
 from worker.metering import LeaseMeter, recover_open_periods
@@ -79,6 +81,7 @@ class _Job:
     meter: LeaseMeter
     gpu_uuids: list[str]
     task: asyncio.Task[Any] | None = field(default=None)
+    checkpoint_seen: tuple = ()  # fingerprint of the checkpoint last sent to the coordinator
 
 
 class Agent:
@@ -196,6 +199,7 @@ class Agent:
         finally:
             for report in job.meter.finish(time.time()):
                 self.session.send(report)
+            self._send_checkpoint(lease, job)  # the last one, written just before the job ended
             del self.jobs[lease]
 
     def _cancel(self, c: Cancel) -> None:
@@ -210,6 +214,21 @@ class Agent:
         while True:
             await asyncio.sleep(self.settings.meter_tick_seconds)
             now = time.time()
-            for job in list(self.jobs.values()):
+            for lease, job in list(self.jobs.items()):
                 for report in job.meter.tick(now):
                     self.session.send(report)
+                self._send_checkpoint(lease, job)
+
+    def _send_checkpoint(self, lease: str, job: _Job) -> None:
+        """Sends the job's checkpoint directory when it changed, so another node can resume it."""
+        seen = fingerprint(job.runner.dirs.checkpoint)
+        if seen == job.checkpoint_seen:
+            return
+        job.checkpoint_seen = seen
+        try:
+            files = snapshot(job.runner.dirs.checkpoint)
+        except CheckpointTooLarge as e:
+            log.warning("checkpoint.kept_local lease=%s reason=%s", lease, e)
+            return
+        if files:
+            self.session.send(Checkpoint(simulated=self.simulated, lease=lease, files=files))

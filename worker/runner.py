@@ -24,6 +24,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from gpunet.protocol import Dispatch, JobLog, JobState, JobStatus
+from worker.checkpoints import restore
 
 __all__ = ["JobDirs", "JobRunner", "find_container_engine"]
 
@@ -92,6 +93,13 @@ class JobRunner:
                                                   "podman is installed on this node")
         for d in (self.dirs.workdir, self.dirs.checkpoint):
             d.mkdir(parents=True, exist_ok=True)
+        try:
+            restored = restore(self.dirs.checkpoint, self.dispatch.restore)
+        except (OSError, ValueError) as e:
+            return self._status("failed", detail=f"restoring the checkpoint: {e}")
+        if restored:
+            self._send(JobLog(simulated=self.simulated, lease=self.dispatch.lease, stream="stderr",
+                              line=f"[gpunet: checkpoint restored, {restored} files]"))
         try:
             await asyncio.to_thread(self._fetch_inputs)
         except (OSError, ValueError) as e:

@@ -1,0 +1,69 @@
+"""Checkpoints that move with a lease: the agent sends its job's checkpoint directory when it
+changes, and a job dispatched elsewhere with `restore` resumes from it (real subprocesses)."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+from solders.keypair import Keypair
+from solders.pubkey import Pubkey
+
+from gpunet.protocol import Checkpoint, CheckpointFile, Dispatch, Hello, JobLog, JobStatus
+from tests.worker.gateway import FakeGateway
+from tests.worker.test_agent import final_status, job, running_agent
+from worker.checkpoints import CheckpointTooLarge, restore, snapshot
+from worker.runner import JobDirs, JobRunner
+
+
+async def test_the_checkpoint_travels_to_the_coordinator_and_a_new_node_resumes_from_it(tmp_path) -> None:
+    lease = str(Pubkey.new_unique())
+    async with FakeGateway() as gateway:
+        async with running_agent(gateway, tmp_path / "first", Keypair()):
+            await gateway.send(Dispatch(lease=lease, gpus=1, job=job(steps=4, step_seconds=0.3)))
+            await gateway.wait_for(lambda: final_status(gateway, lease), what="the first run's end")
+            last = await gateway.wait_for(
+                lambda: [c for c in gateway.messages(Checkpoint) if c.files[0].content() == b"4"], what="step 4")
+        files = last[-1].files
+        assert [f.path for f in files] == ["step"]
+
+        # Another node (empty state) gets the lease with the checkpoint and starts from step 4.
+        gateway.received.clear()
+        async with running_agent(gateway, tmp_path / "second", Keypair()):
+            await gateway.wait_for(lambda: gateway.messages(Hello), what="the second node's session")
+            await gateway.send(Dispatch(lease=lease, gpus=1, job=job(steps=6, step_seconds=0.1), restore=files))
+            status = await gateway.wait_for(lambda: final_status(gateway, lease), what="the resumed run's end")
+        assert status.state == "succeeded"
+        stdout = [m.line for m in gateway.messages(JobLog) if m.stream == "stdout"]
+        assert stdout[0] == "resumed from 4" and stdout[1:3] == ["step 5", "step 6"]
+
+
+def test_restore_checks_every_file_and_never_overwrites_the_nodes_own_state(tmp_path) -> None:
+    good = CheckpointFile.of("model/weights.bin", b"\x00\x01")
+    bad = CheckpointFile(path="step", sha256=good.sha256, data_b64=base64.b64encode(b"tampered").decode())
+    with pytest.raises(ValueError, match="does not match its sha256"):
+        restore(tmp_path / "a", [good, bad])
+    assert not (tmp_path / "a" / "model").exists()  # nothing written when one file is bad
+    assert restore(tmp_path / "b", [good]) == 1
+    assert (tmp_path / "b" / "model" / "weights.bin").read_bytes() == b"\x00\x01"
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "step").write_text("9")
+    assert restore(tmp_path / "c", [CheckpointFile.of("step", b"4")]) == 0
+    assert (tmp_path / "c" / "step").read_text() == "9"
+
+
+def test_a_checkpoint_too_large_for_a_message_stays_local(tmp_path) -> None:
+    (tmp_path / "big").write_bytes(b"\x00" * (512 * 1024 + 1))
+    with pytest.raises(CheckpointTooLarge):
+        snapshot(tmp_path)
+
+
+async def test_a_corrupt_restore_fails_the_job_with_the_reason(tmp_path) -> None:
+    messages = []
+    bad = CheckpointFile(path="step", sha256="0" * 64, data_b64=base64.b64encode(b"4").decode())
+    d = Dispatch(lease=str(Pubkey.new_unique()), gpus=1, job=job(steps=1), restore=[bad])
+    runner = JobRunner(d, ["GPU-sim"], JobDirs.of(tmp_path, d), simulated=True, send=messages.append,
+                       on_run=lambda *_: None)
+    final = await runner.run()
+    assert final.state == "failed" and "restoring the checkpoint" in final.detail
+    assert not [m for m in messages if isinstance(m, JobStatus) and m.state == "running"]
