@@ -1,0 +1,299 @@
+"""The fleet the scheduler places leases on: node state, reservations and the placement index."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Collection, Mapping
+from types import MappingProxyType
+
+from gpunet.instructions import ANY
+
+from coordinator.scheduler.index import Entry, Pool, pool_keys
+from coordinator.scheduler.model import (
+    MAX_GPUS_PER_NODE,
+    MAX_LEASE_NODES,
+    InvalidNodeView,
+    LeaseRequest,
+    NodeBusy,
+    NodeView,
+    NotPlaced,
+    PlacedShare,
+    Placement,
+    StalePlacement,
+    UnknownLease,
+    UnknownNode,
+)
+from coordinator.scheduler.reasons import explain
+from coordinator.scheduler.scoring import Scoring
+
+__all__ = ["Scheduler"]
+
+Choice = list[tuple[NodeView, int]]
+
+
+class Scheduler:
+    """Decides placements (`place`, `replace`) and keeps the fleet's free GPUs in step with them.
+
+    `place` only decides; `reserve` commits a placement (before assign_lease is sent, so no
+    second decision can take the same GPUs) and `release` gives them back (lease closed, or
+    its transaction finally failed). `replace` decides and commits a failover at once.
+    Every method either does all it says or raises a SchedulerError and changes nothing.
+    """
+
+    def __init__(self, scoring: Scoring | None = None, accept_simulated: bool = True) -> None:
+        self.scoring = scoring or Scoring()
+        # Off on a production coordinator; the local network and the tests run simulated GPUs.
+        self.accept_simulated = accept_simulated
+        self._nodes: dict[str, NodeView] = {}
+        self._by_model: dict[int, dict[str, NodeView]] = {}  # for the NotPlaced reason only
+        self._entries: dict[str, tuple[Entry, int]] = {}  # indexed node -> (entry, free GPUs then)
+        self._pools: dict[tuple[int, int], Pool] = {}
+        self._reservations: dict[str, Placement] = {}
+        self._holders: dict[str, set[str]] = {}  # node -> leases holding a share of it
+
+    # -- the fleet ---------------------------------------------------------------------------
+
+    @property
+    def nodes(self) -> Mapping[str, NodeView]:
+        return MappingProxyType(self._nodes)
+
+    def upsert_node(self, view: NodeView) -> None:
+        """Adds a node or replaces its facts. A new node brings its gpus_leased (the chain's
+        count at start-up); after that the scheduler's reservations own the count."""
+        view.check()
+        old = self._nodes.get(view.node)
+        if old is not None:
+            if view.gpu_count < old.gpus_leased:
+                raise InvalidNodeView(f"node {view.node}: gpu_count {view.gpu_count} is below its "
+                                      f"{old.gpus_leased} leased GPUs")
+            view.gpus_leased = old.gpus_leased
+            self._drop(old)
+        self._put(view)
+
+    def update_node(self, node: str, **changes: object) -> NodeView:
+        """Changes some facts of a node: online, healthy, jailed, latency_ms, stake, price..."""
+        old = self._node(node)
+        if "node" in changes or "gpus_leased" in changes:
+            raise InvalidNodeView(f"node {node}: the address and gpus_leased are not updatable")
+        try:
+            new = dataclasses.replace(old, **changes)  # runs NodeView.check
+        except TypeError as e:
+            raise InvalidNodeView(f"node {node}: {e}") from None
+        if new.gpu_count < new.gpus_leased:
+            raise InvalidNodeView(f"node {node}: gpu_count {new.gpu_count} is below its {new.gpus_leased} leased GPUs")
+        self._drop(old)
+        self._put(new)
+        return new
+
+    def record_outcome(self, node: str, completed: bool) -> NodeView:
+        """One lease share the node ran to the end (or lost): its reliability history."""
+        view = self._node(node)
+        if completed:
+            return self.update_node(node, completed_shares=view.completed_shares + 1)
+        return self.update_node(node, failed_shares=view.failed_shares + 1)
+
+    def remove_node(self, node: str) -> None:
+        view = self._node(node)
+        if self._holders.get(node):
+            raise NodeBusy(f"node {node} holds shares of leases {sorted(self._holders[node])}")
+        self._drop(view)
+
+    # -- decisions -----------------------------------------------------------------------------
+
+    def place(self, request: LeaseRequest) -> Placement | NotPlaced:
+        """The best placement for the lease now, or why there is none. Changes nothing."""
+        choice = self._choose(request, (), request.terms.gpu_count)
+        if choice is None:
+            return NotPlaced(request, explain(self._candidates(request), request, self.accept_simulated))
+        return Placement(request, tuple(PlacedShare.of(view, gpus) for view, gpus in choice))
+
+    def reserve(self, placement: Placement) -> None:
+        """Takes the placement's GPUs; StalePlacement if the fleet no longer allows it."""
+        self._check(placement, eligibility=True)
+        self._commit(placement)
+
+    def restore(self, placement: Placement) -> None:
+        """Takes the GPUs of a placement already assigned on chain (coordinator start-up):
+        the chain accepted it, so only the shape and the free GPUs are checked."""
+        self._check(placement, eligibility=False)
+        self._commit(placement)
+
+    def release(self, lease: str) -> Placement:
+        placement = self.reservation(lease)
+        for share in placement.shares:
+            self._move(self._nodes[share.node], -share.gpus)
+            self._holders[share.node].discard(lease)
+        del self._reservations[lease]
+        return placement
+
+    def replace(self, lease: str, lost_node: str) -> Placement | NotPlaced:
+        """Failover: moves lost_node's share of the lease to the best other qualifying node
+        (never one already in the lease, as reassign_lease requires) and returns the new placement."""
+        placement = self.reservation(lease)
+        index = next((i for i, s in enumerate(placement.shares) if s.node == lost_node), None)
+        if index is None:
+            raise UnknownNode(f"node {lost_node} holds no share of lease {lease}")
+        lost = placement.shares[index]
+        request = placement.request
+        in_lease = frozenset(placement.nodes)
+        choice = self._choose(request, in_lease, lost.gpus, single=True)
+        if choice is None:
+            return NotPlaced(request, explain(self._candidates(request), request, self.accept_simulated,
+                                              exclude=in_lease, gpus=lost.gpus))
+        target, gpus = choice[0]
+        self._move(self._nodes[lost_node], -gpus)
+        self._holders[lost_node].discard(lease)
+        self._move(target, gpus)
+        self._holders.setdefault(target.node, set()).add(lease)
+        shares = list(placement.shares)
+        shares[index] = PlacedShare.of(target, gpus)  # the chain keeps the assignment's index too
+        moved = Placement(request, tuple(shares))
+        self._reservations[lease] = moved
+        return moved
+
+    def reservation(self, lease: str) -> Placement:
+        try:
+            return self._reservations[lease]
+        except KeyError:
+            raise UnknownLease(f"no reservation for lease {lease}") from None
+
+    @property
+    def reservations(self) -> Mapping[str, Placement]:
+        return MappingProxyType(self._reservations)
+
+    def check_consistency(self) -> None:
+        """Raises AssertionError if the index disagrees with the nodes (a debugging aid)."""
+        expected = {n: v for n, v in self._nodes.items() if self._indexable(v)}
+        assert set(self._entries) == set(expected), "indexed nodes differ from schedulable nodes"
+        for node, (entry, free) in self._entries.items():
+            view = expected[node]
+            assert entry[2] is view and free == view.free_gpus
+            for key in pool_keys(view):
+                assert entry in self._pools[key].shelves[free][view.vram_gb]
+        for pool in self._pools.values():
+            shelved = [e for level in pool.shelves for shelf in level.values() for e in shelf]
+            assert len(shelved) == pool.size and all(e[0] >= pool.min_price for e in shelved)
+            assert all(shelf == sorted(shelf) for level in pool.shelves for shelf in level.values())
+        held: dict[str, int] = {}
+        for placement in self._reservations.values():
+            for share in placement.shares:
+                held[share.node] = held.get(share.node, 0) + share.gpus
+        for node, gpus in held.items():
+            assert self._nodes[node].gpus_leased >= gpus, f"node {node} leases fewer GPUs than reserved"
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _choose(self, request: LeaseRequest, exclude: Collection[str], gpus: int, single: bool = False) -> Choice | None:
+        t = request.terms
+        pool = self._pools.get((t.gpu_model, t.region))
+        if pool is None:
+            return None
+        vram, price, scoring = t.min_vram_gb, t.max_price_per_gpu_hour, self.scoring
+        per_node = request.gpus_per_node
+        if per_node is not None and not single:
+            k = gpus // per_node
+            found = pool.best(per_node, vram, price, k, exclude, scoring)
+            return [(view, per_node) for _, _, view in found] if len(found) == k else None
+        if gpus <= MAX_GPUS_PER_NODE:
+            found = pool.best(gpus, vram, price, 1, exclude, scoring)
+            if found:
+                return [(found[0][2], gpus)]
+        if single or request.max_nodes == 1:
+            return None
+        # The fewest nodes: machines with the most free GPUs whole, then the best fit for the
+        # rest. Taking the largest first maximises every prefix sum, so if any placement on
+        # max_nodes nodes exists this finds one.
+        choice: Choice = []
+        used = set(exclude)
+        remaining = gpus
+        while len(choice) < request.max_nodes - 1:
+            view = pool.largest(vram, price, used)
+            if view is None:
+                return None
+            choice.append((view, view.free_gpus))
+            used.add(view.node)
+            remaining -= view.free_gpus
+            if remaining <= MAX_GPUS_PER_NODE:
+                found = pool.best(remaining, vram, price, 1, used, scoring)
+                if found:
+                    choice.append((found[0][2], remaining))
+                    return choice
+        return None
+
+    def _candidates(self, request: LeaseRequest) -> Collection[NodeView]:
+        model = request.terms.gpu_model
+        return self._nodes.values() if model == ANY else self._by_model.get(model, {}).values()
+
+    def _check(self, placement: Placement, eligibility: bool) -> None:
+        request, shares = placement.request, placement.shares
+        lease = request.lease
+        if lease in self._reservations:
+            raise StalePlacement(f"lease {lease} is already reserved")
+        nodes = [s.node for s in shares]
+        if not 1 <= len(shares) <= min(request.max_nodes, MAX_LEASE_NODES) or len(set(nodes)) != len(nodes):
+            raise StalePlacement(f"lease {lease}: {len(shares)} shares on {len(set(nodes))} distinct nodes")
+        if any(s.gpus < 1 for s in shares) or sum(s.gpus for s in shares) != request.gpu_count:
+            raise StalePlacement(f"lease {lease}: shares {[s.gpus for s in shares]} do not sum to {request.gpu_count}")
+        if request.gpus_per_node is not None and any(s.gpus != request.gpus_per_node for s in shares):
+            raise StalePlacement(f"lease {lease}: every share must have {request.gpus_per_node} GPUs")
+        for share in shares:
+            view = self._nodes.get(share.node)
+            if view is None:
+                raise StalePlacement(f"lease {lease}: node {share.node} is not in the fleet")
+            if eligibility and not (view.is_schedulable(self.accept_simulated) and view.meets(request.terms)):
+                raise StalePlacement(f"lease {lease}: node {share.node} no longer qualifies")
+            if view.free_gpus < share.gpus:
+                raise StalePlacement(f"lease {lease}: node {share.node} has {view.free_gpus} free GPUs, "
+                                     f"the share needs {share.gpus}")
+
+    def _commit(self, placement: Placement) -> None:
+        for share in placement.shares:
+            self._move(self._nodes[share.node], share.gpus)
+            self._holders.setdefault(share.node, set()).add(placement.lease)
+        self._reservations[placement.lease] = placement
+
+    def _node(self, node: str) -> NodeView:
+        try:
+            return self._nodes[node]
+        except KeyError:
+            raise UnknownNode(f"no node {node} in the fleet") from None
+
+    def _move(self, view: NodeView, gpus: int) -> None:
+        """Leases (gpus > 0) or frees (gpus < 0) GPUs of a node, keeping the index in step."""
+        self._unindex(view)
+        view.gpus_leased += gpus
+        self._index(view)
+
+    def _put(self, view: NodeView) -> None:
+        self._nodes[view.node] = view
+        self._by_model.setdefault(view.gpu_model, {})[view.node] = view
+        self._index(view)
+
+    def _drop(self, view: NodeView) -> None:
+        self._unindex(view)
+        del self._nodes[view.node]
+        del self._by_model[view.gpu_model][view.node]
+
+    def _indexable(self, view: NodeView) -> bool:
+        return view.free_gpus > 0 and view.is_schedulable(self.accept_simulated)
+
+    def _index(self, view: NodeView) -> None:
+        if not self._indexable(view):
+            return
+        entry: Entry = (self.scoring.effective_price(view), view.node, view)
+        free = view.free_gpus
+        for key in pool_keys(view):
+            pool = self._pools.get(key)
+            if pool is None:
+                pool = self._pools[key] = Pool()
+            pool.add(entry, free, view.vram_gb)
+        self._entries[view.node] = (entry, free)
+
+    def _unindex(self, view: NodeView) -> None:
+        indexed = self._entries.pop(view.node, None)
+        if indexed is None:
+            return
+        entry, free = indexed
+        vram = entry[2].vram_gb  # the view it was indexed under (an update may bring a new one)
+        for key in pool_keys(entry[2]):
+            self._pools[key].remove(entry, free, vram)
