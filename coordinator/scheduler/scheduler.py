@@ -76,11 +76,9 @@ class Scheduler:
         if "node" in changes or "gpus_leased" in changes:
             raise InvalidNodeView(f"node {node}: the address and gpus_leased are not updatable")
         try:
-            new = dataclasses.replace(old, **changes)  # runs NodeView.check
+            new = dataclasses.replace(old, **changes)  # runs NodeView.check, gpus_leased <= gpu_count too
         except TypeError as e:
             raise InvalidNodeView(f"node {node}: {e}") from None
-        if new.gpu_count < new.gpus_leased:
-            raise InvalidNodeView(f"node {node}: gpu_count {new.gpu_count} is below its {new.gpus_leased} leased GPUs")
         self._drop(old)
         self._put(new)
         return new
