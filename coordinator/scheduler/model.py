@@ -8,6 +8,7 @@ shares, each > 0 GPUs, on distinct nodes, summing to the lease's gpu_count.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from solders.pubkey import Pubkey
@@ -248,9 +249,27 @@ class Placement:
         return [s.to_sdk() for s in self.shares]
 
 
-@dataclass(frozen=True, slots=True)
 class NotPlaced:
-    """No qualifying placement now; `reason` says why, for the API and the logs."""
+    """No qualifying placement now; `reason` says why, for the API and the logs.
 
-    request: LeaseRequest
-    reason: str
+    Working out the reason walks every node of the requested model, which costs far more
+    than the decision: it is done when `reason` is first read (from the fleet as it is
+    then), so a waiting lease retried on every fleet change does not pay for it each time.
+    """
+
+    __slots__ = ("_explain", "_reason", "request")
+
+    def __init__(self, request: LeaseRequest, reason: str | Callable[[], str]) -> None:
+        self.request = request
+        self._reason = reason if isinstance(reason, str) else None
+        self._explain = None if isinstance(reason, str) else reason
+
+    @property
+    def reason(self) -> str:
+        if self._reason is None:
+            assert self._explain is not None
+            self._reason, self._explain = self._explain(), None
+        return self._reason
+
+    def __repr__(self) -> str:
+        return f"NotPlaced(lease={self.request.lease!r}, reason={self.reason!r})"

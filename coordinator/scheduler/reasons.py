@@ -46,34 +46,41 @@ def describe(request: LeaseRequest, gpus: int | None = None) -> str:
 
 
 def _group(view: NodeView, request: LeaseRequest, accept_simulated: bool, exclude: Collection[str]) -> str | None:
+    """The first filter (in _GROUPS order) the node fails, or None if it qualifies."""
     t = request.terms
-    checks = (
-        view.node in exclude,
-        t.region != ANY and view.region != t.region,
-        not view.online,
-        not view.healthy,
-        view.jailed,
-        not view.is_collateralised(),
-        view.simulated and not accept_simulated,
-        view.vram_gb < t.min_vram_gb,
-        view.price_per_gpu_hour > t.max_price_per_gpu_hour,
-        view.free_gpus == 0,
-    )
-    for group, failed in zip(_GROUPS, checks, strict=True):
-        if failed:
-            return group
+    if view.node in exclude:
+        return "already in the lease"
+    if t.region != ANY and view.region != t.region:
+        return "in another region"
+    if not view.online:
+        return "offline"
+    if not view.healthy:
+        return "unhealthy"
+    if view.jailed:
+        return "jailed"
+    if not view.is_collateralised():
+        return "under-collateralised"
+    if view.simulated and not accept_simulated:
+        return "simulated"
+    if view.vram_gb < t.min_vram_gb:
+        return "short of VRAM"
+    if view.price_per_gpu_hour > t.max_price_per_gpu_hour:
+        return "above the price"
+    if view.free_gpus == 0:
+        return "fully leased"
     return None
 
 
 def explain(nodes: Iterable[NodeView], request: LeaseRequest, accept_simulated: bool,
-            exclude: Collection[str] = (), gpus: int | None = None) -> str:
-    """`nodes`: at least every node of the requested model; `gpus`: one share being replaced."""
+            exclude: Collection[str] = (), gpus: int | None = None, elsewhere: int = 0) -> str:
+    """`nodes`: at least every node of the requested model in its region; `elsewhere`: how many
+    more of the model are in other regions; `gpus`: the one share being replaced, if so."""
     t = request.terms
     what = "" if t.gpu_model == ANY else f"{gpu_model_name(t.gpu_model)} "
     head = f"cannot place {describe(request, gpus)}"
-    groups: Counter[str] = Counter()
+    groups: Counter[str] = Counter({"in another region": elsewhere})
     qualifying: list[int] = []
-    seen = 0
+    seen = elsewhere
     for view in nodes:
         if t.gpu_model != ANY and view.gpu_model != t.gpu_model:
             continue

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
+from itertools import chain
 from types import MappingProxyType
 
 from gpunet.instructions import ANY
@@ -45,7 +46,7 @@ class Scheduler:
         # Off on a production coordinator; the local network and the tests run simulated GPUs.
         self.accept_simulated = accept_simulated
         self._nodes: dict[str, NodeView] = {}
-        self._by_model: dict[int, dict[str, NodeView]] = {}  # for the NotPlaced reason only
+        self._groups: dict[tuple[int, int], dict[str, NodeView]] = {}  # (model, region): for reasons only
         self._entries: dict[str, tuple[Entry, int]] = {}  # indexed node -> (entry, free GPUs then)
         self._pools: dict[tuple[int, int], Pool] = {}
         self._reservations: dict[str, Placement] = {}
@@ -102,8 +103,13 @@ class Scheduler:
         """The best placement for the lease now, or why there is none. Changes nothing."""
         choice = self._choose(request, (), request.terms.gpu_count)
         if choice is None:
-            return NotPlaced(request, explain(self._candidates(request), request, self.accept_simulated))
+            return NotPlaced(request, lambda: self.explain(request))
         return Placement(request, tuple(PlacedShare.of(view, gpus) for view, gpus in choice))
+
+    def explain(self, request: LeaseRequest) -> str:
+        """Why the lease cannot be placed now: its terms, and which filters its model's nodes fail."""
+        nodes, elsewhere = self._candidates(request)
+        return explain(nodes, request, self.accept_simulated, elsewhere=elsewhere)
 
     def reserve(self, placement: Placement) -> None:
         """Takes the placement's GPUs; StalePlacement if the fleet no longer allows it."""
@@ -136,8 +142,11 @@ class Scheduler:
         in_lease = frozenset(placement.nodes)
         choice = self._choose(request, in_lease, lost.gpus, single=True)
         if choice is None:
-            return NotPlaced(request, explain(self._candidates(request), request, self.accept_simulated,
-                                              exclude=in_lease, gpus=lost.gpus))
+            def reason() -> str:
+                nodes, elsewhere = self._candidates(request)
+                return explain(nodes, request, self.accept_simulated, in_lease, lost.gpus, elsewhere)
+
+            return NotPlaced(request, reason)
         target, gpus = choice[0]
         self._move(self._nodes[lost_node], -gpus)
         self._holders[lost_node].discard(lease)
@@ -218,9 +227,13 @@ class Scheduler:
                     return choice
         return None
 
-    def _candidates(self, request: LeaseRequest) -> Collection[NodeView]:
-        model = request.terms.gpu_model
-        return self._nodes.values() if model == ANY else self._by_model.get(model, {}).values()
+    def _candidates(self, request: LeaseRequest) -> tuple[Iterable[NodeView], int]:
+        """The nodes of the request's model in its region, and how many of the model are elsewhere."""
+        t = request.terms
+        of_model = [(key, group) for key, group in self._groups.items() if t.gpu_model in (ANY, key[0])]
+        inside = [group.values() for key, group in of_model if t.region in (ANY, key[1])]
+        elsewhere = sum(len(group) for key, group in of_model if t.region not in (ANY, key[1]))
+        return chain.from_iterable(inside), elsewhere
 
     def _check(self, placement: Placement, eligibility: bool) -> None:
         request, shares = placement.request, placement.shares
@@ -258,19 +271,33 @@ class Scheduler:
 
     def _move(self, view: NodeView, gpus: int) -> None:
         """Leases (gpus > 0) or frees (gpus < 0) GPUs of a node, keeping the index in step."""
-        self._unindex(view)
+        indexed = self._entries.get(view.node)
         view.gpus_leased += gpus
-        self._index(view)
+        if indexed is None:
+            self._index(view)
+            return
+        # The hot path of reserve/release: only the shelf changes, the entry (and its price) stays.
+        entry, old_free = indexed
+        free = view.free_gpus
+        pools = [self._pools[key] for key in pool_keys(view)]
+        for pool in pools:
+            pool.remove(entry, old_free, view.vram_gb)
+        if free:
+            for pool in pools:
+                pool.add(entry, free, view.vram_gb)
+            self._entries[view.node] = (entry, free)
+        else:
+            del self._entries[view.node]
 
     def _put(self, view: NodeView) -> None:
         self._nodes[view.node] = view
-        self._by_model.setdefault(view.gpu_model, {})[view.node] = view
+        self._groups.setdefault((view.gpu_model, view.region), {})[view.node] = view
         self._index(view)
 
     def _drop(self, view: NodeView) -> None:
         self._unindex(view)
         del self._nodes[view.node]
-        del self._by_model[view.gpu_model][view.node]
+        del self._groups[view.gpu_model, view.region][view.node]
 
     def _indexable(self, view: NodeView) -> bool:
         return view.free_gpus > 0 and view.is_schedulable(self.accept_simulated)
