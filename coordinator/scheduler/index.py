@@ -2,9 +2,9 @@
 
 Each node sits in four pools, keyed (model, region), (model, ANY), (ANY, region) and
 (ANY, ANY), so a request of any shape looks in exactly one pool. Inside a pool, nodes sit
-on shelves by free GPU count, then by VRAM; a shelf is a list sorted by (effective price,
-node address). A query walks the shelves that can hold its share, from the best fit
-upwards, and stops as soon as no unseen node can beat what it has.
+on shelves by free GPU count, then by (VRAM, quality class); a shelf is a list sorted by
+(effective price, node address). A query walks the shelves that can hold its share, from
+the best fit upwards, and stops as soon as no unseen node can beat what it has.
 """
 
 from __future__ import annotations
@@ -15,12 +15,14 @@ from collections.abc import Collection
 from gpunet.instructions import ANY
 
 from coordinator.scheduler.model import MAX_GPUS_PER_NODE, NodeView
-from coordinator.scheduler.scoring import Scoring
+from coordinator.scheduler.scoring import QUALITY_CLASS_TOPS, Scoring
 
-__all__ = ["Entry", "Pool", "pool_keys"]
+__all__ = ["Entry", "Pool", "ShelfKey", "pool_keys"]
 
 Entry = tuple[float, str, NodeView]
 """(effective price, node address, view): sorts by price, ties by address (deterministic)."""
+ShelfKey = tuple[int, int]
+"""(VRAM in GB, quality class)."""
 
 _INF = float("inf")
 
@@ -34,29 +36,29 @@ class Pool:
     __slots__ = ("shelves", "min_price", "size")
 
     def __init__(self) -> None:
-        # shelves[free][vram_gb] -> sorted entries; empty shelves are deleted so queries skip them.
-        self.shelves: list[dict[int, list[Entry]]] = [{} for _ in range(MAX_GPUS_PER_NODE + 1)]
+        # shelves[free][(vram, quality class)] -> sorted entries; empty shelves are deleted so queries skip them.
+        self.shelves: list[dict[ShelfKey, list[Entry]]] = [{} for _ in range(MAX_GPUS_PER_NODE + 1)]
         # A lower bound on every entry's effective price (kept through removals: only less tight).
         self.min_price = _INF
         self.size = 0
 
-    def add(self, entry: Entry, free: int, vram: int) -> None:
-        shelf = self.shelves[free].get(vram)
+    def add(self, entry: Entry, free: int, key: ShelfKey) -> None:
+        shelf = self.shelves[free].get(key)
         if shelf is None:
-            self.shelves[free][vram] = [entry]
+            self.shelves[free][key] = [entry]
         else:
             insort(shelf, entry)
         if entry[0] < self.min_price:
             self.min_price = entry[0]
         self.size += 1
 
-    def remove(self, entry: Entry, free: int, vram: int) -> None:
-        shelf = self.shelves[free][vram]
+    def remove(self, entry: Entry, free: int, key: ShelfKey) -> None:
+        shelf = self.shelves[free][key]
         i = bisect_left(shelf, entry[:2])
         assert shelf[i][1] == entry[1], "index out of step with the fleet"
         del shelf[i]
         if not shelf:
-            del self.shelves[free][vram]
+            del self.shelves[free][key]
         self.size -= 1
         if not self.size:
             self.min_price = _INF
@@ -66,23 +68,23 @@ class Pool:
         """The k lowest-cost nodes that can take a share of `gpus` GPUs, cheapest first.
 
         Cost = effective price x packing factor of the GPUs the share leaves free. Exact:
-        a shelf is skipped, or the walk stopped, only when a lower bound on its costs is
-        already worse than the k-th best found.
+        a shelf is skipped, or a walk stopped, only when a lower bound on its costs is
+        already worse than the k-th best found, or no later node is within max_price.
         """
         found: list[tuple[float, str, NodeView]] = []
         bound = _INF
-        price_stop = max_price * scoring.max_quality_factor
         weight = scoring.packing_weight
         shelves = self.shelves
         for free in range(gpus, MAX_GPUS_PER_NODE + 1):
             factor = 1.0 + weight * (free - gpus)
             if self.min_price * factor > bound:
                 break
-            for vram, shelf in shelves[free].items():
+            for (vram, quality), shelf in shelves[free].items():
                 if vram < min_vram or shelf[0][0] * factor > bound:
                     continue
+                price_stop = max_price * QUALITY_CLASS_TOPS[quality]
                 for price, address, view in shelf:
-                    if price > price_stop:
+                    if price >= price_stop:
                         break
                     cost = price * factor
                     if cost > bound:
@@ -99,10 +101,13 @@ class Pool:
         """The node with the most free GPUs, cheapest among those, then lowest address."""
         for free in range(MAX_GPUS_PER_NODE, 0, -1):
             pick: Entry | None = None
-            for vram, shelf in self.shelves[free].items():
+            for (vram, quality), shelf in self.shelves[free].items():
                 if vram < min_vram:
                     continue
+                price_stop = max_price * QUALITY_CLASS_TOPS[quality]
                 for entry in shelf:
+                    if entry[0] >= price_stop:
+                        break
                     if entry[2].price_per_gpu_hour <= max_price and entry[1] not in exclude:
                         if pick is None or entry[:2] < pick[:2]:
                             pick = entry

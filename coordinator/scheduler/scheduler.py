@@ -9,7 +9,7 @@ from types import MappingProxyType
 
 from gpunet.instructions import ANY
 
-from coordinator.scheduler.index import Entry, Pool, pool_keys
+from coordinator.scheduler.index import Entry, Pool, ShelfKey, pool_keys
 from coordinator.scheduler.model import (
     MAX_GPUS_PER_NODE,
     MAX_LEASE_NODES,
@@ -47,7 +47,7 @@ class Scheduler:
         self.accept_simulated = accept_simulated
         self._nodes: dict[str, NodeView] = {}
         self._groups: dict[tuple[int, int], dict[str, NodeView]] = {}  # (model, region): for reasons only
-        self._entries: dict[str, tuple[Entry, int]] = {}  # indexed node -> (entry, free GPUs then)
+        self._entries: dict[str, tuple[Entry, int, ShelfKey]] = {}  # indexed node -> (entry, free GPUs, shelf)
         self._pools: dict[tuple[int, int], Pool] = {}
         self._reservations: dict[str, Placement] = {}
         self._holders: dict[str, set[str]] = {}  # node -> leases holding a share of it
@@ -172,11 +172,13 @@ class Scheduler:
         """Raises AssertionError if the index disagrees with the nodes (a debugging aid)."""
         expected = {n: v for n, v in self._nodes.items() if self._indexable(v)}
         assert set(self._entries) == set(expected), "indexed nodes differ from schedulable nodes"
-        for node, (entry, free) in self._entries.items():
+        for node, (entry, free, shelf) in self._entries.items():
             view = expected[node]
             assert entry[2] is view and free == view.free_gpus
+            assert entry[0] == self.scoring.effective_price(view)
+            assert shelf == (view.vram_gb, self.scoring.quality_class(view))
             for key in pool_keys(view):
-                assert entry in self._pools[key].shelves[free][view.vram_gb]
+                assert entry in self._pools[key].shelves[free][shelf]
         for pool in self._pools.values():
             shelved = [e for level in pool.shelves for shelf in level.values() for e in shelf]
             assert len(shelved) == pool.size and all(e[0] >= pool.min_price for e in shelved)
@@ -277,15 +279,15 @@ class Scheduler:
             self._index(view)
             return
         # The hot path of reserve/release: only the shelf changes, the entry (and its price) stays.
-        entry, old_free = indexed
+        entry, old_free, shelf = indexed
         free = view.free_gpus
         pools = [self._pools[key] for key in pool_keys(view)]
         for pool in pools:
-            pool.remove(entry, old_free, view.vram_gb)
+            pool.remove(entry, old_free, shelf)
         if free:
             for pool in pools:
-                pool.add(entry, free, view.vram_gb)
-            self._entries[view.node] = (entry, free)
+                pool.add(entry, free, shelf)
+            self._entries[view.node] = (entry, free, shelf)
         else:
             del self._entries[view.node]
 
@@ -307,18 +309,18 @@ class Scheduler:
             return
         entry: Entry = (self.scoring.effective_price(view), view.node, view)
         free = view.free_gpus
+        shelf = (view.vram_gb, self.scoring.quality_class(view))
         for key in pool_keys(view):
             pool = self._pools.get(key)
             if pool is None:
                 pool = self._pools[key] = Pool()
-            pool.add(entry, free, view.vram_gb)
-        self._entries[view.node] = (entry, free)
+            pool.add(entry, free, shelf)
+        self._entries[view.node] = (entry, free, shelf)
 
     def _unindex(self, view: NodeView) -> None:
         indexed = self._entries.pop(view.node, None)
         if indexed is None:
             return
-        entry, free = indexed
-        vram = entry[2].vram_gb  # the view it was indexed under (an update may bring a new one)
-        for key in pool_keys(entry[2]):
-            self._pools[key].remove(entry, free, vram)
+        entry, free, shelf = indexed
+        for key in pool_keys(entry[2]):  # the view it was indexed under (an update may bring a new one)
+            self._pools[key].remove(entry, free, shelf)

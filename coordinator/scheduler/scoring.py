@@ -17,7 +17,10 @@ from dataclasses import dataclass
 
 from coordinator.scheduler.model import NodeView
 
-__all__ = ["Scoring"]
+__all__ = ["QUALITY_CLASS_TOPS", "Scoring"]
+
+# Class c holds factors in [1.25^c, 1.25^(c+1)); the last class catches the rest.
+QUALITY_CLASS_TOPS: tuple[float, ...] = tuple(1.25 ** (c + 1) for c in range(15)) + (float("inf"),)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,11 +48,16 @@ class Scoring:
         latency = self.unknown_latency_ms if view.latency_ms is None else view.latency_ms
         return (1.0 + min(latency, self.latency_cap_ms) * self.latency_weight_per_ms) / self.reliability(view)
 
-    @property
-    def max_quality_factor(self) -> float:
-        """No node's factor exceeds this: a node whose effective price is above
-        max_price x this cannot be within max_price, so a sorted scan may stop there."""
-        return (1.0 + self.latency_cap_ms * self.latency_weight_per_ms) / self.reliability_floor
+    def quality_class(self, view: NodeView) -> int:
+        """Nodes are shelved by class of quality factor: every node of class c has a factor
+        below QUALITY_CLASS_TOPS[c], so on a shelf sorted by effective price, once an entry's
+        effective price passes max_price x that top, no later entry's asking price is within
+        max_price, and a scan may stop there."""
+        factor = self.quality_factor(view)
+        c = 0
+        while factor >= QUALITY_CLASS_TOPS[c]:
+            c += 1
+        return c
 
     def effective_price(self, view: NodeView) -> float:
         return view.price_per_gpu_hour * self.quality_factor(view)
