@@ -3,7 +3,7 @@
 Each node sits in four pools, keyed (model, region), (model, ANY), (ANY, region) and
 (ANY, ANY), so a request of any shape looks in exactly one pool. Inside a pool, nodes sit
 on shelves by free GPU count, then by (VRAM, quality class); a shelf is a list sorted by
-(effective price, node address). A query walks the shelves that can hold its share, from
+(effective price, node key). A query walks the shelves that can hold its share, from
 the best fit upwards, and stops as soon as no unseen node can beat what it has.
 """
 
@@ -12,15 +12,14 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections.abc import Collection
 
-from gpunet.instructions import ANY
-
 from coordinator.scheduler.model import MAX_GPUS_PER_NODE, NodeView
 from coordinator.scheduler.scoring import QUALITY_CLASS_TOPS, Scoring
+from gpunet.instructions import ANY
 
 __all__ = ["Entry", "Pool", "ShelfKey", "pool_keys"]
 
 Entry = tuple[float, str, NodeView]
-"""(effective price, node address, view): sorts by price, ties by address (deterministic)."""
+"""(effective price, node key, view): sorts by price, ties by node key (deterministic)."""
 ShelfKey = tuple[int, int]
 """(VRAM in GB, quality class)."""
 
@@ -33,7 +32,7 @@ def pool_keys(view: NodeView) -> tuple[tuple[int, int], ...]:
 
 
 class Pool:
-    __slots__ = ("shelves", "min_price", "size")
+    __slots__ = ("min_price", "shelves", "size")
 
     def __init__(self) -> None:
         # shelves[free][(vram, quality class)] -> sorted entries; empty shelves are deleted so queries skip them.
@@ -48,8 +47,7 @@ class Pool:
             self.shelves[free][key] = [entry]
         else:
             insort(shelf, entry)
-        if entry[0] < self.min_price:
-            self.min_price = entry[0]
+        self.min_price = min(self.min_price, entry[0])
         self.size += 1
 
     def remove(self, entry: Entry, free: int, key: ShelfKey) -> None:
@@ -83,22 +81,22 @@ class Pool:
                 if vram < min_vram or shelf[0][0] * factor > bound:
                     continue
                 price_stop = max_price * QUALITY_CLASS_TOPS[quality]
-                for price, address, view in shelf:
+                for price, key, view in shelf:
                     if price >= price_stop:
                         break
                     cost = price * factor
                     if cost > bound:
                         break
-                    if view.price_per_gpu_hour > max_price or address in exclude:
+                    if view.price_per_gpu_hour > max_price or key in exclude:
                         continue
-                    insort(found, (cost, address, view))
+                    insort(found, (cost, key, view))
                     if len(found) >= k:
                         del found[k:]
                         bound = found[-1][0]
         return found
 
     def largest(self, min_vram: int, max_price: int, exclude: Collection[str]) -> NodeView | None:
-        """The node with the most free GPUs, cheapest among those, then lowest address."""
+        """The node with the most free GPUs, cheapest among those, then lowest node key."""
         for free in range(MAX_GPUS_PER_NODE, 0, -1):
             pick: Entry | None = None
             for (vram, quality), shelf in self.shelves[free].items():

@@ -46,7 +46,7 @@ class SchedulerError(Exception):
      ├── InvalidNodeView      a node's facts the chain could never hold
      ├── InvalidLeaseRequest  terms or a cluster shape the chain would refuse
      ├── StalePlacement       reserve() of a placement the fleet no longer allows
-     ├── UnknownNode          no node with that address in the fleet
+     ├── UnknownNode          no node with that node key in the fleet
      ├── UnknownLease         no reservation for that lease
      └── NodeBusy             removing a node that still holds reserved GPUs
     """
@@ -84,8 +84,8 @@ class NodeView:
     it only through the scheduler, which keeps its indexes in step.
     """
 
-    node: str  # the node account (PDA), the fleet's key
-    node_key: str  # the worker's signing key
+    node: str  # the node account (PDA)
+    node_key: str  # the worker's signing key: the scheduler's key for the node
     provider_authority: str  # the provider's wallet (its provider PDA derives from it)
     gpu_model: int  # catalog code, never ANY
     gpu_count: int  # 1..=16
@@ -112,7 +112,7 @@ class NodeView:
         for name in ("node", "node_key", "provider_authority"):
             value = getattr(self, name)
             if not isinstance(value, str) or not value:
-                raise InvalidNodeView(f"node {self.node!r}: {name} must be a non-empty address string")
+                raise InvalidNodeView(f"node {self.node_key!r}: {name} must be a non-empty address string")
         ranges = {
             "gpu_model": (1, _U16),
             "gpu_count": (1, MAX_GPUS_PER_NODE + 1),
@@ -129,14 +129,14 @@ class NodeView:
         for name, (low, end) in ranges.items():
             value = getattr(self, name)
             if type(value) is not int or not low <= value < end:
-                raise InvalidNodeView(f"node {self.node}: {name}={value!r} is not an integer in [{low}, {end - 1}]")
+                raise InvalidNodeView(f"node {self.node_key}: {name}={value!r} is not an integer in [{low}, {end - 1}]")
         for name in ("jailed", "online", "healthy", "simulated"):
             if type(getattr(self, name)) is not bool:
-                raise InvalidNodeView(f"node {self.node}: {name} must be a bool")
+                raise InvalidNodeView(f"node {self.node_key}: {name} must be a bool")
         latency = self.latency_ms
         if latency is not None and (isinstance(latency, bool) or not isinstance(latency, (int, float))
                                     or not 0 <= latency < float("inf")):
-            raise InvalidNodeView(f"node {self.node}: latency_ms={latency!r} must be None or a finite number >= 0")
+            raise InvalidNodeView(f"node {self.node_key}: latency_ms={latency!r} must be None or a finite number >= 0")
 
     @property
     def free_gpus(self) -> int:
@@ -242,8 +242,8 @@ class Placement:
         return self.request.lease
 
     @property
-    def nodes(self) -> tuple[str, ...]:
-        return tuple(s.node for s in self.shares)
+    def node_keys(self) -> tuple[str, ...]:
+        return tuple(s.node_key for s in self.shares)
 
     def sdk_shares(self) -> list[Share]:
         return [s.to_sdk() for s in self.shares]

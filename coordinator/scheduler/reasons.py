@@ -6,11 +6,10 @@ from collections import Counter
 from collections.abc import Collection, Iterable
 from decimal import Decimal
 
+from coordinator.scheduler.model import LeaseRequest, NodeView
 from gpunet.catalog import gpu_model_name, region_name
 from gpunet.instructions import ANY
 from gpunet.tokens import IO_DECIMALS
-
-from coordinator.scheduler.model import LeaseRequest, NodeView
 
 __all__ = ["describe", "explain", "io_amount"]
 
@@ -48,7 +47,7 @@ def describe(request: LeaseRequest, gpus: int | None = None) -> str:
 def _group(view: NodeView, request: LeaseRequest, accept_simulated: bool, exclude: Collection[str]) -> str | None:
     """The first filter (in _GROUPS order) the node fails, or None if it qualifies."""
     t = request.terms
-    if view.node in exclude:
+    if view.node_key in exclude:
         return "already in the lease"
     if t.region != ANY and view.region != t.region:
         return "in another region"

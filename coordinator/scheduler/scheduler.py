@@ -6,8 +6,7 @@ import dataclasses
 from collections.abc import Collection, Iterable, Mapping
 from itertools import chain
 from types import MappingProxyType
-
-from gpunet.instructions import ANY
+from typing import Any
 
 from coordinator.scheduler.index import Entry, Pool, ShelfKey, pool_keys
 from coordinator.scheduler.model import (
@@ -26,6 +25,7 @@ from coordinator.scheduler.model import (
 )
 from coordinator.scheduler.reasons import explain
 from coordinator.scheduler.scoring import Scoring
+from gpunet.instructions import ANY
 
 __all__ = ["Scheduler"]
 
@@ -39,6 +39,7 @@ class Scheduler:
     second decision can take the same GPUs) and `release` gives them back (lease closed, or
     its transaction finally failed). `replace` decides and commits a failover at once.
     Every method either does all it says or raises a SchedulerError and changes nothing.
+    Nodes are known by their node key, as the gateway, the fleet monitor and the attester know them.
     """
 
     def __init__(self, scoring: Scoring | None = None, accept_simulated: bool = True) -> None:
@@ -62,39 +63,39 @@ class Scheduler:
         """Adds a node or replaces its facts. A new node brings its gpus_leased (the chain's
         count at start-up); after that the scheduler's reservations own the count."""
         view.check()
-        old = self._nodes.get(view.node)
+        old = self._nodes.get(view.node_key)
         if old is not None:
             if view.gpu_count < old.gpus_leased:
-                raise InvalidNodeView(f"node {view.node}: gpu_count {view.gpu_count} is below its "
+                raise InvalidNodeView(f"node {view.node_key}: gpu_count {view.gpu_count} is below its "
                                       f"{old.gpus_leased} leased GPUs")
             view.gpus_leased = old.gpus_leased
             self._drop(old)
         self._put(view)
 
-    def update_node(self, node: str, **changes: object) -> NodeView:
+    def update_node(self, node_key: str, /, **changes: Any) -> NodeView:
         """Changes some facts of a node: online, healthy, jailed, latency_ms, stake, price..."""
-        old = self._node(node)
-        if "node" in changes or "gpus_leased" in changes:
-            raise InvalidNodeView(f"node {node}: the address and gpus_leased are not updatable")
+        old = self._node(node_key)
+        if {"node", "node_key", "gpus_leased"} & changes.keys():
+            raise InvalidNodeView(f"node {node_key}: its addresses and gpus_leased are not updatable")
         try:
             new = dataclasses.replace(old, **changes)  # runs NodeView.check, gpus_leased <= gpu_count too
         except TypeError as e:
-            raise InvalidNodeView(f"node {node}: {e}") from None
+            raise InvalidNodeView(f"node {node_key}: {e}") from None
         self._drop(old)
         self._put(new)
         return new
 
-    def record_outcome(self, node: str, completed: bool) -> NodeView:
+    def record_outcome(self, node_key: str, completed: bool) -> NodeView:
         """One lease share the node ran to the end (or lost): its reliability history."""
-        view = self._node(node)
+        view = self._node(node_key)
         if completed:
-            return self.update_node(node, completed_shares=view.completed_shares + 1)
-        return self.update_node(node, failed_shares=view.failed_shares + 1)
+            return self.update_node(node_key, completed_shares=view.completed_shares + 1)
+        return self.update_node(node_key, failed_shares=view.failed_shares + 1)
 
-    def remove_node(self, node: str) -> None:
-        view = self._node(node)
-        if self._holders.get(node):
-            raise NodeBusy(f"node {node} holds shares of leases {sorted(self._holders[node])}")
+    def remove_node(self, node_key: str) -> None:
+        view = self._node(node_key)
+        if self._holders.get(node_key):
+            raise NodeBusy(f"node {node_key} holds shares of leases {sorted(self._holders[node_key])}")
         self._drop(view)
 
     # -- decisions -----------------------------------------------------------------------------
@@ -125,21 +126,21 @@ class Scheduler:
     def release(self, lease: str) -> Placement:
         placement = self.reservation(lease)
         for share in placement.shares:
-            self._move(self._nodes[share.node], -share.gpus)
-            self._holders[share.node].discard(lease)
+            self._move(self._nodes[share.node_key], -share.gpus)
+            self._holders[share.node_key].discard(lease)
         del self._reservations[lease]
         return placement
 
-    def replace(self, lease: str, lost_node: str) -> Placement | NotPlaced:
-        """Failover: moves lost_node's share of the lease to the best other qualifying node
+    def replace(self, lease: str, lost_node_key: str) -> Placement | NotPlaced:
+        """Failover: moves the lost node's share of the lease to the best other qualifying node
         (never one already in the lease, as reassign_lease requires) and returns the new placement."""
         placement = self.reservation(lease)
-        index = next((i for i, s in enumerate(placement.shares) if s.node == lost_node), None)
+        index = next((i for i, s in enumerate(placement.shares) if s.node_key == lost_node_key), None)
         if index is None:
-            raise UnknownNode(f"node {lost_node} holds no share of lease {lease}")
+            raise UnknownNode(f"node {lost_node_key} holds no share of lease {lease}")
         lost = placement.shares[index]
         request = placement.request
-        in_lease = frozenset(placement.nodes)
+        in_lease = frozenset(placement.node_keys)
         choice = self._choose(request, in_lease, lost.gpus, single=True)
         if choice is None:
             def reason() -> str:
@@ -148,10 +149,10 @@ class Scheduler:
 
             return NotPlaced(request, reason)
         target, gpus = choice[0]
-        self._move(self._nodes[lost_node], -gpus)
-        self._holders[lost_node].discard(lease)
+        self._move(self._nodes[lost_node_key], -gpus)
+        self._holders[lost_node_key].discard(lease)
         self._move(target, gpus)
-        self._holders.setdefault(target.node, set()).add(lease)
+        self._holders.setdefault(target.node_key, set()).add(lease)
         shares = list(placement.shares)
         shares[index] = PlacedShare.of(target, gpus)  # the chain keeps the assignment's index too
         moved = Placement(request, tuple(shares))
@@ -186,7 +187,7 @@ class Scheduler:
         held: dict[str, int] = {}
         for placement in self._reservations.values():
             for share in placement.shares:
-                held[share.node] = held.get(share.node, 0) + share.gpus
+                held[share.node_key] = held.get(share.node_key, 0) + share.gpus
         for node, gpus in held.items():
             assert self._nodes[node].gpus_leased >= gpus, f"node {node} leases fewer GPUs than reserved"
 
@@ -220,7 +221,7 @@ class Scheduler:
             if view is None:
                 return None
             choice.append((view, view.free_gpus))
-            used.add(view.node)
+            used.add(view.node_key)
             remaining -= view.free_gpus
             if remaining <= MAX_GPUS_PER_NODE:
                 found = pool.best(remaining, vram, price, 1, used, scoring)
@@ -242,7 +243,7 @@ class Scheduler:
         lease = request.lease
         if lease in self._reservations:
             raise StalePlacement(f"lease {lease} is already reserved")
-        nodes = [s.node for s in shares]
+        nodes = [s.node_key for s in shares]
         if not 1 <= len(shares) <= min(request.max_nodes, MAX_LEASE_NODES) or len(set(nodes)) != len(nodes):
             raise StalePlacement(f"lease {lease}: {len(shares)} shares on {len(set(nodes))} distinct nodes")
         if any(s.gpus < 1 for s in shares) or sum(s.gpus for s in shares) != request.gpu_count:
@@ -250,30 +251,30 @@ class Scheduler:
         if request.gpus_per_node is not None and any(s.gpus != request.gpus_per_node for s in shares):
             raise StalePlacement(f"lease {lease}: every share must have {request.gpus_per_node} GPUs")
         for share in shares:
-            view = self._nodes.get(share.node)
+            view = self._nodes.get(share.node_key)
             if view is None:
-                raise StalePlacement(f"lease {lease}: node {share.node} is not in the fleet")
+                raise StalePlacement(f"lease {lease}: node {share.node_key} is not in the fleet")
             if eligibility and not (view.is_schedulable(self.accept_simulated) and view.meets(request.terms)):
-                raise StalePlacement(f"lease {lease}: node {share.node} no longer qualifies")
+                raise StalePlacement(f"lease {lease}: node {share.node_key} no longer qualifies")
             if view.free_gpus < share.gpus:
-                raise StalePlacement(f"lease {lease}: node {share.node} has {view.free_gpus} free GPUs, "
+                raise StalePlacement(f"lease {lease}: node {share.node_key} has {view.free_gpus} free GPUs, "
                                      f"the share needs {share.gpus}")
 
     def _commit(self, placement: Placement) -> None:
         for share in placement.shares:
-            self._move(self._nodes[share.node], share.gpus)
-            self._holders.setdefault(share.node, set()).add(placement.lease)
+            self._move(self._nodes[share.node_key], share.gpus)
+            self._holders.setdefault(share.node_key, set()).add(placement.lease)
         self._reservations[placement.lease] = placement
 
-    def _node(self, node: str) -> NodeView:
+    def _node(self, node_key: str) -> NodeView:
         try:
-            return self._nodes[node]
+            return self._nodes[node_key]
         except KeyError:
-            raise UnknownNode(f"no node {node} in the fleet") from None
+            raise UnknownNode(f"no node {node_key} in the fleet") from None
 
     def _move(self, view: NodeView, gpus: int) -> None:
         """Leases (gpus > 0) or frees (gpus < 0) GPUs of a node, keeping the index in step."""
-        indexed = self._entries.get(view.node)
+        indexed = self._entries.get(view.node_key)
         view.gpus_leased += gpus
         if indexed is None:
             self._index(view)
@@ -287,19 +288,19 @@ class Scheduler:
         if free:
             for pool in pools:
                 pool.add(entry, free, shelf)
-            self._entries[view.node] = (entry, free, shelf)
+            self._entries[view.node_key] = (entry, free, shelf)
         else:
-            del self._entries[view.node]
+            del self._entries[view.node_key]
 
     def _put(self, view: NodeView) -> None:
-        self._nodes[view.node] = view
-        self._groups.setdefault((view.gpu_model, view.region), {})[view.node] = view
+        self._nodes[view.node_key] = view
+        self._groups.setdefault((view.gpu_model, view.region), {})[view.node_key] = view
         self._index(view)
 
     def _drop(self, view: NodeView) -> None:
         self._unindex(view)
-        del self._nodes[view.node]
-        del self._groups[view.gpu_model, view.region][view.node]
+        del self._nodes[view.node_key]
+        del self._groups[view.gpu_model, view.region][view.node_key]
 
     def _indexable(self, view: NodeView) -> bool:
         return view.free_gpus > 0 and view.is_schedulable(self.accept_simulated)
@@ -307,7 +308,7 @@ class Scheduler:
     def _index(self, view: NodeView) -> None:
         if not self._indexable(view):
             return
-        entry: Entry = (self.scoring.effective_price(view), view.node, view)
+        entry: Entry = (self.scoring.effective_price(view), view.node_key, view)
         free = view.free_gpus
         shelf = (view.vram_gb, self.scoring.quality_class(view))
         for key in pool_keys(view):
@@ -315,10 +316,10 @@ class Scheduler:
             if pool is None:
                 pool = self._pools[key] = Pool()
             pool.add(entry, free, shelf)
-        self._entries[view.node] = (entry, free, shelf)
+        self._entries[view.node_key] = (entry, free, shelf)
 
     def _unindex(self, view: NodeView) -> None:
-        indexed = self._entries.pop(view.node, None)
+        indexed = self._entries.pop(view.node_key, None)
         if indexed is None:
             return
         entry, free, shelf = indexed

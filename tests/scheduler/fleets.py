@@ -21,11 +21,11 @@ US_EAST, EU_WEST = 1, 3
 
 def node(name: str, *, model: int = H100, gpus: int = 8, leased: int = 0, vram: int = 80, region: int = EU_WEST,
          price: float = 2.0, online: bool = True, **extra: object) -> NodeView:
-    """A staked, online node named `name` (its node key and provider derive from the name)."""
-    fields: dict[str, object] = dict(node_key=f"key-{name}", provider_authority=f"wallet-{name}",
-                                     provider_staked=100 * IO, provider_bonded=8 * IO, bonded_stake=8 * IO)
+    """A staked, online node whose node key is `name` (its account and provider derive from it)."""
+    fields: dict[str, object] = {"node": f"pda-{name}", "provider_authority": f"wallet-{name}",
+                                 "provider_staked": 100 * IO, "provider_bonded": 8 * IO, "bonded_stake": 8 * IO}
     fields.update(extra)
-    return NodeView(node=name, gpu_model=model,
+    return NodeView(node_key=name, gpu_model=model,
                     gpu_count=gpus, gpus_leased=leased, vram_gb=vram, region=region,
                     price_per_gpu_hour=int(price * IO), online=online, **fields)  # type: ignore[arg-type]
 
@@ -54,7 +54,7 @@ def node_views(draw: st.DrawFn, name: str) -> NodeView:
     gpus = draw(st.sampled_from([1, 2, 4, 8, 8, 16]))
     bonded = draw(st.integers(0, 4)) * IO
     return NodeView(
-        node=name, node_key=f"key-{name}", provider_authority=f"wallet-{name}",
+        node=f"pda-{name}", node_key=name, provider_authority=f"wallet-{name}",
         gpu_model=draw(st.sampled_from([H100, A100])),
         gpu_count=gpus,
         gpus_leased=draw(st.integers(0, gpus)),
@@ -107,7 +107,7 @@ def qualifies(view: NodeView, req: LeaseRequest, accept_simulated: bool = True) 
 def fewest_nodes(nodes: Iterable[NodeView], req: LeaseRequest, exclude: Iterable[str] = ()) -> int | None:
     """The fewest nodes any valid placement needs, or None when none exists (exhaustive search)."""
     skip = set(exclude)
-    able = [v for v in nodes if qualifies(v, req) and v.node not in skip]
+    able = [v for v in nodes if qualifies(v, req) and v.node_key not in skip]
     count, per_node = req.gpu_count, req.gpus_per_node
     if per_node is not None:
         k = count // per_node
@@ -128,19 +128,19 @@ def violations(placement: Placement, fleet: dict[str, NodeView]) -> list[str]:
         found.append(f"{len(shares)} shares")
     if sum(s.gpus for s in shares) != req.gpu_count:
         found.append("shares do not sum to gpu_count")
-    if len({s.node for s in shares}) != len(shares):
+    if len({s.node_key for s in shares}) != len(shares):
         found.append("a node twice")
     for s in shares:
-        view = fleet[s.node]
+        view = fleet[s.node_key]
         if s.gpus < 1 or s.gpus > view.gpu_count - view.gpus_leased:
-            found.append(f"{s.node}: {s.gpus} GPUs, {view.gpu_count - view.gpus_leased} free")
+            found.append(f"{s.node_key}: {s.gpus} GPUs, {view.gpu_count - view.gpus_leased} free")
         if not qualifies(view, req):
-            found.append(f"{s.node} does not qualify")
+            found.append(f"{s.node_key} does not qualify")
         if req.gpus_per_node is not None and s.gpus != req.gpus_per_node:
-            found.append(f"{s.node}: share of {s.gpus}, not {req.gpus_per_node}")
+            found.append(f"{s.node_key}: share of {s.gpus}, not {req.gpus_per_node}")
         if (s.node_key, s.provider_authority, s.price_per_gpu_hour) != (view.node_key, view.provider_authority,
                                                                          view.price_per_gpu_hour):
-            found.append(f"{s.node}: share names the wrong key, provider or price")
+            found.append(f"{s.node_key}: share names the wrong key, provider or price")
     return found
 
 

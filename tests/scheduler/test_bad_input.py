@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from typing import Any
 
 import pytest
 
@@ -30,9 +31,9 @@ from tests.scheduler.fleets import node, request, scheduler_of
     ({"vram_gb": 2.5}, "vram_gb=2.5"),
     ({"online": 1}, "online must be a bool"),
     ({"latency_ms": -1.0}, "latency_ms=-1.0"),
-    ({"node_key": ""}, "node_key must be"),
+    ({"provider_authority": ""}, "provider_authority must be"),
 ])
-def test_a_node_the_chain_could_not_hold_is_refused(changes: dict[str, object], message: str) -> None:
+def test_a_node_the_chain_could_not_hold_is_refused(changes: dict[str, Any], message: str) -> None:
     with pytest.raises(InvalidNodeView, match=message):
         dataclasses.replace(node("a"), **changes)
     scheduler = scheduler_of([node("a", leased=2)])
@@ -50,6 +51,8 @@ def test_updates_that_would_break_the_books_are_refused() -> None:
     before = copy.deepcopy(dict(scheduler.nodes))
     with pytest.raises(InvalidNodeView, match="not updatable"):
         scheduler.update_node("a", gpus_leased=0)
+    with pytest.raises(InvalidNodeView, match="not updatable"):
+        scheduler.update_node("a", node_key="b")
     with pytest.raises(InvalidNodeView, match="gpus_leased=6 is not an integer in \\[0, 4\\]"):
         scheduler.update_node("a", gpu_count=4)
     with pytest.raises(InvalidNodeView, match="below its 6 leased GPUs"):
@@ -85,7 +88,7 @@ def test_reservations_refuse_what_assign_lease_would_refuse() -> None:
     bad = [
         (dataclasses.replace(decision, shares=(share, share)), "2 shares on 1 distinct nodes"),
         (dataclasses.replace(decision, shares=(dataclasses.replace(share, gpus=7),)), "do not sum to 8"),
-        (dataclasses.replace(decision, shares=(dataclasses.replace(share, node="zz"),)), "zz is not in the fleet"),
+        (dataclasses.replace(decision, shares=(dataclasses.replace(share, node_key="zz"),)), "zz is not in the fleet"),
         (dataclasses.replace(decision, request=request(gpus=8, max_price=1.0)), "no longer qualifies"),
     ]
     for placement, message in bad:
@@ -98,10 +101,10 @@ def test_reservations_refuse_what_assign_lease_would_refuse() -> None:
     with pytest.raises(StalePlacement, match="has 0 free GPUs"):
         scheduler.reserve(dataclasses.replace(decision, request=request("lease-2", gpus=8)))
     with pytest.raises(NodeBusy, match="lease-1"):
-        scheduler.remove_node(share.node)
+        scheduler.remove_node(share.node_key)
     with pytest.raises(UnknownLease):
         scheduler.release("lease-2")
     with pytest.raises(UnknownNode, match="holds no share"):
-        scheduler.replace("lease-1", "b" if share.node == "a" else "a")
+        scheduler.replace("lease-1", "b" if share.node_key == "a" else "a")
     assert scheduler.reservations == {"lease-1": decision}
     scheduler.check_consistency()

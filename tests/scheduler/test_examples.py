@@ -11,11 +11,11 @@ from tests.scheduler.fleets import A100, IO, US_EAST, leased, node, request, sch
 
 def placed(decision: Placement | NotPlaced) -> list[tuple[str, int]]:
     assert isinstance(decision, Placement), decision.reason  # type: ignore[union-attr]
-    return [(s.node, s.gpus) for s in decision.shares]
+    return [(s.node_key, s.gpus) for s in decision.shares]
 
 
 def refused(decision: Placement | NotPlaced) -> str:
-    assert isinstance(decision, NotPlaced), f"placed on {decision.nodes}"  # type: ignore[union-attr]
+    assert isinstance(decision, NotPlaced), f"placed on {decision.node_keys}"  # type: ignore[union-attr]
     return decision.reason
 
 
@@ -57,6 +57,7 @@ def test_a_cluster_lease_is_all_or_nothing() -> None:
     assert leased(scheduler) == before
     scheduler.upsert_node(node("m3"))
     decision = scheduler.place(request(gpus=32, gpus_per_node=8))
+    assert isinstance(decision, Placement)
     assert placed(decision) == [("m0", 8), ("m1", 8), ("m2", 8), ("m3", 8)]
     scheduler.update_node("m2", jailed=True)  # slashed before the reservation
     try:
@@ -94,6 +95,7 @@ def test_simulated_gpus_only_where_accepted() -> None:
 def test_reserve_release_and_failover_keep_the_books() -> None:
     scheduler = scheduler_of([node("a"), node("b"), node("c", leased=4), node("d", price=1.5)])
     decision = scheduler.place(request(gpus=16, gpus_per_node=8))
+    assert isinstance(decision, Placement)
     assert placed(decision) == [("d", 8), ("a", 8)]
     scheduler.reserve(decision)
     scheduler.update_node("d", online=False)
@@ -129,7 +131,7 @@ def test_a_placement_already_on_chain_is_restored_without_liveness_checks() -> N
 
 def test_shares_convert_to_the_sdk_s_assign_lease_shares() -> None:
     key, wallet = Keypair().pubkey(), Keypair().pubkey()
-    scheduler = scheduler_of([node("a", node_key=str(key), provider_authority=str(wallet))])
+    scheduler = scheduler_of([node(str(key), provider_authority=str(wallet))])
     decision = scheduler.place(request(gpus=3))
     assert isinstance(decision, Placement)
     assert decision.sdk_shares() == [Share(key, wallet, 3)]

@@ -27,7 +27,7 @@ PROPERTY = settings(max_examples=300, deadline=None, suppress_health_check=[Heal
 def cost(scoring: Scoring, view: NodeView, gpus: int) -> tuple[float, str]:
     """The documented ranking, recomputed: effective price x packing factor, then address."""
     factor = 1.0 + scoring.packing_weight * (view.gpu_count - view.gpus_leased - gpus)
-    return (scoring.effective_price(view) * factor, view.node)
+    return (scoring.effective_price(view) * factor, view.node_key)
 
 
 any_case = st.tuples(fleets(), lease_requests()) | cluster_cases()
@@ -51,7 +51,7 @@ def test_a_placement_meets_every_constraint_and_none_is_missed(case) -> None:
     scheduler.reserve(decision)
     scheduler.check_consistency()
     for share in decision.shares:
-        assert scheduler.nodes[share.node].gpus_leased == before[share.node].gpus_leased + share.gpus
+        assert scheduler.nodes[share.node_key].gpus_leased == before[share.node_key].gpus_leased + share.gpus
 
 
 @PROPERTY
@@ -68,7 +68,7 @@ def test_a_one_node_or_equal_share_placement_is_the_cheapest(case) -> None:
         return  # a multi-node free split is ranked by node count first (checked above)
     able = [v for v in fleet if qualifies(v, req) and v.gpu_count - v.gpus_leased >= per_node]
     best = sorted(able, key=lambda v: cost(scheduler.scoring, v, per_node))[: len(decision.shares)]
-    assert sorted(s.node for s in decision.shares) == sorted(v.node for v in best)
+    assert sorted(s.node_key for s in decision.shares) == sorted(v.node_key for v in best)
 
 
 @PROPERTY
@@ -79,7 +79,7 @@ def test_a_placement_that_went_stale_reserves_nothing(case, data: st.DataObject)
     decision = scheduler.place(req)
     if not isinstance(decision, Placement):
         return
-    lost = data.draw(st.sampled_from(decision.shares)).node
+    lost = data.draw(st.sampled_from(decision.shares)).node_key
     scheduler.update_node(lost, online=False)  # between the decision and its reservation
     before = leased(scheduler)
     try:
@@ -120,22 +120,22 @@ def test_failover_picks_a_qualifying_node_outside_the_lease(case, data: st.DataO
     scheduler.reserve(decision)
     index = data.draw(st.integers(0, len(decision.shares) - 1))
     lost = decision.shares[index]
-    scheduler.update_node(lost.node, online=False)
+    scheduler.update_node(lost.node_key, online=False)
     fleet_now = copy.deepcopy(dict(scheduler.nodes))
-    moved = scheduler.replace(req.lease, lost.node)
+    moved = scheduler.replace(req.lease, lost.node_key)
     if isinstance(moved, NotPlaced):
-        able = [v for v in fleet_now.values() if qualifies(v, req) and v.node not in decision.nodes
+        able = [v for v in fleet_now.values() if qualifies(v, req) and v.node_key not in decision.node_keys
                 and v.gpu_count - v.gpus_leased >= lost.gpus]
-        assert able == [], f"{[v.node for v in able]} could take the share; scheduler said: {moved.reason}"
+        assert able == [], f"{[v.node_key for v in able]} could take the share; scheduler said: {moved.reason}"
         assert leased(scheduler) == {n: v.gpus_leased for n, v in fleet_now.items()}
         assert scheduler.reservation(req.lease) == decision
         return
     new = moved.shares[index]
-    assert new.node not in decision.nodes and new.gpus == lost.gpus
+    assert new.node_key not in decision.node_keys and new.gpus == lost.gpus
     assert moved.shares[:index] + moved.shares[index + 1:] == decision.shares[:index] + decision.shares[index + 1:]
-    assert qualifies(fleet_now[new.node], req) and fleet_now[new.node].gpu_count - fleet_now[new.node].gpus_leased >= lost.gpus
-    assert scheduler.nodes[lost.node].gpus_leased == fleet_now[lost.node].gpus_leased - lost.gpus
-    assert scheduler.nodes[new.node].gpus_leased == fleet_now[new.node].gpus_leased + lost.gpus
+    assert qualifies(fleet_now[new.node_key], req) and fleet_now[new.node_key].gpu_count - fleet_now[new.node_key].gpus_leased >= lost.gpus
+    assert scheduler.nodes[lost.node_key].gpus_leased == fleet_now[lost.node_key].gpus_leased - lost.gpus
+    assert scheduler.nodes[new.node_key].gpus_leased == fleet_now[new.node_key].gpus_leased + lost.gpus
     scheduler.check_consistency()
 
 
@@ -171,7 +171,7 @@ class FleetLifecycle(RuleBasedStateMachine):
     @rule(data=st.data())
     def lose_a_node(self, data: st.DataObject) -> None:
         lease = data.draw(st.sampled_from(sorted(self.scheduler.reservations)))
-        node = data.draw(st.sampled_from(self.scheduler.reservation(lease).nodes))
+        node = data.draw(st.sampled_from(self.scheduler.reservation(lease).node_keys))
         self.scheduler.update_node(node, online=False)
         self.scheduler.replace(lease, node)
 
@@ -183,7 +183,7 @@ class FleetLifecycle(RuleBasedStateMachine):
         expected = dict(self.base)
         for placement in self.scheduler.reservations.values():
             for share in placement.shares:
-                expected[share.node] += share.gpus
+                expected[share.node_key] += share.gpus
         assert leased(self.scheduler) == expected
 
 
