@@ -5,7 +5,7 @@ from __future__ import annotations
 from solders.keypair import Keypair
 
 from coordinator.scheduler import NotPlaced, Placement, Scheduler, StalePlacement
-from gpunet.instructions import Share
+from gpunet.instructions import ANY, Share
 from tests.scheduler.fleets import A100, IO, US_EAST, leased, node, request, scheduler_of
 
 
@@ -135,3 +135,28 @@ def test_shares_convert_to_the_sdk_s_assign_lease_shares() -> None:
     decision = scheduler.place(request(gpus=3))
     assert isinstance(decision, Placement)
     assert decision.sdk_shares() == [Share(key, wallet, 3)]
+
+
+def test_history_moves_a_node_down_the_ranking() -> None:
+    scheduler = scheduler_of([node("a"), node("b")])
+    assert placed(scheduler.place(request(gpus=8))) == [("a", 8)]
+    scheduler.record_outcome("a", completed=False)
+    scheduler.record_outcome("b", completed=True)
+    assert placed(scheduler.place(request(gpus=8))) == [("b", 8)]
+    assert (scheduler.nodes["a"].failed_shares, scheduler.nodes["b"].completed_shares) == (1, 1)
+    scheduler.check_consistency()
+
+
+def test_a_node_that_changes_model_and_region_or_leaves_is_found_only_where_it_is() -> None:
+    scheduler = scheduler_of([node("a"), node("b", region=US_EAST)])
+    scheduler.upsert_node(node("a", region=US_EAST, model=A100))
+    assert refused(scheduler.place(request(gpus=8))) == (
+        "cannot place 8 H100 GPUs with >= 80 GB in eu-west at <= 2 IO/GPU-hour on up to 8 nodes: "
+        "of 1 H100 node, 1 in another region; none qualifies")
+    assert placed(scheduler.place(request(gpus=16, model=ANY, region=US_EAST))) == [("a", 8), ("b", 8)]
+    scheduler.remove_node("b")
+    assert refused(scheduler.place(request(gpus=8, region=US_EAST))) == (
+        "cannot place 8 H100 GPUs with >= 80 GB in us-east at <= 2 IO/GPU-hour on up to 8 nodes: "
+        "no H100 node is registered")
+    assert sorted(scheduler.nodes) == ["a"]
+    scheduler.check_consistency()
