@@ -1,0 +1,1 @@
+"""gpunet coordinator: chain indexer, PostgreSQL ledger, audit and the read API."""
