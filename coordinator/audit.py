@@ -135,8 +135,22 @@ def _compare_account(report: AuditReport, what: str, folded: dict[str, Any], acc
                                                  _signatures(events, names)))
 
 
-def _decode_account(data: bytes | None) -> dict[str, Any] | None:
-    return plain(Coder(load_idl()).accounts.decode(data)) if data else None
+async def _account(rpc: ChainRpc, program: Pubkey, address: str, kind: str, report: AuditReport,
+                   events: list[IndexedEvent]) -> dict[str, Any] | None:
+    """The on-chain account decoded; None (with a difference when it should be one) otherwise."""
+    found = await rpc.account(address)
+    decoded = None
+    if found is not None and found[0] == str(program):
+        try:
+            decoded = Coder(load_idl()).accounts.decode(found[1])
+        except Exception:  # another account type's discriminator, or truncated data
+            decoded = None
+    if decoded is None or type(decoded).__name__ != kind:
+        if found is not None or events:
+            report.differences.append(Difference("account", kind.lower(), f"a gpunet {kind} account",
+                                                 "not one" if found else None, _signatures(events)))
+        return None
+    return plain(decoded)
 
 
 async def audit_lease(conn: asyncpg.Connection, rpc: ChainRpc, program: Pubkey, lease: str) -> AuditReport:
@@ -157,11 +171,12 @@ async def audit_lease(conn: asyncpg.Connection, rpc: ChainRpc, program: Pubkey, 
     _compare_appended(report, "settlements", await conn.fetch("SELECT * FROM settlements WHERE lease = $1", lease),
                       folded.settlements)
 
-    account = _decode_account(await rpc.account_data(lease))
+    account = await _account(rpc, program, lease, "Lease", report, events)
     mine = folded.leases.get(lease)
-    if account is None or mine is None:
-        if account is not None or mine is not None:
-            report.differences.append(Difference("account", "lease", mine, account, _signatures(events)))
+    if account is None:
+        return report
+    if mine is None:
+        report.differences.append(Difference("account", "lease", None, account, []))
         return report
     status = next(iter(account["status"])) if isinstance(account["status"], dict) else account["status"]
     _compare_account(report, "lease", mine, {
@@ -198,11 +213,12 @@ async def audit_provider(conn: asyncpg.Connection, rpc: ChainRpc, program: Pubke
         _compare_appended(report, table, await conn.fetch(f"SELECT * FROM {table} WHERE provider = $1", provider),
                           getattr(folded, table))
 
-    account = _decode_account(await rpc.account_data(provider))
+    account = await _account(rpc, program, provider, "Provider", report, events)
     mine = folded.providers.get(provider)
-    if account is None or mine is None:
-        if account is not None or mine is not None:
-            report.differences.append(Difference("account", "provider", mine, account, _signatures(events)))
+    if account is None:
+        return report
+    if mine is None:
+        report.differences.append(Difference("account", "provider", None, account, []))
         return report
     _compare_account(report, "provider", mine, {k: account[k] for k in (
         "authority", "staked", "bonded", "unbonding", "unbonding_ends_at", "slashed", "earned", "node_count")}, events)

@@ -86,10 +86,11 @@ class ChainRpc:
             out.append(answer.get("result"))
         return out
 
-    async def account_data(self, address: str) -> bytes | None:
+    async def account(self, address: str) -> tuple[str, bytes] | None:
+        """(owner, data) of an account; None when it does not exist."""
         value = await self.call("getAccountInfo", [address, {"encoding": "base64", "commitment": self.commitment}])
         value = value.get("value") if isinstance(value, dict) else None
-        return base64.b64decode(value["data"][0]) if value else None
+        return (value["owner"], base64.b64decode(value["data"][0])) if value else None
 
     async def token_balance(self, address: str) -> int | None:
         """The token account's amount in base units; None when the account does not exist."""
