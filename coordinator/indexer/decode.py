@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import re
 from dataclasses import dataclass, field
@@ -9,7 +10,7 @@ from typing import Any
 
 from solders.pubkey import Pubkey
 
-from gpunet.events import decode_events
+from coordinator.indexer.borsh import event_decoder
 
 __all__ = ["DecodedTransaction", "decode_transaction", "plain"]
 
@@ -50,17 +51,17 @@ def plain(value: Any) -> Any:
 def decode_transaction(signature: str, tx: dict[str, Any], program_id: Pubkey) -> DecodedTransaction:
     """The events of one `getTransaction` (json) result, in order.
 
-    The SDK decodes each `Program data:` line emitted while the gpunet program itself is the
-    one executing (so a CPI'd program cannot forge a gpunet event); it is fed one line at a
-    time so that a malformed line is skipped and counted instead of losing the whole
-    transaction. Data lines of other programs are skipped and counted too.
+    Like gpunet.events, only `Program data:` lines emitted while the gpunet program itself is
+    executing count (so a CPI'd program cannot forge a gpunet event); each line is decoded on
+    its own, so a malformed one is skipped and counted instead of losing the transaction.
+    Data lines of other programs are skipped and counted too.
     """
     meta = tx.get("meta") or {}
     decoded = DecodedTransaction(signature, int(tx["slot"]), tx.get("blockTime"), meta.get("err") is not None)
     if decoded.failed:
         return decoded  # a failed transaction changed nothing, whatever it logged
     program = str(program_id)
-    invoke, success = f"Program {program} invoke [1]", f"Program {program} success"
+    decoder = event_decoder()
     stack: list[str] = []
     for line in meta.get("logMessages") or []:
         if not isinstance(line, str):
@@ -75,11 +76,11 @@ def decode_transaction(signature: str, tx: dict[str, Any], program_id: Pubkey) -
                 decoded.lines_skipped += 1
                 continue
             try:
-                events = decode_events([invoke, line, success], program_id)
-            except Exception:  # construct raises several error types on truncated data
-                events = []
-            if len(events) != 1:
+                event = decoder.decode(base64.b64decode(line[len(_DATA):], validate=True))
+            except ValueError:  # not base64 (binascii.Error), truncated, or a bad enum value
+                event = None
+            if event is None:
                 decoded.lines_skipped += 1  # malformed, or not one of our events
                 continue
-            decoded.events.append((events[0].name, plain(events[0].data)))
+            decoded.events.append(event)
     return decoded

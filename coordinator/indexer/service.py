@@ -16,6 +16,7 @@ import asyncio
 import logging
 import random
 import warnings
+from collections import deque
 from typing import Any
 
 import asyncpg
@@ -34,6 +35,8 @@ with warnings.catch_warnings():
 __all__ = ["Backoff", "Indexer"]
 
 log = logging.getLogger("gpunet.indexer")
+
+_PREFETCH = 3  # batches fetched ahead of the one being written
 
 
 class Backoff:
@@ -91,19 +94,20 @@ class Indexer:
         size = self.settings.batch_size
         batches = [signatures[i:i + size] for i in range(0, len(signatures), size)]
         written = 0
-        # Fetch the next batch while the current one is written.
-        fetching = asyncio.create_task(self._fetch(batches[0])) if batches else None
+        # Fetch (and decode) a few batches ahead while the oldest is written: the node, this
+        # process and PostgreSQL then work at the same time. Writes stay strictly in order.
+        ahead: deque[asyncio.Task[list[DecodedTransaction]]] = deque()
         try:
             for i in range(len(batches)):
-                assert fetching is not None
-                txs = await fetching
-                fetching = asyncio.create_task(self._fetch(batches[i + 1])) if i + 1 < len(batches) else None
+                while len(ahead) < _PREFETCH and i + len(ahead) < len(batches):
+                    ahead.append(asyncio.create_task(self._fetch(batches[i + len(ahead)])))
+                txs = await ahead.popleft()
                 async with self.pool.acquire() as conn:
                     written += await write_batch(conn, txs)
         finally:
-            if fetching is not None:
-                fetching.cancel()
-                await asyncio.gather(fetching, return_exceptions=True)
+            for task in ahead:
+                task.cancel()
+            await asyncio.gather(*ahead, return_exceptions=True)
         async with self.pool.acquire() as conn:
             await conn.execute("UPDATE indexer_state SET synced_slot = greatest(coalesce(synced_slot, 0), $1),"
                                " synced_at = now(), backfill_runs = backfill_runs + 1", head)

@@ -87,16 +87,15 @@ async def write_batch(conn: asyncpg.Connection, txs: list[DecodedTransaction]) -
         seen = {r["signature"] for r in await conn.fetch(
             "SELECT signature FROM transactions WHERE signature = ANY($1::text[])", [t.signature for t in txs])}
         fresh = [t for t in txs if t.signature not in seen]
-        await conn.executemany(
-            "INSERT INTO transactions (signature, slot, block_time, failed, event_count, lines_skipped)"
-            " VALUES ($1, $2, $3, $4, $5, $6)",
-            [(t.signature, t.slot, t.block_time, t.failed, len(t.events), t.lines_skipped) for t in fresh])
+        # COPY keeps the rows' order, so the serial ids (transactions.seq, events.id) follow chain order.
+        await conn.copy_records_to_table(
+            "transactions", columns=("signature", "slot", "block_time", "failed", "event_count", "lines_skipped"),
+            records=[(t.signature, t.slot, t.block_time, t.failed, len(t.events), t.lines_skipped) for t in fresh])
         events = [IndexedEvent(t.signature, i, t.slot, t.block_time, name, data)
                   for t in fresh for i, (name, data) in enumerate(t.events)]
-        await conn.executemany(
-            "INSERT INTO events (signature, event_index, slot, block_time, name, data)"
-            " VALUES ($1, $2, $3, $4, $5, $6::jsonb)",
-            [(e.signature, e.event_index, e.slot, e.block_time, e.name, json.dumps(e.data)) for e in events])
+        await conn.copy_records_to_table(
+            "events", columns=("signature", "event_index", "slot", "block_time", "name", "data"),
+            records=[(e.signature, e.event_index, e.slot, e.block_time, e.name, json.dumps(e.data)) for e in events])
 
         ledger = Ledger()
         await load_rows(conn, ledger, events)
@@ -108,7 +107,7 @@ async def write_batch(conn: asyncpg.Connection, txs: list[DecodedTransaction]) -
                 await conn.executemany(_SQL[table], [_args(table, r) for r in rows])
         for table in ("stake_changes", "settlements", "slashes"):
             if rows := getattr(ledger, table):
-                await conn.executemany(_SQL[table], [_args(table, r) for r in rows])
+                await conn.copy_records_to_table(table, columns=_COLUMNS[table], records=[_args(table, r) for r in rows])
 
         last = txs[-1]
         await conn.execute(
