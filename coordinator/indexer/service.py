@@ -75,6 +75,9 @@ class Indexer:
                 except (RpcError, OSError, asyncpg.PostgresConnectionError) as e:
                     delay = backoff.next_delay()
                     log.warning("backfill_failed error=%r retry_in=%.2f", str(e), delay)
+                except Exception:  # a bug or an unforeseen answer: say so loudly, keep the daemon up
+                    delay = backoff.next_delay()
+                    log.exception("backfill_crashed retry_in=%.2f", delay)
                 try:
                     await asyncio.wait_for(self._wake.wait(), delay)
                 except TimeoutError:
@@ -119,10 +122,13 @@ class Indexer:
         found = await self.rpc.transactions(signatures)
         txs = []
         for signature, tx in zip(signatures, found):
-            if tx is None:
-                # Listed at this commitment but not served yet: stop here, the next pass resumes.
-                raise RpcError(f"getTransaction {signature}: not found yet")
-            txs.append(decode_transaction(signature, tx, self.program))
+            if tx is None or not isinstance(tx, dict) or tx.get("meta") is None:
+                # Listed at this commitment but not served (fully) yet: stop here, the next pass resumes.
+                raise RpcError(f"getTransaction {signature}: not available yet")
+            try:
+                txs.append(decode_transaction(signature, tx, self.program))
+            except (KeyError, TypeError, ValueError) as e:
+                raise RpcError(f"getTransaction {signature}: malformed result ({e!r})") from e
         return txs
 
     async def _subscribe(self) -> None:

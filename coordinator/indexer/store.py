@@ -43,6 +43,7 @@ def _insert_sql(table: str) -> str:
 
 
 _SQL = {table: _insert_sql(table) for table in _COLUMNS}
+_WRITER_LOCK = 0x6770756E6574_01
 
 
 def plain_row(record: asyncpg.Record | dict[str, Any]) -> dict[str, Any]:
@@ -84,6 +85,8 @@ async def write_batch(conn: asyncpg.Connection, txs: list[DecodedTransaction]) -
     if not txs:
         return 0
     async with conn.transaction():
+        # One writer at a time per database, so "not yet indexed" below cannot race.
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", _WRITER_LOCK)
         seen = {r["signature"] for r in await conn.fetch(
             "SELECT signature FROM transactions WHERE signature = ANY($1::text[])", [t.signature for t in txs])}
         fresh = [t for t in txs if t.signature not in seen]
@@ -109,6 +112,8 @@ async def write_batch(conn: asyncpg.Connection, txs: list[DecodedTransaction]) -
             if rows := getattr(ledger, table):
                 await conn.copy_records_to_table(table, columns=_COLUMNS[table], records=[_args(table, r) for r in rows])
 
+        if not fresh:
+            return 0  # another writer got there first; its cursor is at least as far
         last = txs[-1]
         await conn.execute(
             "UPDATE indexer_state SET cursor_signature = $1, cursor_slot = $2,"
