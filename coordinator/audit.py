@@ -70,8 +70,8 @@ def _signatures(events: list[IndexedEvent], names: tuple[str, ...] | None = None
 
 async def _indexed_events(conn: asyncpg.Connection, key: str, subject: str) -> list[IndexedEvent]:
     rows = await conn.fetch(
-        f"SELECT signature, event_index, slot, block_time, name, data FROM events WHERE data ->> '{key}' = $1"
-        " ORDER BY id", subject)
+        f"SELECT signature, event_index, slot, block_time, name, data FROM events WHERE {key} = $1 ORDER BY id",
+        subject)
     return [IndexedEvent(r["signature"], r["event_index"], r["slot"], r["block_time"], r["name"], json.loads(r["data"]))
             for r in rows]
 

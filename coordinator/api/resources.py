@@ -65,6 +65,7 @@ RESOURCES = {r.name: r for r in (
     Resource("events", "events", None, "r.id", (
         Param("name", "choice", "name", choices=EVENT_NAMES),
         Param("signature", "signature", "signature"),
+        Param("lease", "pubkey", "lease"), Param("provider", "pubkey", "provider"),
         Param("after_id", "integer", "id", ">", description="only events after this id (keyset paging)"),
         *_SLOTS,
     ), "Every indexed gpunet event, in chain order."),

@@ -97,8 +97,9 @@ async def write_batch(conn: asyncpg.Connection, txs: list[DecodedTransaction]) -
         events = [IndexedEvent(t.signature, i, t.slot, t.block_time, name, data)
                   for t in fresh for i, (name, data) in enumerate(t.events)]
         await conn.copy_records_to_table(
-            "events", columns=("signature", "event_index", "slot", "block_time", "name", "data"),
-            records=[(e.signature, e.event_index, e.slot, e.block_time, e.name, json.dumps(e.data)) for e in events])
+            "events", columns=("signature", "event_index", "slot", "block_time", "name", "data", "lease", "provider"),
+            records=[(e.signature, e.event_index, e.slot, e.block_time, e.name, json.dumps(e.data),
+                      e.data.get("lease"), e.data.get("provider")) for e in events])
 
         ledger = Ledger()
         await load_rows(conn, ledger, events)

@@ -22,11 +22,14 @@ CREATE TABLE events (
     block_time  bigint,
     name        text NOT NULL,
     data        jsonb NOT NULL,
+    -- The event's `lease` / `provider` field when it has one (what the audit selects by).
+    lease       text,
+    provider    text,
     UNIQUE (signature, event_index)
 );
 CREATE INDEX events_name ON events (name, id);
-CREATE INDEX events_lease ON events ((data ->> 'lease'), id);
-CREATE INDEX events_provider ON events ((data ->> 'provider'), id);
+CREATE INDEX events_lease ON events (lease, id) WHERE lease IS NOT NULL;
+CREATE INDEX events_provider ON events (provider, id) WHERE provider IS NOT NULL;
 
 -- One row: where the indexer stands, and its counters (shared with the API's /metrics).
 CREATE TABLE indexer_state (
