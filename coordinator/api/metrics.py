@@ -30,9 +30,11 @@ def render_metrics(state: dict[str, Any], head_slot: int | None) -> str:
     lag_slots = max(0, head_slot - synced) if head_slot is not None and synced is not None else None
     age = state.get("synced_age")
     lines += [
-        "# HELP gpunet_indexer_lag_slots chain head slot minus the slot up to which every program transaction is indexed",
+        "# HELP gpunet_indexer_lag_slots chain head minus the slot up to which every program transaction is proven indexed"
+        " (an upper bound on the lag: between passes it grows with the head even when nothing is missing)",
         "# TYPE gpunet_indexer_lag_slots gauge", f"gpunet_indexer_lag_slots {_number(lag_slots)}",
-        "# HELP gpunet_indexer_lag_seconds seconds since the indexer last proved itself caught up with the chain head",
+        "# HELP gpunet_indexer_lag_seconds seconds since the indexer last proved itself caught up with the chain head"
+        " (an upper bound on the lag; a pass runs on every program transaction and every GPUNET_POLL_SECONDS)",
         "# TYPE gpunet_indexer_lag_seconds gauge", f"gpunet_indexer_lag_seconds {_number(float(age) if age is not None else None)}",
         "# HELP gpunet_indexer_cursor_slot slot of the last indexed transaction",
         "# TYPE gpunet_indexer_cursor_slot gauge", f"gpunet_indexer_cursor_slot {_number(state.get('cursor_slot'))}",
