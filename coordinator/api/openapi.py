@@ -5,15 +5,14 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from coordinator.api.params import Param
+from coordinator.api.params import PUBKEY_SCHEMA, Param
 from coordinator.api.resources import PAGE, RESOURCES
 
 __all__ = ["openapi_document"]
 
 _ERROR = {"description": "bad parameter", "content": {"application/json": {"schema": {
     "type": "object", "properties": {"error": {"type": "string"}}, "required": ["error"]}}}}
-_KEY = {"name": "key", "in": "path", "required": True,
-        "schema": {"type": "string", "pattern": "^[1-9A-HJ-NP-Za-km-z]{32,44}$"}}
+_KEY = {"name": "key", "in": "path", "required": True, "schema": PUBKEY_SCHEMA}
 
 
 def _query(p: Param) -> dict[str, Any]:

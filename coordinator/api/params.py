@@ -8,9 +8,12 @@ from typing import Any
 
 from solders.pubkey import Pubkey
 
-__all__ = ["BadRequest", "Param", "parse_pubkey", "parse_query"]
+__all__ = ["PUBKEY_SCHEMA", "SIGNATURE_SCHEMA", "BadRequest", "Param", "parse_pubkey", "parse_query"]
 
 _MAX_I64 = 2**63 - 1
+# Custom formats: no regex says "base58 of exactly 32 (64) bytes", so the formats name it.
+PUBKEY_SCHEMA = {"type": "string", "format": "base58-pubkey", "description": "base58 of a 32-byte public key"}
+SIGNATURE_SCHEMA = {"type": "string", "format": "base58-signature", "description": "base58 of a 64-byte signature"}
 
 
 class BadRequest(Exception):
@@ -39,8 +42,8 @@ class Param:
         if self.kind == "choice":
             return {"type": "string", "enum": list(self.choices)}
         if self.kind == "signature":
-            return {"type": "string", "pattern": "^[1-9A-HJ-NP-Za-km-z]{64,88}$"}
-        return {"type": "string", "pattern": "^[1-9A-HJ-NP-Za-km-z]{32,44}$"}
+            return SIGNATURE_SCHEMA
+        return PUBKEY_SCHEMA
 
 
 def parse_pubkey(name: str, raw: str) -> str:
