@@ -1,0 +1,134 @@
+"""Routes of the read API. Every error is JSON `{"error": message}` with a 4xx status."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from typing import Any
+
+import asyncpg
+from solders.pubkey import Pubkey
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from coordinator.api.metrics import render_metrics
+from coordinator.api.openapi import openapi_document
+from coordinator.api.params import BadRequest, parse_pubkey, parse_query
+from coordinator.api.resources import PAGE, RESOURCES, Resource
+from coordinator.audit import audit_lease, audit_provider
+from coordinator.indexer.rpc import ChainRpc, RpcError
+from coordinator.settings import Settings
+
+__all__ = ["create_app"]
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return int(value)  # numeric(20, 0): token amounts in base units
+    if isinstance(value, tuple):
+        return list(value)
+    return value
+
+
+def _row(record: asyncpg.Record) -> dict[str, Any]:
+    row = {k: _json_value(v) for k, v in dict(record).items()}
+    if isinstance(row.get("data"), str):
+        row["data"] = json.loads(row["data"])
+    return row
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+def create_app(pool: asyncpg.Pool, rpc: ChainRpc, settings: Settings) -> Starlette:
+    program: Pubkey = settings.program
+
+    def listing(resource: Resource):  # noqa: ANN202
+        async def handler(request: Request) -> Response:
+            values = parse_query(request.query_params, (*resource.filters, *PAGE))
+            where, args = [], []
+            for p in resource.filters:
+                if p.name in values:
+                    args.append(values[p.name])
+                    where.append(f"r.{p.column} {p.op} ${len(args)}")
+            sql = f"SELECT r.* FROM {resource.table} r"
+            if where:
+                sql += " WHERE " + " AND ".join(where)
+            limit, offset = values["limit"], values["offset"]
+            sql += f" ORDER BY {resource.order} LIMIT {limit + 1} OFFSET {offset}"
+            async with pool.acquire() as conn:
+                rows = [_row(r) for r in await conn.fetch(sql, *args)]
+            more = len(rows) > limit
+            return JSONResponse({"items": rows[:limit], "limit": limit, "offset": offset,
+                                 "next_offset": offset + limit if more else None})
+        return handler
+
+    def item(resource: Resource):  # noqa: ANN202
+        async def handler(request: Request) -> Response:
+            parse_query(request.query_params, ())
+            key = parse_pubkey(resource.key or "key", request.path_params["key"])
+            async with pool.acquire() as conn:
+                row = await conn.fetchrow(f"SELECT * FROM {resource.table} WHERE {resource.key} = $1", key)
+                if row is None:
+                    return _error(404, f"no {resource.key} {key} in the ledger")
+                body = _row(row)
+                if resource.name == "leases":
+                    body["assignments"] = [_row(r) for r in await conn.fetch(
+                        "SELECT * FROM assignments WHERE lease = $1 ORDER BY active DESC, node", key)]
+            return JSONResponse(body)
+        return handler
+
+    def audit(kind: str):  # noqa: ANN202
+        check = audit_lease if kind == "lease" else audit_provider
+
+        async def handler(request: Request) -> Response:
+            parse_query(request.query_params, ())
+            subject = parse_pubkey(kind, request.path_params["key"])
+            try:
+                async with pool.acquire() as conn:
+                    report = await check(conn, rpc, program, subject)
+            except RpcError as e:
+                return _error(503, f"the chain could not be read for the audit: {e}")
+            return JSONResponse(report.to_json())
+        return handler
+
+    async def health(request: Request) -> Response:
+        try:
+            async with pool.acquire() as conn:
+                state = await conn.fetchrow("SELECT cursor_signature, cursor_slot, synced_slot FROM indexer_state")
+        except (OSError, asyncpg.PostgresError) as e:
+            return JSONResponse({"status": "unavailable", "database": str(e)}, status_code=503)
+        return JSONResponse({"status": "ok", **dict(state)})
+
+    async def metrics(request: Request) -> Response:
+        async with pool.acquire() as conn:
+            state = await conn.fetchrow("SELECT *, extract(epoch FROM now() - synced_at) AS synced_age FROM indexer_state")
+        try:
+            head: int | None = await rpc.slot()
+        except RpcError:
+            head = None  # the lag is then unknown, not zero
+        return PlainTextResponse(render_metrics(dict(state), head),
+                                 media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    async def openapi(request: Request) -> Response:
+        return JSONResponse(openapi_document())
+
+    routes = [Route("/health", health), Route("/metrics", metrics), Route("/openapi.json", openapi)]
+    for resource in RESOURCES.values():
+        routes.append(Route(f"/{resource.name}", listing(resource)))
+        if resource.key:
+            routes.append(Route(f"/{resource.name}/{{key}}", item(resource)))
+    routes += [Route("/audit/leases/{key}", audit("lease")), Route("/audit/providers/{key}", audit("provider"))]
+
+    async def bad_request(request: Request, exc: Exception) -> Response:
+        return _error(400, str(exc))
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        return _error(exc.status_code, exc.detail or "error")
+
+    return Starlette(routes=routes, exception_handlers={BadRequest: bad_request, HTTPException: http_error})

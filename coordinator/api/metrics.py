@@ -1,0 +1,42 @@
+"""/metrics in the Prometheus text format, from the indexer's row in the ledger (so the API and
+the indexer may run in different processes)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["render_metrics"]
+
+_COUNTERS = (
+    ("gpunet_indexer_events_indexed_total", "events_indexed", "gpunet events written to the ledger"),
+    ("gpunet_indexer_transactions_indexed_total", "transactions_indexed", "program transactions indexed"),
+    ("gpunet_indexer_failed_transactions_skipped_total", "failed_transactions_skipped",
+     "failed transactions skipped (they changed nothing)"),
+    ("gpunet_indexer_lines_skipped_total", "lines_skipped", "Program data lines skipped: another program's or malformed"),
+    ("gpunet_indexer_backfill_runs_total", "backfill_runs", "completed backfill passes"),
+    ("gpunet_indexer_reconnects_total", "reconnects", "logsSubscribe reconnections"),
+)
+
+
+def _number(value: float | int | None) -> str:
+    return "NaN" if value is None else repr(float(value)) if isinstance(value, float) else str(value)
+
+
+def render_metrics(state: dict[str, Any], head_slot: int | None) -> str:
+    lines = []
+    for name, column, help_text in _COUNTERS:
+        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} counter", f"{name} {_number(state[column])}"]
+    synced = state.get("synced_slot")
+    lag_slots = max(0, head_slot - synced) if head_slot is not None and synced is not None else None
+    age = state.get("synced_age")
+    lines += [
+        "# HELP gpunet_indexer_lag_slots chain head minus the slot up to which every program transaction is proven indexed"
+        " (an upper bound on the lag: between passes it grows with the head even when nothing is missing)",
+        "# TYPE gpunet_indexer_lag_slots gauge", f"gpunet_indexer_lag_slots {_number(lag_slots)}",
+        "# HELP gpunet_indexer_lag_seconds seconds since the indexer last proved itself caught up with the chain head"
+        " (an upper bound on the lag; a pass runs on every program transaction and every GPUNET_POLL_SECONDS)",
+        "# TYPE gpunet_indexer_lag_seconds gauge", f"gpunet_indexer_lag_seconds {_number(float(age) if age is not None else None)}",
+        "# HELP gpunet_indexer_cursor_slot slot of the last indexed transaction",
+        "# TYPE gpunet_indexer_cursor_slot gauge", f"gpunet_indexer_cursor_slot {_number(state.get('cursor_slot'))}",
+    ]
+    return "\n".join(lines) + "\n"

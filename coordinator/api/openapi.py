@@ -1,0 +1,41 @@
+"""The OpenAPI 3.1 document of the read API, built from the same declarations as the routes."""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from coordinator.api.params import PUBKEY_SCHEMA, Param
+from coordinator.api.resources import PAGE, RESOURCES
+
+__all__ = ["openapi_document"]
+
+_ERROR = {"description": "bad parameter", "content": {"application/json": {"schema": {
+    "type": "object", "properties": {"error": {"type": "string"}}, "required": ["error"]}}}}
+_KEY = {"name": "key", "in": "path", "required": True, "schema": PUBKEY_SCHEMA}
+
+
+def _query(p: Param) -> dict[str, Any]:
+    return {"name": p.name, "in": "query", "required": False, "schema": p.schema(),
+            **({"description": p.description} if p.description else {})}
+
+
+def _op(summary: str, parameters: list[dict[str, Any]], json_body: bool = True) -> dict[str, Any]:
+    content = {"application/json": {"schema": {"type": "object"}}} if json_body else {"text/plain": {"schema": {"type": "string"}}}
+    return {"get": {"summary": summary, "parameters": parameters,
+                    "responses": {"200": {"description": "ok", "content": content}, "400": _ERROR, "404": _ERROR}}}
+
+
+@cache
+def openapi_document() -> dict[str, Any]:
+    paths: dict[str, Any] = {
+        "/health": _op("Database reachable; where the indexer stands.", []),
+        "/metrics": _op("Prometheus metrics (gpunet_indexer_*).", [], json_body=False),
+    }
+    for r in RESOURCES.values():
+        paths[f"/{r.name}"] = _op(r.description, [_query(p) for p in (*r.filters, *PAGE)])
+        if r.key:
+            paths[f"/{r.name}/{{key}}"] = _op(f"One of {r.name}, by {r.key} account.", [_KEY])
+    paths["/audit/leases/{key}"] = _op("Check a lease's events, rows, account and vault against the chain.", [_KEY])
+    paths["/audit/providers/{key}"] = _op("Check a provider's events, rows, account and stake vault against the chain.", [_KEY])
+    return {"openapi": "3.1.0", "info": {"title": "gpunet coordinator read API", "version": "1"}, "paths": paths}

@@ -1,0 +1,95 @@
+"""Query and path parameters: parsed and checked, or a 400 that says what is wrong."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from solders.pubkey import Pubkey
+
+__all__ = ["PUBKEY_SCHEMA", "SIGNATURE_SCHEMA", "BadRequest", "Param", "parse_pubkey", "parse_query"]
+
+_MAX_I64 = 2**63 - 1
+# Custom formats: no regex says "base58 of exactly 32 (64) bytes", so the formats name it.
+PUBKEY_SCHEMA = {"type": "string", "format": "base58-pubkey", "description": "base58 of a 32-byte public key"}
+SIGNATURE_SCHEMA = {"type": "string", "format": "base58-signature", "description": "base58 of a 64-byte signature"}
+
+
+class BadRequest(Exception):
+    """A request parameter is missing, unknown or malformed; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    kind: str  # "pubkey", "signature", "integer", "boolean" or "choice"
+    column: str | None = None  # the SQL filter it becomes; None for paging
+    op: str = "="
+    minimum: int = 0
+    maximum: int = _MAX_I64
+    choices: tuple[str, ...] = ()
+    default: Any = None
+    description: str = ""
+
+    def schema(self) -> dict[str, Any]:
+        """Its OpenAPI schema."""
+        if self.kind == "integer":
+            return {"type": "integer", "minimum": self.minimum, "maximum": self.maximum,
+                    **({"default": self.default} if self.default is not None else {})}
+        if self.kind == "boolean":
+            return {"type": "boolean"}
+        if self.kind == "choice":
+            return {"type": "string", "enum": list(self.choices)}
+        if self.kind == "signature":
+            return SIGNATURE_SCHEMA
+        return PUBKEY_SCHEMA
+
+
+def parse_pubkey(name: str, raw: str) -> str:
+    try:
+        return str(Pubkey.from_string(raw))
+    except ValueError:
+        raise BadRequest(f"{name}: {raw[:60]!r} is not a base58 public key") from None
+
+
+def _parse(p: Param, raw: str) -> Any:
+    if p.kind == "pubkey":
+        return parse_pubkey(p.name, raw)
+    if p.kind == "signature":
+        from solders.signature import Signature
+
+        try:
+            return str(Signature.from_string(raw))
+        except ValueError:
+            raise BadRequest(f"{p.name}: {raw[:100]!r} is not a base58 transaction signature") from None
+    if p.kind == "integer":
+        try:
+            value = int(raw, 10)
+        except ValueError:
+            raise BadRequest(f"{p.name}: {raw[:40]!r} is not an integer") from None
+        if not p.minimum <= value <= p.maximum:
+            raise BadRequest(f"{p.name}: {value} is out of range [{p.minimum}, {p.maximum}]")
+        return value
+    if p.kind == "boolean":
+        if raw not in ("true", "false"):
+            raise BadRequest(f"{p.name}: expected true or false, got {raw[:40]!r}")
+        return raw == "true"
+    if raw not in p.choices:
+        raise BadRequest(f"{p.name}: {raw[:40]!r} is not one of {', '.join(p.choices)}")
+    return raw
+
+
+def parse_query(query: Mapping[str, str] | Any, params: Iterable[Param]) -> dict[str, Any]:
+    """The values of `params` in `query` (defaults filled in); unknown or repeated names are refused."""
+    known = {p.name: p for p in params}
+    values: dict[str, Any] = {p.name: p.default for p in known.values() if p.default is not None}
+    seen: set[str] = set()
+    for name, raw in query.multi_items() if hasattr(query, "multi_items") else query.items():
+        if name not in known:
+            raise BadRequest(f"unknown parameter {name[:40]!r}; expected one of {', '.join(sorted(known))}")
+        if name in seen:
+            raise BadRequest(f"{name}: given more than once")
+        seen.add(name)
+        values[name] = _parse(known[name], raw)
+    return values

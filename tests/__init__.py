@@ -1,0 +1,1 @@
+"""Tests; a package so that tests/coordinator (and the like) never shadow the real packages of the same name."""

@@ -1,0 +1,128 @@
+"""Coordinator fixtures: one embedded PostgreSQL per session, a fresh database per test, a
+gpunet-localnet node with the program, and the indexer running against both."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import asyncpg
+import pytest
+from solana.rpc.async_api import AsyncClient
+from solana.rpc.commitment import Confirmed
+
+from coordinator.db import connect_pool
+from coordinator.db.embedded import EmbeddedPostgres
+from coordinator.db.migrate import migrate
+from coordinator.indexer import Indexer
+from coordinator.indexer.decode import plain
+from coordinator.settings import Settings
+from gpunet.events import decode_events
+
+from .market import Market
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> str:
+    """The session's PostgreSQL; its admin database URL."""
+    # Not under pytest's tmp_path: when we are root, PostgreSQL runs as its own user and must
+    # traverse every parent, and any concurrent pytest run resets /tmp/pytest-of-root to 0700.
+    root = Path(tempfile.mkdtemp(prefix="gpunet-coordinator-pg-"))
+    server = EmbeddedPostgres(root, database="postgres")
+    url = asyncio.run(server.start())
+    yield url
+    asyncio.run(server.stop())
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+async def database_url(pg_server) -> AsyncIterator[str]:
+    """A fresh, empty database for one test."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(pg_server)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    yield pg_server.replace("/postgres?", f"/{name}?")
+    admin = await asyncpg.connect(pg_server)
+    try:
+        await admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+    finally:
+        await admin.close()
+
+
+@pytest.fixture
+async def pool(database_url) -> AsyncIterator[asyncpg.Pool]:
+    pool = await connect_pool(database_url)
+    async with pool.acquire() as conn:
+        await migrate(conn)
+    yield pool
+    await pool.close()
+
+
+@pytest.fixture
+def settings(node, database_url) -> Settings:
+    return Settings(rpc_url=node.url, ws_url=node.ws_url, database_url=database_url, poll_seconds=2.0)
+
+
+@pytest.fixture
+async def chain(node) -> AsyncIterator[AsyncClient]:
+    async with AsyncClient(node.url, commitment=Confirmed) as client:
+        yield client
+
+
+@pytest.fixture
+async def market(chain) -> Market:
+    return await Market(chain).start()
+
+
+@pytest.fixture
+async def indexer(settings, pool) -> AsyncIterator[Indexer]:
+    """The indexer running in this process for the test's duration."""
+    indexer = Indexer(settings, pool)
+    task = asyncio.create_task(indexer.run())
+    yield indexer
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+async def eventually(check: Callable[[], Awaitable[object]], timeout: float = 60.0, what: str = "condition") -> object:
+    """Polls `check` until it returns something truthy (generous deadline for a loaded machine)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = await check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.1)
+
+
+async def chain_events(node, signatures) -> list[tuple[str, int, str, dict]]:
+    """(signature, index, name, data) of every event of `signatures`, read from the chain, in order."""
+    out = []
+    for sig in signatures:
+        tx = node.call("getTransaction", [str(sig), {"encoding": "json", "commitment": "confirmed"}])["result"]
+        for i, e in enumerate(decode_events(tx["meta"]["logMessages"])):
+            out.append((str(sig), i, e.name, plain(e.data)))
+    return out
+
+
+async def indexed_events(pool: asyncpg.Pool) -> list[tuple[str, int, str, dict]]:
+    async with pool.acquire() as conn:
+        rows = await conn.fetch("SELECT signature, event_index, name, data FROM events ORDER BY id")
+    return [(r["signature"], r["event_index"], r["name"], json.loads(r["data"])) for r in rows]
+
+
+async def state(pool: asyncpg.Pool) -> dict:
+    async with pool.acquire() as conn:
+        return dict(await conn.fetchrow("SELECT * FROM indexer_state"))

@@ -1,0 +1,199 @@
+"""The read API, served by uvicorn on a real port over the ledger the indexer writes."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from urllib.parse import quote
+
+import httpx
+import pytest
+import uvicorn
+from hypothesis import HealthCheck, given, settings as hypothesis_settings, strategies as st
+from prometheus_client.parser import text_string_to_metric_families
+from solders.keypair import Keypair
+
+from coordinator.api import create_app
+from coordinator.db import connect_pool
+from coordinator.db.migrate import migrate
+from coordinator.indexer.rpc import ChainRpc
+from coordinator.settings import Settings
+
+from .conftest import chain_events, eventually
+from .market import Market
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def api_url(node, database_url):
+    """The API in its own thread and event loop, as `python -m coordinator api` runs it."""
+    port = _free_port()
+    settings = Settings(rpc_url=node.url, ws_url=node.ws_url, database_url=database_url)
+    holder: dict[str, uvicorn.Server] = {}
+
+    async def main() -> None:
+        pool = await connect_pool(database_url)
+        async with pool.acquire() as conn:
+            await migrate(conn)
+        rpc = ChainRpc(node.url)
+        server = uvicorn.Server(uvicorn.Config(create_app(pool, rpc, settings), host="127.0.0.1", port=port,
+                                               log_level="warning", lifespan="off"))
+        holder["server"] = server
+        try:
+            await server.serve()
+        finally:
+            await rpc.close()
+            await pool.close()
+
+    thread = threading.Thread(target=asyncio.run, args=(main(),), daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, "the API did not come up"
+        time.sleep(0.1)
+    yield url
+    holder["server"].should_exit = True
+    thread.join(timeout=30)
+
+
+async def test_resources_filters_and_pagination(node, market: Market, indexer, pool, api_url):
+    ada, bob = await market.supplier(), await market.supplier()
+    dev = await market.new_client()
+    lease = await market.open_lease(dev, 3, gpus=4)
+    await market.assign(lease, [(ada, 2), (bob, 2)])
+    await market.settle(lease, ada)
+    expected = await chain_events(node, market.signatures)
+
+    async with httpx.AsyncClient(base_url=api_url, timeout=30) as http:
+        async def caught_up() -> bool:
+            return (await http.get("/events", params={"limit": 500})).json()["items"].__len__() == len(expected)
+        await eventually(caught_up, what="the API to show every event")
+
+        assert (await http.get("/health")).json()["status"] == "ok"
+        providers = (await http.get("/providers")).json()
+        assert len(providers["items"]) == 2 and providers["next_offset"] is None
+        page = (await http.get("/providers", params={"limit": 1})).json()
+        assert len(page["items"]) == 1 and page["next_offset"] == 1
+        rest = (await http.get("/providers", params={"limit": 1, "offset": 1})).json()
+        assert rest["items"][0]["provider"] != page["items"][0]["provider"] and rest["next_offset"] is None
+        mine = (await http.get("/providers", params={"authority": str(ada.wallet.pubkey())})).json()["items"]
+        assert [p["provider"] for p in mine] == [str(ada.provider)] and mine[0]["earned"] > 0
+
+        item = (await http.get(f"/leases/{lease}")).json()
+        assert item["status"] == "active" and item["deposited"] == 12_000_000
+        assert sorted(a["node"] for a in item["assignments"]) == sorted([str(ada.node), str(bob.node)])
+        settlements = (await http.get("/settlements", params={"lease": str(lease)})).json()["items"]
+        assert [(s["node"], s["seq"]) for s in settlements] == [(str(ada.node), 1)]
+        assert (await http.get("/settlements", params={"node": str(bob.node)})).json()["items"] == []
+        assert len((await http.get("/nodes", params={"provider": str(bob.provider), "jailed": "false"})).json()["items"]) == 1
+        assert (await http.get("/leases", params={"status": "closed"})).json()["items"] == []
+        names = [e["name"] for e in (await http.get("/events", params={"name": "UsageSettled"})).json()["items"]]
+        assert names == ["UsageSettled"]
+
+        audit = (await http.get(f"/audit/leases/{lease}")).json()
+        assert audit["ok"] and audit["events"] == 3
+        metrics = {f.name: f.samples[0].value for f in text_string_to_metric_families((await http.get("/metrics")).text)}
+        assert metrics["gpunet_indexer_events_indexed"] == len(expected)  # counters lose "_total" in the parser
+        assert metrics["gpunet_indexer_backfill_runs"] >= 1 and metrics["gpunet_indexer_lines_skipped"] == 0
+        assert 0 <= metrics["gpunet_indexer_lag_slots"] < 10_000 and metrics["gpunet_indexer_lag_seconds"] >= 0
+        doc = (await http.get("/openapi.json")).json()
+        assert doc["openapi"].startswith("3.") and "/settlements" in doc["paths"]
+
+
+@pytest.mark.parametrize(("path", "status", "message"), [
+    ("/leases?status=bogus", 400, "status: 'bogus' is not one of open, active, closed"),
+    ("/settlements?limit=0", 400, "limit: 0 is out of range [1, 500]"),
+    ("/settlements?limit=ten", 400, "limit: 'ten' is not an integer"),
+    ("/settlements?offset=-1", 400, "offset: -1 is out of range"),
+    ("/nodes?jailed=maybe", 400, "jailed: expected true or false"),
+    ("/nodes?provider=not-a-key", 400, "provider: 'not-a-key' is not a base58 public key"),
+    ("/providers?colour=blue", 400, "unknown parameter 'colour'"),
+    ("/providers?limit=1&limit=2", 400, "limit: given more than once"),
+    ("/events?signature=abc", 400, "signature: 'abc' is not a base58 transaction signature"),
+    ("/slashes?from_slot=9223372036854775808", 400, "from_slot: 9223372036854775808 is out of range"),
+    ("/leases/xyz", 400, "lease: 'xyz' is not a base58 public key"),
+    ("/audit/providers/0OIl", 400, "provider: '0OIl' is not a base58 public key"),
+    (f"/leases/{Keypair().pubkey()}", 404, "no lease"),
+    ("/no-such-thing", 404, "Not Found"),
+])
+def test_bad_parameters_get_a_4xx_with_a_message(api_url, path, status, message):
+    response = httpx.get(api_url + path, timeout=30)
+    assert response.status_code == status
+    assert message in response.json()["error"]
+
+
+def _value(schema: dict) -> st.SearchStrategy:
+    """Values for one parameter: mostly what its schema allows, often anything at all."""
+    anything = st.text(max_size=90)
+    if schema.get("type") == "integer":
+        valid = st.integers(schema.get("minimum", -2**70), schema.get("maximum", 2**70)).map(str)
+        return st.one_of(valid, st.integers(-2**70, 2**70).map(str), anything)
+    if schema.get("type") == "boolean":
+        return st.one_of(st.sampled_from(["true", "false"]), anything)
+    if "enum" in schema:
+        return st.one_of(st.sampled_from(schema["enum"]), anything)
+    keys = st.builds(lambda: str(Keypair().pubkey()))
+    base58 = st.text("123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz", min_size=1, max_size=90)
+    return st.one_of(keys, base58, anything)
+
+
+def test_the_openapi_document_runs_without_a_server_error(api_url):
+    """Hypothesis walks every operation of /openapi.json with generated parameters: nothing is a 5xx."""
+    doc = httpx.get(f"{api_url}/openapi.json", timeout=30).json()
+    operations = [(path, op["get"]["parameters"]) for path, op in doc["paths"].items()]
+
+    @st.composite
+    def requests(draw):  # noqa: ANN202
+        path, parameters = draw(st.sampled_from(operations))
+        query = {}
+        for p in parameters:
+            if p["in"] == "path":
+                key = draw(_value(p["schema"]).filter(lambda v: v.strip(".") != ""))
+                path = path.replace("{key}", quote(key, safe=""))
+            elif draw(st.booleans()):
+                query[p["name"]] = draw(_value(p["schema"]))
+        return path, query
+
+    with httpx.Client(base_url=api_url, timeout=30) as http:
+        @hypothesis_settings(max_examples=300, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+        @given(requests())
+        def run(request) -> None:
+            path, query = request
+            response = http.get(path, params=query)
+            assert response.status_code < 500, (path, query, response.text)
+            if response.status_code >= 400:
+                assert response.json()["error"]
+
+        run()
+
+
+
+def test_schemathesis_finds_no_server_error_or_contract_violation(api_url):
+    """Schemathesis, through its Python API: every operation of /openapi.json, its checks."""
+    import schemathesis
+
+    schemathesis.openapi.format("base58-pubkey", st.builds(lambda: str(Keypair().pubkey())))
+    schemathesis.openapi.format("base58-signature", st.builds(lambda: str(Keypair().sign_message(b"x"))))
+    schema = schemathesis.openapi.from_url(f"{api_url}/openapi.json")
+    operations = [result.ok() for result in schema.get_all_operations()]
+    assert len(operations) == len(httpx.get(f"{api_url}/openapi.json", timeout=30).json()["paths"])
+    for operation in operations:
+        @hypothesis_settings(max_examples=25, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+        @given(operation.as_strategy())
+        def run(case) -> None:
+            case.call_and_validate()
+
+        run()

@@ -1,0 +1,76 @@
+"""`python -m coordinator`: bad settings and arguments get a message and exit 2; the audit
+command's verdict is its exit code; a ledger is never mixed with another chain's events."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from coordinator.indexer import Indexer
+from coordinator.indexer.service import ChainMismatch
+
+from .conftest import eventually
+from .market import Market
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def coordinator(*args: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "coordinator", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, **env})
+
+
+@pytest.mark.parametrize(("env", "message"), [
+    ({"GPUNET_API_PORT": "eighty"}, "GPUNET_API_PORT: Input should be a valid integer"),
+    ({"GPUNET_PROGRAM_ID": "not-a-key"}, "GPUNET_PROGRAM_ID: Value error, not a base58 public key"),
+    ({"GPUNET_COMMITMENT": "processed"}, "GPUNET_COMMITMENT: Input should be 'confirmed' or 'finalized'"),
+])
+def test_bad_settings_are_refused_with_a_message(env, message):
+    out = coordinator("index", **env)
+    assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
+
+
+def test_audit_needs_exactly_one_valid_account():
+    assert "exactly one of --lease or --provider" in coordinator("audit").stderr
+    out = coordinator("audit", "--provider", "0x1234")
+    assert out.returncode == 2 and "provider: '0x1234' is not a base58 public key" in out.stderr
+
+
+async def test_audit_command_exit_code_is_the_verdict(node, market: Market, indexer, pool, settings):
+    supplier = await market.supplier()
+    await eventually(lambda: _indexed(pool, 3), what="the supplier indexed")
+    env = {"GPUNET_RPC_URL": node.url, "GPUNET_DATABASE_URL": settings.database_url}
+    out = coordinator("audit", "--provider", str(supplier.provider), **env)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["ok"] is True
+    async with pool.acquire() as conn:
+        await conn.execute("UPDATE providers SET staked = staked + 1")
+    out = coordinator("audit", "--provider", str(supplier.provider), **env)
+    report = json.loads(out.stdout)
+    assert out.returncode == 1 and [d["what"] for d in report["differences"]] == ["provider.staked"]
+    assert str(market.signatures[-1]) in report["differences"][0]["signatures"]
+
+
+async def _indexed(pool, n: int) -> bool:
+    async with pool.acquire() as conn:
+        return await conn.fetchval("SELECT count(*) FROM events") >= n
+
+
+async def test_a_node_of_another_chain_is_refused(node, start_node, market: Market, pool, settings):
+    await market.supplier()
+    first = Indexer(settings, pool)
+    try:
+        assert await first.backfill() == 4  # ConfigInitialized and the supplier's three
+    finally:
+        await first.rpc.close()
+    other = start_node()  # a fresh chain: another genesis hash
+    stranger = Indexer(settings.model_copy(update={"rpc_url": other.url, "ws_url": other.ws_url}), pool)
+    with pytest.raises(ChainMismatch, match="use another database"):
+        await stranger.run()
+    async with pool.acquire() as conn:
+        assert await conn.fetchval("SELECT count(*) FROM events") == 4
