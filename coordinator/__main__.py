@@ -7,20 +7,24 @@ import json
 import logging
 import signal
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 import typer
 import uvicorn
+from starlette.routing import Route
 from pydantic import ValidationError
 
 from coordinator.api import create_app
+from coordinator.api.work import work_routes
 from coordinator.api.params import BadRequest, parse_pubkey
 from coordinator.audit import audit_lease, audit_provider
 from coordinator.db import SchemaTooNew, open_database
 from coordinator.indexer import Indexer
 from coordinator.indexer.service import ChainMismatch
 from coordinator.indexer.rpc import ChainRpc
+from coordinator.service import Coordinator
 from coordinator.settings import Settings
+from gpunet.keys import KeypairFileError, load_keypair
 
 app = typer.Typer(add_completion=False, help="gpunet coordinator: chain indexer, PostgreSQL ledger and read API.")
 
@@ -54,10 +58,10 @@ def _serve(main: Callable[[Settings], Awaitable[object]]) -> None:
         raise typer.Exit(2) from None
 
 
-async def _api_server(settings: Settings, pool: object) -> None:
+async def _api_server(settings: Settings, pool: object, extra_routes: Sequence[Route] = ()) -> None:
     rpc = ChainRpc(settings.rpc_url, settings.commitment)
-    config = uvicorn.Config(create_app(pool, rpc, settings), host=settings.api_host, port=settings.api_port,
-                            log_level="warning", lifespan="off")
+    config = uvicorn.Config(create_app(pool, rpc, settings, extra_routes), host=settings.api_host,
+                            port=settings.api_port, log_level="warning", lifespan="off")
     try:
         await uvicorn.Server(config).serve()
     finally:
@@ -66,16 +70,27 @@ async def _api_server(settings: Settings, pool: object) -> None:
 
 @app.command()
 def run() -> None:
-    """Index the chain and serve the read API."""
+    """The whole coordinator: indexer, worker gateway, scheduler, failover, settlement and the API."""
+    settings_path = Settings().attester_keypair.expanduser()
+    try:
+        attester = load_keypair(settings_path)
+    except KeypairFileError as e:
+        typer.echo(f"coordinator: the attester keypair: {e} (set GPUNET_ATTESTER_KEYPAIR)", err=True)
+        raise typer.Exit(3) from None
+
     async def main(settings: Settings) -> None:
         async with open_database(settings) as pool:
-            await asyncio.gather(Indexer(settings, pool).run(), _api_server(settings, pool))
+            coordinator = await Coordinator(settings, pool, attester).start()
+            try:
+                await _api_server(settings, pool, work_routes(coordinator))
+            finally:
+                await coordinator.stop()
     _serve(main)
 
 
 @app.command()
 def index() -> None:
-    """Index the chain into the ledger only."""
+    """Index the chain into the ledger only (no placement, no settlement)."""
     async def main(settings: Settings) -> None:
         async with open_database(settings) as pool:
             await Indexer(settings, pool).run()

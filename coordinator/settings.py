@@ -34,6 +34,25 @@ class Settings(BaseSettings):
     # Chain transactions written per database transaction during a backfill.
     batch_size: int = Field(default=250, ge=1, le=1000)
 
+    # --- the coordinator's work (gateway, scheduler, failover, settlement)
+    # The attester key: must be one of the config's attesters to assign, settle and slash.
+    attester_keypair: Path = Path("~/.config/solana/id.json")
+    gateway_host: str = "127.0.0.1"
+    gateway_port: int = Field(default=8910, ge=0, le=65535)
+    heartbeat_seconds: float = Field(default=2.0, gt=0, le=300)
+    # A node silent this long is lost: its shares move to other nodes.
+    lost_after_seconds: float = Field(default=10.0, gt=0)
+    # How often pending usage reports are settled on chain.
+    settle_seconds: float = Field(default=5.0, gt=0)
+    # Slash a provider whose node is lost while it holds a lease share (fault: MissedHeartbeats).
+    slash_lost_nodes: bool = True
+    # Place leases on workers with simulated GPUs (they are labelled simulated everywhere).
+    accept_simulated: bool = True
+    # After a lease's end: seconds for the workers' last usage reports before it is closed.
+    close_grace_seconds: float = Field(default=8.0, ge=0)
+    # MASTER_PORT given to cluster jobs (rank 0's node listens on it).
+    cluster_port: int = Field(default=29500, ge=1, le=65535)
+
     @field_validator("program_id")
     @classmethod
     def _program_id_is_a_pubkey(cls, value: str) -> str:

@@ -65,6 +65,7 @@ __all__ = [
     "Welcome",
     "WorkerMessage",
     "challenge_message",
+    "job_message",
     "encode",
     "parse_coordinator_message",
     "parse_worker_message",
@@ -462,6 +463,17 @@ def parse_coordinator_message(raw: str | bytes) -> Challenge | Welcome | Dispatc
 
 def encode(message: BaseModel) -> str:
     return message.model_dump_json()
+
+
+JOB_DOMAIN_TAG = b"gpunet-job-v1\x00"
+
+
+def job_message(lease: Pubkey, spec: JobSpec, gpus_per_node: int | None = None) -> bytes:
+    """The bytes a client signs with its wallet to attach `spec` to its lease (and, optionally, the
+    cluster shape: equal shares of `gpus_per_node`): domain tag, lease, canonical JSON. Only the
+    lease's client can give it a job."""
+    body = {"job": spec.model_dump(mode="json"), "gpus_per_node": gpus_per_node}
+    return JOB_DOMAIN_TAG + bytes(lease) + json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
 
 
 def challenge_message(nonce_hex: str, node_key: Pubkey) -> bytes:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from decimal import Decimal
+from collections.abc import Sequence
 from typing import Any
 
 import asyncpg
@@ -44,7 +45,8 @@ def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
 
-def create_app(pool: asyncpg.Pool, rpc: ChainRpc, settings: Settings) -> Starlette:
+def create_app(pool: asyncpg.Pool, rpc: ChainRpc, settings: Settings, extra_routes: Sequence[Route] = ()) -> Starlette:
+    """The read API; `extra_routes` are a running coordinator's client routes (coordinator.api.work)."""
     program: Pubkey = settings.program
 
     def listing(resource: Resource):  # noqa: ANN202
@@ -123,6 +125,7 @@ def create_app(pool: asyncpg.Pool, rpc: ChainRpc, settings: Settings) -> Starlet
         if resource.key:
             routes.append(Route(f"/{resource.name}/{{key}}", item(resource)))
     routes += [Route("/audit/leases/{key}", audit("lease")), Route("/audit/providers/{key}", audit("provider"))]
+    routes += list(extra_routes)
 
     async def bad_request(request: Request, exc: Exception) -> Response:
         return _error(400, str(exc))

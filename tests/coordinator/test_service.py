@@ -1,5 +1,5 @@
 """`python -m coordinator run` as a user runs it: embedded PostgreSQL under the state dir,
-indexer and API in one process, and a clean stop on SIGTERM that stops PostgreSQL too."""
+indexer, gateway and API in one process, and a clean stop on SIGTERM that stops PostgreSQL too."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ import tempfile
 from pathlib import Path
 
 import httpx
+
+from gpunet.keys import create_keypair_file
 
 from .conftest import chain_events, eventually
 from .market import Market
@@ -30,8 +32,11 @@ async def test_run_with_embedded_postgres_indexes_serves_and_stops_cleanly(node,
     # Not under pytest's tmp_path: see the pg_server fixture on directory permissions.
     state = Path(tempfile.mkdtemp(prefix="gpunet-coordinator-run-"))
     port = _free_port()
+    attester = state / "attester.json"
+    create_keypair_file(attester)
     env = {**os.environ, "GPUNET_RPC_URL": node.url, "GPUNET_WS_URL": node.ws_url, "GPUNET_STATE_DIR": str(state),
-           "GPUNET_API_PORT": str(port)}
+           "GPUNET_API_PORT": str(port), "GPUNET_GATEWAY_PORT": str(_free_port()),
+           "GPUNET_ATTESTER_KEYPAIR": str(attester)}
     env.pop("GPUNET_DATABASE_URL", None)
     log = state / "coordinator.log"
     with log.open("wb") as out:

@@ -1,0 +1,123 @@
+"""The client API of a running coordinator: attach a job to a lease (signed by the lease's
+client), follow its placement, job status and logs, and ask for a quote. Errors are JSON
+`{"error": message}` with a 4xx status, like the read API."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from pydantic import ValidationError
+from solders.pubkey import Pubkey
+from solders.signature import Signature
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from coordinator import operations as ops
+from coordinator.api.params import BadRequest, Param, parse_pubkey, parse_query
+from coordinator.placement import describe
+from coordinator.scheduler import LeaseRequest, SchedulerError
+from gpunet import instructions as ix
+from gpunet.protocol import JobSpec, job_message
+
+if TYPE_CHECKING:
+    from coordinator.service import Coordinator
+
+__all__ = ["QUOTE_PARAMS", "work_routes"]
+
+MAX_BODY = 256 * 1024
+LOG_LINES = 200
+QUOTE_PARAMS = (
+    Param("gpu_count", "integer", minimum=1, maximum=128, description="GPUs in all"),
+    Param("gpu_model", "integer", minimum=0, maximum=65535, default=0, description="catalog code, 0 = any"),
+    Param("min_vram_gb", "integer", minimum=0, maximum=65535, default=0, description="least GiB per GPU"),
+    Param("region", "integer", minimum=0, maximum=65535, default=0, description="catalog code, 0 = any"),
+    Param("max_price_per_gpu_hour", "integer", minimum=1, maximum=2**64 - 1, description="IO base units"),
+    Param("gpus_per_node", "integer", minimum=1, maximum=16, description="equal shares of this many GPUs"),
+)
+_AFTER = (Param("after", "integer", minimum=0, default=0, description="only log lines after this id"),)
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+def work_routes(coordinator: Coordinator) -> list[Route]:
+    pool = coordinator.pool
+
+    async def submit_job(request: Request) -> Response:
+        lease = parse_pubkey("lease", request.path_params["key"])
+        body = await request.body()
+        if len(body) > MAX_BODY:
+            return _error(413, f"a job submission is at most {MAX_BODY} bytes")
+        try:
+            payload = json.loads(body)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise BadRequest(f"the body is not JSON: {e}") from None
+        if not isinstance(payload, dict) or set(payload) - {"job", "gpus_per_node", "signature"} or "job" not in payload:
+            raise BadRequest('the body must be {"job": {...}, "gpus_per_node": n or null, "signature": base58}')
+        try:
+            spec = JobSpec.model_validate(payload["job"])
+        except ValidationError as e:
+            first = e.errors()[0]
+            raise BadRequest(f"job.{'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+        per_node = payload.get("gpus_per_node")
+        if per_node is not None and (type(per_node) is not int or not 1 <= per_node <= 16):
+            raise BadRequest("gpus_per_node must be null or an integer 1..16")
+        try:
+            signature = Signature.from_string(str(payload.get("signature", "")))
+        except ValueError:
+            raise BadRequest("signature: not a base58 Ed25519 signature") from None
+        async with pool.acquire() as conn:
+            row = await conn.fetchrow("SELECT client, status, gpu_count FROM leases WHERE lease = $1", lease)
+            if row is None:
+                return _error(404, f"lease {lease} is not indexed (yet): retry in a moment")
+            if not signature.verify(Pubkey.from_string(row["client"]), job_message(Pubkey.from_string(lease), spec, per_node)):
+                return _error(401, "the signature is not the lease client's over this job")
+            if row["status"] == "closed":
+                return _error(409, f"lease {lease} is closed")
+            if per_node is not None and row["gpu_count"] % per_node:
+                raise BadRequest(f"gpus_per_node {per_node} does not divide the lease's {row['gpu_count']} GPUs")
+            if not await ops.save_job(conn, lease, spec, per_node, row["client"], str(signature)):
+                return _error(409, f"lease {lease} already has a job")
+        return JSONResponse({"lease": lease, "accepted": True}, status_code=201)
+
+    async def job_view(request: Request) -> Response:
+        lease = parse_pubkey("lease", request.path_params["key"])
+        after = parse_query(request.query_params, _AFTER)["after"]
+        async with pool.acquire() as conn:
+            job = await conn.fetchrow("SELECT spec, gpus_per_node, submitted_at FROM jobs WHERE lease = $1", lease)
+            placement = await conn.fetchrow("SELECT state, reason, nodes, signature, updated_at FROM placements "
+                                            "WHERE lease = $1", lease)
+            if job is None and placement is None:
+                return _error(404, f"no job or placement for lease {lease}")
+            statuses = await conn.fetch(
+                "SELECT DISTINCT ON (node_key) node_key, state, exit_code, detail, at FROM job_events "
+                "WHERE lease = $1 AND kind = 'status' ORDER BY node_key, id DESC", lease)
+            logs = await conn.fetch("SELECT id, node_key, stream, line FROM job_events WHERE lease = $1 AND kind = 'log' "
+                                    "AND id > $2 ORDER BY id LIMIT $3", lease, after, LOG_LINES)
+        return JSONResponse({
+            "lease": lease,
+            "job": json.loads(job["spec"]) if job else None,
+            "gpus_per_node": job["gpus_per_node"] if job else None,
+            "placement": {**dict(placement), "updated_at": placement["updated_at"].isoformat()} if placement else None,
+            "nodes": [{**dict(s), "at": s["at"].isoformat()} for s in statuses],
+            "logs": [dict(r) for r in logs],
+        })
+
+    async def quote(request: Request) -> Response:
+        values = parse_query(request.query_params, QUOTE_PARAMS)
+        for required in ("gpu_count", "max_price_per_gpu_hour"):
+            if required not in values:
+                raise BadRequest(f"{required} is required")
+        terms = ix.LeaseTerms(values["gpu_model"], values["min_vram_gb"], values["gpu_count"], values["region"],
+                              values["max_price_per_gpu_hour"], 3600)
+        try:
+            lease_request = LeaseRequest("quote", terms, gpus_per_node=values.get("gpus_per_node"))
+        except SchedulerError as e:
+            raise BadRequest(str(e)) from None
+        return JSONResponse(describe(coordinator.placer.quote(lease_request)))
+
+    return [Route("/leases/{key}/job", submit_job, methods=["POST"]), Route("/leases/{key}/job", job_view),
+            Route("/quote", quote)]

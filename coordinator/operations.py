@@ -1,0 +1,122 @@
+"""The coordinator's own records (migration 0002): placements, jobs and their events, usage
+reports as signed, checkpoints and faults. One function per statement, each idempotent where a
+retry or a restart can repeat it."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import asyncpg
+from solders.pubkey import Pubkey
+from solders.signature import Signature
+
+from coordinator.settlement import Outcome, SignedUsage
+from gpunet.protocol import Checkpoint, CheckpointFile, JobLog, JobSpec, JobStatus, UsageReportMessage
+from gpunet.usage import UsageReport
+
+__all__ = [
+    "active_shares", "checkpoint_of", "job_of", "latest_job_state", "pending_usage", "record_checkpoint",
+    "record_fault", "record_job_event", "record_usage", "save_job", "set_placement", "settle_outcomes",
+]
+
+
+async def set_placement(conn: asyncpg.Connection, lease: str, state: str, reason: str = "",
+                        nodes: list[str] | None = None, signature: str | None = None) -> None:
+    await conn.execute(
+        """INSERT INTO placements (lease, state, reason, nodes, signature) VALUES ($1, $2, $3, $4, $5)
+           ON CONFLICT (lease) DO UPDATE SET state = $2, reason = $3,
+             nodes = coalesce($4, placements.nodes), signature = coalesce($5, placements.signature),
+             updated_at = clock_timestamp()""",
+        lease, state, reason, nodes, signature)
+
+
+async def save_job(conn: asyncpg.Connection, lease: str, spec: JobSpec, gpus_per_node: int | None, client: str,
+                   signature: str) -> bool:
+    """Stores the lease's job; False when it already has one (a job is set once per lease)."""
+    done = await conn.execute(
+        "INSERT INTO jobs (lease, spec, gpus_per_node, client, signature) VALUES ($1, $2, $3, $4, $5) "
+        "ON CONFLICT (lease) DO NOTHING", lease, spec.model_dump_json(), gpus_per_node, client, signature)
+    return done.endswith(" 1")
+
+
+async def job_of(conn: asyncpg.Connection, lease: str) -> JobSpec | None:
+    raw = await conn.fetchval("SELECT spec FROM jobs WHERE lease = $1", lease)
+    return None if raw is None else JobSpec.model_validate_json(raw)
+
+
+async def record_job_event(conn: asyncpg.Connection, node_key: Pubkey, message: JobStatus | JobLog) -> None:
+    if isinstance(message, JobStatus):
+        await conn.execute("INSERT INTO job_events (lease, node_key, kind, state, exit_code, detail) "
+                           "VALUES ($1, $2, 'status', $3, $4, $5)",
+                           message.lease, str(node_key), message.state, message.exit_code, message.detail)
+    else:
+        await conn.execute("INSERT INTO job_events (lease, node_key, kind, stream, line) VALUES ($1, $2, 'log', $3, $4)",
+                           message.lease, str(node_key), message.stream, message.line)
+
+
+async def latest_job_state(conn: asyncpg.Connection, lease: str, node_key: str) -> str | None:
+    return await conn.fetchval("SELECT state FROM job_events WHERE lease = $1 AND node_key = $2 AND kind = 'status' "
+                               "ORDER BY id DESC LIMIT 1", lease, node_key)
+
+
+async def record_usage(conn: asyncpg.Connection, node_key: Pubkey, report: UsageReportMessage) -> None:
+    """Durable before the worker's ack; a re-sent report is the same row (never a second one)."""
+    await conn.execute(
+        """INSERT INTO usage_reports (lease, node_key, seq, period_start, period_end, gpu_seconds, signature, simulated)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (lease, node_key, seq) DO NOTHING""",
+        report.lease, str(node_key), report.seq, report.period_start, report.period_end, report.gpu_seconds,
+        report.signature, report.simulated)
+
+
+async def pending_usage(conn: asyncpg.Connection, node_key: str | None = None, limit: int = 500) -> list[SignedUsage]:
+    rows = await conn.fetch(
+        "SELECT * FROM usage_reports WHERE status = 'pending' AND ($1::text IS NULL OR node_key = $1) "
+        "ORDER BY lease, node_key, seq LIMIT $2", node_key, limit)
+    return [SignedUsage(Pubkey.from_string(r["lease"]), Pubkey.from_string(r["node_key"]),
+                        UsageReport(int(r["seq"]), r["period_start"], r["period_end"], int(r["gpu_seconds"])),
+                        bytes(Signature.from_string(r["signature"])))
+            for r in rows]
+
+
+async def settle_outcomes(conn: asyncpg.Connection, outcomes: list[Outcome]) -> None:
+    """Records what settlement decided; reports still waiting stay pending."""
+    for o in outcomes:
+        if o.status.value == "waiting":
+            continue
+        await conn.execute(
+            "UPDATE usage_reports SET status = $4, reason = $5, settled_by = $6 "
+            "WHERE lease = $1 AND node_key = $2 AND seq = $3",
+            str(o.usage.lease), str(o.usage.node_key), o.usage.report.seq, o.status.value, o.reason,
+            str(o.signature) if o.signature else None)
+
+
+async def record_checkpoint(conn: asyncpg.Connection, node_key: Pubkey, checkpoint: Checkpoint) -> None:
+    await conn.execute(
+        """INSERT INTO checkpoints (lease, node_key, files) VALUES ($1, $2, $3)
+           ON CONFLICT (lease) DO UPDATE SET node_key = $2, files = $3, received_at = clock_timestamp()""",
+        checkpoint.lease, str(node_key), json.dumps([f.model_dump() for f in checkpoint.files]))
+
+
+async def checkpoint_of(conn: asyncpg.Connection, lease: str) -> list[CheckpointFile]:
+    raw = await conn.fetchval("SELECT files FROM checkpoints WHERE lease = $1", lease)
+    return [] if raw is None else [CheckpointFile.model_validate(f) for f in json.loads(raw)]
+
+
+async def record_fault(conn: asyncpg.Connection, node_key: str, lease: str | None, kind: str,
+                       evidence: dict[str, Any], evidence_hash: bytes) -> int:
+    return await conn.fetchval(
+        "INSERT INTO faults (node_key, lease, kind, evidence, evidence_hash) VALUES ($1, $2, $3, $4, $5) RETURNING id",
+        node_key, lease, kind, json.dumps(evidence, sort_keys=True), evidence_hash.hex())
+
+
+async def active_shares(conn: asyncpg.Connection, *, lease: str | None = None, node_key: str | None = None) -> list[asyncpg.Record]:
+    """Active assignments (with their lease's terms and rank order), by lease or by node."""
+    return await conn.fetch(
+        """SELECT a.*, l.client, l.status AS lease_status, l.started_at, l.duration_seconds, l.gpu_model,
+                  l.min_vram_gb, l.gpu_count, l.region, l.max_price_per_gpu_hour,
+                  array_position(l.nodes, a.node) - 1 AS rank, cardinality(l.nodes) AS world_size
+           FROM assignments a JOIN leases l USING (lease)
+           WHERE a.active AND l.status = 'active' AND ($1::text IS NULL OR a.lease = $1)
+             AND ($2::text IS NULL OR a.node_key = $2)
+           ORDER BY a.lease, array_position(l.nodes, a.node)""", lease, node_key)

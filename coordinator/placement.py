@@ -1,0 +1,274 @@
+"""Leases onto nodes and jobs onto workers: the coordinator's placement, dispatch, failover
+replacement and lease-end loops, around the scheduler (coordinator.scheduler).
+
+The scheduler's view of the fleet is rebuilt from the ledger (registered nodes, their
+providers' stake) and the gateway's liveness on every pass; placements already on chain
+are restored into it, so it never gives the same GPUs twice, even after a restart.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+import asyncpg
+from solders.pubkey import Pubkey
+
+from coordinator import operations as ops
+from coordinator.gateway import NodeOffline
+from coordinator.scheduler import LeaseRequest, NodeView, NotPlaced, PlacedShare, Placement, Scheduler, SchedulerError
+from gpunet import instructions as ix
+from gpunet.client import TransactionFailed
+from gpunet.protocol import Cancel, Dispatch
+
+if TYPE_CHECKING:
+    from coordinator.service import Coordinator
+
+__all__ = ["Placer"]
+
+log = logging.getLogger("gpunet.coordinator.placement")
+TERMINAL = ("succeeded", "failed", "cancelled", "timed_out", "refused")
+
+
+def _request(lease: asyncpg.Record, gpus_per_node: int | None) -> LeaseRequest:
+    terms = ix.LeaseTerms(lease["gpu_model"], lease["min_vram_gb"], lease["gpu_count"], lease["region"],
+                          int(lease["max_price_per_gpu_hour"]), lease["duration_seconds"])
+    return LeaseRequest(lease["lease"], terms, gpus_per_node=gpus_per_node)
+
+
+class Placer:
+    def __init__(self, coordinator: Coordinator) -> None:
+        self.c = coordinator
+        self.scheduler = Scheduler(accept_simulated=coordinator.settings.accept_simulated)
+        self.dispatched: dict[str, set[str]] = {}  # lease -> node keys given its job by this process
+        self.failovers: dict[str, set[str]] = {}  # lease -> lost node keys still to replace
+        self.ending: dict[str, float] = {}  # lease -> when its workers were told to stop
+
+    # --- the fleet
+
+    async def _sync(self, conn: asyncpg.Connection) -> None:
+        rows = await conn.fetch("SELECT n.*, p.authority, p.staked, p.bonded FROM nodes n "
+                                "JOIN providers p USING (provider) WHERE n.registered")
+        fleet = self.c.fleet
+        for r in rows:
+            key = Pubkey.from_string(r["node_key"])
+            seen = fleet.nodes.get(key)
+            view = NodeView(node=r["node"], node_key=r["node_key"], provider_authority=r["authority"],
+                            gpu_model=r["gpu_model"], gpu_count=r["gpu_count"], vram_gb=r["vram_gb"],
+                            region=r["region"], price_per_gpu_hour=int(r["price_per_gpu_hour"]),
+                            gpus_leased=0,  # the scheduler counts reservations itself (restored below)
+                            bonded_stake=int(r["bonded_stake"]), provider_staked=int(r["staked"]),
+                            provider_bonded=int(r["bonded"]), jailed=r["jailed"], online=fleet.online(key),
+                            healthy=fleet.healthy(key), simulated=bool(seen and seen.simulated))
+            if r["node_key"] in self.scheduler.nodes:
+                old = self.scheduler.nodes[r["node_key"]]
+                view.completed_shares, view.failed_shares = old.completed_shares, old.failed_shares
+            self.scheduler.upsert_node(view)
+        # Leases assigned on chain that the scheduler does not hold (placed before a restart).
+        held = self.scheduler.reservations
+        for lease, shares in self._group(await ops.active_shares(conn)).items():
+            if lease in held or lease in self.failovers:
+                continue
+            try:
+                views = [self.scheduler.nodes[s["node_key"]] for s in shares]
+                self.scheduler.restore(Placement(_request(shares[0], None), tuple(
+                    PlacedShare.of(v, s["gpus"]) for v, s in zip(views, shares, strict=True))))
+            except (KeyError, SchedulerError) as e:
+                log.warning("placement.restore_failed lease=%s %s", lease, e)
+
+    @staticmethod
+    def _group(shares: list[asyncpg.Record]) -> dict[str, list[asyncpg.Record]]:
+        out: dict[str, list[asyncpg.Record]] = {}
+        for s in shares:
+            out.setdefault(s["lease"], []).append(s)
+        return out
+
+    def mark_offline(self, node_key: str) -> None:
+        if node_key in self.scheduler.nodes:
+            self.scheduler.update_node(node_key, online=False)
+
+    # --- placement
+
+    async def place_open_leases(self) -> None:
+        async with self.c.pool.acquire() as conn:
+            await self._sync(conn)
+            waiting = await conn.fetch(
+                """SELECT l.*, j.gpus_per_node, j.lease IS NOT NULL AS has_job FROM leases l
+                   LEFT JOIN jobs j USING (lease) LEFT JOIN placements p USING (lease)
+                   WHERE l.status = 'open' AND coalesce(p.state, 'waiting') = 'waiting'""")
+            for lease in waiting:
+                if not lease["has_job"]:
+                    await ops.set_placement(conn, lease["lease"], "waiting", "waiting for the client's job "
+                                            "(gpunet lease job LEASE ...)")
+                    continue
+                await self._place(conn, lease)
+
+    async def _place(self, conn: asyncpg.Connection, lease: asyncpg.Record) -> None:
+        try:
+            request = _request(lease, lease["gpus_per_node"])
+        except SchedulerError as e:
+            await ops.set_placement(conn, lease["lease"], "failed", str(e))
+            return
+        decision = self.scheduler.place(request)
+        if isinstance(decision, NotPlaced):
+            await ops.set_placement(conn, lease["lease"], "waiting", decision.reason)
+            return
+        self.scheduler.reserve(decision)
+        await ops.set_placement(conn, lease["lease"], "assigning", "", list(decision.node_keys))
+        try:
+            sig = await self.c.attester.assign(Pubkey.from_string(lease["lease"]), decision.sdk_shares())
+        except TransactionFailed as e:
+            self.scheduler.release(lease["lease"])
+            await ops.set_placement(conn, lease["lease"], "waiting", f"the chain refused the placement: {e}")
+            return
+        except BaseException:
+            self.scheduler.release(lease["lease"])
+            await ops.set_placement(conn, lease["lease"], "waiting", "assign_lease did not complete; retrying")
+            raise
+        await ops.set_placement(conn, lease["lease"], "placed", "", list(decision.node_keys), str(sig) if sig else None)
+        log.info("lease.placed lease=%s nodes=%s", lease["lease"], ",".join(decision.node_keys))
+
+    # --- jobs
+
+    async def dispatch_jobs(self) -> None:
+        async with self.c.pool.acquire() as conn:
+            for lease, shares in self._group(await ops.active_shares(conn)).items():
+                if lease in self.ending:
+                    continue
+                spec = await ops.job_of(conn, lease)
+                if spec is None:
+                    continue
+                todo = [s for s in shares if s["node_key"] not in self.dispatched.get(lease, set())]
+                if not todo:
+                    continue
+                keys = [Pubkey.from_string(s["node_key"]) for s in shares]
+                if not all(self.c.gateway.online(k) for k in keys):
+                    continue  # a cluster job needs every peer's address; a single one its node
+                peers = [f"{self._host(k)}:{self.c.settings.cluster_port}" for k in keys] if len(shares) > 1 else []
+                restore = await ops.checkpoint_of(conn, lease)
+                for s in todo:
+                    if await ops.latest_job_state(conn, lease, s["node_key"]) in TERMINAL:
+                        self.dispatched.setdefault(lease, set()).add(s["node_key"])
+                        continue
+                    message = Dispatch(lease=lease, gpus=s["gpus"], job=spec, rank=s["rank"], world_size=len(shares),
+                                       peers=peers, restore=restore)
+                    try:
+                        await self.c.gateway.send(Pubkey.from_string(s["node_key"]), message)
+                    except NodeOffline:
+                        continue
+                    self.dispatched.setdefault(lease, set()).add(s["node_key"])
+                    log.info("job.dispatched lease=%s node=%s rank=%d/%d restore=%d files", lease, s["node_key"],
+                             s["rank"], len(shares), len(restore))
+
+    def _host(self, node_key: Pubkey) -> str:
+        ws = self.c.gateway.sessions.get(node_key)
+        host = ws.remote_address[0] if ws is not None and ws.remote_address else "127.0.0.1"
+        return f"[{host}]" if ":" in host else host
+
+    def redispatch(self, node_key: str) -> None:
+        """A worker reconnected: give it its leases' jobs again (it ignores one it still runs)."""
+        for nodes in self.dispatched.values():
+            nodes.discard(node_key)
+
+    # --- failover
+
+    def queue_failover(self, lease: str, lost_node_key: str) -> None:
+        self.failovers.setdefault(lease, set()).add(lost_node_key)
+
+    async def retry_failovers(self) -> None:
+        if not self.failovers:
+            return
+        async with self.c.pool.acquire() as conn:
+            await self._sync(conn)
+            for lease, lost in list(self.failovers.items()):
+                for node_key in sorted(lost):
+                    if await self._replace(conn, lease, node_key):
+                        lost.discard(node_key)
+                if not lost:
+                    del self.failovers[lease]
+
+    async def _replace(self, conn: asyncpg.Connection, lease: str, lost_key: str) -> bool:
+        """Moves the lost node's share; True when done (or no longer needed)."""
+        if lease not in self.scheduler.reservations:
+            return True  # the lease ended meanwhile
+        before = self.scheduler.reservation(lease)
+        if lost_key not in before.node_keys:
+            return True
+        decision = self.scheduler.replace(lease, lost_key)
+        if isinstance(decision, NotPlaced):
+            await ops.set_placement(conn, lease, "placed", f"node {lost_key} lost; no replacement yet: {decision.reason}")
+            return False
+        target = next(s for s in decision.shares if s.node_key not in before.node_keys)
+        try:
+            await self.c.attester.reassign(Pubkey.from_string(lease), Pubkey.from_string(lost_key), target.to_sdk())
+        except Exception as e:
+            self.scheduler.release(lease)
+            self.scheduler.restore(before)
+            await ops.set_placement(conn, lease, "placed", f"node {lost_key} lost; reassign failed ({e}); retrying")
+            return False
+        self.scheduler.record_outcome(lost_key, completed=False)
+        await ops.set_placement(conn, lease, "placed", f"node {lost_key} lost; share moved to {target.node_key}",
+                                list(decision.node_keys))
+        self.dispatched.get(lease, set()).discard(lost_key)
+        log.warning("lease.failover lease=%s from=%s to=%s", lease, lost_key, target.node_key)
+        return True
+
+    # --- the end of a lease
+
+    async def end_leases(self) -> None:
+        now = time.time()
+        async with self.c.pool.acquire() as conn:
+            due = await conn.fetch("SELECT lease FROM leases WHERE status = 'active' AND started_at + duration_seconds <= $1",
+                                   int(now))
+            for row in due:
+                lease = row["lease"]
+                if lease not in self.ending:
+                    self.ending[lease] = now
+                    await self._stop_workers(conn, lease, "the lease reached its end")
+                elif now - self.ending[lease] >= self.c.settings.close_grace_seconds:
+                    await self._close(conn, lease)
+            closed = await conn.fetch("SELECT l.lease FROM leases l JOIN placements p USING (lease) "
+                                      "WHERE l.status = 'closed' AND p.state <> 'ended'")
+            for row in closed:
+                await self._stop_workers(conn, row["lease"], "the lease was closed")
+                self._forget(row["lease"], completed=True)
+                await ops.set_placement(conn, row["lease"], "ended", "the lease is closed")
+
+    async def _stop_workers(self, conn: asyncpg.Connection, lease: str, reason: str) -> None:
+        keys = self.scheduler.reservations[lease].node_keys if lease in self.scheduler.reservations else ()
+        for key in keys:
+            try:
+                await self.c.gateway.send(Pubkey.from_string(key), Cancel(lease=lease, reason=reason))
+            except NodeOffline:
+                pass
+
+    async def _close(self, conn: asyncpg.Connection, lease: str) -> None:
+        await self.c.settle_pending()  # the workers' last periods first
+        try:
+            await self.c.attester.close(Pubkey.from_string(lease))
+        except TransactionFailed as e:
+            log.warning("lease.close_refused lease=%s %s", lease, e)
+            return
+        log.info("lease.closed lease=%s", lease)
+
+    def _forget(self, lease: str, completed: bool) -> None:
+        if lease in self.scheduler.reservations:
+            for key in self.scheduler.release(lease).node_keys:
+                if key in self.scheduler.nodes:
+                    self.scheduler.record_outcome(key, completed=completed)
+        self.dispatched.pop(lease, None)
+        self.failovers.pop(lease, None)
+        self.ending.pop(lease, None)
+
+    def quote(self, request: LeaseRequest) -> Placement | NotPlaced:
+        """What placing `request` now would give (changes nothing)."""
+        return self.scheduler.place(request)
+
+
+def describe(placement: Placement | NotPlaced) -> dict[str, Any]:
+    if isinstance(placement, NotPlaced):
+        return {"placeable": False, "reason": placement.reason}
+    return {"placeable": True, "shares": [{"node_key": s.node_key, "gpus": s.gpus, "price_per_gpu_hour": s.price_per_gpu_hour,
+                                           "simulated": s.simulated} for s in placement.shares],
+            "burn_per_hour": sum(s.gpus * s.price_per_gpu_hour for s in placement.shares)}

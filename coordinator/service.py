@@ -1,0 +1,201 @@
+"""The coordinator as one service: the indexer keeps PostgreSQL in step with the chain, and four
+loops act on it — placement (open leases onto nodes), dispatch (jobs onto their workers),
+failover (lost nodes' shares elsewhere) and settlement (signed usage onto the chain). The worker
+gateway feeds the fleet's liveness and the workers' reports.
+
+Every loop reads its work from the database and the chain, not from memory, so a coordinator
+killed at any point and restarted picks up where it was: a placement in flight is found on
+chain, a job is dispatched again (a worker ignores a repeated dispatch of a lease it runs), and
+pending usage is settled against the chain's sequence numbers (never twice).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import asyncpg
+from solana.rpc.async_api import AsyncClient
+from solana.rpc.commitment import Confirmed
+from solders.keypair import Keypair
+from solders.pubkey import Pubkey
+
+from coordinator import operations as ops
+from coordinator.attester import Attester, evidence_hash
+from coordinator.fleet import Fleet
+from coordinator.gateway import Gateway
+from coordinator.indexer import Indexer
+from coordinator.placement import Placer
+from coordinator.settings import Settings
+from coordinator.settlement import Settler, SignedUsage
+from gpunet.accounts import fetch, fetch_config
+from gpunet.pda import node_pda
+from gpunet.protocol import Ack, Cancel, Checkpoint, Heartbeat, Hello, JobLog, JobStatus, UsageReportMessage, Welcome
+
+__all__ = ["Coordinator"]
+
+log = logging.getLogger("gpunet.coordinator")
+
+
+class Coordinator:
+    def __init__(self, settings: Settings, pool: asyncpg.Pool, attester: Keypair) -> None:
+        self.settings, self.pool, self.attester_key = settings, pool, attester
+        self.chain = AsyncClient(settings.rpc_url, commitment=Confirmed, timeout=30)
+        self.fleet = Fleet(heartbeat_seconds=settings.heartbeat_seconds, lost_after_seconds=settings.lost_after_seconds)
+        self.gateway = Gateway(self, heartbeat_seconds=settings.heartbeat_seconds)
+        self.attester = Attester(self.chain, attester)
+        self.settler = Settler(self.chain, attester)
+        self.placer = Placer(self)
+        self.indexer = Indexer(settings, pool)
+        self.started_at = time.time()
+        self._tasks: list[asyncio.Task[Any]] = []
+
+    async def start(self) -> Coordinator:
+        # Workers meter in the protocol's usage period (the most one report may cover).
+        period = (await fetch_config(self.chain)).usage_period_seconds
+        self.gateway.welcome = Welcome(heartbeat_seconds=self.settings.heartbeat_seconds, usage_period_seconds=period)
+        await self.gateway.start(self.settings.gateway_host, self.settings.gateway_port)
+        self._tasks = [asyncio.create_task(self.indexer.run(), name="indexer")]
+        for name, step, every in (("placement", self.placer.place_open_leases, 0.2),
+                                  ("dispatch", self.placer.dispatch_jobs, 0.5),
+                                  ("lease-ends", self.placer.end_leases, 1.0),
+                                  ("failover", self.fail_over, 0.5),
+                                  ("settlement", self.settle_pending, self.settings.settle_seconds)):
+            self._tasks.append(asyncio.create_task(self._every(name, step, every), name=name))
+        log.info("coordinator.started gateway=%s attester=%s", self.gateway.url, self.attester_key.pubkey())
+        return self
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await self.gateway.stop()
+        await self.chain.close()
+
+    async def run_forever(self) -> None:
+        await self.start()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await self.stop()
+
+    @staticmethod
+    async def _every(name: str, step: Callable[[], Awaitable[None]], seconds: float) -> None:
+        """Runs `step` every `seconds`; a failing step is logged and retried, never fatal."""
+        while True:
+            try:
+                await step()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("coordinator.%s failed; retrying", name)
+            await asyncio.sleep(seconds)
+
+    # --- the gateway's side (GatewayHandler)
+
+    async def admit(self, node_key: Pubkey, hello: Hello) -> str | None:
+        info = (await self.chain.get_account_info(node_pda(node_key))).value
+        if info is None:
+            return f"node {node_key} is not registered on chain (gpunet node register)"
+        node = await fetch(self.chain, node_pda(node_key), "Node")
+        if node.jailed:
+            return f"node {node_key} is jailed until unix time {node.jail_ends_at} (gpunet node unjail after it)"
+        return None
+
+    async def connected(self, node_key: Pubkey, hello: Hello) -> None:
+        self.fleet.connected(node_key, hello.simulated)
+        self.placer.redispatch(str(node_key))
+        log.info("worker.connected node=%s simulated=%s gpus=%d", node_key, hello.simulated, len(hello.inventory.gpus))
+
+    async def heartbeat(self, node_key: Pubkey, beat: Heartbeat) -> None:
+        self.fleet.heartbeat(node_key, beat.healthy)
+        # A node that comes back after its share moved must not run the job twice.
+        if beat.running:
+            async with self.pool.acquire() as conn:
+                held = {r["lease"] for r in await ops.active_shares(conn, node_key=str(node_key))}
+            for lease in set(beat.running) - held:
+                with contextlib.suppress(Exception):
+                    await self.gateway.send(node_key, Cancel(lease=lease, reason="this node no longer holds the lease"))
+
+    async def job_status(self, node_key: Pubkey, status: JobStatus) -> None:
+        async with self.pool.acquire() as conn:
+            await ops.record_job_event(conn, node_key, status)
+
+    async def job_log(self, node_key: Pubkey, line: JobLog) -> None:
+        async with self.pool.acquire() as conn:
+            await ops.record_job_event(conn, node_key, line)
+
+    async def usage(self, node_key: Pubkey, report: UsageReportMessage) -> None:
+        async with self.pool.acquire() as conn:
+            await ops.record_usage(conn, node_key, report)
+
+    async def checkpoint(self, node_key: Pubkey, checkpoint: Checkpoint) -> None:
+        async with self.pool.acquire() as conn:
+            await ops.record_checkpoint(conn, node_key, checkpoint)
+
+    async def worker_ack(self, node_key: Pubkey, ack: Ack) -> None:
+        if ack.error:
+            log.warning("worker.refused node=%s of=%s lease=%s error=%s", node_key, ack.of, ack.lease, ack.error)
+
+    async def disconnected(self, node_key: Pubkey) -> None:
+        self.fleet.disconnected(node_key)
+        log.info("worker.disconnected node=%s", node_key)
+
+    # --- settlement
+
+    def _observed(self, usage: SignedUsage) -> int | None:
+        # Periods before this process started were not observed by it: the chain's own cap applies.
+        if usage.report.period_start < self.started_at:
+            return None
+        return self.fleet.online_seconds(usage.node_key, usage.report.period_start, usage.report.period_end)
+
+    async def settle_pending(self, node_key: str | None = None) -> None:
+        async with self.pool.acquire() as conn:
+            batch = await ops.pending_usage(conn, node_key)
+        if not batch:
+            return
+        outcomes = await self.settler.settle(batch, self._observed)
+        async with self.pool.acquire() as conn:
+            await ops.settle_outcomes(conn, outcomes)
+        for o in outcomes:
+            log.info("usage.%s lease=%s node=%s seq=%d %s", o.status.value, o.usage.lease, o.usage.node_key,
+                     o.usage.report.seq, o.reason or o.signature)
+
+    # --- failover
+
+    async def fail_over(self) -> None:
+        for node_key in self.fleet.newly_lost():
+            self.placer.mark_offline(str(node_key))
+            async with self.pool.acquire() as conn:
+                shares = await ops.active_shares(conn, node_key=str(node_key))
+            if shares:
+                await self._node_lost(node_key, shares)
+        await self.placer.retry_failovers()
+
+    async def _node_lost(self, node_key: Pubkey, shares: list[asyncpg.Record]) -> None:
+        seen = self.fleet.nodes.get(node_key)
+        evidence = {"fault": "MissedHeartbeats", "node_key": str(node_key), "leases": [s["lease"] for s in shares],
+                    "last_heartbeat": round(seen.last_heartbeat, 3) if seen else None,
+                    "detected_at": round(time.time(), 3), "lost_after_seconds": self.settings.lost_after_seconds}
+        log.warning("node.lost node=%s leases=%s", node_key, evidence["leases"])
+        # Pay what the node delivered before it went silent, while it still holds its shares.
+        await self.settle_pending(str(node_key))
+        if self.settings.slash_lost_nodes:
+            async with self.pool.acquire() as conn:
+                fault = await ops.record_fault(conn, str(node_key), shares[0]["lease"], "MissedHeartbeats",
+                                               evidence, evidence_hash(evidence))
+            try:
+                sig = await self.attester.slash(node_key, "MissedHeartbeats", evidence,
+                                                lease=Pubkey.from_string(shares[0]["lease"]))
+                async with self.pool.acquire() as conn:
+                    await conn.execute("UPDATE faults SET slash_signature = $2 WHERE id = $1", fault, str(sig) if sig else None)
+            except Exception:
+                log.exception("node.slash_failed node=%s", node_key)
+        for share in shares:
+            self.placer.queue_failover(share["lease"], str(node_key))
