@@ -1,10 +1,11 @@
 """What the coordinator has seen of each node: when it was online (from its heartbeats), whether
 it reports healthy GPUs, and when it counts as lost.
 
-Online time is the evidence usage reports are checked against: a node is online from a
-heartbeat until `heartbeat_seconds + slack_seconds` after it (the next beat is due by then, and
-clocks and networks need a little room). Gaps longer than that are offline time, and no
-report may bill them.
+Online time is the evidence usage reports are checked against: a node counts as online from a
+heartbeat until `lost_after_seconds` after it, the same rule that declares it lost. A shorter
+gap (a network blip, a reconnect) is not held against it; a longer one is offline time that
+no report may bill. A refused report blocks its share's later reports (the chain wants every
+seq in order), so this check must never refuse a node the coordinator did not consider lost.
 """
 
 from __future__ import annotations
@@ -31,10 +32,8 @@ class NodeSeen:
 
 
 class Fleet:
-    def __init__(self, *, heartbeat_seconds: float = 2.0, lost_after_seconds: float = 10.0, slack_seconds: float = 2.0,
-                 clock: Callable[[], float] = time.time) -> None:
-        self.reach = heartbeat_seconds + slack_seconds
-        self.lost_after = lost_after_seconds
+    def __init__(self, *, lost_after_seconds: float = 10.0, clock: Callable[[], float] = time.time) -> None:
+        self.reach = self.lost_after = lost_after_seconds
         self.clock = clock
         self.nodes: dict[Pubkey, NodeSeen] = {}
 
@@ -42,6 +41,13 @@ class Fleet:
         seen = self.nodes.setdefault(node_key, NodeSeen(simulated))
         seen.simulated, seen.connected, seen.lost_reported = simulated, True, False
         self.heartbeat(node_key, seen.healthy)
+
+    def expect(self, node_key: Pubkey, grace_seconds: float) -> None:
+        """A node that holds work but has not connected yet (a coordinator restart): it is lost
+        unless it connects within `grace_seconds`."""
+        if node_key not in self.nodes:
+            self.nodes[node_key] = NodeSeen(simulated=False, connected=False,
+                                            last_heartbeat=self.clock() + grace_seconds - self.lost_after)
 
     def disconnected(self, node_key: Pubkey) -> None:
         if node_key in self.nodes:

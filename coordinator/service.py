@@ -45,7 +45,7 @@ class Coordinator:
     def __init__(self, settings: Settings, pool: asyncpg.Pool, attester: Keypair) -> None:
         self.settings, self.pool, self.attester_key = settings, pool, attester
         self.chain = AsyncClient(settings.rpc_url, commitment=Confirmed, timeout=30)
-        self.fleet = Fleet(heartbeat_seconds=settings.heartbeat_seconds, lost_after_seconds=settings.lost_after_seconds)
+        self.fleet = Fleet(lost_after_seconds=settings.lost_after_seconds)
         self.gateway = Gateway(self, heartbeat_seconds=settings.heartbeat_seconds)
         self.attester = Attester(self.chain, attester)
         self.settler = Settler(self.chain, attester)
@@ -59,6 +59,9 @@ class Coordinator:
         period = (await fetch_config(self.chain)).usage_period_seconds
         self.gateway.welcome = Welcome(heartbeat_seconds=self.settings.heartbeat_seconds, usage_period_seconds=period)
         await self.gateway.start(self.settings.gateway_host, self.settings.gateway_port)
+        async with self.pool.acquire() as conn:  # nodes with work must come back, or be lost
+            for share in await ops.active_shares(conn):
+                self.fleet.expect(Pubkey.from_string(share["node_key"]), self.settings.reconnect_grace_seconds)
         self._tasks = [asyncio.create_task(self.indexer.run(), name="indexer")]
         for name, step, every in (("placement", self.placer.place_open_leases, 0.2),
                                   ("dispatch", self.placer.dispatch_jobs, 0.5),
@@ -150,10 +153,15 @@ class Coordinator:
     # --- settlement
 
     def _observed(self, usage: SignedUsage) -> int | None:
-        # Periods before this process started were not observed by it: the chain's own cap applies.
-        if usage.report.period_start < self.started_at:
+        """Seconds of the report's period the node may bill by what this process saw. Before this
+        process started, and while workers had their grace to reconnect to it, it could not see:
+        that time is not held against the node (the chain's own cap applies to it)."""
+        start, end = usage.report.period_start, usage.report.period_end
+        blind_until = self.started_at + self.settings.reconnect_grace_seconds
+        if end <= blind_until:
             return None
-        return self.fleet.online_seconds(usage.node_key, usage.report.period_start, usage.report.period_end)
+        unseen = max(0, int(blind_until) - start)
+        return unseen + self.fleet.online_seconds(usage.node_key, max(start, int(blind_until)), end)
 
     async def settle_pending(self, node_key: str | None = None) -> None:
         async with self.pool.acquire() as conn:

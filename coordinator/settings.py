@@ -42,6 +42,9 @@ class Settings(BaseSettings):
     heartbeat_seconds: float = Field(default=2.0, gt=0, le=300)
     # A node silent this long is lost: its shares move to other nodes.
     lost_after_seconds: float = Field(default=10.0, gt=0)
+    # After the coordinator starts, workers get this long to reconnect (they back off up to 30 s)
+    # before a node holding a share counts as lost; usage in that window is not held against them.
+    reconnect_grace_seconds: float = Field(default=30.0, ge=0)
     # How often pending usage reports are settled on chain.
     settle_seconds: float = Field(default=5.0, gt=0)
     # Slash a provider whose node is lost while it holds a lease share (fault: MissedHeartbeats).

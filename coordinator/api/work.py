@@ -1,5 +1,6 @@
 """The client API of a running coordinator: attach a job to a lease (signed by the lease's
-client), follow its placement, job status and logs, and ask for a quote. Errors are JSON
+client), follow its placement, job status and logs, ask for a quote, and see the workers
+connected now (simulated ones say so). Errors are JSON
 `{"error": message}` with a 4xx status, like the read API."""
 
 from __future__ import annotations
@@ -119,5 +120,13 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
             raise BadRequest(str(e)) from None
         return JSONResponse(describe(coordinator.placer.quote(lease_request)))
 
+    async def workers(request: Request) -> Response:
+        parse_query(request.query_params, ())
+        fleet = coordinator.fleet
+        return JSONResponse({"items": [
+            {"node_key": str(key), "connected": seen.connected, "online": fleet.online(key), "healthy": seen.healthy,
+             "simulated": seen.simulated, "last_heartbeat": seen.last_heartbeat}
+            for key, seen in sorted(fleet.nodes.items(), key=lambda kv: str(kv[0]))]})
+
     return [Route("/leases/{key}/job", submit_job, methods=["POST"]), Route("/leases/{key}/job", job_view),
-            Route("/quote", quote)]
+            Route("/quote", quote), Route("/workers", workers)]

@@ -1,11 +1,12 @@
-"""The `gpunet` command line: one sub-app per noun (keys, admin, provider, node, lease, settlements),
-plus audit, airdrop and localnet. Exit codes: gpunet.cli.common.Exit (listed in the README)."""
+"""The `gpunet` command line: one sub-app per noun (keys, admin, provider, node, lease, settlements,
+worker, coordinator), plus audit, airdrop and localnet. Exit codes: gpunet.cli.common.Exit (listed in the README)."""
 
 from __future__ import annotations
 
 import typer
 
 from gpunet.cli import admin, explorer, keys, lease, localnet, node, provider
+from coordinator.cli import app as coordinator_app
 from worker.cli import app as worker_app
 
 __all__ = ["app", "main"]
@@ -22,6 +23,7 @@ app.add_typer(provider.app, name="provider")
 app.add_typer(node.app, name="node")
 app.add_typer(lease.app, name="lease")
 app.add_typer(worker_app, name="worker")
+app.add_typer(coordinator_app, name="coordinator")
 app.add_typer(explorer.settlements_app, name="settlements")
 app.command("audit")(explorer.audit)
 app.command("airdrop")(localnet.airdrop)

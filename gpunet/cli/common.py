@@ -31,6 +31,7 @@ from gpunet.amounts import AmountError, format_io
 from gpunet.catalog import CatalogError
 from gpunet.client import TransactionExpired, TransactionFailed, send_and_confirm
 from gpunet.cluster import Cluster, ClusterError, resolve_cluster
+from gpunet.jobs import CoordinatorError
 from gpunet.keys import KeypairFileError, load_keypair
 
 
@@ -177,6 +178,8 @@ class Session:
             raise self.fail(Exit.FUNDS, f"{e}; nothing was sent") from None
         except AccountError as e:
             raise self.fail(Exit.NOT_FOUND, str(e)) from None
+        except CoordinatorError as e:
+            raise self.fail(Exit.UNREACHABLE if "cannot reach" in str(e) else Exit.REFUSED, str(e)) from None
         except (TransactionFailed, TransactionExpired) as e:
             sig = getattr(e, "signature", None)
             raise self.fail(Exit.REFUSED, f"{e}{f' (transaction {sig})' if sig else ''}") from None

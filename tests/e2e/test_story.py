@@ -1,0 +1,32 @@
+"""The README's demo story as assertions, with every real part (gpunet-localnet, the coordinator
+with embedded PostgreSQL, three worker processes), plus a coordinator restart mid-lease."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from rich.console import Console
+
+from gpunet.demo.story import Demo
+
+
+@pytest.mark.timeout(420)
+async def test_the_whole_story_with_a_lost_worker_and_a_coordinator_restart(localnet_bin, monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("GPUNET_LOCALNET_BIN", str(localnet_bin))
+    out = io.StringIO()
+    result = await Demo(tmp_path, Console(file=out, width=200), restart_coordinator=True).run()
+    transcript = out.getvalue()
+    assert "the coordinator is stopped and started again mid-lease" in transcript, transcript
+
+    # Placed as a 2-node cluster; the killed worker's share moved to the third node, which resumed
+    # the job from its checkpoint.
+    assert len(result.placed_on) == 2 and result.killed == result.placed_on[0]
+    assert result.moved_to not in result.placed_on and result.resumed_from_step > 0
+    # Conservation to the base unit, and every node paid only for what it settled.
+    assert result.deposited == result.paid + result.fees + result.refunded and result.refunded > 0
+    assert sum(result.paid_by_supplier.values()) == result.paid
+    assert result.paid_by_supplier[result.moved_to] > 0 and result.slashed_by_supplier[result.killed] > 0
+    # Every settlement auditable from the chain, and the ledger lost no event across the restart.
+    assert result.audits_ok and result.events_indexed_once and result.events_on_chain > 20
+    assert result.ok
