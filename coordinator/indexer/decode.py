@@ -49,7 +49,7 @@ def plain(value: Any) -> Any:
 
 
 def decode_transaction(signature: str, tx: dict[str, Any], program_id: Pubkey) -> DecodedTransaction:
-    """The events of one `getTransaction` (json) result, in order.
+    """The events of one `getTransaction` result (any encoding: only its meta is read), in order.
 
     Like gpunet.events, only `Program data:` lines emitted while the gpunet program itself is
     executing count (so a CPI'd program cannot forge a gpunet event); each line is decoded on

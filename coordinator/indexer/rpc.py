@@ -66,10 +66,13 @@ class ChainRpc:
         return found
 
     async def transactions(self, signatures: list[str]) -> list[dict[str, Any] | None]:
-        """getTransaction (json) for each signature, in the same order; None where the node has none."""
+        """getTransaction for each signature, in the same order; None where the node has none.
+
+        Only `slot`, `blockTime` and `meta` are read: the message comes as base64, which costs
+        the node (and our JSON parser) about a quarter less than the json encoding."""
         if not signatures:
             return []
-        config = {"encoding": "json", "commitment": self.commitment, "maxSupportedTransactionVersion": 0}
+        config = {"encoding": "base64", "commitment": self.commitment, "maxSupportedTransactionVersion": 0}
         first = next(self._ids)
         body = [{"jsonrpc": "2.0", "id": first + i, "method": "getTransaction", "params": [s, config]}
                 for i, s in enumerate(signatures)]

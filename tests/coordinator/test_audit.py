@@ -8,6 +8,7 @@ import pytest
 
 from coordinator.audit import audit_lease, audit_provider
 from coordinator.indexer.rpc import ChainRpc
+from gpunet import instructions as ix
 
 from .conftest import chain_events, eventually, indexed_events
 from .market import Market
@@ -88,3 +89,19 @@ async def test_an_event_missing_from_the_ledger_is_reported_as_unindexed(indexed
         report = await audit_lease(conn, rpc, settings.program, indexed_lease["lease"])
     unindexed = [d for d in report.differences if d.check == "unindexed"]
     assert [(d.what, d.signatures) for d in unindexed] == [("UsageSettled", [indexed_lease["second"]])]
+
+
+async def test_a_slash_reaching_into_unbonding_stake_folds_like_the_program(node, market: Market, indexer, pool, rpc,
+                                                                            settings):
+    s = await market.supplier(gpus=2, stake=100_000_000)  # 20 IO bonded to the node, 80 free
+    await market.send(s.wallet, [ix.request_unstake(s.wallet.pubkey(), 80_000_000)])
+    await market.send(market.attester, [ix.slash_provider(market.attester.pubkey(), market.treasury, s.node_key.pubkey(),
+                                                          s.wallet.pubkey(), "InvalidUsage", bytes(32))])
+    expected = await chain_events(node, market.signatures)
+    await eventually(lambda: _indexed(pool, len(expected)), what="the slash indexed")
+    async with pool.acquire() as conn:
+        row = await conn.fetchrow("SELECT staked, unbonding, slashed FROM providers WHERE provider = $1", str(s.provider))
+        report = await audit_provider(conn, rpc, settings.program, str(s.provider))
+    # 50% of the 100 IO in the vault: all 20 active, then 30 of the 80 unbonding.
+    assert (row["staked"], row["unbonding"], row["slashed"]) == (0, 50_000_000, 50_000_000)
+    assert report.ok, report.differences

@@ -109,3 +109,43 @@ async def test_node_restarted_with_its_ledger_the_indexer_reconnects_and_backfil
 
 async def _reconnected(pool) -> bool:
     return (await state(pool))["reconnects"] >= 1
+
+
+async def test_indexer_killed_inside_its_database_transaction_leaves_nothing_half_written(
+        node, market: Market, pool, settings, tmp_path):
+    """Deterministic variant: the test holds the cursor row, so the indexer's write blocks on its
+    last statement with the batch's events and derived rows already inserted; it is killed there."""
+    await market.supplier()
+    async with pool.acquire() as conn:  # as a first pass would, so the next write is the batch's
+        await conn.execute("UPDATE indexer_state SET genesis_hash = $1", node.call("getGenesisHash")["result"])
+    async with pool.acquire() as holder:
+        lock = holder.transaction()
+        await lock.start()
+        await holder.execute("SELECT * FROM indexer_state FOR UPDATE")
+        proc = start_indexer(settings, tmp_path / "indexer.log")
+        try:
+            async def blocked_mid_write() -> bool:
+                async with pool.acquire() as conn:
+                    return await conn.fetchval(
+                        "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid)"
+                        " WHERE NOT l.granted AND a.query LIKE 'UPDATE indexer_state SET cursor_signature%'") > 0
+            await eventually(blocked_mid_write, what="the indexer to block on its cursor update")
+            proc.send_signal(signal.SIGKILL)
+            assert proc.wait(timeout=30) == -signal.SIGKILL
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=30)
+            await lock.rollback()
+    async with pool.acquire() as conn:  # the killed session's rows died with it
+        assert await conn.fetchval("SELECT count(*) FROM events") == 0
+        assert await conn.fetchval("SELECT count(*) FROM providers") == 0
+
+    proc = start_indexer(settings, tmp_path / "indexer.log")
+    try:
+        expected = await chain_events(node, await program_history(node))
+        await eventually(lambda: _count_at_least(pool, len(expected)), what="the restarted indexer")
+        assert await indexed_events(pool) == expected
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)

