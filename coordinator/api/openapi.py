@@ -38,4 +38,21 @@ def openapi_document() -> dict[str, Any]:
             paths[f"/{r.name}/{{key}}"] = _op(f"One of {r.name}, by {r.key} account.", [_KEY])
     paths["/audit/leases/{key}"] = _op("Check a lease's events, rows, account and vault against the chain.", [_KEY])
     paths["/audit/providers/{key}"] = _op("Check a provider's events, rows, account and stake vault against the chain.", [_KEY])
-    return {"openapi": "3.1.0", "info": {"title": "gpunet coordinator read API", "version": "1"}, "paths": paths}
+    # A running coordinator's client routes (coordinator.api.work).
+    from coordinator.api.work import QUOTE_PARAMS
+
+    job = _op("A lease's placement, per-node job state and log lines (after ?after=).",
+              [_KEY, _query(Param("after", "integer", description="only log lines after this id"))])
+    job["post"] = {"summary": "Attach the job a lease runs, signed by the lease's client (gpunet.protocol.job_message).",
+                   "parameters": [_KEY],
+                   "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                       "type": "object", "required": ["job", "signature"],
+                       "properties": {"job": {"type": "object"}, "gpus_per_node": {"type": ["integer", "null"]},
+                                      "signature": {"type": "string"}}}}}},
+                   "responses": {"201": {"description": "accepted"}, "400": _ERROR, "401": _ERROR, "404": _ERROR,
+                                 "409": _ERROR}}
+    paths["/leases/{key}/job"] = job
+    paths["/quote"] = _op("Which nodes a lease would get now, at what burn rate, or why none.",
+                          [_query(p) for p in QUOTE_PARAMS])
+    paths["/workers"] = _op("Workers connected to the gateway now (simulated ones say so).", [])
+    return {"openapi": "3.1.0", "info": {"title": "gpunet coordinator API", "version": "1"}, "paths": paths}

@@ -1,0 +1,179 @@
+"""A gpunet deployment for the coordinator benchmarks, made of the same processes a user runs:
+gpunet-localnet, `gpunet coordinator run` (embedded PostgreSQL) and `gpunet worker run
+--simulate-gpus` per node, driven through the SDK and the coordinator's client API."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+from solana.rpc.async_api import AsyncClient
+from solana.rpc.commitment import Confirmed
+from solders.keypair import Keypair
+from solders.pubkey import Pubkey
+
+from gpunet import instructions as ix
+from gpunet.amounts import IO
+from gpunet.client import send_and_confirm
+from gpunet.demo.processes import CoordinatorProcess, WorkerProcess
+from gpunet.jobs import CoordinatorError, job_view, submit_job
+from gpunet.keys import create_keypair_file
+from gpunet.localnet import LocalnetProcess
+from gpunet.pda import lease_pda
+from gpunet.protocol import JobSpec
+from gpunet.tokens import create_mint, ensure_io_account, mint_io
+
+PRICE = 360 * IO
+JOB = str(Path(__file__).resolve().parents[2] / "gpunet" / "demo" / "train.py")
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(p / 100 * len(ordered)) - 1))]
+
+
+def summary(values: list[float]) -> str:
+    return (f"n={len(values)} p50 {statistics.median(values):.3f} s  p99 {percentile(values, 99):.3f} s  "
+            f"max {max(values):.3f} s")
+
+
+@dataclass
+class Node:
+    name: str
+    wallet: Keypair
+    key: Keypair
+    worker: WorkerProcess
+
+
+class Deployment:
+    def __init__(self, chain: AsyncClient, workdir: Path, coordinator: CoordinatorProcess) -> None:
+        self.chain, self.workdir, self.coordinator = chain, workdir, coordinator
+        self.nodes: list[Node] = []
+        self.next_lease_id = 1
+
+    async def wallet(self) -> Keypair:
+        kp = Keypair()
+        await self.chain.confirm_transaction((await self.chain.request_airdrop(kp.pubkey(), 100 * 10**9)).value)
+        return kp
+
+    async def initialise(self, admin: Keypair) -> None:
+        self.admin = admin
+        self.mint = await create_mint(self.chain, admin)
+        treasury = await ensure_io_account(self.chain, admin, admin.pubkey(), self.mint)
+        await send_and_confirm(self.chain, admin, [ix.initialize(admin.pubkey(), self.mint, ix.ConfigParams(
+            treasury=treasury, protocol_fee_bps=500, min_stake_per_gpu=10 * IO, unbonding_seconds=3_600,
+            usage_period_seconds=3, jail_seconds=3_600, slash_bps=(1_000, 2_000, 5_000), slash_client_share_bps=5_000,
+            attesters=[admin.pubkey()]))])
+        self.client = await self.wallet()
+        self.client_tokens = await ensure_io_account(self.chain, admin, self.client.pubkey(), self.mint)
+        await mint_io(self.chain, admin, self.mint, self.client_tokens, 1_000_000 * IO)
+
+    async def add_nodes(self, count: int, gpus: int) -> None:
+        for _ in range(count):
+            name = f"n{len(self.nodes)}"
+            wallet, key = await self.wallet(), Keypair()
+            tokens = await ensure_io_account(self.chain, self.admin, wallet.pubkey(), self.mint)
+            await mint_io(self.chain, self.admin, self.mint, tokens, 1_000 * IO)
+            await send_and_confirm(self.chain, wallet, [
+                ix.register_provider(wallet.pubkey(), self.mint), ix.stake(wallet.pubkey(), tokens, 500 * IO),
+                ix.register_node(wallet.pubkey(), key.pubkey(), ix.NodeSpec(1, gpus, 80, 1, PRICE))], [key])
+            keyfile = self.workdir / f"node-{name}.json"
+            create_keypair_file(keyfile, key)
+            worker = WorkerProcess(self.workdir, name, keyfile, f"H100:{gpus}:80", self.coordinator.gateway_url)
+            worker.start()
+            self.nodes.append(Node(name, wallet, key, worker))
+        await until(lambda: self.online(len(self.nodes)), 120, "the workers online")
+
+    async def online(self, count: int) -> bool:
+        async with httpx.AsyncClient(timeout=5) as http:
+            items = (await http.get(f"{self.coordinator.api_url}/workers")).json()["items"]
+        return sum(1 for w in items if w["online"]) >= count
+
+    async def open(self, gpus: int, seconds: int, spec: JobSpec, gpus_per_node: int | None) -> tuple[Pubkey, float]:
+        """Opens a lease and attaches its job; returns the lease and when the open was confirmed."""
+        lease_id = self.next_lease_id
+        self.next_lease_id += 1
+        terms = ix.LeaseTerms(1, 80, gpus, ix.ANY, 2 * PRICE, seconds)
+        await send_and_confirm(self.chain, self.client, [ix.open_lease(
+            self.client.pubkey(), self.client_tokens, self.mint, lease_id, terms)])
+        opened = time.monotonic()
+        lease = lease_pda(self.client.pubkey(), lease_id)
+
+        async def submitted() -> bool:
+            try:
+                await submit_job(self.coordinator.api_url, self.client, lease, spec, gpus_per_node)
+            except CoordinatorError as e:
+                if "not indexed" in str(e):
+                    return False
+                raise
+            return True
+
+        await until(submitted, 60, "the job accepted", every=0.02)
+        return lease, opened
+
+    async def close(self, lease: Pubkey) -> None:
+        from gpunet.accounts import fetch
+
+        account = await fetch(self.chain, lease, "Lease")
+        nodes = [a.node for a in list(account.assignments)[: account.node_count]]
+        await send_and_confirm(self.chain, self.client, [ix.close_lease(
+            self.client.pubkey(), self.client.pubkey(), self.client_tokens, lease, nodes)])
+
+    async def states(self, lease: Pubkey) -> dict[str, str]:
+        return {n["node_key"]: n["state"] for n in (await job_view(self.coordinator.api_url, lease))["nodes"]}
+
+    async def placement(self, lease: Pubkey) -> dict[str, Any] | None:
+        return (await job_view(self.coordinator.api_url, lease))["placement"]
+
+    def node(self, node_key: str) -> Node:
+        return next(n for n in self.nodes if str(n.key.pubkey()) == node_key)
+
+
+async def until(check: Any, timeout: float, what: str, every: float = 0.05) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        if value := await check():
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        await asyncio.sleep(every)
+
+
+@contextlib.asynccontextmanager
+async def deployment(**coordinator_settings: object) -> AsyncIterator[Deployment]:
+    workdir = Path(tempfile.mkdtemp(prefix="gpunet-bench-"))
+    node = LocalnetProcess(workdir / "localnet.log", slot_ms=100).start()
+    coordinator: CoordinatorProcess | None = None
+    dep: Deployment | None = None
+    try:
+        async with AsyncClient(node.url, commitment=Confirmed) as chain:
+            admin = Keypair()
+            await chain.confirm_transaction((await chain.request_airdrop(admin.pubkey(), 100 * 10**9)).value)
+            attester = workdir / "attester.json"
+            create_keypair_file(attester, admin)
+            settings = {"heartbeat_seconds": 0.5, "lost_after_seconds": 3, "reconnect_grace_seconds": 6,
+                        "settle_seconds": 1, "close_grace_seconds": 3, "poll_seconds": 1} | coordinator_settings
+            # The chain must be initialised before the coordinator starts (it reads the config).
+            dep = Deployment(chain, workdir, None)  # type: ignore[arg-type]
+            await dep.initialise(admin)
+            coordinator = CoordinatorProcess(workdir, node.url, node.ws_url, attester, **settings)
+            coordinator.start()
+            await asyncio.to_thread(coordinator.wait_ready)
+            dep.coordinator = coordinator
+            print(f"deployment in {workdir} (logs there)", file=sys.stderr)
+            yield dep
+    finally:
+        for n in dep.nodes if dep else []:
+            n.worker.stop()
+        if coordinator:
+            coordinator.stop(60)
+        node.stop()
