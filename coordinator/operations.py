@@ -24,7 +24,8 @@ __all__ = [
 async def set_placement(conn: asyncpg.Connection, lease: str, state: str, reason: str = "",
                         nodes: list[str] | None = None, signature: str | None = None) -> None:
     await conn.execute(
-        """INSERT INTO placements (lease, state, reason, nodes, signature) VALUES ($1, $2, $3, $4, $5)
+        """INSERT INTO placements (lease, state, reason, nodes, signature)
+           VALUES ($1, $2, $3, coalesce($4, '{}'::text[]), $5)
            ON CONFLICT (lease) DO UPDATE SET state = $2, reason = $3,
              nodes = coalesce($4, placements.nodes), signature = coalesce($5, placements.signature),
              updated_at = clock_timestamp()""",

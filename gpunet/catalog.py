@@ -61,7 +61,10 @@ def gpu_model(name_or_code: str | int) -> GpuModel:
 
 
 def gpu_model_name(code: int) -> str:
-    return "any" if code == ANY else gpu_model(code).name
+    """The model's name; codes the chain holds but this table lacks still get a name."""
+    if code == ANY:
+        return "any"
+    return next((m.name for m in GPU_MODELS if m.code == code), f"model-{code}")
 
 
 def gpu_model_from_nvml(device_name: str) -> GpuModel:

@@ -1,0 +1,127 @@
+"""The client API of a running coordinator (job submission, job view, quote, workers): every bad
+request gets a 4xx with a message and changes nothing, and schemathesis finds no 5xx."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import pytest
+import uvicorn
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
+from solana.rpc.async_api import AsyncClient
+from solana.rpc.commitment import Confirmed
+from solders.keypair import Keypair
+
+from coordinator.api import create_app
+from coordinator.api.work import work_routes
+from coordinator.indexer.rpc import ChainRpc
+from coordinator.service import Coordinator
+from coordinator.settings import Settings
+from gpunet.protocol import JobSpec, job_message
+
+from .chain import Cluster
+from .conftest import eventually
+from .test_lease_lifecycle import _free_port
+
+
+@pytest.fixture
+async def api(node, pool, database_url):
+    async with AsyncClient(node.url, commitment=Confirmed) as chain:
+        world = await Cluster().build(chain, assign=False)
+        settings = Settings(rpc_url=node.url, ws_url=node.ws_url, database_url=database_url, poll_seconds=1.0,
+                            api_port=_free_port(), gateway_port=0)
+        coordinator = await Coordinator(settings, pool, world.admin).start()
+        rpc = ChainRpc(settings.rpc_url, settings.commitment)
+        server = uvicorn.Server(uvicorn.Config(create_app(pool, rpc, settings, work_routes(coordinator)),
+                                               host="127.0.0.1", port=settings.api_port, log_level="warning",
+                                               lifespan="off"))
+        task = asyncio.create_task(server.serve())
+        url = f"http://127.0.0.1:{settings.api_port}"
+        async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+            await eventually(lambda: _indexed(http, str(world.lease)), what="the lease indexed")
+            yield http, world, pool
+        server.should_exit = True
+        await task
+        await rpc.close()
+        await coordinator.stop()
+
+
+async def _indexed(http: httpx.AsyncClient, lease: str) -> bool:
+    try:
+        return (await http.get(f"/leases/{lease}")).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _body(world, spec: JobSpec, per_node: int | None = 2, signer: Keypair | None = None) -> dict:
+    signature = (signer or world.client_wallet).sign_message(job_message(world.lease, spec, per_node))
+    return {"job": spec.model_dump(mode="json"), "gpus_per_node": per_node, "signature": str(signature)}
+
+
+async def test_bad_job_submissions_are_refused_with_a_reason_and_store_nothing(api) -> None:
+    http, world, pool = api
+    spec = JobSpec(command=["python", "train.py"])
+    url = f"/leases/{world.lease}/job"
+    cases = [
+        (http.post(url, content=b"not json"), 400, "not JSON"),
+        (http.post(url, json={"job": {}}), 400, "job."),
+        (http.post(url, json={**_body(world, spec), "extra": 1}), 400, "the body must be"),
+        (http.post(url, json={**_body(world, spec), "signature": "nope"}), 400, "signature"),
+        (http.post(url, json=_body(world, spec, signer=Keypair())), 401, "not the lease client's"),
+        (http.post(url, json={**_body(world, spec), "gpus_per_node": 3}), 401, "not the lease client's"),
+        (http.post(url, json=_body(world, spec, per_node=3)), 400, "does not divide"),
+        (http.post(f"/leases/{Keypair().pubkey()}/job", json=_body(world, spec)), 404, "not indexed"),
+        (http.post("/leases/xyz/job", json=_body(world, spec)), 400, "not a base58 public key"),
+        (http.get("/quote", params={"gpu_count": 4}), 400, "max_price_per_gpu_hour is required"),
+        (http.get("/quote", params={"gpu_count": 0, "max_price_per_gpu_hour": 1}), 400, "gpu_count"),
+    ]
+    for request, status, message in cases:
+        response = await request
+        assert response.status_code == status and message in response.json()["error"], response.text
+    async with pool.acquire() as conn:
+        assert await conn.fetchval("SELECT count(*) FROM jobs") == 0
+
+    accepted = await http.post(url, json=_body(world, spec))
+    assert accepted.status_code == 201
+    again = await http.post(url, json=_body(world, JobSpec(command=["other"])))
+    assert again.status_code == 409 and "already has a job" in again.json()["error"]
+    view = (await http.get(url)).json()
+    assert view["job"]["command"] == ["python", "train.py"] and view["gpus_per_node"] == 2
+
+    async def quoted() -> dict | None:  # once the scheduler has seen the indexed nodes (no worker is online)
+        quote = (await http.get("/quote", params={"gpu_count": 2, "max_price_per_gpu_hour": 10**12})).json()
+        return quote if "of 2 nodes, 2 offline" in quote.get("reason", "") else None
+
+    quote = await eventually(quoted, what="a quote with the reason")
+    assert quote["placeable"] is False
+
+
+async def test_schemathesis_finds_no_server_error_on_the_running_coordinator(api) -> None:
+    http, _, _ = api
+    # schemathesis is synchronous: it runs in a thread while this loop serves the API.
+    await asyncio.to_thread(_fuzz, str(http.base_url).rstrip("/"))
+
+
+def _fuzz(base: str) -> None:
+    import schemathesis
+
+    schemathesis.openapi.format("base58-pubkey", st.builds(lambda: str(Keypair().pubkey())))
+    schemathesis.openapi.format("base58-signature", st.builds(lambda: str(Keypair().sign_message(b"x"))))
+    schema = schemathesis.openapi.from_url(f"{base}/openapi.json")
+    for result in schema.get_all_operations():
+        operation = result.ok()
+        if operation.path not in ("/leases/{key}/job", "/quote", "/workers"):
+            continue  # the ledger routes have their own run in test_api
+
+        @hypothesis_settings(max_examples=25, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+        @given(operation.as_strategy())
+        def run(case) -> None:
+            response = case.call()
+            assert response.status_code < 500, f"{case.method} {case.path}: {response.status_code} {response.text}"
+            json.loads(response.text)
+
+        run()
