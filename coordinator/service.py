@@ -63,8 +63,8 @@ class Coordinator:
             for share in await ops.active_shares(conn):
                 self.fleet.expect(Pubkey.from_string(share["node_key"]), self.settings.reconnect_grace_seconds)
         self._tasks = [asyncio.create_task(self.indexer.run(), name="indexer")]
-        for name, step, every in (("placement", self.placer.place_open_leases, 0.2),
-                                  ("dispatch", self.placer.dispatch_jobs, 0.5),
+        for name, step, every in (("placement", self.placer.place_open_leases, 0.1),
+                                  ("dispatch", self.placer.dispatch_jobs, 0.1),
                                   ("lease-ends", self.placer.end_leases, 1.0),
                                   ("failover", self.fail_over, 0.5),
                                   ("settlement", self.settle_pending, self.settings.settle_seconds)):
@@ -108,7 +108,7 @@ class Coordinator:
             return f"node {node_key} is not registered on chain (gpunet node register)"
         node = await fetch(self.chain, node_pda(node_key), "Node")
         if node.jailed:
-            return f"node {node_key} is jailed until unix time {node.jail_ends_at} (gpunet node unjail after it)"
+            return f"node {node_key} is jailed until unix time {node.jail_ends_at} (then: gpunet node unjail)"
         return None
 
     async def connected(self, node_key: Pubkey, hello: Hello) -> None:

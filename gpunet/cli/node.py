@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Annotated, Any
 
 import typer
@@ -16,7 +17,7 @@ from gpunet.cli.common import (key_column, DEFAULT_KEYPAIR, BadInput, JsonOpt, K
 from gpunet.keys import load_keypair
 from gpunet.pda import node_pda, provider_pda
 
-app = typer.Typer(help="GPU nodes: register, update, deregister, list.", no_args_is_help=True)
+app = typer.Typer(help="GPU nodes: register, update, deregister, unjail, list.", no_args_is_help=True)
 NodeKeyArg = Annotated[str, typer.Argument(help="The node's public key (its worker signs with it).")]
 RegionOpt = Annotated[str | None, typer.Option("--region", help=f"One of: {', '.join(catalog.REGIONS.values())}.")]
 PriceOpt = Annotated[str | None, typer.Option("--price", help="Asking price in IO per GPU-hour, e.g. 2.5.")]
@@ -112,6 +113,25 @@ def deregister(node_key: NodeKeyArg, url: UrlOpt = None, keypair: KeypairOpt = D
             sig = await s.send(client, "Deregistering the node", [ix.deregister_node(s.wallet.pubkey(), key)])
         s.done(f"node {key} deregistered; {format_io(n.bonded_stake)} of stake released", sig,
                released_stake=n.bonded_stake)
+
+    Session(url, keypair, json_output).run(command)
+
+
+@app.command("unjail")
+def unjail(node_key: NodeKeyArg, url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR,
+           json_output: JsonOpt = False) -> None:
+    """Take a node out of jail once its jail time has passed (it can then get leases again)."""
+
+    async def command(s: Session) -> None:
+        key = pubkey_arg(node_key, "node key")
+        async with s.client() as client:
+            n = await fetch(client, node_pda(key), "Node")
+            if not n.jailed:
+                raise BadInput(f"node {key} is not jailed")
+            if (wait := n.jail_ends_at - int(time.time())) > 0:
+                raise BadInput(f"node {key} stays jailed for {wait} s more (until unix time {n.jail_ends_at})")
+            sig = await s.send(client, "Unjailing the node", [ix.unjail_node(s.wallet.pubkey(), key)])
+        s.done(f"node {key} unjailed", sig)
 
     Session(url, keypair, json_output).run(command)
 

@@ -61,7 +61,7 @@ def market(gpunet: Gpunet) -> Gpunet:
     for name in ("admin", "supplier", "client"):
         gpunet.wallet(name)
     gpunet.wallet("node1", sol="")
-    gpunet("admin", "init", "--usage-period", "60s", "--unbonding", "1s", wallet="admin")
+    gpunet("admin", "init", "--usage-period", "60s", "--unbonding", "1s", "--jail", "2s", wallet="admin")
     gpunet("admin", "mint", gpunet.pubkey("supplier"), "1000", wallet="admin")
     gpunet("admin", "mint", gpunet.pubkey("client"), "100", wallet="admin")
     gpunet("provider", "register", wallet="supplier")

@@ -87,3 +87,26 @@ def test_a_supplier_and_a_client_from_registration_to_audit(market) -> None:
     g("admin", "update", "--fee-bps", "250", "--pause", wallet="admin")
     updated = g.json("admin", "show")
     assert (updated["protocol_fee_bps"], updated["paused"], updated["usage_period_seconds"]) == (250, True, 60)
+
+
+def test_a_slashed_node_is_unjailed_by_its_provider_after_the_jail_time(market) -> None:
+    g = market
+
+    async def slash() -> None:
+        admin, supplier, node_key = (load_keypair(g.key(n)) for n in ("admin", "supplier", "node1"))
+        async with AsyncClient(g.node.url, commitment=Confirmed) as client:
+            config = await fetch_config(client)
+            await send_and_confirm(client, admin, [ix.slash_provider(
+                admin.pubkey(), config.treasury, node_key.pubkey(), supplier.pubkey(), "MissedHeartbeats", bytes(32))])
+
+    asyncio.run(slash())
+    [node] = g.json("node", "list")
+    assert node["jailed"]
+    early = g("node", "unjail", g.pubkey("node1"), wallet="supplier", expect=2)
+    assert "stays jailed for" in early.stderr
+    time.sleep(2.5)  # the jail time this cluster was initialised with
+    g("node", "unjail", g.pubkey("node1"), wallet="supplier")
+    [node] = g.json("node", "list")
+    assert not node["jailed"]
+    again = g("node", "unjail", g.pubkey("node1"), wallet="supplier", expect=2)
+    assert "is not jailed" in again.stderr
