@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
 from solana.rpc.async_api import AsyncClient
-from solana.rpc.commitment import Confirmed
 from solders.keypair import Keypair
 
 from coordinator.settlement import SignedUsage
@@ -85,11 +83,3 @@ class Cluster:
 
     async def earned(self, node: int) -> int:
         return await token_balance(self.client, io_account(self.nodes[node][0].pubkey(), self.mint))
-
-
-@pytest.fixture
-async def cluster(node):
-    async with AsyncClient(node.url, commitment=Confirmed) as client:
-        yield await Cluster().build(client)
-
-

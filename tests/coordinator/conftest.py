@@ -26,6 +26,7 @@ from coordinator.indexer.decode import plain
 from coordinator.settings import Settings
 from gpunet.events import decode_events
 
+from .chain import Cluster
 from .market import Market
 
 
@@ -82,6 +83,12 @@ async def chain(node) -> AsyncIterator[AsyncClient]:
 @pytest.fixture
 async def market(chain) -> Market:
     return await Market(chain).start()
+
+
+@pytest.fixture
+async def cluster(chain) -> Cluster:
+    """Two 2-GPU nodes sharing a client's active 4-GPU lease (the settlement tests' world)."""
+    return await Cluster().build(chain)
 
 
 @pytest.fixture

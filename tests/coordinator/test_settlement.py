@@ -11,7 +11,7 @@ from coordinator.settlement import Settler, SignedUsage, Status
 from gpunet.accounts import fetch
 from gpunet.usage import UsageReport
 
-from .chain import PERIOD, cluster  # noqa: F401 - the fixture
+from .chain import PERIOD
 
 
 async def test_good_reports_settle_packed_and_a_restarted_settler_pays_nothing_twice(cluster) -> None:
