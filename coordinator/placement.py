@@ -8,6 +8,7 @@ are restored into it, so it never gives the same GPUs twice, even after a restar
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -65,6 +66,10 @@ class Placer:
                 old = self.scheduler.nodes[r["node_key"]]
                 view.completed_shares, view.failed_shares = old.completed_shares, old.failed_shares
             self.scheduler.upsert_node(view)
+        registered = {r["node_key"] for r in rows}
+        for gone in [k for k in self.scheduler.nodes if k not in registered]:  # deregistered meanwhile
+            with contextlib.suppress(SchedulerError):
+                self.scheduler.remove_node(gone)
         # Leases assigned on chain that the scheduler does not hold (placed before a restart).
         held = self.scheduler.reservations
         for lease, shares in self._group(await ops.active_shares(conn)).items():
