@@ -30,7 +30,7 @@ from gpunet.keys import create_keypair_file
 from gpunet.localnet import LocalnetProcess
 from gpunet.pda import lease_pda
 from gpunet.protocol import JobSpec
-from gpunet.tokens import create_mint, ensure_io_account, mint_io
+from gpunet.testbed import Market, funded_wallet
 
 PRICE = 360 * IO
 JOB = str(Path(__file__).resolve().parents[2] / "gpunet" / "demo" / "train.py")
@@ -60,37 +60,20 @@ class Deployment:
         self.nodes: list[Node] = []
         self.next_lease_id = 1
 
-    async def wallet(self) -> Keypair:
-        kp = Keypair()
-        await self.chain.confirm_transaction((await self.chain.request_airdrop(kp.pubkey(), 100 * 10**9)).value)
-        return kp
-
     async def initialise(self, admin: Keypair) -> None:
-        self.admin = admin
-        self.mint = await create_mint(self.chain, admin)
-        treasury = await ensure_io_account(self.chain, admin, admin.pubkey(), self.mint)
-        await send_and_confirm(self.chain, admin, [ix.initialize(admin.pubkey(), self.mint, ix.ConfigParams(
-            treasury=treasury, protocol_fee_bps=500, min_stake_per_gpu=10 * IO, unbonding_seconds=3_600,
-            usage_period_seconds=3, jail_seconds=3_600, slash_bps=(1_000, 2_000, 5_000), slash_client_share_bps=5_000,
-            attesters=[admin.pubkey()]))])
-        self.client = await self.wallet()
-        self.client_tokens = await ensure_io_account(self.chain, admin, self.client.pubkey(), self.mint)
-        await mint_io(self.chain, admin, self.mint, self.client_tokens, 1_000_000 * IO)
+        self.market = await Market.create(self.chain, admin=admin)
+        self.admin, self.mint = admin, self.market.mint
+        self.client, self.client_tokens = await self.market.client(1_000_000 * IO)
 
     async def add_nodes(self, count: int, gpus: int) -> None:
         for _ in range(count):
             name = f"n{len(self.nodes)}"
-            wallet, key = await self.wallet(), Keypair()
-            tokens = await ensure_io_account(self.chain, self.admin, wallet.pubkey(), self.mint)
-            await mint_io(self.chain, self.admin, self.mint, tokens, 1_000 * IO)
-            await send_and_confirm(self.chain, wallet, [
-                ix.register_provider(wallet.pubkey(), self.mint), ix.stake(wallet.pubkey(), tokens, 500 * IO),
-                ix.register_node(wallet.pubkey(), key.pubkey(), ix.NodeSpec(1, gpus, 80, 1, PRICE))], [key])
+            s = await self.market.supplier(gpus, PRICE, 500 * IO)
             keyfile = self.workdir / f"node-{name}.json"
-            create_keypair_file(keyfile, key)
+            create_keypair_file(keyfile, s.node_key)
             worker = WorkerProcess(self.workdir, name, keyfile, f"H100:{gpus}:80", self.coordinator.gateway_url)
             worker.start()
-            self.nodes.append(Node(name, wallet, key, worker))
+            self.nodes.append(Node(name, s.wallet, s.node_key, worker))
         await until(lambda: self.online(len(self.nodes)), 120, "the workers online")
 
     async def online(self, count: int) -> bool:
@@ -156,8 +139,7 @@ async def deployment(**coordinator_settings: object) -> AsyncIterator[Deployment
     dep: Deployment | None = None
     try:
         async with AsyncClient(node.url, commitment=Confirmed) as chain:
-            admin = Keypair()
-            await chain.confirm_transaction((await chain.request_airdrop(admin.pubkey(), 100 * 10**9)).value)
+            admin = await funded_wallet(chain, 100)
             attester = workdir / "attester.json"
             create_keypair_file(attester, admin)
             settings = {"heartbeat_seconds": 0.5, "lost_after_seconds": 3, "reconnect_grace_seconds": 6,

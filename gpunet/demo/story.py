@@ -40,7 +40,7 @@ from gpunet.keys import create_keypair_file
 from gpunet.localnet import LocalnetProcess
 from gpunet.pda import lease_pda, node_pda, provider_pda
 from gpunet.protocol import JobSpec
-from gpunet.tokens import create_mint, ensure_io_account, mint_io
+from gpunet.testbed import Market
 from worker.simulate import SimulatedGpus
 
 __all__ = ["Demo", "DemoResult"]
@@ -122,20 +122,11 @@ class Demo:
                 node.stop()
             self.say("[dim]everything stopped cleanly[/]")
 
-    async def _wallet(self) -> Keypair:
-        kp = Keypair()
-        await self.chain.confirm_transaction((await self.chain.request_airdrop(kp.pubkey(), 10 * 10**9)).value)
-        return kp
-
     async def _initialise(self) -> None:
         self.console.rule("[bold]1. The admin initialises gpunet")
-        self.admin = await self._wallet()
-        self.mint = await create_mint(self.chain, self.admin)
-        treasury = await ensure_io_account(self.chain, self.admin, self.admin.pubkey(), self.mint)
-        await send_and_confirm(self.chain, self.admin, [ix.initialize(self.admin.pubkey(), self.mint, ix.ConfigParams(
-            treasury=treasury, protocol_fee_bps=500, min_stake_per_gpu=100 * IO, unbonding_seconds=3_600,
-            usage_period_seconds=PERIOD, jail_seconds=600, slash_bps=(1_000, 2_000, 5_000),
-            slash_client_share_bps=5_000, attesters=[self.admin.pubkey()]))])
+        self.market = await Market.create(self.chain, usage_period_seconds=PERIOD, min_stake_per_gpu=100 * IO,
+                                          jail_seconds=600)
+        self.admin, self.mint = self.market.admin, self.market.mint
         self.say(f"IO mint {self.mint}; fee 5%; min stake {format_io(100 * IO)}/GPU; usage period {PERIOD} s; "
                  f"the coordinator's key {short(self.admin.pubkey())} is the attester")
 
@@ -155,16 +146,12 @@ class Demo:
     async def _suppliers(self, coordinator: CoordinatorProcess) -> None:
         self.console.rule("[bold]2. Suppliers stake IO, register nodes and start their workers")
         for name, gpus in SUPPLIERS:
-            wallet, node_key = await self._wallet(), Keypair()
-            tokens = await ensure_io_account(self.chain, self.admin, wallet.pubkey(), self.mint)
-            await mint_io(self.chain, self.admin, self.mint, tokens, 1_000 * IO)
+            node_key = Keypair()
             inventory = SimulatedGpus.parse(f"H100:{gpus}:80", str(node_key.pubkey())).inventory()
             stake = (gpus + 1) * 100 * IO
-            await send_and_confirm(self.chain, wallet, [
-                ix.register_provider(wallet.pubkey(), self.mint), ix.stake(wallet.pubkey(), tokens, stake),
-                ix.register_node(wallet.pubkey(), node_key.pubkey(),
-                                 ix.NodeSpec(1, gpus, 80, 1, PRICE, inventory.hash()))], [node_key])
-            supplier = Supplier(name, gpus, wallet, node_key)
+            registered = await self.market.supplier(gpus, PRICE, stake, inventory_hash=inventory.hash(),
+                                                    node_key=node_key)
+            supplier = Supplier(name, gpus, registered.wallet, node_key)
             keyfile = self.workdir / f"node-{name}.json"
             create_keypair_file(keyfile, node_key)
             supplier.worker = WorkerProcess(self.workdir, name, keyfile, f"H100:{gpus}:80", coordinator.gateway_url)
@@ -183,9 +170,7 @@ class Demo:
 
     async def _lease(self, node: LocalnetProcess, coordinator: CoordinatorProcess) -> DemoResult:
         self.console.rule("[bold]3. A client leases a 2-node cluster of 4 H100s and attaches a training job")
-        client = await self._wallet()
-        tokens = await ensure_io_account(self.chain, self.admin, client.pubkey(), self.mint)
-        await mint_io(self.chain, self.admin, self.mint, tokens, 100 * IO)
+        client, tokens = await self.market.client(100 * IO)
         lease = lease_pda(client.pubkey(), 1)
         result = DemoResult(lease)
         terms = ix.LeaseTerms(1, 80, 4, ix.ANY, MAX_PRICE, self.lease_seconds)

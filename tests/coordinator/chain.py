@@ -14,17 +14,11 @@ from gpunet.accounts import fetch
 from gpunet.amounts import IO
 from gpunet.client import send_and_confirm
 from gpunet.pda import lease_pda
-from gpunet.tokens import create_mint, ensure_io_account, io_account, mint_io, token_balance
+from gpunet.testbed import Market
+from gpunet.tokens import io_account, token_balance
 from gpunet.usage import UsageReport
 
 PERIOD = 2
-
-
-async def _wallet(client: AsyncClient) -> Keypair:
-    kp = Keypair()
-    sig = (await client.request_airdrop(kp.pubkey(), 10**10)).value
-    await client.confirm_transaction(sig)
-    return kp
 
 
 async def _chain_time(client: AsyncClient) -> int:
@@ -37,30 +31,16 @@ class Cluster:
 
     async def build(self, client: AsyncClient, nodes: int = 2, assign: bool = True) -> Cluster:
         self.client = client
-        self.admin = await _wallet(client)
-        mint = await create_mint(client, self.admin)
-        self.mint = mint
-        treasury = await ensure_io_account(client, self.admin, self.admin.pubkey(), mint)
-        await send_and_confirm(client, self.admin, [ix.initialize(self.admin.pubkey(), mint, ix.ConfigParams(
-            treasury=treasury, protocol_fee_bps=500, min_stake_per_gpu=10 * IO, unbonding_seconds=60,
-            usage_period_seconds=60, jail_seconds=60, slash_bps=(1_000, 2_000, 5_000), slash_client_share_bps=5_000,
-            attesters=[self.admin.pubkey()]))])
+        market = await Market.create(client, usage_period_seconds=60, jail_seconds=60, unbonding_seconds=60)
+        self.admin, self.mint = market.admin, market.mint
         self.nodes: list[tuple[Keypair, Keypair]] = []  # (supplier wallet, node key)
         for _ in range(nodes):
-            supplier, node_key = await _wallet(client), Keypair()
-            tokens = await ensure_io_account(client, self.admin, supplier.pubkey(), mint)
-            await mint_io(client, self.admin, mint, tokens, 100 * IO)
-            await send_and_confirm(client, supplier, [
-                ix.register_provider(supplier.pubkey(), mint), ix.stake(supplier.pubkey(), tokens, 50 * IO),
-                ix.register_node(supplier.pubkey(), node_key.pubkey(), ix.NodeSpec(1, 2, 80, 1, 3_600 * IO // 1000)),
-            ], [node_key])
-            self.nodes.append((supplier, node_key))
-        self.client_wallet = await _wallet(client)
-        client_tokens = await ensure_io_account(client, self.admin, self.client_wallet.pubkey(), mint)
-        await mint_io(client, self.admin, mint, client_tokens, 100 * IO)
+            s = await market.supplier(2, 3_600 * IO // 1000, 50 * IO)
+            self.nodes.append((s.wallet, s.node_key))
+        self.client_wallet, client_tokens = await market.client(100 * IO)
         self.lease = lease_pda(self.client_wallet.pubkey(), 1)
         await send_and_confirm(client, self.client_wallet, [ix.open_lease(
-            self.client_wallet.pubkey(), client_tokens, mint, 1, ix.LeaseTerms(1, 80, 4, ix.ANY, 10 * IO, 3_600))])
+            self.client_wallet.pubkey(), client_tokens, self.mint, 1, ix.LeaseTerms(1, 80, 4, ix.ANY, 10 * IO, 3_600))])
         if assign:
             await send_and_confirm(client, self.admin, [ix.assign_lease(self.admin.pubkey(), self.lease, [
                 self.share(0), self.share(1)])])

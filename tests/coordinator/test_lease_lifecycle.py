@@ -41,7 +41,7 @@ from gpunet.jobs import CoordinatorError, job_view, submit_job
 from gpunet.keys import create_keypair_file
 from gpunet.pda import lease_pda, lease_vault_pda, node_pda
 from gpunet.protocol import JobSpec
-from gpunet.tokens import create_mint, ensure_io_account, mint_io
+from gpunet.testbed import Market
 
 from .conftest import eventually
 
@@ -56,38 +56,19 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-async def _wallet(chain: AsyncClient) -> Keypair:
-    kp = Keypair()
-    await chain.confirm_transaction((await chain.request_airdrop(kp.pubkey(), 10**10)).value)
-    return kp
-
-
 class World:
     """Config (admin = the coordinator's attester), three suppliers with a 2-GPU H100 node each, a client."""
 
     async def build(self, chain: AsyncClient, home: Path) -> World:
         self.chain, self.home = chain, home
-        self.admin = await _wallet(chain)
-        self.mint = await create_mint(chain, self.admin)
-        self.treasury = await ensure_io_account(chain, self.admin, self.admin.pubkey(), self.mint)
-        await send_and_confirm(chain, self.admin, [ix.initialize(self.admin.pubkey(), self.mint, ix.ConfigParams(
-            treasury=self.treasury, protocol_fee_bps=500, min_stake_per_gpu=10 * IO, unbonding_seconds=60,
-            usage_period_seconds=PERIOD, jail_seconds=3600, slash_bps=(1_000, 2_000, 5_000),
-            slash_client_share_bps=5_000, attesters=[self.admin.pubkey()]))])
+        market = await Market.create(chain, usage_period_seconds=PERIOD)
+        self.admin, self.mint = market.admin, market.mint
         self.suppliers: list[tuple[Keypair, Keypair]] = []
         for i in range(3):
-            wallet, node_key = await _wallet(chain), Keypair()
-            tokens = await ensure_io_account(chain, self.admin, wallet.pubkey(), self.mint)
-            await mint_io(chain, self.admin, self.mint, tokens, 100 * IO)
-            await send_and_confirm(chain, wallet, [
-                ix.register_provider(wallet.pubkey(), self.mint), ix.stake(wallet.pubkey(), tokens, 50 * IO),
-                ix.register_node(wallet.pubkey(), node_key.pubkey(), ix.NodeSpec(1, 2, 80, 1, PRICE))], [node_key])
-            create_keypair_file(home / f"node{i}.json", node_key)
-            self.suppliers.append((wallet, node_key))
-        self.client = await _wallet(chain)
-        client_tokens = await ensure_io_account(chain, self.admin, self.client.pubkey(), self.mint)
-        await mint_io(chain, self.admin, self.mint, client_tokens, 100 * IO)
-        self.client_tokens = client_tokens
+            s = await market.supplier(2, PRICE, 50 * IO)
+            create_keypair_file(home / f"node{i}.json", s.node_key)
+            self.suppliers.append((s.wallet, s.node_key))
+        self.client, self.client_tokens = await market.client(100 * IO)
         return self
 
     def node_keys(self) -> list[str]:
