@@ -94,7 +94,8 @@ class Gateway:
         self._server: Server | None = None
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> Gateway:
-        self._server = await serve(self._session, host, port, max_size=MAX_MESSAGE_BYTES)
+        # Keepalive pings every 5 s also measure each session's latency (the scheduler scores it).
+        self._server = await serve(self._session, host, port, max_size=MAX_MESSAGE_BYTES, ping_interval=5)
         return self
 
     @property

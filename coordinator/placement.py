@@ -61,7 +61,8 @@ class Placer:
                             gpus_leased=0,  # the scheduler counts reservations itself (restored below)
                             bonded_stake=int(r["bonded_stake"]), provider_staked=int(r["staked"]),
                             provider_bonded=int(r["bonded"]), jailed=r["jailed"], online=fleet.online(key),
-                            healthy=fleet.healthy(key), simulated=bool(seen and seen.simulated))
+                            healthy=fleet.healthy(key), simulated=bool(seen and seen.simulated),
+                            latency_ms=self._latency_ms(key))
             if r["node_key"] in self.scheduler.nodes:
                 old = self.scheduler.nodes[r["node_key"]]
                 view.completed_shares, view.failed_shares = old.completed_shares, old.failed_shares
@@ -81,6 +82,11 @@ class Placer:
                     PlacedShare.of(v, s["gpus"]) for v, s in zip(views, shares, strict=True))))
             except (KeyError, SchedulerError) as e:
                 log.warning("placement.restore_failed lease=%s %s", lease, e)
+
+    def _latency_ms(self, key: Pubkey) -> float | None:
+        """The worker session's round trip, measured by the WebSocket keepalive pings (None: not yet)."""
+        ws = self.c.gateway.sessions.get(key)
+        return ws.latency * 1000 if ws is not None and ws.latency > 0 else None
 
     @staticmethod
     def _group(shares: list[asyncpg.Record]) -> dict[str, list[asyncpg.Record]]:
