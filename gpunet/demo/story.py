@@ -264,8 +264,8 @@ class Demo:
         result.deposited, result.paid, result.fees, result.refunded = account.deposited, account.paid, account.fees, account.refunded
         txs = await transactions_of(self.chain, lease)
         table = Table(title=f"lease {short(lease)} — what moved, with its transactions")
-        for column in ("who", "GPU-s", "paid", "fees", "slashed", "transactions"):
-            table.add_column(column, justify="left" if column in ("who", "transactions") else "right")
+        for column in ("who", "GPU-s", "paid", "fees", "slashed", "settlements"):
+            table.add_column(column, justify="left" if column in ("who", "settlements") else "right", no_wrap=True)
         for s in self.suppliers:
             key = str(provider_pda(s.wallet.pubkey()))
             settled = [(tx.signature, e.data) for tx in txs for e in tx.events
@@ -275,9 +275,9 @@ class Demo:
             result.slashed_by_supplier[s.name] = slashed
             table.add_row(s.name, str(sum(d.gpu_seconds for _, d in settled)), format_io(result.paid_by_supplier[s.name]),
                           format_io(sum(d.fee for _, d in settled)), format_io(slashed),
-                          f"{len(settled)} settlements, last {short(settled[-1][0])}" if settled else "-")
+                          f"{len(settled)}, last {short(settled[-1][0])}" if settled else "-")
         closed = next(((tx.signature, e.data) for tx in txs for e in tx.events if e.name == "LeaseClosed"), None)
-        table.add_row("client refund", "", "", "", "", f"{format_io(result.refunded)}  {short(closed[0]) if closed else '-'}")
+        table.add_row("client", "", f"refund {format_io(result.refunded)}", "", "", f"close {short(closed[0]) if closed else '-'}")
         self.console.print(table)
         result.conserved = account.deposited == account.paid + account.fees + account.refunded
         self.say(f"conservation (base units): deposited {account.deposited} == paid {account.paid} + fees {account.fees} "
