@@ -49,8 +49,14 @@ class Placer:
     # --- the fleet
 
     async def _sync(self, conn: asyncpg.Connection) -> None:
-        rows = await conn.fetch("SELECT n.*, p.authority, p.staked, p.bonded FROM nodes n "
-                                "JOIN providers p USING (provider) WHERE n.registered")
+        # Reliability history comes from the ledger, so a restart does not forget it: faults
+        # recorded against the node, and ended leases it held to the end.
+        rows = await conn.fetch(
+            """SELECT n.*, p.authority, p.staked, p.bonded,
+                      (SELECT count(*) FROM faults f WHERE f.node_key = n.node_key) AS failed,
+                      (SELECT count(*) FROM placements pl WHERE pl.state = 'ended' AND n.node_key = ANY(pl.nodes))
+                        AS completed
+               FROM nodes n JOIN providers p USING (provider) WHERE n.registered""")
         fleet = self.c.fleet
         for r in rows:
             key = Pubkey.from_string(r["node_key"])
@@ -62,10 +68,8 @@ class Placer:
                             bonded_stake=int(r["bonded_stake"]), provider_staked=int(r["staked"]),
                             provider_bonded=int(r["bonded"]), jailed=r["jailed"], online=fleet.online(key),
                             healthy=fleet.healthy(key), simulated=bool(seen and seen.simulated),
-                            latency_ms=self._latency_ms(key))
-            if r["node_key"] in self.scheduler.nodes:
-                old = self.scheduler.nodes[r["node_key"]]
-                view.completed_shares, view.failed_shares = old.completed_shares, old.failed_shares
+                            latency_ms=self._latency_ms(key), completed_shares=r["completed"],
+                            failed_shares=r["failed"])
             self.scheduler.upsert_node(view)
         registered = {r["node_key"] for r in rows}
         for gone in [k for k in self.scheduler.nodes if k not in registered]:  # deregistered meanwhile
@@ -218,7 +222,6 @@ class Placer:
             self.scheduler.restore(before)
             await ops.set_placement(conn, lease, "placed", f"node {lost_key} lost; reassign failed ({e}); retrying")
             return False
-        self.scheduler.record_outcome(lost_key, completed=False)
         await ops.set_placement(conn, lease, "placed", f"node {lost_key} lost; share moved to {target.node_key}",
                                 list(decision.node_keys))
         self.dispatched.get(lease, set()).discard(lost_key)
@@ -243,7 +246,7 @@ class Placer:
                                       "WHERE l.status = 'closed' AND p.state <> 'ended'")
             for row in closed:
                 await self._stop_workers(conn, row["lease"], "the lease was closed")
-                self._forget(row["lease"], completed=True)
+                self._forget(row["lease"])
                 await ops.set_placement(conn, row["lease"], "ended", "the lease is closed")
 
     async def _stop_workers(self, conn: asyncpg.Connection, lease: str, reason: str) -> None:
@@ -263,11 +266,9 @@ class Placer:
             return
         log.info("lease.closed lease=%s", lease)
 
-    def _forget(self, lease: str, completed: bool) -> None:
+    def _forget(self, lease: str) -> None:
         if lease in self.scheduler.reservations:
-            for key in self.scheduler.release(lease).node_keys:
-                if key in self.scheduler.nodes:
-                    self.scheduler.record_outcome(key, completed=completed)
+            self.scheduler.release(lease)
         self.dispatched.pop(lease, None)
         self.failovers.pop(lease, None)
         self.ending.pop(lease, None)

@@ -43,7 +43,7 @@ async def api(node, pool, database_url):
         url = f"http://127.0.0.1:{settings.api_port}"
         async with httpx.AsyncClient(base_url=url, timeout=30) as http:
             await eventually(lambda: _indexed(http, str(world.lease)), what="the lease indexed")
-            yield http, world, pool
+            yield http, world, pool, coordinator
         server.should_exit = True
         await task
         await rpc.close()
@@ -63,7 +63,7 @@ def _body(world, spec: JobSpec, per_node: int | None = 2, signer: Keypair | None
 
 
 async def test_bad_job_submissions_are_refused_with_a_reason_and_store_nothing(api) -> None:
-    http, world, pool = api
+    http, world, pool, _ = api
     spec = JobSpec(command=["python", "train.py"])
     url = f"/leases/{world.lease}/job"
     cases = [
@@ -101,7 +101,7 @@ async def test_bad_job_submissions_are_refused_with_a_reason_and_store_nothing(a
 
 
 async def test_schemathesis_finds_no_server_error_on_the_running_coordinator(api) -> None:
-    http, _, _ = api
+    http, _, _, _ = api
     # schemathesis is synchronous: it runs in a thread while this loop serves the API.
     await asyncio.to_thread(_fuzz, str(http.base_url).rstrip("/"))
 
@@ -125,3 +125,22 @@ def _fuzz(base: str) -> None:
             json.loads(response.text)
 
         run()
+
+
+async def test_reliability_history_comes_from_the_ledger_and_survives_a_restart(api) -> None:
+    _, world, pool, coordinator = api
+    node_key = str(world.nodes[0][1].pubkey())
+    async with pool.acquire() as conn:
+        for _ in range(2):
+            await conn.execute("INSERT INTO faults (node_key, kind, evidence, evidence_hash) VALUES ($1, 'MissedHeartbeats', "
+                               "'{}', '00')", node_key)
+        await conn.execute("INSERT INTO placements (lease, state, nodes) VALUES ('L1', 'ended', $1)", [node_key])
+    view = await eventually(lambda: _true_view(coordinator, node_key), what="the history in the scheduler")
+    assert (view.failed_shares, view.completed_shares) == (2, 1)
+    other = coordinator.placer.scheduler.nodes[str(world.nodes[1][1].pubkey())]
+    assert (other.failed_shares, other.completed_shares) == (0, 0)
+
+
+async def _true_view(coordinator, node_key):
+    view = coordinator.placer.scheduler.nodes.get(node_key)
+    return view if view is not None and view.failed_shares == 2 else None
