@@ -23,6 +23,7 @@ from coordinator.indexer.service import ChainMismatch
 from coordinator.indexer.rpc import ChainRpc
 from coordinator.service import Coordinator
 from coordinator.settings import Settings
+from gpunet.accounts import AccountError
 from gpunet.keys import KeypairFileError, load_keypair
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="The coordinator: chain indexer, PostgreSQL ledger, worker gateway, scheduler, settlement and API (settings: GPUNET_* variables).")
@@ -52,7 +53,7 @@ def _serve(main: Callable[[Settings], Awaitable[object]]) -> None:
 
     try:
         asyncio.run(guarded())
-    except (SchemaTooNew, ChainMismatch) as e:
+    except (SchemaTooNew, ChainMismatch, AccountError) as e:
         typer.echo(f"coordinator: {e}", err=True)
         raise typer.Exit(2) from None
 

