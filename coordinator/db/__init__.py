@@ -3,6 +3,7 @@ migrated at start-up."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -13,6 +14,8 @@ from coordinator.db.migrate import SchemaTooNew, migrate
 from coordinator.settings import Settings
 
 __all__ = ["SchemaTooNew", "connect_pool", "open_database"]
+
+CLOSE_SECONDS = 10.0
 
 
 async def connect_pool(url: str, **kwargs: object) -> asyncpg.Pool:
@@ -33,7 +36,12 @@ async def open_database(settings: Settings) -> AsyncIterator[asyncpg.Pool]:
                 await migrate(conn)
             yield pool
         finally:
-            await pool.close()
+            # A connection stuck in a query (a lock wait, a dead peer) must not keep a stopping
+            # coordinator alive: close gracefully for a while, then cut the connections.
+            try:
+                await asyncio.wait_for(pool.close(), CLOSE_SECONDS)
+            except TimeoutError:
+                pool.terminate()
     finally:
         if embedded is not None:
             await embedded.stop()

@@ -148,4 +148,4 @@ async def test_indexer_killed_inside_its_database_transaction_leaves_nothing_hal
         assert await indexed_events(pool) == expected
     finally:
         proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=30)
+        assert proc.wait(timeout=60) == 0  # a stuck database connection is cut after 10 s
