@@ -53,6 +53,7 @@ class Coordinator:
         self.indexer = Indexer(settings, pool)
         self.started_at = time.time()
         self._tasks: list[asyncio.Task[Any]] = []
+        self._running_checked: dict[Pubkey, frozenset[str]] = {}  # node -> running leases it holds
 
     async def start(self) -> Coordinator:
         # Workers meter in the protocol's usage period (the most one report may cover).
@@ -126,18 +127,23 @@ class Coordinator:
 
     async def connected(self, node_key: Pubkey, hello: Hello) -> None:
         self.fleet.connected(node_key, hello.simulated)
+        self._running_checked.pop(node_key, None)
         self.placer.redispatch(str(node_key))
         log.info("worker.connected node=%s simulated=%s gpus=%d", node_key, hello.simulated, len(hello.inventory.gpus))
 
     async def heartbeat(self, node_key: Pubkey, beat: Heartbeat) -> None:
         self.fleet.heartbeat(node_key, beat.healthy)
-        # A node that comes back after its share moved must not run the job twice.
-        if beat.running:
+        # A node that comes back after its share moved must not run the job twice. The ledger is
+        # asked only when the node's running set changes (or it reconnected, or was lost), not
+        # on every heartbeat.
+        running = frozenset(beat.running)
+        if running and self._running_checked.get(node_key) != running:
             async with self.pool.acquire() as conn:
                 held = {r["lease"] for r in await ops.active_shares(conn, node_key=str(node_key))}
-            for lease in set(beat.running) - held:
+            for lease in running - held:
                 with contextlib.suppress(Exception):
                     await self.gateway.send(node_key, Cancel(lease=lease, reason="this node no longer holds the lease"))
+            self._running_checked[node_key] = running & held
 
     async def job_status(self, node_key: Pubkey, status: JobStatus) -> None:
         async with self.pool.acquire() as conn:
@@ -193,6 +199,7 @@ class Coordinator:
     async def fail_over(self) -> None:
         for node_key in self.fleet.newly_lost():
             self.placer.mark_offline(str(node_key))
+            self._running_checked.pop(node_key, None)  # if it comes back, what it runs is checked again
             async with self.pool.acquire() as conn:
                 shares = await ops.active_shares(conn, node_key=str(node_key))
             if shares:
