@@ -12,7 +12,11 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-__all__ = ["LocalnetError", "LocalnetProcess", "localnet_binary"]
+__all__ = ["LocalnetError", "LocalnetProcess", "localnet_binary", "program_build"]
+
+# Names the SBF build of the program for the node to run instead of the native one (read by the
+# node itself: localnet/src/gpunet_program.rs); children inherit it.
+PROGRAM_SO_ENV = "GPUNET_PROGRAM_SO"
 
 
 class LocalnetError(Exception):
@@ -28,6 +32,12 @@ def localnet_binary() -> Path:
     if not binary.is_file():
         raise LocalnetError(f"{binary} not found: run scripts/setup (or set GPUNET_LOCALNET_BIN)")
     return binary
+
+
+def program_build() -> str:
+    """How a node started from here runs the gpunet program, in words."""
+    so = os.environ.get(PROGRAM_SO_ENV)
+    return f"SBF build {so}" if so else "native build"
 
 
 def _free_port() -> int:

@@ -37,7 +37,7 @@ from gpunet.idl import PROGRAM_ID
 from gpunet.demo.processes import CoordinatorProcess, WorkerProcess
 from gpunet.jobs import CoordinatorError, job_view, submit_job
 from gpunet.keys import create_keypair_file
-from gpunet.localnet import LocalnetProcess
+from gpunet.localnet import LocalnetProcess, program_build
 from gpunet.pda import lease_pda, node_pda, provider_pda
 from gpunet.protocol import JobSpec
 from gpunet.testbed import Market
@@ -103,7 +103,7 @@ class Demo:
         node = LocalnetProcess(self.workdir / "localnet.log", slot_ms=100)
         with self.console.status("Starting gpunet-localnet…"):
             node.start()
-        self.say(f"[dim]gpunet-localnet on {node.url}; logs in {self.workdir}[/]")
+        self.say(f"[dim]gpunet-localnet on {node.url} (gpunet program: {program_build()}); logs in {self.workdir}[/]")
         coordinator: CoordinatorProcess | None = None
         try:
             async with AsyncClient(node.url, commitment=Confirmed) as chain:

@@ -1,11 +1,95 @@
-//! The gpunet program, registered natively in a LiteSVM.
+//! The gpunet program in a LiteSVM: natively (the default), or as the SBF ELF that
+//! `scripts/build-sbf` produces when `GPUNET_PROGRAM_SO` names it. This is the one place
+//! that chooses; the Rust tests, the benchmarks and gpunet-localnet all go through it.
+use std::path::PathBuf;
+
 use litesvm::LiteSVM;
 
 use crate::{add_native_program, native_entry};
 
-/// A LiteSVM with the SPL programs, the precompiles and the gpunet program at `gpunet::ID`.
+/// Names the SBF build of the program to run instead of the native one.
+pub const PROGRAM_SO_ENV: &str = "GPUNET_PROGRAM_SO";
+
+/// How the gpunet program runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProgramBuild {
+    /// Compiled for the host and registered as a builtin (no compute metering).
+    Native,
+    /// An SBF ELF, run by the SVM's interpreter with compute metering and SBF's limits.
+    Sbf(PathBuf),
+}
+
+impl ProgramBuild {
+    /// `Sbf` when `GPUNET_PROGRAM_SO` is set and not empty, else `Native`.
+    pub fn from_env() -> Self {
+        match std::env::var_os(PROGRAM_SO_ENV) {
+            Some(path) if !path.is_empty() => Self::Sbf(PathBuf::from(path)),
+            _ => Self::Native,
+        }
+    }
+
+    /// Adds the program to `svm` at `gpunet::ID`.
+    pub fn install(&self, svm: &mut LiteSVM) -> Result<(), String> {
+        match self {
+            Self::Native => add_native_program(svm, gpunet::ID, native_entry!(gpunet::entry)),
+            Self::Sbf(path) => {
+                let elf = std::fs::read(path).map_err(|e| {
+                    format!("cannot read the SBF program {} ({PROGRAM_SO_ENV}): {e}; build it with scripts/build-sbf", path.display())
+                })?;
+                // LiteSVM's add_program turns an ELF the loader refuses into a program that
+                // fails every call; check it here so a bad file is reported as such.
+                if !elf.starts_with(b"\x7fELF") {
+                    return Err(format!("{} ({PROGRAM_SO_ENV}) is not an ELF file", path.display()));
+                }
+                svm.add_program(gpunet::ID, &elf)
+                    .map_err(|e| format!("cannot load the SBF program {}: {e}", path.display()))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Display for ProgramBuild {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Native => write!(f, "native"),
+            Self::Sbf(path) => write!(f, "SBF ({})", path.display()),
+        }
+    }
+}
+
+/// A LiteSVM with the SPL programs, the precompiles and the gpunet program at `gpunet::ID`,
+/// built as [`ProgramBuild::from_env`] says.
+///
+/// # Panics
+/// If `GPUNET_PROGRAM_SO` names a file that cannot be loaded.
 pub fn gpunet_svm() -> LiteSVM {
+    gpunet_svm_with(&ProgramBuild::from_env()).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// A LiteSVM as [`gpunet_svm`] makes it, with the program built as `build` says.
+pub fn gpunet_svm_with(build: &ProgramBuild) -> Result<LiteSVM, String> {
     let mut svm = LiteSVM::new();
-    add_native_program(&mut svm, gpunet::ID, native_entry!(gpunet::entry));
-    svm
+    build.install(&mut svm)?;
+    Ok(svm)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_or_non_elf_program_file_is_refused_with_what_to_do() {
+        let mut svm = LiteSVM::new();
+        let missing = ProgramBuild::Sbf(PathBuf::from("/nonexistent/gpunet.so"));
+        let err = missing.install(&mut svm).unwrap_err();
+        assert!(err.contains("/nonexistent/gpunet.so") && err.contains("scripts/build-sbf"), "{err}");
+
+        let file = std::env::temp_dir().join(format!("gpunet-not-an-elf-{}.so", std::process::id()));
+        std::fs::write(&file, b"#!/bin/sh\n").unwrap();
+        let err = ProgramBuild::Sbf(file.clone()).install(&mut svm).unwrap_err();
+        std::fs::remove_file(&file).unwrap();
+        assert!(err.contains("is not an ELF file"), "{err}");
+        assert!(svm.get_account(&gpunet::ID).is_none(), "nothing was installed");
+    }
 }

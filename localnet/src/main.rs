@@ -6,6 +6,7 @@ mod node;
 use {
     clap::Parser,
     node::{chain, genesis, ledger, pubsub, rpc, Node},
+    gpunet_localnet::ProgramBuild,
     std::{net::IpAddr, path::PathBuf, sync::Arc, time::Duration},
 };
 
@@ -44,8 +45,8 @@ fn fail(msg: String) -> ! {
     std::process::exit(1)
 }
 
-fn build_chain(args: &Args) -> chain::Chain {
-    let mut chain = chain::Chain::new(chain::node_svm());
+fn build_chain(args: &Args, program: &ProgramBuild) -> chain::Chain {
+    let mut chain = chain::Chain::new(chain::node_svm(program).unwrap_or_else(|e| fail(e)));
     let restored = match &args.ledger {
         Some(dir) => ledger::restore(&mut chain, dir).unwrap_or_else(|e| fail(e)),
         None => false,
@@ -97,7 +98,8 @@ async fn main() {
             .checked_add(1)
             .unwrap_or_else(|| fail("--rpc-port too large".into()))
     });
-    let node = Arc::new(Node::new(build_chain(&args)));
+    let program = ProgramBuild::from_env();
+    let node = Arc::new(Node::new(build_chain(&args, &program)));
 
     let rpc_listener = tokio::net::TcpListener::bind((args.bind, args.rpc_port))
         .await
@@ -143,7 +145,7 @@ async fn main() {
     {
         let chain = node.chain();
         println!(
-            "gpunet-localnet: JSON-RPC http://{}:{} PubSub ws://{}:{ws_port} slot {} ({} ms/slot) ledger {} gpunet program {}",
+            "gpunet-localnet: JSON-RPC http://{}:{} PubSub ws://{}:{ws_port} slot {} ({} ms/slot) ledger {} gpunet program {} ({program})",
             args.bind,
             args.rpc_port,
             args.bind,

@@ -13,7 +13,7 @@ from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
 from coordinator.gateway import Gateway
-from gpunet.protocol import Ack, Dispatch, Heartbeat, Hello, JobLog, JobSpec, JobStatus, UsageReportMessage
+from gpunet.protocol import Ack, Checkpoint, Dispatch, Heartbeat, Hello, JobLog, JobSpec, JobStatus, UsageReportMessage
 from worker.agent import Agent, WorkerSettings
 from worker.simulate import SimulatedGpus
 
@@ -47,6 +47,9 @@ class Coordinator:
 
     async def worker_ack(self, node_key: Pubkey, ack: Ack) -> None:
         self.seen.append(ack)
+
+    async def checkpoint(self, node_key: Pubkey, checkpoint: Checkpoint) -> None:
+        self.seen.append(checkpoint)
 
     async def disconnected(self, node_key: Pubkey) -> None:
         pass
@@ -96,6 +99,9 @@ async def test_the_worker_and_the_coordinators_gateway_speak_the_same_protocol(t
             usage = coordinator.of(UsageReportMessage)
             assert [r.seq for r in usage] == list(range(1, len(usage) + 1))
             assert [line.line for line in coordinator.of(JobLog)][-1] == "done"
+            # the job's last checkpoint reaches the coordinator, so another node could resume it
+            await until(lambda: any(f.content() == b"25" for c in coordinator.of(Checkpoint) for f in c.files),
+                        "the last checkpoint")
             assert [a.of for a in coordinator.of(Ack)] == ["dispatch"]
             assert gateway.refused == {}
     finally:

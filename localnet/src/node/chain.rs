@@ -3,6 +3,7 @@
 
 use {
     super::{blockhash::BlockhashWindow, record::TxRecord},
+    gpunet_localnet::ProgramBuild,
     litesvm::LiteSVM,
     solana_account::{Account, ReadableAccount},
     solana_clock::Clock,
@@ -67,18 +68,18 @@ pub fn unix_now() -> i64 {
         .unwrap_or(0)
 }
 
-/// The SVM the node runs: the gpunet program, SPL programs, precompiles; the
-/// node does the blockhash, duplicate and signature checks itself.
-pub fn node_svm() -> LiteSVM {
+/// The SVM the node runs: the gpunet program (built as `build` says), SPL programs,
+/// precompiles; the node does the blockhash, duplicate and signature checks itself.
+pub fn node_svm(build: &ProgramBuild) -> Result<LiteSVM, String> {
     // No history in LiteSVM either: the node keeps its own, and LiteSVM's would
     // refuse a resent transaction whose first try preflight refused.
-    let mut svm = gpunet_localnet::gpunet_svm()
+    let mut svm = gpunet_localnet::gpunet_svm_with(build)?
         .with_sigverify(false)
         .with_blockhash_check(false)
         .with_transaction_history(0);
     // Like solana-test-validator: fixed-length epochs from the start (no warmup).
     svm.set_sysvar(&EpochSchedule::without_warmup());
-    svm
+    Ok(svm)
 }
 
 impl Chain {
@@ -268,7 +269,7 @@ mod tests {
 
     #[test]
     fn tick_advances_slot_clock_and_blockhash() {
-        let mut chain = Chain::new(node_svm());
+        let mut chain = Chain::new(node_svm(&ProgramBuild::Native).unwrap());
         let mut rx = chain.events.subscribe();
         let (h0, _) = chain.latest_blockhash();
         chain.tick(1_000);
@@ -300,7 +301,7 @@ mod tests {
 
     #[test]
     fn old_blockhashes_expire_after_150_slots() {
-        let mut chain = Chain::new(node_svm());
+        let mut chain = Chain::new(node_svm(&ProgramBuild::Native).unwrap());
         let (h0, _) = chain.latest_blockhash();
         for _ in 0..149 {
             chain.tick(unix_now());
@@ -312,7 +313,7 @@ mod tests {
 
     #[test]
     fn block_time_never_goes_back() {
-        let mut chain = Chain::new(node_svm());
+        let mut chain = Chain::new(node_svm(&ProgramBuild::Native).unwrap());
         let t0 = chain.slot_times[0];
         chain.tick(t0 - 100);
         assert_eq!(chain.block_time(1), Some(t0));

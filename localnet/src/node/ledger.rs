@@ -170,19 +170,19 @@ pub fn restore(chain: &mut Chain, dir: &Path) -> Result<bool, String> {
 
 #[cfg(test)]
 mod tests {
-    use {super::*, crate::node::chain::node_svm, solana_signer::Signer};
+    use {super::*, crate::node::chain::node_svm, gpunet_localnet::ProgramBuild, solana_signer::Signer};
 
     #[test]
     fn snapshot_round_trip_keeps_accounts_slot_and_keys() {
         let dir = std::env::temp_dir().join(format!("gpunet-ledger-test-{}", std::process::id()));
-        let mut chain = Chain::new(node_svm());
+        let mut chain = Chain::new(node_svm(&ProgramBuild::Native).unwrap());
         chain.tick(1);
         chain.tick(2);
         let who = Pubkey::new_unique();
         chain.airdrop(&who, 42).unwrap();
         save(&chain, &dir).unwrap();
 
-        let mut back = Chain::new(node_svm());
+        let mut back = Chain::new(node_svm(&ProgramBuild::Native).unwrap());
         assert!(restore(&mut back, &dir).unwrap());
         assert_eq!(back.slot, 3);
         assert_eq!(back.svm.get_balance(&who), Some(42));

@@ -137,3 +137,28 @@ fn program_logs_reach_the_transaction_log_like_on_chain() {
         failed.meta.logs
     );
 }
+
+/// `GPUNET_PROGRAM_SO` selects the build every test runs (see gpunet_localnet::ProgramBuild):
+/// the native build costs a flat fee per instruction, the SBF build is metered.
+#[test]
+fn the_program_runs_as_the_selected_build() {
+    let mut h = Harness::uninitialised();
+    let params = h.default_params();
+    let admin = h.admin.insecure_clone();
+    let meta = h.send(&[h.initialize_ix(&params)], &[&admin]).unwrap();
+    let prefix = format!("Program {} consumed ", gpunet::ID);
+    let consumed: u64 = meta
+        .logs
+        .iter()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no consumption line in {:#?}", meta.logs));
+    // Natively: the flat fee plus the System program's CPI (a builtin, 150 CU). On SBF the
+    // program's own code is metered: Borsh, PDA checks and the CPI cost over 10,000 CU.
+    let flat = gpunet_localnet::NATIVE_PROGRAM_COMPUTE_UNITS;
+    match gpunet_localnet::ProgramBuild::from_env() {
+        gpunet_localnet::ProgramBuild::Native => assert!(consumed < 2 * flat, "{consumed} CU natively"),
+        gpunet_localnet::ProgramBuild::Sbf(_) => assert!(consumed > 5 * flat, "{consumed} CU on SBF"),
+    }
+}
