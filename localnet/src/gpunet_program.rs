@@ -3,12 +3,17 @@
 //! that chooses; the Rust tests, the benchmarks and gpunet-localnet all go through it.
 use std::path::PathBuf;
 
+use agave_feature_set::{bpf_account_data_direct_mapping, FeatureSet};
 use litesvm::LiteSVM;
 
 use crate::{add_native_program, native_entry};
 
 /// Names the SBF build of the program to run instead of the native one.
 pub const PROGRAM_SO_ENV: &str = "GPUNET_PROGRAM_SO";
+/// Set to 1 for a build made with `scripts/build-sbf --stack-frame-gaps`: the SVM then runs
+/// without `bpf_account_data_direct_mapping`, so its stack frames have gaps, as on a cluster
+/// where that feature is not active.
+pub const STACK_FRAME_GAPS_ENV: &str = "GPUNET_SBF_STACK_FRAME_GAPS";
 
 /// How the gpunet program runs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -16,23 +21,39 @@ pub enum ProgramBuild {
     /// Compiled for the host and registered as a builtin (no compute metering).
     Native,
     /// An SBF ELF, run by the SVM's interpreter with compute metering and SBF's limits.
-    Sbf(PathBuf),
+    Sbf { path: PathBuf, stack_frame_gaps: bool },
 }
 
 impl ProgramBuild {
     /// `Sbf` when `GPUNET_PROGRAM_SO` is set and not empty, else `Native`.
     pub fn from_env() -> Self {
         match std::env::var_os(PROGRAM_SO_ENV) {
-            Some(path) if !path.is_empty() => Self::Sbf(PathBuf::from(path)),
+            Some(path) if !path.is_empty() => Self::Sbf {
+                path: PathBuf::from(path),
+                stack_frame_gaps: std::env::var_os(STACK_FRAME_GAPS_ENV).is_some_and(|v| v == "1"),
+            },
             _ => Self::Native,
         }
     }
 
-    /// Adds the program to `svm` at `gpunet::ID`.
-    pub fn install(&self, svm: &mut LiteSVM) -> Result<(), String> {
+    /// A LiteSVM (SPL programs, precompiles, every feature active unless the build needs
+    /// stack frame gaps) with the program at `gpunet::ID`.
+    pub fn svm(&self) -> Result<LiteSVM, String> {
+        let mut svm = LiteSVM::new();
+        if let Self::Sbf { stack_frame_gaps: true, .. } = self {
+            let mut features = FeatureSet::all_enabled();
+            features.deactivate(&bpf_account_data_direct_mapping::id());
+            // The builtins and the SPL programs are loaded again, under the new runtime environment.
+            svm = svm.with_feature_set(features).with_builtins().with_default_programs();
+        }
+        self.install(&mut svm)?;
+        Ok(svm)
+    }
+
+    fn install(&self, svm: &mut LiteSVM) -> Result<(), String> {
         match self {
             Self::Native => add_native_program(svm, gpunet::ID, native_entry!(gpunet::entry)),
-            Self::Sbf(path) => {
+            Self::Sbf { path, .. } => {
                 let elf = std::fs::read(path).map_err(|e| {
                     format!("cannot read the SBF program {} ({PROGRAM_SO_ENV}): {e}; build it with scripts/build-sbf", path.display())
                 })?;
@@ -53,7 +74,10 @@ impl std::fmt::Display for ProgramBuild {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Native => write!(f, "native"),
-            Self::Sbf(path) => write!(f, "SBF ({})", path.display()),
+            Self::Sbf { path, stack_frame_gaps } => {
+                let frames = if *stack_frame_gaps { "stack frames with gaps" } else { "contiguous stack frames" };
+                write!(f, "SBF {}, {frames}", path.display())
+            }
         }
     }
 }
@@ -64,14 +88,7 @@ impl std::fmt::Display for ProgramBuild {
 /// # Panics
 /// If `GPUNET_PROGRAM_SO` names a file that cannot be loaded.
 pub fn gpunet_svm() -> LiteSVM {
-    gpunet_svm_with(&ProgramBuild::from_env()).unwrap_or_else(|e| panic!("{e}"))
-}
-
-/// A LiteSVM as [`gpunet_svm`] makes it, with the program built as `build` says.
-pub fn gpunet_svm_with(build: &ProgramBuild) -> Result<LiteSVM, String> {
-    let mut svm = LiteSVM::new();
-    build.install(&mut svm)?;
-    Ok(svm)
+    ProgramBuild::from_env().svm().unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[cfg(test)]
@@ -81,13 +98,13 @@ mod tests {
     #[test]
     fn a_missing_or_non_elf_program_file_is_refused_with_what_to_do() {
         let mut svm = LiteSVM::new();
-        let missing = ProgramBuild::Sbf(PathBuf::from("/nonexistent/gpunet.so"));
-        let err = missing.install(&mut svm).unwrap_err();
+        let sbf = |path: PathBuf| ProgramBuild::Sbf { path, stack_frame_gaps: false };
+        let err = sbf(PathBuf::from("/nonexistent/gpunet.so")).install(&mut svm).unwrap_err();
         assert!(err.contains("/nonexistent/gpunet.so") && err.contains("scripts/build-sbf"), "{err}");
 
         let file = std::env::temp_dir().join(format!("gpunet-not-an-elf-{}.so", std::process::id()));
         std::fs::write(&file, b"#!/bin/sh\n").unwrap();
-        let err = ProgramBuild::Sbf(file.clone()).install(&mut svm).unwrap_err();
+        let err = sbf(file.clone()).install(&mut svm).unwrap_err();
         std::fs::remove_file(&file).unwrap();
         assert!(err.contains("is not an ELF file"), "{err}");
         assert!(svm.get_account(&gpunet::ID).is_none(), "nothing was installed");

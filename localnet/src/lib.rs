@@ -50,7 +50,7 @@ use {
 };
 
 mod gpunet_program;
-pub use gpunet_program::{gpunet_svm, gpunet_svm_with, ProgramBuild, PROGRAM_SO_ENV};
+pub use gpunet_program::{gpunet_svm, ProgramBuild, PROGRAM_SO_ENV, STACK_FRAME_GAPS_ENV};
 pub use litesvm::LiteSVM;
 
 /// Plain solana-program style entrypoint: `fn(&Pubkey, &[AccountInfo], &[u8]) -> ProgramResult`.

@@ -73,7 +73,7 @@ pub fn unix_now() -> i64 {
 pub fn node_svm(build: &ProgramBuild) -> Result<LiteSVM, String> {
     // No history in LiteSVM either: the node keeps its own, and LiteSVM's would
     // refuse a resent transaction whose first try preflight refused.
-    let mut svm = gpunet_localnet::gpunet_svm_with(build)?
+    let mut svm = build.svm()?
         .with_sigverify(false)
         .with_blockhash_check(false)
         .with_transaction_history(0);
