@@ -120,9 +120,13 @@ class Coordinator:
         info = (await self.chain.get_account_info(node_pda(node_key))).value
         if info is None:
             return f"node {node_key} is not registered on chain (gpunet node register)"
+        # A jailed node is admitted: it gets no work (the scheduler and the program skip jailed
+        # nodes), but a node slashed for going silent usually comes back with its old job still
+        # running, and only a session can tell it to cancel the jobs of leases it no longer holds.
         node = await fetch(self.chain, node_pda(node_key), "Node")
         if node.jailed:
-            return f"node {node_key} is jailed until unix time {node.jail_ends_at} (then: gpunet node unjail)"
+            log.warning("worker.jailed node=%s jail_ends_at=%d (admitted; it gets no work until unjailed)",
+                        node_key, node.jail_ends_at)
         return None
 
     async def connected(self, node_key: Pubkey, hello: Hello) -> None:

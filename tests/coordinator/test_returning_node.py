@@ -1,0 +1,86 @@
+"""A node that went silent, was slashed (so jailed) and lost its share comes back with its old job
+still running: the coordinator admits it (it gets no work while jailed) and tells it to cancel the
+job of the lease it no longer holds, read from the ledger the indexer keeps."""
+
+from __future__ import annotations
+
+import pytest
+from solana.rpc.async_api import AsyncClient
+from solana.rpc.commitment import Confirmed
+from solders.keypair import Keypair
+from solders.pubkey import Pubkey
+
+from coordinator import operations as ops
+from coordinator.attester import Attester
+from coordinator.service import Coordinator
+from gpunet.accounts import fetch
+from gpunet.pda import node_pda
+from gpunet.protocol import Cancel, Heartbeat, Hello, Inventory
+
+from .chain import Cluster
+from .conftest import eventually
+
+
+class Gateway:
+    """Records what the coordinator sends to nodes (the real gateway is a WebSocket server)."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[Pubkey, object]] = []
+
+    async def send(self, node_key: Pubkey, message: object) -> None:
+        self.sent.append((node_key, message))
+
+
+@pytest.fixture
+async def three_nodes(node):
+    async with AsyncClient(node.url, commitment=Confirmed) as client:
+        yield await Cluster().build(client, nodes=3, assign=False)
+
+
+def _hello(node_key: Pubkey) -> Hello:
+    return Hello(simulated=True, version=1, node_key=str(node_key), inventory=Inventory(
+        simulated=True, driver_version="sim", cuda_version="sim", gpus=[]))
+
+
+def _beat(*leases: Pubkey) -> Heartbeat:
+    return Heartbeat(simulated=True, healthy=True, gpus=[], running=[str(lease) for lease in leases])
+
+
+async def test_a_slashed_node_that_comes_back_is_admitted_and_told_to_cancel_the_moved_job(
+        three_nodes, settings, pool, indexer) -> None:
+    c = three_nodes
+    lost, stays, spare = (c.share(i).node_key for i in range(3))
+    attester = Attester(c.client, c.admin)
+    await attester.assign(c.lease, [c.share(0), c.share(1)])
+    await attester.slash(lost, "MissedHeartbeats", {"node": str(lost), "lease": str(c.lease)}, lease=c.lease)
+    await attester.reassign(c.lease, lost, c.share(2))
+    assert (await fetch(c.client, node_pda(lost), "Node")).jailed
+
+    async def moved() -> bool:
+        async with pool.acquire() as conn:
+            holders = {r["node_key"] for r in await ops.active_shares(conn, lease=str(c.lease))}
+        return holders == {str(stays), str(spare)}
+    await eventually(moved, what="the ledger to show the share moved")
+
+    coordinator = Coordinator(settings, pool, c.admin)  # not started: only its gateway side is used
+    gateway = coordinator.gateway = Gateway()
+    try:
+        assert await coordinator.admit(lost, _hello(lost)) is None  # jailed, yet admitted
+        unregistered = Keypair().pubkey()
+        assert "not registered" in (await coordinator.admit(unregistered, _hello(unregistered)) or "")
+
+        other = Pubkey.new_unique()  # a lease the node never held either
+        await coordinator.heartbeat(lost, _beat(c.lease, other))
+        assert sorted(str(m.lease) for _, m in gateway.sent) == sorted([str(c.lease), str(other)])
+        assert all(key == lost and isinstance(m, Cancel) for key, m in gateway.sent)
+
+        # The nodes that hold the lease now are left alone.
+        gateway.sent.clear()
+        await coordinator.heartbeat(stays, _beat(c.lease))
+        await coordinator.heartbeat(spare, _beat(c.lease))
+        assert gateway.sent == []
+        # ...and so is a node that stopped the cancelled job.
+        await coordinator.heartbeat(lost, _beat())
+        assert gateway.sent == []
+    finally:
+        await coordinator.chain.close()
