@@ -1,11 +1,14 @@
 """Benchmark (not a test): node lost -> its lease running again elsewhere.
 
 Each trial opens a 2-node cluster lease (one simulated GPU per node), waits until the job runs
-on both, SIGKILLs the rank-0 worker and times kill -> the job "running" on a replacement node
-(loss detection after `lost_after_seconds` = 3 s, slash, reassign_lease, dispatch with the
-checkpoint, job start). Target (DESIGN.md): < 10 s.
+on both, SIGKILLs the rank-0 worker and times two spans to the job "running" on a replacement
+node (slash, reassign_lease, dispatch with the checkpoint, job start):
+- from the loss being detectable: the victim's last heartbeat (from the coordinator's /workers)
+  + `lost_after_seconds`; DESIGN.md's target, "node loss detected -> lease running again
+  elsewhere", is < 10 s;
+- from the kill, which adds the detection wait itself (up to lost_after after the last beat).
 
-    .venv/bin/python bench/coordinator/failover.py [--trials 4]
+    .venv/bin/python bench/coordinator/failover.py [--trials 4] [--lost-after 3]
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import JOB, deployment, summary, until  # noqa: E402
@@ -23,23 +28,30 @@ from harness import JOB, deployment, summary, until  # noqa: E402
 from gpunet.protocol import JobSpec  # noqa: E402
 
 
-async def main(trials: int) -> None:
+async def main(trials: int, lost_after: float) -> None:
     spec = JobSpec(command=[sys.executable, JOB], env={"STEPS": "1000000", "STEP_SECONDS": "0.2"})
     times: list[float] = []
-    async with deployment() as dep:
+    after_detection: list[float] = []
+    async with deployment(lost_after_seconds=lost_after, reconnect_grace_seconds=2 * lost_after) as dep:
         await dep.add_nodes(2 + trials, gpus=1)
         for t in range(trials):
             lease, _ = await dep.open(2, 600, spec, gpus_per_node=1)
             placed = (await until(lambda: _placed(dep, lease), 60, "placement"))["nodes"]
             await until(lambda: _running(dep, lease, set(placed)), 60, "running on both")
             dep.node(placed[0]).worker.kill()
-            killed = time.monotonic()
-            await until(lambda: _running_elsewhere(dep, lease, set(placed)), 60, "running on a replacement")
-            times.append(time.monotonic() - killed)
-            print(f"trial {t + 1}: {times[-1]:.2f} s", file=sys.stderr)
+            killed = time.time()
+            await until(lambda: _running_elsewhere(dep, lease, set(placed)), 60 + lost_after, "running on a replacement")
+            running = time.time()
+            detectable = await _last_heartbeat(dep, placed[0]) + lost_after
+            times.append(running - killed)
+            after_detection.append(running - detectable)
+            print(f"trial {t + 1}: {times[-1]:.2f} s from the kill, {after_detection[-1]:.2f} s from detection",
+                  file=sys.stderr)
             await dep.close(lease)
-    print(f"node lost -> lease running again elsewhere: {summary(times)} (loss detection alone: 3 s)")
-    print("target: < 10 s -> " + ("met" if max(times) < 10 else "NOT met"))
+    print(f"lost_after_seconds = {lost_after:g}, heartbeats every 0.5 s")
+    print(f"node loss detected -> lease running again elsewhere: {summary(after_detection)}")
+    print(f"worker killed -> lease running again elsewhere: {summary(times)}")
+    print("target (from detection): < 10 s -> " + ("met" if max(after_detection) < 10 else "NOT met"))
 
 
 async def _placed(dep, lease):
@@ -52,6 +64,13 @@ async def _running(dep, lease, nodes: set[str]) -> bool:
     return all(states.get(n) == "running" for n in nodes)
 
 
+async def _last_heartbeat(dep, node_key: str) -> float:
+    """The coordinator's wall-clock time of the node's last heartbeat (same machine, same clock)."""
+    async with httpx.AsyncClient(timeout=5) as http:
+        items = (await http.get(f"{dep.coordinator.api_url}/workers")).json()["items"]
+    return next(w["last_heartbeat"] for w in items if w["node_key"] == node_key)
+
+
 async def _running_elsewhere(dep, lease, placed: set[str]) -> bool:
     return any(state == "running" and node not in placed for node, state in (await dep.states(lease)).items())
 
@@ -59,4 +78,8 @@ async def _running_elsewhere(dep, lease, placed: set[str]) -> bool:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=4)
-    asyncio.run(main(parser.parse_args().trials))
+    parser.add_argument("--lost-after", type=float, default=3.0, help="the coordinator's lost_after_seconds")
+    args = parser.parse_args()
+    if args.trials < 1 or args.lost_after <= 0:
+        parser.error("--trials must be >= 1 and --lost-after > 0")
+    asyncio.run(main(args.trials, args.lost_after))
