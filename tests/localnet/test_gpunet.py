@@ -17,6 +17,7 @@ from gpunet.accounts import discriminator, fetch
 from gpunet.client import send_and_confirm
 from gpunet.events import decode_events
 from gpunet.idl import PROGRAM_ID
+from gpunet.localnet import program_build
 from gpunet.pda import config_pda
 from gpunet.tokens import create_mint, ensure_io_account
 
@@ -78,3 +79,16 @@ async def test_initialize_event_arrives_through_logs_subscribe(node):
         assert inner and inner[0]["index"] == 0 and inner[0]["instructions"][0]["stackHeight"] == 2
         keys = resp["result"]["transaction"]["message"]["accountKeys"]
         assert keys[inner[0]["instructions"][0]["programIdIndex"]] == "11111111111111111111111111111111"
+
+
+async def test_the_node_runs_the_program_build_gpunet_program_so_names(node):
+    """With GPUNET_PROGRAM_SO (scripts/test sets it for an SBF pass) the node runs that ELF,
+    metered; without it, the native build at a flat fee plus the System program's CPI."""
+    async with AsyncClient(node.url) as client:
+        _, _, sig = await initialize_config(client)
+    consumed = node.call("getTransaction", [str(sig), {"encoding": "json"}])["result"]["meta"]["computeUnitsConsumed"]
+    flat = 1_000  # gpunet_localnet::NATIVE_PROGRAM_COMPUTE_UNITS
+    if program_build() == "native build":
+        assert consumed < 2 * flat
+    else:
+        assert consumed > 5 * flat  # Borsh, PDA checks and the CPI, metered instruction by instruction
