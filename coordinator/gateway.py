@@ -3,9 +3,9 @@ and then heartbeat, stream job status and logs, and send signed usage reports; t
 dispatches and cancels jobs and acknowledges reports through it (protocol: gpunet.protocol).
 
 Admission: the hello names a node key; the gateway asks the coordinator whether that node may
-connect (registered on chain; a jailed node is admitted but gets no work), sends a fresh random challenge, and admits the
-worker only when the challenge answer is that key's signature (a replayed answer signs another
-nonce). A message that is malformed, out of place, or claims to be what the session is not
+connect (registered on chain; a jailed node is admitted but gets no work), sends a fresh random
+challenge, and admits the worker only when the challenge answer is that key's signature (a
+replayed answer signs another nonce). A message that is malformed, out of place, or claims to be what the session is not
 (another simulated flag, a usage report the node did not sign) closes the session with the
 protocol's close code and a reason, and reaches the coordinator not at all.
 

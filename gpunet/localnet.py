@@ -14,9 +14,10 @@ from pathlib import Path
 
 __all__ = ["LocalnetError", "LocalnetProcess", "localnet_binary", "program_build"]
 
-# Names the SBF build of the program for the node to run instead of the native one (read by the
-# node itself: localnet/src/gpunet_program.rs); children inherit it.
+# Name the SBF build of the program for the node to run instead of the native one, and its stack
+# frame layout (read by the node itself: localnet/src/gpunet_program.rs); children inherit them.
 PROGRAM_SO_ENV = "GPUNET_PROGRAM_SO"
+STACK_FRAME_GAPS_ENV = "GPUNET_SBF_STACK_FRAME_GAPS"
 
 
 class LocalnetError(Exception):
@@ -37,7 +38,10 @@ def localnet_binary() -> Path:
 def program_build() -> str:
     """How a node started from here runs the gpunet program, in words."""
     so = os.environ.get(PROGRAM_SO_ENV)
-    return f"SBF build {so}" if so else "native build"
+    if not so:
+        return "native build"
+    gaps = os.environ.get(STACK_FRAME_GAPS_ENV) == "1"
+    return f"SBF build {so}, {'stack frames with gaps' if gaps else 'contiguous stack frames'}"
 
 
 def _free_port() -> int:
