@@ -24,6 +24,7 @@ from coordinator.indexer.rpc import ChainRpc
 from coordinator.service import Coordinator
 from coordinator.settings import Settings
 from gpunet.accounts import AccountError
+from gpunet.exits import Exit
 from gpunet.keys import KeypairFileError, load_keypair
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="The coordinator: chain indexer, PostgreSQL ledger, worker gateway, scheduler, settlement and API (settings: GPUNET_* variables).")
@@ -39,7 +40,7 @@ def _serve(main: Callable[[Settings], Awaitable[object]]) -> None:
     except ValidationError as e:
         problems = "; ".join(f"GPUNET_{'_'.join(map(str, err['loc'])).upper()}: {err['msg']}" for err in e.errors())
         typer.echo(f"coordinator: bad setting: {problems}", err=True)
-        raise typer.Exit(2) from None
+        raise typer.Exit(int(Exit.BAD_INPUT)) from None
 
     async def guarded() -> None:
         task = asyncio.ensure_future(main(settings))
@@ -55,7 +56,7 @@ def _serve(main: Callable[[Settings], Awaitable[object]]) -> None:
         asyncio.run(guarded())
     except (SchemaTooNew, ChainMismatch, AccountError) as e:
         typer.echo(f"coordinator: {e}", err=True)
-        raise typer.Exit(2) from None
+        raise typer.Exit(int(Exit.BAD_INPUT)) from None
 
 
 async def _api_server(settings: Settings, pool: object, extra_routes: Sequence[Route] = ()) -> None:
@@ -76,7 +77,7 @@ def run() -> None:
         attester = load_keypair(settings_path)
     except KeypairFileError as e:
         typer.echo(f"coordinator: the attester keypair: {e} (set GPUNET_ATTESTER_KEYPAIR)", err=True)
-        raise typer.Exit(3) from None
+        raise typer.Exit(int(Exit.KEYPAIR)) from None
 
     async def main(settings: Settings) -> None:
         async with open_database(settings) as pool:
@@ -120,12 +121,12 @@ def audit(lease: str = typer.Option(None, help="lease account"), provider: str =
     """Check a lease or a provider against the chain; exit 1 on any difference."""
     if (lease is None) == (provider is None):
         typer.echo("coordinator audit: give exactly one of --lease or --provider", err=True)
-        raise typer.Exit(2)
+        raise typer.Exit(int(Exit.BAD_INPUT))
     try:
         subject = parse_pubkey("lease" if lease else "provider", lease or provider)
     except BadRequest as e:
         typer.echo(f"coordinator audit: {e}", err=True)
-        raise typer.Exit(2) from None
+        raise typer.Exit(int(Exit.BAD_INPUT)) from None
     result: dict[str, object] = {}
 
     async def main(settings: Settings) -> None:

@@ -17,8 +17,10 @@ from solana.exceptions import SolanaRpcException
 from solana.rpc.async_api import AsyncClient
 from solders.keypair import Keypair
 
+from gpunet.amounts import format_io
 from gpunet.catalog import gpu_model_name, region_name
 from gpunet.cluster import ClusterError, resolve_cluster
+from gpunet.exits import Exit
 from gpunet.keys import KeypairFileError, load_keypair
 from gpunet.protocol import Inventory
 from worker.agent import Agent, StateDirBusy, WorkerSettings
@@ -33,13 +35,6 @@ app = typer.Typer(help="Run a worker node and read its status.", no_args_is_help
 console = Console()
 errors = Console(stderr=True)
 
-# Exit codes: the values of gpunet.cli.common.Exit where one fits (not imported: gpunet.cli mounts
-# this module, so importing back would be circular), then the worker's own from 10.
-EXIT_USAGE = 2  # Exit.BAD_INPUT: a bad option or setting (also click's own usage errors)
-EXIT_KEYPAIR = 3  # Exit.KEYPAIR
-EXIT_GPUS = 10  # no usable GPUs (no NVIDIA driver, NVML failing) and no --simulate-gpus
-EXIT_STATE = 11  # the state directory is unusable: a damaged journal, or another agent running on it
-IO = 10**6
 
 KeypairOption = typer.Option(Path("~/.config/gpunet/node.json"), "--keypair", "-k", help="The node keypair file.")
 SimulateOption = typer.Option(None, "--simulate-gpus", metavar="MODEL:COUNT:VRAM_GB",
@@ -50,32 +45,32 @@ UrlOption = typer.Option(None, "--url", "-u", envvar="GPUNET_RPC_URL", show_envv
                          help="RPC URL or cluster name (localnet, devnet, testnet, mainnet), as for every gpunet command.")
 
 
-def _fail(code: int, message: str) -> typer.Exit:
+def _fail(code: Exit, message: str) -> typer.Exit:
     errors.print(f"[red]error:[/] {message}")
-    return typer.Exit(code)
+    return typer.Exit(int(code))
 
 
 def _node(keypair: Path) -> Keypair:
     try:
         return load_keypair(keypair)
     except KeypairFileError as e:
-        raise _fail(EXIT_KEYPAIR, str(e)) from None
+        raise _fail(Exit.KEYPAIR, str(e)) from None
 
 
 def _gpus(simulate: str | None, node: Keypair) -> GpuBackend:
     try:
         return open_gpus(simulate, str(node.pubkey()))
     except SimulationSpecError as e:
-        raise _fail(EXIT_USAGE, str(e)) from None
+        raise _fail(Exit.BAD_INPUT, str(e)) from None
     except GpusUnavailable as e:
-        raise _fail(EXIT_GPUS, f"cannot start the worker: {e}") from None
+        raise _fail(Exit.NO_GPUS, f"cannot start the worker: {e}") from None
 
 
 def _rpc_url(url: str | None) -> str:
     try:
         return resolve_cluster(url).rpc_url
     except ClusterError as e:
-        raise _fail(EXIT_USAGE, str(e)) from None
+        raise _fail(Exit.BAD_INPUT, str(e)) from None
 
 
 def _settings(**overrides: Any) -> WorkerSettings:
@@ -84,7 +79,7 @@ def _settings(**overrides: Any) -> WorkerSettings:
         return WorkerSettings(**{k: v for k, v in overrides.items() if v is not None})
     except ValidationError as e:
         problems = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())
-        raise _fail(EXIT_USAGE, f"bad worker settings: {problems}") from None
+        raise _fail(Exit.BAD_INPUT, f"bad worker settings: {problems}") from None
 
 
 @app.command("run")
@@ -110,7 +105,7 @@ def run(
     try:
         agent = Agent(settings, node, gpus)
     except (JournalError, StateDirBusy) as e:
-        raise _fail(EXIT_STATE, str(e)) from None
+        raise _fail(Exit.WORKER_STATE, str(e)) from None
     kind = "simulated" if gpus.simulated else "NVML"
     errors.print(f"worker {node.pubkey()}: {len(gpus.inventory().gpus)} {kind} GPU(s), gateway {settings.gateway_url}")
     asyncio.run(_run_until_signalled(agent))
@@ -199,7 +194,7 @@ def status(
         try:
             journal = Journal(journal_path, read_only=True)  # the agent may be writing it right now
         except JournalError as e:
-            raise _fail(EXIT_STATE, str(e)) from None
+            raise _fail(Exit.WORKER_STATE, str(e)) from None
         for (lease, seq), message in journal.reports.items():
             entry = leases.setdefault(lease, {"reports": 0, "acked": 0, "reported_gpu_seconds": 0})
             entry["reports"] += 1
@@ -239,10 +234,6 @@ async def _chain_status(rpc_url: str, node: Keypair, leases: dict[str, dict[str,
     }
 
 
-def _io(units: int) -> str:
-    return f"{units / IO:,.6f} IO"
-
-
 def _print_status(report: dict[str, Any]) -> None:
     console.print(f"[bold]node[/] {report['node_key']}")
     inv = report["inventory"]
@@ -263,17 +254,17 @@ def _print_status(report: dict[str, Any]) -> None:
     else:
         matches = "error" not in inv and chain["inventory_hash"] == inv["hash"]
         console.print(f"  registered: {chain['gpu_count']}x {chain['gpu_model']} {chain['vram_gb']} GB in {chain['region']} at "
-                      f"{_io(chain['price_per_gpu_hour'])}/GPU-hour; {chain['gpus_leased']} GPU(s) leased"
+                      f"{format_io(chain['price_per_gpu_hour'])}/GPU-hour; {chain['gpus_leased']} GPU(s) leased"
                       f"{'; [red]JAILED[/]' if chain['jailed'] else ''}; inventory "
                       f"{'[green]matches[/]' if matches else '[red]differs[/]'}")
         p = chain["provider"]
-        console.print(f"  stake: {_io(p['staked'])} ({_io(p['bonded'])} bonded, {_io(p['unbonding'])} unbonding, "
-                      f"{_io(p['slashed'])} slashed); provider earned {_io(p['earned'])} in total")
+        console.print(f"  stake: {format_io(p['staked'])} ({format_io(p['bonded'])} bonded, {format_io(p['unbonding'])} unbonding, "
+                      f"{format_io(p['slashed'])} slashed); provider earned {format_io(p['earned'])} in total")
     table = Table(title="leases (from the usage journal; settled figures from the chain)")
     for column in ("lease", "status", "GPUs", "reports", "acked", "GPU-s reported", "GPU-s settled", "settled (gross)"):
         table.add_column(column, justify="left" if column == "lease" else "right")
     for lease, e in report["leases"].items():
         table.add_row(lease, e.get("status", "-"), str(e.get("gpus", "-")), str(e["reports"]), str(e["acked"]),
                       str(e["reported_gpu_seconds"]),
-                      str(e.get("settled_gpu_seconds", "-")), _io(e["settled_gross"]) if "settled_gross" in e else "-")
+                      str(e.get("settled_gpu_seconds", "-")), format_io(e["settled_gross"]) if "settled_gross" in e else "-")
     console.print(table)

@@ -1,5 +1,5 @@
 """The `gpunet` command line: one sub-app per noun (keys, admin, provider, node, lease, settlements,
-worker, coordinator), plus audit, airdrop and localnet. Exit codes: gpunet.cli.common.Exit (listed in the README)."""
+worker, coordinator), plus audit, airdrop and localnet. Exit codes: gpunet.exits.Exit (listed in the README)."""
 
 from __future__ import annotations
 

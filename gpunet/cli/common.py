@@ -9,7 +9,6 @@ import re
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from enum import IntEnum
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any
@@ -31,21 +30,9 @@ from gpunet.amounts import AmountError, format_io
 from gpunet.catalog import CatalogError
 from gpunet.client import TransactionExpired, TransactionFailed, send_and_confirm
 from gpunet.cluster import Cluster, ClusterError, resolve_cluster
+from gpunet.exits import Exit
 from gpunet.jobs import CoordinatorError
 from gpunet.keys import KeypairFileError, load_keypair
-
-
-class Exit(IntEnum):
-    """`gpunet` exit codes (the README lists them)."""
-
-    OK = 0
-    REFUSED = 1  # the transaction was refused by the program or the node, or expired unsent
-    BAD_INPUT = 2  # a bad argument or option (also click's own usage errors)
-    KEYPAIR = 3  # keypair file missing or malformed
-    FUNDS = 4  # the wallet lacks the IO or SOL the transaction needs (checked before sending)
-    UNREACHABLE = 5  # no answer from the RPC node
-    NOT_FOUND = 6  # the account does not exist (or gpunet is not initialised there)
-    AUDIT_MISMATCH = 7  # `gpunet audit` found a difference
 
 
 class BadInput(ValueError):

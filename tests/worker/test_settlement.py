@@ -142,4 +142,4 @@ async def test_the_workers_signed_reports_settle_on_chain(node, tmp_path, capsys
 
     text = await worker_status(keyfile, state, node.url, as_json=False)
     assert "registered: 2x H100 80 GB in us-east" in text and "inventory matches" in text
-    assert "stake: 200.000000 IO" in text and str(lease) in text
+    assert "stake: 200 IO" in text and str(lease) in text

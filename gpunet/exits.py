@@ -1,0 +1,21 @@
+"""The exit codes of every `gpunet` command (the README lists them). Outside gpunet.cli so that the
+worker's and the coordinator's commands, which gpunet.cli mounts, can use them without a cycle."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+__all__ = ["Exit"]
+
+
+class Exit(IntEnum):
+    OK = 0
+    REFUSED = 1  # the transaction was refused by the program or the node, or expired unsent
+    BAD_INPUT = 2  # a bad argument, option or setting (also click's own usage errors)
+    KEYPAIR = 3  # keypair file missing or malformed
+    FUNDS = 4  # the wallet lacks the IO or SOL the transaction needs (checked before sending)
+    UNREACHABLE = 5  # no answer from the RPC node
+    NOT_FOUND = 6  # the account does not exist (or gpunet is not initialised there)
+    AUDIT_MISMATCH = 7  # an audit found a difference
+    NO_GPUS = 10  # `gpunet worker`: no usable GPUs (no NVIDIA driver, NVML failing) and no --simulate-gpus
+    WORKER_STATE = 11  # `gpunet worker`: the state directory is unusable (damaged journal, another agent on it)
