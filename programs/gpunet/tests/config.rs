@@ -7,6 +7,8 @@ use gpunet::events::{ConfigInitialized, ConfigUpdated};
 use gpunet::state::{Config, MAX_PROTOCOL_FEE_BPS};
 use harness::*;
 use solana_signer::Signer;
+use solana_transaction_error::TransactionError;
+use anchor_lang::solana_program::instruction::InstructionError;
 
 #[test]
 fn initialize_records_every_parameter_and_emits_an_event() {
@@ -161,4 +163,29 @@ fn the_program_runs_as_the_selected_build() {
         gpunet_localnet::ProgramBuild::Native => assert!(consumed < 2 * flat, "{consumed} CU natively"),
         gpunet_localnet::ProgramBuild::Sbf { .. } => assert!(consumed > 5 * flat, "{consumed} CU on SBF"),
     }
+}
+
+/// An SBF build is made for one stack frame layout (scripts/build-sbf); on the other it must stop
+/// before doing anything. Natively there are no SBF stack frames, so there is nothing to check;
+/// scripts/test runs this file on both SBF builds.
+#[test]
+fn an_sbf_build_on_the_other_stack_frame_layout_stops_at_once() {
+    let gpunet_localnet::ProgramBuild::Sbf { path, stack_frame_gaps } = gpunet_localnet::ProgramBuild::from_env() else {
+        return;
+    };
+    let other = gpunet_localnet::ProgramBuild::Sbf { path, stack_frame_gaps: !stack_frame_gaps };
+    let mut h = Harness::uninitialised_on(other.svm().expect("the SBF build loads"));
+    let params = h.default_params();
+    let admin = h.admin.insecure_clone();
+    let failed = h.send(&[h.initialize_ix(&params)], &[&admin]).expect_err("must not run on the other layout");
+    let logs = failed.meta.logs.join("\n");
+    if stack_frame_gaps {
+        // On contiguous frames the gapped build's guard names the fix.
+        assert_eq!(failed.err, TransactionError::InstructionError(0, InstructionError::Custom(9_000)), "{logs}");
+        assert!(logs.contains("deploy the build of scripts/build-sbf without --stack-frame-gaps"), "{logs}");
+    } else {
+        // On gapped frames the contiguous build's first stack argument lands in a gap.
+        assert!(logs.contains("Access violation in stack frame"), "{logs}");
+    }
+    assert!(!h.exists(&config_pda()), "nothing was created");
 }

@@ -57,7 +57,11 @@ impl Harness {
 
     /// A chain with the IO mint and a treasury, before `initialize`.
     pub fn uninitialised() -> Self {
-        let mut svm = gpunet_localnet::gpunet_svm();
+        Self::uninitialised_on(gpunet_localnet::gpunet_svm())
+    }
+
+    /// `uninitialised` on a given SVM (with the gpunet program in it).
+    pub fn uninitialised_on(mut svm: LiteSVM) -> Self {
         let mut clock: Clock = svm.get_sysvar();
         clock.unix_timestamp = GENESIS_TIME;
         clock.slot = 1;
