@@ -24,6 +24,10 @@ class LocalnetError(Exception):
     """The node binary is missing or the node did not come up; the message says what to do."""
 
 
+class _PortTaken(Exception):
+    """The node could not bind one of its ports."""
+
+
 def localnet_binary() -> Path:
     """$GPUNET_LOCALNET_BIN, else the build in the cargo target dir scripts/setup uses."""
     if env := os.environ.get("GPUNET_LOCALNET_BIN"):
@@ -68,6 +72,7 @@ class LocalnetProcess:
         self.ledger = ledger
         self.genesis = genesis
         self._proc: subprocess.Popen[bytes] | None = None
+        self._started_once = False
 
     @property
     def url(self) -> str:
@@ -91,6 +96,22 @@ class LocalnetProcess:
             return False
 
     def start(self, timeout: float = 30.0) -> LocalnetProcess:
+        # The ports were free when picked, but another process may take one before the node binds
+        # it (an outgoing connection's ephemeral port, say): a first start then tries new ports. A
+        # restart keeps its ports, since callers hold the node's URL.
+        for attempt in range(3):
+            try:
+                self._start(timeout)
+            except _PortTaken as e:
+                if self._started_once or attempt == 2:
+                    raise LocalnetError(str(e)) from None
+                self.rpc_port, self.ws_port = _free_port(), _free_port()
+                continue
+            self._started_once = True
+            return self
+        raise AssertionError("unreachable")
+
+    def _start(self, timeout: float) -> None:
         args = [str(self.binary), "--rpc-port", str(self.rpc_port), "--ws-port", str(self.ws_port),
                 "--slot-ms", str(self.slot_ms)]
         if self.ledger:
@@ -98,13 +119,19 @@ class LocalnetProcess:
         if self.genesis:
             args += ["--genesis", str(self.genesis)]
         with self.log.open("ab") as log:
+            logged = log.tell()
             self._proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
-                raise LocalnetError(f"gpunet-localnet exited with {self._proc.returncode}; see {self.log}")
+                message = f"gpunet-localnet exited with {self._proc.returncode}; see {self.log}"
+                with self.log.open("rb") as log:
+                    log.seek(logged)
+                    if b"Address already in use" in log.read():
+                        raise _PortTaken(message)
+                raise LocalnetError(message)
             if self._healthy():
-                return self
+                return
             time.sleep(0.05)
         self.stop()
         raise LocalnetError(f"gpunet-localnet did not answer getHealth within {timeout:.0f} s; see {self.log}")
