@@ -130,11 +130,12 @@ def _fuzz(base: str) -> None:
 async def test_reliability_history_comes_from_the_ledger_and_survives_a_restart(api) -> None:
     _, world, pool, coordinator = api
     node_key = str(world.nodes[0][1].pubkey())
-    async with pool.acquire() as conn:
+    async with pool.acquire() as conn, conn.transaction():  # one commit: a sync sees all of it or none
         for _ in range(2):
             await conn.execute("INSERT INTO faults (node_key, kind, evidence, evidence_hash) VALUES ($1, 'MissedHeartbeats', "
                                "'{}', '00')", node_key)
         await conn.execute("INSERT INTO placements (lease, state, nodes) VALUES ('L1', 'ended', $1)", [node_key])
+    # (The scheduler's sync reads faults and placements in two queries, so wait for both.)
     view = await eventually(lambda: _true_view(coordinator, node_key), what="the history in the scheduler")
     assert (view.failed_shares, view.completed_shares) == (2, 1)
     other = coordinator.placer.scheduler.nodes[str(world.nodes[1][1].pubkey())]
@@ -143,4 +144,4 @@ async def test_reliability_history_comes_from_the_ledger_and_survives_a_restart(
 
 async def _true_view(coordinator, node_key):
     view = coordinator.placer.scheduler.nodes.get(node_key)
-    return view if view is not None and view.failed_shares == 2 else None
+    return view if view is not None and (view.failed_shares, view.completed_shares) == (2, 1) else None
