@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -12,7 +13,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-__all__ = ["LocalnetError", "LocalnetProcess", "localnet_binary", "program_build"]
+__all__ = ["LocalnetError", "LocalnetProcess", "free_ports", "localnet_binary", "program_build"]
 
 # Name the SBF build of the program for the node to run instead of the native one, and its stack
 # frame layout (read by the node itself: localnet/src/gpunet_program.rs); children inherit them.
@@ -48,10 +49,14 @@ def program_build() -> str:
     return f"SBF build {so}, {'stack frames with gaps' if gaps else 'contiguous stack frames'}"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_ports(count: int) -> list[int]:
+    """`count` distinct loopback ports that are free now. The sockets are held open together: one
+    at a time, the kernel may hand out a port it just handed out again."""
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
 
 
 class LocalnetProcess:
@@ -66,7 +71,7 @@ class LocalnetProcess:
         genesis: Path | None = None,
     ) -> None:
         self.binary = binary or localnet_binary()
-        self.rpc_port, self.ws_port = _free_port(), _free_port()
+        self.rpc_port, self.ws_port = free_ports(2)
         self.slot_ms = slot_ms
         self.log = log
         self.ledger = ledger
@@ -105,7 +110,7 @@ class LocalnetProcess:
             except _PortTaken as e:
                 if self._started_once or attempt == 2:
                     raise LocalnetError(str(e)) from None
-                self.rpc_port, self.ws_port = _free_port(), _free_port()
+                self.rpc_port, self.ws_port = free_ports(2)
                 continue
             self._started_once = True
             return self

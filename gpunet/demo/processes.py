@@ -6,20 +6,15 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
 
-__all__ = ["CoordinatorProcess", "WorkerProcess", "free_port"]
+from gpunet.localnet import free_ports
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+__all__ = ["CoordinatorProcess", "WorkerProcess"]
 
 
 def _gpunet() -> str:
@@ -60,7 +55,7 @@ class _Process:
 
 class CoordinatorProcess(_Process):
     def __init__(self, workdir: Path, rpc_url: str, ws_url: str, attester_keypair: Path, **settings: object) -> None:
-        self.api_port, self.gateway_port = free_port(), free_port()
+        self.api_port, self.gateway_port = free_ports(2)
         env = {"GPUNET_RPC_URL": rpc_url, "GPUNET_WS_URL": ws_url, "GPUNET_STATE_DIR": str(workdir / "coordinator"),
                "GPUNET_API_PORT": str(self.api_port), "GPUNET_GATEWAY_PORT": str(self.gateway_port),
                "GPUNET_ATTESTER_KEYPAIR": str(attester_keypair)}

@@ -11,11 +11,11 @@ import time
 import urllib.request
 from pathlib import Path
 
-from gpunet.localnet import _free_port
+from gpunet.localnet import free_ports
 
 
 def test_gpunet_localnet_serves_rpc_until_stopped(localnet_bin, tmp_path) -> None:
-    rpc_port, ws_port = _free_port(), _free_port()
+    rpc_port, ws_port = free_ports(2)
     gpunet = Path(sys.executable).with_name("gpunet")
     env = {**os.environ, "GPUNET_LOCALNET_BIN": str(localnet_bin)}
     proc = subprocess.Popen([str(gpunet), "localnet", "--rpc-port", str(rpc_port), "--ws-port", str(ws_port),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 import time
 from urllib.parse import quote
@@ -20,21 +19,16 @@ from coordinator.db import connect_pool
 from coordinator.db.migrate import migrate
 from coordinator.indexer.rpc import ChainRpc
 from coordinator.settings import Settings
+from gpunet.localnet import free_ports
 
 from .conftest import chain_events, eventually
 from .market import Market
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def api_url(node, database_url):
     """The API in its own thread and event loop, as `python -m coordinator api` runs it."""
-    port = _free_port()
+    [port] = free_ports(1)
     settings = Settings(rpc_url=node.url, ws_url=node.ws_url, database_url=database_url)
     holder: dict[str, uvicorn.Server] = {}
 

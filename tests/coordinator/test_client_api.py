@@ -21,11 +21,11 @@ from coordinator.api.work import work_routes
 from coordinator.indexer.rpc import ChainRpc
 from coordinator.service import Coordinator
 from coordinator.settings import Settings
+from gpunet.localnet import free_ports
 from gpunet.protocol import JobSpec, job_message
 
 from .chain import Cluster
 from .conftest import eventually
-from .test_lease_lifecycle import _free_port
 
 
 @pytest.fixture
@@ -33,7 +33,7 @@ async def api(node, pool, database_url):
     async with AsyncClient(node.url, commitment=Confirmed) as chain:
         world = await Cluster().build(chain, assign=False)
         settings = Settings(rpc_url=node.url, ws_url=node.ws_url, database_url=database_url, poll_seconds=1.0,
-                            api_port=_free_port(), gateway_port=0)
+                            api_port=free_ports(1)[0], gateway_port=0)
         coordinator = await Coordinator(settings, pool, world.admin).start()
         rpc = ChainRpc(settings.rpc_url, settings.commitment)
         server = uvicorn.Server(uvicorn.Config(create_app(pool, rpc, settings, work_routes(coordinator)),

@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -39,6 +38,7 @@ from gpunet.client import send_and_confirm
 from gpunet.history import transactions_of
 from gpunet.jobs import CoordinatorError, job_view, submit_job
 from gpunet.keys import create_keypair_file
+from gpunet.localnet import free_ports
 from gpunet.pda import lease_pda, lease_vault_pda, node_pda
 from gpunet.protocol import JobSpec
 from gpunet.testbed import Market
@@ -48,12 +48,6 @@ from .conftest import eventually
 JOB = str(Path(__file__).resolve().parents[1] / "worker" / "jobs" / "steps.py")
 PRICE = 36 * IO  # per GPU-hour: 0.01 IO per GPU-second, so each settlement moves whole units
 PERIOD = 3
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class World:
@@ -111,7 +105,7 @@ async def test_a_cluster_lease_survives_a_lost_worker_and_every_token_is_account
                                                                                       tmp_path) -> None:
     world = await World().build(chain, tmp_path)
     settings = Settings(rpc_url=node.url, ws_url=node.ws_url, database_url=database_url, poll_seconds=1.0,
-                        api_port=_free_port(), gateway_port=0, heartbeat_seconds=0.5, lost_after_seconds=3,
+                        api_port=free_ports(1)[0], gateway_port=0, heartbeat_seconds=0.5, lost_after_seconds=3,
                         settle_seconds=1, close_grace_seconds=4)
     api = f"http://127.0.0.1:{settings.api_port}"
     workers: dict[str, subprocess.Popen] = {}

@@ -7,7 +7,6 @@ import importlib.util
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -16,6 +15,7 @@ from pathlib import Path
 import httpx
 
 from gpunet.keys import create_keypair_file
+from gpunet.localnet import free_ports
 
 from .conftest import chain_events, eventually
 from .market import Market
@@ -23,20 +23,14 @@ from .market import Market
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 async def test_run_with_embedded_postgres_indexes_serves_and_stops_cleanly(node, market: Market):
     # Not under pytest's tmp_path: see the pg_server fixture on directory permissions.
     state = Path(tempfile.mkdtemp(prefix="gpunet-coordinator-run-"))
-    port = _free_port()
+    port, gateway_port = free_ports(2)
     attester = state / "attester.json"
     create_keypair_file(attester, market.attester)
     env = {**os.environ, "GPUNET_RPC_URL": node.url, "GPUNET_WS_URL": node.ws_url, "GPUNET_STATE_DIR": str(state),
-           "GPUNET_API_PORT": str(port), "GPUNET_GATEWAY_PORT": str(_free_port()),
+           "GPUNET_API_PORT": str(port), "GPUNET_GATEWAY_PORT": str(gateway_port),
            "GPUNET_ATTESTER_KEYPAIR": str(attester)}
     env.pop("GPUNET_DATABASE_URL", None)
     log = state / "coordinator.log"
@@ -113,8 +107,9 @@ async def test_run_refuses_an_attester_key_the_config_does_not_list(node, market
     state = Path(tempfile.mkdtemp(prefix="gpunet-coordinator-attester-"))
     stranger = state / "stranger.json"
     key = create_keypair_file(stranger).pubkey()
+    api_port, gateway_port = free_ports(2)
     env = {**os.environ, "GPUNET_RPC_URL": node.url, "GPUNET_WS_URL": node.ws_url, "GPUNET_STATE_DIR": str(state),
-           "GPUNET_API_PORT": str(_free_port()), "GPUNET_GATEWAY_PORT": str(_free_port()),
+           "GPUNET_API_PORT": str(api_port), "GPUNET_GATEWAY_PORT": str(gateway_port),
            "GPUNET_ATTESTER_KEYPAIR": str(stranger)}
     env.pop("GPUNET_DATABASE_URL", None)
     try:
