@@ -13,7 +13,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-__all__ = ["LocalnetError", "LocalnetProcess", "free_ports", "localnet_binary", "program_build"]
+__all__ = ["PROGRAM_SO_ENV", "LocalnetError", "LocalnetProcess", "free_ports", "localnet_binary", "program_build"]
 
 # Name the SBF build of the program for the node to run instead of the native one, and its stack
 # frame layout (read by the node itself: localnet/src/gpunet_program.rs); children inherit them.
