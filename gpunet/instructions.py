@@ -21,7 +21,16 @@ from solders.sysvar import INSTRUCTIONS
 from spl.token.constants import TOKEN_PROGRAM_ID
 
 from gpunet.idl import PROGRAM_ID, load_idl
-from gpunet.pda import config_pda, lease_pda, lease_vault_pda, node_pda, provider_pda, stake_vault_pda
+from gpunet.pda import (
+    config_pda,
+    evidence_pda,
+    lease_pda,
+    lease_vault_pda,
+    node_pda,
+    program_data_pda,
+    provider_pda,
+    stake_vault_pda,
+)
 from gpunet.usage import UsageReport
 
 __all__ = [
@@ -34,9 +43,11 @@ __all__ = [
     "assign_lease",
     "close_lease",
     "deregister_node",
+    "finalize_lease",
     "initialize",
     "open_lease",
     "reassign_lease",
+    "reclaim_lease",
     "register_node",
     "register_provider",
     "request_unstake",
@@ -69,6 +80,9 @@ class ConfigParams:
     slash_client_share_bps: int
     attesters: list[Pubkey] = field(default_factory=list)
     paused: bool = False
+    close_grace_seconds: int = 60
+    settle_window_seconds: int = 300
+    lease_retention_seconds: int = 7 * 86_400
 
 
 @dataclass(frozen=True)
@@ -97,11 +111,13 @@ class LeaseTerms:
 
 @dataclass(frozen=True)
 class Share:
-    """One node's part of an assignment: the node's signing key, its provider's wallet, GPUs."""
+    """One node's part of an assignment: the node's signing key, its provider's wallet, GPUs, and
+    the node's price per GPU-hour the placement was decided at (the program refuses another)."""
 
     node_key: Pubkey
     provider_authority: Pubkey
     gpus: int
+    price_per_gpu_hour: int
 
 
 @cache
@@ -140,6 +156,7 @@ def initialize(admin: Pubkey, io_mint: Pubkey, params: ConfigParams) -> Instruct
             "config": config_pda(),
             "io_mint": io_mint,
             "treasury": params.treasury,
+            "program_data": program_data_pda(),
             "system_program": SYSTEM_PROGRAM_ID,
         },
     )
@@ -278,6 +295,7 @@ def assign_lease(attester: Pubkey, lease: Pubkey, shares: list[Share]) -> Instru
     return _ix(
         "assign_lease",
         bytes(s.gpus for s in shares),
+        [s.price_per_gpu_hour for s in shares],
         accounts={"attester": attester, "config": config_pda(), "lease": lease},
         remaining=remaining,
     )
@@ -299,8 +317,10 @@ def top_up_lease(client: Pubkey, client_tokens: Pubkey, lease: Pubkey, extra_sec
 
 
 def reassign_lease(attester: Pubkey, lease: Pubkey, from_node_key: Pubkey, to: Share) -> Instruction:
+    """Moves a lost (slashed, so jailed) node's share to `to`, at `to`'s expected price."""
     return _ix(
         "reassign_lease",
+        to.price_per_gpu_hour,
         accounts={
             "attester": attester,
             "config": config_pda(),
@@ -313,7 +333,8 @@ def reassign_lease(attester: Pubkey, lease: Pubkey, from_node_key: Pubkey, to: S
 
 
 def close_lease(closer: Pubkey, client: Pubkey, client_tokens: Pubkey, lease: Pubkey, nodes: list[Pubkey]) -> Instruction:
-    """`nodes`: the lease's node accounts in assignment order (from the lease account)."""
+    """Ends the lease's use: frees its nodes, refunds what no usage up to now can cost, and starts
+    its settlement window. `nodes`: the lease's node accounts in assignment order (from the lease)."""
     return _ix(
         "close_lease",
         accounts={
@@ -327,6 +348,27 @@ def close_lease(closer: Pubkey, client: Pubkey, client_tokens: Pubkey, lease: Pu
         },
         remaining=[AccountMeta(n, is_signer=False, is_writable=True) for n in nodes],
     )
+
+
+def finalize_lease(finalizer: Pubkey, client: Pubkey, client_tokens: Pubkey, lease: Pubkey) -> Instruction:
+    """Ends a closing lease: everything its vault holds goes to the client and the vault is closed."""
+    return _ix(
+        "finalize_lease",
+        accounts={
+            "finalizer": finalizer,
+            "config": config_pda(),
+            "lease": lease,
+            "lease_vault": lease_vault_pda(lease),
+            "client": client,
+            "client_tokens": client_tokens,
+            "token_program": TOKEN_PROGRAM_ID,
+        },
+    )
+
+
+def reclaim_lease(reclaimer: Pubkey, client: Pubkey, lease: Pubkey) -> Instruction:
+    """Closes a finalized lease's account after the retention period; the rent goes to the client."""
+    return _ix("reclaim_lease", accounts={"reclaimer": reclaimer, "config": config_pda(), "lease": lease, "client": client})
 
 
 # --- settlement and slashing
@@ -403,8 +445,10 @@ def slash_provider(
             "provider": provider,
             "stake_vault": stake_vault_pda(provider),
             "treasury": treasury,
+            "evidence": evidence_pda(evidence_hash),
             "lease": lease,
             "client_tokens": client_tokens,
             "token_program": TOKEN_PROGRAM_ID,
+            "system_program": SYSTEM_PROGRAM_ID,
         },
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import signal
@@ -13,12 +14,30 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-__all__ = ["PROGRAM_SO_ENV", "LocalnetError", "LocalnetProcess", "free_ports", "localnet_binary", "program_build"]
+from solders.keypair import Keypair
+from solders.pubkey import Pubkey
+
+__all__ = [
+    "PROGRAM_SO_ENV",
+    "LocalnetError",
+    "LocalnetProcess",
+    "free_ports",
+    "localnet_binary",
+    "localnet_deployer",
+    "program_build",
+]
 
 # Name the SBF build of the program for the node to run instead of the native one, and its stack
 # frame layout (read by the node itself: localnet/src/gpunet_program.rs); children inherit them.
 PROGRAM_SO_ENV = "GPUNET_PROGRAM_SO"
 STACK_FRAME_GAPS_ENV = "GPUNET_SBF_STACK_FRAME_GAPS"
+
+
+def localnet_deployer() -> Keypair:
+    """The key a node started from here makes the gpunet program's upgrade authority, so the only key
+    that may `initialize` it (as the deployer's key is on a real cluster). Its seed is public: it
+    exists for local nodes only; the demo, the benchmarks and the tests initialise gpunet with it."""
+    return Keypair.from_seed(hashlib.sha256(b"gpunet-localnet-deployer").digest())
 
 
 class LocalnetError(Exception):
@@ -69,6 +88,7 @@ class LocalnetProcess:
         binary: Path | None = None,
         ledger: Path | None = None,
         genesis: Path | None = None,
+        upgrade_authority: Pubkey | None = None,
     ) -> None:
         self.binary = binary or localnet_binary()
         self.rpc_port, self.ws_port = free_ports(2)
@@ -76,6 +96,7 @@ class LocalnetProcess:
         self.log = log
         self.ledger = ledger
         self.genesis = genesis
+        self.upgrade_authority = upgrade_authority or localnet_deployer().pubkey()
         self._proc: subprocess.Popen[bytes] | None = None
         self._started_once = False
 
@@ -118,7 +139,7 @@ class LocalnetProcess:
 
     def _start(self, timeout: float) -> None:
         args = [str(self.binary), "--rpc-port", str(self.rpc_port), "--ws-port", str(self.ws_port),
-                "--slot-ms", str(self.slot_ms)]
+                "--slot-ms", str(self.slot_ms), "--upgrade-authority", str(self.upgrade_authority)]
         if self.ledger:
             args += ["--ledger", str(self.ledger)]
         if self.genesis:

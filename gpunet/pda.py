@@ -8,9 +8,11 @@ from gpunet.idl import PROGRAM_ID
 
 __all__ = [
     "config_pda",
+    "evidence_pda",
     "lease_pda",
     "lease_vault_pda",
     "node_pda",
+    "program_data_pda",
     "provider_pda",
     "stake_vault_pda",
 ]
@@ -21,6 +23,8 @@ SEED_STAKE_VAULT = b"stake_vault"
 SEED_NODE = b"node"
 SEED_LEASE = b"lease"
 SEED_LEASE_VAULT = b"lease_vault"
+SEED_EVIDENCE = b"evidence"
+BPF_LOADER_UPGRADEABLE = Pubkey.from_string("BPFLoaderUpgradeab1e11111111111111111111111")
 
 
 def _pda(*seeds: bytes, program_id: Pubkey = PROGRAM_ID) -> Pubkey:
@@ -57,3 +61,13 @@ def lease_pda(client: Pubkey, lease_id: int, program_id: Pubkey = PROGRAM_ID) ->
 def lease_vault_pda(lease: Pubkey, program_id: Pubkey = PROGRAM_ID) -> Pubkey:
     """The token account holding a lease's escrow."""
     return _pda(SEED_LEASE_VAULT, bytes(lease), program_id=program_id)
+
+
+def evidence_pda(evidence_hash: bytes, program_id: Pubkey = PROGRAM_ID) -> Pubkey:
+    """The record that a piece of fault evidence was used for a slash (it can slash once)."""
+    return _pda(SEED_EVIDENCE, evidence_hash, program_id=program_id)
+
+
+def program_data_pda(program_id: Pubkey = PROGRAM_ID) -> Pubkey:
+    """The upgradeable loader's ProgramData account of the program (holds its upgrade authority)."""
+    return Pubkey.find_program_address([bytes(program_id)], BPF_LOADER_UPGRADEABLE)[0]

@@ -13,18 +13,24 @@ from solders.pubkey import Pubkey
 from gpunet import instructions as ix
 from gpunet.amounts import IO
 from gpunet.client import send_and_confirm
+from gpunet.localnet import localnet_deployer
 from gpunet.tokens import create_mint, ensure_io_account, mint_io
 
-__all__ = ["Market", "Supplier", "funded_wallet"]
+__all__ = ["Market", "Supplier", "funded_deployer", "funded_wallet"]
 
 SOL = 10**9
 
 
-async def funded_wallet(chain: AsyncClient, sol: int = 10) -> Keypair:
-    """A new keypair with `sol` SOL from the cluster's faucet (local clusters)."""
-    kp = Keypair()
+async def funded_wallet(chain: AsyncClient, sol: int = 10, keypair: Keypair | None = None) -> Keypair:
+    """A new keypair (or `keypair`) with `sol` SOL from the cluster's faucet (local clusters)."""
+    kp = keypair or Keypair()
     await chain.confirm_transaction((await chain.request_airdrop(kp.pubkey(), sol * SOL)).value)
     return kp
+
+
+async def funded_deployer(chain: AsyncClient, sol: int = 100) -> Keypair:
+    """The local node's program upgrade authority (the only key that may initialise gpunet), funded."""
+    return await funded_wallet(chain, sol, localnet_deployer())
 
 
 @dataclass(frozen=True)
@@ -44,7 +50,7 @@ class Market:
     async def create(cls, chain: AsyncClient, *, admin: Keypair | None = None, usage_period_seconds: int = 3,
                      min_stake_per_gpu: int = 10 * IO, jail_seconds: int = 3_600, unbonding_seconds: int = 3_600,
                      protocol_fee_bps: int = 500) -> Market:
-        admin = admin or await funded_wallet(chain, 100)
+        admin = admin or await funded_deployer(chain)
         mint = await create_mint(chain, admin)
         treasury = await ensure_io_account(chain, admin, admin.pubkey(), mint)
         await send_and_confirm(chain, admin, [ix.initialize(admin.pubkey(), mint, ix.ConfigParams(

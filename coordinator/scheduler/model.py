@@ -227,7 +227,8 @@ class PlacedShare:
 
     def to_sdk(self) -> Share:
         """The share as `gpunet.instructions.assign_lease` / `reassign_lease` take it."""
-        return Share(Pubkey.from_string(self.node_key), Pubkey.from_string(self.provider_authority), self.gpus)
+        return Share(Pubkey.from_string(self.node_key), Pubkey.from_string(self.provider_authority), self.gpus,
+                     self.price_per_gpu_hour)
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from gpunet.cli.common import DEFAULT_KEYPAIR, BadInput, JsonOpt, KeypairOpt, Session, UrlOpt, pubkey_arg
+from gpunet.keys import KeypairFileError, load_keypair
 from gpunet.localnet import LocalnetError, localnet_binary
 
 LAMPORTS_PER_SOL = 10**9
@@ -20,14 +21,23 @@ def localnet(
     ws_port: Annotated[int, typer.Option("--ws-port", min=1, max=65535)] = 8900,
     ledger: Annotated[Path | None, typer.Option("--ledger", help="Keep state here across restarts.")] = None,
     slot_ms: Annotated[int, typer.Option("--slot-ms", min=1, help="Milliseconds per slot.")] = 400,
+    keypair: KeypairOpt = DEFAULT_KEYPAIR,
 ) -> None:
-    """Run gpunet-localnet (JSON-RPC + PubSub with the gpunet program) until Ctrl-C."""
+    """Run gpunet-localnet (JSON-RPC + PubSub with the gpunet program) until Ctrl-C. Your wallet
+    (--keypair) is the program's upgrade authority, as if you had deployed it: `gpunet admin init`
+    works only with it."""
     try:
         binary = localnet_binary()
     except LocalnetError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(1) from None
-    args = [str(binary), "--rpc-port", str(rpc_port), "--ws-port", str(ws_port), "--slot-ms", str(slot_ms)]
+    try:
+        deployer = load_keypair(keypair).pubkey()
+    except KeypairFileError as e:
+        typer.echo(f"error: {e} (your wallet becomes the program's upgrade authority; or pass --keypair)", err=True)
+        raise typer.Exit(1) from None
+    args = [str(binary), "--rpc-port", str(rpc_port), "--ws-port", str(ws_port), "--slot-ms", str(slot_ms),
+            "--upgrade-authority", str(deployer)]
     if ledger is not None:
         args += ["--ledger", str(ledger)]
     os.execv(args[0], args)  # the node owns the terminal and its signals from here

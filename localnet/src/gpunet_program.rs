@@ -5,6 +5,9 @@ use std::path::PathBuf;
 
 use agave_feature_set::{bpf_account_data_direct_mapping, FeatureSet};
 use litesvm::LiteSVM;
+use solana_account::Account;
+use solana_pubkey::Pubkey;
+use solana_sdk_ids::bpf_loader_upgradeable;
 
 use crate::{add_native_program, native_entry};
 
@@ -80,6 +83,31 @@ impl std::fmt::Display for ProgramBuild {
             }
         }
     }
+}
+
+/// The address of the gpunet program's ProgramData account (the upgradeable loader's PDA).
+pub fn program_data_address() -> Pubkey {
+    Pubkey::find_program_address(&[gpunet::ID.as_ref()], &bpf_loader_upgradeable::ID).0
+}
+
+/// Makes `authority` the gpunet program's upgrade authority, as `solana program deploy` makes
+/// the deployer: writes the upgradeable loader's ProgramData record (state only, no ELF; the
+/// program itself runs as installed above). `initialize` accepts only this key as admin.
+pub fn set_upgrade_authority(svm: &mut LiteSVM, authority: &Pubkey) -> Result<(), String> {
+    // bincode of UpgradeableLoaderState::ProgramData { slot: 0, upgrade_authority_address: Some(authority) }
+    let mut data = Vec::with_capacity(45);
+    data.extend_from_slice(&3u32.to_le_bytes());
+    data.extend_from_slice(&0u64.to_le_bytes());
+    data.push(1);
+    data.extend_from_slice(authority.as_ref());
+    let account = Account {
+        lamports: svm.minimum_balance_for_rent_exemption(data.len()),
+        data,
+        owner: bpf_loader_upgradeable::ID,
+        executable: false,
+        rent_epoch: 0,
+    };
+    svm.set_account(program_data_address(), account).map_err(|e| format!("cannot write the program's ProgramData: {e}"))
 }
 
 /// A LiteSVM with the SPL programs, the precompiles and the gpunet program at `gpunet::ID`,

@@ -50,7 +50,9 @@ use {
 };
 
 mod gpunet_program;
-pub use gpunet_program::{gpunet_svm, ProgramBuild, PROGRAM_SO_ENV, STACK_FRAME_GAPS_ENV};
+pub use gpunet_program::{
+    gpunet_svm, program_data_address, set_upgrade_authority, ProgramBuild, PROGRAM_SO_ENV, STACK_FRAME_GAPS_ENV,
+};
 pub use litesvm::LiteSVM;
 
 /// Plain solana-program style entrypoint: `fn(&Pubkey, &[AccountInfo], &[u8]) -> ProgramResult`.

@@ -35,6 +35,10 @@ struct Args {
     /// Genesis file (JSON): accounts to fund and an IO mint; applied to a new chain only.
     #[arg(long)]
     genesis: Option<PathBuf>,
+    /// The gpunet program's upgrade authority, the only key that may `initialize` it (as the
+    /// deployer's key is on a real cluster); e.g. the admin wallet's public key.
+    #[arg(long)]
+    upgrade_authority: Option<String>,
     /// Seconds between ledger snapshots (with --ledger).
     #[arg(long, default_value_t = 5)]
     snapshot_secs: u64,
@@ -55,6 +59,12 @@ fn build_chain(args: &Args, program: &ProgramBuild) -> chain::Chain {
         if let Some(file) = &args.genesis {
             genesis::apply(&mut chain, file).unwrap_or_else(|e| fail(e));
         }
+    }
+    if let Some(authority) = &args.upgrade_authority {
+        let authority = authority
+            .parse()
+            .unwrap_or_else(|e| fail(format!("--upgrade-authority {authority:?} is not a public key: {e}")));
+        gpunet_localnet::set_upgrade_authority(&mut chain.svm, &authority).unwrap_or_else(|e| fail(e));
     }
     chain
 }

@@ -5,7 +5,8 @@
 //! *what* it verified: we check that the instruction right before ours holds exactly one
 //! signature whose public key, signature and message all live inside its own data (so no
 //! other instruction can swap them in), that the key is the node's and that the message
-//! is byte for byte the usage report being settled.
+//! is byte for byte the usage report being settled. The same sysvar tells whether we run as a
+//! top-level instruction (`require_top_level`).
 use anchor_lang::prelude::*;
 use anchor_lang::solana_program::ed25519_program;
 use anchor_lang::solana_program::sysvar::instructions::{
@@ -63,5 +64,15 @@ pub fn require_signed_by_previous_instruction(
     require!(key == signer.as_ref(), GpunetError::WrongSigner);
     let signed = slice(data, msg_offset, usize::from(msg_len))?;
     require!(signed == message, GpunetError::MessageMismatch);
+    Ok(())
+}
+
+/// Requires that the running instruction is a top-level instruction of gpunet, not a CPI: under
+/// a CPI the transaction's current instruction belongs to the calling program. (A wrapper could
+/// otherwise pair our settlement with its own logic, e.g. reuse the Ed25519 instruction before it.)
+pub fn require_top_level(instructions_sysvar: &AccountInfo) -> Result<()> {
+    let current = load_current_index_checked(instructions_sysvar)?;
+    let ix = load_instruction_at_checked(usize::from(current), instructions_sysvar)?;
+    require_keys_eq!(ix.program_id, crate::ID, GpunetError::CalledByCpi);
     Ok(())
 }

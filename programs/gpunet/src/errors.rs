@@ -12,7 +12,7 @@ pub enum GpunetError {
     FeeTooHigh,
     #[msg("A basis-point value exceeds 10,000")]
     InvalidBasisPoints,
-    #[msg("Durations must not be negative and the usage period must be positive")]
+    #[msg("Durations must not be negative; the usage period and the settlement window must be positive")]
     InvalidDuration,
     #[msg("Give between 1 and 4 attester keys")]
     InvalidAttesters,
@@ -94,4 +94,28 @@ pub enum GpunetError {
     // --- arithmetic
     #[msg("Arithmetic overflow")]
     ArithmeticOverflow,
+
+    // --- closing, slashing and deployment rules (appended, so earlier codes stay stable)
+    #[msg("The lease is not closing")]
+    LeaseNotClosing,
+    #[msg("The lease's settlement window is still open and usage up to its close is not all settled")]
+    SettlementWindowOpen,
+    #[msg("The lease's settlement window has ended")]
+    SettlementWindowOver,
+    #[msg("The lease has passed its end: it can only be closed")]
+    LeaseExpired,
+    #[msg("The lease is not finalized, or its retention period has not ended")]
+    LeaseRetained,
+    #[msg("The node's price is not the one the placement expected")]
+    PriceChanged,
+    #[msg("The node is not found lost: slash or jail it before moving its share")]
+    NodeNotLost,
+    #[msg("The lease is neither active nor in its settlement window")]
+    LeaseNotLive,
+    #[msg("Only the program's upgrade authority may initialize gpunet")]
+    NotUpgradeAuthority,
+    #[msg("The IO mint has a freeze authority, which could freeze every vault")]
+    MintHasFreezeAuthority,
+    #[msg("settle_usage must be a top-level instruction, not a cross-program call")]
+    CalledByCpi,
 }

@@ -118,6 +118,8 @@ pub struct UsageSettled {
     pub escrow_left: u64,
 }
 
+/// The lease was closed for use: its nodes are free and `refund` went back to the client now;
+/// `retained` stays in the vault for usage up to `billable_until`, settled until `settle_deadline`.
 #[event]
 pub struct LeaseClosed {
     pub lease: Pubkey,
@@ -125,6 +127,31 @@ pub struct LeaseClosed {
     pub refund: u64,
     pub paid: u64,
     pub fees: u64,
+    pub retained: u64,
+    pub billable_until: i64,
+    pub settle_deadline: i64,
+}
+
+/// The closing lease was finalized: `refund` (the escrow left) and `donations` (tokens sent to
+/// the vault from outside) went to the client, and the vault was closed.
+#[event]
+pub struct LeaseFinalized {
+    pub lease: Pubkey,
+    pub finalized_by: Pubkey,
+    pub refund: u64,
+    pub donations: u64,
+    pub paid: u64,
+    pub fees: u64,
+    /// Everything refunded over the lease's life (at close and now).
+    pub refunded: u64,
+}
+
+/// A finalized lease's account was closed and its rent returned to the client.
+#[event]
+pub struct LeaseReclaimed {
+    pub lease: Pubkey,
+    pub client: Pubkey,
+    pub reclaimed_by: Pubkey,
 }
 
 #[event]

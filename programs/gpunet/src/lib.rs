@@ -2,7 +2,8 @@
 //! attesters settle signed usage out of that escrow and slash faulty suppliers.
 #![deny(arithmetic_overflow)]
 #![allow(unexpected_cfgs)]
-// Anchor 0.31's generated IDL-account handlers call the deprecated `realloc`, outside our module.
+// Anchor 0.31's generated IDL-account handlers call the deprecated `realloc`, outside our module
+// (they are compiled only without the default `no-idl` feature).
 #![allow(deprecated)]
 
 use anchor_lang::prelude::*;
@@ -72,20 +73,32 @@ pub mod gpunet {
         OpenLease::handler(ctx, lease_id, terms)
     }
 
-    pub fn assign_lease<'info>(ctx: Context<'_, '_, 'info, 'info, AssignLease<'info>>, gpus: Vec<u8>) -> Result<()> {
-        AssignLease::handler(ctx, gpus)
+    pub fn assign_lease<'info>(
+        ctx: Context<'_, '_, 'info, 'info, AssignLease<'info>>,
+        gpus: Vec<u8>,
+        prices: Vec<u64>,
+    ) -> Result<()> {
+        AssignLease::handler(ctx, gpus, prices)
     }
 
     pub fn top_up_lease(ctx: Context<TopUpLease>, extra_seconds: i64) -> Result<()> {
         TopUpLease::handler(ctx, extra_seconds)
     }
 
-    pub fn reassign_lease(ctx: Context<ReassignLease>) -> Result<()> {
-        ReassignLease::handler(ctx)
+    pub fn reassign_lease(ctx: Context<ReassignLease>, expected_price: u64) -> Result<()> {
+        ReassignLease::handler(ctx, expected_price)
     }
 
     pub fn close_lease<'info>(ctx: Context<'_, '_, 'info, 'info, CloseLease<'info>>) -> Result<()> {
         CloseLease::handler(ctx)
+    }
+
+    pub fn finalize_lease(ctx: Context<FinalizeLease>) -> Result<()> {
+        FinalizeLease::handler(ctx)
+    }
+
+    pub fn reclaim_lease(ctx: Context<ReclaimLease>) -> Result<()> {
+        ReclaimLease::handler(ctx)
     }
 
     // --- settlement and slashing

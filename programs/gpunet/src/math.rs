@@ -2,7 +2,8 @@
 //!
 //! Rounding rule: every division rounds down, so nobody is paid beyond delivered
 //! usage. The escrow a client deposits rounds up (it must cover the whole duration);
-//! whatever a rounding leaves in escrow goes back to the client at close.
+//! whatever a rounding leaves in escrow goes back to the client at close. The protocol fee
+//! rounds up, so splitting usage into many tiny reports cannot avoid it.
 use crate::state::BPS_DENOMINATOR;
 
 pub const SECONDS_PER_HOUR: u128 = 3_600;
@@ -31,6 +32,22 @@ pub fn bps_of(amount: u64, bps: u16) -> Option<u64> {
     u64::try_from(part).ok()
 }
 
+/// `amount * bps / 10_000`, rounded up (never more than `amount`); `None` if `bps` > 10_000.
+pub fn bps_of_ceil(amount: u64, bps: u16) -> Option<u64> {
+    if u64::from(bps) > BPS_DENOMINATOR {
+        return None;
+    }
+    let part = u128::from(amount).checked_mul(u128::from(bps))?.div_ceil(u128::from(BPS_DENOMINATOR));
+    u64::try_from(part).ok()
+}
+
+/// What `gpus` GPUs at `price_per_gpu_hour` could still be owed from `from` to `until`
+/// (rounded down like every settlement; zero when `until <= from`).
+pub fn owed_at_most(price_per_gpu_hour: u64, gpus: u8, from: i64, until: i64) -> Option<u64> {
+    let seconds = u64::try_from(until.saturating_sub(from).max(0)).ok()?;
+    usage_cost(price_per_gpu_hour, seconds.checked_mul(u64::from(gpus))?)
+}
+
 /// How one settlement splits: `payout + fee == amount`, `amount <= escrow_left`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Settlement {
@@ -42,7 +59,7 @@ pub struct Settlement {
 /// Splits the cost of `gpu_seconds` into payout and fee, capped by what is left in escrow.
 pub fn settle(price_per_gpu_hour: u64, gpu_seconds: u64, fee_bps: u16, escrow_left: u64) -> Option<Settlement> {
     let amount = usage_cost(price_per_gpu_hour, gpu_seconds)?.min(escrow_left);
-    let fee = bps_of(amount, fee_bps)?;
+    let fee = bps_of_ceil(amount, fee_bps)?;
     let payout = amount.checked_sub(fee)?;
     Some(Settlement { amount, payout, fee })
 }
@@ -55,10 +72,14 @@ pub struct Slash {
     pub to_treasury: u64,
 }
 
-/// `slash_bps` of `stake`, of which `client_share_bps` goes to the client (when there is one).
-pub fn slash(stake: u64, slash_bps: u16, client_share_bps: u16, has_client: bool) -> Option<Slash> {
+/// `slash_bps` of `stake`, of which `client_share_bps` goes to the client when there is one,
+/// at most `client_bound`; the rest to the treasury.
+pub fn slash(stake: u64, slash_bps: u16, client_share_bps: u16, client_bound: Option<u64>) -> Option<Slash> {
     let amount = bps_of(stake, slash_bps)?;
-    let to_client = if has_client { bps_of(amount, client_share_bps)? } else { 0 };
+    let to_client = match client_bound {
+        Some(bound) => bps_of(amount, client_share_bps)?.min(bound),
+        None => 0,
+    };
     let to_treasury = amount.checked_sub(to_client)?;
     Some(Slash { amount, to_client, to_treasury })
 }
@@ -116,6 +137,8 @@ mod tests {
         assert_eq!(s, Settlement { amount: 100, payout: 95, fee: 5 });
         let capped = settle(3_600, 100, 500, 40).unwrap();
         assert_eq!(capped, Settlement { amount: 40, payout: 38, fee: 2 });
+        // the fee rounds up: 19 units at 5 % owe 0.95, charged as 1
+        assert_eq!(settle(3_600, 19, 500, u64::MAX).unwrap(), Settlement { amount: 19, payout: 18, fee: 1 });
         let empty = settle(3_600, 100, 500, 0).unwrap();
         assert_eq!(empty, Settlement { amount: 0, payout: 0, fee: 0 });
         for (price, secs, bps, left) in [(123u64, 4_567u64, 1_999u16, 999u64), (u64::MAX, 3_600, 2_000, u64::MAX)] {
@@ -126,11 +149,38 @@ mod tests {
     }
 
     #[test]
+    fn splitting_a_report_never_lowers_the_fee() {
+        // one 100-unit report vs. the same usage as 100 one-unit reports
+        let whole = settle(3_600, 100, 500, u64::MAX).unwrap().fee;
+        let split: u64 = (0..100).map(|_| settle(3_600, 1, 500, u64::MAX).unwrap().fee).sum();
+        assert!(split >= whole, "split {split} < whole {whole}");
+        assert_eq!(bps_of_ceil(1, 1), Some(1));
+        assert_eq!(bps_of_ceil(0, 2_000), Some(0));
+        assert_eq!(bps_of_ceil(u64::MAX, 10_000), Some(u64::MAX));
+        assert_eq!(bps_of_ceil(1, 10_001), None);
+    }
+
+    #[test]
+    fn owed_at_most_bounds_the_rest_of_a_share() {
+        assert_eq!(owed_at_most(3_600, 2, 100, 160), Some(120));
+        assert_eq!(owed_at_most(3_600, 2, 160, 100), Some(0));
+        assert_eq!(owed_at_most(3_599, 1, 0, 1), Some(0));
+        assert_eq!(owed_at_most(u64::MAX, 16, 0, i64::MAX), None);
+        // periods settled piecewise never add up to more than the bound
+        let bound = owed_at_most(7_777, 3, 0, 1_000).unwrap();
+        let pieces: u64 = (0..1_000).step_by(7).map(|t| usage_cost(7_777, 3 * (7.min(1_000 - t)) as u64).unwrap()).sum();
+        assert!(pieces <= bound);
+    }
+
+    #[test]
     fn slash_splits_exactly() {
-        assert_eq!(slash(1_000, 1_000, 5_000, true), Some(Slash { amount: 100, to_client: 50, to_treasury: 50 }));
-        assert_eq!(slash(1_000, 1_000, 5_000, false), Some(Slash { amount: 100, to_client: 0, to_treasury: 100 }));
-        assert_eq!(slash(0, 10_000, 10_000, true), Some(Slash { amount: 0, to_client: 0, to_treasury: 0 }));
-        assert_eq!(slash(u64::MAX, 10_000, 3_333, true).map(|s| s.to_client + s.to_treasury), Some(u64::MAX));
-        assert_eq!(slash(1, 10_001, 0, true), None);
+        let any = Some(u64::MAX);
+        assert_eq!(slash(1_000, 1_000, 5_000, any), Some(Slash { amount: 100, to_client: 50, to_treasury: 50 }));
+        assert_eq!(slash(1_000, 1_000, 5_000, None), Some(Slash { amount: 100, to_client: 0, to_treasury: 100 }));
+        assert_eq!(slash(0, 10_000, 10_000, any), Some(Slash { amount: 0, to_client: 0, to_treasury: 0 }));
+        assert_eq!(slash(u64::MAX, 10_000, 3_333, any).map(|s| s.to_client + s.to_treasury), Some(u64::MAX));
+        assert_eq!(slash(1, 10_001, 0, any), None);
+        // the client's share is capped by what its lease lost; the rest goes to the treasury
+        assert_eq!(slash(1_000, 1_000, 5_000, Some(20)), Some(Slash { amount: 100, to_client: 20, to_treasury: 80 }));
     }
 }

@@ -2,14 +2,16 @@
 //!
 //! After each step: escrow deposited == paid to providers + fees + refunded + still in
 //! lease vaults (from the events, to the base unit); every vault holds exactly what the
-//! program's own bookkeeping says; the total IO supply is unchanged; and a step that
-//! fails changes no balance at all.
+//! program's own bookkeeping says, plus what strangers donated to it (refunded to the client,
+//! and counted, at finalization); the total IO supply is unchanged; and a step that fails
+//! changes no balance at all. Leases close, settle in their closing window and finalize.
 mod harness;
 
 use std::collections::BTreeMap;
 
 use anchor_lang::prelude::Pubkey;
-use gpunet::events::{LeaseClosed, LeaseOpened, LeaseToppedUp, ProviderSlashed, UsageSettled};
+use anchor_spl::token::spl_token;
+use gpunet::events::{LeaseClosed, LeaseFinalized, LeaseOpened, LeaseToppedUp, ProviderSlashed, UsageSettled};
 use gpunet::state::{FaultKind, Lease, LeaseStatus, Node, Provider, UsageReport};
 use harness::*;
 use proptest::prelude::*;
@@ -24,6 +26,8 @@ enum Op {
     TopUp { lease: usize, minutes: i64 },
     Reassign { lease: usize, share: usize },
     Close { lease: usize, by_client: bool },
+    Finalize { lease: usize },
+    Donate { lease: usize, amount: u64 },
     Slash { node: usize, kind: u8, with_lease: bool },
     Unstake { supplier: usize, amount: u64 },
     Withdraw { supplier: usize },
@@ -39,6 +43,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0..6usize, 1..=60i64).prop_map(|(lease, minutes)| Op::TopUp { lease, minutes }),
         2 => (0..6usize, 0..3usize).prop_map(|(lease, share)| Op::Reassign { lease, share }),
         2 => (0..6usize, any::<bool>()).prop_map(|(lease, by_client)| Op::Close { lease, by_client }),
+        2 => (0..6usize).prop_map(|lease| Op::Finalize { lease }),
+        1 => (0..6usize, 1..=1_000u64).prop_map(|(lease, amount)| Op::Donate { lease, amount }),
         1 => (0..5usize, 0..3u8, any::<bool>()).prop_map(|(node, kind, with_lease)| Op::Slash { node, kind, with_lease }),
         1 => (0..3usize, 0..=300u64).prop_map(|(supplier, amount)| Op::Unstake { supplier, amount }),
         1 => (0..3usize).prop_map(|supplier| Op::Withdraw { supplier }),
@@ -52,6 +58,7 @@ struct Ledger {
     paid: u64,
     fees: u64,
     refunded: u64,
+    donations: u64,
     slashed: u64,
 }
 
@@ -71,6 +78,10 @@ impl Ledger {
         for e in events::<LeaseClosed>(meta) {
             self.refunded += e.refund;
         }
+        for e in events::<LeaseFinalized>(meta) {
+            self.refunded += e.refund;
+            self.donations += e.donations;
+        }
         for e in events::<ProviderSlashed>(meta) {
             assert_eq!(e.to_client + e.to_treasury, e.amount);
             self.slashed += e.amount;
@@ -86,6 +97,9 @@ struct World {
     leases: Vec<LeaseRef>,
     ledger: Ledger,
     supply: u64,
+    /// Donated to each lease vault and not yet paid out by a finalization.
+    donated: BTreeMap<Pubkey, u64>,
+    donor: Client,
 }
 
 impl World {
@@ -100,8 +114,10 @@ impl World {
             }
         }
         let clients: Vec<_> = (0..2).map(|_| h.client(5_000 * IO)).collect();
-        let supply = 3 * 10_000 * IO + 2 * 5_000 * IO;
-        Self { h, suppliers, nodes, clients, leases: Vec::new(), ledger: Ledger::default(), supply }
+        let donor = h.client(1_000 * IO);
+        let supply = 3 * 10_000 * IO + 2 * 5_000 * IO + 1_000 * IO;
+        let (leases, ledger, donated) = (Vec::new(), Ledger::default(), BTreeMap::new());
+        Self { h, suppliers, nodes, clients, leases, ledger, supply, donated, donor }
     }
 
     fn lease_state(&self, i: usize) -> Option<(LeaseRef, Lease)> {
@@ -128,6 +144,7 @@ impl World {
         let mut accounts = vec![self.h.treasury];
         accounts.extend(self.suppliers.iter().flat_map(|s| [s.tokens, s.vault]));
         accounts.extend(self.clients.iter().map(|c| c.tokens));
+        accounts.push(self.donor.tokens);
         accounts.extend(self.leases.iter().map(|l| l.vault));
         accounts
             .into_iter()
@@ -200,6 +217,28 @@ impl World {
                 let tokens = c.tokens;
                 self.h.close(&closer, &lease, &tokens)
             }
+            Op::Finalize { lease } => {
+                let (lease, _) = self.lease_state(lease)?;
+                let c = self.clients.iter().find(|c| c.wallet.pubkey() == lease.client)?;
+                let finalizer = self.clients[0].wallet.insecure_clone();
+                let tokens = c.tokens;
+                let result = self.h.finalize(&finalizer, &lease, &tokens);
+                if result.is_ok() {
+                    self.donated.remove(&lease.vault);
+                }
+                result
+            }
+            Op::Donate { lease, amount } => {
+                let (lease, _) = self.lease_state(lease)?;
+                let donor = &self.donor;
+                let ix = spl_token::instruction::transfer(&spl_token::ID, &donor.tokens, &lease.vault, &donor.wallet.pubkey(), &[], amount)
+                    .unwrap();
+                let result = self.h.send(&[ix], &[&donor.wallet.insecure_clone()]);
+                if result.is_ok() {
+                    *self.donated.entry(lease.vault).or_default() += amount;
+                }
+                result
+            }
             Op::Slash { node, kind, with_lease } => {
                 let n = &self.nodes[node];
                 let fault = [FaultKind::MissedHeartbeats, FaultKind::FailedVerification, FaultKind::InvalidUsage][kind as usize];
@@ -207,7 +246,8 @@ impl World {
                     self.leases.iter().find_map(|l| {
                         let state: Lease = self.h.account(&l.lease);
                         let client = self.clients.iter().find(|c| c.wallet.pubkey() == l.client)?;
-                        (state.status == LeaseStatus::Active && state.assignment_index(&n.node).is_some())
+                        (matches!(state.status, LeaseStatus::Active | LeaseStatus::Closing)
+                            && state.assignment_index(&n.node).is_some())
                             .then_some((*l, client.tokens))
                     })
                 } else {
@@ -234,15 +274,19 @@ impl World {
         for lease in &self.leases {
             let state: Lease = self.h.account(&lease.lease);
             let left = state.escrow_left().expect("bookkeeping never underflows");
-            assert_eq!(balances[&lease.vault], left, "lease vault == escrow left");
+            let donated = self.donated.get(&lease.vault).copied().unwrap_or(0);
+            assert_eq!(balances[&lease.vault], left + donated, "lease vault == escrow left + donations");
             assert_eq!(state.deposited, state.paid + state.fees + state.refunded + left);
             if state.status == LeaseStatus::Closed {
                 assert_eq!(left, 0);
+                assert!(!self.h.exists(&lease.vault), "a finalized lease's vault is closed");
             }
             in_vaults += left;
         }
         let l = &self.ledger;
         assert_eq!(l.deposited, l.paid + l.fees + l.refunded + in_vaults, "deposits == payouts + fees + refunds + escrow");
+        let donated_total: u64 = self.donated.values().sum();
+        assert_eq!(1_000 * IO - self.h.balance(&self.donor.tokens), donated_total + l.donations, "every donation accounted for");
 
         for s in &self.suppliers {
             let p: Provider = self.h.account(&s.provider);

@@ -1,9 +1,10 @@
 //! Leases: opening escrows the full price, assignment (single node and cluster),
-//! top-up, reassignment after a node loss, close and refund.
+//! top-up, reassignment after a node loss, close, refund and finalization.
 mod harness;
 
 use gpunet::errors::GpunetError;
-use gpunet::events::{LeaseAssigned, LeaseClosed, LeaseOpened, LeaseReassigned, LeaseToppedUp};
+use anchor_lang::error::ErrorCode as AnchorError;
+use gpunet::events::{LeaseAssigned, LeaseClosed, LeaseFinalized, LeaseOpened, LeaseReassigned, LeaseToppedUp};
 use gpunet::state::{Lease, LeaseStatus, Node};
 use harness::*;
 use solana_signer::Signer;
@@ -142,6 +143,8 @@ fn a_lost_node_is_replaced_and_the_new_node_starts_at_seq_one() {
     h.settle(&lease, &lost, report).unwrap();
 
     h.advance(30);
+    assert_error(h.reassign(&lease, &lost, &spare), GpunetError::NodeNotLost);
+    h.slash(&lost, gpunet::state::FaultKind::MissedHeartbeats, None).unwrap();
     let meta = h.reassign(&lease, &lost, &spare).unwrap();
     let ev: LeaseReassigned = event(&meta);
     assert_eq!((ev.from_node, ev.assignment.node, ev.assignment.gpus, ev.assignment.last_seq), (lost.node, spare.node, 2, 0));
@@ -170,28 +173,36 @@ fn the_client_closes_any_time_and_gets_every_unsettled_unit_back() {
     let report = h.full_use_report(&lease, &node, 60);
     let settled = event::<gpunet::events::UsageSettled>(&h.settle(&lease, &node, report).unwrap());
 
+    // everything delivered is settled: the close keeps nothing back and frees the node
     let wallet = client.wallet.insecure_clone();
     let meta = h.close(&wallet, &lease, &client.tokens).unwrap();
     let ev: LeaseClosed = event(&meta);
     let deposit = 6 * IO;
-    assert_eq!(ev.refund, deposit - settled.amount);
+    assert_eq!((ev.refund, ev.retained), (deposit - settled.amount, 0));
     assert_eq!((ev.paid, ev.fees), (settled.payout, settled.fee));
+    assert_eq!((ev.billable_until, ev.settle_deadline), (h.now(), h.now() + SETTLE_WINDOW_SECONDS));
     assert_eq!(h.balance(&client.tokens), 1_000 * IO - settled.amount);
+    assert_eq!(h.account::<Node>(&node.node).gpus_leased, 0);
+    let state: Lease = h.account(&lease.lease);
+    assert_eq!((state.status, state.refunded, state.closed_at), (LeaseStatus::Closing, ev.refund, h.now()));
+
+    // all settled: the client finalizes at once; the empty vault is closed
+    let done: LeaseFinalized = event(&h.finalize(&wallet, &lease, &client.tokens).unwrap());
+    assert_eq!((done.refund, done.donations, done.refunded), (0, 0, ev.refund));
     assert!(!h.exists(&lease.vault), "the empty vault is closed");
     let state: Lease = h.account(&lease.lease);
-    assert_eq!((state.status, state.refunded), (LeaseStatus::Closed, ev.refund));
-    assert_eq!(h.account::<Node>(&node.node).gpus_leased, 0);
+    assert_eq!((state.status, state.finalized_at), (LeaseStatus::Closed, h.now()));
     assert_eq!(state.deposited, state.paid + state.fees + state.refunded);
 
-    // closed is final: no second close (its vault is gone), top-up or settlement
-    assert_error(h.close(&wallet, &lease, &client.tokens), anchor_lang::error::ErrorCode::AccountNotInitialized);
+    // closed is final: no second close, top-up or settlement
+    assert_error(h.close(&wallet, &lease, &client.tokens), AnchorError::AccountNotInitialized); // the vault is gone
     let report = h.full_use_report(&lease, &node, 1);
-    assert_error(h.settle(&lease, &node, report), anchor_lang::error::ErrorCode::AccountNotInitialized);
-    assert_error(h.send(&[h.top_up_lease_ix(&client, &lease, 60)], &[&wallet]), anchor_lang::error::ErrorCode::AccountNotInitialized);
+    assert_error(h.settle(&lease, &node, report), AnchorError::AccountNotInitialized);
+    assert_error(h.send(&[h.top_up_lease_ix(&client, &lease, 60)], &[&wallet]), AnchorError::AccountNotInitialized);
 }
 
 #[test]
-fn strangers_close_only_after_expiry() {
+fn strangers_close_only_after_the_end_and_its_grace() {
     let mut h = Harness::new();
     let s = h.supplier(800 * IO);
     let node = h.node(&s, h100_spec(1));
@@ -200,14 +211,16 @@ fn strangers_close_only_after_expiry() {
     h.advance(120);
     h.assign(&lease, &[(&node, 1)]).unwrap();
     let stranger = h.wallet();
-    h.advance(3_599);
+    h.advance(3_600 + CLOSE_GRACE_SECONDS - 1);
     assert_error(h.close(&stranger, &lease, &client.tokens), GpunetError::LeaseNotExpired);
     h.advance(1);
     // the refund still goes to the client's account, never the closer's
     let stranger_tokens = h.token_account(&stranger.pubkey());
     let ix = h.close_lease_ix(&stranger.pubkey(), &lease, &stranger_tokens);
-    assert_error(h.send(&[ix], &[&stranger]), anchor_lang::error::ErrorCode::ConstraintTokenOwner);
+    assert_error(h.send(&[ix], &[&stranger]), AnchorError::ConstraintTokenOwner);
     h.close(&stranger, &lease, &client.tokens).unwrap();
+    h.advance(SETTLE_WINDOW_SECONDS + 1);
+    h.finalize(&stranger, &lease, &client.tokens).unwrap();
     assert_eq!(h.balance(&client.tokens), 1_000 * IO);
 }
 

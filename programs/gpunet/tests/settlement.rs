@@ -47,7 +47,7 @@ fn a_signed_report_pays_the_provider_minus_the_fee() {
     let meta = h.settle(&lease, &node, report).unwrap();
     let ev: UsageSettled = event(&meta);
     let amount = 2 * IO * 120 / 3_600; // price x GPU-seconds / 3600
-    let fee = amount * u64::from(FEE_BPS) / 10_000;
+    let fee = (amount * u64::from(FEE_BPS)).div_ceil(10_000); // the fee rounds up
     assert_eq!((ev.amount, ev.fee, ev.payout), (amount, fee, amount - fee));
     assert_eq!((ev.seq, ev.gpu_seconds, ev.node, ev.provider), (1, 120, node.node, node.provider));
     assert_eq!(ev.escrow_left, 6 * IO - amount);
@@ -90,10 +90,12 @@ fn several_reports_settle_in_one_transaction() {
 }
 
 #[test]
-fn settlement_is_capped_by_the_escrow_left() {
+fn usage_stops_at_the_lease_end_so_the_escrow_always_covers_it() {
     let mut h = Harness::new();
     let s = h.supplier(1_000 * IO);
-    let node = h.node(&s, h100_spec(1));
+    let mut spec = h100_spec(1);
+    spec.price_per_gpu_hour = 3 * IO; // the client's maximum: the escrow is used to the unit
+    let node = h.node(&s, spec);
     let client = h.client(1_000 * IO);
     let mut t = terms(1, 1);
     t.duration_seconds = 30; // escrow for 30 GPU-seconds at 3 IO/h = 25,000 base units
@@ -101,8 +103,11 @@ fn settlement_is_capped_by_the_escrow_left() {
     let deposit = h.balance(&lease.vault);
     h.assign(&lease, &[(&node, 1)]).unwrap();
     h.advance(60);
-    let report = h.full_use_report(&lease, &node, 60); // 60 s at 2 IO/h = 33,333 > escrow
-    let ev: UsageSettled = event(&h.settle(&lease, &node, report).unwrap());
+    let past_the_end = h.full_use_report(&lease, &node, 60);
+    assert_error(h.settle(&lease, &node, past_the_end), GpunetError::BadPeriod);
+    let start = h.now() - 60;
+    let to_the_end = UsageReport { seq: 1, period_start: start, period_end: start + 30, gpu_seconds: 30 };
+    let ev: UsageSettled = event(&h.settle(&lease, &node, to_the_end).unwrap());
     assert_eq!(ev.amount, deposit);
     assert_eq!((ev.escrow_left, h.balance(&lease.vault)), (0, 0));
     // spent escrow: anyone may close now

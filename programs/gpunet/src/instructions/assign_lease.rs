@@ -1,5 +1,8 @@
 //! `assign_lease`: an attester places an open lease on one or more qualifying nodes at once.
 //!
+//! `prices` are the prices per GPU-hour the placement was decided at, one per share: a node
+//! whose supplier changed its price since is refused, so the client never pays a price raised
+//! between the decision and the assignment.
 //! Remaining accounts: for each share, the node account (writable) then its provider account.
 use anchor_lang::prelude::*;
 
@@ -26,14 +29,16 @@ pub(crate) fn load_node<'info>(info: &'info AccountInfo<'info>) -> Result<Accoun
     Account::try_from(info)
 }
 
-/// Checks that `node` (of `provider`) may take `gpus` GPUs of a lease with `terms`.
+/// Checks that `node` (of `provider`) may take `gpus` GPUs of a lease with `terms` at `price`.
 pub(crate) fn check_candidate(
     node: &Account<Node>,
     provider: &Account<Provider>,
     terms: &LeaseTerms,
     gpus: u8,
+    price: u64,
 ) -> Result<()> {
     require_keys_eq!(node.provider, provider.key(), GpunetError::AccountMismatch);
+    require_eq!(node.spec.price_per_gpu_hour, price, GpunetError::PriceChanged);
     require!(!node.jailed, GpunetError::NodeJailed);
     require!(provider.is_collateralised(), GpunetError::ProviderUndercollateralised);
     require!(node.meets(terms), GpunetError::NodeDoesNotQualify);
@@ -58,33 +63,35 @@ pub(crate) fn take_gpus(node: &mut Account<Node>, gpus: u8, now: i64) -> Result<
 }
 
 impl<'info> AssignLease<'info> {
-    pub fn validate(&self, gpus: &[u8]) -> Result<()> {
+    pub fn validate(&self, gpus: &[u8], prices: &[u64]) -> Result<()> {
         require!(self.config.is_attester(self.attester.key), GpunetError::NotAttester);
         require!(self.lease.status == LeaseStatus::Open, GpunetError::LeaseNotOpen);
         let total: u16 = gpus.iter().map(|g| u16::from(*g)).sum();
         require!(
             (1..=MAX_LEASE_NODES).contains(&gpus.len())
                 && gpus.iter().all(|g| *g > 0)
-                && total == u16::from(self.lease.terms.gpu_count),
+                && total == u16::from(self.lease.terms.gpu_count)
+                && prices.len() == gpus.len(),
             GpunetError::InvalidAssignment
         );
         Ok(())
     }
 
-    #[access_control(ctx.accounts.validate(&gpus))]
-    pub fn handler(ctx: Context<'_, '_, 'info, 'info, Self>, gpus: Vec<u8>) -> Result<()> {
+    #[access_control(ctx.accounts.validate(&gpus, &prices))]
+    pub fn handler(ctx: Context<'_, '_, 'info, 'info, Self>, gpus: Vec<u8>, prices: Vec<u64>) -> Result<()> {
         require!(ctx.remaining_accounts.len() == 2 * gpus.len(), GpunetError::InvalidAssignment);
         let now = Clock::get()?.unix_timestamp;
         let terms = ctx.accounts.lease.terms;
         let mut assignments = Vec::with_capacity(gpus.len());
-        for (pair, share) in ctx.remaining_accounts.chunks_exact(2).zip(gpus.iter().copied()) {
+        let shares = gpus.iter().copied().zip(prices.iter().copied());
+        for (pair, (share, price)) in ctx.remaining_accounts.chunks_exact(2).zip(shares) {
             let mut node = load_node(&pair[0])?;
             let provider: Account<Provider> = Account::try_from(&pair[1])?;
             require!(
                 assignments.iter().all(|a: &Assignment| a.node != node.key()),
                 GpunetError::DuplicateNode
             );
-            check_candidate(&node, &provider, &terms, share)?;
+            check_candidate(&node, &provider, &terms, share, price)?;
             assignments.push(take_gpus(&mut node, share, now)?);
         }
 

@@ -1,7 +1,10 @@
-//! `close_lease`: refunds all unsettled escrow to the client and frees the lease's nodes.
+//! `close_lease`: ends a lease's use. Its nodes are freed at once, billing stops at the close (or
+//! the lease's end, if that came first), the escrow its shares could still be owed up to then
+//! stays in the vault for the attester's final settlements, and the rest is refunded now.
+//! `finalize_lease` refunds what remains after the settlement window.
 //!
-//! The client may close at any time; anyone may close once the lease has run its
-//! duration or its escrow is spent. Remaining accounts: every node of the lease, in
+//! The client may close at any time; anyone may close once the lease is past its end plus the
+//! configured grace, or its escrow is spent. Remaining accounts: every node of the lease, in
 //! assignment order, writable.
 use anchor_lang::prelude::*;
 use anchor_spl::token::{Token, TokenAccount};
@@ -9,6 +12,7 @@ use anchor_spl::token::{Token, TokenAccount};
 use crate::errors::GpunetError;
 use crate::events::LeaseClosed;
 use crate::instructions::assign_lease::load_node;
+use crate::math;
 use crate::state::*;
 use crate::vault;
 
@@ -25,8 +29,7 @@ pub struct CloseLease<'info> {
     pub lease: Box<Account<'info, Lease>>,
     #[account(mut, seeds = [SEED_LEASE_VAULT, lease.key().as_ref()], bump = lease.vault_bump)]
     pub lease_vault: Account<'info, TokenAccount>,
-    /// CHECK: the lease's client (checked by `has_one`), receives the vault's rent.
-    #[account(mut)]
+    /// CHECK: the lease's client (checked by `has_one`).
     pub client: UncheckedAccount<'info>,
     #[account(
         mut,
@@ -38,40 +41,61 @@ pub struct CloseLease<'info> {
 }
 
 impl<'info> CloseLease<'info> {
-    pub fn validate(&self) -> Result<()> {
+    pub fn validate(&self, now: i64) -> Result<()> {
         require!(!self.lease.is_closed(), GpunetError::LeaseClosed);
         if self.closer.key() != self.lease.client {
-            let now = Clock::get()?.unix_timestamp;
             let ends_at = self.lease.ends_at().ok_or(GpunetError::ArithmeticOverflow)?;
-            require!(now >= ends_at || self.lease.escrow_left()? == 0, GpunetError::LeaseNotExpired);
+            let closable_at = ends_at.checked_add(self.config.close_grace_seconds).ok_or(GpunetError::ArithmeticOverflow)?;
+            require!(now >= closable_at || self.lease.escrow_left()? == 0, GpunetError::LeaseNotExpired);
         }
         Ok(())
     }
 
-    #[access_control(ctx.accounts.validate())]
     pub fn handler(ctx: Context<'_, '_, 'info, 'info, Self>) -> Result<()> {
+        let now = Clock::get()?.unix_timestamp;
+        ctx.accounts.validate(now)?;
         let a = &ctx.accounts;
         let shares = a.lease.assignments();
         require!(ctx.remaining_accounts.len() == shares.len(), GpunetError::LeaseNodesMismatch);
+        let ends_at = a.lease.ends_at().ok_or(GpunetError::ArithmeticOverflow)?;
+        let billable_until = now.min(ends_at);
+        let mut owed: u64 = 0;
         for (info, share) in ctx.remaining_accounts.iter().zip(shares) {
             require_keys_eq!(info.key(), share.node, GpunetError::LeaseNodesMismatch);
             let mut node = load_node(info)?;
             node.gpus_leased = node.gpus_leased.checked_sub(share.gpus).ok_or(GpunetError::ArithmeticOverflow)?;
             node.exit(&crate::ID)?;
+            let share_owed = math::owed_at_most(share.price_per_gpu_hour, share.gpus, share.settled_until, billable_until)
+                .ok_or(GpunetError::ArithmeticOverflow)?;
+            owed = owed.checked_add(share_owed).ok_or(GpunetError::ArithmeticOverflow)?;
         }
 
-        let refund = a.lease.escrow_left()?;
+        // Only the bookkept escrow moves here, never the vault's balance (anyone can add to that).
+        let escrow_left = a.lease.escrow_left()?;
+        let retained = owed.min(escrow_left);
+        let refund = escrow_left - retained;
         let lease_id = a.lease.lease_id.to_le_bytes();
         let seeds: &[&[u8]] = &[SEED_LEASE, a.lease.client.as_ref(), &lease_id, &[a.lease.bump]];
-        let authority = a.lease.to_account_info();
-        vault::pay_out(&a.token_program, &a.lease_vault, &a.client_tokens, authority.clone(), seeds, refund)?;
-        vault::close(&a.token_program, &a.lease_vault, a.client.to_account_info(), authority, seeds)?;
+        vault::pay_out(&a.token_program, &a.lease_vault, &a.client_tokens, a.lease.to_account_info(), seeds, refund)?;
 
+        let settle_deadline = now.checked_add(a.config.settle_window_seconds).ok_or(GpunetError::ArithmeticOverflow)?;
         let closer = a.closer.key();
         let lease = &mut ctx.accounts.lease;
         lease.refunded = lease.refunded.checked_add(refund).ok_or(GpunetError::ArithmeticOverflow)?;
-        lease.status = LeaseStatus::Closed;
-        emit!(LeaseClosed { lease: lease.key(), closed_by: closer, refund, paid: lease.paid, fees: lease.fees });
+        lease.status = LeaseStatus::Closing;
+        lease.closed_at = now;
+        lease.billable_until = billable_until;
+        lease.settle_deadline = settle_deadline;
+        emit!(LeaseClosed {
+            lease: lease.key(),
+            closed_by: closer,
+            refund,
+            paid: lease.paid,
+            fees: lease.fees,
+            retained,
+            billable_until,
+            settle_deadline,
+        });
         Ok(())
     }
 }

@@ -1,5 +1,8 @@
 //! `reassign_lease`: a node of an active lease was lost; an attester moves its share to another node.
 //!
+//! The lost node must have been found lost on chain (slashed, so jailed): an attester cannot
+//! take a healthy node's share away. `expected_price` is the new node's price the move was
+//! decided at; a different one is refused.
 //! Usage the lost node delivered must be settled before: its reports cannot be settled
 //! once its share has moved. The new node's usage clock starts now, at seq 1.
 use anchor_lang::prelude::*;
@@ -32,16 +35,18 @@ pub struct ReassignLease<'info> {
 }
 
 impl<'info> ReassignLease<'info> {
-    pub fn validate(&self) -> Result<()> {
+    pub fn validate(&self, expected_price: u64) -> Result<()> {
         require!(self.config.is_attester(self.attester.key), GpunetError::NotAttester);
         require!(self.lease.status == LeaseStatus::Active, GpunetError::LeaseNotActive);
+        require!(self.from_node.jailed, GpunetError::NodeNotLost);
         let index = self.lease.assignment_index(&self.from_node.key()).ok_or(GpunetError::NodeNotInLease)?;
         require!(self.lease.assignment_index(&self.to_node.key()).is_none(), GpunetError::DuplicateNode);
-        check_candidate(&self.to_node, &self.to_provider, &self.lease.terms, self.lease.assignments[index].gpus)
+        let gpus = self.lease.assignments[index].gpus;
+        check_candidate(&self.to_node, &self.to_provider, &self.lease.terms, gpus, expected_price)
     }
 
-    #[access_control(ctx.accounts.validate())]
-    pub fn handler(ctx: Context<Self>) -> Result<()> {
+    #[access_control(ctx.accounts.validate(expected_price))]
+    pub fn handler(ctx: Context<Self>, expected_price: u64) -> Result<()> {
         let now = Clock::get()?.unix_timestamp;
         let a = ctx.accounts;
         let index = a.lease.assignment_index(&a.from_node.key()).ok_or(GpunetError::NodeNotInLease)?;

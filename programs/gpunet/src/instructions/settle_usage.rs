@@ -2,12 +2,14 @@
 //!
 //! The transaction carries, right before this instruction, an Ed25519 precompile
 //! instruction with the node key's signature over `UsageReport::message`. An attester
-//! (the coordinator, which checked the report against what it observed) submits it.
+//! (the coordinator, which checked the report against what it observed) submits it, as a
+//! top-level instruction (never by CPI). Usage is billable up to the lease's end while it is
+//! active, and up to its close while it is closing (until the settlement deadline).
 use anchor_lang::prelude::*;
 use anchor_lang::solana_program::sysvar::instructions as instructions_sysvar;
 use anchor_spl::token::{Token, TokenAccount};
 
-use crate::ed25519::require_signed_by_previous_instruction;
+use crate::ed25519::{require_signed_by_previous_instruction, require_top_level};
 use crate::errors::GpunetError;
 use crate::events::UsageSettled;
 use crate::math;
@@ -48,18 +50,27 @@ pub struct SettleUsage<'info> {
 impl<'info> SettleUsage<'info> {
     pub fn validate(&self, report: &UsageReport) -> Result<()> {
         require!(self.config.is_attester(self.attester.key), GpunetError::NotAttester);
-        require!(self.lease.status == LeaseStatus::Active, GpunetError::LeaseNotActive);
+        require_top_level(&self.instructions)?;
+        let now = Clock::get()?.unix_timestamp;
+        let billing_end = match self.lease.status {
+            LeaseStatus::Active => self.lease.ends_at().ok_or(GpunetError::ArithmeticOverflow)?,
+            LeaseStatus::Closing => {
+                require!(now <= self.lease.settle_deadline, GpunetError::SettlementWindowOver);
+                self.lease.billable_until
+            }
+            LeaseStatus::Open | LeaseStatus::Closed => return err!(GpunetError::LeaseNotActive),
+        };
         let index = self.lease.assignment_index(&self.node.key()).ok_or(GpunetError::NodeNotInLease)?;
         let share = &self.lease.assignments[index];
 
         require!(report.seq == share.last_seq.saturating_add(1), GpunetError::BadSequence);
-        let now = Clock::get()?.unix_timestamp;
         let wall = report.period_end.checked_sub(report.period_start).ok_or(GpunetError::BadPeriod)?;
         require!(
             wall > 0
                 && wall <= self.config.usage_period_seconds
                 && report.period_start >= share.settled_until
-                && report.period_end <= now,
+                && report.period_end <= now
+                && report.period_end <= billing_end,
             GpunetError::BadPeriod
         );
         let max_gpu_seconds = (wall as u64).checked_mul(u64::from(share.gpus)).ok_or(GpunetError::ArithmeticOverflow)?;

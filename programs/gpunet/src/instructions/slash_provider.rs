@@ -2,8 +2,13 @@
 //! fault of one of its nodes, and jails that node.
 //!
 //! The fraction applies to all the provider's stake in the vault, active first, then
-//! unbonding (unbonding stake stays slashable). When the fault hurt a lease, passing the
-//! lease and its client's token account sends the client its configured share.
+//! unbonding (unbonding stake stays slashable). Each piece of evidence slashes once (its
+//! hash becomes an `Evidence` PDA), and a jailed node is not slashed again until it is
+//! unjailed. When the fault hurt a lease that is still live (active, or closing within its
+//! settlement window) and the node holds a share of it now, passing the lease and its
+//! client's token account sends the client its configured share, at most what the share was
+//! worth over the lease's duration (less what the lease was already compensated); the rest
+//! goes to the treasury.
 use anchor_lang::prelude::*;
 use anchor_spl::token::{Token, TokenAccount};
 
@@ -14,7 +19,9 @@ use crate::state::*;
 use crate::vault;
 
 #[derive(Accounts)]
+#[instruction(fault: FaultKind, evidence_hash: [u8; 32])]
 pub struct SlashProvider<'info> {
+    #[account(mut)]
     pub attester: Signer<'info>,
     #[account(seeds = [SEED_CONFIG], bump = config.bump)]
     pub config: Box<Account<'info, Config>>,
@@ -26,36 +33,56 @@ pub struct SlashProvider<'info> {
     pub stake_vault: Box<Account<'info, TokenAccount>>,
     #[account(mut, address = config.treasury @ GpunetError::WrongTreasury)]
     pub treasury: Box<Account<'info, TokenAccount>>,
-    #[account(seeds = [SEED_LEASE, lease.client.as_ref(), lease.lease_id.to_le_bytes().as_ref()], bump = lease.bump)]
+    /// Fails to initialise when this evidence was used before.
+    #[account(
+        init, payer = attester, space = 8 + Evidence::INIT_SPACE,
+        seeds = [SEED_EVIDENCE, evidence_hash.as_ref()], bump
+    )]
+    pub evidence: Box<Account<'info, Evidence>>,
+    #[account(mut, seeds = [SEED_LEASE, lease.client.as_ref(), lease.lease_id.to_le_bytes().as_ref()], bump = lease.bump)]
     pub lease: Option<Box<Account<'info, Lease>>>,
     #[account(mut, token::mint = config.io_mint)]
     pub client_tokens: Option<Box<Account<'info, TokenAccount>>>,
     pub token_program: Program<'info, Token>,
+    pub system_program: Program<'info, System>,
 }
 
 impl<'info> SlashProvider<'info> {
-    pub fn validate(&self) -> Result<()> {
-        require!(self.config.is_attester(self.attester.key), GpunetError::NotAttester);
+    /// The most the affected lease's client may still receive (`None`: no client share).
+    fn client_bound(&self, now: i64) -> Result<Option<u64>> {
         match (&self.lease, &self.client_tokens) {
-            (None, None) => Ok(()),
+            (None, None) => Ok(None),
             (Some(lease), Some(client_tokens)) => {
-                require!(lease.assignment_index(&self.node.key()).is_some(), GpunetError::NodeNotInLease);
+                let live = match lease.status {
+                    LeaseStatus::Active => true,
+                    LeaseStatus::Closing => now <= lease.settle_deadline,
+                    LeaseStatus::Open | LeaseStatus::Closed => false,
+                };
+                require!(live, GpunetError::LeaseNotLive);
+                let index = lease.assignment_index(&self.node.key()).ok_or(GpunetError::NodeNotInLease)?;
                 require_keys_eq!(client_tokens.owner, lease.client, GpunetError::WrongTokenOwner);
-                Ok(())
+                let share = &lease.assignments[index];
+                let worth = math::owed_at_most(share.price_per_gpu_hour, share.gpus, 0, lease.terms.duration_seconds)
+                    .ok_or(GpunetError::ArithmeticOverflow)?;
+                Ok(Some(worth.saturating_sub(lease.compensated)))
             }
             _ => err!(GpunetError::AccountMismatch),
         }
     }
 
-    #[access_control(ctx.accounts.validate())]
     pub fn handler(ctx: Context<Self>, fault: FaultKind, evidence_hash: [u8; 32]) -> Result<()> {
+        let now = Clock::get()?.unix_timestamp;
         let a = &ctx.accounts;
+        require!(a.config.is_attester(a.attester.key), GpunetError::NotAttester);
+        require!(!a.node.jailed, GpunetError::NodeJailed);
+        let client_bound = a.client_bound(now)?;
+
         let stake = a.provider.vault_balance().ok_or(GpunetError::ArithmeticOverflow)?;
         let split = math::slash(
             stake,
             a.config.slash_bps[fault.index()],
             a.config.slash_client_share_bps,
-            a.client_tokens.is_some(),
+            client_bound,
         )
         .ok_or(GpunetError::ArithmeticOverflow)?;
 
@@ -67,10 +94,16 @@ impl<'info> SlashProvider<'info> {
             vault::pay_out(&a.token_program, &a.stake_vault, client_tokens, authority, seeds, split.to_client)?;
         }
 
-        let now = Clock::get()?.unix_timestamp;
         let jail_ends_at = now.checked_add(a.config.jail_seconds).ok_or(GpunetError::ArithmeticOverflow)?;
-        let lease = a.lease.as_ref().map(|l| l.key());
         let attester = a.attester.key();
+
+        let lease = match ctx.accounts.lease.as_mut() {
+            Some(lease) => {
+                lease.compensated = lease.compensated.checked_add(split.to_client).ok_or(GpunetError::ArithmeticOverflow)?;
+                Some(lease.key())
+            }
+            None => None,
+        };
 
         let provider = &mut ctx.accounts.provider;
         let from_active = split.amount.min(provider.staked);
@@ -84,6 +117,11 @@ impl<'info> SlashProvider<'info> {
         let node = &mut ctx.accounts.node;
         node.jailed = true;
         node.jail_ends_at = jail_ends_at;
+        let evidence = &mut ctx.accounts.evidence;
+        evidence.node = node.key();
+        evidence.fault = fault;
+        evidence.slashed_at = now;
+        evidence.bump = ctx.bumps.evidence;
         emit!(ProviderSlashed {
             provider: provider.key(),
             node: node.key(),

@@ -1,4 +1,6 @@
 //! `top_up_lease`: the client extends a lease, escrowing the extra time at its maximum price.
+//! A running lease past its end can only be closed: extending it then would make the time
+//! after its end billable after the fact.
 use anchor_lang::prelude::*;
 use anchor_spl::token::{Token, TokenAccount};
 
@@ -33,6 +35,10 @@ pub struct TopUpLease<'info> {
 impl<'info> TopUpLease<'info> {
     pub fn validate(&self, extra_seconds: i64) -> Result<()> {
         require!(!self.lease.is_closed(), GpunetError::LeaseClosed);
+        if self.lease.status == LeaseStatus::Active {
+            let ends_at = self.lease.ends_at().ok_or(GpunetError::ArithmeticOverflow)?;
+            require!(Clock::get()?.unix_timestamp < ends_at, GpunetError::LeaseExpired);
+        }
         require_gt!(extra_seconds, 0, GpunetError::ZeroAmount);
         Ok(())
     }

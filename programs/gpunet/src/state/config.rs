@@ -53,6 +53,12 @@ pub struct ConfigParams {
     pub attesters: Vec<Pubkey>,
     /// While paused no new lease can be opened; withdrawals, refunds and settlement still work.
     pub paused: bool,
+    /// Seconds after a lease's end before anyone (not only its client) may close it.
+    pub close_grace_seconds: i64,
+    /// Seconds after a close during which the attester settles the lease's final usage.
+    pub settle_window_seconds: i64,
+    /// Seconds a finalized lease account is kept before its rent may be reclaimed.
+    pub lease_retention_seconds: i64,
 }
 
 impl ConfigParams {
@@ -67,7 +73,12 @@ impl ConfigParams {
             GpunetError::InvalidBasisPoints
         );
         require!(
-            self.unbonding_seconds >= 0 && self.jail_seconds >= 0 && self.usage_period_seconds > 0,
+            self.unbonding_seconds >= 0
+                && self.jail_seconds >= 0
+                && self.usage_period_seconds > 0
+                && self.close_grace_seconds >= 0
+                && self.settle_window_seconds > 0
+                && self.lease_retention_seconds >= 0,
             GpunetError::InvalidDuration
         );
         require!(
@@ -110,6 +121,12 @@ pub struct Config {
     pub paused: bool,
     /// Canonical bump of this PDA.
     pub bump: u8,
+    /// Seconds after a lease's end before anyone may close it.
+    pub close_grace_seconds: i64,
+    /// Seconds after a close for settling the lease's final usage.
+    pub settle_window_seconds: i64,
+    /// Seconds a finalized lease is kept before its rent may be reclaimed.
+    pub lease_retention_seconds: i64,
 }
 
 impl Config {
@@ -126,6 +143,9 @@ impl Config {
         self.attesters[..params.attesters.len()].copy_from_slice(&params.attesters);
         self.attester_count = params.attesters.len() as u8;
         self.paused = params.paused;
+        self.close_grace_seconds = params.close_grace_seconds;
+        self.settle_window_seconds = params.settle_window_seconds;
+        self.lease_retention_seconds = params.lease_retention_seconds;
     }
 
     pub fn is_attester(&self, key: &Pubkey) -> bool {

@@ -29,7 +29,10 @@ pub enum LeaseStatus {
     Open,
     /// Running on its assigned nodes.
     Active,
-    /// Refunded and finished; kept as a record (never reopened).
+    /// Closed for use: the nodes are free, billing ended at `billable_until`, the escrow that
+    /// usage up to then could still cost stays in the vault until `settle_deadline`.
+    Closing,
+    /// Finalized: the vault is emptied to the client and closed; kept as a record until reclaimed.
     Closed,
 }
 
@@ -86,6 +89,18 @@ pub struct Lease {
     pub bump: u8,
     /// Canonical bump of the vault PDA.
     pub vault_bump: u8,
+    /// When `close_lease` ran (0 before).
+    pub closed_at: i64,
+    /// No usage after this moment is billable: the lease's end, or its close if earlier (0 before the close).
+    pub billable_until: i64,
+    /// Until when the attester may settle usage of a closing lease.
+    pub settle_deadline: i64,
+    /// When `finalize_lease` ran (0 before).
+    pub finalized_at: i64,
+    /// Tokens found in the vault beyond the escrow (sent there from outside), refunded to the client at finalization.
+    pub donations: u64,
+    /// Slashed stake paid to the client for faults of this lease's nodes.
+    pub compensated: u64,
 }
 
 impl Lease {
@@ -97,8 +112,9 @@ impl Lease {
         self.assignments().iter().position(|a| a.node == *node)
     }
 
+    /// Closing or closed: no new work, top-up, assignment or close.
     pub fn is_closed(&self) -> bool {
-        self.status == LeaseStatus::Closed
+        matches!(self.status, LeaseStatus::Closing | LeaseStatus::Closed)
     }
 
     /// What the vault must hold: deposits not yet paid, taken as fees or refunded.
@@ -115,5 +131,20 @@ impl Lease {
     pub fn ends_at(&self) -> Option<i64> {
         let from = if self.started_at > 0 { self.started_at } else { self.opened_at };
         from.checked_add(self.terms.duration_seconds)
+    }
+
+    /// The latest moment usage may be billed for right now: the lease's end while it runs,
+    /// the close time (or the end, if earlier) once it is closing; `None` when nothing is billable.
+    pub fn billing_end(&self) -> Option<i64> {
+        match self.status {
+            LeaseStatus::Active => self.ends_at(),
+            LeaseStatus::Closing => Some(self.billable_until),
+            LeaseStatus::Open | LeaseStatus::Closed => None,
+        }
+    }
+
+    /// Whether every share has been settled up to the billing end (nothing more can be owed).
+    pub fn fully_settled(&self) -> bool {
+        self.assignments().iter().all(|a| a.settled_until >= self.billable_until)
     }
 }

@@ -1,4 +1,5 @@
 pub mod config;
+pub mod evidence;
 pub mod lease;
 pub mod node;
 pub mod provider;
@@ -6,6 +7,7 @@ pub mod seeds;
 pub mod usage;
 
 pub use config::*;
+pub use evidence::*;
 pub use lease::*;
 pub use node::*;
 pub use provider::*;
@@ -22,10 +24,11 @@ mod tests {
     /// Clients, the indexer and the explorers decode these layouts: a size change must be deliberate.
     #[test]
     fn account_sizes_are_pinned() {
-        assert_eq!(8 + Config::INIT_SPACE, 277);
+        assert_eq!(8 + Config::INIT_SPACE, 301);
         assert_eq!(8 + Provider::INIT_SPACE, 94);
         assert_eq!(8 + Node::INIT_SPACE, 138);
-        assert_eq!(8 + Lease::INIT_SPACE, 1_155);
+        assert_eq!(8 + Lease::INIT_SPACE, 1_203);
+        assert_eq!(8 + Evidence::INIT_SPACE, 50);
     }
 
     #[test]

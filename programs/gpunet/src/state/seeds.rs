@@ -6,3 +6,4 @@ pub const SEED_STAKE_VAULT: &[u8] = b"stake_vault";
 pub const SEED_NODE: &[u8] = b"node";
 pub const SEED_LEASE: &[u8] = b"lease";
 pub const SEED_LEASE_VAULT: &[u8] = b"lease_vault";
+pub const SEED_EVIDENCE: &[u8] = b"evidence";

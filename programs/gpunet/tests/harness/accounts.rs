@@ -24,6 +24,10 @@ pub fn lease_pda(client: &Pubkey, lease_id: u64) -> Pubkey {
     Pubkey::find_program_address(&[SEED_LEASE, client.as_ref(), &lease_id.to_le_bytes()], &gpunet::ID).0
 }
 
+pub fn evidence_pda(evidence_hash: &[u8; 32]) -> Pubkey {
+    Pubkey::find_program_address(&[SEED_EVIDENCE, evidence_hash], &gpunet::ID).0
+}
+
 pub fn lease_vault_pda(lease: &Pubkey) -> Pubkey {
     Pubkey::find_program_address(&[SEED_LEASE_VAULT, lease.as_ref()], &gpunet::ID).0
 }

@@ -53,6 +53,7 @@ impl Harness {
                 config: config_pda(),
                 io_mint: self.mint,
                 treasury: params.treasury,
+                program_data: gpunet_localnet::program_data_address(),
                 system_program: system_program::ID,
             },
             ix::Initialize { params: params.clone() },
@@ -215,15 +216,30 @@ impl Harness {
         lease
     }
 
-    /// Remaining accounts of `assign_lease`: each node (writable) then its provider.
+    /// The node's price per GPU-hour as the chain has it now (the usual test price when the
+    /// account is not a node: attack tests pass forged accounts on purpose).
+    pub fn price_of(&self, node: &GpuNode) -> u64 {
+        self.svm
+            .get_account(&node.node)
+            .and_then(|a| <Node as anchor_lang::AccountDeserialize>::try_deserialize(&mut a.data.as_slice()).ok())
+            .map_or(h100_spec(1).price_per_gpu_hour, |n| n.spec.price_per_gpu_hour)
+    }
+
+    /// Remaining accounts of `assign_lease`: each node (writable) then its provider; each share
+    /// at the node's current price.
     pub fn assign_lease_ix(&self, attester: &Pubkey, lease: &LeaseRef, shares: &[(&GpuNode, u8)]) -> Instruction {
+        let prices = shares.iter().map(|(n, _)| self.price_of(n)).collect();
+        self.assign_lease_at_ix(attester, lease, shares, prices)
+    }
+
+    pub fn assign_lease_at_ix(&self, attester: &Pubkey, lease: &LeaseRef, shares: &[(&GpuNode, u8)], prices: Vec<u64>) -> Instruction {
         let extra = shares
             .iter()
             .flat_map(|(n, _)| [AccountMeta::new(n.node, false), AccountMeta::new_readonly(n.provider, false)])
             .collect();
         program_ix_with(
             acc::AssignLease { attester: *attester, config: config_pda(), lease: lease.lease },
-            ix::AssignLease { gpus: shares.iter().map(|(_, g)| *g).collect() },
+            ix::AssignLease { gpus: shares.iter().map(|(_, g)| *g).collect(), prices },
             extra,
         )
     }
@@ -257,7 +273,7 @@ impl Harness {
                 to_node: to.node,
                 to_provider: to.provider,
             },
-            ix::ReassignLease {},
+            ix::ReassignLease { expected_price: self.price_of(to) },
         )
     }
 
@@ -288,6 +304,41 @@ impl Harness {
     pub fn close(&mut self, closer: &Keypair, lease: &LeaseRef, client_tokens: &Pubkey) -> TxResult {
         let ix = self.close_lease_ix(&closer.pubkey(), lease, client_tokens);
         self.send(&[ix], &[closer])
+    }
+
+    pub fn finalize_lease_ix(&self, finalizer: &Pubkey, lease: &LeaseRef, client_tokens: &Pubkey) -> Instruction {
+        program_ix(
+            acc::FinalizeLease {
+                finalizer: *finalizer,
+                config: config_pda(),
+                lease: lease.lease,
+                lease_vault: lease.vault,
+                client: lease.client,
+                client_tokens: *client_tokens,
+                token_program: spl_token::ID,
+            },
+            ix::FinalizeLease {},
+        )
+    }
+
+    pub fn finalize(&mut self, finalizer: &Keypair, lease: &LeaseRef, client_tokens: &Pubkey) -> TxResult {
+        let ix = self.finalize_lease_ix(&finalizer.pubkey(), lease, client_tokens);
+        self.send(&[ix], &[finalizer])
+    }
+
+    /// Close then finalize in one transaction, by the client (nothing can be owed: no shares, or all settled).
+    pub fn close_and_finalize(&mut self, client: &Client, lease: &LeaseRef) -> TxResult {
+        let closer = client.wallet.pubkey();
+        let ixs = [self.close_lease_ix(&closer, lease, &client.tokens), self.finalize_lease_ix(&closer, lease, &client.tokens)];
+        let wallet = client.wallet.insecure_clone();
+        self.send(&ixs, &[&wallet])
+    }
+
+    pub fn reclaim_lease_ix(&self, reclaimer: &Pubkey, lease: &LeaseRef) -> Instruction {
+        program_ix(
+            acc::ReclaimLease { reclaimer: *reclaimer, config: config_pda(), lease: lease.lease, client: lease.client },
+            ix::ReclaimLease {},
+        )
     }
 
     // --- settlement and slashing
@@ -340,6 +391,17 @@ impl Harness {
         fault: FaultKind,
         victim: Option<(&LeaseRef, &Pubkey)>,
     ) -> Instruction {
+        self.slash_with_evidence_ix(attester, node, fault, victim, Pubkey::new_unique().to_bytes())
+    }
+
+    pub fn slash_with_evidence_ix(
+        &self,
+        attester: &Pubkey,
+        node: &GpuNode,
+        fault: FaultKind,
+        victim: Option<(&LeaseRef, &Pubkey)>,
+        evidence_hash: [u8; 32],
+    ) -> Instruction {
         let provider = node.provider;
         program_ix(
             acc::SlashProvider {
@@ -349,11 +411,13 @@ impl Harness {
                 provider,
                 stake_vault: stake_vault_pda(&provider),
                 treasury: self.treasury,
+                evidence: evidence_pda(&evidence_hash),
                 lease: victim.map(|(l, _)| l.lease),
                 client_tokens: victim.map(|(_, t)| *t),
                 token_program: spl_token::ID,
+                system_program: system_program::ID,
             },
-            ix::SlashProvider { fault, evidence_hash: [0xEE; 32] },
+            ix::SlashProvider { fault, evidence_hash },
         )
     }
 

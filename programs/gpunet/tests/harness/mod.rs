@@ -36,6 +36,9 @@ pub const USAGE_PERIOD_SECONDS: i64 = 60;
 pub const JAIL_SECONDS: i64 = 600;
 pub const SLASH_BPS: [u16; 3] = [1_000, 2_000, 5_000];
 pub const SLASH_CLIENT_SHARE_BPS: u16 = 5_000;
+pub const CLOSE_GRACE_SECONDS: i64 = 120;
+pub const SETTLE_WINDOW_SECONDS: i64 = 300;
+pub const LEASE_RETENTION_SECONDS: i64 = 86_400;
 
 pub struct Harness {
     pub svm: LiteSVM,
@@ -72,6 +75,8 @@ impl Harness {
         for key in [&admin, &attester, &mint_authority] {
             svm.airdrop(&key.pubkey(), 100_000_000_000).expect("airdrop");
         }
+        // the admin deployed the program: only its upgrade authority may initialize it
+        gpunet_localnet::set_upgrade_authority(&mut svm, &admin.pubkey()).expect("ProgramData");
         let mut h = Self { svm, admin, attester, mint_authority, mint: Pubkey::default(), treasury: Pubkey::default() };
         h.mint = h.create_mint();
         h.treasury = h.token_account(&h.admin.pubkey());
@@ -90,6 +95,9 @@ impl Harness {
             slash_client_share_bps: SLASH_CLIENT_SHARE_BPS,
             attesters: vec![self.attester.pubkey()],
             paused: false,
+            close_grace_seconds: CLOSE_GRACE_SECONDS,
+            settle_window_seconds: SETTLE_WINDOW_SECONDS,
+            lease_retention_seconds: LEASE_RETENTION_SECONDS,
         }
     }
 
