@@ -1,5 +1,6 @@
 """The coordinator's attester transactions: assign a placed lease, move a lost node's share,
-slash a provider for a recorded fault, close a lease past its end. Each is safe to retry: a transport failure is retried
+slash a provider for a recorded fault, close a lease past its end and finalize it once its last
+usage is settled. Each is safe to retry: a transport failure is retried
 with backoff, and before any resend the chain is read to see whether the first attempt landed
 (the program would refuse a second assign anyway; reading first turns that into success)."""
 
@@ -100,13 +101,25 @@ class Attester:
             self.key.pubkey(), config.treasury, node_key, authority, fault, digest, victim)]), landed)
 
     async def close(self, lease: Pubkey) -> Signature | None:
-        """Closes a lease past its end: the rest of the escrow goes back to its client."""
+        """Closes a lease past its end (and grace): its nodes are freed, what their last usage could
+        still cost stays in escrow for `finalize`, the rest goes back to its client."""
         config = await fetch_config(self.client)
         account = await fetch(self.client, lease, "Lease")
         nodes = [a.node for a in list(account.assignments)[: account.node_count]]
 
         async def landed() -> bool:
-            return type((await fetch(self.client, lease, "Lease")).status).__name__ == "Closed"
+            return type((await fetch(self.client, lease, "Lease")).status).__name__ in ("Closing", "Closed")
 
         return await self._retry(lambda: send_and_confirm(self.client, self.key, [ix.close_lease(
             self.key.pubkey(), account.client, io_account(account.client, config.io_mint), lease, nodes)]), landed)
+
+    async def finalize(self, lease: Pubkey) -> Signature | None:
+        """Ends a closing lease whose usage is settled: the vault's rest goes to the client."""
+        config = await fetch_config(self.client)
+        account = await fetch(self.client, lease, "Lease")
+
+        async def landed() -> bool:
+            return type((await fetch(self.client, lease, "Lease")).status).__name__ == "Closed"
+
+        return await self._retry(lambda: send_and_confirm(self.client, self.key, [ix.finalize_lease(
+            self.key.pubkey(), account.client, io_account(account.client, config.io_mint), lease)]), landed)

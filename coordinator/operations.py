@@ -80,6 +80,10 @@ async def pending_usage(conn: asyncpg.Connection, node_key: str | None = None, l
             for r in rows]
 
 
+async def pending_usage_count(conn: asyncpg.Connection, lease: str) -> int:
+    return await conn.fetchval("SELECT count(*) FROM usage_reports WHERE status = 'pending' AND lease = $1", lease)
+
+
 async def settle_outcomes(conn: asyncpg.Connection, outcomes: list[Outcome]) -> None:
     """Records what settlement decided; reports still waiting stay pending."""
     for o in outcomes:

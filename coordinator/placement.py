@@ -20,6 +20,7 @@ from coordinator import operations as ops
 from coordinator.gateway import NodeOffline
 from coordinator.scheduler import LeaseRequest, NodeView, NotPlaced, PlacedShare, Placement, Scheduler, SchedulerError
 from gpunet import instructions as ix
+from gpunet.accounts import fetch
 from gpunet.client import TransactionFailed
 from gpunet.protocol import Cancel, Dispatch
 
@@ -242,6 +243,15 @@ class Placer:
                     await self._stop_workers(conn, lease, "the lease reached its end")
                 elif now - self.ending[lease] >= self.c.settings.close_grace_seconds:
                     await self._close(conn, lease)
+            # Closed for use (by us at its end, or by its client): the nodes' last usage is settled,
+            # then the lease is finalized (the rest of its escrow refunded).
+            for row in await conn.fetch("SELECT lease FROM leases WHERE status = 'closing'"):
+                lease = row["lease"]
+                if lease not in self.ending:
+                    self.ending[lease] = now
+                    await self._stop_workers(conn, lease, "the lease was closed")
+                elif now - self.ending[lease] >= self.c.settings.close_grace_seconds:
+                    await self._finalize(conn, lease)
             closed = await conn.fetch("SELECT l.lease FROM leases l JOIN placements p USING (lease) "
                                       "WHERE l.status = 'closed' AND p.state <> 'ended'")
             for row in closed:
@@ -265,6 +275,22 @@ class Placer:
             log.warning("lease.close_refused lease=%s %s", lease, e)
             return
         log.info("lease.closed lease=%s", lease)
+
+    async def _finalize(self, conn: asyncpg.Connection, lease: str) -> None:
+        """Finalizes a closing lease once no usage report of it is pending (reports that wait for an
+        earlier one keep it open until the chain's settlement deadline, when anyone may finalize)."""
+        await self.c.settle_pending()
+        account = await fetch(self.c.chain, Pubkey.from_string(lease), "Lease")
+        if type(account.status).__name__ != "Closing":
+            return  # finalized meanwhile (by anyone); the indexer will show it
+        if await ops.pending_usage_count(conn, lease) and time.time() <= account.settle_deadline:
+            return
+        try:
+            await self.c.attester.finalize(Pubkey.from_string(lease))
+        except TransactionFailed as e:
+            log.warning("lease.finalize_refused lease=%s %s", lease, e)
+            return
+        log.info("lease.finalized lease=%s", lease)
 
     def _forget(self, lease: str) -> None:
         if lease in self.scheduler.reservations:

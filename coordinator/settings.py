@@ -47,7 +47,9 @@ class Settings(BaseSettings):
     reconnect_grace_seconds: float = Field(default=30.0, ge=0)
     # How often pending usage reports are settled on chain.
     settle_seconds: float = Field(default=5.0, gt=0)
-    # Slash a provider whose node is lost while it holds a lease share (fault: MissedHeartbeats).
+    # Slash a provider whose node is lost while it holds a lease share (fault: MissedHeartbeats). The
+    # program moves only the shares of nodes found lost on chain (slashed, so jailed): without this,
+    # lost nodes' shares stay put. To move shares without taking stake, set that fault's slash to 0 bps.
     slash_lost_nodes: bool = True
     # Place leases on workers with simulated GPUs (they are labelled simulated everywhere).
     accept_simulated: bool = True

@@ -7,14 +7,16 @@ again. A report beyond `last_seq + 1` waits for the ones before it. So a coordin
 crashes at any point and is given the same reports again settles each exactly once.
 
 Reports are checked before they cost a transaction: the node's signature over the canonical
-message, the period (not before what is settled, not longer than its span x GPUs), and the
-GPU-seconds against the online time the coordinator itself observed (heartbeats). Accepted
+message, the period (not before what is settled, not longer than its span x GPUs, never past the
+lease's end or its close), and the GPU-seconds against the online time the coordinator itself
+observed (heartbeats). A closing lease takes reports until its settlement deadline. Accepted
 reports are packed several to a transaction, each Ed25519 instruction directly before its
 settle_usage, as the program requires.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -30,7 +32,7 @@ from solders.signature import Signature
 from solders.transaction import Transaction
 
 from gpunet import instructions as ix
-from gpunet.accounts import AccountError, fetch, fetch_config
+from gpunet.accounts import AccountError, fetch, fetch_config, lease_end
 from gpunet.client import TransactionExpired, TransactionFailed, send_and_confirm
 from gpunet.pda import node_pda
 from gpunet.tokens import io_account
@@ -108,8 +110,12 @@ class Settler:
 
     def _check(self, usage: SignedUsage, lease: Any, next_seq: dict, online: int | None) -> tuple[Outcome | None, Any]:
         r = usage.report
-        if type(lease.status).__name__ != "Active":
-            return Outcome(usage, Status.REFUSED, f"lease {usage.lease} is not active"), None
+        status = type(lease.status).__name__
+        if status not in ("Active", "Closing"):
+            return Outcome(usage, Status.REFUSED, f"lease {usage.lease} is {status.lower()}: nothing is billable"), None
+        if status == "Closing" and time.time() > lease.settle_deadline:
+            return Outcome(usage, Status.REFUSED, f"lease {usage.lease}'s settlement window ended at "
+                                                  f"{lease.settle_deadline}"), None
         share = next((a for a in list(lease.assignments)[: lease.node_count] if a.node_key == usage.node_key), None)
         if share is None:
             return Outcome(usage, Status.REFUSED, f"node {usage.node_key} has no share of lease {usage.lease}"), None
@@ -124,6 +130,12 @@ class Settler:
         if r.period_start < share.settled_until or span <= 0:
             return Outcome(usage, Status.REFUSED, f"period {r.period_start}..{r.period_end} overlaps what is settled "
                                                   f"(until {share.settled_until}) or is empty"), None
+        if status == "Closing" and r.period_end > lease.billable_until:
+            return Outcome(usage, Status.REFUSED, f"period ends at {r.period_end}, after the lease's billing ended "
+                                                  f"({lease.billable_until})"), None
+        if status == "Active" and r.period_end > (ends_at := lease_end(lease)):
+            # a top-up may still move the end; if the lease closes instead, the report is refused then
+            return Outcome(usage, Status.WAITING, f"period ends at {r.period_end}, after the lease's end ({ends_at})"), None
         cap = min(span, online if online is not None else span) * share.gpus
         if r.gpu_seconds > cap:
             return Outcome(usage, Status.REFUSED, f"{r.gpu_seconds} GPU-seconds claimed, at most {cap} observed "

@@ -16,7 +16,8 @@ from gpunet.idl import PROGRAM_ID, load_idl
 from gpunet.pda import config_pda, lease_vault_pda
 from gpunet.tokens import token_balance
 
-__all__ = ["AccountError", "Escrow", "decode_account", "escrow", "fetch", "fetch_config", "program_accounts"]
+__all__ = ["AccountError", "Escrow", "decode_account", "escrow", "fetch", "fetch_config", "lease_end",
+           "program_accounts"]
 
 _DISCRIMINATOR = 8
 
@@ -92,19 +93,25 @@ class Escrow:
 
     balance: int  # in the lease vault now
     burn_per_hour: int  # sum over its assignments of gpus x price per GPU-hour
-    seconds_left: int | None  # None while the lease burns nothing (open, or closed)
-    ends_at: int  # when anyone may close it (unix seconds)
+    seconds_left: int | None  # None while the lease burns nothing (open, closing or closed)
+    ends_at: int  # its end: no usage after it is billable (unix seconds)
+
+
+def lease_end(lease: Any) -> int:
+    """When the lease ends (its duration after it started, or after it opened while unassigned):
+    no usage after it is billable (the program's `Lease::ends_at`)."""
+    started = lease.started_at if lease.started_at > 0 else lease.opened_at
+    return started + lease.terms.duration_seconds
 
 
 async def escrow(client: AsyncClient, lease_address: Pubkey, lease: Any) -> Escrow:
-    closed = type(lease.status).__name__ == "Closed"
-    balance = 0 if closed else await token_balance(client, lease_vault_pda(lease_address))
+    status = type(lease.status).__name__
+    balance = 0 if status == "Closed" else await token_balance(client, lease_vault_pda(lease_address))
     shares = list(lease.assignments)[: lease.node_count]
-    burn = 0 if closed else sum(a.gpus * a.price_per_gpu_hour for a in shares)
-    started = lease.started_at if lease.started_at > 0 else lease.opened_at
+    burn = sum(a.gpus * a.price_per_gpu_hour for a in shares) if status == "Active" else 0
     return Escrow(
         balance=balance,
         burn_per_hour=burn,
         seconds_left=(balance * 3600 // burn) if burn else None,
-        ends_at=started + lease.terms.duration_seconds,
+        ends_at=lease_end(lease),
     )

@@ -19,6 +19,8 @@ REPO = Path(__file__).resolve().parent.parent
 COMMITTED_IDL = REPO / "gpunet" / "idl" / "gpunet.json"
 
 INSTRUCTIONS = {
+    "finalize_lease",
+    "reclaim_lease",
     "initialize",
     "update_config",
     "register_provider",
@@ -37,8 +39,10 @@ INSTRUCTIONS = {
     "settle_usage",
     "slash_provider",
 }
-ACCOUNTS = {"Config", "Provider", "Node", "Lease"}
+ACCOUNTS = {"Config", "Provider", "Node", "Lease", "Evidence"}
 EVENTS = {
+    "LeaseFinalized",
+    "LeaseReclaimed",
     "ConfigInitialized",
     "ConfigUpdated",
     "ProviderRegistered",
@@ -94,7 +98,7 @@ def test_idl_parses_with_anchorpy3() -> None:
     assert idl.address == str(PROGRAM_ID)
 
     names = [ix.name for ix in idl.instructions]
-    assert len(names) == 17
+    assert len(names) == len(INSTRUCTIONS)
     assert set(names) == INSTRUCTIONS
     assert {acc.name for acc in idl.accounts} == ACCOUNTS
     # Account definitions resolve to real structs, not anchorpy3's empty stubs.

@@ -30,7 +30,7 @@ from gpunet.keys import create_keypair_file
 from gpunet.localnet import LocalnetProcess
 from gpunet.pda import lease_pda
 from gpunet.protocol import JobSpec
-from gpunet.testbed import Market, funded_wallet
+from gpunet.testbed import Market, funded_deployer
 
 PRICE = 360 * IO
 JOB = str(Path(__file__).resolve().parents[2] / "gpunet" / "demo" / "train.py")
@@ -139,7 +139,7 @@ async def deployment(**coordinator_settings: object) -> AsyncIterator[Deployment
     dep: Deployment | None = None
     try:
         async with AsyncClient(node.url, commitment=Confirmed) as chain:
-            admin = await funded_wallet(chain, 100)
+            admin = await funded_deployer(chain)
             attester = workdir / "attester.json"
             create_keypair_file(attester, admin)
             settings = {"heartbeat_seconds": 0.5, "lost_after_seconds": 3, "reconnect_grace_seconds": 6,

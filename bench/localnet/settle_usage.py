@@ -38,8 +38,9 @@ from solders.transaction import Transaction
 from gpunet import instructions as ix
 from gpunet.accounts import fetch
 from gpunet.client import send_and_confirm
-from gpunet.localnet import LocalnetProcess
+from gpunet.localnet import LocalnetProcess, localnet_deployer
 from gpunet.pda import lease_pda, node_pda
+from gpunet.testbed import funded_wallet
 from gpunet.tokens import create_mint, ensure_io_account, mint_io
 from gpunet.usage import UsageReport
 
@@ -72,7 +73,7 @@ async def funded(client: AsyncClient, lamports: int) -> Keypair:
 
 
 async def setup(client: AsyncClient, nodes: int) -> tuple[list[Pair], SettlementAccounts]:
-    admin = await funded(client, 100 * SOL)  # also the attester
+    admin = await funded_wallet(client, 100, localnet_deployer())  # the upgrade authority, also the attester
     mint = await create_mint(client, admin)
     treasury = await ensure_io_account(client, admin, admin.pubkey(), mint)
     await send_and_confirm(client, admin, [ix.initialize(admin.pubkey(), mint, ix.ConfigParams(
@@ -102,7 +103,7 @@ async def setup(client: AsyncClient, nodes: int) -> tuple[list[Pair], Settlement
         await send_and_confirm(client, customer, [ix.open_lease(customer.pubkey(), customer_tokens, mint, i, terms)])
         lease = lease_pda(customer.pubkey(), i)
         await send_and_confirm(client, admin, [
-            ix.assign_lease(admin.pubkey(), lease, [ix.Share(key.pubkey(), supplier.pubkey(), 1)])])
+            ix.assign_lease(admin.pubkey(), lease, [ix.Share(key.pubkey(), supplier.pubkey(), 1, spec.price_per_gpu_hour)])])
         return key, lease
 
     made: list[tuple[Keypair, Pubkey]] = []

@@ -47,7 +47,7 @@ RESOURCES = {r.name: r for r in (
     ), "GPU nodes and their offer."),
     Resource("leases", "leases", "lease", "r.lease", (
         Param("client", "pubkey", "client"),
-        Param("status", "choice", "status", choices=("open", "active", "closed")),
+        Param("status", "choice", "status", choices=("open", "active", "closing", "closed")),
     ), "Leases with their escrow totals; an item also lists its assignments."),
     Resource("settlements", "settlements", None, _CHAIN_ORDER, (
         Param("lease", "pubkey", "lease"), Param("node", "pubkey", "node"), Param("provider", "pubkey", "provider"),

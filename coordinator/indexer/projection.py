@@ -155,7 +155,8 @@ def _node_unjailed(l: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None:
 def _lease_opened(l: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None:
     l._put("leases", d["lease"], {
         "lease": d["lease"], "client": d["client"], "lease_id": d["lease_id"], **d["terms"], "status": "open",
-        "started_at": 0, "deposited": d["deposit"], "paid": 0, "fees": 0, "refunded": 0, "nodes": [],
+        "started_at": 0, "deposited": d["deposit"], "paid": 0, "fees": 0, "refunded": 0, "donations": 0,
+        "nodes": [],
     }, e)
 
 
@@ -193,12 +194,20 @@ def _usage_settled(l: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None:
 
 
 def _lease_closed(l: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None:
+    """Closed for use: the nodes are free; usage up to the close may still be settled."""
     if (lease := l._get("leases", d["lease"], e)) is None:
         return
-    lease["status"] = "closed"
+    lease["status"] = "closing"
     lease["refunded"] += d["refund"]
     for node in lease["nodes"]:
         l._release_gpus(e, d["lease"], node)
+
+
+def _lease_finalized(l: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None:
+    if (lease := l._get("leases", d["lease"], e)) is not None:
+        lease["status"] = "closed"
+        lease["refunded"] += d["refund"]
+        lease["donations"] += d["donations"]
 
 
 def _provider_slashed(l: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None:
@@ -236,5 +245,6 @@ _HANDLERS: dict[str, Callable[[Ledger, IndexedEvent, dict[str, Any]], None]] = {
     "LeaseReassigned": _lease_reassigned,
     "UsageSettled": _usage_settled,
     "LeaseClosed": _lease_closed,
+    "LeaseFinalized": _lease_finalized,
     "ProviderSlashed": _provider_slashed,
 }

@@ -33,6 +33,12 @@ ClientShareOpt = Annotated[int | None, typer.Option("--slash-client-share-bps", 
 AttesterOpt = Annotated[list[str] | None, typer.Option("--attester", help="Coordinator key allowed to assign, settle "
                                                                        "and slash; repeat for several (default: admin).")]
 PauseOpt = Annotated[bool | None, typer.Option("--pause/--unpause", help="Stop (or resume) new leases.")]
+GraceOpt = Annotated[str | None, typer.Option("--close-grace", help="After a lease's end, how long only its client "
+                                                  "may close it (default 60s).")]
+WindowOpt = Annotated[str | None, typer.Option("--settle-window", help="After a close, how long the attester may "
+                                                   "settle the lease's last usage (default 5m).")]
+RetentionOpt = Annotated[str | None, typer.Option("--lease-retention", help="How long a finalized lease account is kept "
+                                                      "before its rent may be reclaimed (default 7d).")]
 
 
 def _slash_bps(text: str) -> tuple[int, int, int]:
@@ -47,7 +53,8 @@ def _slash_bps(text: str) -> tuple[int, int, int]:
 
 def _params(base: ix.ConfigParams, treasury: str | None, fee_bps: int | None, min_stake: str | None,
             unbonding: str | None, period: str | None, jail: str | None, slash: str | None,
-            client_share: int | None, attesters: list[str] | None, pause: bool | None) -> ix.ConfigParams:
+            client_share: int | None, attesters: list[str] | None, pause: bool | None, *, grace: str | None = None,
+            window: str | None = None, retention: str | None = None) -> ix.ConfigParams:
     changes: dict[str, Any] = {}
     if treasury is not None:
         changes["treasury"] = pubkey_arg(treasury, "treasury token account")
@@ -69,6 +76,10 @@ def _params(base: ix.ConfigParams, treasury: str | None, fee_bps: int | None, mi
         changes["attesters"] = [pubkey_arg(a, "attester key") for a in attesters]
     if pause is not None:
         changes["paused"] = pause
+    for name, value in (("close_grace_seconds", grace), ("settle_window_seconds", window),
+                        ("lease_retention_seconds", retention)):
+        if value is not None:
+            changes[name] = duration_arg(value)
     for name in ("protocol_fee_bps", "slash_client_share_bps"):
         if not 0 <= changes.get(name, 0) <= 10_000:
             raise BadInput(f"{name.replace('_', '-')} must be 0..10000 basis points")
@@ -80,15 +91,20 @@ def params_of(config: Any) -> ix.ConfigParams:
                            min_stake_per_gpu=config.min_stake_per_gpu, unbonding_seconds=config.unbonding_seconds,
                            usage_period_seconds=config.usage_period_seconds, jail_seconds=config.jail_seconds,
                            slash_bps=tuple(config.slash_bps), slash_client_share_bps=config.slash_client_share_bps,
-                           attesters=list(config.attesters)[: config.attester_count], paused=config.paused)
+                           attesters=list(config.attesters)[: config.attester_count], paused=config.paused,
+                           close_grace_seconds=config.close_grace_seconds,
+                           settle_window_seconds=config.settle_window_seconds,
+                           lease_retention_seconds=config.lease_retention_seconds)
 
 
 @app.command("init")
 def init(mint: MintOpt = None, treasury: TreasuryOpt = None, fee_bps: FeeOpt = None, min_stake_per_gpu: MinStakeOpt = None,
          unbonding: UnbondingOpt = None, usage_period: PeriodOpt = None, jail: JailOpt = None, slash_bps: SlashOpt = None,
-         slash_client_share_bps: ClientShareOpt = None, attester: AttesterOpt = None,
+         slash_client_share_bps: ClientShareOpt = None, attester: AttesterOpt = None, close_grace: GraceOpt = None,
+         settle_window: WindowOpt = None, lease_retention: RetentionOpt = None,
          url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR, json_output: JsonOpt = False) -> None:
-    """Initialise gpunet on a cluster: the IO mint, the treasury and the protocol parameters."""
+    """Initialise gpunet on a cluster: the IO mint, the treasury and the protocol parameters. Only the
+    program's upgrade authority (the key that deployed it) may do this."""
 
     async def command(s: Session) -> None:
         admin = s.wallet
@@ -106,7 +122,8 @@ def init(mint: MintOpt = None, treasury: TreasuryOpt = None, fee_bps: FeeOpt = N
                                        slash_bps=(1_000, 2_000, 5_000), slash_client_share_bps=5_000,
                                        attesters=[admin.pubkey()])
             params = _params(defaults, None, fee_bps, min_stake_per_gpu, unbonding, usage_period, jail, slash_bps,
-                             slash_client_share_bps, attester, None)
+                             slash_client_share_bps, attester, None, grace=close_grace, window=settle_window,
+                             retention=lease_retention)
             sig = await s.send(client, "Initialising gpunet", [ix.initialize(admin.pubkey(), io_mint, params)])
         s.done(f"gpunet initialised: IO mint {io_mint}, treasury {treasury_account}", sig, io_mint=io_mint,
                treasury=treasury_account)
@@ -118,7 +135,8 @@ def init(mint: MintOpt = None, treasury: TreasuryOpt = None, fee_bps: FeeOpt = N
 def update(treasury: TreasuryOpt = None, fee_bps: FeeOpt = None, min_stake_per_gpu: MinStakeOpt = None,
            unbonding: UnbondingOpt = None, usage_period: PeriodOpt = None, jail: JailOpt = None,
            slash_bps: SlashOpt = None, slash_client_share_bps: ClientShareOpt = None, attester: AttesterOpt = None,
-           pause: PauseOpt = None, url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR,
+           pause: PauseOpt = None, close_grace: GraceOpt = None, settle_window: WindowOpt = None,
+           lease_retention: RetentionOpt = None, url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR,
            json_output: JsonOpt = False) -> None:
     """Change some protocol parameters; the others keep their values."""
 
@@ -126,7 +144,8 @@ def update(treasury: TreasuryOpt = None, fee_bps: FeeOpt = None, min_stake_per_g
         async with s.client() as client:
             current = params_of(await fetch_config(client))
             params = _params(current, treasury, fee_bps, min_stake_per_gpu, unbonding, usage_period, jail, slash_bps,
-                             slash_client_share_bps, attester, pause)
+                             slash_client_share_bps, attester, pause, grace=close_grace, window=settle_window,
+                             retention=lease_retention)
             if params == current:
                 raise BadInput("nothing to change: give at least one option (see --help)")
             sig = await s.send(client, "Updating the configuration", [ix.update_config(s.wallet.pubkey(), params)])
@@ -146,7 +165,9 @@ def show(url: UrlOpt = None, json_output: JsonOpt = False) -> None:
                 "min_stake_per_gpu": c.min_stake_per_gpu, "unbonding_seconds": c.unbonding_seconds,
                 "usage_period_seconds": c.usage_period_seconds, "jail_seconds": c.jail_seconds,
                 "slash_bps": list(c.slash_bps), "slash_client_share_bps": c.slash_client_share_bps,
-                "attesters": list(c.attesters)[: c.attester_count], "paused": c.paused}
+                "attesters": list(c.attesters)[: c.attester_count], "paused": c.paused,
+                "close_grace_seconds": c.close_grace_seconds, "settle_window_seconds": c.settle_window_seconds,
+                "lease_retention_seconds": c.lease_retention_seconds}
 
         def table() -> Table:
             t = Table("parameter", "value", title=f"gpunet on {s.cluster.rpc_url}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 import time
+from datetime import datetime, timezone
 from typing import Annotated, Any
 
 import typer
@@ -30,6 +31,10 @@ LeaseArg = Annotated[str, typer.Argument(help="The lease's address.")]
 
 def _status(lease: Any) -> str:
     return type(lease.status).__name__
+
+
+def _when(unix: int) -> str:
+    return datetime.fromtimestamp(unix, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _hms(seconds: int | None) -> str:
@@ -109,22 +114,44 @@ def top_up(lease: LeaseArg, duration: Annotated[str, typer.Option("--duration", 
     Session(url, keypair, json_output).run(command)
 
 
+def _settled(lease: Any) -> bool:
+    """Every share settled up to the billing end: nothing more can be owed (the program's check)."""
+    return all(a.settled_until >= lease.billable_until for a in list(lease.assignments)[: lease.node_count])
+
+
 @app.command("close")
 def close(lease: LeaseArg, url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR, json_output: JsonOpt = False) -> None:
-    """Close a lease: unsettled escrow goes back to the client."""
+    """Close a lease: its nodes are freed and billing stops now; what their last usage could still
+    cost stays in escrow while the coordinator settles it, the rest comes back at once. Run it again
+    after the settlement window (or once everything is settled) to get the rest back."""
 
     async def command(s: Session) -> None:
         address = pubkey_arg(lease, "lease address")
         async with s.client() as client:
             io_mint = (await fetch_config(client)).io_mint
             account = await fetch(client, address, "Lease")
+            client_tokens = io_account(account.client, io_mint)
+            sig = None
             if _status(account) == "Closed":
-                raise BadInput(f"lease {address} is already closed")
-            nodes = [a.node for a in list(account.assignments)[: account.node_count]]
-            sig = await s.send(client, "Closing the lease", [ix.close_lease(
-                s.wallet.pubkey(), account.client, io_account(account.client, io_mint), address, nodes)])
-            refunded = (await fetch(client, address, "Lease")).refunded
-        s.done(f"lease {address} closed, {format_io(refunded)} refunded", sig, refunded=refunded)
+                raise BadInput(f"lease {address} is already closed and finalized")
+            if _status(account) in ("Open", "Active"):
+                nodes = [a.node for a in list(account.assignments)[: account.node_count]]
+                sig = await s.send(client, "Closing the lease", [ix.close_lease(
+                    s.wallet.pubkey(), account.client, client_tokens, address, nodes)])
+                account = await fetch(client, address, "Lease")
+            if _settled(account) or time.time() > account.settle_deadline:
+                sig = await s.send(client, "Finalizing the lease", [ix.finalize_lease(
+                    s.wallet.pubkey(), account.client, client_tokens, address)])
+                account = await fetch(client, address, "Lease")
+            elif sig is None:
+                raise BadInput(f"lease {address} is closing: its nodes' last usage may be settled until "
+                               f"{_when(account.settle_deadline)}; run this again after that")
+        refunded, kept = account.refunded, account.deposited - account.paid - account.fees - account.refunded
+        message = f"lease {address} closed, {format_io(refunded)} refunded"
+        if kept:
+            message += (f"; {format_io(kept)} kept for the nodes' last usage until {_when(account.settle_deadline)} "
+                        f"(then `gpunet lease close {address}` again returns the rest)")
+        s.done(message, sig, refunded=refunded, kept_for_settlement=kept, status=_status(account))
 
     Session(url, keypair, json_output).run(command)
 

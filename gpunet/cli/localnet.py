@@ -11,7 +11,7 @@ import typer
 
 from gpunet.cli.common import DEFAULT_KEYPAIR, BadInput, JsonOpt, KeypairOpt, Session, UrlOpt, pubkey_arg
 from gpunet.keys import KeypairFileError, load_keypair
-from gpunet.localnet import LocalnetError, localnet_binary
+from gpunet.localnet import LocalnetError, localnet_binary, localnet_deployer
 
 LAMPORTS_PER_SOL = 10**9
 
@@ -25,17 +25,23 @@ def localnet(
 ) -> None:
     """Run gpunet-localnet (JSON-RPC + PubSub with the gpunet program) until Ctrl-C. Your wallet
     (--keypair) is the program's upgrade authority, as if you had deployed it: `gpunet admin init`
-    works only with it."""
+    works only with it (without a wallet file: the local deployer key, see gpunet.localnet)."""
     try:
         binary = localnet_binary()
     except LocalnetError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(1) from None
-    try:
-        deployer = load_keypair(keypair).pubkey()
-    except KeypairFileError as e:
-        typer.echo(f"error: {e} (your wallet becomes the program's upgrade authority; or pass --keypair)", err=True)
-        raise typer.Exit(1) from None
+    if keypair.expanduser().exists():
+        try:
+            deployer = load_keypair(keypair).pubkey()
+        except KeypairFileError as e:
+            typer.echo(f"error: {e} (your wallet becomes the program's upgrade authority; or pass --keypair)", err=True)
+            raise typer.Exit(1) from None
+    else:
+        deployer = localnet_deployer().pubkey()
+        typer.echo(f"note: no wallet at {keypair}: the program's upgrade authority (the only key that may "
+                   f"`gpunet admin init`) is the local deployer key {deployer}; create your wallet with "
+                   f"`gpunet keys new {keypair}` and restart to make it yours", err=True)
     args = [str(binary), "--rpc-port", str(rpc_port), "--ws-port", str(ws_port), "--slot-ms", str(slot_ms),
             "--upgrade-authority", str(deployer)]
     if ledger is not None:

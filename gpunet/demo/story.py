@@ -250,7 +250,8 @@ class Demo:
                     if state.get("status") == "closed":
                         break
                     await asyncio.sleep(0.5)
-        self.say("[bold]5. The lease reached its end: the coordinator settled the last periods and closed it[/]")
+        self.say("[bold]5. The lease reached its end: the coordinator closed it (its nodes freed, billing stopped at "
+                 "the end), settled the last periods and finalized it (the rest of the escrow refunded)[/]")
 
     async def _restart(self, coordinator: CoordinatorProcess, progress: Progress) -> None:
         progress.console.print("[bold]  the coordinator is stopped and started again mid-lease[/]")
@@ -276,8 +277,11 @@ class Demo:
             table.add_row(s.name, str(sum(d.gpu_seconds for _, d in settled)), format_io(result.paid_by_supplier[s.name]),
                           format_io(sum(d.fee for _, d in settled)), format_io(slashed),
                           f"{len(settled)}, last {short(settled[-1][0])}" if settled else "-")
-        closed = next(((tx.signature, e.data) for tx in txs for e in tx.events if e.name == "LeaseClosed"), None)
-        table.add_row("client", "", f"refund {format_io(result.refunded)}", "", "", f"close {short(closed[0]) if closed else '-'}")
+        def sig(name: str) -> str:
+            return next((short(tx.signature) for tx in txs for e in tx.events if e.name == name), "-")
+
+        table.add_row("client", "", f"refund {format_io(result.refunded)}", "", "",
+                      f"close {sig('LeaseClosed')}, finalize {sig('LeaseFinalized')}")
         self.console.print(table)
         result.conserved = account.deposited == account.paid + account.fees + account.refunded
         self.say(f"conservation (base units): deposited {account.deposited} == paid {account.paid} + fees {account.fees} "

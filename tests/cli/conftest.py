@@ -8,11 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from solders.keypair import Keypair
 from typer.testing import CliRunner, Result
 
 from gpunet.cli import app
-from gpunet.keys import load_keypair
-from gpunet.localnet import LocalnetProcess
+from gpunet.keys import create_keypair_file, load_keypair
+from gpunet.localnet import LocalnetProcess, localnet_deployer
 
 
 @dataclass
@@ -43,8 +44,11 @@ class Gpunet:
         reply = self.node.call("getSignaturesForAddress", [self.pubkey(name)])
         return len(reply["result"])
 
-    def wallet(self, name: str, sol: str = "5") -> str:
-        assert self.runner.invoke(app, ["keys", "new", str(self.key(name))]).exit_code == 0
+    def wallet(self, name: str, sol: str = "5", keypair: Keypair | None = None) -> str:
+        if keypair is not None:  # a given key, e.g. the node's upgrade authority
+            create_keypair_file(self.key(name), keypair)
+        else:
+            assert self.runner.invoke(app, ["keys", "new", str(self.key(name))]).exit_code == 0
         if sol:
             self("airdrop", sol, wallet=name)
         return self.pubkey(name)
@@ -58,7 +62,8 @@ def gpunet(node, tmp_path) -> Gpunet:
 @pytest.fixture
 def market(gpunet: Gpunet) -> Gpunet:
     """Initialised gpunet: admin (also the attester), a supplier with a 4x H100 node, a client with IO."""
-    for name in ("admin", "supplier", "client"):
+    gpunet.wallet("admin", keypair=localnet_deployer())  # only the upgrade authority may `admin init`
+    for name in ("supplier", "client"):
         gpunet.wallet(name)
     gpunet.wallet("node1", sol="")
     gpunet("admin", "init", "--usage-period", "60s", "--unbonding", "1s", "--jail", "2s", wallet="admin")

@@ -26,7 +26,7 @@ async def _assign_and_settle(g, lease: Pubkey) -> None:
     async with AsyncClient(g.node.url, commitment=Confirmed) as client:
         config = await fetch_config(client)
         await send_and_confirm(client, admin, [ix.assign_lease(admin.pubkey(), lease, [
-            ix.Share(node_key.pubkey(), supplier.pubkey(), 2)])])
+            ix.Share(node_key.pubkey(), supplier.pubkey(), 2, 2_500_000)])])  # its price after `node update`
         started = (await fetch(client, lease, "Lease")).started_at
         while (await client.get_block_time((await client.get_slot()).value)).value < started + 2:
             await asyncio.sleep(0.2)

@@ -29,18 +29,20 @@ class Cluster:
     """An initialised gpunet with 2-GPU nodes; a client's 4-GPU lease, assigned to nodes 0 and 1 unless
     `assign=False` (admin = attester)."""
 
-    async def build(self, client: AsyncClient, nodes: int = 2, assign: bool = True) -> Cluster:
+    PRICE = 3_600 * IO // 1000  # per GPU-hour, every node
+
+    async def build(self, client: AsyncClient, nodes: int = 2, assign: bool = True, seconds: int = 3_600) -> Cluster:
         self.client = client
         market = await Market.create(client, usage_period_seconds=60, jail_seconds=60, unbonding_seconds=60)
-        self.admin, self.mint = market.admin, market.mint
+        self.market, self.admin, self.mint = market, market.admin, market.mint
         self.nodes: list[tuple[Keypair, Keypair]] = []  # (supplier wallet, node key)
         for _ in range(nodes):
-            s = await market.supplier(2, 3_600 * IO // 1000, 50 * IO)
+            s = await market.supplier(2, self.PRICE, 50 * IO)
             self.nodes.append((s.wallet, s.node_key))
-        self.client_wallet, client_tokens = await market.client(100 * IO)
+        self.client_wallet, self.client_tokens = await market.client(100 * IO)
         self.lease = lease_pda(self.client_wallet.pubkey(), 1)
         await send_and_confirm(client, self.client_wallet, [ix.open_lease(
-            self.client_wallet.pubkey(), client_tokens, self.mint, 1, ix.LeaseTerms(1, 80, 4, ix.ANY, 10 * IO, 3_600))])
+            self.client_wallet.pubkey(), self.client_tokens, self.mint, 1, ix.LeaseTerms(1, 80, 4, ix.ANY, 10 * IO, seconds))])
         if assign:
             await send_and_confirm(client, self.admin, [ix.assign_lease(self.admin.pubkey(), self.lease, [
                 self.share(0), self.share(1)])])
@@ -49,7 +51,7 @@ class Cluster:
 
     def share(self, node: int) -> ix.Share:
         supplier, node_key = self.nodes[node]
-        return ix.Share(node_key.pubkey(), supplier.pubkey(), 2)
+        return ix.Share(node_key.pubkey(), supplier.pubkey(), 2, self.PRICE)
 
     def report(self, node: int, seq: int, gpu_seconds: int | None = None, signer: Keypair | None = None) -> SignedUsage:
         node_key = self.nodes[node][1]

@@ -17,6 +17,7 @@ from gpunet import instructions as ix
 from gpunet.client import send_and_confirm
 from gpunet.idl import load_idl
 from gpunet.pda import lease_pda, node_pda, provider_pda
+from gpunet.testbed import funded_deployer
 from gpunet.tokens import create_mint, create_token_account, mint_io
 from gpunet.usage import UsageReport
 
@@ -28,6 +29,7 @@ class Supplier:
     wallet: Keypair
     node_key: Keypair
     tokens: Pubkey
+    price: int  # per GPU-hour, as registered
 
     @property
     def provider(self) -> Pubkey:
@@ -66,7 +68,7 @@ class Market:
         return sig
 
     async def start(self) -> Market:
-        self.admin, self.attester = await airdropped(self.client), await airdropped(self.client)
+        self.admin, self.attester = await funded_deployer(self.client), await airdropped(self.client)
         self.mint = await create_mint(self.client, self.admin)
         self.treasury = await create_token_account(self.client, self.admin, self.mint, self.admin.pubkey())
         self.params = ix.ConfigParams(
@@ -83,7 +85,7 @@ class Market:
 
     async def supplier(self, gpus: int = 2, stake: int = 100 * IO, price: int = 2 * IO) -> Supplier:
         wallet, node_key = await airdropped(self.client), Keypair()
-        s = Supplier(wallet, node_key, await self.funded_tokens(wallet))
+        s = Supplier(wallet, node_key, await self.funded_tokens(wallet), price)
         await self.send(wallet, [
             ix.register_provider(wallet.pubkey(), self.mint),
             ix.stake(wallet.pubkey(), s.tokens, stake),
@@ -102,7 +104,7 @@ class Market:
 
     async def assign(self, lease: Pubkey, shares: list[tuple[Supplier, int]]) -> None:
         await self.send(self.attester, [ix.assign_lease(self.attester.pubkey(), lease, [
-            ix.Share(s.node_key.pubkey(), s.wallet.pubkey(), gpus) for s, gpus in shares])])
+            ix.Share(s.node_key.pubkey(), s.wallet.pubkey(), gpus, s.price) for s, gpus in shares])])
 
     async def lease_state(self, lease: Pubkey):  # noqa: ANN201
         return self.coder.accounts.decode(bytes((await self.client.get_account_info(lease)).value.data))
@@ -128,9 +130,11 @@ class Market:
             bytes(range(32)), victim=(victim[0], victim[1].tokens) if victim else None)])
 
     async def close(self, c: Client, lease: Pubkey) -> None:
+        """The client closes; the attester, with nothing more to settle, finalizes at once."""
         state = await self.lease_state(lease)
         await self.send(c.wallet, [ix.close_lease(c.wallet.pubkey(), c.wallet.pubkey(), c.tokens, lease,
                                                   [a.node for a in state.assignments[: state.node_count]])])
+        await self.send(self.attester, [ix.finalize_lease(self.attester.pubkey(), c.wallet.pubkey(), c.tokens, lease)])
 
     async def story(self) -> dict[str, object]:
         """Every kind of gpunet event at least once; the accounts involved."""
@@ -145,7 +149,7 @@ class Market:
         await self.settle(lease, bob)
         await self.slash(bob, victim=(lease, dev))
         await self.send(self.attester, [ix.reassign_lease(self.attester.pubkey(), lease, bob.node_key.pubkey(),
-                                                          ix.Share(cyd.node_key.pubkey(), cyd.wallet.pubkey(), 2))])
+                                                          ix.Share(cyd.node_key.pubkey(), cyd.wallet.pubkey(), 2, cyd.price))])
         await self.settle(lease, cyd)
         await self.settle(lease, ada)
         await self.close(dev, lease)

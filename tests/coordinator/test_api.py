@@ -108,7 +108,7 @@ async def test_resources_filters_and_pagination(node, market: Market, indexer, p
 
 
 @pytest.mark.parametrize(("path", "status", "message"), [
-    ("/leases?status=bogus", 400, "status: 'bogus' is not one of open, active, closed"),
+    ("/leases?status=bogus", 400, "status: 'bogus' is not one of open, active, closing, closed"),
     ("/settlements?limit=0", 400, "limit: 0 is out of range [1, 500]"),
     ("/settlements?limit=ten", 400, "limit: 'ten' is not an integer"),
     ("/settlements?offset=-1", 400, "offset: -1 is out of range"),

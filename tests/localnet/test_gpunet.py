@@ -22,13 +22,15 @@ from gpunet.localnet import PROGRAM_SO_ENV
 from gpunet.pda import config_pda
 from gpunet.tokens import create_mint, ensure_io_account
 
+from gpunet.testbed import funded_deployer
+
 from .helpers import funded
 
 pytestmark = pytest.mark.filterwarnings("ignore:websockets.legacy is deprecated:DeprecationWarning")
 
 
 async def initialize_config(client: AsyncClient):
-    admin = await funded(client)
+    admin = await funded_deployer(client)
     mint = await create_mint(client, admin)
     treasury = await ensure_io_account(client, admin, admin.pubkey(), mint)
     params = ix.ConfigParams(

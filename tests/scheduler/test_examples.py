@@ -134,7 +134,7 @@ def test_shares_convert_to_the_sdk_s_assign_lease_shares() -> None:
     scheduler = scheduler_of([node(str(key), provider_authority=str(wallet))])
     decision = scheduler.place(request(gpus=3))
     assert isinstance(decision, Placement)
-    assert decision.sdk_shares() == [Share(key, wallet, 3)]
+    assert decision.sdk_shares() == [Share(key, wallet, 3, decision.shares[0].price_per_gpu_hour)]
 
 
 def test_history_moves_a_node_down_the_ranking() -> None:

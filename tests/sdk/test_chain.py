@@ -18,6 +18,7 @@ from gpunet import instructions as ix
 from gpunet.client import TransactionFailed, send_and_confirm
 from gpunet.events import decode_events
 from gpunet.idl import load_idl
+from gpunet.testbed import funded_deployer
 from gpunet.tokens import create_mint, create_token_account, mint_io, token_balance
 from gpunet.pda import lease_pda, lease_vault_pda, node_pda, provider_pda, stake_vault_pda
 from gpunet.usage import UsageReport, ed25519_instruction
@@ -42,7 +43,8 @@ async def fetch(client: AsyncClient, name: str, address: Pubkey):
 
 async def test_a_lease_from_opening_to_settlement_through_the_sdk(node) -> None:
     async with AsyncClient(node.url, commitment=Confirmed) as client:
-        admin, attester, supplier, client_wallet = [await airdropped(client) for _ in range(4)]
+        admin = await funded_deployer(client)
+        attester, supplier, client_wallet = [await airdropped(client) for _ in range(3)]
         mint = await create_mint(client, admin)
         treasury = await create_token_account(client, admin, mint, admin.pubkey())
         supplier_tokens = await create_token_account(client, admin, mint, supplier.pubkey())
@@ -74,7 +76,7 @@ async def test_a_lease_from_opening_to_settlement_through_the_sdk(node) -> None:
         await send_and_confirm(client, client_wallet, [ix.open_lease(client_wallet.pubkey(), client_tokens, mint, 1, terms)])
         lease = lease_pda(client_wallet.pubkey(), 1)
         assert await token_balance(client, lease_vault_pda(lease)) == 6 * IO
-        share = ix.Share(node_key.pubkey(), supplier.pubkey(), 2)
+        share = ix.Share(node_key.pubkey(), supplier.pubkey(), 2, 2 * IO)
         await send_and_confirm(client, attester, [ix.assign_lease(attester.pubkey(), lease, [share])])
         start = (await fetch(client, "Lease", lease)).assignments[0].settled_until
 
@@ -93,7 +95,7 @@ async def test_a_lease_from_opening_to_settlement_through_the_sdk(node) -> None:
         before = await token_balance(client, supplier_tokens)
         sig = await send_and_confirm(client, attester, [report.sign(lease, node_key), settle])
         amount = 2 * IO * 4 // 3_600
-        fee = amount * 500 // 10_000
+        fee = -(-amount * 500 // 10_000)  # the protocol fee rounds up
         assert await token_balance(client, supplier_tokens) == before + amount - fee
         assert await token_balance(client, treasury) == fee
 
@@ -113,5 +115,13 @@ async def test_a_lease_from_opening_to_settlement_through_the_sdk(node) -> None:
         await send_and_confirm(client, client_wallet, [
             ix.close_lease(client_wallet.pubkey(), client_wallet.pubkey(), client_tokens, lease,
                            [a.node for a in state.assignments[: state.node_count]])])
+        closing = await fetch(client, "Lease", lease)
+        kept = closing.deposited - closing.paid - closing.fees - closing.refunded  # the node's unsettled seconds
+        assert type(closing.status).__name__ == "Closing" and kept > 0
+        assert await token_balance(client, client_tokens) == 1_000 * IO - amount - kept
+        # the attester declares its settlement done: the rest comes back and the vault is closed
+        await send_and_confirm(client, attester, [ix.finalize_lease(attester.pubkey(), client_wallet.pubkey(),
+                                                                    client_tokens, lease)])
         assert await token_balance(client, client_tokens) == 1_000 * IO - amount
+        assert (await client.get_account_info(lease_vault_pda(lease))).value is None
         assert node_pda(node_key.pubkey()) == state.assignments[0].node

@@ -245,14 +245,30 @@ fn a_close_keeps_what_the_nodes_are_owed_until_it_is_settled() {
 }
 
 #[test]
-fn a_stranger_closes_only_after_the_grace_and_bills_only_up_to_the_end() {
+fn the_attester_closes_from_the_end_on_and_a_stranger_after_the_grace() {
+    let mut h = Harness::new();
+    let (_, _, client, by_attester) = running_lease(&mut h, 1, 1);
+    let (_, _, other_client, by_stranger) = running_lease(&mut h, 1, 2);
+    let stranger = h.wallet();
+    let attester = h.attester.insecure_clone();
+    h.advance(3_599);
+    assert_error(h.close(&attester, &by_attester, &client.tokens), GpunetError::LeaseNotExpired);
+    h.advance(1);
+    h.close(&attester, &by_attester, &client.tokens).unwrap(); // the coordinator ends leases at their end
+    assert_error(h.close(&stranger, &by_stranger, &other_client.tokens), GpunetError::LeaseNotExpired);
+    h.advance(CLOSE_GRACE_SECONDS - 1);
+    assert_error(h.close(&stranger, &by_stranger, &other_client.tokens), GpunetError::LeaseNotExpired);
+    h.advance(1);
+    h.close(&stranger, &by_stranger, &other_client.tokens).unwrap();
+}
+
+#[test]
+fn a_late_close_bills_only_up_to_the_end_and_settles_until_the_deadline() {
     let mut h = Harness::new();
     let (_, node, client, lease) = running_lease(&mut h, 1, 1);
     let end = h.account::<Lease>(&lease.lease).ends_at().unwrap();
     let stranger = h.wallet();
-    h.advance(3_600 + CLOSE_GRACE_SECONDS - 1);
-    assert_error(h.close(&stranger, &lease, &client.tokens), GpunetError::LeaseNotExpired);
-    h.advance(1);
+    h.advance(3_600 + CLOSE_GRACE_SECONDS);
     let closed: LeaseClosed = event(&h.close(&stranger, &lease, &client.tokens).unwrap());
     assert_eq!(closed.billable_until, end, "billing stops at the end, not at the late close");
     assert_eq!(closed.retained, 2 * IO, "one GPU-hour at 2 IO could still be owed");

@@ -3,8 +3,9 @@
 //! stays in the vault for the attester's final settlements, and the rest is refunded now.
 //! `finalize_lease` refunds what remains after the settlement window.
 //!
-//! The client may close at any time; anyone may close once the lease is past its end plus the
-//! configured grace, or its escrow is spent. Remaining accounts: every node of the lease, in
+//! The client may close at any time, an attester (the coordinator, which ends leases) from the
+//! lease's end on, and anyone once the lease is past its end plus the configured grace, or its
+//! escrow is spent. Remaining accounts: every node of the lease, in
 //! assignment order, writable.
 use anchor_lang::prelude::*;
 use anchor_spl::token::{Token, TokenAccount};
@@ -45,7 +46,8 @@ impl<'info> CloseLease<'info> {
         require!(!self.lease.is_closed(), GpunetError::LeaseClosed);
         if self.closer.key() != self.lease.client {
             let ends_at = self.lease.ends_at().ok_or(GpunetError::ArithmeticOverflow)?;
-            let closable_at = ends_at.checked_add(self.config.close_grace_seconds).ok_or(GpunetError::ArithmeticOverflow)?;
+            let grace = if self.config.is_attester(self.closer.key) { 0 } else { self.config.close_grace_seconds };
+            let closable_at = ends_at.checked_add(grace).ok_or(GpunetError::ArithmeticOverflow)?;
             require!(now >= closable_at || self.lease.escrow_left()? == 0, GpunetError::LeaseNotExpired);
         }
         Ok(())
