@@ -136,10 +136,15 @@ fn per_instruction() -> Vec<(String, Vec<u64>)> {
     h.advance(USAGE_PERIOD_SECONDS);
     let report = h.full_use_report(&single, &nodes[0], USAGE_PERIOD_SECONDS);
     record("settle_usage (+ Ed25519 check)", consumed(h.settle(&single, &nodes[0], report), "settle_usage"));
+    // a share moves only away from a node found lost (slashed, so jailed)
+    h.slash(&nodes[0], FaultKind::MissedHeartbeats, None).expect("slash");
     record("reassign_lease", consumed(h.reassign(&single, &nodes[0], &spare), "reassign_lease"));
     h.advance(2 * 3_600);
     let close = h.close(&client.wallet, &single, &client.tokens);
     record("close_lease (1 node)", consumed(close, "close_lease"));
+    h.advance(SETTLE_WINDOW_SECONDS + 1);
+    record("finalize_lease", consumed(h.finalize(&client.wallet, &single, &client.tokens), "finalize_lease"));
+    h.send(&[h.unjail_node_ix(&suppliers[0], &nodes[0].node)], &[&suppliers[0].wallet]).expect("unjail");
 
     let cluster_gpus = 2 * MAX_LEASE_NODES as u8;
     let cluster = LeaseRef::new(client.wallet.pubkey(), 2);

@@ -187,9 +187,16 @@ fn only_a_lost_node_share_moves_and_only_at_the_expected_price() {
     let decided = h.reassign_lease_ix(&h.attester.pubkey(), &lease, &node, &spare);
     h.send(&[h.update_node_ix(&s2, &spare.node, EU, 3 * IO)], &[&s2.wallet]).unwrap();
     assert_error(h.send(&[decided], &[&h.attester.insecure_clone()]), GpunetError::PriceChanged);
-    // control: at the price it has now
+    // control: at the price it has now, before the end
     h.reassign(&lease, &node, &spare).unwrap();
     assert_eq!(h.account::<Lease>(&lease.lease).assignments()[0].price_per_gpu_hour, 3 * IO);
+    // nor after the lease's end, when the spare would be booked for nothing billable
+    let s3 = h.supplier(1_000 * IO);
+    let late_spare = h.node(&s3, h100_spec(1));
+    let (_, late_node, _, late) = running_lease(&mut h, 1, 2);
+    h.slash(&late_node, FaultKind::MissedHeartbeats, None).unwrap();
+    h.advance(3_600);
+    assert_error(h.reassign(&late, &late_node, &late_spare), GpunetError::LeaseExpired);
 }
 
 #[test]

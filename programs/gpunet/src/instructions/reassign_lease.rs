@@ -2,7 +2,8 @@
 //!
 //! The lost node must have been found lost on chain (slashed, so jailed): an attester cannot
 //! take a healthy node's share away. `expected_price` is the new node's price the move was
-//! decided at; a different one is refused.
+//! decided at; a different one is refused. A lease past its end is not moved (the new node would be
+//! booked for time nobody can bill).
 //! Usage the lost node delivered must be settled before: its reports cannot be settled
 //! once its share has moved. The new node's usage clock starts now, at seq 1.
 use anchor_lang::prelude::*;
@@ -39,6 +40,8 @@ impl<'info> ReassignLease<'info> {
         require!(self.config.is_attester(self.attester.key), GpunetError::NotAttester);
         require!(self.lease.status == LeaseStatus::Active, GpunetError::LeaseNotActive);
         require!(self.from_node.jailed, GpunetError::NodeNotLost);
+        let ends_at = self.lease.ends_at().ok_or(GpunetError::ArithmeticOverflow)?;
+        require!(Clock::get()?.unix_timestamp < ends_at, GpunetError::LeaseExpired);
         let index = self.lease.assignment_index(&self.from_node.key()).ok_or(GpunetError::NodeNotInLease)?;
         require!(self.lease.assignment_index(&self.to_node.key()).is_none(), GpunetError::DuplicateNode);
         let gpus = self.lease.assignments[index].gpus;
