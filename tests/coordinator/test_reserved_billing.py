@@ -4,13 +4,18 @@ coordinator, gpunet-localnet and a `gpunet worker run` process with simulated GP
 A client's lease runs a job that exits at once; the node keeps holding the GPUs, and usage is
 settled on chain for the whole reserved time (not the job's zero seconds) up to the lease's end,
 which a top-up moves, and never after it. A second job, submitted through the API once the first
-has ended, runs on the same GPUs; a third while the second runs is refused.
+has ended with `gpunet lease job` (as a client runs it), runs on the same GPUs; a third while the
+second runs is refused.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import signal
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from solders.pubkey import Pubkey
@@ -19,7 +24,8 @@ from coordinator.settings import Settings
 from gpunet import instructions as ix
 from gpunet.accounts import fetch
 from gpunet.client import send_and_confirm
-from gpunet.jobs import CoordinatorError, job_view, submit_job
+from gpunet.jobs import job_view
+from gpunet.keys import create_keypair_file
 from gpunet.localnet import free_ports
 from gpunet.pda import lease_pda, node_pda
 from gpunet.protocol import JobSpec
@@ -27,7 +33,15 @@ from gpunet.protocol import JobSpec
 from .conftest import eventually
 from .test_lease_lifecycle import PRICE, World, _closed, _settlement_events, _submitted, _true, running, start_worker
 
-GPUS, DURATION, TOP_UP = 2, 30, 6
+GPUS, DURATION, TOP_UP = 2, 40, 6
+GPUNET = str(Path(sys.executable).with_name("gpunet"))
+
+
+async def _lease_job(api: str, keyfile: Path, lease: Pubkey, command: str) -> subprocess.CompletedProcess[str]:
+    """`gpunet lease job` as a client runs it."""
+    return await asyncio.to_thread(
+        subprocess.run, [GPUNET, "lease", "job", str(lease), "--command", command, "--coordinator", api,
+                         "-k", str(keyfile), "--json"], capture_output=True, text=True, timeout=60, check=False)
 
 
 async def _job_state(api: str, lease: Pubkey, number: int) -> str | None:
@@ -70,12 +84,16 @@ async def test_a_lease_pays_for_its_reserved_gpus_whether_or_not_a_job_runs(node
                              what="three periods' GPU-seconds settled after the job exited")
 
             # The lease's next job runs on the same GPUs; a third while it runs is refused.
-            second = JobSpec(command=["sh", "-c", "echo second job on $CUDA_VISIBLE_DEVICES; sleep 4"])
-            accepted = await submit_job(api, world.client, lease, second)
-            assert accepted["job_number"] == 2
+            keyfile = tmp_path / "client.json"
+            create_keypair_file(keyfile, world.client)
+            second = await _lease_job(api, keyfile, lease, "sh -c 'echo second job on $CUDA_VISIBLE_DEVICES; sleep 8'")
+            assert second.returncode == 0, second.stderr
+            assert json.loads(second.stdout) == {"lease": str(lease), "job_number": 2, "accepted": True}
             await eventually(lambda: _running(api, lease, 2), what="job 2 running")
-            with pytest.raises(CoordinatorError, match=r"\(409\): job 2 of lease .* is still running"):
-                await submit_job(api, world.client, lease, JobSpec(command=["true"]))
+            third = await _lease_job(api, keyfile, lease, "true")
+            refusal = json.loads(third.stdout)["error"]
+            assert third.returncode == 1 and "(409): job 2 of lease" in refusal and "is still running" in refusal
+            assert (await job_view(api, lease))["job_number"] == 2
             await eventually(lambda: _succeeded(api, lease, 2), what="job 2 exited")
             lines = await _lines(api, lease)
             [(_, one)] = [x for x in lines if x[0] == 1]
