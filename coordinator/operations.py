@@ -1,10 +1,11 @@
-"""The coordinator's own records (migration 0002): placements, jobs and their events, usage
-reports as signed, checkpoints and faults. One function per statement, each idempotent where a
+"""The coordinator's own records (migrations 0002 and 0003): placements, jobs (numbered, one
+current per lease) and their events, usage reports as signed, checkpoints and faults. One function per statement, each idempotent where a
 retry or a restart can repeat it."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
@@ -16,7 +17,7 @@ from gpunet.protocol import Checkpoint, CheckpointFile, JobLog, JobSpec, JobStat
 from gpunet.usage import UsageReport
 
 __all__ = [
-    "active_shares", "checkpoint_of", "job_of", "latest_job_state", "pending_usage", "record_checkpoint",
+    "Job", "active_shares", "checkpoint_of", "current_job", "job_states", "pending_usage", "record_checkpoint",
     "record_fault", "record_job_event", "record_usage", "save_job", "set_placement", "settle_outcomes",
 ]
 
@@ -32,33 +33,62 @@ async def set_placement(conn: asyncpg.Connection, lease: str, state: str, reason
         lease, state, reason, nodes, signature)
 
 
-async def save_job(conn: asyncpg.Connection, lease: str, spec: JobSpec, gpus_per_node: int | None, client: str,
-                   signature: str) -> bool:
-    """Stores the lease's job; False when it already has one (a job is set once per lease)."""
+@dataclass(frozen=True)
+class Job:
+    """A lease's current job."""
+
+    number: int
+    spec: JobSpec
+    gpus_per_node: int | None
+
+
+async def save_job(conn: asyncpg.Connection, lease: str, number: int, spec: JobSpec, gpus_per_node: int | None,
+                   client: str, signature: str) -> bool:
+    """Stores job `number` of the lease: its first, or the next one, which replaces the current job
+    (kept in earlier_jobs). False, and nothing changed, when the lease's current job is not
+    `number - 1` (another submission took the number meanwhile)."""
+    if number == 1:
+        done = await conn.execute(
+            "INSERT INTO jobs (lease, number, spec, gpus_per_node, client, signature) VALUES ($1, 1, $2, $3, $4, $5) "
+            "ON CONFLICT (lease) DO NOTHING", lease, spec.model_dump_json(), gpus_per_node, client, signature)
+        return done.endswith(" 1")
+    # One statement: the row lock makes a concurrent submission of the same number find no job
+    # `number - 1` once this one commits.
     done = await conn.execute(
-        "INSERT INTO jobs (lease, spec, gpus_per_node, client, signature) VALUES ($1, $2, $3, $4, $5) "
-        "ON CONFLICT (lease) DO NOTHING", lease, spec.model_dump_json(), gpus_per_node, client, signature)
+        """WITH prev AS (SELECT * FROM jobs WHERE lease = $1 AND number = $2 - 1 FOR UPDATE),
+                replaced AS (UPDATE jobs j SET number = $2, spec = $3, gpus_per_node = $4, client = $5, signature = $6,
+                                               submitted_at = clock_timestamp()
+                             FROM prev WHERE j.lease = prev.lease
+                             RETURNING prev.lease, prev.number, prev.spec, prev.gpus_per_node, prev.client,
+                                       prev.signature, prev.submitted_at)
+           INSERT INTO earlier_jobs (lease, number, spec, gpus_per_node, client, signature, submitted_at)
+           SELECT * FROM replaced""",
+        lease, number, spec.model_dump_json(), gpus_per_node, client, signature)
     return done.endswith(" 1")
 
 
-async def job_of(conn: asyncpg.Connection, lease: str) -> JobSpec | None:
-    raw = await conn.fetchval("SELECT spec FROM jobs WHERE lease = $1", lease)
-    return None if raw is None else JobSpec.model_validate_json(raw)
+async def current_job(conn: asyncpg.Connection, lease: str) -> Job | None:
+    row = await conn.fetchrow("SELECT number, spec, gpus_per_node FROM jobs WHERE lease = $1", lease)
+    return None if row is None else Job(row["number"], JobSpec.model_validate_json(row["spec"]), row["gpus_per_node"])
 
 
 async def record_job_event(conn: asyncpg.Connection, node_key: Pubkey, message: JobStatus | JobLog) -> None:
     if isinstance(message, JobStatus):
-        await conn.execute("INSERT INTO job_events (lease, node_key, kind, state, exit_code, detail) "
-                           "VALUES ($1, $2, 'status', $3, $4, $5)",
-                           message.lease, str(node_key), message.state, message.exit_code, message.detail)
+        await conn.execute("INSERT INTO job_events (lease, job_number, node_key, kind, state, exit_code, detail) "
+                           "VALUES ($1, $2, $3, 'status', $4, $5, $6)", message.lease, message.job_number,
+                           str(node_key), message.state, message.exit_code, message.detail)
     else:
-        await conn.execute("INSERT INTO job_events (lease, node_key, kind, stream, line) VALUES ($1, $2, 'log', $3, $4)",
-                           message.lease, str(node_key), message.stream, message.line)
+        await conn.execute("INSERT INTO job_events (lease, job_number, node_key, kind, stream, line) "
+                           "VALUES ($1, $2, $3, 'log', $4, $5)",
+                           message.lease, message.job_number, str(node_key), message.stream, message.line)
 
 
-async def latest_job_state(conn: asyncpg.Connection, lease: str, node_key: str) -> str | None:
-    return await conn.fetchval("SELECT state FROM job_events WHERE lease = $1 AND node_key = $2 AND kind = 'status' "
-                               "ORDER BY id DESC LIMIT 1", lease, node_key)
+async def job_states(conn: asyncpg.Connection, lease: str, number: int) -> dict[str, str]:
+    """The latest state of job `number` of `lease` on each node that reported it."""
+    rows = await conn.fetch("SELECT DISTINCT ON (node_key) node_key, state FROM job_events "
+                            "WHERE lease = $1 AND job_number = $2 AND kind = 'status' ORDER BY node_key, id DESC",
+                            lease, number)
+    return {r["node_key"]: r["state"] for r in rows}
 
 
 async def record_usage(conn: asyncpg.Connection, node_key: Pubkey, report: UsageReportMessage) -> None:

@@ -18,11 +18,12 @@ from solders.pubkey import Pubkey
 
 from coordinator import operations as ops
 from coordinator.gateway import NodeOffline
+from coordinator.jobs import TERMINAL, job_over
 from coordinator.scheduler import LeaseRequest, NodeView, NotPlaced, PlacedShare, Placement, Scheduler, SchedulerError
 from gpunet import instructions as ix
 from gpunet.accounts import fetch
 from gpunet.client import TransactionFailed
-from gpunet.protocol import Cancel, Dispatch
+from gpunet.protocol import Cancel, Dispatch, LeaseEnd
 
 if TYPE_CHECKING:
     from coordinator.service import Coordinator
@@ -30,7 +31,6 @@ if TYPE_CHECKING:
 __all__ = ["Placer"]
 
 log = logging.getLogger("gpunet.coordinator.placement")
-TERMINAL = ("succeeded", "failed", "cancelled", "timed_out", "refused")
 
 
 def _request(lease: asyncpg.Record, gpus_per_node: int | None) -> LeaseRequest:
@@ -43,7 +43,9 @@ class Placer:
     def __init__(self, coordinator: Coordinator) -> None:
         self.c = coordinator
         self.scheduler = Scheduler(accept_simulated=coordinator.settings.accept_simulated)
-        self.dispatched: dict[str, set[str]] = {}  # lease -> node keys given its job by this process
+        self.dispatched: dict[str, set[str]] = {}  # lease -> node keys given its current job by this process
+        self.dispatched_job: dict[str, int] = {}  # lease -> the job number `dispatched` is about
+        self.ends_sent: dict[tuple[str, str], int] = {}  # (lease, node key) -> the lease end it was last told
         self.failovers: dict[str, set[str]] = {}  # lease -> lost node keys still to replace
         self.ending: dict[str, float] = {}  # lease -> when its workers were told to stop
 
@@ -148,14 +150,27 @@ class Placer:
     # --- jobs
 
     async def dispatch_jobs(self) -> None:
+        """Gives every node of a lease its share and the lease's current job (again after a worker
+        reconnects: it acknowledges a job it has), and tells it when the lease's end moves."""
         async with self.c.pool.acquire() as conn:
-            for lease, shares in self._group(await ops.active_shares(conn)).items():
+            leases = self._group(await ops.active_shares(conn))
+            for lease in self.dispatched_job.keys() - leases.keys():  # ended, closed: forget what was sent
+                del self.dispatched_job[lease]
+            for key in [k for k in self.ends_sent if k[0] not in leases]:
+                del self.ends_sent[key]
+            for lease, shares in leases.items():
                 if lease in self.ending:
                     continue
-                spec = await ops.job_of(conn, lease)
-                if spec is None:
+                job = await ops.current_job(conn, lease)
+                if job is None:
                     continue
-                todo = [s for s in shares if s["node_key"] not in self.dispatched.get(lease, set())]
+                if self.dispatched_job.get(lease) != job.number:  # the lease's next job: every node gets it
+                    self.dispatched[lease] = set()
+                    self.dispatched_job[lease] = job.number
+                given = self.dispatched.setdefault(lease, set())
+                ends_at = shares[0]["started_at"] + shares[0]["duration_seconds"]
+                await self._tell_lease_end(lease, given, ends_at)
+                todo = [s for s in shares if s["node_key"] not in given]
                 if not todo:
                     continue
                 keys = [Pubkey.from_string(s["node_key"]) for s in shares]
@@ -163,19 +178,35 @@ class Placer:
                     continue  # a cluster job needs every peer's address; a single one its node
                 peers = [f"{self._host(k)}:{self.c.settings.cluster_port}" for k in keys] if len(shares) > 1 else []
                 restore = await ops.checkpoint_of(conn, lease)
+                states = await ops.job_states(conn, lease, job.number)
+                over = job_over(states, [s["node_key"] for s in shares])
                 for s in todo:
-                    if await ops.latest_job_state(conn, lease, s["node_key"]) in TERMINAL:
-                        self.dispatched.setdefault(lease, set()).add(s["node_key"])
-                        continue
-                    message = Dispatch(lease=lease, gpus=s["gpus"], job=spec, rank=s["rank"], world_size=len(shares),
-                                       peers=peers, restore=restore)
+                    # a node that ran the job to its end (before its agent restarted) holds the
+                    # share without running it again; so does one that takes a share over after the end
+                    ended = over or states.get(s["node_key"]) in TERMINAL
+                    message = Dispatch(lease=lease, gpus=s["gpus"], job=job.spec, job_number=job.number, job_ended=ended,
+                                       ends_at=ends_at, rank=s["rank"], world_size=len(shares), peers=peers,
+                                       restore=restore)
                     try:
                         await self.c.gateway.send(Pubkey.from_string(s["node_key"]), message)
                     except NodeOffline:
                         continue
-                    self.dispatched.setdefault(lease, set()).add(s["node_key"])
-                    log.info("job.dispatched lease=%s node=%s rank=%d/%d restore=%d files", lease, s["node_key"],
-                             s["rank"], len(shares), len(restore))
+                    given.add(s["node_key"])
+                    self.ends_sent[(lease, s["node_key"])] = ends_at
+                    log.info("job.dispatched lease=%s job=%d%s node=%s rank=%d/%d restore=%d files", lease, job.number,
+                             " (ended)" if ended else "", s["node_key"], s["rank"], len(shares), len(restore))
+
+    async def _tell_lease_end(self, lease: str, nodes: set[str], ends_at: int) -> None:
+        """A top-up moved the lease's end: the nodes holding its share bill until the new one."""
+        for node_key in nodes:
+            if self.ends_sent.get((lease, node_key), ends_at) == ends_at:
+                continue
+            try:
+                await self.c.gateway.send(Pubkey.from_string(node_key), LeaseEnd(lease=lease, ends_at=ends_at))
+            except NodeOffline:
+                continue  # its next dispatch, after it reconnects, carries the end
+            self.ends_sent[(lease, node_key)] = ends_at
+            log.info("lease.end_moved lease=%s node=%s ends_at=%d", lease, node_key, ends_at)
 
     def _host(self, node_key: Pubkey) -> str:
         ws = self.c.gateway.sessions.get(node_key)

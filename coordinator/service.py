@@ -5,7 +5,7 @@ gateway feeds the fleet's liveness and the workers' reports.
 
 Every loop reads its work from the database and the chain, not from memory, so a coordinator
 killed at any point and restarted picks up where it was: a placement in flight is found on
-chain, a job is dispatched again (a worker ignores a repeated dispatch of a lease it runs), and
+chain, a job is dispatched again (a worker acknowledges a repeated dispatch of the job it has), and
 pending usage is settled against the chain's sequence numbers (never twice).
 """
 
@@ -53,7 +53,7 @@ class Coordinator:
         self.indexer = Indexer(settings, pool)
         self.started_at = time.time()
         self._tasks: list[asyncio.Task[Any]] = []
-        self._running_checked: dict[Pubkey, frozenset[str]] = {}  # node -> running leases it holds
+        self._running_checked: dict[Pubkey, frozenset[str]] = {}  # node -> held or running leases it holds
 
     async def start(self) -> Coordinator:
         # Workers meter in the protocol's usage period (the most one report may cover).
@@ -137,17 +137,18 @@ class Coordinator:
 
     async def heartbeat(self, node_key: Pubkey, beat: Heartbeat) -> None:
         self.fleet.heartbeat(node_key, beat.healthy)
-        # A node that comes back after its share moved must not run the job twice. The ledger is
-        # asked only when the node's running set changes (or it reconnected, or was lost), not
-        # on every heartbeat.
-        running = frozenset(beat.running)
-        if running and self._running_checked.get(node_key) != running:
+        # A node that comes back after its share moved (or after its lease ended) must neither run
+        # the job twice nor keep the GPUs reserved and billed. The ledger is asked only when the
+        # node's set of held and running leases changes (or it reconnected, or was lost), not on
+        # every heartbeat.
+        claimed = frozenset(beat.running) | frozenset(beat.held)
+        if claimed and self._running_checked.get(node_key) != claimed:
             async with self.pool.acquire() as conn:
                 held = {r["lease"] for r in await ops.active_shares(conn, node_key=str(node_key))}
-            for lease in running - held:
+            for lease in claimed - held:
                 with contextlib.suppress(Exception):
                     await self.gateway.send(node_key, Cancel(lease=lease, reason="this node no longer holds the lease"))
-            self._running_checked[node_key] = running & held
+            self._running_checked[node_key] = claimed & held
 
     async def job_status(self, node_key: Pubkey, status: JobStatus) -> None:
         async with self.pool.acquire() as conn:

@@ -1,4 +1,4 @@
-"""A client's side of the coordinator's job API: attach a signed job to a lease, follow it."""
+"""A client's side of the coordinator's job API: give a lease its next job (signed), follow it."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ from solders.pubkey import Pubkey
 
 from gpunet.protocol import JobSpec, job_message
 
-__all__ = ["CoordinatorError", "job_view", "submit_job"]
+__all__ = ["CoordinatorError", "job_view", "next_job_number", "submit_job"]
 
 
 class CoordinatorError(Exception):
     """The coordinator refused the request (its message says why) or could not be reached."""
 
 
-async def _call(method: str, url: str, **kwargs: Any) -> Any:
+async def _request(method: str, url: str, **kwargs: Any) -> tuple[int, Any]:
     try:
         async with httpx.AsyncClient(timeout=30) as http:
             response = await http.request(method, url, **kwargs)
@@ -27,19 +27,41 @@ async def _call(method: str, url: str, **kwargs: Any) -> Any:
         body = response.json()
     except ValueError:
         body = {"error": response.text[:200]}
-    if response.status_code >= 400:
-        raise CoordinatorError(f"the coordinator refused ({response.status_code}): {body.get('error', body)}")
+    return response.status_code, body
+
+
+async def _call(method: str, url: str, **kwargs: Any) -> Any:
+    status, body = await _request(method, url, **kwargs)
+    if status >= 400:
+        raise CoordinatorError(f"the coordinator refused ({status}): {body.get('error', body)}")
     return body
 
 
+def _job_url(coordinator_url: str, lease: Pubkey) -> str:
+    return f"{coordinator_url.rstrip('/')}/leases/{lease}/job"
+
+
+async def next_job_number(coordinator_url: str, lease: Pubkey) -> int:
+    """The number the lease's next job takes: 1 for its first, else its current job's + 1."""
+    status, body = await _request("GET", _job_url(coordinator_url, lease))
+    if status == 404:  # neither a job nor a placement yet
+        return 1
+    if status >= 400:
+        raise CoordinatorError(f"the coordinator refused ({status}): {body.get('error', body)}")
+    return (body.get("job_number") or 0) + 1
+
+
 async def submit_job(coordinator_url: str, client: Keypair, lease: Pubkey, spec: JobSpec,
-                     gpus_per_node: int | None = None) -> Any:
-    """Signs the job with the client's wallet and attaches it to the lease."""
-    signature = client.sign_message(job_message(lease, spec, gpus_per_node))
-    body = {"job": spec.model_dump(mode="json"), "gpus_per_node": gpus_per_node, "signature": str(signature)}
-    return await _call("POST", f"{coordinator_url.rstrip('/')}/leases/{lease}/job", json=body)
+                     gpus_per_node: int | None = None, job_number: int | None = None) -> Any:
+    """Signs the job with the client's wallet and gives it to the lease as its job `job_number`
+    (default: the next one). The coordinator takes it once the lease's current job has ended."""
+    number = job_number or await next_job_number(coordinator_url, lease)
+    signature = client.sign_message(job_message(lease, spec, gpus_per_node, number))
+    body = {"job": spec.model_dump(mode="json"), "gpus_per_node": gpus_per_node, "job_number": number,
+            "signature": str(signature)}
+    return await _call("POST", _job_url(coordinator_url, lease), json=body)
 
 
 async def job_view(coordinator_url: str, lease: Pubkey, after: int = 0) -> Any:
-    """The lease's placement, job, per-node status and log lines after id `after`."""
-    return await _call("GET", f"{coordinator_url.rstrip('/')}/leases/{lease}/job", params={"after": after})
+    """The lease's placement, current job and its number, per-node status and log lines after id `after`."""
+    return await _call("GET", _job_url(coordinator_url, lease), params={"after": after})

@@ -11,7 +11,11 @@ Session (worker side first):
     worker  -> challenge_answer{signature}           (node key over `challenge_message`)
     gateway -> welcome{heartbeat_seconds, usage_period_seconds}
     then    worker: heartbeat, job_status, job_log, usage_report, checkpoint, ack
-            gateway: dispatch, cancel, ack{lease, seq} (usage report journaled), error
+            gateway: dispatch, cancel, lease_end, ack{lease, seq} (usage report journaled), error
+
+A dispatch hands a node its share of a lease (its GPUs, billed from then on) and the lease's
+current job (numbered 1, 2, ...; one at a time); cancel releases the share; lease_end moves the
+instant after which the share is no longer billed (a top-up).
 
 A gateway closes a bad session with one of the CLOSE_* codes. A worker refuses a bad
 coordinator message with ack{of, error} and keeps the session. Simulated GPUs: every worker
@@ -57,8 +61,10 @@ __all__ = [
     "InputFile",
     "Inventory",
     "JobLog",
+    "JobNumber",
     "JobSpec",
     "JobStatus",
+    "LeaseEnd",
     "ProtocolError",
     "UsageAck",
     "UsageReportMessage",
@@ -137,6 +143,7 @@ NonceHex = Annotated[str, AfterValidator(_nonce)]
 U64 = Annotated[int, Field(ge=0, lt=2**64)]
 I64 = Annotated[int, Field(ge=-(2**63), lt=2**63)]
 ShortText = Annotated[str, Field(max_length=4096)]
+JobNumber = Annotated[int, Field(ge=1, lt=2**31)]  # a lease's jobs count 1, 2, ...
 
 
 class _Model(BaseModel):
@@ -297,6 +304,8 @@ class Heartbeat(_FromWorker):
     healthy: bool
     gpus: Annotated[list[GpuTelemetry], Field(max_length=64)]
     running: Annotated[list[PubkeyStr], Field(max_length=64)] = []  # leases with a job running now
+    # leases whose share this node holds (billed), a job running on it or not
+    held: Annotated[list[PubkeyStr], Field(max_length=64)] = []
 
 
 JobState = Literal["starting", "running", "restarting", "succeeded", "failed", "cancelled", "timed_out", "refused"]
@@ -305,6 +314,7 @@ JobState = Literal["starting", "running", "restarting", "succeeded", "failed", "
 class JobStatus(_FromWorker):
     type: Literal["job_status"] = "job_status"
     lease: PubkeyStr
+    job_number: JobNumber = 1
     state: JobState
     exit_code: int | None = None
     restarts: Annotated[int, Field(ge=0)] = 0
@@ -314,6 +324,7 @@ class JobStatus(_FromWorker):
 class JobLog(_FromWorker):
     type: Literal["job_log"] = "job_log"
     lease: PubkeyStr
+    job_number: JobNumber = 1
     stream: Literal["stdout", "stderr"]
     line: ShortText
 
@@ -378,13 +389,23 @@ class Welcome(_Model):
 
 
 class Dispatch(_Model):
-    """Run `job` for `lease` on `gpus` of this node. Cluster leases: this node is `rank` of
-    `world_size`, and `peers[0]` ("host:port") is the rendezvous (MASTER_ADDR/MASTER_PORT)."""
+    """Hold `gpus` of this node for `lease` (billed from the first dispatch until a cancel or
+    `ends_at`, whether a job runs or not) and run the lease's job number `job_number` on them.
+    Cluster leases: this node is `rank` of `world_size`, and `peers[0]` ("host:port") is the
+    rendezvous (MASTER_ADDR/MASTER_PORT)."""
 
     type: Literal["dispatch"] = "dispatch"
     lease: PubkeyStr
     gpus: Annotated[int, Field(ge=1, le=16)]
     job: JobSpec
+    # The same number again is a repeat (never a second copy); a higher one is the lease's next
+    # job, run on the same share once the previous one has ended.
+    job_number: JobNumber = 1
+    # The job is over on this lease already (it ended here before the agent restarted, or before
+    # this node took the share over): hold the share, do not run the job again.
+    job_ended: bool = False
+    # The lease's end (unix seconds): nothing after it is billed. None: not given (an older coordinator).
+    ends_at: I64 | None = None
     rank: Annotated[int, Field(ge=0)] = 0
     world_size: Annotated[int, Field(ge=1, le=8)] = 1
     peers: Annotated[list[Annotated[str, Field(pattern=r"^[A-Za-z0-9.:\[\]-]{1,253}:\d{1,5}$")]], Field(max_length=8)] = []
@@ -407,6 +428,14 @@ class Cancel(_Model):
     reason: ShortText = ""
 
 
+class LeaseEnd(_Model):
+    """The lease's end moved (a top-up): the node's share is billed until `ends_at` (unix seconds)."""
+
+    type: Literal["lease_end"] = "lease_end"
+    lease: PubkeyStr
+    ends_at: I64
+
+
 class UsageAck(_Model):
     """The coordinator has durably recorded usage report `seq` of `lease`: the worker stops re-sending it."""
 
@@ -421,7 +450,8 @@ class Error(_Model):
     code: int | None = None
 
 
-CoordinatorMessage = Annotated[Challenge | Welcome | Dispatch | Cancel | UsageAck | Error, Field(discriminator="type")]
+CoordinatorMessage = Annotated[Challenge | Welcome | Dispatch | Cancel | LeaseEnd | UsageAck | Error,
+                               Field(discriminator="type")]
 
 _worker_messages: TypeAdapter[Any] = TypeAdapter(WorkerMessage)
 _coordinator_messages: TypeAdapter[Any] = TypeAdapter(CoordinatorMessage)
@@ -456,7 +486,7 @@ def parse_worker_message(raw: str | bytes) -> Any:
     return message
 
 
-def parse_coordinator_message(raw: str | bytes) -> Challenge | Welcome | Dispatch | Cancel | UsageAck | Error:
+def parse_coordinator_message(raw: str | bytes) -> Challenge | Welcome | Dispatch | Cancel | LeaseEnd | UsageAck | Error:
     """A coordinator's message, or ProtocolError."""
     return _parse(_coordinator_messages, raw, "coordinator")
 
@@ -468,11 +498,12 @@ def encode(message: BaseModel) -> str:
 JOB_DOMAIN_TAG = b"gpunet-job-v1\x00"
 
 
-def job_message(lease: Pubkey, spec: JobSpec, gpus_per_node: int | None = None) -> bytes:
-    """The bytes a client signs with its wallet to attach `spec` to its lease (and, optionally, the
-    cluster shape: equal shares of `gpus_per_node`): domain tag, lease, canonical JSON. Only the
-    lease's client can give it a job."""
-    body = {"job": spec.model_dump(mode="json"), "gpus_per_node": gpus_per_node}
+def job_message(lease: Pubkey, spec: JobSpec, gpus_per_node: int | None = None, job_number: int = 1) -> bytes:
+    """The bytes a client signs with its wallet to make `spec` its lease's job number `job_number`
+    (and, optionally, the cluster shape: equal shares of `gpus_per_node`): domain tag, lease,
+    canonical JSON. Only the lease's client can give it a job; the number keeps a signature of an
+    earlier job from being replayed as a later one."""
+    body = {"job": spec.model_dump(mode="json"), "gpus_per_node": gpus_per_node, "job_number": job_number}
     return JOB_DOMAIN_TAG + bytes(lease) + json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
 
 

@@ -7,6 +7,7 @@ import fcntl
 import logging
 import os
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from gpunet.protocol import (
     Error,
     Heartbeat,
     Hello,
+    LeaseEnd,
     UsageAck,
     Welcome,
 )
@@ -76,12 +78,22 @@ def _lock_state_dir(state_dir: Path) -> int:
 
 
 @dataclass
-class _Job:
-    runner: JobRunner
-    meter: LeaseMeter
+class _Share:
+    """A lease's share of this node: its GPUs, reserved for the lease and billed from the first
+    dispatch until the coordinator releases them (or the lease ends), whether a job runs or not.
+    The lease's jobs run on it one at a time."""
+
+    dispatch: Dispatch  # the one that gave the current job
     gpu_uuids: list[str]
+    meter: LeaseMeter
+    runner: JobRunner | None = None  # the current job's; None when it did not run here
     task: asyncio.Task[Any] | None = field(default=None)
+    released: bool = False  # cancelled: no longer billed; the GPUs are free once the job has stopped
     checkpoint_seen: tuple = ()  # fingerprint of the checkpoint last sent to the coordinator
+
+    @property
+    def job_running(self) -> bool:
+        return self.task is not None and not self.task.done()
 
 
 class Agent:
@@ -95,7 +107,7 @@ class Agent:
         except BaseException:
             os.close(self._lock)
             raise
-        self.jobs: dict[str, _Job] = {}
+        self.shares: dict[str, _Share] = {}  # lease -> its share of this node
         self.usage_period_seconds = settings.usage_period_seconds
         self.engine = find_container_engine()
         self.session = Session(settings.gateway_url, node, simulated=self.simulated, hello=self.hello,
@@ -124,9 +136,15 @@ class Agent:
             self._lock = -1
 
     async def stop_jobs(self, reason: str) -> None:
-        for job in list(self.jobs.values()):
-            job.runner.cancel(reason)
-        tasks = [job.task for job in self.jobs.values() if job.task]
+        """The agent stops: its shares are no longer held, so their billing ends now (journaled; the
+        reports are sent after the next start if not now)."""
+        now = time.time()
+        for share in self.shares.values():
+            self._send_all(share.meter.release(now))
+            share.released = True
+            if share.runner is not None:
+                share.runner.cancel(reason)
+        tasks = [share.task for share in self.shares.values() if share.task]
         await asyncio.gather(*tasks, return_exceptions=True)
 
     # --- what the session asks for
@@ -137,8 +155,10 @@ class Agent:
 
     def heartbeat(self) -> Heartbeat:
         samples = self.gpus.sample()
+        held = {lease: share for lease, share in self.shares.items() if not share.released}
+        running = [lease for lease, share in held.items() if share.runner is not None and share.runner.state == "running"]
         return Heartbeat(simulated=self.simulated, healthy=all(s.healthy for s in samples), gpus=samples,
-                         running=[lease for lease, job in self.jobs.items() if job.runner.state == "running"])
+                         running=running, held=list(held))
 
     def on_welcome(self, welcome: Welcome) -> list[BaseModel]:
         self.usage_period_seconds = welcome.usage_period_seconds
@@ -149,6 +169,8 @@ class Agent:
             self._dispatch(message)
         elif isinstance(message, Cancel):
             self._cancel(message)
+        elif isinstance(message, LeaseEnd):
+            self._lease_end(message)
         elif isinstance(message, UsageAck):
             ok = self.journal.record_ack(message.lease, message.seq)
             if not ok:
@@ -162,71 +184,125 @@ class Agent:
         log.warning("coordinator.refused of=%s lease=%s error=%s", of, lease, error)
         self.session.send(Ack(simulated=self.simulated, of=of, lease=lease, error=error))
 
+    def _held(self, lease: str) -> _Share | None:
+        share = self.shares.get(lease)
+        return None if share is None or share.released else share
+
+    def _send_all(self, messages: Iterable[BaseModel]) -> None:
+        for message in messages:
+            self.session.send(message)
+
     def _dispatch(self, d: Dispatch) -> None:
-        if d.lease in self.jobs:  # a repeated dispatch (e.g. after a reconnect) never starts a second copy
-            self.session.send(Ack(simulated=self.simulated, of="dispatch", lease=d.lease))
+        share = self.shares.get(d.lease)
+        if share is None:
+            self._take(d)
             return
+        current = share.dispatch.job_number
+        if share.released:
+            error = "this node is releasing its share of this lease (its job is stopping)"
+        elif d.gpus != len(share.gpu_uuids):
+            error = f"this node holds {len(share.gpu_uuids)} GPUs for this lease, not {d.gpus}"
+        elif d.job_number < current:
+            error = f"job {d.job_number} is older than job {current}, which this node has for this lease"
+        elif d.job_number > current and share.job_running:
+            error = f"job {current} of this lease still runs on this node; job {d.job_number} may start once it has ended"
+        else:
+            error = None
+        if error is not None:
+            self._refuse("dispatch", d.lease, error)
+            return
+        if d.ends_at is not None and d.ends_at != share.meter.ends_at:
+            self._send_all(share.meter.extend(d.ends_at, time.time()))
+        if d.job_number > current:  # the lease's next job, on the GPUs it holds (billing goes on)
+            share.dispatch, share.runner, share.task = d, None, None
+            if not d.job_ended:
+                self._start_job(share)
+        # else a repeated dispatch (e.g. after a reconnect): never a second copy of the job
+        self.session.send(Ack(simulated=self.simulated, of="dispatch", lease=d.lease))
+
+    def _take(self, d: Dispatch) -> None:
+        """The first dispatch of a lease: the node takes its share (billed from now) and runs the job."""
         samples = {s.uuid: s for s in self.gpus.sample()}
-        busy = {uuid for job in self.jobs.values() for uuid in job.gpu_uuids}
+        busy = {uuid for share in self.shares.values() for uuid in share.gpu_uuids}
         free = [g.uuid for g in self.inventory.gpus if g.uuid not in busy and samples.get(g.uuid, None) is not None
                 and samples[g.uuid].healthy]
         if d.gpus > len(free):
             self._refuse("dispatch", d.lease, f"{d.gpus} GPUs asked for, {len(free)} free and healthy on this node")
             return
-        if d.job.image is not None and self.engine is None:
-            self._refuse("dispatch", d.lease, f"the job names image {d.job.image!r} but neither docker nor podman "
-                                              "is installed on this node")
-            return
         uuids = free[: d.gpus]
-        meter = LeaseMeter(self.journal, self.node, d.lease, d.gpus, self.usage_period_seconds, self.simulated)
-
-        def on_run(running: bool, t: float) -> None:
-            for report in (meter.start(t) if running else meter.stop(t)):
-                self.session.send(report)
-
-        runner = JobRunner(d, uuids, JobDirs.of(self.settings.state_dir, d), simulated=self.simulated,
-                           send=self.session.send, on_run=on_run, grace_seconds=self.settings.stop_grace_seconds,
-                           container_engine=self.engine)
-        job = self.jobs[d.lease] = _Job(runner, meter, uuids)
-        job.task = asyncio.create_task(self._run_job(d.lease, job))
+        meter = LeaseMeter(self.journal, self.node, d.lease, d.gpus, self.usage_period_seconds, self.simulated,
+                           ends_at=d.ends_at)
+        share = self.shares[d.lease] = _Share(d, uuids, meter)
+        self._send_all(meter.hold(time.time()))
+        if not d.job_ended:
+            self._start_job(share)
         self.session.send(Ack(simulated=self.simulated, of="dispatch", lease=d.lease))
-        log.info("job.dispatched lease=%s gpus=%s", d.lease, ",".join(uuids))
+        log.info("share.taken lease=%s gpus=%s job=%d%s", d.lease, ",".join(uuids), d.job_number,
+                 " (ended)" if d.job_ended else "")
 
-    async def _run_job(self, lease: str, job: _Job) -> None:
+    def _start_job(self, share: _Share) -> None:
+        d = share.dispatch
+        runner = JobRunner(d, share.gpu_uuids, JobDirs.of(self.settings.state_dir, d), simulated=self.simulated,
+                           send=self.session.send, grace_seconds=self.settings.stop_grace_seconds,
+                           container_engine=self.engine)
+        share.runner = runner
+        share.task = asyncio.create_task(self._run_job(d.lease, share, runner))
+        log.info("job.started lease=%s job=%d", d.lease, d.job_number)
+
+    async def _run_job(self, lease: str, share: _Share, runner: JobRunner) -> None:
         try:
-            final = await job.runner.run()
-            log.info("job.ended lease=%s state=%s exit_code=%s", lease, final.state, final.exit_code)
+            final = await runner.run()
+            log.info("job.ended lease=%s job=%d state=%s exit_code=%s", lease, runner.dispatch.job_number,
+                     final.state, final.exit_code)
         finally:
-            for report in job.meter.finish(time.time()):
-                self.session.send(report)
-            self._send_checkpoint(lease, job)  # the last one, written just before the job ended
-            del self.jobs[lease]
+            self._send_checkpoint(lease, share)  # the last one, written just before the job ended
+            if share.released and self.shares.get(lease) is share:
+                del self.shares[lease]  # released while the job ran: its GPUs are free only now
 
     def _cancel(self, c: Cancel) -> None:
-        job = self.jobs.get(c.lease)
-        if job is None:
-            self._refuse("cancel", c.lease, "no job of this lease is running on this node")
+        """The coordinator releases the share (the lease ended or was closed, or the share moved):
+        billing stops now, the job is stopped, and the GPUs are free once it has."""
+        share = self._held(c.lease)
+        if share is None:
+            self._refuse("cancel", c.lease, "this node holds no share of this lease")
             return
-        job.runner.cancel(c.reason)
+        share.released = True
+        self._send_all(share.meter.release(time.time()))
+        if share.job_running:
+            assert share.runner is not None
+            share.runner.cancel(c.reason)
+        else:
+            del self.shares[c.lease]
         self.session.send(Ack(simulated=self.simulated, of="cancel", lease=c.lease))
+        log.info("share.released lease=%s reason=%s", c.lease, c.reason)
+
+    def _lease_end(self, message: LeaseEnd) -> None:
+        share = self._held(message.lease)
+        if share is None:
+            self._refuse("lease_end", message.lease, "this node holds no share of this lease")
+            return
+        self._send_all(share.meter.extend(message.ends_at, time.time()))
+        self.session.send(Ack(simulated=self.simulated, of="lease_end", lease=message.lease))
 
     async def _meter_clock(self) -> None:
         while True:
             await asyncio.sleep(self.settings.meter_tick_seconds)
             now = time.time()
-            for lease, job in list(self.jobs.items()):
-                for report in job.meter.tick(now):
-                    self.session.send(report)
-                self._send_checkpoint(lease, job)
+            for lease, share in list(self.shares.items()):
+                if not share.released:
+                    self._send_all(share.meter.tick(now))
+                self._send_checkpoint(lease, share)
 
-    def _send_checkpoint(self, lease: str, job: _Job) -> None:
+    def _send_checkpoint(self, lease: str, share: _Share) -> None:
         """Sends the job's checkpoint directory when it changed, so another node can resume it."""
-        seen = fingerprint(job.runner.dirs.checkpoint)
-        if seen == job.checkpoint_seen:
+        if share.runner is None:
             return
-        job.checkpoint_seen = seen
+        seen = fingerprint(share.runner.dirs.checkpoint)
+        if seen == share.checkpoint_seen:
+            return
+        share.checkpoint_seen = seen
         try:
-            files = snapshot(job.runner.dirs.checkpoint)
+            files = snapshot(share.runner.dirs.checkpoint)
         except CheckpointTooLarge as e:
             log.warning("checkpoint.kept_local lease=%s reason=%s", lease, e)
             return

@@ -25,7 +25,8 @@ class JournalError(RuntimeError):
 
 @dataclass(frozen=True)
 class OpenPeriod:
-    """A usage period being metered: run time so far, as of `until` (unix seconds)."""
+    """A usage period being metered: the seconds the share was held in it so far (`run_seconds`,
+    the journal's name for them), as of `until` (unix seconds)."""
 
     lease: str
     gpus: int

@@ -1,9 +1,16 @@
-"""GPU-seconds per usage period from a job's actual run time, signed with the node key.
+"""GPU-seconds per usage period for the time a lease's share of this node is held, signed with
+the node key.
+
+A share is billable from the moment the node takes it (the lease's first dispatch reaching it)
+until the coordinator releases it (cancel) or the lease ends (`ends_at`, which a top-up moves),
+whether the client's job is running, has finished or has not started: the GPUs are reserved
+for the lease all that time. The meter counts held wall time, not a job's run time.
 
 Periods are whole unix seconds, at most `period_seconds` long, each starting no earlier than
-the previous one ended (the program checks the same), and GPU-seconds never exceed
-wall time x GPUs. Progress is journaled every tick, so a crash loses no metered second and a
-restart re-meters none.
+the previous one ended (the program checks the same), never ending after the lease's end or
+after the current time, never empty; GPU-seconds are whole held seconds x GPUs, so never over
+wall time x GPUs nor over the whole seconds the coordinator saw the node online. Progress is
+journaled every tick, so a crash loses no more than a tick and a restart re-meters nothing.
 """
 
 from __future__ import annotations
@@ -27,15 +34,16 @@ def sign_report(node: Keypair, lease: str, report: UsageReport, simulated: bool)
                               period_end=report.period_end, gpu_seconds=report.gpu_seconds, signature=str(signature))
 
 
-def _report(journal: Journal, node: Keypair, period: OpenPeriod, end: int, run_seconds: float,
-            simulated: bool) -> UsageReportMessage | None:
-    """Journals the period's report (None and a 'closed' record when nothing ran in it)."""
-    # run time can never exceed the period's wall time; the cap guards against clock steps
-    gpu_seconds = min(math.floor(run_seconds * period.gpus), (end - period.period_start) * period.gpus)
-    if gpu_seconds == 0 or end <= period.period_start:
+def _report(journal: Journal, node: Keypair, period: OpenPeriod, end: int, simulated: bool) -> UsageReportMessage | None:
+    """Journals the report of `period` closed at `end` (None and a 'closed' record when it billed nothing).
+    `period.run_seconds` are the seconds the share was held in it."""
+    # Whole seconds only: the coordinator checks a report against the whole seconds it saw the
+    # node online, and the wall-time cap guards against clock steps.
+    held = min(math.floor(period.run_seconds), end - period.period_start)
+    if held <= 0:
         journal.record_closed(period.lease)
         return None
-    report = UsageReport(journal.next_seq(period.lease), period.period_start, end, gpu_seconds)
+    report = UsageReport(journal.next_seq(period.lease), period.period_start, end, held * period.gpus)
     message = sign_report(node, period.lease, report, simulated)
     journal.record_report(message)
     return message
@@ -45,73 +53,82 @@ def recover_open_periods(journal: Journal, node: Keypair, simulated: bool) -> li
     """After a restart: close every period left open by the crash at its last journaled instant."""
     reports = []
     for period in list(journal.open_periods.values()):
-        if (message := _report(journal, node, period, math.ceil(period.until), period.run_seconds, simulated)) is not None:
+        if (message := _report(journal, node, period, math.floor(period.until), simulated)) is not None:
             reports.append(message)
     return reports
 
 
 class LeaseMeter:
-    """The run time of one lease's job on this node, cut into signed usage periods."""
+    """The held time of one lease's share on this node, cut into signed usage periods.
 
-    def __init__(self, journal: Journal, node: Keypair, lease: str, gpus: int, period_seconds: int, simulated: bool) -> None:
+    `hold(now)` when the node takes the share, `tick(now)` regularly, `extend(ends_at, now)` when
+    the lease's end moves, `release(now)` when the coordinator releases the share (or the agent
+    stops). Each returns the reports it journaled, to be sent."""
+
+    def __init__(self, journal: Journal, node: Keypair, lease: str, gpus: int, period_seconds: int, simulated: bool,
+                 ends_at: int | None = None) -> None:
         self.journal, self.node, self.lease, self.gpus = journal, node, lease, gpus
-        self.period_seconds, self.simulated = period_seconds, simulated
-        self._period: OpenPeriod | None = None  # the open period, as last journaled
-        self._running_since: float | None = None
+        self.period_seconds, self.simulated, self.ends_at = period_seconds, simulated, ends_at
+        self._period: OpenPeriod | None = None  # the open period, as last journaled (None: not billing now)
+        self._held_since: float | None = None  # when billing (re)started; None before hold and after release
 
-    def start(self, now: float) -> list[UsageReportMessage]:
-        """The job (re)started running at `now`."""
-        reports = self.tick(now)
-        if self._period is None:
-            # never before the last reported period's end: those seconds are paid already
-            start = max(math.floor(now), self.journal.metered_until(self.lease) or 0)
-            self._period = OpenPeriod(self.lease, self.gpus, start, start, 0.0)
-        self._running_since = max(now, self._period.period_start)
-        self._save(now)
-        return reports
+    def hold(self, now: float) -> list[UsageReportMessage]:
+        """The node took the share at `now`: billing starts (unless the lease has ended)."""
+        self._open(now)
+        return self.tick(now)
 
-    def stop(self, now: float) -> list[UsageReportMessage]:
-        """The job stopped running (exited, killed, restarting)."""
-        reports = self.tick(now)
-        if self._period is not None:
-            self._save(now)
-        self._running_since = None
-        return reports
+    def extend(self, ends_at: int, now: float) -> list[UsageReportMessage]:
+        """The lease's end moved to `ends_at`. A share still held past its old end bills again from
+        now: the seconds between the old end and this news are not billed."""
+        self.ends_at = ends_at
+        if self._held_since is not None and self._period is None:
+            self._open(now)
+        return self.tick(now)
 
     def tick(self, now: float) -> list[UsageReportMessage]:
-        """Closes every period that has ended by `now` and journals progress on the open one."""
-        reports = []
-        while self._period is not None and now >= self._period.period_start + self.period_seconds:
-            end = self._period.period_start + self.period_seconds
-            if (message := _report(self.journal, self.node, self._period, end, self._run_until(end), self.simulated)):
-                reports.append(message)
-            self._period = None
-            if self._running_since is not None:
-                self._period = OpenPeriod(self.lease, self.gpus, end, end, 0.0)
-                self._running_since = float(end)
+        """Closes every period that has ended by `now` (or at the lease's end) and journals progress."""
+        reports: list[UsageReportMessage] = []
+        t = self._capped(now)
+        while self._period is not None and t >= self._period.period_start + self.period_seconds:
+            reports += self._close(self._period.period_start + self.period_seconds)
+        if self._period is not None and self.ends_at is not None and t >= self.ends_at:
+            reports += self._close(self.ends_at)  # the lease's end: nothing after it is billed, cancel or not
         if self._period is not None:
-            self._save(now)
+            self._period = self._as_of(t)
+            self.journal.record_progress(self._period)
         return reports
 
-    def finish(self, now: float) -> list[UsageReportMessage]:
-        """The lease's job is over on this node: report the last, partial period."""
-        reports = self.stop(now)
+    def release(self, now: float) -> list[UsageReportMessage]:
+        """The share is released at `now`: the last, partial period is reported; billing ends."""
+        reports = self.tick(now)
         if self._period is not None:
-            period, self._period = self._period, None
-            if (message := _report(self.journal, self.node, period, math.ceil(period.until), period.run_seconds,
-                                   self.simulated)):
-                reports.append(message)
+            reports += self._close(math.floor(self._capped(now)))  # never an end in the future
+        self._period = self._held_since = None
         return reports
 
-    def _run_until(self, t: float) -> float:
-        assert self._period is not None
-        running = max(0.0, t - self._running_since) if self._running_since is not None else 0.0
-        return self._period.run_seconds + running
+    def _capped(self, now: float) -> float:
+        return now if self.ends_at is None else min(now, self.ends_at)
 
-    def _save(self, now: float) -> None:
-        assert self._period is not None
-        until = max(now, self._period.until)
-        self._period = OpenPeriod(self.lease, self.gpus, self._period.period_start, until, self._run_until(now))
-        if self._running_since is not None:
-            self._running_since = max(now, self._running_since)
-        self.journal.record_progress(self._period)
+    def _open(self, now: float) -> None:
+        # never before the last reported period's end: those seconds are paid already
+        start = max(math.floor(now), self.journal.metered_until(self.lease) or 0)
+        self._held_since = now
+        if self.ends_at is not None and start >= self.ends_at:
+            return  # the lease has ended: nothing to bill
+        self._period = OpenPeriod(self.lease, self.gpus, start, start, 0.0)
+
+    def _as_of(self, t: float) -> OpenPeriod:
+        """The open period with its held seconds counted up to `t` (a clock step back counts nothing)."""
+        assert self._period is not None and self._held_since is not None
+        p = self._period
+        held = max(p.run_seconds, t - max(p.period_start, self._held_since))
+        return OpenPeriod(self.lease, self.gpus, p.period_start, max(t, p.until), held)
+
+    def _close(self, end: int) -> list[UsageReportMessage]:
+        """Reports the open period up to `end`; the next one starts there while the share is held
+        (not at the lease's end)."""
+        message = _report(self.journal, self.node, self._as_of(end), end, self.simulated)
+        self._period = None
+        if self._held_since is not None and (self.ends_at is None or end < self.ends_at):
+            self._period = OpenPeriod(self.lease, self.gpus, end, end, 0.0)
+        return [message] if message is not None else []

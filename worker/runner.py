@@ -15,7 +15,6 @@ import hashlib
 import os
 import shutil
 import signal
-import time
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -60,14 +59,14 @@ class JobDirs:
 
 
 class JobRunner:
-    """One lease's job. `send` gets JobStatus/JobLog messages; `on_run(running, t)` tells the
-    meter when the job starts and stops running (unix time)."""
+    """One job of a lease (its number is the dispatch's). `send` gets JobStatus/JobLog messages.
+    Billing is the share's, not the job's: nothing here meters."""
 
     def __init__(self, dispatch: Dispatch, gpu_uuids: list[str], dirs: JobDirs, *, simulated: bool,
-                 send: Callable[[BaseModel], None], on_run: Callable[[bool, float], None],
-                 grace_seconds: float = 10.0, restart_delay: float = 1.0, container_engine: str | None = None) -> None:
+                 send: Callable[[BaseModel], None], grace_seconds: float = 10.0, restart_delay: float = 1.0,
+                 container_engine: str | None = None) -> None:
         self.dispatch, self.spec, self.gpu_uuids, self.dirs = dispatch, dispatch.job, gpu_uuids, dirs
-        self.simulated, self._send, self._on_run = simulated, send, on_run
+        self.simulated, self._send = simulated, send
         self.grace_seconds, self.restart_delay, self.engine = grace_seconds, restart_delay, container_engine
         self.restarts = 0
         self.state: JobState = "starting"
@@ -81,8 +80,8 @@ class JobRunner:
 
     def _status(self, state: JobState, exit_code: int | None = None, detail: str = "") -> JobStatus:
         self.state = state
-        status = JobStatus(simulated=self.simulated, lease=self.dispatch.lease, state=state, exit_code=exit_code,
-                           restarts=self.restarts, detail=detail[:MAX_LINE])
+        status = JobStatus(simulated=self.simulated, lease=self.dispatch.lease, job_number=self.dispatch.job_number,
+                           state=state, exit_code=exit_code, restarts=self.restarts, detail=detail[:MAX_LINE])
         self._send(status)
         return status
 
@@ -98,8 +97,7 @@ class JobRunner:
         except (OSError, ValueError) as e:
             return self._status("failed", detail=f"restoring the checkpoint: {e}")
         if restored:
-            self._send(JobLog(simulated=self.simulated, lease=self.dispatch.lease, stream="stderr",
-                              line=f"[gpunet: checkpoint restored, {restored} files]"))
+            self._log("stderr", f"[gpunet: checkpoint restored, {restored} files]")
         try:
             await asyncio.to_thread(self._fetch_inputs)
         except (OSError, ValueError) as e:
@@ -116,10 +114,8 @@ class JobRunner:
                     start_new_session=True, preexec_fn=_die_with_agent, limit=2 * MAX_LINE)
             except OSError as e:
                 return self._status("failed", detail=f"cannot start {argv[0]!r}: {e.strerror or e}")
-            self._on_run(True, time.time())
             self._status("running")
             outcome, code = await self._supervise(process, deadline)
-            self._on_run(False, time.time())
             if outcome == "cancelled":
                 return self._status("cancelled", code, self._cancel_reason)
             if outcome == "timed_out":
@@ -176,13 +172,15 @@ class JobRunner:
             try:
                 raw = await reader.readline()
             except ValueError:  # over the limit: the line is dropped from the buffer
-                self._send(JobLog(simulated=self.simulated, lease=self.dispatch.lease, stream=stream,  # type: ignore[arg-type]
-                                  line="[gpunet: line over the limit, cut]"))
+                self._log(stream, "[gpunet: line over the limit, cut]")
                 continue
             if not raw:
                 return
-            line = raw.decode("utf-8", "replace").rstrip("\r\n")[:MAX_LINE]
-            self._send(JobLog(simulated=self.simulated, lease=self.dispatch.lease, stream=stream, line=line))  # type: ignore[arg-type]
+            self._log(stream, raw.decode("utf-8", "replace").rstrip("\r\n")[:MAX_LINE])
+
+    def _log(self, stream: str, line: str) -> None:
+        self._send(JobLog(simulated=self.simulated, lease=self.dispatch.lease, job_number=self.dispatch.job_number,
+                          stream=stream, line=line))  # type: ignore[arg-type]
 
     def _contract_env(self, checkpoint: str, workdir: str) -> dict[str, str]:
         d = self.dispatch

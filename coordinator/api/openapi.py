@@ -41,13 +41,15 @@ def openapi_document() -> dict[str, Any]:
     # A running coordinator's client routes (coordinator.api.work).
     from coordinator.api.work import QUOTE_PARAMS
 
-    job = _op("A lease's placement, per-node job state and log lines (after ?after=).",
+    job = _op("A lease's placement, its current job and number, the job's state per node and log lines (after ?after=).",
               [_KEY, _query(Param("after", "integer", description="only log lines after this id"))])
-    job["post"] = {"summary": "Attach the job a lease runs, signed by the lease's client (gpunet.protocol.job_message).",
+    job["post"] = {"summary": "Give a lease its next job (number 1, 2, ...; one at a time: the current one must have "
+                              "ended), signed by the lease's client (gpunet.protocol.job_message).",
                    "parameters": [_KEY],
                    "requestBody": {"required": True, "content": {"application/json": {"schema": {
                        "type": "object", "required": ["job", "signature"],
                        "properties": {"job": {"type": "object"}, "gpus_per_node": {"type": ["integer", "null"]},
+                                      "job_number": {"type": "integer", "minimum": 1, "default": 1},
                                       "signature": {"type": "string"}}}}}},
                    "responses": {"201": {"description": "accepted"}, "400": _ERROR, "401": _ERROR, "404": _ERROR,
                                  "409": _ERROR}}

@@ -1,7 +1,7 @@
-"""The client API of a running coordinator: attach a job to a lease (signed by the lease's
-client), follow its placement, job status and logs, ask for a quote, and see the workers
-connected now (simulated ones say so). Errors are JSON
-`{"error": message}` with a 4xx status, like the read API."""
+"""The client API of a running coordinator: give a lease its jobs (numbered 1, 2, ..., one at a
+time, each signed by the lease's client), follow its placement, job status and logs, ask for a
+quote, and see the workers connected now (simulated ones say so). Errors are JSON
+`{"error": message}` with a 4xx status, like the read API; a refused request changes nothing."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from starlette.routing import Route
 
 from coordinator import operations as ops
 from coordinator.api.params import BadRequest, Param, parse_pubkey, parse_query
+from coordinator.jobs import job_over, job_progress
 from coordinator.placement import describe
 from coordinator.scheduler import LeaseRequest, SchedulerError
 from gpunet import instructions as ix
@@ -56,8 +57,10 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
             payload = json.loads(body)
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise BadRequest(f"the body is not JSON: {e}") from None
-        if not isinstance(payload, dict) or set(payload) - {"job", "gpus_per_node", "signature"} or "job" not in payload:
-            raise BadRequest('the body must be {"job": {...}, "gpus_per_node": n or null, "signature": base58}')
+        if not isinstance(payload, dict) or set(payload) - {"job", "gpus_per_node", "job_number", "signature"} \
+                or "job" not in payload:
+            raise BadRequest('the body must be {"job": {...}, "gpus_per_node": n or null, "job_number": n, '
+                             '"signature": base58}')
         try:
             spec = JobSpec.model_validate(payload["job"])
         except ValidationError as e:
@@ -66,6 +69,9 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
         per_node = payload.get("gpus_per_node")
         if per_node is not None and (type(per_node) is not int or not 1 <= per_node <= 16):
             raise BadRequest("gpus_per_node must be null or an integer 1..16")
+        number = payload.get("job_number", 1)
+        if type(number) is not int or not 1 <= number < 2**31:
+            raise BadRequest("job_number must be an integer from 1 (the lease's first job) up")
         try:
             signature = Signature.from_string(str(payload.get("signature", "")))
         except ValueError:
@@ -74,32 +80,52 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
             row = await conn.fetchrow("SELECT client, status, gpu_count FROM leases WHERE lease = $1", lease)
             if row is None:
                 return _error(404, f"lease {lease} is not indexed (yet): retry in a moment")
-            if not signature.verify(Pubkey.from_string(row["client"]), job_message(Pubkey.from_string(lease), spec, per_node)):
-                return _error(401, "the signature is not the lease client's over this job")
+            message = job_message(Pubkey.from_string(lease), spec, per_node, number)
+            if not signature.verify(Pubkey.from_string(row["client"]), message):
+                return _error(401, "the signature is not the lease client's over this job and job number")
             if row["status"] == "closed":
                 return _error(409, f"lease {lease} is closed")
             if per_node is not None and row["gpu_count"] % per_node:
                 raise BadRequest(f"gpus_per_node {per_node} does not divide the lease's {row['gpu_count']} GPUs")
-            if not await ops.save_job(conn, lease, spec, per_node, row["client"], str(signature)):
-                return _error(409, f"lease {lease} already has a job")
-        return JSONResponse({"lease": lease, "accepted": True}, status_code=201)
+            current = await ops.current_job(conn, lease)
+            expected = 1 if current is None else current.number + 1
+            if number != expected:
+                raise BadRequest(f"job_number {number} is not the lease's next job, {expected}"
+                                 + (f": job {number} was submitted already" if number < expected else ""))
+            if current is not None:
+                shares = await ops.active_shares(conn, lease=lease)
+                nodes = [s["node_key"] for s in shares]
+                states = await ops.job_states(conn, lease, current.number)
+                if not job_over(states, nodes):
+                    return _error(409, f"job {current.number} of lease {lease} is still running or waiting to "
+                                       f"({job_progress(states, nodes)}): one job at a time; submit job {number} "
+                                       "once it has ended")
+                if per_node is not None and any(s["gpus"] != per_node for s in shares):
+                    raise BadRequest(f"lease {lease} is placed already, in shares of "
+                                     f"{', '.join(str(s['gpus']) for s in shares)} GPUs: gpus_per_node must be null "
+                                     "or match them")
+            if not await ops.save_job(conn, lease, number, spec, per_node, row["client"], str(signature)):
+                return _error(409, f"job {number} of lease {lease} was submitted meanwhile")
+        return JSONResponse({"lease": lease, "job_number": number, "accepted": True}, status_code=201)
 
     async def job_view(request: Request) -> Response:
         lease = parse_pubkey("lease", request.path_params["key"])
         after = parse_query(request.query_params, _AFTER)["after"]
         async with pool.acquire() as conn:
-            job = await conn.fetchrow("SELECT spec, gpus_per_node, submitted_at FROM jobs WHERE lease = $1", lease)
+            job = await conn.fetchrow("SELECT number, spec, gpus_per_node, submitted_at FROM jobs WHERE lease = $1", lease)
             placement = await conn.fetchrow("SELECT state, reason, nodes, signature, updated_at FROM placements "
                                             "WHERE lease = $1", lease)
             if job is None and placement is None:
                 return _error(404, f"no job or placement for lease {lease}")
-            statuses = await conn.fetch(
+            statuses = await conn.fetch(  # of the current job
                 "SELECT DISTINCT ON (node_key) node_key, state, exit_code, detail, at FROM job_events "
-                "WHERE lease = $1 AND kind = 'status' ORDER BY node_key, id DESC", lease)
-            logs = await conn.fetch("SELECT id, node_key, stream, line FROM job_events WHERE lease = $1 AND kind = 'log' "
-                                    "AND id > $2 ORDER BY id LIMIT $3", lease, after, LOG_LINES)
+                "WHERE lease = $1 AND job_number = $2 AND kind = 'status' ORDER BY node_key, id DESC",
+                lease, job["number"] if job else 1)
+            logs = await conn.fetch("SELECT id, node_key, job_number, stream, line FROM job_events WHERE lease = $1 "
+                                    "AND kind = 'log' AND id > $2 ORDER BY id LIMIT $3", lease, after, LOG_LINES)
         return JSONResponse({
             "lease": lease,
+            "job_number": job["number"] if job else None,
             "job": json.loads(job["spec"]) if job else None,
             "gpus_per_node": job["gpus_per_node"] if job else None,
             "placement": {**dict(placement), "updated_at": placement["updated_at"].isoformat()} if placement else None,

@@ -215,7 +215,8 @@ def job(lease: LeaseArg,
         time_limit: Annotated[str | None, typer.Option("--time-limit", help="Stop the job after, e.g. 2h.")] = None,
         coordinator: CoordinatorOpt = DEFAULT_COORDINATOR,
         url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR, json_output: JsonOpt = False) -> None:
-    """Attach the job your lease runs (signed with your wallet); the coordinator then places the lease."""
+    """Give your lease its next job (signed with your wallet): the first one gets the lease placed; a
+    later one runs on the same GPUs once the current job has ended (one job at a time)."""
 
     async def command_(s: Session) -> None:
         address = pubkey_arg(lease, "lease address")
@@ -231,9 +232,9 @@ def job(lease: LeaseArg,
         except ValidationError as e:
             raise BadInput(f"the job: {e.errors()[0]['msg']}") from None
         with s.waiting("Submitting the job"):
-            await submit_job(coordinator, s.wallet, address, spec, gpus_per_node)
-        s.show({"lease": address, "accepted": True},
-               lambda: f"[green]✓[/] job attached to lease {address}; follow it with `gpunet lease status {address}`")
+            accepted = await submit_job(coordinator, s.wallet, address, spec, gpus_per_node)
+        s.show(accepted, lambda: f"[green]✓[/] job {accepted['job_number']} attached to lease {address}; "
+                                 f"follow it with `gpunet lease status {address}`")
 
     Session(url, keypair, json_output).run(command_)
 
@@ -247,7 +248,8 @@ def status(lease: LeaseArg, coordinator: CoordinatorOpt = DEFAULT_COORDINATOR, j
 
         def table() -> Table:
             p = view["placement"] or {}
-            t = Table("node", "job", "detail", title=f"lease {lease}: {p.get('state', 'not seen')}  {p.get('reason', '')}")
+            job = f"job {view['job_number']}" if view.get("job_number") else "job"
+            t = Table("node", job, "detail", title=f"lease {lease}: {p.get('state', 'not seen')}  {p.get('reason', '')}")
             for n in view["nodes"]:
                 t.add_row(n["node_key"], n["state"], n.get("detail") or "")
             for line in view["logs"][-20:]:

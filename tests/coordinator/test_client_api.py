@@ -4,6 +4,7 @@ request gets a 4xx with a message and changes nothing, and schemathesis finds no
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 
 import httpx
@@ -30,8 +31,22 @@ from .conftest import eventually
 
 @pytest.fixture
 async def api(node, pool, database_url):
+    """The API of a running coordinator, a client's lease not placed yet (no worker is online)."""
+    async with serving(node, pool, database_url, assign=False) as served:
+        yield served
+
+
+@pytest.fixture
+async def placed_api(node, pool, database_url):
+    """The same, with the lease assigned on chain to nodes 0 and 1 (whose workers stay offline)."""
+    async with serving(node, pool, database_url, assign=True) as served:
+        yield served
+
+
+@contextlib.asynccontextmanager
+async def serving(node, pool, database_url, assign: bool):
     async with AsyncClient(node.url, commitment=Confirmed) as chain:
-        world = await Cluster().build(chain, assign=False)
+        world = await Cluster().build(chain, assign=assign)
         settings = Settings(rpc_url=node.url, ws_url=node.ws_url, database_url=database_url, poll_seconds=1.0,
                             api_port=free_ports(1)[0], gateway_port=0)
         coordinator = await Coordinator(settings, pool, world.admin).start()
@@ -57,9 +72,9 @@ async def _indexed(http: httpx.AsyncClient, lease: str) -> bool:
         return False
 
 
-def _body(world, spec: JobSpec, per_node: int | None = 2, signer: Keypair | None = None) -> dict:
-    signature = (signer or world.client_wallet).sign_message(job_message(world.lease, spec, per_node))
-    return {"job": spec.model_dump(mode="json"), "gpus_per_node": per_node, "signature": str(signature)}
+def _body(world, spec: JobSpec, per_node: int | None = 2, signer: Keypair | None = None, number: int = 1) -> dict:
+    signature = (signer or world.client_wallet).sign_message(job_message(world.lease, spec, per_node, number))
+    return {"job": spec.model_dump(mode="json"), "gpus_per_node": per_node, "job_number": number, "signature": str(signature)}
 
 
 async def test_bad_job_submissions_are_refused_with_a_reason_and_store_nothing(api) -> None:
@@ -73,6 +88,10 @@ async def test_bad_job_submissions_are_refused_with_a_reason_and_store_nothing(a
         (http.post(url, json={**_body(world, spec), "signature": "nope"}), 400, "signature"),
         (http.post(url, json=_body(world, spec, signer=Keypair())), 401, "not the lease client's"),
         (http.post(url, json={**_body(world, spec), "gpus_per_node": 3}), 401, "not the lease client's"),
+        (http.post(url, json={**_body(world, spec), "job_number": 2}), 401, "over this job and job number"),
+        (http.post(url, json={**_body(world, spec), "job_number": 0}), 400, "job_number must be an integer"),
+        (http.post(url, json={**_body(world, spec), "job_number": "1"}), 400, "job_number must be an integer"),
+        (http.post(url, json=_body(world, spec, number=2)), 400, "job_number 2 is not the lease's next job, 1"),
         (http.post(url, json=_body(world, spec, per_node=3)), 400, "does not divide"),
         (http.post(f"/leases/{Keypair().pubkey()}/job", json=_body(world, spec)), 404, "not indexed"),
         (http.post("/leases/xyz/job", json=_body(world, spec)), 400, "not a base58 public key"),
@@ -86,11 +105,15 @@ async def test_bad_job_submissions_are_refused_with_a_reason_and_store_nothing(a
         assert await conn.fetchval("SELECT count(*) FROM jobs") == 0
 
     accepted = await http.post(url, json=_body(world, spec))
-    assert accepted.status_code == 201
+    assert accepted.status_code == 201 and accepted.json()["job_number"] == 1
     again = await http.post(url, json=_body(world, JobSpec(command=["other"])))
-    assert again.status_code == 409 and "already has a job" in again.json()["error"]
+    assert again.status_code == 400 and "job 1 was submitted already" in again.json()["error"]
+    # a next job before the lease ran the first one anywhere: not placed, so not over
+    early = await http.post(url, json=_body(world, JobSpec(command=["other"]), number=2))
+    assert early.status_code == 409 and "job 1 of lease" in early.json()["error"]
+    assert "not placed on any node yet" in early.json()["error"]
     view = (await http.get(url)).json()
-    assert view["job"]["command"] == ["python", "train.py"] and view["gpus_per_node"] == 2
+    assert view["job"]["command"] == ["python", "train.py"] and view["gpus_per_node"] == 2 and view["job_number"] == 1
 
     async def quoted() -> dict | None:  # once the scheduler has seen the indexed nodes (no worker is online)
         quote = (await http.get("/quote", params={"gpu_count": 2, "max_price_per_gpu_hour": 10**12})).json()
@@ -98,6 +121,59 @@ async def test_bad_job_submissions_are_refused_with_a_reason_and_store_nothing(a
 
     quote = await eventually(quoted, what="a quote with the reason")
     assert quote["placeable"] is False
+
+
+async def test_one_job_at_a_time_the_next_once_the_current_one_ended_on_every_node(placed_api) -> None:
+    http, world, pool, _ = placed_api
+    url = f"/leases/{world.lease}/job"
+    nodes = [str(k.pubkey()) for _, k in world.nodes]
+    first, second, third = (JobSpec(command=[f"job{i}"]) for i in (1, 2, 3))
+    assert (await http.post(url, json=_body(world, first))).status_code == 201
+
+    async def job_status(node: str, number: int, state: str) -> None:  # as a worker's job_status is recorded
+        async with pool.acquire() as conn:
+            await conn.execute("INSERT INTO job_events (lease, job_number, node_key, kind, state) "
+                               "VALUES ($1, $2, $3, 'status', $4)", str(world.lease), number, node, state)
+
+    async def stored() -> tuple:
+        async with pool.acquire() as conn:
+            return (await conn.fetchrow("SELECT number, spec FROM jobs"),
+                    await conn.fetch("SELECT lease, number FROM earlier_jobs"))
+
+    # job 1 runs on node 0 and has ended on node 1: job 2 must wait for it
+    await job_status(nodes[0], 1, "running")
+    await job_status(nodes[1], 1, "succeeded")
+    before = await stored()
+    busy = await http.post(url, json=_body(world, second, number=2))
+    assert busy.status_code == 409, busy.text
+    assert busy.json()["error"].startswith(f"job 1 of lease {world.lease} is still running or waiting to")
+    assert f"node {nodes[0]}: running" in busy.json()["error"] and "one job at a time" in busy.json()["error"]
+    assert await stored() == before
+
+    # bad next jobs are refused whatever the state, and change nothing
+    await job_status(nodes[0], 1, "failed")
+    bad = [(_body(world, second, number=3), 400, "job_number 3 is not the lease's next job, 2"),
+           (_body(world, second, per_node=1, number=2), 400, "gpus_per_node must be null or match them"),
+           ({**_body(world, second, number=2), "job": {"command": []}}, 400, "a job needs a command or an image"),
+           (_body(world, first, number=1), 400, "job 1 was submitted already"),
+           ({**_body(world, first, number=1), "job_number": 2}, 401, "not the lease client's")]  # a replayed signature
+    for body, status, message in bad:
+        response = await http.post(url, json=body)
+        assert response.status_code == status and message in response.json()["error"], response.text
+    assert await stored() == before
+
+    # ended on every node: job 2 is taken, replaces job 1 (kept), and is what the lease shows
+    accepted = await http.post(url, json=_body(world, second, number=2))
+    assert accepted.status_code == 201 and accepted.json()["job_number"] == 2, accepted.text
+    current, earlier = await stored()
+    assert current["number"] == 2 and json.loads(current["spec"])["command"] == ["job2"]
+    assert [(r["lease"], r["number"]) for r in earlier] == [(str(world.lease), 1)]
+    view = (await http.get(url)).json()
+    assert view["job_number"] == 2 and view["job"]["command"] == ["job2"] and view["nodes"] == []  # not started yet
+    assert (await http.post(url, json=_body(world, third, number=3))).status_code == 409  # job 2 has not run
+    await job_status(nodes[1], 2, "running")
+    view = (await http.get(url)).json()
+    assert [(n["node_key"], n["state"]) for n in view["nodes"]] == [(nodes[1], "running")]
 
 
 async def test_schemathesis_finds_no_server_error_on_the_running_coordinator(api) -> None:

@@ -1,6 +1,7 @@
 """A node that went silent, was slashed (so jailed) and lost its share comes back with its old job
-still running: the coordinator admits it (it gets no work while jailed) and tells it to cancel the
-job of the lease it no longer holds, read from the ledger the indexer keeps."""
+still running, or still holding the share: the coordinator admits it (it gets no work while
+jailed) and tells it to cancel the job and release the share of the lease it no longer holds,
+read from the ledger the indexer keeps."""
 
 from __future__ import annotations
 
@@ -42,8 +43,9 @@ def _hello(node_key: Pubkey) -> Hello:
         simulated=True, driver_version="sim", cuda_version="sim", gpus=[]))
 
 
-def _beat(*leases: Pubkey) -> Heartbeat:
-    return Heartbeat(simulated=True, healthy=True, gpus=[], running=[str(lease) for lease in leases])
+def _beat(*running: Pubkey, held: list[Pubkey] = ()) -> Heartbeat:
+    return Heartbeat(simulated=True, healthy=True, gpus=[], running=[str(lease) for lease in running],
+                     held=[str(lease) for lease in held])
 
 
 async def test_a_slashed_node_that_comes_back_is_admitted_and_told_to_cancel_the_moved_job(
@@ -81,6 +83,15 @@ async def test_a_slashed_node_that_comes_back_is_admitted_and_told_to_cancel_the
         assert gateway.sent == []
         # ...and so is a node that stopped the cancelled job.
         await coordinator.heartbeat(lost, _beat())
+        assert gateway.sent == []
+
+        # A node still holding (and billing) a share it lost, with no job running on it, is told
+        # to release it too; the holders keep theirs.
+        await coordinator.heartbeat(lost, _beat(held=[c.lease]))
+        assert [(key, type(m), str(m.lease)) for key, m in gateway.sent] == [(lost, Cancel, str(c.lease))]
+        gateway.sent.clear()
+        await coordinator.heartbeat(stays, _beat(held=[c.lease]))
+        await coordinator.heartbeat(spare, _beat(c.lease, held=[c.lease]))
         assert gateway.sent == []
     finally:
         await coordinator.chain.close()

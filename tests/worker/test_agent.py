@@ -1,5 +1,6 @@
 """The agent in this process against the fake gateway over a real WebSocket: authentication,
-heartbeats, a dispatched job with its logs, statuses and signed usage, bad coordinator input
+heartbeats, a dispatched job with its logs, statuses and signed usage, the share billed while
+it is held (jobs or not) and the lease's jobs run on it one at a time, bad coordinator input
 refused while the agent keeps running, and a dropped connection resumed without losing state."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import contextlib
 import itertools
 import json
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -25,6 +27,7 @@ from gpunet.protocol import (
     JobLog,
     JobSpec,
     JobStatus,
+    LeaseEnd,
     UsageAck,
     UsageReportMessage,
 )
@@ -56,9 +59,19 @@ async def running_agent(gateway: FakeGateway, state_dir: Path, node: Keypair | N
         agent.close()  # a task cancelled before it ever ran never reached its own cleanup
 
 
-def final_status(gateway: FakeGateway, lease: str):
-    return next((m for m in gateway.messages(JobStatus) if m.lease == lease
+def final_status(gateway: FakeGateway, lease: str, job_number: int = 1):
+    return next((m for m in gateway.messages(JobStatus) if m.lease == lease and m.job_number == job_number
                  and m.state in ("succeeded", "failed", "cancelled", "timed_out", "refused")), None)
+
+
+def script(code: str) -> JobSpec:
+    return JobSpec(command=[sys.executable, "-c", code], restart_policy="never")
+
+
+def contiguous(usage: list[UsageReportMessage]) -> bool:
+    """One unbroken run of billing: seqs 1, 2, ... and each period starting where the last one ended."""
+    return ([r.seq for r in usage] == list(range(1, len(usage) + 1))
+            and all(b.period_start == a.period_end for a, b in itertools.pairwise(usage)))
 
 
 def reports(gateway: FakeGateway, lease: str, session: int | None = None) -> list[UsageReportMessage]:
@@ -79,13 +92,12 @@ async def test_a_dispatched_job_runs_and_its_usage_is_signed_reported_and_acked(
         assert lines[0] == "fresh start" and lines[-1] == "done" and len(lines) == 32
 
         # usage: every report signed by the node key, contiguous, never over wall time x GPUs
-        await gateway.wait_for(lambda: agent.journal.unacked() == [] and reports(gateway, lease), what="acks")
+        # (the share stays held, so reports go on after the job: wait for those of its 3 s or more on 2 GPUs)
+        await gateway.wait_for(lambda: agent.journal.unacked() == [] and sum(r.gpu_seconds for r in reports(gateway, lease))
+                               >= 2 * 2, what="acks")
         usage = reports(gateway, lease)
-        assert [r.seq for r in usage] == list(range(1, len(usage) + 1))
-        assert all(r.verify(node.pubkey()) for r in usage)
-        assert all(b.period_start >= a.period_end for a, b in itertools.pairwise(usage))
+        assert contiguous(usage) and all(r.verify(node.pubkey()) for r in usage)
         assert all(0 < r.gpu_seconds <= 2 * (r.period_end - r.period_start) for r in usage)
-        assert sum(r.gpu_seconds for r in usage) >= 2 * 2  # the job ran 3 s or more on 2 GPUs
         # simulated GPUs are marked in every message the worker sent
         assert gateway.received and all(m.simulated for _, m in gateway.received)
         assert [m.of for m in gateway.messages(Ack)] == ["dispatch"]
@@ -122,9 +134,9 @@ async def test_bad_coordinator_input_is_refused_and_reported_and_the_agent_keeps
         assert errors[4][0] == "dispatch" and "job.checkpoint_dir" in errors[4][1]
         assert errors[5][0] == "cancel" and "not a base58 public key" in errors[5][1]
         assert errors[6] == ("dispatch", "3 GPUs asked for, 2 free and healthy on this node")
-        assert errors[7] == ("cancel", "no job of this lease is running on this node")
+        assert errors[7] == ("cancel", "this node holds no share of this lease")
         assert errors[8] == ("ack", "no usage report 7 of this lease was sent by this node")
-        assert agent.jobs == {} and not (tmp_path / "jobs").exists()  # nothing was started
+        assert agent.shares == {} and not (tmp_path / "jobs").exists()  # nothing was started
 
         # still the same session, still serving: a good dispatch runs
         await gateway.send(Dispatch(lease=lease, gpus=1, job=job(steps=2)))
@@ -158,6 +170,106 @@ async def test_a_dropped_connection_is_resumed_without_losing_or_repeating_anyth
         assert second[: len(first)] == first
         assert [r.seq for r in second] == list(range(1, len(second) + 1))
         assert gateway.messages(Ack, 2)[-1].of == "dispatch"
+
+
+async def test_a_held_share_is_billed_after_its_job_exits_and_the_next_job_runs_on_the_same_gpus(tmp_path) -> None:
+    lease = str(Pubkey.new_unique())
+    gpus = "import os; print(os.environ['CUDA_VISIBLE_DEVICES'])"
+    async with FakeGateway() as gateway, running_agent(gateway, tmp_path) as agent:
+        await gateway.wait_for(lambda: gateway.messages(Heartbeat), what="a heartbeat")
+        await gateway.send(Dispatch(lease=lease, gpus=1, job=script(f"import time; {gpus}; time.sleep(1.5)")))
+        await gateway.wait_for(lambda: any(m.state == "running" for m in gateway.messages(JobStatus)), what="job 1 running")
+        # a new job while one runs is refused, and the running one goes on
+        await gateway.send(Dispatch(lease=lease, gpus=1, job=script("print('too early')"), job_number=2))
+        refusal = await gateway.wait_for(lambda: [a for a in gateway.messages(Ack) if a.error], what="the refusal")
+        assert refusal[0].error == "job 1 of this lease still runs on this node; job 2 may start once it has ended"
+        first = await gateway.wait_for(lambda: final_status(gateway, lease), what="job 1's end")
+        assert first.state == "succeeded" and not [m for m in gateway.messages(JobStatus) if m.job_number == 2]
+
+        # nothing runs now, yet the share is held and billed: whole periods after the job's end
+        # (the first period began mid-second, at the dispatch: it is not whole)
+        ended = max((r.period_end for r in reports(gateway, lease)), default=0)
+
+        def idle() -> list[UsageReportMessage]:
+            return [r for r in reports(gateway, lease) if r.period_start >= ended and r.seq > 1]
+        await gateway.wait_for(lambda: len(idle()) >= 2, what="two periods billed with no job running")
+        assert all(r.gpu_seconds == r.period_end - r.period_start for r in idle())  # every second x 1 GPU
+        beat = gateway.messages(Heartbeat)[-1]
+        assert beat.held == [lease] and beat.running == []
+
+        # after job 1 ended, job 2 starts on the GPUs the lease holds; billing never breaks
+        await gateway.send(Dispatch(lease=lease, gpus=1, job=script(f"print('second job'); {gpus}"), job_number=2))
+        second = await gateway.wait_for(lambda: final_status(gateway, lease, 2), what="job 2's end")
+        assert second.state == "succeeded"
+        lines = {n: [m.line for m in gateway.messages(JobLog) if m.job_number == n] for n in (1, 2)}
+        assert lines[2][0] == "second job" and lines[2][1] == lines[1][0]  # the same GPU
+        assert lines[1][0] in [g.uuid for g in agent.inventory.gpus]
+        billed = len(reports(gateway, lease))
+        await gateway.wait_for(lambda: len(reports(gateway, lease)) >= billed + 2, what="billing after job 2 too")
+        assert contiguous(reports(gateway, lease))
+
+
+async def test_a_repeated_dispatch_never_starts_a_second_copy_even_after_the_job_ended(tmp_path) -> None:
+    lease = str(Pubkey.new_unique())
+    async with FakeGateway() as gateway, running_agent(gateway, tmp_path):
+        await gateway.wait_for(lambda: gateway.messages(Heartbeat), what="a heartbeat")
+        first = Dispatch(lease=lease, gpus=2, job=script("import time; print('job 1 ran'); time.sleep(1)"))
+        await gateway.send(first)
+        await gateway.send(first)  # while it runs
+        await gateway.wait_for(lambda: final_status(gateway, lease), what="job 1's end")
+        await gateway.send(first)  # after it ended
+        await gateway.send(Dispatch(lease=lease, gpus=2, job=script("print('job 2 ran')"), job_number=2))
+        await gateway.wait_for(lambda: final_status(gateway, lease, 2), what="job 2's end")
+        await gateway.send(first)  # an older job than the current one
+        acks = await gateway.wait_for(lambda: len(gateway.messages(Ack)) >= 5 and gateway.messages(Ack), what="5 acks")
+        assert [(a.of, a.error) for a in acks] == [("dispatch", None)] * 4 + [
+            ("dispatch", "job 1 is older than job 2, which this node has for this lease")]
+        lines = [m.line for m in gateway.messages(JobLog)]
+        assert lines.count("job 1 ran") == 1 and lines.count("job 2 ran") == 1  # the control: a new number runs
+
+
+async def test_billing_stops_at_the_cancel_or_at_the_lease_end_which_a_top_up_moves(tmp_path) -> None:
+    cancelled, ending = str(Pubkey.new_unique()), str(Pubkey.new_unique())
+    async with FakeGateway() as gateway, running_agent(gateway, tmp_path) as agent:
+        await gateway.wait_for(lambda: gateway.messages(Heartbeat), what="a heartbeat")
+        now = int(time.time())
+        await gateway.send(Dispatch(lease=cancelled, gpus=1, job=job(steps=100000)))
+        await gateway.send(Dispatch(lease=ending, gpus=1, job=job(steps=100000), ends_at=now + 3))
+        await gateway.send(LeaseEnd(lease=ending, ends_at=now + 5))  # a top-up
+        await gateway.wait_for(lambda: reports(gateway, cancelled), what="a report of the cancelled lease")
+        await gateway.send(Cancel(lease=cancelled, reason="the lease was closed"))
+        await gateway.wait_for(lambda: final_status(gateway, cancelled), what="the cancelled job's end")
+        cancel_ack = next(i for i, (_, m) in enumerate(gateway.received) if isinstance(m, Ack) and m.of == "cancel")
+        await asyncio.sleep(max(0.0, now + 8 - time.time()))  # past the end; no cancel for `ending`
+
+        # the cancelled lease: no report after the cancel; its GPU is free and no longer held
+        late = [m for _, m in gateway.received[cancel_ack:] if isinstance(m, UsageReportMessage) and m.lease == cancelled]
+        assert late == [] and cancelled not in gateway.messages(Heartbeat)[-1].held and cancelled not in agent.shares
+        # the ended lease: billed up to its moved end exactly, then no more, though its share is still held
+        usage = reports(gateway, ending)
+        assert contiguous(usage) and usage[-1].period_end == now + 5
+        assert sum(r.gpu_seconds for r in usage) >= 4  # the whole seconds from the dispatch to the end
+        assert ending in gateway.messages(Heartbeat)[-1].held
+        await gateway.send(LeaseEnd(lease=cancelled, ends_at=now + 100))
+        refusal = await gateway.wait_for(lambda: [a for a in gateway.messages(Ack) if a.of == "lease_end" and a.error],
+                                         what="the refusal of a lease_end for a share not held")
+        assert refusal[0].error == "this node holds no share of this lease"
+        assert [a.error for a in gateway.messages(Ack) if a.of == "lease_end"] == [None, refusal[0].error]
+
+
+async def test_a_dispatch_of_an_ended_job_holds_the_share_without_running_it(tmp_path) -> None:
+    lease = str(Pubkey.new_unique())
+    async with FakeGateway() as gateway, running_agent(gateway, tmp_path) as agent:
+        await gateway.wait_for(lambda: gateway.messages(Heartbeat), what="a heartbeat")
+        # e.g. the agent restarted after job 1 ended: the coordinator gives the share back, not the job
+        await gateway.send(Dispatch(lease=lease, gpus=2, job=script("print('ran again')"), job_ended=True))
+        await gateway.wait_for(lambda: len(reports(gateway, lease)) >= 2, what="two reports")
+        assert gateway.messages(JobStatus) == [] and gateway.messages(JobLog) == []
+        assert agent.shares[lease].runner is None and gateway.messages(Heartbeat)[-1].held == [lease]
+        # the control: the lease's next job does run there
+        await gateway.send(Dispatch(lease=lease, gpus=2, job=script("print('job 2')"), job_number=2))
+        await gateway.wait_for(lambda: final_status(gateway, lease, 2), what="job 2's end")
+        assert [m.line for m in gateway.messages(JobLog)] == ["job 2"]
 
 
 class FailingGpus(SimulatedGpus):

@@ -26,11 +26,13 @@ from gpunet.protocol import (
     JobLog,
     JobSpec,
     JobStatus,
+    LeaseEnd,
     ProtocolError,
     UsageAck,
     Welcome,
     answer_challenge,
     encode,
+    job_message,
     parse_coordinator_message,
     parse_worker_message,
     verify_challenge_answer,
@@ -49,9 +51,10 @@ def worker_messages() -> list:
         Hello(simulated=True, version=PROTOCOL_VERSION, node_key=str(NODE.pubkey()), inventory=inventory),
         answer_challenge(NODE, Challenge(nonce=os.urandom(32).hex()), simulated=True),
         Heartbeat(simulated=False, healthy=False, gpus=[GpuTelemetry(uuid="GPU-1", healthy=False, problems=["lost"])],
-                  running=[LEASE]),
-        JobStatus(simulated=False, lease=LEASE, state="failed", exit_code=1, restarts=2, detail="exited with 1"),
-        JobLog(simulated=False, lease=LEASE, stream="stderr", line="CUDA out of memory"),
+                  running=[LEASE], held=[LEASE]),
+        JobStatus(simulated=False, lease=LEASE, job_number=2, state="failed", exit_code=1, restarts=2,
+                  detail="exited with 1"),
+        JobLog(simulated=False, lease=LEASE, job_number=2, stream="stderr", line="CUDA out of memory"),
         sign_report(NODE, LEASE, UsageReport(1, 100, 160, 120), simulated=False),
         Ack(simulated=False, of="dispatch", lease=LEASE),
     ]
@@ -62,8 +65,10 @@ def coordinator_messages() -> list:
         Challenge(nonce=os.urandom(32).hex()),
         Welcome(heartbeat_seconds=2, usage_period_seconds=60),
         Dispatch(lease=LEASE, gpus=8, job=JobSpec(image="nvcr.io/nvidia/pytorch:24.05-py3", command=["torchrun", "t.py"]),
-                 rank=1, world_size=2, peers=["10.0.0.1:29500", "[fd00::2]:29500"]),
+                 rank=1, world_size=2, peers=["10.0.0.1:29500", "[fd00::2]:29500"], job_number=3, job_ended=True,
+                 ends_at=1_700_003_600),
         Cancel(lease=LEASE, reason="lease closed"),
+        LeaseEnd(lease=LEASE, ends_at=1_700_007_200),
         UsageAck(lease=LEASE, seq=3),
         Error(message="node is jailed", code=4401),
     ]
@@ -151,3 +156,20 @@ def test_bad_job_specs_are_refused(dispatch, error) -> None:
     raw = {"type": "dispatch", "lease": LEASE, "gpus": 1, "job": {"command": ["python", "train.py"]}} | dispatch
     with pytest.raises(ProtocolError, match=error):
         parse_coordinator_message(json.dumps(raw))
+
+
+def test_older_messages_without_the_job_number_or_the_lease_end_still_parse() -> None:
+    dispatch = parse_coordinator_message(json.dumps({"type": "dispatch", "lease": LEASE, "gpus": 1, "job": {"command": ["x"]}}))
+    assert (dispatch.job_number, dispatch.job_ended, dispatch.ends_at) == (1, False, None)
+    status = parse_worker_message(json.dumps({"type": "job_status", "simulated": True, "lease": LEASE, "state": "running"}))
+    assert status.job_number == 1
+    with pytest.raises(ProtocolError, match="job_number: Input should be greater than or equal to 1"):
+        parse_coordinator_message(json.dumps({"type": "dispatch", "lease": LEASE, "gpus": 1, "job": {"command": ["x"]},
+                                              "job_number": 0}))
+
+
+def test_a_job_signature_is_bound_to_its_job_number() -> None:
+    client, lease, spec = Keypair(), Pubkey.new_unique(), JobSpec(command=["python", "train.py"])
+    signature = client.sign_message(job_message(lease, spec, 2, job_number=1))
+    assert signature.verify(client.pubkey(), job_message(lease, spec, 2, job_number=1))
+    assert not signature.verify(client.pubkey(), job_message(lease, spec, 2, job_number=2))  # no replay as a later job

@@ -23,13 +23,9 @@ UUIDS = ["GPU-sim-a", "GPU-sim-b"]
 class Recorder:
     def __init__(self) -> None:
         self.messages: list[BaseModel] = []
-        self.runs: list[bool] = []
 
     def send(self, message: BaseModel) -> None:
         self.messages.append(message)
-
-    def on_run(self, running: bool, t: float) -> None:
-        self.runs.append(running)
 
     def lines(self, stream: str = "stdout") -> list[str]:
         return [m.line for m in self.messages if isinstance(m, JobLog) and m.stream == stream]
@@ -38,11 +34,12 @@ class Recorder:
         return [m.state for m in self.messages if isinstance(m, JobStatus)]
 
 
-def runner(tmp_path: Path, rec: Recorder, env: dict[str, str], *, grace: float = 10.0, **spec: object) -> JobRunner:
+def runner(tmp_path: Path, rec: Recorder, env: dict[str, str], *, grace: float = 10.0, job_number: int = 1,
+           **spec: object) -> JobRunner:
     dispatch = Dispatch(lease=LEASE, gpus=2, job=JobSpec(command=[sys.executable, JOB], env=env, **spec),
-                        rank=1, world_size=2, peers=["10.0.0.1:29500", "10.0.0.2:29500"])
+                        job_number=job_number, rank=1, world_size=2, peers=["10.0.0.1:29500", "10.0.0.2:29500"])
     return JobRunner(dispatch, UUIDS, JobDirs.of(tmp_path / "state", dispatch), simulated=True, send=rec.send,
-                     on_run=rec.on_run, grace_seconds=grace, restart_delay=0.1)
+                     grace_seconds=grace, restart_delay=0.1)
 
 
 async def wait_for_line(rec: Recorder, prefix: str) -> None:
@@ -63,7 +60,6 @@ async def test_a_failed_job_restarts_from_its_checkpoint_with_the_contract_env(t
                                       "WORLD_SIZE=2 MASTER_ADDR=10.0.0.1 MASTER_PORT=29500 MODE=train SECRET_OF_THE_AGENT=-")
     assert "failing on purpose" in rec.lines("stderr")
     assert rec.states() == ["starting", "running", "restarting", "running", "succeeded"]
-    assert rec.runs == [True, False, True, False]
     checkpoint = tmp_path / "state" / "jobs" / LEASE / "checkpoints" / "step"
     assert checkpoint.read_text() == "5"
 
@@ -71,6 +67,13 @@ async def test_a_failed_job_restarts_from_its_checkpoint_with_the_contract_env(t
     rec = Recorder()
     final = await runner(tmp_path, rec, {"STEPS": "7"}).run()
     assert final.state == "succeeded" and rec.lines()[:2] == ["resumed from 5", "step 6"]
+
+
+async def test_every_status_and_log_line_names_the_job_it_belongs_to(tmp_path) -> None:
+    rec = Recorder()
+    final = await runner(tmp_path, rec, {"STEPS": "2"}, job_number=3).run()
+    assert final.state == "succeeded" and final.job_number == 3
+    assert rec.messages and {m.job_number for m in rec.messages} == {3}
 
 
 async def test_restart_policy_never_reports_the_failure(tmp_path) -> None:
@@ -84,7 +87,7 @@ async def test_restarts_stop_at_max_restarts(tmp_path) -> None:
     spec = JobSpec(command=[sys.executable, "-c", "import sys; sys.exit(3)"], max_restarts=2)
     dispatch = Dispatch(lease=LEASE, gpus=1, job=spec)
     final = await JobRunner(dispatch, UUIDS[:1], JobDirs.of(tmp_path, dispatch), simulated=False, send=rec.send,
-                            on_run=rec.on_run, restart_delay=0.05).run()
+                            restart_delay=0.05).run()
     assert (final.state, final.exit_code, final.restarts) == ("failed", 3, 2)
     assert rec.states().count("running") == 3
 
@@ -93,7 +96,7 @@ async def test_the_time_limit_stops_the_job(tmp_path) -> None:
     rec = Recorder()
     final = await runner(tmp_path, rec, {"STEPS": "100000", "STEP_SECONDS": "0.05"}, time_limit_seconds=1).run()
     assert (final.state, final.exit_code) == ("timed_out", -signal.SIGTERM)
-    assert rec.runs == [True, False]
+    assert rec.states().count("running") == 1
 
 
 async def test_cancel_sends_sigterm(tmp_path) -> None:
@@ -104,7 +107,7 @@ async def test_cancel_sends_sigterm(tmp_path) -> None:
     job.cancel("lease closed")
     final = await task
     assert (final.state, final.exit_code, final.detail) == ("cancelled", -signal.SIGTERM, "lease closed")
-    assert rec.runs == [True, False]
+    assert rec.states().count("running") == 1
 
 
 async def test_cancel_kills_a_job_that_ignores_sigterm_after_the_grace_period(tmp_path) -> None:
@@ -122,16 +125,16 @@ async def test_an_image_without_docker_or_podman_is_refused(tmp_path) -> None:
     rec = Recorder()
     dispatch = Dispatch(lease=LEASE, gpus=1, job=JobSpec(image="pytorch/pytorch:2.4.0"))
     final = await JobRunner(dispatch, UUIDS[:1], JobDirs.of(tmp_path, dispatch), simulated=True, send=rec.send,
-                            on_run=rec.on_run, container_engine=None).run()
+                            container_engine=None).run()
     assert final.state == "refused" and "neither docker nor podman is installed" in final.detail
-    assert rec.runs == [] and not (tmp_path / "jobs").exists()
+    assert "running" not in rec.states() and not (tmp_path / "jobs").exists()
 
 
 async def test_a_container_job_gets_the_same_contract(tmp_path) -> None:
     """The argv handed to the engine (the engine itself is not run here: no daemon in CI)."""
     dispatch = Dispatch(lease=LEASE, gpus=2, job=JobSpec(image="pytorch/pytorch:2.4.0", command=["python", "train.py"],
                                                          env={"MODE": "train"}))
-    job = JobRunner(dispatch, UUIDS, JobDirs.of(tmp_path, dispatch), simulated=False, send=print, on_run=print,
+    job = JobRunner(dispatch, UUIDS, JobDirs.of(tmp_path, dispatch), simulated=False, send=print,
                     container_engine="/usr/bin/docker")
     argv = job._argv()
     assert argv[:3] == ["/usr/bin/docker", "run", "--rm"]
@@ -144,8 +147,7 @@ async def test_a_container_job_gets_the_same_contract(tmp_path) -> None:
 async def test_a_command_that_cannot_start_fails_clearly(tmp_path) -> None:
     rec = Recorder()
     dispatch = Dispatch(lease=LEASE, gpus=1, job=JobSpec(command=["/nonexistent/train"], restart_policy="never"))
-    final = await JobRunner(dispatch, UUIDS[:1], JobDirs.of(tmp_path, dispatch), simulated=True, send=rec.send,
-                            on_run=rec.on_run).run()
+    final = await JobRunner(dispatch, UUIDS[:1], JobDirs.of(tmp_path, dispatch), simulated=True, send=rec.send).run()
     assert final.state == "failed" and "cannot start '/nonexistent/train'" in final.detail
 
 
@@ -180,14 +182,12 @@ async def test_inputs_are_fetched_and_checked_before_the_job_starts(tmp_path, fi
     spec = JobSpec(command=[sys.executable, "-c", "print(open('data/train.txt').read().strip())"],
                    inputs=[InputFile(path="data/train.txt", url=f"{url}/train.txt", sha256=digest)])
     dispatch = Dispatch(lease=LEASE, gpus=1, job=spec)
-    final = await JobRunner(dispatch, UUIDS[:1], JobDirs.of(tmp_path / "s", dispatch), simulated=True, send=rec.send,
-                            on_run=rec.on_run).run()
+    final = await JobRunner(dispatch, UUIDS[:1], JobDirs.of(tmp_path / "s", dispatch), simulated=True, send=rec.send).run()
     assert final.state == "succeeded" and rec.lines() == ["hello gpus"]
 
     rec = Recorder()
     bad = spec.model_copy(update={"inputs": [InputFile(path="other.txt", url=f"{url}/train.txt", sha256="0" * 64)]})
     dispatch = Dispatch(lease=LEASE, gpus=1, job=bad)
-    final = await JobRunner(dispatch, UUIDS[:1], JobDirs.of(tmp_path / "s", dispatch), simulated=True, send=rec.send,
-                            on_run=rec.on_run).run()
+    final = await JobRunner(dispatch, UUIDS[:1], JobDirs.of(tmp_path / "s", dispatch), simulated=True, send=rec.send).run()
     assert final.state == "failed" and "other.txt: the content of" in final.detail and "does not match its sha256" in final.detail
-    assert rec.runs == [] and not (tmp_path / "s" / "jobs" / LEASE / "work" / "other.txt").exists()
+    assert "running" not in rec.states() and not (tmp_path / "s" / "jobs" / LEASE / "work" / "other.txt").exists()
