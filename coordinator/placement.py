@@ -265,13 +265,13 @@ class Placer:
     async def end_leases(self) -> None:
         now = time.time()
         async with self.c.pool.acquire() as conn:
-            due = await conn.fetch("SELECT lease FROM leases WHERE status = 'active' AND started_at + duration_seconds <= $1",
-                                   int(now))
+            due = await conn.fetch("SELECT lease, started_at + duration_seconds AS ends_at FROM leases "
+                                   "WHERE status = 'active' AND started_at + duration_seconds <= $1", int(now))
             for row in due:
                 lease = row["lease"]
                 if lease not in self.ending:
                     self.ending[lease] = now
-                    await self._stop_workers(conn, lease, "the lease reached its end")
+                    await self._stop_workers(conn, lease, "the lease reached its end", row["ends_at"])
                 elif now - self.ending[lease] >= self.c.settings.close_grace_seconds:
                     await self._close(conn, lease)
             # Closed for use (by us at its end, or by its client): the nodes' last usage is settled,
@@ -280,7 +280,8 @@ class Placer:
                 lease = row["lease"]
                 if lease not in self.ending:
                     self.ending[lease] = now
-                    await self._stop_workers(conn, lease, "the lease was closed")
+                    billed_until = (await fetch(self.c.chain, Pubkey.from_string(lease), "Lease")).billable_until
+                    await self._stop_workers(conn, lease, "the lease was closed", billed_until)
                 elif now - self.ending[lease] >= self.c.settings.close_grace_seconds:
                     await self._finalize(conn, lease)
             closed = await conn.fetch("SELECT l.lease FROM leases l JOIN placements p USING (lease) "
@@ -290,11 +291,13 @@ class Placer:
                 self._forget(row["lease"])
                 await ops.set_placement(conn, row["lease"], "ended", "the lease is closed")
 
-    async def _stop_workers(self, conn: asyncpg.Connection, lease: str, reason: str) -> None:
+    async def _stop_workers(self, conn: asyncpg.Connection, lease: str, reason: str,
+                            billing_ended_at: int | None = None) -> None:
         keys = self.scheduler.reservations[lease].node_keys if lease in self.scheduler.reservations else ()
         for key in keys:
             try:
-                await self.c.gateway.send(Pubkey.from_string(key), Cancel(lease=lease, reason=reason))
+                await self.c.gateway.send(Pubkey.from_string(key), Cancel(lease=lease, reason=reason,
+                                                                          ends_at=billing_ended_at))
             except NodeOffline:
                 pass
 

@@ -426,6 +426,9 @@ class Cancel(_Model):
     type: Literal["cancel"] = "cancel"
     lease: PubkeyStr
     reason: ShortText = ""
+    # When the lease's billing ended, if it has (its end, or its close: unix seconds): the node's
+    # last period ends there, not when this message arrives (the program pays nothing after it).
+    ends_at: I64 | None = None
 
 
 class LeaseEnd(_Model):

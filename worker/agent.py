@@ -267,7 +267,7 @@ class Agent:
             self._refuse("cancel", c.lease, "this node holds no share of this lease")
             return
         share.released = True
-        self._send_all(share.meter.release(time.time()))
+        self._send_all(share.meter.release(time.time(), c.ends_at))
         if share.job_running:
             assert share.runner is not None
             share.runner.cancel(c.reason)

@@ -98,8 +98,11 @@ class LeaseMeter:
             self.journal.record_progress(self._period)
         return reports
 
-    def release(self, now: float) -> list[UsageReportMessage]:
-        """The share is released at `now`: the last, partial period is reported; billing ends."""
+    def release(self, now: float, billing_ended_at: int | None = None) -> list[UsageReportMessage]:
+        """The share is released at `now` (billing having ended at `billing_ended_at`, when the lease was
+        closed before this news arrived): the last, partial period is reported; billing ends."""
+        if billing_ended_at is not None:
+            self.ends_at = billing_ended_at if self.ends_at is None else min(self.ends_at, billing_ended_at)
         reports = self.tick(now)
         if self._period is not None:
             reports += self._close(math.floor(self._capped(now)))  # never an end in the future

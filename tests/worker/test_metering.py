@@ -66,6 +66,20 @@ def test_cancel_stops_billing_at_once_and_a_share_released_right_away_bills_noth
     assert journal.open_periods == {}
 
 
+def test_a_close_that_reaches_the_node_late_still_ends_the_last_period_at_the_close(tmp_path: Path,
+                                                                                   open_journal) -> None:
+    # the client closed at 1014 (billing ended there on chain); the cancel arrives at 1016.5
+    m = meter(open_journal(tmp_path / "usage.jsonl"), Keypair())
+    m.hold(1000.0)
+    assert summary(m.tick(1016.0)) == [(1, 1000, 1010, 20)]
+    assert summary(m.release(1016.5, billing_ended_at=1014)) == [(2, 1010, 1014, 8)]  # not ...1016: refused on chain
+    # control: a cancel without a billing end (a moved share) ends where it arrives
+    m2 = meter(open_journal(tmp_path / "other.jsonl"), Keypair())
+    m2.hold(1000.0)
+    m2.tick(1016.0)
+    assert summary(m2.release(1016.5)) == [(2, 1010, 1016, 12)]
+
+
 def test_no_period_ends_after_the_lease_end_even_without_a_cancel(tmp_path: Path, open_journal) -> None:
     journal = open_journal(tmp_path / "usage.jsonl")
     m = meter(journal, Keypair(), ends_at=1025)
