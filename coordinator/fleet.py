@@ -6,6 +6,11 @@ heartbeat until `lost_after_seconds` after it, the same rule that declares it lo
 gap (a network blip, a reconnect) is not held against it; a longer one is offline time that
 no report may bill. A refused report blocks its share's later reports (the chain wants every
 seq in order), so this check must never refuse a node the coordinator did not consider lost.
+
+Liveness is judged from the node's side: time the coordinator could not observe (its own stall,
+a database or RPC outage: "blind" windows) is never counted as a node's silence, and a node
+online when such a window began counts as online through it. After a blind window the fleet is
+not judged for `drain_seconds`, so heartbeats that waited in the sockets are read first.
 """
 
 from __future__ import annotations
@@ -32,10 +37,48 @@ class NodeSeen:
 
 
 class Fleet:
-    def __init__(self, *, lost_after_seconds: float = 10.0, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, *, lost_after_seconds: float = 10.0, clock: Callable[[], float] = time.time,
+                 drain_seconds: float = 1.0) -> None:
         self.reach = self.lost_after = lost_after_seconds
         self.clock = clock
+        self.drain_seconds = drain_seconds
         self.nodes: dict[Pubkey, NodeSeen] = {}
+        self.blind: list[tuple[float, float]] = []  # windows the coordinator could not observe
+        self._last_watch: float | None = None
+
+    # --- the coordinator's own blindness
+
+    def watch(self, every_seconds: float, stall_after_seconds: float) -> float:
+        """Called by a loop that runs every `every_seconds`: a gap longer than that by more than
+        `stall_after_seconds` was a stall of this process (it saw nothing); it becomes a blind
+        window. Returns the stall's length (0 when none)."""
+        now = self.clock()
+        last, self._last_watch = self._last_watch, now
+        if last is None or now - last - every_seconds <= stall_after_seconds:
+            return 0.0
+        self.add_blind(last, now)
+        return now - last
+
+    def add_blind(self, start: float, end: float) -> None:
+        """The coordinator could not observe the fleet from `start` to `end`: nodes online at `start`
+        count as online through it, and nobody's silence includes it."""
+        for seen in self.nodes.values():
+            # online at `start`: some span covers it (its heartbeats may already have been read,
+            # in a new span after the window, before this stall was noticed)
+            if any(a <= start <= b + self.reach for a, b in seen.intervals):
+                seen.intervals = _merged([*seen.intervals, [start, end]], self.reach)
+        self.blind.append((start, end))
+        while self.blind and self.blind[0][1] < end - KEEP_SECONDS:
+            self.blind.pop(0)
+
+    def judging(self) -> bool:
+        """Whether nodes may be judged lost now (not while heartbeats from a blind window drain)."""
+        return not self.blind or self.clock() - self.blind[-1][1] >= self.drain_seconds
+
+    def silent_for(self, node_key: Pubkey) -> float:
+        """Seconds since the node's last heartbeat that the coordinator could observe."""
+        seen = self.nodes.get(node_key)
+        return 0.0 if seen is None else self.clock() - seen.last_heartbeat - self._unseen_since(seen)
 
     def connected(self, node_key: Pubkey, simulated: bool) -> None:
         seen = self.nodes.setdefault(node_key, NodeSeen(simulated))
@@ -68,7 +111,7 @@ class Fleet:
 
     def online(self, node_key: Pubkey) -> bool:
         seen = self.nodes.get(node_key)
-        return seen is not None and seen.connected and self.clock() - seen.last_heartbeat <= self.lost_after
+        return seen is not None and seen.connected and self.silent_for(node_key) <= self.lost_after
 
     def healthy(self, node_key: Pubkey) -> bool:
         seen = self.nodes.get(node_key)
@@ -85,10 +128,39 @@ class Fleet:
         return int(min(total, end - start))
 
     def newly_lost(self) -> list[Pubkey]:
-        """Nodes silent for longer than `lost_after`, each reported once per outage."""
-        now, lost = self.clock(), []
+        """Nodes silent for longer than `lost_after`, each reported once per outage (none while
+        the heartbeats of a blind window drain)."""
+        if not self.judging():
+            return []
+        lost = []
         for key, seen in self.nodes.items():
-            if not seen.lost_reported and now - seen.last_heartbeat > self.lost_after:
+            if not seen.lost_reported and self.silent(key):
                 seen.lost_reported = True
                 lost.append(key)
         return lost
+
+    def silent(self, node_key: Pubkey) -> bool:
+        """Silent for longer than `lost_after` (blind time excluded); re-checked when a slash is decided."""
+        return self.silent_for(node_key) > self.lost_after
+
+    def silent_share(self, window_seconds: float) -> tuple[int, int]:
+        """(silent, of): nodes silent beyond `lost_after` among those heard within `window_seconds`
+        (nodes gone longer ago are not part of the fleet any more)."""
+        recent = [k for k in self.nodes if self.silent_for(k) <= window_seconds]
+        return sum(self.silent(k) for k in recent), len(recent)
+
+    def _unseen_since(self, seen: NodeSeen) -> float:
+        """Blind seconds since the node's last heartbeat."""
+        now = self.clock()
+        return sum(max(0.0, min(b, now) - max(a, seen.last_heartbeat)) for a, b in self.blind)
+
+
+def _merged(spans: list[list[float]], reach: float) -> list[list[float]]:
+    """Online spans sorted and joined where one starts within `reach` of the previous one's end."""
+    out: list[list[float]] = []
+    for a, b in sorted(spans):
+        if out and a <= out[-1][1] + reach:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return out

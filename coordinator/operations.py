@@ -110,6 +110,18 @@ async def pending_usage(conn: asyncpg.Connection, node_key: str | None = None, l
             for r in rows]
 
 
+async def refused_usage(conn: asyncpg.Connection, batch: list[SignedUsage]) -> set[tuple[Pubkey, Pubkey, int]]:
+    """(lease, node key, seq) of the refused reports of the batch's shares: later ones need not wait for them."""
+    shares = {(str(u.lease), str(u.node_key)) for u in batch}
+    if not shares:
+        return set()
+    leases, nodes = zip(*shares, strict=True)
+    rows = await conn.fetch(
+        "SELECT lease, node_key, seq FROM usage_reports WHERE status = 'refused' "
+        "AND (lease, node_key) IN (SELECT * FROM unnest($1::text[], $2::text[]))", list(leases), list(nodes))
+    return {(Pubkey.from_string(r["lease"]), Pubkey.from_string(r["node_key"]), int(r["seq"])) for r in rows}
+
+
 async def pending_usage_count(conn: asyncpg.Connection, lease: str) -> int:
     return await conn.fetchval("SELECT count(*) FROM usage_reports WHERE status = 'pending' AND lease = $1", lease)
 

@@ -40,12 +40,16 @@ __all__ = ["Coordinator"]
 
 log = logging.getLogger("gpunet.coordinator")
 
+WATCH_EVERY_SECONDS = 0.2
+
 
 class Coordinator:
     def __init__(self, settings: Settings, pool: asyncpg.Pool, attester: Keypair) -> None:
         self.settings, self.pool, self.attester_key = settings, pool, attester
         self.chain = AsyncClient(settings.rpc_url, commitment=Confirmed, timeout=30)
-        self.fleet = Fleet(lost_after_seconds=settings.lost_after_seconds)
+        # After a blind window, heartbeats that waited in the sockets are read before anyone is judged.
+        self.fleet = Fleet(lost_after_seconds=settings.lost_after_seconds,
+                           drain_seconds=max(1.0, 2 * settings.heartbeat_seconds))
         self.gateway = Gateway(self, heartbeat_seconds=settings.heartbeat_seconds)
         self.attester = Attester(self.chain, attester)
         self.settler = Settler(self.chain, attester)
@@ -54,6 +58,10 @@ class Coordinator:
         self.started_at = time.time()
         self._tasks: list[asyncio.Task[Any]] = []
         self._running_checked: dict[Pubkey, frozenset[str]] = {}  # node -> held or running leases it holds
+        self._silent: set[Pubkey] = set()  # nodes found silent, not judged yet
+        self._blind_since: float | None = None  # since when this process cannot see its database or chain
+        self.slashing_paused = False
+        self.slashing_paused_reason = ""
 
     async def start(self) -> Coordinator:
         # Workers meter in the protocol's usage period (the most one report may cover).
@@ -71,6 +79,7 @@ class Coordinator:
         for name, step, every in (("placement", self.placer.place_open_leases, 0.1),
                                   ("dispatch", self.placer.dispatch_jobs, 0.1),
                                   ("lease-ends", self.placer.end_leases, 1.0),
+                                  ("stall-watch", self.watch_own_stalls, WATCH_EVERY_SECONDS),
                                   ("failover", self.fail_over, 0.5),
                                   ("settlement", self.settle_pending, self.settings.settle_seconds)):
             self._tasks.append(asyncio.create_task(self._every(name, step, every), name=name))
@@ -190,9 +199,10 @@ class Coordinator:
     async def settle_pending(self, node_key: str | None = None) -> None:
         async with self.pool.acquire() as conn:
             batch = await ops.pending_usage(conn, node_key)
+            refused = await ops.refused_usage(conn, batch)
         if not batch:
             return
-        outcomes = await self.settler.settle(batch, self._observed)
+        outcomes = await self.settler.settle(batch, self._observed, refused)
         async with self.pool.acquire() as conn:
             await ops.settle_outcomes(conn, outcomes)
         for o in outcomes:
@@ -201,24 +211,94 @@ class Coordinator:
 
     # --- failover
 
+    async def watch_own_stalls(self) -> None:
+        """Notices this process's own stalls (its event loop blocked, the process stopped): a short
+        sleep that wakes late by more than `stall_after_seconds` means nothing was observed meanwhile."""
+        stall = self.fleet.watch(WATCH_EVERY_SECONDS, self.settings.stall_after_seconds)
+        if stall:
+            log.warning("coordinator.stalled seconds=%.1f (its own pause: nobody's silence includes it; nodes are "
+                        "judged again once their waiting messages are read)", stall)
+
     async def fail_over(self) -> None:
         for node_key in self.fleet.newly_lost():
             self.placer.mark_offline(str(node_key))
             self._running_checked.pop(node_key, None)  # if it comes back, what it runs is checked again
-            async with self.pool.acquire() as conn:
-                shares = await ops.active_shares(conn, node_key=str(node_key))
-            if shares:
-                await self._node_lost(node_key, shares)
+            self._silent.add(node_key)
+        if self._silent and self.fleet.judging() and await self._may_judge():
+            for node_key in sorted(self._silent, key=str):
+                self._silent.discard(node_key)
+                if not self.fleet.silent(node_key):
+                    log.info("node.back node=%s (silent, then heard again before it was judged)", node_key)
+                    continue
+                async with self.pool.acquire() as conn:
+                    shares = await ops.active_shares(conn, node_key=str(node_key))
+                if shares:
+                    await self._node_lost(node_key, shares)
         await self.placer.retry_failovers()
 
+    async def _may_judge(self) -> bool:
+        """Whether silent nodes may be treated as lost now: this process sees the database and the
+        chain (else the outage is a blind window, not the nodes' fault), and the silence is not
+        correlated (more than `max_lost_fraction` of the fleet silent at once points at us or the
+        network, not at the suppliers: slashing pauses until enough of the fleet is heard again)."""
+        problem = await self._own_outage()
+        now = time.time()
+        if problem:
+            if self._blind_since is None:
+                self._blind_since = now
+                log.warning("coordinator.blind %s: nobody is judged until it answers again", problem)
+            return False
+        if self._blind_since is not None:
+            self.fleet.add_blind(self._blind_since, now)
+            log.warning("coordinator.sighted after %.1f s blind", now - self._blind_since)
+            self._blind_since = None
+            return False  # heartbeats of the blind window are read first
+        silent, of = self.fleet.silent_share(self.settings.fleet_window_seconds)
+        pause = of > 0 and silent / of > self.settings.max_lost_fraction
+        if pause != self.slashing_paused:
+            self.slashing_paused = pause
+            if pause:
+                self.slashing_paused_reason = (f"{silent} of {of} nodes silent at once (more than "
+                                               f"{self.settings.max_lost_fraction:.0%}): a correlated outage")
+                log.warning("slashing.paused %s; no node is slashed or moved until the fleet is heard again",
+                            self.slashing_paused_reason)
+            else:
+                log.warning("slashing.resumed %d of %d nodes silent", silent, of)
+                self.slashing_paused_reason = ""
+        return not pause
+
+    async def _own_outage(self) -> str | None:
+        """What keeps this process from judging its fleet, if anything: its database or its chain."""
+        try:
+            async with asyncio.timeout(3):
+                async with self.pool.acquire() as conn:
+                    await conn.fetchval("SELECT 1")
+        except (OSError, asyncpg.PostgresError, TimeoutError) as e:
+            return f"the database does not answer ({e or type(e).__name__})"
+        try:
+            async with asyncio.timeout(3):
+                await self.chain.get_slot()
+        except Exception as e:  # any transport error: the chain is not reachable from here
+            return f"the chain RPC does not answer ({e or type(e).__name__})"
+        return None
+
     async def _node_lost(self, node_key: Pubkey, shares: list[asyncpg.Record]) -> None:
-        seen = self.fleet.nodes.get(node_key)
-        evidence = {"fault": "MissedHeartbeats", "node_key": str(node_key), "leases": [s["lease"] for s in shares],
-                    "last_heartbeat": round(seen.last_heartbeat, 3) if seen else None,
-                    "detected_at": round(time.time(), 3), "lost_after_seconds": self.settings.lost_after_seconds}
-        log.warning("node.lost node=%s leases=%s", node_key, evidence["leases"])
+        log.warning("node.lost node=%s leases=%s", node_key, [s["lease"] for s in shares])
         # Pay what the node delivered before it went silent, while it still holds its shares.
         await self.settle_pending(str(node_key))
+        # Decided now, not when the silence was first noticed: the node may have been heard meanwhile,
+        # and the evidence must show silence for the whole window.
+        seen = self.fleet.nodes.get(node_key)
+        if not self.fleet.judging():  # this process stalled meanwhile: judge again once it has drained
+            self._silent.add(node_key)
+            return
+        if seen is None or not self.fleet.silent(node_key):
+            log.info("node.back node=%s (heard again before the slash was sent)", node_key)
+            return
+        silent = self.fleet.silent_for(node_key)
+        evidence = {"fault": "MissedHeartbeats", "node_key": str(node_key), "leases": [s["lease"] for s in shares],
+                    "last_heartbeat": round(seen.last_heartbeat, 3), "silent_seconds": round(silent, 3),
+                    "detected_at": round(time.time(), 3), "lost_after_seconds": self.settings.lost_after_seconds}
         if self.settings.slash_lost_nodes:
             async with self.pool.acquire() as conn:
                 fault = await ops.record_fault(conn, str(node_key), shares[0]["lease"], "MissedHeartbeats",

@@ -53,6 +53,15 @@ class Settings(BaseSettings):
     slash_lost_nodes: bool = True
     # Place leases on workers with simulated GPUs (they are labelled simulated everywhere).
     accept_simulated: bool = True
+    # A failover loop late by more than this was a stall of this process (it saw nothing meanwhile):
+    # that time is never counted as a node's silence.
+    stall_after_seconds: float = Field(default=1.0, gt=0)
+    # More than this fraction of the fleet silent at once is a correlated outage (the network, a
+    # region, this process): slashing and moving shares pause until enough of the fleet is heard.
+    # 1 never pauses.
+    max_lost_fraction: float = Field(default=0.5, gt=0, le=1)
+    # The fleet, for that fraction: nodes heard within this many seconds.
+    fleet_window_seconds: float = Field(default=120.0, gt=0)
     # After a lease's end: seconds for the workers' last usage reports before it is closed.
     close_grace_seconds: float = Field(default=8.0, ge=0)
     # MASTER_PORT given to cluster jobs (rank 0's node listens on it).

@@ -3,8 +3,10 @@
 The chain is the source of truth for what is settled: before anything is sent, each report's
 sequence number is compared with its share's `last_seq` on chain. A report at or below it was
 settled already (by us before a restart, or it is a replay): it is acknowledged, never sent
-again. A report beyond `last_seq + 1` waits for the ones before it. So a coordinator that
-crashes at any point and is given the same reports again settles each exactly once.
+again. A report beyond `last_seq + 1` waits for the ones before it, unless those were refused:
+the program accepts any higher seq, so a refused report is skipped for good and never blocks
+the node's later usage. So a coordinator that crashes at any point and is given the same reports
+again settles each exactly once.
 
 Reports are checked before they cost a transaction: the node's signature over the canonical
 message, the period (not before what is settled, not longer than its span x GPUs, never past the
@@ -17,7 +19,7 @@ settle_usage, as the program requires.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -78,8 +80,10 @@ class Settler:
         self.attester = attester
         self._authorities: dict[Pubkey, Pubkey] = {}  # node key -> provider wallet (never changes)
 
-    async def settle(self, batch: Sequence[SignedUsage], observed: ObservedSeconds = lambda _: None) -> list[Outcome]:
-        """Checks every report against the chain and settles the good ones; one Outcome per report."""
+    async def settle(self, batch: Sequence[SignedUsage], observed: ObservedSeconds = lambda _: None,
+                     refused: Collection[tuple[Pubkey, Pubkey, int]] = ()) -> list[Outcome]:
+        """Checks every report against the chain and settles the good ones; one Outcome per report.
+        `refused`: (lease, node key, seq) of reports refused before, which later ones need not wait for."""
         config = await fetch_config(self.client)
         outcomes: list[Outcome] = []
         ready: list[tuple[SignedUsage, list[Instruction]]] = []
@@ -93,7 +97,7 @@ class Settler:
                 outcomes.append(Outcome(usage, Status.REFUSED, str(e)))
                 continue
             leases[usage.lease] = lease
-            outcome, share = self._check(usage, lease, next_seq, observed(usage))
+            outcome, share = self._check(usage, lease, next_seq, observed(usage), refused)
             if outcome is not None:
                 outcomes.append(outcome)
                 continue
@@ -108,8 +112,16 @@ class Settler:
             outcomes.extend(await self._send(group))
         return outcomes
 
-    def _check(self, usage: SignedUsage, lease: Any, next_seq: dict, online: int | None) -> tuple[Outcome | None, Any]:
+    def _check(self, usage: SignedUsage, lease: Any, next_seq: dict, online: int | None,
+               refused: Collection[tuple[Pubkey, Pubkey, int]]) -> tuple[Outcome | None, Any]:
         r = usage.report
+        key = (usage.lease, usage.node_key)
+
+        def skip(reason: str) -> tuple[Outcome, None]:
+            """Refuses the node's own signed report; its later ones go on without it."""
+            next_seq[key] = r.seq + 1
+            return Outcome(usage, Status.REFUSED, reason), None
+
         status = type(lease.status).__name__
         if status not in ("Active", "Closing"):
             return Outcome(usage, Status.REFUSED, f"lease {usage.lease} is {status.lower()}: nothing is billable"), None
@@ -121,25 +133,25 @@ class Settler:
             return Outcome(usage, Status.REFUSED, f"node {usage.node_key} has no share of lease {usage.lease}"), None
         if not r.verify(usage.lease, usage.node_key, usage.signature):
             return Outcome(usage, Status.REFUSED, "the signature is not the node's over this report"), None
-        expected = next_seq.get((usage.lease, usage.node_key), share.last_seq + 1)
+        expected = next_seq.get(key, share.last_seq + 1)
+        while expected < r.seq and (usage.lease, usage.node_key, expected) in refused:
+            expected += 1
         if r.seq < expected:
             return Outcome(usage, Status.ALREADY_SETTLED, f"seq {r.seq} is settled on chain (last {share.last_seq})"), None
         if r.seq > expected:
             return Outcome(usage, Status.WAITING, f"seq {r.seq} waits for seq {expected}"), None
         span = r.period_end - r.period_start
         if r.period_start < share.settled_until or span <= 0:
-            return Outcome(usage, Status.REFUSED, f"period {r.period_start}..{r.period_end} overlaps what is settled "
-                                                  f"(until {share.settled_until}) or is empty"), None
+            return skip(f"period {r.period_start}..{r.period_end} overlaps what is settled "
+                        f"(until {share.settled_until}) or is empty")
         if status == "Closing" and r.period_end > lease.billable_until:
-            return Outcome(usage, Status.REFUSED, f"period ends at {r.period_end}, after the lease's billing ended "
-                                                  f"({lease.billable_until})"), None
+            return skip(f"period ends at {r.period_end}, after the lease's billing ended ({lease.billable_until})")
         if status == "Active" and r.period_end > (ends_at := lease_end(lease)):
             # a top-up may still move the end; if the lease closes instead, the report is refused then
             return Outcome(usage, Status.WAITING, f"period ends at {r.period_end}, after the lease's end ({ends_at})"), None
         cap = min(span, online if online is not None else span) * share.gpus
         if r.gpu_seconds > cap:
-            return Outcome(usage, Status.REFUSED, f"{r.gpu_seconds} GPU-seconds claimed, at most {cap} observed "
-                                                  f"({share.gpus} GPUs)"), None
+            return skip(f"{r.gpu_seconds} GPU-seconds claimed, at most {cap} observed ({share.gpus} GPUs)")
         return None, share
 
     async def _authority(self, node_key: Pubkey) -> Pubkey:
@@ -171,17 +183,9 @@ class Settler:
         except (TransactionFailed, TransactionExpired) as e:
             if len(group) == 1:
                 return [Outcome(group[0][0], Status.REFUSED, str(e), getattr(e, "signature", None))]
-        # One bad report refuses its whole transaction: settle the rest one by one. A share's
-        # later reports wait when an earlier one of it was refused (their seq would not follow).
+        # One bad report refuses its whole transaction: settle the rest one by one (the program
+        # takes a share's later reports without a refused one in between).
         outcomes: list[Outcome] = []
-        blocked: set[tuple[Pubkey, Pubkey]] = set()
-        for usage, pair in group:
-            share = (usage.lease, usage.node_key)
-            if share in blocked:
-                outcomes.append(Outcome(usage, Status.WAITING, "an earlier report of this share was refused"))
-                continue
-            [outcome] = await self._send([(usage, pair)])
-            if outcome.status is Status.REFUSED:
-                blocked.add(share)
-            outcomes.append(outcome)
+        for item in group:
+            outcomes.extend(await self._send([item]))
         return outcomes

@@ -149,10 +149,13 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
     async def workers(request: Request) -> Response:
         parse_query(request.query_params, ())
         fleet = coordinator.fleet
-        return JSONResponse({"items": [
-            {"node_key": str(key), "connected": seen.connected, "online": fleet.online(key), "healthy": seen.healthy,
-             "simulated": seen.simulated, "last_heartbeat": seen.last_heartbeat}
-            for key, seen in sorted(fleet.nodes.items(), key=lambda kv: str(kv[0]))]})
+        return JSONResponse({
+            "items": [{"node_key": str(key), "connected": seen.connected, "online": fleet.online(key),
+                       "healthy": seen.healthy, "simulated": seen.simulated, "last_heartbeat": seen.last_heartbeat}
+                      for key, seen in sorted(fleet.nodes.items(), key=lambda kv: str(kv[0]))],
+            # a correlated outage pauses slashing (and moving shares) until the fleet is heard again
+            "slashing": {"paused": coordinator.slashing_paused, "reason": coordinator.slashing_paused_reason},
+        })
 
     return [Route("/leases/{key}/job", submit_job, methods=["POST"]), Route("/leases/{key}/job", job_view),
             Route("/quote", quote), Route("/workers", workers)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from solders.pubkey import Pubkey
 
 from coordinator.fleet import Fleet
@@ -59,3 +60,68 @@ def test_a_node_expected_after_a_restart_is_lost_only_after_its_grace() -> None:
     assert fleet.newly_lost() == [node]
     fleet.connected(node, simulated=True)
     assert fleet.online(node)
+
+
+def test_the_coordinator_s_own_stall_is_never_a_node_s_silence() -> None:
+    clock, alive, dead = Clock(), Pubkey.new_unique(), Pubkey.new_unique()
+    fleet = Fleet(lost_after_seconds=3, clock=clock, drain_seconds=1)
+    for node in (alive, dead):
+        fleet.connected(node, simulated=True)
+    fleet.watch(0.2, 1.0)
+    clock.now += 0.2
+    assert fleet.watch(0.2, 1.0) == 0.0  # on time: no stall
+    clock.now += 1  # the dead node's last beat was at 1,000 (its connection); the alive one beats at 1,001.2
+    fleet.heartbeat(alive, healthy=True)
+    clock.now = 1_011.2  # the coordinator saw nothing since 1,000.2 (SIGSTOP, a blocked loop)
+    assert fleet.watch(0.2, 1.0) == 11.0
+    # its heartbeats are still in the socket: nobody is judged until they are read
+    assert fleet.newly_lost() == [] and not fleet.judging()
+    clock.now += 0.5
+    fleet.heartbeat(alive, healthy=True)  # drained
+    clock.now += 0.6
+    assert fleet.silent_for(alive) < 1 and fleet.silent_for(dead) < 3  # the stall is nobody's silence
+    assert fleet.newly_lost() == []
+    clock.now += 2.5  # the control: the dead node's own silence (not the stall) now exceeds lost_after
+    fleet.heartbeat(alive, healthy=True)
+    assert fleet.newly_lost() == [dead] and fleet.silent(dead) and not fleet.silent(alive)
+    # the stall counts as online time for a node that was online when it began
+    assert fleet.online_seconds(alive, 1_001, 1_011) == 10
+
+
+def test_a_blind_window_from_an_outage_is_counted_for_the_nodes() -> None:
+    clock, node = Clock(), Pubkey.new_unique()
+    fleet = Fleet(lost_after_seconds=3, clock=clock, drain_seconds=1)
+    fleet.connected(node, simulated=True)
+    clock.now = 1_020  # the database was down from 1,001 to 1,020: nothing could be judged
+    fleet.add_blind(1_001, 1_020)
+    assert fleet.silent_for(node) == 1 and not fleet.judging()
+    clock.now += 1
+    assert fleet.judging() and fleet.newly_lost() == [] and fleet.online_seconds(node, 1_000, 1_020) == 20
+
+
+def test_the_share_of_the_fleet_silent_at_once() -> None:
+    clock = Clock()
+    fleet = Fleet(lost_after_seconds=3, clock=clock)
+    nodes = [Pubkey.new_unique() for _ in range(4)]
+    for node in nodes:
+        fleet.connected(node, simulated=True)
+    clock.now += 5
+    fleet.heartbeat(nodes[0], healthy=True)
+    assert fleet.silent_share(window_seconds=60) == (3, 4)
+    for node in nodes[1:3]:
+        fleet.heartbeat(node, healthy=True)
+    assert fleet.silent_share(window_seconds=60) == (1, 4)
+    clock.now += 100  # nodes not heard within the window are no longer part of the fleet
+    fleet.heartbeat(nodes[0], healthy=True)
+    assert fleet.silent_share(window_seconds=60) == (0, 1)
+
+
+def test_a_stall_noticed_after_the_waiting_heartbeats_were_read_still_counts_as_online() -> None:
+    clock, node = Clock(), Pubkey.new_unique()
+    fleet = Fleet(lost_after_seconds=2, clock=clock)
+    fleet.connected(node, simulated=True)
+    fleet.watch(0.2, 1.0)
+    clock.now = 1_006.2  # the loop resumes: the node's waiting heartbeat is read before the watch wakes
+    fleet.heartbeat(node, healthy=True)
+    assert fleet.watch(0.2, 1.0) == pytest.approx(6.2)
+    assert fleet.online_seconds(node, 1_000, 1_006) == 6

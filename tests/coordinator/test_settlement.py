@@ -66,3 +66,24 @@ async def test_reports_for_an_unknown_lease_or_a_node_without_a_share_are_refuse
     outcomes = await Settler(cluster.client, cluster.admin).settle([stray, foreign])
     assert [o.status for o in outcomes] == [Status.REFUSED, Status.REFUSED]
     assert "no Lease account" in outcomes[0].reason and "has no share" in outcomes[1].reason
+
+
+async def test_a_refused_report_never_blocks_the_share_s_later_usage(cluster) -> None:
+    await cluster.wait_for_period(2)
+    settler = Settler(cluster.client, cluster.admin)
+    node_key = cluster.nodes[0][1].pubkey()
+    # seq 1 claims more than the coordinator saw online (1 s of its 2 s): refused
+    [first] = await settler.settle([cluster.report(0, 1)], observed=lambda u: 1)
+    assert first.status is Status.REFUSED
+    # a later batch that does not know it was refused waits for it (the control) ...
+    [waiting] = await settler.settle([cluster.report(0, 2)])
+    assert waiting.status is Status.WAITING
+    # ... and one that knows settles seq 2 past it: the program takes a higher seq
+    [settled] = await settler.settle([cluster.report(0, 2)], refused={(cluster.lease, node_key, 1)})
+    assert settled.status is Status.SETTLED, settled.reason
+    # within one batch, node 1's refused seq 1 does not hold its seq 2 back either
+    outcomes = await settler.settle([cluster.report(1, 1), cluster.report(1, 2)],
+                                    observed=lambda u: 1 if u.report.seq == 1 else None)
+    assert [o.status for o in outcomes] == [Status.REFUSED, Status.SETTLED]
+    lease = await fetch(cluster.client, cluster.lease, "Lease")
+    assert [(a.last_seq, a.gpu_seconds) for a in list(lease.assignments)[:2]] == [(2, 4), (2, 4)]

@@ -112,6 +112,7 @@ async def test_a_lease_from_opening_to_settlement_through_the_sdk(node) -> None:
         assert failed.value.program_error.name == "BadSequence"
 
         state = await fetch(client, "Lease", lease)
+        await asyncio.sleep(1.5)  # the node holds its GPUs on: a second or more of it unsettled at the close
         await send_and_confirm(client, client_wallet, [
             ix.close_lease(client_wallet.pubkey(), client_wallet.pubkey(), client_tokens, lease,
                            [a.node for a in state.assignments[: state.node_count]])])

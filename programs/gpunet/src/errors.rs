@@ -76,7 +76,7 @@ pub enum GpunetError {
     AccountMismatch,
 
     // --- usage settlement
-    #[msg("The usage report's sequence number is not the previous one + 1")]
+    #[msg("The usage report's sequence number is not above the last settled one")]
     BadSequence,
     #[msg("The usage period is empty, too long, in the future or overlaps a settled one")]
     BadPeriod,

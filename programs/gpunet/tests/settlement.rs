@@ -142,15 +142,23 @@ fn a_report_signed_by_another_node_key_is_refused() {
 }
 
 #[test]
-fn replayed_and_skipped_sequence_numbers_are_refused() {
+fn replayed_sequence_numbers_are_refused_and_a_skipped_one_is_forfeited() {
     let Story { mut h, node, lease, .. } = story();
     let report = h.full_use_report(&lease, &node, 60);
     h.settle(&lease, &node, report).unwrap();
     assert_error(h.settle(&lease, &node, report), GpunetError::BadSequence);
-    h.advance(120);
-    let skipped = UsageReport { seq: 3, ..h.full_use_report(&lease, &node, 60) };
-    assert_error(h.settle(&lease, &node, skipped), GpunetError::BadSequence);
-    assert_eq!(last_seq(&h, &lease), 1);
+    // seq 2 was refused by the attester (never sent): seq 3 still settles, so a refused report
+    // never blocks the node's later usage
+    h.advance(60);
+    let refused = h.full_use_report(&lease, &node, 60);
+    h.advance(60);
+    let next = UsageReport { seq: 3, ..h.full_use_report(&lease, &node, 60) };
+    h.settle(&lease, &node, next).unwrap();
+    assert_eq!(last_seq(&h, &lease), 3);
+    // ...and the skipped report can no longer be paid (its seq and its period are behind)
+    assert_error(h.settle(&lease, &node, refused), GpunetError::BadSequence);
+    let late = UsageReport { seq: 4, ..refused };
+    assert_error(h.settle(&lease, &node, late), GpunetError::BadPeriod);
 }
 
 #[test]

@@ -63,7 +63,9 @@ impl<'info> SettleUsage<'info> {
         let index = self.lease.assignment_index(&self.node.key()).ok_or(GpunetError::NodeNotInLease)?;
         let share = &self.lease.assignments[index];
 
-        require!(report.seq == share.last_seq.saturating_add(1), GpunetError::BadSequence);
+        // Strictly increasing, gaps allowed: a report the attester refused (an over-claim, say) is
+        // skipped for good and never blocks the node's later usage; a replay is always refused.
+        require!(report.seq > share.last_seq, GpunetError::BadSequence);
         let wall = report.period_end.checked_sub(report.period_start).ok_or(GpunetError::BadPeriod)?;
         require!(
             wall > 0

@@ -1,0 +1,153 @@
+"""The coordinator never punishes the innocent, with real processes (gpunet-localnet, embedded
+PostgreSQL, the coordinator, three workers): its own stall slashes nobody while a worker really
+lost in the same run is slashed once; a correlated outage of every worker pauses slashing, which
+resumes with the fleet, and the lease goes on."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+from solana.rpc.async_api import AsyncClient
+from solana.rpc.commitment import Confirmed
+from solders.pubkey import Pubkey
+
+from coordinator.settings import Settings
+from gpunet import instructions as ix
+from gpunet.accounts import fetch
+from gpunet.client import send_and_confirm
+from gpunet.localnet import free_ports
+from gpunet.pda import lease_pda, node_pda, provider_pda
+from gpunet.protocol import JobSpec
+
+from .conftest import eventually
+from .world import JOB, PRICE, World, all_running, placed_view, running, settled_count, start_worker, submitted, truly
+
+LOST_AFTER = 2.0
+
+
+@pytest.fixture
+async def chain(node):
+    async with AsyncClient(node.url, commitment=Confirmed) as client:
+        yield client
+
+
+async def _running_lease(world: World, api: str, chain: AsyncClient, seconds: int) -> tuple[Pubkey, list[str]]:
+    lease = lease_pda(world.client.pubkey(), 1)
+    await send_and_confirm(chain, world.client, [ix.open_lease(
+        world.client.pubkey(), world.client_tokens, world.mint, 1, ix.LeaseTerms(1, 80, 4, 0, 2 * PRICE, seconds))])
+    spec = JobSpec(command=[sys.executable, JOB], env={"STEPS": "100000", "STEP_SECONDS": "0.2"})
+    await eventually(lambda: submitted(api, world.client, lease, spec), what="the job accepted")
+    placed = (await eventually(lambda: placed_view(api, lease), what="the lease placed"))["placement"]["nodes"]
+    await eventually(lambda: all_running(api, lease, placed), what="the job running on both nodes")
+    return lease, placed
+
+
+async def _slashed(chain: AsyncClient, world: World) -> dict[str, int]:
+    return {str(key.pubkey()): (await fetch(chain, provider_pda(wallet.pubkey()), "Provider")).slashed
+            for wallet, key in world.suppliers}
+
+
+async def _refused_reports(pool) -> list[str]:
+    async with pool.acquire() as conn:
+        return [r["reason"] for r in await conn.fetch("SELECT reason FROM usage_reports WHERE status = 'refused'")]
+
+
+def _settings(node, database_url: str) -> Settings:
+    return Settings(rpc_url=node.url, ws_url=node.ws_url, database_url=database_url, poll_seconds=1.0,
+                    api_port=free_ports(1)[0], gateway_port=0, heartbeat_seconds=0.5, lost_after_seconds=LOST_AFTER,
+                    settle_seconds=1, close_grace_seconds=4, reconnect_grace_seconds=2)
+
+
+@pytest.mark.timeout(300)
+async def test_the_coordinator_s_own_stall_slashes_nobody_and_a_real_loss_is_slashed_once(
+        node, chain, pool, database_url, tmp_path) -> None:
+    world = await World().build(chain, tmp_path)
+    settings = _settings(node, database_url)
+    api = f"http://127.0.0.1:{settings.api_port}"
+    workers: dict[str, subprocess.Popen] = {}
+    async with running(settings, pool, world.admin) as coordinator:
+        for i, key in enumerate(world.node_keys()):
+            workers[key] = start_worker(world, i, coordinator.gateway.url, tmp_path / f"worker{i}.log")
+        await eventually(lambda: truly(len(coordinator.gateway.sessions) == 3), what="three workers connected")
+        lease, placed = await _running_lease(world, api, chain, 120)
+        survivor = placed[1]
+        await eventually(lambda: settled_count(pool, survivor), what="a first settlement")
+
+        # The control: one leased worker really dies. Then, before its silence is judged, the
+        # coordinator itself stalls for 3 x lost_after (its event loop blocked, as under SIGSTOP):
+        # every heartbeat of that time waits in its sockets.
+        lost = placed[0]
+        workers[lost].send_signal(signal.SIGKILL)
+        await asyncio.sleep(0.3)
+        time.sleep(3 * LOST_AFTER)  # noqa: ASYNC251 - the stall under test: nothing of the coordinator runs
+
+        await eventually(lambda: _jailed(chain, lost), timeout=60, what="the lost worker's node jailed")
+        await asyncio.sleep(3 * LOST_AFTER)  # time for a wrong judgement to show
+        slashed = await _slashed(chain, world)
+        assert slashed[lost] > 0, "the worker that really died is slashed"
+        assert [k for k, amount in slashed.items() if amount] == [lost], "nobody else is slashed"
+        async with pool.acquire() as conn:
+            assert await conn.fetchval("SELECT count(*) FROM faults") == 1
+        assert not (await fetch(chain, node_pda(Pubkey.from_string(survivor)), "Node")).jailed
+        # the survivor's usage across the stall is paid: nothing of it was refused as an over-claim
+        before = await settled_count(pool, survivor)
+        await eventually(lambda: _more(settled_count(pool, survivor), before), what="settlements after the stall")
+        assert await _refused_reports(pool) == []
+    for proc in workers.values():
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+
+
+@pytest.mark.timeout(300)
+async def test_a_correlated_outage_pauses_slashing_and_the_lease_goes_on(node, chain, pool, database_url,
+                                                                       tmp_path) -> None:
+    world = await World().build(chain, tmp_path)
+    settings = _settings(node, database_url)
+    api = f"http://127.0.0.1:{settings.api_port}"
+    workers: dict[str, subprocess.Popen] = {}
+    async with running(settings, pool, world.admin) as coordinator:
+        for i, key in enumerate(world.node_keys()):
+            workers[key] = start_worker(world, i, coordinator.gateway.url, tmp_path / f"worker{i}.log")
+        await eventually(lambda: truly(len(coordinator.gateway.sessions) == 3), what="three workers connected")
+        lease, placed = await _running_lease(world, api, chain, 120)
+        await eventually(lambda: settled_count(pool, placed[0]), what="a first settlement")
+
+        for proc in workers.values():  # every worker stops at once (a network partition, a power cut)
+            proc.send_signal(signal.SIGSTOP)
+        await eventually(lambda: _slashing_paused(api, True), timeout=30, what="slashing paused")
+        await asyncio.sleep(2 * LOST_AFTER)
+        for proc in workers.values():
+            proc.send_signal(signal.SIGCONT)
+        await eventually(lambda: _slashing_paused(api, False), timeout=30, what="slashing resumed")
+
+        assert not any((await _slashed(chain, world)).values()), "nobody is slashed for a correlated outage"
+        account = await fetch(chain, lease, "Lease")
+        assert {str(a.node_key) for a in list(account.assignments)[: account.node_count]} == set(placed)
+        before = await settled_count(pool, placed[0])
+        await eventually(lambda: _more(settled_count(pool, placed[0]), before), timeout=60,
+                         what="the lease billed again after the outage")
+        await eventually(lambda: all_running(api, lease, placed), what="the job still running on both nodes")
+    for proc in workers.values():
+        proc.kill()
+        proc.wait(timeout=30)
+
+
+async def _jailed(chain: AsyncClient, node_key: str) -> bool:
+    return (await fetch(chain, node_pda(Pubkey.from_string(node_key)), "Node")).jailed
+
+
+async def _slashing_paused(api: str, paused: bool) -> bool:
+    async with httpx.AsyncClient(timeout=10) as http:
+        state = (await http.get(f"{api}/workers")).json()["slashing"]
+    return state["paused"] is paused
+
+
+async def _more(count, before: int) -> bool:
+    return await count > before

@@ -1,0 +1,128 @@
+"""Real processes for the coordinator's end-to-end and fault tests: a gpunet market (admin = the
+coordinator's attester, three suppliers with a 2-GPU H100 node each, a client), the coordinator
+in this process with its API, `gpunet worker run` processes with simulated GPUs, and the waits
+the tests poll with."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import uvicorn
+from solana.rpc.async_api import AsyncClient
+from solders.keypair import Keypair
+from solders.pubkey import Pubkey
+
+from coordinator.api import create_app
+from coordinator.api.work import work_routes
+from coordinator.indexer.rpc import ChainRpc
+from coordinator.service import Coordinator
+from coordinator.settings import Settings
+from gpunet.accounts import fetch
+from gpunet.amounts import IO
+from gpunet.history import transactions_of
+from gpunet.jobs import CoordinatorError, job_view, submit_job
+from gpunet.keys import create_keypair_file
+from gpunet.protocol import JobSpec
+from gpunet.testbed import Market
+
+JOB = str(Path(__file__).resolve().parents[1] / "worker" / "jobs" / "steps.py")
+PRICE = 36 * IO  # per GPU-hour: 0.01 IO per GPU-second, so each settlement moves whole units
+PERIOD = 3
+
+
+class World:
+    """Config (admin = the coordinator's attester), three suppliers with a 2-GPU H100 node each, a client."""
+
+    async def build(self, chain: AsyncClient, home: Path) -> World:
+        self.chain, self.home = chain, home
+        market = await Market.create(chain, usage_period_seconds=PERIOD)
+        self.admin, self.mint = market.admin, market.mint
+        self.suppliers: list[tuple[Keypair, Keypair]] = []
+        for i in range(3):
+            s = await market.supplier(2, PRICE, 50 * IO)
+            create_keypair_file(home / f"node{i}.json", s.node_key)
+            self.suppliers.append((s.wallet, s.node_key))
+        self.client, self.client_tokens = await market.client(100 * IO)
+        return self
+
+    def node_keys(self) -> list[str]:
+        return [str(k.pubkey()) for _, k in self.suppliers]
+
+
+@contextlib.asynccontextmanager
+async def running(settings: Settings, pool, attester: Keypair):
+    coordinator = await Coordinator(settings, pool, attester).start()
+    rpc = ChainRpc(settings.rpc_url, settings.commitment)
+    server = uvicorn.Server(uvicorn.Config(create_app(pool, rpc, settings, work_routes(coordinator)),
+                                           host="127.0.0.1", port=settings.api_port, log_level="warning", lifespan="off"))
+    api = asyncio.create_task(server.serve())
+    try:
+        yield coordinator
+    finally:
+        server.should_exit = True
+        await api
+        await rpc.close()
+        await coordinator.stop()
+
+
+def start_worker(world: World, i: int, gateway: str, log: Path) -> subprocess.Popen:
+    gpunet = Path(sys.executable).with_name("gpunet")
+    with log.open("ab") as out:
+        return subprocess.Popen([str(gpunet), "worker", "run", "--keypair", str(world.home / f"node{i}.json"),
+                                 "--simulate-gpus", "H100:2:80", "--gateway", gateway,
+                                 "--state-dir", str(world.home / f"worker{i}")],
+                                stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "GPUNET_WORKER_STOP_GRACE_SECONDS": "2"})
+
+
+async def truly(value: bool) -> bool:
+    return value
+
+
+async def submitted(api: str, client: Keypair, lease: Pubkey, spec: JobSpec) -> bool:
+    try:
+        await submit_job(api, client, lease, spec, gpus_per_node=2)
+    except CoordinatorError as e:
+        if "not indexed" in str(e) or "cannot reach" in str(e):
+            return False
+        raise
+    return True
+
+
+async def placed_view(api: str, lease: Pubkey):
+    view = await job_view(api, lease)
+    return view if view["placement"] and view["placement"]["state"] == "placed" else None
+
+
+async def all_running(api: str, lease: Pubkey, nodes: list[str]) -> bool:
+    view = await job_view(api, lease)
+    states = {n["node_key"]: n["state"] for n in view["nodes"]}
+    return all(states.get(n) == "running" for n in nodes)
+
+
+async def resumed_on(api: str, lease: Pubkey, node_key: str) -> str | None:
+    after = 0
+    while logs := (await job_view(api, lease, after))["logs"]:
+        for line in logs:
+            if line["node_key"] == node_key and line["line"].startswith("resumed from"):
+                return line["line"]
+        after = logs[-1]["id"]
+    return None
+
+
+async def settled_count(pool, node_key: str) -> int:
+    async with pool.acquire() as conn:
+        return await conn.fetchval("SELECT count(*) FROM usage_reports WHERE node_key = $1 AND status = 'settled'",
+                                   node_key)
+
+
+async def closed(chain: AsyncClient, lease: Pubkey) -> bool:
+    return type((await fetch(chain, lease, "Lease")).status).__name__ == "Closed"
+
+
+async def settlement_events(chain: AsyncClient, lease: Pubkey) -> list:
+    return [e.data for tx in await transactions_of(chain, lease) for e in tx.events if e.name == "UsageSettled"]
