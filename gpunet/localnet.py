@@ -1,4 +1,5 @@
-"""Starting and stopping a gpunet-localnet node process (the demo, the tests, soon `gpunet localnet`)."""
+"""Starting and stopping a gpunet-localnet node process (the demo, the benches and the tests; `gpunet
+localnet` runs one in the foreground), and the key such a node makes the program's upgrade authority."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ from gpunet.localnet import LocalnetProcess
 
 # solana-py's websocket client is built on websockets.legacy, which warns once on
 # import; pyproject turns warnings into errors. Import it here with only that one
-# DeprecationWarning ignored (see DESIGN.md).
+# DeprecationWarning ignored (see docs/architecture.md, the Python chain stack).
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", message="websockets.legacy is deprecated", category=DeprecationWarning)
     import solana.rpc.websocket_api  # noqa: F401

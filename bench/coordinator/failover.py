@@ -4,7 +4,7 @@ Each trial opens a 2-node cluster lease (one simulated GPU per node), waits unti
 on both, SIGKILLs the rank-0 worker and times two spans to the job "running" on a replacement
 node (slash, reassign_lease, dispatch with the checkpoint, job start):
 - from the loss being detectable: the victim's last heartbeat (from the coordinator's /workers)
-  + `lost_after_seconds`; DESIGN.md's target, "node loss detected -> lease running again
+  + `lost_after_seconds`; the target (docs/architecture.md), "node loss detected -> lease running again
   elsewhere", is < 10 s;
 - from the kill, which adds the detection wait itself (up to lost_after after the last beat).
 

@@ -3,7 +3,7 @@
 Eight `gpunet worker run` processes with one simulated GPU each, the coordinator and
 gpunet-localnet on this machine. Each round opens an 8-GPU lease (one GPU per node), attaches
 its job, and times open_lease confirmed -> every node reports "running"; the client then
-closes the lease so the next round finds the nodes free. Target (DESIGN.md): p50 < 1 s, p99 < 3 s.
+closes the lease so the next round finds the nodes free. Target: p50 < 1 s, p99 < 3 s.
 
     .venv/bin/python bench/coordinator/time_to_running.py [--rounds 20]
 """

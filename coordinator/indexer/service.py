@@ -28,7 +28,7 @@ from coordinator.indexer.store import write_batch
 from coordinator.settings import Settings
 
 with warnings.catch_warnings():
-    # solana-py's websocket client is built on websockets.legacy, which warns on import (DESIGN.md).
+    # solana-py's websocket client is built on websockets.legacy, which warns on import (docs/architecture.md, the Python chain stack).
     warnings.filterwarnings("ignore", message="websockets.legacy is deprecated", category=DeprecationWarning)
     from solana.rpc.websocket_api import connect
 

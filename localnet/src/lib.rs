@@ -2,8 +2,9 @@
 //! `solana-program` entrypoints or Anchor 0.31 `entry` functions) inside
 //! LiteSVM, as if they were deployed SBF programs.
 //!
-//! No SBF toolchain is reachable from our machines, so the program cannot be
-//! loaded as an ELF. Instead each native program is registered as a LiteSVM
+//! The tests, the benches and gpunet-localnet run the program natively by default
+//! (fast to build, debuggable; `GPUNET_PROGRAM_SO` selects the SBF build instead,
+//! see gpunet_program.rs). Natively, each program is registered as a LiteSVM
 //! *builtin* ([`add_native_program`]). All of them share one builtin function
 //! ([`NativeProgram`]) that, like `solana-program-test`'s
 //! `invoke_builtin_function`, serializes the instruction's accounts with the

@@ -1,4 +1,6 @@
-//! One negative test per Sealevel attack class (DESIGN.md, "Reliability and security").
+//! One negative test per Sealevel attack class (missing signer, wrong owner, data mismatch, type
+//! cosplay, re-initialisation, arbitrary CPI, duplicate accounts, bumps, PDA sharing, closing and
+//! revival, fake sysvar); the attacks an independent review played are in review.rs.
 //! Usage-proof attacks live in settlement.rs.
 mod harness;
 
