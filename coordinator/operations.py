@@ -138,11 +138,17 @@ async def settle_outcomes(conn: asyncpg.Connection, outcomes: list[Outcome]) -> 
             str(o.signature) if o.signature else None)
 
 
-async def record_checkpoint(conn: asyncpg.Connection, node_key: Pubkey, checkpoint: Checkpoint) -> None:
-    await conn.execute(
-        """INSERT INTO checkpoints (lease, node_key, files) VALUES ($1, $2, $3)
+async def record_checkpoint(conn: asyncpg.Connection, node_key: Pubkey, checkpoint: Checkpoint) -> bool:
+    """Keeps the checkpoint as the lease's latest, only from a node that holds a share of the running
+    lease now: a node whose share moved must not overwrite the new node's progress. False if refused."""
+    status = await conn.execute(
+        """INSERT INTO checkpoints (lease, node_key, files)
+           SELECT $1, $2, $3 WHERE EXISTS (
+             SELECT 1 FROM assignments a JOIN leases l USING (lease)
+             WHERE a.lease = $1 AND a.node_key = $2 AND a.active AND l.status = 'active')
            ON CONFLICT (lease) DO UPDATE SET node_key = $2, files = $3, received_at = clock_timestamp()""",
         checkpoint.lease, str(node_key), json.dumps([f.model_dump() for f in checkpoint.files]))
+    return status.endswith(" 1")
 
 
 async def checkpoint_of(conn: asyncpg.Connection, lease: str) -> list[CheckpointFile]:

@@ -34,7 +34,8 @@ from coordinator.settings import Settings
 from coordinator.settlement import Settler, SignedUsage
 from gpunet.accounts import AccountError, fetch, fetch_config
 from gpunet.pda import node_pda
-from gpunet.protocol import Ack, Cancel, Checkpoint, Heartbeat, Hello, JobLog, JobStatus, UsageReportMessage, Welcome
+from gpunet.protocol import (Ack, Cancel, Checkpoint, Error, Heartbeat, Hello, JobLog, JobStatus, UsageReportMessage,
+                             Welcome)
 
 __all__ = ["Coordinator"]
 
@@ -173,7 +174,13 @@ class Coordinator:
 
     async def checkpoint(self, node_key: Pubkey, checkpoint: Checkpoint) -> None:
         async with self.pool.acquire() as conn:
-            await ops.record_checkpoint(conn, node_key, checkpoint)
+            recorded = await ops.record_checkpoint(conn, node_key, checkpoint)
+        if not recorded:
+            log.warning("checkpoint.refused node=%s lease=%s (it holds no share of the running lease)",
+                        node_key, checkpoint.lease)
+            with contextlib.suppress(Exception):
+                await self.gateway.send(node_key, Error(message=f"checkpoint of lease {checkpoint.lease} refused: "
+                                                                f"this node holds no share of it (it moved)"))
 
     async def worker_ack(self, node_key: Pubkey, ack: Ack) -> None:
         if ack.error:

@@ -102,6 +102,10 @@ class LocalnetProcess:
         self._started_once = False
 
     @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.rpc_port}"
 

@@ -57,6 +57,7 @@ class Node:
 class Deployment:
     def __init__(self, chain: AsyncClient, workdir: Path, coordinator: CoordinatorProcess) -> None:
         self.chain, self.workdir, self.coordinator = chain, workdir, coordinator
+        self.localnet: LocalnetProcess | None = None
         self.nodes: list[Node] = []
         self.next_lease_id = 1
 
@@ -146,6 +147,7 @@ async def deployment(**coordinator_settings: object) -> AsyncIterator[Deployment
                         "settle_seconds": 1, "close_grace_seconds": 3, "poll_seconds": 1} | coordinator_settings
             # The chain must be initialised before the coordinator starts (it reads the config).
             dep = Deployment(chain, workdir, None)  # type: ignore[arg-type]
+            dep.localnet = node
             await dep.initialise(admin)
             coordinator = CoordinatorProcess(workdir, node.url, node.ws_url, attester, **settings)
             coordinator.start()

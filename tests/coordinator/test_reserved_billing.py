@@ -31,7 +31,7 @@ from gpunet.pda import lease_pda, node_pda
 from gpunet.protocol import JobSpec
 
 from .conftest import eventually
-from .test_lease_lifecycle import PRICE, World, _closed, _settlement_events, _submitted, _true, running, start_worker
+from .world import PRICE, World, closed, running, settlement_events, start_worker, submitted, truly
 
 GPUS, DURATION, TOP_UP = 2, 40, 6
 GPUNET = str(Path(sys.executable).with_name("gpunet"))
@@ -55,7 +55,7 @@ async def _lines(api: str, lease: Pubkey) -> list[tuple[int, str]]:
 
 
 async def _settled_gpu_seconds(chain, lease: Pubkey) -> int:
-    return sum(e.gpu_seconds for e in await _settlement_events(chain, lease))
+    return sum(e.gpu_seconds for e in await settlement_events(chain, lease))
 
 
 @pytest.mark.timeout(300)
@@ -69,13 +69,13 @@ async def test_a_lease_pays_for_its_reserved_gpus_whether_or_not_a_job_runs(node
     async with running(settings, pool, world.admin) as coordinator:
         worker = start_worker(world, 0, coordinator.gateway.url, tmp_path / "worker0.log")  # the only node online
         try:
-            await eventually(lambda: _true(len(coordinator.gateway.sessions) == 1), what="the worker connected")
+            await eventually(lambda: truly(len(coordinator.gateway.sessions) == 1), what="the worker connected")
             lease = lease_pda(world.client.pubkey(), 1)
             await send_and_confirm(chain, world.client, [ix.open_lease(
                 world.client.pubkey(), world.client_tokens, world.mint, 1,
                 ix.LeaseTerms(1, 80, GPUS, 0, 2 * PRICE, DURATION))])
             first = JobSpec(command=["sh", "-c", "echo first job on $CUDA_VISIBLE_DEVICES"])
-            await eventually(lambda: _submitted(api, world.client, lease, first), what="job 1 accepted")
+            await eventually(lambda: submitted(api, world.client, lease, first), what="job 1 accepted")
             await eventually(lambda: _succeeded(api, lease, 1), what="job 1 exited")
             started = (await fetch(chain, lease, "Lease")).started_at
 
@@ -103,7 +103,7 @@ async def test_a_lease_pays_for_its_reserved_gpus_whether_or_not_a_job_runs(node
             # A top-up moves the end: the node is told, and bills until the new end.
             await send_and_confirm(chain, world.client, [ix.top_up_lease(world.client.pubkey(), world.client_tokens,
                                                                          lease, TOP_UP)])
-            await eventually(lambda: _closed(chain, lease), timeout=120, what="the lease closed by the coordinator")
+            await eventually(lambda: closed(chain, lease), timeout=120, what="the lease closed by the coordinator")
         finally:
             worker.send_signal(signal.SIGTERM)
             try:
@@ -112,7 +112,7 @@ async def test_a_lease_pays_for_its_reserved_gpus_whether_or_not_a_job_runs(node
                 worker.kill()
 
     ends_at = started + DURATION + TOP_UP
-    settled = await _settlement_events(chain, lease)
+    settled = await settlement_events(chain, lease)
     assert settled and all(e.period_end <= ends_at for e in settled)  # nothing after the lease's end
     assert max(e.period_end for e in settled) == ends_at  # ...and up to it, the top-up included
     gpu_seconds = sum(e.gpu_seconds for e in settled)

@@ -16,7 +16,7 @@ from coordinator.attester import Attester
 from coordinator.service import Coordinator
 from gpunet.accounts import fetch
 from gpunet.pda import node_pda
-from gpunet.protocol import Cancel, Heartbeat, Hello, Inventory
+from gpunet.protocol import Cancel, Checkpoint, CheckpointFile, Error, Heartbeat, Hello, Inventory
 
 from .chain import Cluster
 from .conftest import eventually
@@ -93,5 +93,14 @@ async def test_a_slashed_node_that_comes_back_is_admitted_and_told_to_cancel_the
         await coordinator.heartbeat(stays, _beat(held=[c.lease]))
         await coordinator.heartbeat(spare, _beat(c.lease, held=[c.lease]))
         assert gateway.sent == []
+
+        # One job, one place: the returning node's stale checkpoint never replaces the holders' one.
+        await coordinator.checkpoint(spare, Checkpoint(simulated=True, lease=str(c.lease),
+                                                       files=[CheckpointFile.of("step", b"42")]))
+        await coordinator.checkpoint(lost, Checkpoint(simulated=True, lease=str(c.lease),
+                                                      files=[CheckpointFile.of("step", b"7")]))
+        async with pool.acquire() as conn:
+            assert [f.content() for f in await ops.checkpoint_of(conn, str(c.lease))] == [b"42"]
+        assert [(key, type(m)) for key, m in gateway.sent] == [(lost, Error)]
     finally:
         await coordinator.chain.close()
