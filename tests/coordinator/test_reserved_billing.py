@@ -119,9 +119,9 @@ async def test_a_lease_pays_for_its_reserved_gpus_whether_or_not_a_job_runs(node
     # the whole reserved time x GPUs, less the part-second before the first dispatch reached the node
     assert (DURATION + TOP_UP - 3) * GPUS <= gpu_seconds <= (DURATION + TOP_UP) * GPUS, gpu_seconds
     assert {str(e.node) for e in settled} == {str(node_pda(Pubkey.from_string(world.node_keys()[0])))}
-    closed = await fetch(chain, lease, "Lease")
-    assert closed.deposited == closed.paid + closed.fees + closed.refunded
-    assert closed.paid + closed.fees == sum(e.payout + e.fee for e in settled) == gpu_seconds * PRICE // 3600
+    final = await fetch(chain, lease, "Lease")
+    assert final.deposited == final.paid + final.fees + final.refunded
+    assert final.paid + final.fees == sum(e.payout + e.fee for e in settled) == gpu_seconds * PRICE // 3600
 
 
 async def _at_least(chain, lease: Pubkey, gpu_seconds: int) -> bool:
