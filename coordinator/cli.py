@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import signal
@@ -21,7 +22,7 @@ from coordinator.db import SchemaTooNew, open_database
 from coordinator.indexer import Indexer
 from coordinator.indexer.service import ChainMismatch
 from coordinator.indexer.rpc import ChainRpc
-from coordinator.service import Coordinator
+from coordinator.service import Coordinator, DatabaseLost
 from coordinator.settings import Settings
 from gpunet.accounts import AccountError
 from gpunet.exits import Exit
@@ -57,6 +58,9 @@ def _serve(main: Callable[[Settings], Awaitable[object]]) -> None:
     except (SchemaTooNew, ChainMismatch, AccountError) as e:
         typer.echo(f"coordinator: {e}", err=True)
         raise typer.Exit(int(Exit.BAD_INPUT)) from None
+    except DatabaseLost as e:
+        typer.echo(f"coordinator: {e}", err=True)
+        raise typer.Exit(int(Exit.UNREACHABLE)) from None
 
 
 async def _api_server(settings: Settings, pool: object, extra_routes: Sequence[Route] = ()) -> None:
@@ -82,9 +86,15 @@ def run() -> None:
     async def main(settings: Settings) -> None:
         async with open_database(settings) as pool:
             coordinator = await Coordinator(settings, pool, attester).start()
+            api = asyncio.ensure_future(_api_server(settings, pool, work_routes(coordinator)))
             try:
-                await _api_server(settings, pool, work_routes(coordinator))
+                await asyncio.wait([api, coordinator.fatal], return_when=asyncio.FIRST_COMPLETED)
+                if coordinator.fatal.done():
+                    coordinator.fatal.result()  # raises what stopped it
             finally:
+                api.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await api
                 await coordinator.stop()
     _serve(main)
 

@@ -44,6 +44,11 @@ log = logging.getLogger("gpunet.coordinator")
 WATCH_EVERY_SECONDS = 0.2
 
 
+class DatabaseLost(Exception):
+    """The database stayed unreachable longer than the coordinator waits for it: it stops, so a
+    supervisor restarts it (with the embedded PostgreSQL, a restart starts the server again)."""
+
+
 class Coordinator:
     def __init__(self, settings: Settings, pool: asyncpg.Pool, attester: Keypair) -> None:
         self.settings, self.pool, self.attester_key = settings, pool, attester
@@ -63,6 +68,9 @@ class Coordinator:
         self._blind_since: float | None = None  # since when this process cannot see its database or chain
         self.slashing_paused = False
         self.slashing_paused_reason = ""
+        self._database_down_since: float | None = None
+        # Set (with DatabaseLost) when the coordinator must stop; whoever runs it waits on it too.
+        self.fatal: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     async def start(self) -> Coordinator:
         # Workers meter in the protocol's usage period (the most one report may cover).
@@ -81,6 +89,7 @@ class Coordinator:
                                   ("dispatch", self.placer.dispatch_jobs, 0.1),
                                   ("lease-ends", self.placer.end_leases, 1.0),
                                   ("stall-watch", self.watch_own_stalls, WATCH_EVERY_SECONDS),
+                                  ("database-watch", self.watch_database, 1.0),
                                   ("failover", self.fail_over, 0.5),
                                   ("settlement", self.settle_pending, self.settings.settle_seconds)):
             self._tasks.append(asyncio.create_task(self._every(name, step, every), name=name))
@@ -108,9 +117,34 @@ class Coordinator:
     async def run_forever(self) -> None:
         await self.start()
         try:
-            await asyncio.Event().wait()
+            await self.fatal
         finally:
             await self.stop()
+
+    async def watch_database(self) -> None:
+        """A database outage is a state: decisions wait (nobody is judged, see `_may_judge`) and the
+        outage is a blind window once it ends. One longer than `database_outage_exit_seconds` stops
+        the coordinator with DatabaseLost."""
+        now = time.time()
+        try:
+            async with asyncio.timeout(3):
+                async with self.pool.acquire() as conn:
+                    await conn.fetchval("SELECT 1")
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as e:
+            if self._database_down_since is None:
+                self._database_down_since = now
+                log.error("database.unreachable (%s): decisions wait for it; the coordinator stops after %.0f s",
+                          e or type(e).__name__, self.settings.database_outage_exit_seconds)
+            elif now - self._database_down_since > self.settings.database_outage_exit_seconds and not self.fatal.done():
+                self.fatal.set_exception(DatabaseLost(
+                    f"the database has not answered for {now - self._database_down_since:.0f} s "
+                    f"(GPUNET_DATABASE_OUTAGE_EXIT_SECONDS={self.settings.database_outage_exit_seconds:g}); "
+                    "check it (or the embedded server's log in GPUNET_STATE_DIR) and start the coordinator again"))
+            return
+        if self._database_down_since is not None:
+            self.fleet.add_blind(self._database_down_since, now)
+            log.warning("database.back after %.1f s", now - self._database_down_since)
+            self._database_down_since = None
 
     @staticmethod
     async def _every(name: str, step: Callable[[], Awaitable[None]], seconds: float) -> None:

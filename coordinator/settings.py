@@ -62,6 +62,8 @@ class Settings(BaseSettings):
     max_lost_fraction: float = Field(default=0.5, gt=0, le=1)
     # The fleet, for that fraction: nodes heard within this many seconds.
     fleet_window_seconds: float = Field(default=120.0, gt=0)
+    # A database unreachable this long stops the coordinator (exit code 5) for a supervisor to restart it.
+    database_outage_exit_seconds: float = Field(default=60.0, gt=0)
     # After a lease's end: seconds for the workers' last usage reports before it is closed.
     close_grace_seconds: float = Field(default=8.0, ge=0)
     # MASTER_PORT given to cluster jobs (rank 0's node listens on it).

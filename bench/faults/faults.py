@@ -13,7 +13,7 @@ and the lease runs to its end, is closed and finalized by the coordinator. Print
 slashes of innocent nodes (target 0), delivered GPU-seconds unpaid (target 0: every node that held
 its share to the end is paid its held time x GPUs, less the part-second of each usage period the
 worker rounds down), leases where more nodes ran the job than it has shares at once (target 0,
-from the coordinator's view sampled every 0.5 s), and for the control, its slashes (exactly one).
+from the coordinator's view of live worker processes, sampled every 0.5 s), and for the control, its slashes (exactly one).
 The database kill is not in the matrix yet: the coordinator does not survive it (see the README's
 operator notes).
 
@@ -111,7 +111,9 @@ async def _count_overlaps(dep, lease, shares: int, outcome: Outcome) -> None:
     seen_twice = False
     while True:
         try:
-            running = [n for n, state in (await dep.states(lease)).items() if state == "running"]
+            # a SIGKILLed worker's last state stays "running" in the ledger: only live processes count
+            running = [n for n, state in (await dep.states(lease)).items()
+                       if state == "running" and dep.node(n).worker.alive()]
         except Exception:  # the coordinator may be paused: nothing to sample
             running = []
         if len(running) > shares and not seen_twice:

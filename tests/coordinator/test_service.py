@@ -3,6 +3,7 @@ indexer, gateway and API in one process, and a clean stop on SIGTERM that stops 
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import os
 import shutil
@@ -119,4 +120,40 @@ async def test_run_refuses_an_attester_key_the_config_does_not_list(node, market
         assert f"the attester key {key} is not one of the config's attesters" in done.stderr
         assert not (state / "postgres" / "postmaster.pid").exists()  # PostgreSQL stopped on the way out
     finally:
+        shutil.rmtree(state, ignore_errors=True)
+
+
+async def test_a_database_killed_for_good_stops_the_coordinator_with_a_clear_error(node, market: Market):
+    state = Path(tempfile.mkdtemp(prefix="gpunet-coordinator-dbkill-"))
+    port, gateway_port = free_ports(2)
+    attester = state / "attester.json"
+    create_keypair_file(attester, market.attester)
+    env = {**os.environ, "GPUNET_RPC_URL": node.url, "GPUNET_WS_URL": node.ws_url, "GPUNET_STATE_DIR": str(state),
+           "GPUNET_API_PORT": str(port), "GPUNET_GATEWAY_PORT": str(gateway_port),
+           "GPUNET_ATTESTER_KEYPAIR": str(attester), "GPUNET_DATABASE_OUTAGE_EXIT_SECONDS": "3"}
+    env.pop("GPUNET_DATABASE_URL", None)
+    pid_file = state / "postgres" / "postmaster.pid"
+    log = state / "coordinator.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "coordinator", "run"], cwd=REPO, env=env,
+                                stdout=out, stderr=subprocess.STDOUT)
+    try:
+        async def healthy() -> bool:
+            try:
+                return httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200
+            except httpx.HTTPError:
+                return False
+        await eventually(healthy, what=f"the coordinator up (log: {log})")
+        await asyncio.sleep(2)
+        assert proc.poll() is None  # the control: running while its database answers
+        os.kill(int(pid_file.read_text().splitlines()[0]), signal.SIGKILL)  # the postmaster, for good
+        code = proc.wait(timeout=60)
+        assert code == 5, log.read_text()[-2000:]
+        text = log.read_text()
+        assert "the database has not answered for" in text and "start the coordinator again" in text
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        subprocess.run(["pkill", "-KILL", "-f", str(state / "postgres")], capture_output=True)
         shutil.rmtree(state, ignore_errors=True)
