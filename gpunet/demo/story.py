@@ -280,9 +280,10 @@ class Demo:
         def sig(name: str) -> str:
             return next((short(tx.signature) for tx in txs for e in tx.events if e.name == name), "-")
 
-        table.add_row("client", "", f"refund {format_io(result.refunded)}", "", "",
-                      f"close {sig('LeaseClosed')}, finalize {sig('LeaseFinalized')}")
+        table.add_row("client", "", f"refund {format_io(result.refunded)}", "", "", f"close {sig('LeaseClosed')}")
         self.console.print(table)
+        self.say(f"the close refunded what the last usage could not cost; the finalization ({sig('LeaseFinalized')}) "
+                 "the rest, once the last periods were settled")
         result.conserved = account.deposited == account.paid + account.fees + account.refunded
         self.say(f"conservation (base units): deposited {account.deposited} == paid {account.paid} + fees {account.fees} "
                  f"+ refunded {account.refunded} → {'[green]OK[/]' if result.conserved else '[red]MISMATCH[/]'}")
