@@ -20,11 +20,8 @@ from gpunet.events import decode_events
 from gpunet.idl import PROGRAM_ID
 from gpunet.localnet import PROGRAM_SO_ENV
 from gpunet.pda import config_pda
-from gpunet.tokens import create_mint, ensure_io_account
-
 from gpunet.testbed import funded_deployer
-
-from .helpers import funded
+from gpunet.tokens import create_mint, ensure_io_account
 
 pytestmark = pytest.mark.filterwarnings("ignore:websockets.legacy is deprecated:DeprecationWarning")
 
