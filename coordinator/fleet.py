@@ -45,6 +45,7 @@ class Fleet:
         self.nodes: dict[Pubkey, NodeSeen] = {}
         self.blind: list[tuple[float, float]] = []  # windows the coordinator could not observe
         self._last_watch: float | None = None
+        self._watch_late_after = 0.0  # a watch older than this: a stall not noticed yet
 
     # --- the coordinator's own blindness
 
@@ -54,6 +55,7 @@ class Fleet:
         window. Returns the stall's length (0 when none)."""
         now = self.clock()
         last, self._last_watch = self._last_watch, now
+        self._watch_late_after = every_seconds + stall_after_seconds
         if last is None or now - last - every_seconds <= stall_after_seconds:
             return 0.0
         self.add_blind(last, now)
@@ -72,8 +74,17 @@ class Fleet:
             self.blind.pop(0)
 
     def judging(self) -> bool:
-        """Whether nodes may be judged lost now (not while heartbeats from a blind window drain)."""
-        return not self.blind or self.clock() - self.blind[-1][1] >= self.drain_seconds
+        """Whether nodes may be judged lost now: not while heartbeats from a blind window drain, nor
+        while the watch is late (a stall that has just ended and is not recorded yet)."""
+        now = self.clock()
+        if self._last_watch is not None and now - self._last_watch > self._watch_late_after:
+            return False
+        return not self.blind or now - self.blind[-1][1] >= self.drain_seconds
+
+    def unjudged(self, node_key: Pubkey) -> None:
+        """A node found silent was not judged after all: it is reported again if it stays silent."""
+        if (seen := self.nodes.get(node_key)) is not None:
+            seen.lost_reported = False
 
     def silent_for(self, node_key: Pubkey) -> float:
         """Seconds since the node's last heartbeat that the coordinator could observe."""

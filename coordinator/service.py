@@ -68,6 +68,7 @@ class Coordinator:
         self._blind_since: float | None = None  # since when this process cannot see its database or chain
         self.slashing_paused = False
         self.slashing_paused_reason = ""
+        self._paused_since = 0.0
         self._database_down_since: float | None = None
         # Set (with DatabaseLost) when the coordinator must stop; whoever runs it waits on it too.
         self.fatal: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -268,8 +269,9 @@ class Coordinator:
         if self._silent and self.fleet.judging() and await self._may_judge():
             for node_key in sorted(self._silent, key=str):
                 self._silent.discard(node_key)
-                if not self.fleet.silent(node_key):
-                    log.info("node.back node=%s (silent, then heard again before it was judged)", node_key)
+                if not self.fleet.silent(node_key):  # heard again, or its silence was partly blind time
+                    self.fleet.unjudged(node_key)
+                    log.info("node.back node=%s (not silent for lost_after once blind time is left out)", node_key)
                     continue
                 async with self.pool.acquire() as conn:
                     shares = await ops.active_shares(conn, node_key=str(node_key))
@@ -299,13 +301,18 @@ class Coordinator:
         if pause != self.slashing_paused:
             self.slashing_paused = pause
             if pause:
+                self._paused_since = now
                 self.slashing_paused_reason = (f"{silent} of {of} nodes silent at once (more than "
                                                f"{self.settings.max_lost_fraction:.0%}): a correlated outage")
                 log.warning("slashing.paused %s; no node is slashed or moved until the fleet is heard again",
                             self.slashing_paused_reason)
             else:
+                # Silence during a correlated outage says nothing about a node: it counts for nobody,
+                # so the last nodes to reconnect get their full lost_after, like after a stall.
+                self.fleet.add_blind(self._paused_since, now)
                 log.warning("slashing.resumed %d of %d nodes silent", silent, of)
                 self.slashing_paused_reason = ""
+                return False
         return not pause
 
     async def _own_outage(self) -> str | None:
@@ -334,6 +341,7 @@ class Coordinator:
             self._silent.add(node_key)
             return
         if seen is None or not self.fleet.silent(node_key):
+            self.fleet.unjudged(node_key)
             log.info("node.back node=%s (heard again before the slash was sent)", node_key)
             return
         silent = self.fleet.silent_for(node_key)

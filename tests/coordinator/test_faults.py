@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import subprocess
 import sys
 import time
 
@@ -26,7 +25,7 @@ from gpunet.pda import lease_pda, node_pda, provider_pda
 from gpunet.protocol import JobSpec
 
 from .conftest import eventually
-from .world import JOB, PRICE, World, all_running, placed_view, running, settled_count, start_worker, submitted, truly
+from .world import JOB, PRICE, World, all_running, placed_view, running, settled_count, start_workers, submitted
 
 LOST_AFTER = 2.0
 
@@ -70,11 +69,8 @@ async def test_the_coordinator_s_own_stall_slashes_nobody_and_a_real_loss_is_sla
     world = await World().build(chain, tmp_path)
     settings = _settings(node, database_url)
     api = f"http://127.0.0.1:{settings.api_port}"
-    workers: dict[str, subprocess.Popen] = {}
     async with running(settings, pool, world.admin) as coordinator:
-        for i, key in enumerate(world.node_keys()):
-            workers[key] = start_worker(world, i, coordinator.gateway.url, tmp_path / f"worker{i}.log")
-        await eventually(lambda: truly(len(coordinator.gateway.sessions) == 3), what="three workers connected")
+        workers = await start_workers(world, coordinator, tmp_path)
         lease, placed = await _running_lease(world, api, chain, 120)
         survivor = placed[1]
         await eventually(lambda: settled_count(pool, survivor), what="a first settlement")
@@ -111,11 +107,8 @@ async def test_a_correlated_outage_pauses_slashing_and_the_lease_goes_on(node, c
     world = await World().build(chain, tmp_path)
     settings = _settings(node, database_url)
     api = f"http://127.0.0.1:{settings.api_port}"
-    workers: dict[str, subprocess.Popen] = {}
     async with running(settings, pool, world.admin) as coordinator:
-        for i, key in enumerate(world.node_keys()):
-            workers[key] = start_worker(world, i, coordinator.gateway.url, tmp_path / f"worker{i}.log")
-        await eventually(lambda: truly(len(coordinator.gateway.sessions) == 3), what="three workers connected")
+        workers = await start_workers(world, coordinator, tmp_path)
         lease, placed = await _running_lease(world, api, chain, 120)
         await eventually(lambda: settled_count(pool, placed[0]), what="a first settlement")
 

@@ -62,26 +62,33 @@ def test_a_node_expected_after_a_restart_is_lost_only_after_its_grace() -> None:
     assert fleet.online(node)
 
 
+def _run(fleet: Fleet, clock: Clock, seconds: float) -> None:
+    """The coordinator running normally for `seconds`: its stall watch wakes every 0.2 s."""
+    for _ in range(round(seconds / 0.2)):
+        clock.now += 0.2
+        assert fleet.watch(0.2, 1.0) == 0.0
+
+
 def test_the_coordinator_s_own_stall_is_never_a_node_s_silence() -> None:
     clock, alive, dead = Clock(), Pubkey.new_unique(), Pubkey.new_unique()
     fleet = Fleet(lost_after_seconds=3, clock=clock, drain_seconds=1)
     for node in (alive, dead):
         fleet.connected(node, simulated=True)
     fleet.watch(0.2, 1.0)
-    clock.now += 0.2
-    assert fleet.watch(0.2, 1.0) == 0.0  # on time: no stall
-    clock.now += 1  # the dead node's last beat was at 1,000 (its connection); the alive one beats at 1,001.2
-    fleet.heartbeat(alive, healthy=True)
-    clock.now = 1_011.2  # the coordinator saw nothing since 1,000.2 (SIGSTOP, a blocked loop)
-    assert fleet.watch(0.2, 1.0) == 11.0
+    _run(fleet, clock, 1.0)  # the dead node's last beat was at 1,000 (its connection)
+    fleet.heartbeat(alive, healthy=True)  # at 1,001
+    clock.now += 10  # the coordinator sees nothing for 10 s (SIGSTOP, a blocked loop)
+    # its loop resumes: before the stall watch wakes, nobody may be judged (it is late)
+    assert not fleet.judging() and fleet.newly_lost() == []
+    assert fleet.watch(0.2, 1.0) == pytest.approx(10.0)
     # its heartbeats are still in the socket: nobody is judged until they are read
     assert fleet.newly_lost() == [] and not fleet.judging()
-    clock.now += 0.5
+    _run(fleet, clock, 0.4)
     fleet.heartbeat(alive, healthy=True)  # drained
-    clock.now += 0.6
+    _run(fleet, clock, 0.6)
     assert fleet.silent_for(alive) < 1 and fleet.silent_for(dead) < 3  # the stall is nobody's silence
     assert fleet.newly_lost() == []
-    clock.now += 2.5  # the control: the dead node's own silence (not the stall) now exceeds lost_after
+    _run(fleet, clock, 2.0)  # the control: the dead node's own silence (not the stall) now exceeds lost_after
     fleet.heartbeat(alive, healthy=True)
     assert fleet.newly_lost() == [dead] and fleet.silent(dead) and not fleet.silent(alive)
     # the stall counts as online time for a node that was online when it began

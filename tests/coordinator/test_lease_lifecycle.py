@@ -11,7 +11,6 @@ settled each period; the coordinator closes the lease at its end; every token is
 from __future__ import annotations
 
 import signal
-import subprocess
 import sys
 
 import pytest
@@ -30,7 +29,7 @@ from gpunet.protocol import JobSpec
 
 from .conftest import eventually
 from .world import (JOB, PRICE, World, all_running, closed, placed_view, resumed_on, running, settled_count,
-                    settlement_events, start_worker, submitted, truly)
+                    settlement_events, start_workers, submitted, truly)
 
 
 @pytest.fixture
@@ -47,11 +46,8 @@ async def test_a_cluster_lease_survives_a_lost_worker_and_every_token_is_account
                         api_port=free_ports(1)[0], gateway_port=0, heartbeat_seconds=0.5, lost_after_seconds=3,
                         settle_seconds=1, close_grace_seconds=4)
     api = f"http://127.0.0.1:{settings.api_port}"
-    workers: dict[str, subprocess.Popen] = {}
     async with running(settings, pool, world.admin) as coordinator:
-        for i, key in enumerate(world.node_keys()):
-            workers[key] = start_worker(world, i, coordinator.gateway.url, tmp_path / f"worker{i}.log")
-        await eventually(lambda: truly(len(coordinator.gateway.sessions) == 3), what="three workers connected")
+        workers = await start_workers(world, coordinator, tmp_path)
 
         lease = lease_pda(world.client.pubkey(), 1)
         await send_and_confirm(chain, world.client, [ix.open_lease(
