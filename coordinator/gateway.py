@@ -32,6 +32,7 @@ from gpunet.protocol import (
     Challenge,
     ChallengeAnswer,
     Checkpoint,
+    Error,
     Heartbeat,
     Hello,
     JobLog,
@@ -171,6 +172,18 @@ class Gateway:
         message = self._parse(raw)
         if message.simulated != simulated:
             raise _Refused(CLOSE_MALFORMED, "a session's messages must keep its hello's simulated flag")
+        try:
+            await self._handle(node_key, message, ws)
+        except (_Refused, ConnectionClosed):
+            raise
+        except Exception as e:  # the coordinator's side failed (its database is down, say): not the worker's fault
+            # The session stays up: dropping it would only make every worker reconnect in a loop. A usage
+            # report is not acknowledged, so the worker keeps it and sends it again.
+            log.warning("gateway.could_not_record node=%s message=%s error=%s", node_key, message.type, e)
+            await ws.send(encode(Error(message=f"the coordinator could not record your {message.type} now "
+                                               f"({type(e).__name__}); hold on and send it again later")))
+
+    async def _handle(self, node_key: Pubkey, message: Any, ws: ServerConnection) -> None:
         h = self.handler
         match message:
             case Heartbeat():

@@ -50,6 +50,9 @@ class WorkerSettings(BaseSettings):
     state_dir: Path = Path("~/.local/state/gpunet-worker").expanduser()
     usage_period_seconds: int = 60  # until the coordinator's welcome says otherwise
     meter_tick_seconds: float = 1.0  # how often metering progress is journaled (the most a crash can lose)
+    # Usage reports still unacknowledged this long after a pass are sent again (the coordinator may
+    # not have been able to record them: its database down, say); a repeat is harmless.
+    usage_resend_seconds: float = 15.0
     stop_grace_seconds: float = 10.0  # SIGTERM -> SIGKILL
     reconnect_base_seconds: float = 0.5
     reconnect_cap_seconds: float = 30.0
@@ -285,13 +288,28 @@ class Agent:
         self.session.send(Ack(simulated=self.simulated, of="lease_end", lease=message.lease))
 
     async def _meter_clock(self) -> None:
+        unacked_at_last_pass: set[tuple[str, int]] = set()
+        last_pass = time.monotonic()
         while True:
             await asyncio.sleep(self.settings.meter_tick_seconds)
+            if time.monotonic() - last_pass >= self.settings.usage_resend_seconds:
+                unacked_at_last_pass = self._resend_unacked(unacked_at_last_pass)
+                last_pass = time.monotonic()
             now = time.time()
             for lease, share in list(self.shares.items()):
                 if not share.released:
                     self._send_all(share.meter.tick(now))
                 self._send_checkpoint(lease, share)
+
+    def _resend_unacked(self, unacked_before: set[tuple[str, int]]) -> set[tuple[str, int]]:
+        """Sends again the reports that were unacknowledged at the previous pass too (a report sent
+        just now is not repeated before its ack had a chance); returns what is unacknowledged now."""
+        unacked = self.journal.unacked()
+        again = [r for r in unacked if (r.lease, r.seq) in unacked_before]
+        if again:
+            log.info("usage.resent reports=%d (not acknowledged yet)", len(again))
+            self._send_all(again)
+        return {(r.lease, r.seq) for r in unacked}
 
     def _send_checkpoint(self, lease: str, share: _Share) -> None:
         """Sends the job's checkpoint directory when it changed, so another node can resume it."""

@@ -164,3 +164,26 @@ async def test_a_second_session_of_the_same_node_replaces_the_first(gateway) -> 
     await gw.send(node.pubkey(), Cancel(lease=str(Pubkey.new_unique())))
     assert parse_coordinator_message(await second.recv()).type == "cancel"
     await second.close()
+
+
+async def test_a_message_the_coordinator_cannot_record_keeps_the_session_and_is_not_acked(gateway) -> None:
+    gw, recorder, node = gateway
+    ws = await _admitted(gw, node)
+    lease = Pubkey.new_unique()
+    report = UsageReport(1, 100, 160, 120)
+    frame = json.dumps({"type": "usage_report", "simulated": True, "lease": str(lease), "seq": 1,
+                        "period_start": 100, "period_end": 160, "gpu_seconds": 120,
+                        "signature": str(node.sign_message(report.message(lease, node.pubkey())))})
+
+    async def database_down(node_key, message=None):
+        raise OSError("connection refused")
+    recorder.usage = database_down  # the coordinator's database is down
+    await ws.send(frame)
+    error = parse_coordinator_message(await ws.recv())
+    assert error.type == "error" and "send it again later" in error.message  # no ack: the worker keeps it
+    assert gw.online(node.pubkey())  # the session is kept: no reconnect storm
+    del recorder.usage  # the database is back: the same report is recorded and acked
+    await ws.send(frame)
+    ack = parse_coordinator_message(await ws.recv())
+    assert (ack.type, ack.seq) == ("ack", 1) and recorder.kinds()[-1] == "usage"
+    await ws.close()

@@ -44,10 +44,12 @@ def job(steps: int, step_seconds: float = 0.1, **spec: object) -> JobSpec:
 
 
 @contextlib.asynccontextmanager
-async def running_agent(gateway: FakeGateway, state_dir: Path, node: Keypair | None = None) -> AsyncIterator[Agent]:
+async def running_agent(gateway: FakeGateway, state_dir: Path, node: Keypair | None = None,
+                        **settings_: object) -> AsyncIterator[Agent]:
     node = node or Keypair()
     settings = WorkerSettings(gateway_url=gateway.url, state_dir=state_dir, meter_tick_seconds=0.2,
-                              stop_grace_seconds=2, reconnect_base_seconds=0.1, reconnect_cap_seconds=1)
+                              stop_grace_seconds=2, reconnect_base_seconds=0.1, reconnect_cap_seconds=1,
+                              **settings_)
     agent = Agent(settings, node, SimulatedGpus.parse("H100:2:80", str(node.pubkey())))
     task = asyncio.create_task(agent.run())
     try:
@@ -170,6 +172,25 @@ async def test_a_dropped_connection_is_resumed_without_losing_or_repeating_anyth
         assert second[: len(first)] == first
         assert [r.seq for r in second] == list(range(1, len(second) + 1))
         assert gateway.messages(Ack, 2)[-1].of == "dispatch"
+
+
+async def test_reports_the_coordinator_could_not_record_are_sent_again_in_the_same_session(tmp_path) -> None:
+    lease = str(Pubkey.new_unique())
+    async with FakeGateway() as gateway, running_agent(gateway, tmp_path, usage_resend_seconds=0.5) as agent:
+        await gateway.wait_for(lambda: gateway.messages(Heartbeat), what="a heartbeat")
+        gateway.ack_usage = lambda report: False  # its database is down: nothing recorded, nothing acked
+        await gateway.send(Dispatch(lease=lease, gpus=1, job=job(steps=100)))
+        await gateway.wait_for(lambda: len({r.seq for r in reports(gateway, lease, 1)}) >= 1, what="a report")
+        first = reports(gateway, lease, 1)[0]
+        await gateway.wait_for(lambda: reports(gateway, lease, 1).count(first) >= 2 or None, what="the report again")
+        gateway.ack_usage = lambda report: True  # the database is back
+        await gateway.wait_for(lambda: agent.journal.unacked() == [] or None, what="every report acked")
+        assert gateway.sessions == 1  # held, never reconnected
+        # the control: an acknowledged report is not sent again
+        acked = {r.seq for r in reports(gateway, lease, 1)}
+        sent = len(reports(gateway, lease, 1))
+        await asyncio.sleep(1.5)
+        assert not {r.seq for r in reports(gateway, lease, 1)[sent:]} & acked
 
 
 async def test_a_held_share_is_billed_after_its_job_exits_and_the_next_job_runs_on_the_same_gpus(tmp_path) -> None:
