@@ -155,10 +155,12 @@ class Fleet:
         return self.silent_for(node_key) > self.lost_after
 
     def silent_share(self, window_seconds: float) -> tuple[int, int]:
-        """(silent, of): nodes silent beyond `lost_after` among those heard within `window_seconds`
-        (nodes gone longer ago are not part of the fleet any more)."""
+        """(silent, of): nodes going silent among those heard within `window_seconds` (nodes gone longer
+        ago are not part of the fleet any more). A node counts from half of `lost_after`: when a
+        whole fleet stops at once, the first node crosses `lost_after` up to a heartbeat before the
+        others, and the outage must be seen as correlated before that first one is judged."""
         recent = [k for k in self.nodes if self.silent_for(k) <= window_seconds]
-        return sum(self.silent(k) for k in recent), len(recent)
+        return sum(self.silent_for(k) > self.lost_after / 2 for k in recent), len(recent)
 
     def _unseen_since(self, seen: NodeSeen) -> float:
         """Blind seconds since the node's last heartbeat."""

@@ -118,6 +118,14 @@ def test_the_share_of_the_fleet_silent_at_once() -> None:
     for node in nodes[1:3]:
         fleet.heartbeat(node, healthy=True)
     assert fleet.silent_share(window_seconds=60) == (1, 4)
+    # the whole fleet stops at once: when the first node crosses lost_after, the others (their last
+    # beats up to a heartbeat later) already count, so the outage is seen as correlated in time
+    for node in nodes:
+        fleet.heartbeat(node, healthy=True)
+        clock.now += 0.5
+    clock.now += 1.1  # the first node's silence: 3.1 s, the last one's: 1.6 s
+    assert [fleet.silent(n) for n in nodes] == [True, False, False, False]
+    assert fleet.silent_share(window_seconds=60) == (4, 4)
     clock.now += 100  # nodes not heard within the window are no longer part of the fleet
     fleet.heartbeat(nodes[0], healthy=True)
     assert fleet.silent_share(window_seconds=60) == (0, 1)
