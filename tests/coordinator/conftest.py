@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import shutil
+import subprocess
 import tempfile
 import time
 import uuid
@@ -133,3 +134,15 @@ async def indexed_events(pool: asyncpg.Pool) -> list[tuple[str, int, str, dict]]
 async def state(pool: asyncpg.Pool) -> dict:
     async with pool.acquire() as conn:
         return dict(await conn.fetchrow("SELECT * FROM indexer_state"))
+
+
+@pytest.fixture
+def spawned():
+    """The processes a test starts, killed at teardown whatever happened: a failed test must not
+    leave workers running (they reconnect forever)."""
+    procs: list[subprocess.Popen] = []
+    yield procs
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)

@@ -65,12 +65,12 @@ def _settings(node, database_url: str) -> Settings:
 
 @pytest.mark.timeout(300)
 async def test_the_coordinator_s_own_stall_slashes_nobody_and_a_real_loss_is_slashed_once(
-        node, chain, pool, database_url, tmp_path) -> None:
+        node, chain, pool, database_url, tmp_path, spawned) -> None:
     world = await World().build(chain, tmp_path)
     settings = _settings(node, database_url)
     api = f"http://127.0.0.1:{settings.api_port}"
     async with running(settings, pool, world.admin) as coordinator:
-        workers = await start_workers(world, coordinator, tmp_path)
+        workers = await start_workers(world, coordinator, tmp_path, spawned)
         lease, placed = await _running_lease(world, api, chain, 120)
         survivor = placed[1]
         await eventually(lambda: settled_count(pool, survivor), what="a first settlement")
@@ -103,12 +103,12 @@ async def test_the_coordinator_s_own_stall_slashes_nobody_and_a_real_loss_is_sla
 
 @pytest.mark.timeout(300)
 async def test_a_correlated_outage_pauses_slashing_and_the_lease_goes_on(node, chain, pool, database_url,
-                                                                       tmp_path) -> None:
+                                                                       tmp_path, spawned) -> None:
     world = await World().build(chain, tmp_path)
     settings = _settings(node, database_url)
     api = f"http://127.0.0.1:{settings.api_port}"
     async with running(settings, pool, world.admin) as coordinator:
-        workers = await start_workers(world, coordinator, tmp_path)
+        workers = await start_workers(world, coordinator, tmp_path, spawned)
         lease, placed = await _running_lease(world, api, chain, 120)
         await eventually(lambda: settled_count(pool, placed[0]), what="a first settlement")
 

@@ -40,14 +40,14 @@ async def chain(node):
 
 @pytest.mark.timeout(300)
 async def test_a_cluster_lease_survives_a_lost_worker_and_every_token_is_accounted_for(node, chain, pool, database_url,
-                                                                                      tmp_path) -> None:
+                                                                                      tmp_path, spawned) -> None:
     world = await World().build(chain, tmp_path)
     settings = Settings(rpc_url=node.url, ws_url=node.ws_url, database_url=database_url, poll_seconds=1.0,
                         api_port=free_ports(1)[0], gateway_port=0, heartbeat_seconds=0.5, lost_after_seconds=3,
                         settle_seconds=1, close_grace_seconds=4)
     api = f"http://127.0.0.1:{settings.api_port}"
     async with running(settings, pool, world.admin) as coordinator:
-        workers = await start_workers(world, coordinator, tmp_path)
+        workers = await start_workers(world, coordinator, tmp_path, spawned)
 
         lease = lease_pda(world.client.pubkey(), 1)
         await send_and_confirm(chain, world.client, [ix.open_lease(

@@ -79,10 +79,13 @@ def start_worker(world: World, i: int, gateway: str, log: Path) -> subprocess.Po
                                 stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "GPUNET_WORKER_STOP_GRACE_SECONDS": "2"})
 
 
-async def start_workers(world: World, coordinator: Coordinator, home: Path) -> dict[str, subprocess.Popen]:
-    """A worker per node of the world, connected to the coordinator's gateway; by node key."""
+async def start_workers(world: World, coordinator: Coordinator, home: Path,
+                        spawned: list[subprocess.Popen]) -> dict[str, subprocess.Popen]:
+    """A worker per node of the world, connected to the coordinator's gateway; by node key. Each is
+    also added to `spawned` (the `spawned` fixture kills what is left at teardown)."""
     workers = {key: start_worker(world, i, coordinator.gateway.url, home / f"worker{i}.log")
                for i, key in enumerate(world.node_keys())}
+    spawned.extend(workers.values())
     deadline = asyncio.get_running_loop().time() + 60
     while len(coordinator.gateway.sessions) < len(workers):
         if asyncio.get_running_loop().time() > deadline:
