@@ -65,7 +65,7 @@ class Coordinator:
         self._tasks: list[asyncio.Task[Any]] = []
         self._running_checked: dict[Pubkey, frozenset[str]] = {}  # node -> held or running leases it holds
         self._silent: set[Pubkey] = set()  # nodes found silent, not judged yet
-        self._blind_since: float | None = None  # since when this process cannot see its database or chain
+        self._blind_since: float | None = None  # since when this process cannot see the chain
         self.slashing_paused = False
         self.slashing_paused_reason = ""
         self._paused_since = 0.0
@@ -280,11 +280,14 @@ class Coordinator:
         await self.placer.retry_failovers()
 
     async def _may_judge(self) -> bool:
-        """Whether silent nodes may be treated as lost now: this process sees the database and the
-        chain (else the outage is a blind window, not the nodes' fault), and the silence is not
-        correlated (more than `max_lost_fraction` of the fleet silent at once points at us or the
-        network, not at the suppliers: slashing pauses until enough of the fleet is heard again)."""
-        problem = await self._own_outage()
+        """Whether silent nodes may be treated as lost now: this process sees its database (the
+        database watch says) and the chain (else the outage is a blind window, not the nodes'
+        fault), and the silence is not correlated (more than `max_lost_fraction` of the fleet silent
+        at once points at us or the network, not at the suppliers: slashing pauses until enough of
+        the fleet is heard again)."""
+        if self._database_down_since is not None:
+            return False  # the database watch keeps that outage (and records its blind window)
+        problem = await self._chain_outage()
         now = time.time()
         if problem:
             if self._blind_since is None:
@@ -315,14 +318,8 @@ class Coordinator:
                 return False
         return not pause
 
-    async def _own_outage(self) -> str | None:
-        """What keeps this process from judging its fleet, if anything: its database or its chain."""
-        try:
-            async with asyncio.timeout(3):
-                async with self.pool.acquire() as conn:
-                    await conn.fetchval("SELECT 1")
-        except (OSError, asyncpg.PostgresError, TimeoutError) as e:
-            return f"the database does not answer ({e or type(e).__name__})"
+    async def _chain_outage(self) -> str | None:
+        """Why this process cannot see the chain now, if it cannot (then nobody is judged)."""
         try:
             async with asyncio.timeout(3):
                 await self.chain.get_slot()
