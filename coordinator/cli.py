@@ -7,11 +7,10 @@ import contextlib
 import json
 import logging
 import signal
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 
 import typer
 import uvicorn
-from starlette.routing import Route
 from pydantic import ValidationError
 
 from coordinator.api import create_app
@@ -63,9 +62,10 @@ def _serve(main: Callable[[Settings], Awaitable[object]]) -> None:
         raise typer.Exit(int(Exit.UNREACHABLE)) from None
 
 
-async def _api_server(settings: Settings, pool: object, extra_routes: Sequence[Route] = ()) -> None:
+async def _api_server(settings: Settings, pool: object, coordinator: Coordinator | None = None) -> None:
     rpc = ChainRpc(settings.rpc_url, settings.commitment)
-    config = uvicorn.Config(create_app(pool, rpc, settings, extra_routes), host=settings.api_host,
+    app = create_app(pool, rpc, settings, work_routes(coordinator) if coordinator else (), coordinator)
+    config = uvicorn.Config(app, host=settings.api_host,
                             port=settings.api_port, log_level="warning", lifespan="off")
     try:
         await uvicorn.Server(config).serve()
@@ -86,7 +86,7 @@ def run() -> None:
     async def main(settings: Settings) -> None:
         async with open_database(settings) as pool:
             coordinator = await Coordinator(settings, pool, attester).start()
-            api = asyncio.ensure_future(_api_server(settings, pool, work_routes(coordinator)))
+            api = asyncio.ensure_future(_api_server(settings, pool, coordinator))
             try:
                 await asyncio.wait([api, coordinator.fatal], return_when=asyncio.FIRST_COMPLETED)
                 if coordinator.fatal.done():

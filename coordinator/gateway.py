@@ -10,7 +10,11 @@ replayed answer signs another nonce). A message that is malformed, out of place,
 protocol's close code and a reason, and reaches the coordinator not at all.
 
 A usage report is acknowledged only after the coordinator has recorded it durably, so a worker
-re-sends anything that was lost in between; the coordinator's record is idempotent.
+re-sends anything that was lost in between; the coordinator's record is idempotent. Job status,
+log lines and checkpoints are numbered by the worker and recorded in order: each is confirmed
+(`recorded`) once the coordinator has it; one it cannot record now (its database down) is asked
+for again (`error{resend_from}`) and nothing after it is recorded until it comes again, so none is
+lost and none is recorded twice or out of order.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from solders.pubkey import Pubkey
@@ -38,6 +43,7 @@ from gpunet.protocol import (
     JobLog,
     JobStatus,
     ProtocolError,
+    Recorded,
     UsageAck,
     UsageReportMessage,
     Welcome,
@@ -78,6 +84,15 @@ class GatewayHandler(Protocol):
     async def worker_ack(self, node_key: Pubkey, ack: Ack) -> None: ...
 
     async def disconnected(self, node_key: Pubkey) -> None: ...
+
+
+@dataclass
+class _Numbered:
+    """Where a session's numbered messages stand: the last one recorded, and the one the coordinator
+    could not record (nothing after it is recorded until the worker sends it again)."""
+
+    last: int = 0
+    missing: int | None = None
 
 
 class _Refused(Exception):
@@ -131,8 +146,9 @@ class Gateway:
             if old is not None:  # the newest session wins (a worker that reconnected before noticing)
                 await old.close(CLOSE_UNAUTHORISED, "replaced by a newer session of the same node")
             await self.handler.connected(node_key, hello)
+            numbered = _Numbered()
             async for raw in ws:
-                await self._dispatch(node_key, hello.simulated, raw, ws)
+                await self._dispatch(node_key, hello.simulated, raw, ws, numbered)
         except _Refused as e:
             self.refused[e.code] = self.refused.get(e.code, 0) + 1
             log.info("worker session %s closed: %s", node_key or ws.remote_address, e.reason)
@@ -168,20 +184,35 @@ class Gateway:
         except ProtocolError as e:
             raise _Refused(e.close_code, str(e)) from None
 
-    async def _dispatch(self, node_key: Pubkey, simulated: bool, raw: str | bytes, ws: ServerConnection) -> None:
+    async def _dispatch(self, node_key: Pubkey, simulated: bool, raw: str | bytes, ws: ServerConnection,
+                        numbered: _Numbered) -> None:
         message = self._parse(raw)
         if message.simulated != simulated:
             raise _Refused(CLOSE_MALFORMED, "a session's messages must keep its hello's simulated flag")
+        n = getattr(message, "n", None)
+        if n is not None:
+            if numbered.missing is not None and n > numbered.missing:
+                return  # sent before the worker heard that `missing` must come again: it will, in order
+            if n <= numbered.last:
+                await ws.send(encode(Recorded(upto=numbered.last)))  # a repeat: recorded already
+                return
         try:
             await self._handle(node_key, message, ws)
         except (_Refused, ConnectionClosed):
             raise
         except Exception as e:  # the coordinator's side failed (its database is down, say): not the worker's fault
             # The session stays up: dropping it would only make every worker reconnect in a loop. A usage
-            # report is not acknowledged, so the worker keeps it and sends it again.
+            # report is not acknowledged and a numbered message is asked for again: the worker keeps both.
             log.warning("gateway.could_not_record node=%s message=%s error=%s", node_key, message.type, e)
+            if n is not None:
+                numbered.missing = n
             await ws.send(encode(Error(message=f"the coordinator could not record your {message.type} now "
-                                               f"({type(e).__name__}); hold on and send it again later")))
+                                               f"({type(e).__name__}); hold on and send it again later",
+                                       resend_from=n)))
+            return
+        if n is not None:
+            numbered.last, numbered.missing = n, None
+            await ws.send(encode(Recorded(upto=n)))
 
     async def _handle(self, node_key: Pubkey, message: Any, ws: ServerConnection) -> None:
         h = self.handler

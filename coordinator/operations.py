@@ -13,7 +13,14 @@ from solders.pubkey import Pubkey
 from solders.signature import Signature
 
 from coordinator.settlement import Outcome, SignedUsage
-from gpunet.protocol import Checkpoint, CheckpointFile, JobLog, JobSpec, JobStatus, UsageReportMessage
+from gpunet.protocol import (
+    Checkpoint,
+    CheckpointFile,
+    JobLog,
+    JobSpec,
+    JobStatus,
+    UsageReportMessage,
+)
 from gpunet.usage import UsageReport
 
 __all__ = [
@@ -73,14 +80,18 @@ async def current_job(conn: asyncpg.Connection, lease: str) -> Job | None:
 
 
 async def record_job_event(conn: asyncpg.Connection, node_key: Pubkey, message: JobStatus | JobLog) -> None:
+    """Once per numbered message (a worker sends again what it was not sure was recorded). NUL, which
+    PostgreSQL text cannot hold, becomes U+FFFD: a line that could never be recorded would otherwise
+    hold up everything the worker sends after it."""
     if isinstance(message, JobStatus):
-        await conn.execute("INSERT INTO job_events (lease, job_number, node_key, kind, state, exit_code, detail) "
-                           "VALUES ($1, $2, $3, 'status', $4, $5, $6)", message.lease, message.job_number,
-                           str(node_key), message.state, message.exit_code, message.detail)
+        values = ("status", message.state, message.exit_code, message.detail.replace("\x00", "\ufffd"), None, None)
     else:
-        await conn.execute("INSERT INTO job_events (lease, job_number, node_key, kind, stream, line) "
-                           "VALUES ($1, $2, $3, 'log', $4, $5)",
-                           message.lease, message.job_number, str(node_key), message.stream, message.line)
+        values = ("log", None, None, None, message.stream, message.line.replace("\x00", "\ufffd"))
+    await conn.execute(
+        """INSERT INTO job_events (lease, job_number, node_key, origin, n, kind, state, exit_code, detail, stream, line)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+           ON CONFLICT (node_key, origin, n) WHERE n IS NOT NULL DO NOTHING""",
+        message.lease, message.job_number, str(node_key), message.origin, message.n, *values)
 
 
 async def job_states(conn: asyncpg.Connection, lease: str, number: int) -> dict[str, str]:

@@ -311,13 +311,18 @@ class Placer:
         log.info("lease.closed lease=%s", lease)
 
     async def _finalize(self, conn: asyncpg.Connection, lease: str) -> None:
-        """Finalizes a closing lease once no usage report of it is pending (reports that wait for an
-        earlier one keep it open until the chain's settlement deadline, when anyone may finalize)."""
+        """Finalizes a closing lease once no usage report of it is pending and every share whose node
+        is connected is paid up to the end of billing: a worker sends again the reports this process
+        could not record (its database was down, say) only every so often, and finalizing before they
+        come would leave that usage unpayable. Until the chain's settlement deadline, when anyone may
+        finalize; a node that is not connected is not waited for."""
         await self.c.settle_pending()
         account = await fetch(self.c.chain, Pubkey.from_string(lease), "Lease")
         if type(account.status).__name__ != "Closing":
             return  # finalized meanwhile (by anyone); the indexer will show it
-        if await ops.pending_usage_count(conn, lease) and time.time() <= account.settle_deadline:
+        unpaid = [a for a in account.assignments[: account.node_count]
+                  if a.settled_until < account.billable_until and self.c.gateway.online(a.node_key)]
+        if (unpaid or await ops.pending_usage_count(conn, lease)) and time.time() <= account.settle_deadline:
             return
         try:
             await self.c.attester.finalize(Pubkey.from_string(lease))

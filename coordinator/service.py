@@ -70,6 +70,7 @@ class Coordinator:
         self.slashing_paused_reason = ""
         self._paused_since = 0.0
         self._database_down_since: float | None = None
+        self._settling = asyncio.Lock()
         # Set (with DatabaseLost) when the coordinator must stop; whoever runs it waits on it too.
         self.fatal: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
@@ -121,6 +122,11 @@ class Coordinator:
             await self.fatal
         finally:
             await self.stop()
+
+    @property
+    def database_up(self) -> bool:
+        """As the database watch last found it (every second)."""
+        return self._database_down_since is None
 
     async def watch_database(self) -> None:
         """A database outage is a state: decisions wait (nobody is judged, see `_may_judge`) and the
@@ -187,7 +193,8 @@ class Coordinator:
         # node's set of held and running leases changes (or it reconnected, or was lost), not on
         # every heartbeat.
         claimed = frozenset(beat.running) | frozenset(beat.held)
-        if claimed and self._running_checked.get(node_key) != claimed:
+        # (While the database is down the question waits: a heartbeat is never refused for it.)
+        if claimed and self._running_checked.get(node_key) != claimed and self._database_down_since is None:
             async with self.pool.acquire() as conn:
                 held = {r["lease"] for r in await ops.active_shares(conn, node_key=str(node_key))}
             for lease in claimed - held:
@@ -239,14 +246,18 @@ class Coordinator:
         return unseen + self.fleet.online_seconds(usage.node_key, max(start, int(blind_until)), end)
 
     async def settle_pending(self, node_key: str | None = None) -> None:
-        async with self.pool.acquire() as conn:
-            batch = await ops.pending_usage(conn, node_key)
-            refused = await ops.refused_usage(conn, batch)
-        if not batch:
-            return
-        outcomes = await self.settler.settle(batch, self._observed, refused)
-        async with self.pool.acquire() as conn:
-            await ops.settle_outcomes(conn, outcomes)
+        # One pass at a time: the settlement loop, a lease's close and a failover all settle first,
+        # and two passes over the same pending reports would send them twice (the second copy
+        # refused on chain, and that refusal recorded over the first's success).
+        async with self._settling:
+            async with self.pool.acquire() as conn:
+                batch = await ops.pending_usage(conn, node_key)
+                refused = await ops.refused_usage(conn, batch)
+            if not batch:
+                return
+            outcomes = await self.settler.settle(batch, self._observed, refused)
+            async with self.pool.acquire() as conn:
+                await ops.settle_outcomes(conn, outcomes)
         for o in outcomes:
             log.info("usage.%s lease=%s node=%s seq=%d %s", o.status.value, o.usage.lease, o.usage.node_key,
                      o.usage.report.seq, o.reason or o.signature)

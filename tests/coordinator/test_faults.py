@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import sys
 import time
 
 import httpx
@@ -17,15 +16,19 @@ from solana.rpc.commitment import Confirmed
 from solders.pubkey import Pubkey
 
 from coordinator.settings import Settings
-from gpunet import instructions as ix
 from gpunet.accounts import fetch
-from gpunet.client import send_and_confirm
 from gpunet.localnet import free_ports
-from gpunet.pda import lease_pda, node_pda, provider_pda
-from gpunet.protocol import JobSpec
+from gpunet.pda import node_pda, provider_pda
 
 from .conftest import eventually
-from .world import JOB, PRICE, World, all_running, placed_view, running, settled_count, start_workers, submitted
+from .world import (
+    World,
+    all_running,
+    running,
+    running_lease,
+    settled_count,
+    start_workers,
+)
 
 LOST_AFTER = 2.0
 
@@ -34,17 +37,6 @@ LOST_AFTER = 2.0
 async def chain(node):
     async with AsyncClient(node.url, commitment=Confirmed) as client:
         yield client
-
-
-async def _running_lease(world: World, api: str, chain: AsyncClient, seconds: int) -> tuple[Pubkey, list[str]]:
-    lease = lease_pda(world.client.pubkey(), 1)
-    await send_and_confirm(chain, world.client, [ix.open_lease(
-        world.client.pubkey(), world.client_tokens, world.mint, 1, ix.LeaseTerms(1, 80, 4, 0, 2 * PRICE, seconds))])
-    spec = JobSpec(command=[sys.executable, JOB], env={"STEPS": "100000", "STEP_SECONDS": "0.2"})
-    await eventually(lambda: submitted(api, world.client, lease, spec), what="the job accepted")
-    placed = (await eventually(lambda: placed_view(api, lease), what="the lease placed"))["placement"]["nodes"]
-    await eventually(lambda: all_running(api, lease, placed), what="the job running on both nodes")
-    return lease, placed
 
 
 async def _slashed(chain: AsyncClient, world: World) -> dict[str, int]:
@@ -71,7 +63,7 @@ async def test_the_coordinator_s_own_stall_slashes_nobody_and_a_real_loss_is_sla
     api = f"http://127.0.0.1:{settings.api_port}"
     async with running(settings, pool, world.admin) as coordinator:
         workers = await start_workers(world, coordinator, tmp_path, spawned)
-        lease, placed = await _running_lease(world, api, chain, 120)
+        lease, placed = await running_lease(world, api, chain, 120)
         survivor = placed[1]
         await eventually(lambda: settled_count(pool, survivor), what="a first settlement")
 
@@ -109,7 +101,7 @@ async def test_a_correlated_outage_pauses_slashing_and_the_lease_goes_on(node, c
     api = f"http://127.0.0.1:{settings.api_port}"
     async with running(settings, pool, world.admin) as coordinator:
         workers = await start_workers(world, coordinator, tmp_path, spawned)
-        lease, placed = await _running_lease(world, api, chain, 120)
+        lease, placed = await running_lease(world, api, chain, 120)
         await eventually(lambda: settled_count(pool, placed[0]), what="a first settlement")
 
         for proc in workers.values():  # every worker stops at once (a network partition, a power cut)
@@ -137,9 +129,11 @@ async def _jailed(chain: AsyncClient, node_key: str) -> bool:
 
 
 async def _slashing_paused(api: str, paused: bool) -> bool:
+    """Whether the API and /metrics both say slashing is `paused` (as they must agree)."""
     async with httpx.AsyncClient(timeout=10) as http:
         state = (await http.get(f"{api}/workers")).json()["slashing"]
-    return state["paused"] is paused
+        metrics = (await http.get(f"{api}/metrics")).text
+    return state["paused"] is paused and f"gpunet_coordinator_slashing_paused {int(paused)}\n" in metrics
 
 
 async def _more(count, before: int) -> bool:

@@ -23,6 +23,7 @@ from gpunet.protocol import (
     Cancel,
     Hello,
     Inventory,
+    JobLog,
     answer_challenge,
     encode,
     parse_coordinator_message,
@@ -186,4 +187,39 @@ async def test_a_message_the_coordinator_cannot_record_keeps_the_session_and_is_
     await ws.send(frame)
     ack = parse_coordinator_message(await ws.recv())
     assert (ack.type, ack.seq) == ("ack", 1) and recorder.kinds()[-1] == "usage"
+    await ws.close()
+
+
+async def test_numbered_messages_are_recorded_once_and_in_order_even_when_one_cannot_be_recorded(gateway) -> None:
+    gw, recorder, node = gateway
+    ws = await _admitted(gw, node)
+    lease = str(Pubkey.new_unique())
+
+    def line(n: int) -> str:
+        return encode(JobLog(simulated=True, lease=lease, stream="stdout", line=f"line {n}", origin="ab" * 8, n=n))
+
+    async def answer():
+        return parse_coordinator_message(await ws.recv())
+
+    await ws.send(line(1))
+    assert (await answer()).upto == 1
+    failing = recorder.job_log
+
+    async def database_down(node_key, message=None):
+        raise OSError("connection refused")
+    recorder.job_log = database_down
+    await ws.send(line(2))
+    error = await answer()
+    assert error.type == "error" and error.resend_from == 2
+    recorder.job_log = failing  # the database is back, but line 3 was sent before the worker heard
+    await ws.send(line(3))
+    await ws.send(line(2))  # the worker's resend, in order
+    await ws.send(line(3))
+    assert [(await answer()).upto, (await answer()).upto] == [2, 3]
+    await ws.send(line(2))  # a repeat (its confirmation was lost, say): confirmed, not recorded again
+    assert (await answer()).upto == 3
+    assert [m.line for kind, _, m in recorder.events if kind == "job_log"] == ["line 1", "line 2", "line 3"]
+    # the control: an unnumbered message (an older agent) is recorded as it comes, with no answer
+    await ws.send(encode(JobLog(simulated=True, lease=lease, stream="stdout", line="old agent")))
+    await _wait(lambda: recorder.kinds()[-1] == "job_log" and recorder.events[-1][2].line == "old agent")
     await ws.close()

@@ -22,13 +22,18 @@ from coordinator.api.work import work_routes
 from coordinator.indexer.rpc import ChainRpc
 from coordinator.service import Coordinator
 from coordinator.settings import Settings
+from gpunet import instructions as ix
 from gpunet.accounts import fetch
 from gpunet.amounts import IO
+from gpunet.client import send_and_confirm
 from gpunet.history import transactions_of
 from gpunet.jobs import CoordinatorError, job_view, submit_job
 from gpunet.keys import create_keypair_file
+from gpunet.pda import lease_pda
 from gpunet.protocol import JobSpec
 from gpunet.testbed import Market
+
+from .conftest import eventually
 
 JOB = str(Path(__file__).resolve().parents[1] / "worker" / "jobs" / "steps.py")
 PRICE = 36 * IO  # per GPU-hour: 0.01 IO per GPU-second, so each settlement moves whole units
@@ -58,7 +63,7 @@ class World:
 async def running(settings: Settings, pool, attester: Keypair):
     coordinator = await Coordinator(settings, pool, attester).start()
     rpc = ChainRpc(settings.rpc_url, settings.commitment)
-    server = uvicorn.Server(uvicorn.Config(create_app(pool, rpc, settings, work_routes(coordinator)),
+    server = uvicorn.Server(uvicorn.Config(create_app(pool, rpc, settings, work_routes(coordinator), coordinator),
                                            host="127.0.0.1", port=settings.api_port, log_level="warning", lifespan="off"))
     api = asyncio.create_task(server.serve())
     try:
@@ -92,6 +97,20 @@ async def start_workers(world: World, coordinator: Coordinator, home: Path,
             raise TimeoutError(f"{len(coordinator.gateway.sessions)} of {len(workers)} workers connected in 60 s")
         await asyncio.sleep(0.1)
     return workers
+
+
+async def running_lease(world: World, api: str, chain: AsyncClient, seconds: int,
+                        spec: JobSpec | None = None) -> tuple[Pubkey, list[str]]:
+    """The world's client opens a 4-GPU lease (two nodes) for `seconds` and gives it `spec` (by
+    default the steps job, long enough to outlast any test); returns it once the job runs on both."""
+    lease = lease_pda(world.client.pubkey(), 1)
+    await send_and_confirm(chain, world.client, [ix.open_lease(
+        world.client.pubkey(), world.client_tokens, world.mint, 1, ix.LeaseTerms(1, 80, 4, 0, 2 * PRICE, seconds))])
+    spec = spec or JobSpec(command=[sys.executable, JOB], env={"STEPS": "100000", "STEP_SECONDS": "0.2"})
+    await eventually(lambda: submitted(api, world.client, lease, spec), what="the job accepted")
+    placed = (await eventually(lambda: placed_view(api, lease), what="the lease placed"))["placement"]["nodes"]
+    await eventually(lambda: all_running(api, lease, placed), what="the job running on both nodes")
+    return lease, placed
 
 
 async def truly(value: bool) -> bool:

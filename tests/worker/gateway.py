@@ -2,7 +2,9 @@
 WebSocket (the fake sits at the module boundary; the real gateway is the coordinator's).
 
 It checks the hello and the challenge answer, welcomes the worker, records every message,
-acks usage reports (unless told not to), and lets a test send any text to the worker.
+acks usage reports (unless told not to), records numbered messages once each and in order as the
+real gateway does (or asks for them again while told it cannot), and lets a test send any text to
+the worker.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from gpunet.protocol import (
     CLOSE_UNAUTHORISED,
     Challenge,
     ChallengeAnswer,
+    Error,
     Hello,
+    Recorded,
     UsageAck,
     UsageReportMessage,
     Welcome,
@@ -35,6 +39,8 @@ class FakeGateway:
         self.received: list[tuple[int, Any]] = []  # (session number, message)
         self.sessions = 0
         self.ack_usage: Callable[[UsageReportMessage], bool] = lambda report: True
+        self.can_record: Callable[[Any], bool] = lambda message: True  # False: "my database is down"
+        self.recorded: list[Any] = []  # numbered messages recorded: once each (by origin and n), in order
         self.refuse_next = 0  # sessions to close as unauthorised (an unregistered node) before admitting one
         self.refused = 0
         self._connection: ServerConnection | None = None
@@ -81,11 +87,25 @@ class FakeGateway:
         session = self.sessions
         self._connection = ws
         await self._record(session, hello)
+        last, missing = 0, None
         async for raw in ws:
             message = parse_worker_message(raw)
             await self._record(session, message)
             if isinstance(message, UsageReportMessage) and self.ack_usage(message):
                 await ws.send(encode(UsageAck(lease=message.lease, seq=message.seq)))
+            n = getattr(message, "n", None)
+            if n is None or (missing is not None and n > missing):
+                continue
+            if n <= last:
+                await ws.send(encode(Recorded(upto=last)))
+            elif not self.can_record(message):
+                missing = n
+                await ws.send(encode(Error(message="cannot record now", resend_from=n)))
+            else:
+                last, missing = n, None
+                if (message.origin, n) not in {(m.origin, m.n) for m in self.recorded}:
+                    self.recorded.append(message)
+                await ws.send(encode(Recorded(upto=n)))
 
     async def send(self, message: Any) -> None:
         """A protocol model or raw text, to the worker's current session (waits for one)."""
@@ -97,6 +117,9 @@ class FakeGateway:
         """Cuts the current session as a network failure would (no close handshake)."""
         assert self._connection is not None
         self._connection.transport.abort()
+
+    def recorded_of(self, kind: type) -> list[Any]:
+        return [m for m in self.recorded if isinstance(m, kind)]
 
     def messages(self, kind: type | None = None, session: int | None = None) -> list[Any]:
         return [m for s, m in self.received

@@ -162,9 +162,10 @@ async def test_a_dropped_connection_is_resumed_without_losing_or_repeating_anyth
         await gateway.wait_for(lambda: final_status(gateway, lease), timeout=90, what="the job's end")
         await gateway.wait_for(lambda: agent.journal.unacked() == [] or None, what="every report acked")
 
-        lines = [m.line for m in gateway.messages(JobLog) if m.stream == "stdout"]
+        lines = [m.line for m in gateway.recorded_of(JobLog) if m.stream == "stdout"]
         assert lines.count("fresh start") == 1 and lines.count("done") == 1
         assert [line for line in lines if line.startswith("step")] == [f"step {i}" for i in range(1, 61)]
+        assert agent.session.unconfirmed == 0
         first = reports(gateway, lease, 1)
         second = reports(gateway, lease, 2)
         # every unacked report of session 1 came again in session 2, once; then the new ones
@@ -172,6 +173,29 @@ async def test_a_dropped_connection_is_resumed_without_losing_or_repeating_anyth
         assert second[: len(first)] == first
         assert [r.seq for r in second] == list(range(1, len(second) + 1))
         assert gateway.messages(Ack, 2)[-1].of == "dispatch"
+
+
+async def test_job_status_and_logs_the_coordinator_could_not_record_are_sent_again_once_and_in_order(tmp_path) -> None:
+    lease = str(Pubkey.new_unique())
+    async with FakeGateway() as gateway, running_agent(gateway, tmp_path) as agent:
+        await gateway.wait_for(lambda: gateway.messages(Heartbeat), what="a heartbeat")
+        await gateway.send(Dispatch(lease=lease, gpus=1, job=job(steps=40, step_seconds=0.05)))
+        await gateway.wait_for(lambda: len(gateway.recorded_of(JobLog)) >= 5 or None, what="lines recorded")
+        gateway.can_record = lambda message: False  # the coordinator's database goes down mid-job
+        await gateway.wait_for(lambda: agent.session.holding or None, what="the agent holding")
+        await gateway.wait_for(lambda: final_status(gateway, lease), timeout=60, what="the job's end sent")
+        assert final_status(gateway, lease) not in gateway.recorded  # sent, not recorded
+        gateway.can_record = lambda message: True  # the database is back
+        await gateway.wait_for(lambda: agent.session.unconfirmed == 0 or None, what="everything recorded")
+
+        assert gateway.sessions == 1  # held, never reconnected
+        lines = [m.line for m in gateway.recorded_of(JobLog) if m.stream == "stdout"]
+        assert lines == ["fresh start", *(f"step {i}" for i in range(1, 41)), "done"]  # all, once, in order
+        states = [m.state for m in gateway.recorded_of(JobStatus)]
+        assert states[-1] == "succeeded" and states.count("succeeded") == 1
+        assert [m.n for m in gateway.recorded] == sorted(m.n for m in gateway.recorded)
+        # the control: more was sent than recorded (the messages held up were sent again)
+        assert len(gateway.messages(JobLog)) > len(gateway.recorded_of(JobLog))
 
 
 async def test_reports_the_coordinator_could_not_record_are_sent_again_in_the_same_session(tmp_path) -> None:
