@@ -51,6 +51,7 @@ __all__ = [
     "register_node",
     "register_provider",
     "request_unstake",
+    "set_node_draining",
     "settle_usage",
     "slash_provider",
     "stake",
@@ -260,6 +261,12 @@ def unjail_node(authority: Pubkey, node_key: Pubkey) -> Instruction:
     return _ix("unjail_node", accounts=_node_owner_accounts(authority, node_key))
 
 
+def set_node_draining(authority: Pubkey, node_key: Pubkey, draining: bool) -> Instruction:
+    """Starts (`draining=True`) or ends the node's announced maintenance: while draining it gets
+    no new leases and the coordinator moves its shares to other nodes without a slash."""
+    return _ix("set_node_draining", draining, accounts=_node_owner_accounts(authority, node_key))
+
+
 # --- leases
 
 
@@ -317,7 +324,7 @@ def top_up_lease(client: Pubkey, client_tokens: Pubkey, lease: Pubkey, extra_sec
 
 
 def reassign_lease(attester: Pubkey, lease: Pubkey, from_node_key: Pubkey, to: Share) -> Instruction:
-    """Moves a lost (slashed, so jailed) node's share to `to`, at `to`'s expected price."""
+    """Moves a lost (slashed, so jailed) or draining node's share to `to`, at `to`'s expected price."""
     return _ix(
         "reassign_lease",
         to.price_per_gpu_hour,

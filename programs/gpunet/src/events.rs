@@ -173,3 +173,11 @@ pub struct NodeUnjailed {
     pub node: Pubkey,
     pub provider: Pubkey,
 }
+
+/// A provider started (`draining`) or ended its node's announced maintenance.
+#[event]
+pub struct NodeDrainingSet {
+    pub node: Pubkey,
+    pub provider: Pubkey,
+    pub draining: bool,
+}

@@ -68,6 +68,10 @@ pub mod gpunet {
         UnjailNode::handler(ctx)
     }
 
+    pub fn set_node_draining(ctx: Context<SetNodeDraining>, draining: bool) -> Result<()> {
+        SetNodeDraining::handler(ctx, draining)
+    }
+
     // --- leases
     pub fn open_lease(ctx: Context<OpenLease>, lease_id: u64, terms: LeaseTerms) -> Result<()> {
         OpenLease::handler(ctx, lease_id, terms)

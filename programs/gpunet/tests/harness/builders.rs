@@ -178,6 +178,13 @@ impl Harness {
         )
     }
 
+    pub fn set_node_draining_ix(&self, s: &Supplier, node: &Pubkey, draining: bool) -> Instruction {
+        program_ix(
+            acc::SetNodeDraining { authority: s.wallet.pubkey(), provider: s.provider, node: *node },
+            ix::SetNodeDraining { draining },
+        )
+    }
+
     pub fn node(&mut self, s: &Supplier, spec: NodeSpec) -> GpuNode {
         let key = Keypair::new();
         let ix = self.register_node_ix(s, &key.pubkey(), spec);
