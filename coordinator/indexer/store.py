@@ -18,7 +18,7 @@ _COLUMNS = {
     "providers": ("provider", "authority", "staked", "bonded", "unbonding", "unbonding_ends_at", "slashed", "earned",
                   "node_count", "signature"),
     "nodes": ("node", "provider", "node_key", "gpu_model", "gpu_count", "vram_gb", "region", "price_per_gpu_hour",
-              "inventory_hash", "bonded_stake", "gpus_leased", "jailed", "jail_ends_at", "registered", "signature"),
+              "inventory_hash", "bonded_stake", "gpus_leased", "jailed", "jail_ends_at", "registered", "draining", "signature"),
     "leases": ("lease", "client", "lease_id", "gpu_model", "min_vram_gb", "gpu_count", "region",
                "max_price_per_gpu_hour", "duration_seconds", "status", "started_at", "deposited", "paid", "fees",
                "refunded", "donations", "nodes", "signature"),
