@@ -92,6 +92,7 @@ class Coordinator:
                                   ("stall-watch", self.watch_own_stalls, WATCH_EVERY_SECONDS),
                                   ("database-watch", self.watch_database, 1.0),
                                   ("failover", self.fail_over, 0.5),
+                                  ("drain", self.placer.move_drained, 0.5),
                                   ("settlement", self.settle_pending, self.settings.settle_seconds)):
             self._tasks.append(asyncio.create_task(self._every(name, step, every), name=name))
         log.info("coordinator.started gateway=%s attester=%s", self.gateway.url, self.attester_key.pubkey())
@@ -187,6 +188,7 @@ class Coordinator:
         # node's set of held and running leases changes (or it reconnected, or was lost), not on
         # every heartbeat.
         claimed = frozenset(beat.running) | frozenset(beat.held)
+        self.placer.drain_heartbeat(str(node_key), claimed)
         if claimed and self._running_checked.get(node_key) != claimed:
             async with self.pool.acquire() as conn:
                 held = {r["lease"] for r in await ops.active_shares(conn, node_key=str(node_key))}
@@ -198,6 +200,7 @@ class Coordinator:
     async def job_status(self, node_key: Pubkey, status: JobStatus) -> None:
         async with self.pool.acquire() as conn:
             await ops.record_job_event(conn, node_key, status)
+        self.placer.drain_job_status(str(node_key), status.lease, status.state)
 
     async def job_log(self, node_key: Pubkey, line: JobLog) -> None:
         async with self.pool.acquire() as conn:
@@ -342,6 +345,14 @@ class Coordinator:
             log.info("node.back node=%s (heard again before the slash was sent)", node_key)
             return
         silent = self.fleet.silent_for(node_key)
+        async with self.pool.acquire() as conn:
+            draining = await conn.fetchval("SELECT draining FROM nodes WHERE node_key = $1", str(node_key))
+        if draining:
+            # Its supplier announced the maintenance: its shares move, nobody is slashed for it.
+            log.warning("node.lost_while_draining node=%s silent=%.1fs: its shares move without a slash", node_key, silent)
+            for share in shares:
+                self.placer.queue_failover(share["lease"], str(node_key))
+            return
         evidence = {"fault": "MissedHeartbeats", "node_key": str(node_key), "leases": [s["lease"] for s in shares],
                     "last_heartbeat": round(seen.last_heartbeat, 3), "silent_seconds": round(silent, 3),
                     "detected_at": round(time.time(), 3), "lost_after_seconds": self.settings.lost_after_seconds}
