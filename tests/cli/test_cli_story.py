@@ -110,3 +110,22 @@ def test_a_slashed_node_is_unjailed_by_its_provider_after_the_jail_time(market) 
     assert not node["jailed"]
     again = g("node", "unjail", g.pubkey("node1"), wallet="supplier", expect=2)
     assert "is not jailed" in again.stderr
+
+
+def test_only_its_supplier_drains_a_node_and_undrains_it(market) -> None:
+    g = market
+    node_key = g.pubkey("node1")
+    # The client (a stranger to the node) is refused before anything is sent; nothing changes.
+    stranger = g("node", "drain", node_key, wallet="client", expect=2)
+    assert "not to your wallet" in stranger.stderr
+    [node] = g.json("node", "list")
+    assert not node["draining"]
+    # Its supplier (the control) drains it, which `node list` shows, and undrains it.
+    g("node", "drain", node_key, wallet="supplier")
+    [node] = g.json("node", "list")
+    assert node["draining"] and not node["jailed"]
+    again = g("node", "drain", node_key, wallet="supplier", expect=2)
+    assert "already draining" in again.stderr
+    g("node", "undrain", node_key, wallet="supplier")
+    [node] = g.json("node", "list")
+    assert not node["draining"]
