@@ -127,3 +127,46 @@ async def test_a_drained_node_s_share_moves_without_a_slash_and_it_gets_no_new_l
 async def _reason_mentions(api: str, lease: Pubkey, text: str):
     view = await job_view(api, lease)
     return view if view["placement"] and text in view["placement"]["reason"] else None
+
+
+@pytest.mark.timeout(300)
+async def test_without_a_spare_node_a_drained_share_stays_and_the_lease_goes_on(
+        node, chain, pool, database_url, tmp_path, spawned) -> None:
+    world = await World().build(chain, tmp_path)
+    settings = _settings(node, database_url)
+    api = f"http://127.0.0.1:{settings.api_port}"
+    async with running(settings, pool, world.admin) as coordinator:
+        await start_workers(world, coordinator, tmp_path, spawned)
+        spec = JobSpec(command=[sys.executable, JOB], env={"STEPS": "100000", "STEP_SECONDS": "0.2"})
+        lease = await _open(world, chain, 1, 4, 180)
+        await eventually(lambda: submitted(api, world.client, lease, spec), what="the job accepted")
+        placed = (await eventually(lambda: placed_view(api, lease), what="the lease placed"))["placement"]["nodes"]
+        other = await _open(world, chain, 2, 2, 180)  # takes the third node: no spare is left
+        await eventually(lambda: submitted(api, world.client, other, spec), what="the other job accepted")
+        [third] = (await eventually(lambda: placed_view(api, other), what="the other lease placed"))["placement"]["nodes"]
+        await eventually(lambda: all_running(api, lease, placed), what="the job running on both nodes")
+        drained = placed[0]
+
+        await _set_draining(chain, world, drained, True)
+        view = await eventually(lambda: _reason_mentions(api, lease, "its share stays there"), timeout=30,
+                                what="the reason saying the share stays")
+        assert f"node {drained} is draining" in view["placement"]["reason"]
+        before = await settled_count(pool, drained)
+        await eventually(lambda: _more(settled_count(pool, drained), before), what="the drained node still billed")
+        assert await _nodes_of(chain, lease) == placed
+        assert await all_running(api, lease, placed), "the job was not stopped on the drained node"
+
+        # The control: once a spare frees up (the other lease closes), the share moves, unslashed.
+        other_account = await fetch(chain, other, "Lease")
+        await send_and_confirm(chain, world.client, [ix.close_lease(
+            world.client.pubkey(), world.client.pubkey(), world.client_tokens, other,
+            [a.node for a in list(other_account.assignments)[: other_account.node_count]])])
+        await eventually(lambda: _moved(chain, lease, drained, third), timeout=90, what="the share moved once a spare freed")
+        for wallet, _ in world.suppliers:
+            assert (await fetch(chain, provider_pda(wallet.pubkey()), "Provider")).slashed == 0
+        async with pool.acquire() as conn:
+            assert await conn.fetchval("SELECT count(*) FROM faults") == 0
+
+
+async def _more(count, before: int) -> bool:
+    return await count > before
