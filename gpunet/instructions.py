@@ -270,12 +270,22 @@ def set_node_draining(authority: Pubkey, node_key: Pubkey, draining: bool) -> In
 # --- leases
 
 
-def open_lease(client: Pubkey, client_tokens: Pubkey, io_mint: Pubkey, lease_id: int, terms: LeaseTerms) -> Instruction:
+MIN_DOWNTIME_TOLERANCE_SECONDS = 10
+"""The least downtime tolerance a lease may choose (the program's bound; 0 means the network's default)."""
+MAX_DOWNTIME_TOLERANCE_SECONDS = 3_600
+"""The most downtime tolerance a lease may choose (the program's bound)."""
+
+
+def open_lease(client: Pubkey, client_tokens: Pubkey, io_mint: Pubkey, lease_id: int, terms: LeaseTerms,
+               downtime_tolerance_seconds: int = 0) -> Instruction:
+    """Opens and escrows a lease. `downtime_tolerance_seconds`: how long its nodes may be silent before
+    the coordinator treats them as lost (0: the network's default; else 10..3,600, the program's bounds)."""
     lease = lease_pda(client, lease_id)
     return _ix(
         "open_lease",
         lease_id,
         _values(terms),
+        downtime_tolerance_seconds,
         accounts={
             "client": client,
             "config": config_pda(),

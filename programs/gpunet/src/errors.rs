@@ -122,4 +122,8 @@ pub enum GpunetError {
     // --- announced maintenance (appended, so earlier codes stay stable)
     #[msg("The node is draining (its supplier's announced maintenance): it takes no new leases")]
     NodeDraining,
+
+    // --- per-lease downtime tolerance (appended, so earlier codes stay stable)
+    #[msg("The downtime tolerance must be 0 (the network's default) or between 10 and 3,600 seconds")]
+    InvalidDowntimeTolerance,
 }
