@@ -162,7 +162,7 @@ def _lease_opened(l: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None:
     l._put("leases", d["lease"], {
         "lease": d["lease"], "client": d["client"], "lease_id": d["lease_id"], **d["terms"], "status": "open",
         "started_at": 0, "deposited": d["deposit"], "paid": 0, "fees": 0, "refunded": 0, "donations": 0,
-        "nodes": [],
+        "nodes": [], "downtime_tolerance_seconds": d.get("downtime_tolerance_seconds", 0),
     }, e)
 
 

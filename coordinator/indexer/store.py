@@ -21,7 +21,7 @@ _COLUMNS = {
               "inventory_hash", "bonded_stake", "gpus_leased", "jailed", "jail_ends_at", "registered", "draining", "signature"),
     "leases": ("lease", "client", "lease_id", "gpu_model", "min_vram_gb", "gpu_count", "region",
                "max_price_per_gpu_hour", "duration_seconds", "status", "started_at", "deposited", "paid", "fees",
-               "refunded", "donations", "nodes", "signature"),
+               "refunded", "donations", "nodes", "downtime_tolerance_seconds", "signature"),
     "assignments": ("lease", "node", "node_key", "provider", "gpus", "price_per_gpu_hour", "last_seq",
                     "settled_until", "gpu_seconds", "active", "signature"),
     "stake_changes": ("signature", "event_index", "provider", "kind", "amount", "staked", "unbonding", "slot"),
