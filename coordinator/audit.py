@@ -188,7 +188,7 @@ async def audit_lease(conn: asyncpg.Connection, rpc: ChainRpc, program: Pubkey, 
     _compare_account(report, "lease", mine, {
         "deposited": account["deposited"], "paid": account["paid"], "fees": account["fees"],
         "refunded": account["refunded"], "status": account["status"].lower(), "started_at": account["started_at"],
-        "donations": account["donations"],
+        "donations": account["donations"], "downtime_tolerance_seconds": account["downtime_tolerance_seconds"],
         "nodes": [a["node"] for a in account["assignments"][: account["node_count"]]],
     }, events)
     for a in account["assignments"][: account["node_count"]]:

@@ -7,6 +7,9 @@ gap (a network blip, a reconnect) is not held against it; a longer one is offlin
 no report may bill. A refused report blocks its share's later reports (the chain wants every
 seq in order), so this check must never refuse a node the coordinator did not consider lost.
 
+A lease's downtime tolerance (its client's choice at open) lengthens `lost_after` for that lease's
+share only (`silent(node, tolerance)`, `due_shares`, `online_seconds(..., tolerance)`), never shortens it.
+
 Liveness is judged from the node's side: time the coordinator could not observe (its own stall,
 a database or RPC outage: "blind" windows) is never counted as a node's silence, and a node
 online when such a window began counts as online through it. After a blind window the fleet is
@@ -21,7 +24,7 @@ from dataclasses import dataclass, field
 
 from solders.pubkey import Pubkey
 
-__all__ = ["Fleet", "NodeSeen"]
+__all__ = ["Fleet", "NodeSeen", "due_shares"]
 
 KEEP_SECONDS = 24 * 3600  # online history kept per node (longer than any usage period)
 
@@ -128,14 +131,20 @@ class Fleet:
         seen = self.nodes.get(node_key)
         return seen is not None and seen.healthy
 
-    def online_seconds(self, node_key: Pubkey, start: float, end: float) -> int:
-        """Whole seconds of [start, end] the node was seen online (each beat covers `reach` after it)."""
+    def online_seconds(self, node_key: Pubkey, start: float, end: float, tolerance: float = 0.0) -> int:
+        """Whole seconds of [start, end] the node was seen online: each beat covers `reach` after it,
+        or a lease's longer downtime `tolerance` (never less than `reach`): silence its client
+        tolerates is held time, not offline time."""
         seen = self.nodes.get(node_key)
         if seen is None:
             return 0
-        total = 0.0
-        for a, b in seen.intervals:
-            total += max(0.0, min(end, b + self.reach) - max(start, a))
+        reach = max(self.reach, tolerance)
+        total, cursor = 0.0, start
+        for a, b in seen.intervals:  # sorted and disjoint, so their reaches end in order too
+            lo, hi = max(cursor, a), min(end, b + reach)
+            if hi > lo:
+                total += hi - lo
+                cursor = hi  # a longer reach may overlap the next span: count each second once
         return int(min(total, end - start))
 
     def newly_lost(self) -> list[Pubkey]:
@@ -150,9 +159,10 @@ class Fleet:
                 lost.append(key)
         return lost
 
-    def silent(self, node_key: Pubkey) -> bool:
-        """Silent for longer than `lost_after` (blind time excluded); re-checked when a slash is decided."""
-        return self.silent_for(node_key) > self.lost_after
+    def silent(self, node_key: Pubkey, tolerance: float = 0.0) -> bool:
+        """Silent for longer than `lost_after`, or than a lease's longer downtime `tolerance` (never a
+        shorter one), blind time excluded; re-checked when a slash is decided."""
+        return self.silent_for(node_key) > max(self.lost_after, tolerance)
 
     def silent_share(self, window_seconds: float) -> tuple[int, int]:
         """(silent, of): nodes going silent among those heard within `window_seconds` (nodes gone longer
@@ -166,6 +176,17 @@ class Fleet:
         """Blind seconds since the node's last heartbeat."""
         now = self.clock()
         return sum(max(0.0, min(b, now) - max(a, seen.last_heartbeat)) for a, b in self.blind)
+
+
+def due_shares(shares: list, silent_seconds: float, lost_after: float) -> tuple[list, list]:
+    """(lost, tolerated): the shares of a silent node whose lease's downtime tolerance
+    (`downtime_tolerance_seconds`, 0 = the network's default) its silence exceeds, and the others.
+    A lease's tolerance only ever lengthens `lost_after`, never shortens it."""
+    lost, tolerated = [], []
+    for share in shares:
+        limit = max(lost_after, share["downtime_tolerance_seconds"] or 0)
+        (lost if silent_seconds > limit else tolerated).append(share)
+    return lost, tolerated
 
 
 def _merged(spans: list[list[float]], reach: float) -> list[list[float]]:

@@ -16,7 +16,11 @@ def job_over(states: Mapping[str, str], nodes: Iterable[str]) -> bool:
     reported it: it ended somewhere and no node of the lease has it going. A node that never
     reported it does not keep it going: it took its share after the job had ended (a failover),
     or never got the job while its cluster peers ran it to its end."""
-    return any(s in TERMINAL for s in states.values()) and all(n not in states or states[n] in TERMINAL for n in nodes)
+    nodes = list(nodes)
+    # A job cancelled on a node that no longer holds the lease was stopped because its share moved
+    # away (a drain, or a lost node that came back), not because the job ended: it counts for nothing.
+    ended = any(s in TERMINAL and (n in nodes or s != "cancelled") for n, s in states.items())
+    return ended and all(n not in states or states[n] in TERMINAL for n in nodes)
 
 
 def job_progress(states: Mapping[str, str], nodes: Iterable[str]) -> str:

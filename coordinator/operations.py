@@ -178,7 +178,7 @@ async def active_shares(conn: asyncpg.Connection, *, lease: str | None = None, n
     """Active assignments (with their lease's terms and rank order), by lease or by node."""
     return await conn.fetch(
         """SELECT a.*, l.client, l.status AS lease_status, l.started_at, l.duration_seconds, l.gpu_model,
-                  l.min_vram_gb, l.gpu_count, l.region, l.max_price_per_gpu_hour,
+                  l.min_vram_gb, l.gpu_count, l.region, l.max_price_per_gpu_hour, l.downtime_tolerance_seconds,
                   array_position(l.nodes, a.node) - 1 AS rank, cardinality(l.nodes) AS world_size
            FROM assignments a JOIN leases l USING (lease)
            WHERE a.active AND l.status = 'active' AND ($1::text IS NULL OR a.lease = $1)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
@@ -32,6 +33,22 @@ __all__ = ["Placer"]
 
 log = logging.getLogger("gpunet.coordinator.placement")
 
+# A drained node sends its last usage report and checkpoint once its job has stopped (its worker
+# gives a job a stop grace); if no heartbeat shows the share released (the worker died meanwhile)
+# the share moves after this long anyway.
+RELEASE_WAIT_SECONDS = 20.0
+# Its reports still pending after the release are given this long to settle before the move.
+SETTLE_WAIT_SECONDS = 30.0
+
+
+@dataclass
+class _Drain:
+    """A share leaving a draining node: its job was cancelled there at `cancelled_at`."""
+
+    cancelled_at: float
+    stopped: bool = False  # the job is not running there (it reported its end, or had none going)
+    released: bool = False  # then a heartbeat showed the share released: its last report and checkpoint are in
+
 
 def _request(lease: asyncpg.Record, gpus_per_node: int | None) -> LeaseRequest:
     terms = ix.LeaseTerms(lease["gpu_model"], lease["min_vram_gb"], lease["gpu_count"], lease["region"],
@@ -48,6 +65,8 @@ class Placer:
         self.ends_sent: dict[tuple[str, str], int] = {}  # (lease, node key) -> the lease end it was last told
         self.failovers: dict[str, set[str]] = {}  # lease -> lost node keys still to replace
         self.ending: dict[str, float] = {}  # lease -> when its workers were told to stop
+        self.drains: dict[tuple[str, str], _Drain] = {}  # (lease, draining node key) -> its share's move
+        self._drain_reasons: dict[str, str] = {}  # lease -> the drain reason last shown (written once)
 
     # --- the fleet
 
@@ -69,7 +88,8 @@ class Placer:
                             region=r["region"], price_per_gpu_hour=int(r["price_per_gpu_hour"]),
                             gpus_leased=0,  # the scheduler counts reservations itself (restored below)
                             bonded_stake=int(r["bonded_stake"]), provider_staked=int(r["staked"]),
-                            provider_bonded=int(r["bonded"]), jailed=r["jailed"], online=fleet.online(key),
+                            provider_bonded=int(r["bonded"]), jailed=r["jailed"], draining=r["draining"],
+                            online=fleet.online(key),
                             healthy=fleet.healthy(key), simulated=bool(seen and seen.simulated),
                             latency_ms=self._latency_ms(key), completed_shares=r["completed"],
                             failed_shares=r["failed"])
@@ -170,7 +190,11 @@ class Placer:
                 given = self.dispatched.setdefault(lease, set())
                 ends_at = shares[0]["started_at"] + shares[0]["duration_seconds"]
                 await self._tell_lease_end(lease, given, ends_at)
-                todo = [s for s in shares if s["node_key"] not in given]
+                # a share leaving a draining node is not given its job again (it was cancelled there)
+                # (nor a node the scheduler already moved the share away from, before the indexer shows it)
+                reserved = self.scheduler.reservations.get(lease)
+                todo = [s for s in shares if s["node_key"] not in given and (lease, s["node_key"]) not in self.drains
+                        and (reserved is None or s["node_key"] in reserved.node_keys)]
                 if not todo:
                     continue
                 keys = [Pubkey.from_string(s["node_key"]) for s in shares]
@@ -259,6 +283,106 @@ class Placer:
         self.dispatched.get(lease, set()).discard(lost_key)
         log.warning("lease.failover lease=%s from=%s to=%s", lease, lost_key, target.node_key)
         return True
+
+    # --- announced maintenance: draining nodes
+
+    def drain_job_status(self, node_key: str, lease: str, state: str) -> None:
+        """The job of a share leaving the node reported its end there (after the cancel)."""
+        if state in TERMINAL and (move := self.drains.get((lease, node_key))) is not None:
+            move.stopped = True
+
+    def drain_heartbeat(self, node_key: str, claimed: frozenset[str]) -> None:
+        """A heartbeat after the job stopped no longer claims the share leaving the node: its last
+        usage report and checkpoint, sent before this heartbeat, are recorded (the gateway handles
+        a session's messages in order, and the worker sends both as its job ends)."""
+        for (lease, key), move in self.drains.items():
+            if key == node_key and move.stopped and lease not in claimed:
+                move.released = True
+
+    async def move_drained(self) -> None:
+        """Moves the shares of draining nodes (their suppliers' announced maintenance) to spare nodes,
+        gracefully and without any slash or fault: the job is cancelled on the draining node, which
+        reports its last usage; everything it delivered is settled; then the share is reassigned on
+        chain and the job resumes on the new node from the lease's latest checkpoint. Without a spare
+        node the share stays where it is and the lease goes on (the placement's reason says so)."""
+        async with self.c.pool.acquire() as conn:
+            rows = await conn.fetch(
+                """SELECT a.lease, a.node_key FROM assignments a JOIN nodes n USING (node) JOIN leases l USING (lease)
+                   WHERE a.active AND n.draining AND l.status = 'active'""")
+            wanted = {(r["lease"], r["node_key"]) for r in rows}
+            for key in [k for k in self.drains if k not in wanted]:  # moved, or the lease ended
+                del self.drains[key]
+            if not wanted:
+                return
+            await self._sync(conn)
+            for lease, node_key in sorted(wanted):
+                if lease in self.ending or node_key in self.failovers.get(lease, ()):
+                    continue  # ending anyway, or lost: the failover moves it (without a slash, see service)
+                await self._move_drained(conn, lease, node_key)
+
+    async def _drain_reason(self, conn: asyncpg.Connection, lease: str, reason: str, nodes: list[str] | None = None) -> None:
+        if self._drain_reasons.get(lease) != reason or nodes is not None:
+            self._drain_reasons[lease] = reason
+            await ops.set_placement(conn, lease, "placed", reason, nodes)
+
+    async def _move_drained(self, conn: asyncpg.Connection, lease: str, node_key: str) -> None:
+        key = (lease, node_key)
+        now = time.time()
+        move = self.drains.get(key)
+        if lease not in self.scheduler.reservations or node_key not in self.scheduler.reservation(lease).node_keys:
+            return
+        if move is None:
+            if not self.c.gateway.online(Pubkey.from_string(node_key)):
+                return  # silent: nothing to cancel there; if it stays silent the loss rule moves it
+            # A spare must exist before the job is stopped here; it is chosen again at the move.
+            spare = self.scheduler.spare(lease, node_key)
+            if isinstance(spare, NotPlaced):
+                await self._drain_reason(conn, lease, f"node {node_key} is draining; its share stays there (the lease "
+                                                      f"goes on) until a spare node qualifies: {spare.reason}")
+                return
+            move = self.drains[key] = _Drain(cancelled_at=now)  # before the send: the job's end may come at once
+            try:
+                await self.c.gateway.send(Pubkey.from_string(node_key), Cancel(
+                    lease=lease, reason="the node is draining (its supplier's maintenance): the share moves to another node"))
+            except NodeOffline:
+                del self.drains[key]
+                return
+            job = await ops.current_job(conn, lease)
+            state = (await ops.job_states(conn, lease, job.number)).get(node_key) if job is not None else None
+            if state not in ("starting", "running", "restarting"):
+                move.stopped = True  # no job going there: nothing to wait for but the release
+            await self._drain_reason(conn, lease, f"node {node_key} is draining; its share is moving")
+            log.info("drain.cancelled lease=%s node=%s", lease, node_key)
+            return
+        if not move.released and now - move.cancelled_at < RELEASE_WAIT_SECONDS:
+            return
+        # Everything the node delivered is paid while it still holds the share (after the move its
+        # reports could not be settled any more).
+        await self.c.settle_pending(node_key)
+        pending = await conn.fetchval("SELECT count(*) FROM usage_reports WHERE status = 'pending' AND lease = $1 "
+                                      "AND node_key = $2", lease, node_key)
+        if pending and now - move.cancelled_at < SETTLE_WAIT_SECONDS:
+            return
+        before = self.scheduler.reservation(lease)
+        decision = self.scheduler.replace(lease, node_key)
+        if isinstance(decision, NotPlaced):
+            # The spare was taken meanwhile (rare: it was there a moment ago): the job, stopped on the
+            # draining node, waits for the next one; nobody is slashed and nothing is billed meanwhile.
+            await self._drain_reason(conn, lease, f"node {node_key} is draining; its job stopped there and waits "
+                                                  f"for a spare node: {decision.reason}")
+            return
+        target = next(s for s in decision.shares if s.node_key not in before.node_keys)
+        try:
+            await self.c.attester.reassign(Pubkey.from_string(lease), Pubkey.from_string(node_key), target.to_sdk())
+        except Exception as e:
+            self.scheduler.release(lease)
+            self.scheduler.restore(before)
+            await self._drain_reason(conn, lease, f"node {node_key} is draining; reassign failed ({e}); retrying")
+            return
+        del self.drains[key]  # the scheduler's reservation no longer has the node: it is not dispatched again
+        await self._drain_reason(conn, lease, f"node {node_key} drained (its supplier's maintenance, no slash); "
+                                              f"share moved to {target.node_key}", list(decision.node_keys))
+        log.warning("lease.drained lease=%s from=%s to=%s", lease, node_key, target.node_key)
 
     # --- the end of a lease
 

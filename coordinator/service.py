@@ -26,7 +26,7 @@ from solders.pubkey import Pubkey
 
 from coordinator import operations as ops
 from coordinator.attester import Attester, evidence_hash
-from coordinator.fleet import Fleet
+from coordinator.fleet import Fleet, due_shares
 from coordinator.gateway import Gateway
 from coordinator.indexer import Indexer
 from coordinator.placement import Placer
@@ -93,6 +93,7 @@ class Coordinator:
                                   ("stall-watch", self.watch_own_stalls, WATCH_EVERY_SECONDS),
                                   ("database-watch", self.watch_database, 1.0),
                                   ("failover", self.fail_over, 0.5),
+                                  ("drain", self.placer.move_drained, 0.5),
                                   ("settlement", self.settle_pending, self.settings.settle_seconds)):
             self._tasks.append(asyncio.create_task(self._every(name, step, every), name=name))
         log.info("coordinator.started gateway=%s attester=%s", self.gateway.url, self.attester_key.pubkey())
@@ -193,6 +194,7 @@ class Coordinator:
         # node's set of held and running leases changes (or it reconnected, or was lost), not on
         # every heartbeat.
         claimed = frozenset(beat.running) | frozenset(beat.held)
+        self.placer.drain_heartbeat(str(node_key), claimed)
         # (While the database is down the question waits: a heartbeat is never refused for it.)
         if claimed and self._running_checked.get(node_key) != claimed and self._database_down_since is None:
             async with self.pool.acquire() as conn:
@@ -205,6 +207,7 @@ class Coordinator:
     async def job_status(self, node_key: Pubkey, status: JobStatus) -> None:
         async with self.pool.acquire() as conn:
             await ops.record_job_event(conn, node_key, status)
+        self.placer.drain_job_status(str(node_key), status.lease, status.state)
 
     async def job_log(self, node_key: Pubkey, line: JobLog) -> None:
         async with self.pool.acquire() as conn:
@@ -234,7 +237,7 @@ class Coordinator:
 
     # --- settlement
 
-    def _observed(self, usage: SignedUsage) -> int | None:
+    def _observed(self, usage: SignedUsage, tolerance: int = 0) -> int | None:
         """Seconds of the report's period the node may bill by what this process saw. Before this
         process started, and while workers had their grace to reconnect to it, it could not see:
         that time is not held against the node (the chain's own cap applies to it)."""
@@ -243,7 +246,8 @@ class Coordinator:
         if end <= blind_until:
             return None
         unseen = max(0, int(blind_until) - start)
-        return unseen + self.fleet.online_seconds(usage.node_key, max(start, int(blind_until)), end)
+        # silence the lease's client tolerates (its downtime tolerance) is held time, as it is not a loss
+        return unseen + self.fleet.online_seconds(usage.node_key, max(start, int(blind_until)), end, tolerance)
 
     async def settle_pending(self, node_key: str | None = None) -> None:
         # One pass at a time: the settlement loop, a lease's close and a failover all settle first,
@@ -253,9 +257,13 @@ class Coordinator:
             async with self.pool.acquire() as conn:
                 batch = await ops.pending_usage(conn, node_key)
                 refused = await ops.refused_usage(conn, batch)
+                tolerance = {r["lease"]: r["downtime_tolerance_seconds"] for r in await conn.fetch(
+                    "SELECT lease, downtime_tolerance_seconds FROM leases WHERE lease = ANY($1::text[])",
+                    list({str(u.lease) for u in batch}))} if batch else {}
             if not batch:
                 return
-            outcomes = await self.settler.settle(batch, self._observed, refused)
+            outcomes = await self.settler.settle(batch, lambda u: self._observed(u, tolerance.get(str(u.lease), 0)),
+                                                 refused)
             async with self.pool.acquire() as conn:
                 await ops.settle_outcomes(conn, outcomes)
         for o in outcomes:
@@ -339,6 +347,13 @@ class Coordinator:
         return None
 
     async def _node_lost(self, node_key: Pubkey, shares: list[asyncpg.Record]) -> None:
+        # A lease's downtime tolerance (its client's choice at open, never below lost_after) delays
+        # the loss of that lease's share only: the others are judged now, it on a later pass.
+        shares, tolerated = due_shares(shares, self.fleet.silent_for(node_key), self.settings.lost_after_seconds)
+        if tolerated:
+            self._silent.add(node_key)
+        if not shares:
+            return
         log.warning("node.lost node=%s leases=%s", node_key, [s["lease"] for s in shares])
         # Pay what the node delivered before it went silent, while it still holds its shares.
         await self.settle_pending(str(node_key))
@@ -348,15 +363,29 @@ class Coordinator:
         if not self.fleet.judging():  # this process stalled meanwhile: judge again once it has drained
             self._silent.add(node_key)
             return
-        if seen is None or not self.fleet.silent(node_key):
+        tolerance = max(s["downtime_tolerance_seconds"] or 0 for s in shares)
+        if seen is None or not self.fleet.silent(node_key, tolerance):
             self.fleet.unjudged(node_key)
+            self._silent.discard(node_key)
             log.info("node.back node=%s (heard again before the slash was sent)", node_key)
             return
         silent = self.fleet.silent_for(node_key)
+        async with self.pool.acquire() as conn:
+            draining = await conn.fetchval("SELECT draining FROM nodes WHERE node_key = $1", str(node_key))
+        if draining:
+            # Its supplier announced the maintenance: its shares move, nobody is slashed for it.
+            log.warning("node.lost_while_draining node=%s silent=%.1fs: its shares move without a slash", node_key, silent)
+            for share in shares:
+                self.placer.queue_failover(share["lease"], str(node_key))
+            return
         evidence = {"fault": "MissedHeartbeats", "node_key": str(node_key), "leases": [s["lease"] for s in shares],
                     "last_heartbeat": round(seen.last_heartbeat, 3), "silent_seconds": round(silent, 3),
-                    "detected_at": round(time.time(), 3), "lost_after_seconds": self.settings.lost_after_seconds}
-        if self.settings.slash_lost_nodes:
+                    "detected_at": round(time.time(), 3), "lost_after_seconds": self.settings.lost_after_seconds,
+                    "downtime_tolerance_seconds": tolerance}
+        # Slashed once per silence: a share whose lease tolerated longer is moved later without a second slash
+        # (the node is jailed since, and the program moves a jailed node's shares).
+        jailed = (await fetch(self.chain, node_pda(node_key), "Node")).jailed
+        if self.settings.slash_lost_nodes and not jailed:
             async with self.pool.acquire() as conn:
                 fault = await ops.record_fault(conn, str(node_key), shares[0]["lease"], "MissedHeartbeats",
                                                evidence, evidence_hash(evidence))

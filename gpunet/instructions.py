@@ -51,6 +51,7 @@ __all__ = [
     "register_node",
     "register_provider",
     "request_unstake",
+    "set_node_draining",
     "settle_usage",
     "slash_provider",
     "stake",
@@ -260,15 +261,31 @@ def unjail_node(authority: Pubkey, node_key: Pubkey) -> Instruction:
     return _ix("unjail_node", accounts=_node_owner_accounts(authority, node_key))
 
 
+def set_node_draining(authority: Pubkey, node_key: Pubkey, draining: bool) -> Instruction:
+    """Starts (`draining=True`) or ends the node's announced maintenance: while draining it gets
+    no new leases and the coordinator moves its shares to other nodes without a slash."""
+    return _ix("set_node_draining", draining, accounts=_node_owner_accounts(authority, node_key))
+
+
 # --- leases
 
 
-def open_lease(client: Pubkey, client_tokens: Pubkey, io_mint: Pubkey, lease_id: int, terms: LeaseTerms) -> Instruction:
+MIN_DOWNTIME_TOLERANCE_SECONDS = 10
+"""The least downtime tolerance a lease may choose (the program's bound; 0 means the network's default)."""
+MAX_DOWNTIME_TOLERANCE_SECONDS = 3_600
+"""The most downtime tolerance a lease may choose (the program's bound)."""
+
+
+def open_lease(client: Pubkey, client_tokens: Pubkey, io_mint: Pubkey, lease_id: int, terms: LeaseTerms,
+               downtime_tolerance_seconds: int = 0) -> Instruction:
+    """Opens and escrows a lease. `downtime_tolerance_seconds`: how long its nodes may be silent before
+    the coordinator treats them as lost (0: the network's default; else 10..3,600, the program's bounds)."""
     lease = lease_pda(client, lease_id)
     return _ix(
         "open_lease",
         lease_id,
         _values(terms),
+        downtime_tolerance_seconds,
         accounts={
             "client": client,
             "config": config_pda(),
@@ -317,7 +334,7 @@ def top_up_lease(client: Pubkey, client_tokens: Pubkey, lease: Pubkey, extra_sec
 
 
 def reassign_lease(attester: Pubkey, lease: Pubkey, from_node_key: Pubkey, to: Share) -> Instruction:
-    """Moves a lost (slashed, so jailed) node's share to `to`, at `to`'s expected price."""
+    """Moves a lost (slashed, so jailed) or draining node's share to `to`, at `to`'s expected price."""
     return _ix(
         "reassign_lease",
         to.price_per_gpu_hour,

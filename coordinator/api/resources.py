@@ -20,7 +20,7 @@ _SLOTS = (
 EVENT_NAMES = ("ConfigInitialized", "ConfigUpdated", "ProviderRegistered", "Staked", "UnstakeRequested",
                "UnstakeWithdrawn", "NodeRegistered", "NodeUpdated", "NodeDeregistered", "LeaseOpened",
                "LeaseAssigned", "LeaseToppedUp", "LeaseReassigned", "UsageSettled", "LeaseClosed",
-               "ProviderSlashed", "NodeUnjailed")
+               "ProviderSlashed", "NodeUnjailed", "NodeDrainingSet")
 _CHAIN_ORDER = "(SELECT seq FROM transactions t WHERE t.signature = r.signature), r.event_index"
 
 
@@ -43,6 +43,7 @@ RESOURCES = {r.name: r for r in (
         Param("gpu_model", "integer", "gpu_model", maximum=65535),
         Param("region", "integer", "region", maximum=65535),
         Param("jailed", "boolean", "jailed"),
+        Param("draining", "boolean", "draining"),
         Param("registered", "boolean", "registered"),
     ), "GPU nodes and their offer."),
     Resource("leases", "leases", "lease", "r.lease", (

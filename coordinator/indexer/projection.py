@@ -128,6 +128,7 @@ def _node_registered(l: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None:
         "gpu_count": spec["gpu_count"], "vram_gb": spec["vram_gb"], "region": spec["region"],
         "price_per_gpu_hour": spec["price_per_gpu_hour"], "inventory_hash": spec["inventory_hash"],
         "bonded_stake": d["bonded_stake"], "gpus_leased": 0, "jailed": False, "jail_ends_at": 0, "registered": True,
+        "draining": False,
     }, e)
     if (p := l._get("providers", d["provider"], e)) is not None:
         p["bonded"] += d["bonded_stake"]
@@ -152,11 +153,16 @@ def _node_unjailed(l: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None:
         n["jailed"] = False
 
 
+def _node_draining_set(l: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None:
+    if (n := l._get("nodes", d["node"], e)) is not None:
+        n["draining"] = d["draining"]
+
+
 def _lease_opened(l: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None:
     l._put("leases", d["lease"], {
         "lease": d["lease"], "client": d["client"], "lease_id": d["lease_id"], **d["terms"], "status": "open",
         "started_at": 0, "deposited": d["deposit"], "paid": 0, "fees": 0, "refunded": 0, "donations": 0,
-        "nodes": [],
+        "nodes": [], "downtime_tolerance_seconds": d.get("downtime_tolerance_seconds", 0),
     }, e)
 
 
@@ -239,6 +245,7 @@ _HANDLERS: dict[str, Callable[[Ledger, IndexedEvent, dict[str, Any]], None]] = {
     "NodeUpdated": _node_updated,
     "NodeDeregistered": _node_deregistered,
     "NodeUnjailed": _node_unjailed,
+    "NodeDrainingSet": _node_draining_set,
     "LeaseOpened": _lease_opened,
     "LeaseAssigned": _lease_assigned,
     "LeaseToppedUp": _lease_topped_up,

@@ -1,7 +1,7 @@
 """The scheduler's view of nodes and lease requests, and what a placement decision returns.
 
 The rules mirror what `assign_lease` accepts on chain (programs/gpunet/src/instructions/
-assign_lease.rs): a node qualifies when it is not jailed, its provider is collateralised
+assign_lease.rs): a node qualifies when it is neither jailed nor draining, its provider is collateralised
 (staked >= bonded), `Node::meets(terms)` holds and it has the free GPUs; a lease has 1..=8
 shares, each > 0 GPUs, on distinct nodes, summing to the lease's gpu_count.
 """
@@ -97,6 +97,7 @@ class NodeView:
     provider_staked: int = 0  # the provider's active stake
     provider_bonded: int = 0  # the provider's stake backing all its nodes
     jailed: bool = False
+    draining: bool = False  # its supplier's announced maintenance: no new shares (its own may move away)
     online: bool = False  # a worker session with fresh heartbeats
     healthy: bool = True  # the worker's last NVML health report
     simulated: bool = False  # the worker runs simulated GPUs (labelled everywhere)
@@ -130,7 +131,7 @@ class NodeView:
             value = getattr(self, name)
             if type(value) is not int or not low <= value < end:
                 raise InvalidNodeView(f"node {self.node_key}: {name}={value!r} is not an integer in [{low}, {end - 1}]")
-        for name in ("jailed", "online", "healthy", "simulated"):
+        for name in ("jailed", "draining", "online", "healthy", "simulated"):
             if type(getattr(self, name)) is not bool:
                 raise InvalidNodeView(f"node {self.node_key}: {name} must be a bool")
         latency = self.latency_ms
@@ -155,7 +156,7 @@ class NodeView:
 
     def is_schedulable(self, accept_simulated: bool) -> bool:
         """Live and in good standing: may take new work of any lease it meets."""
-        return (self.online and self.healthy and not self.jailed and self.is_collateralised()
+        return (self.online and self.healthy and not self.jailed and not self.draining and self.is_collateralised()
                 and (accept_simulated or not self.simulated))
 
 

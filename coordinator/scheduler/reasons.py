@@ -14,7 +14,7 @@ from gpunet.tokens import IO_DECIMALS
 __all__ = ["describe", "explain", "io_amount"]
 
 # The first filter a node fails names its group, in this order.
-_GROUPS = ("already in the lease", "in another region", "offline", "unhealthy", "jailed",
+_GROUPS = ("already in the lease", "in another region", "offline", "unhealthy", "jailed", "draining",
            "under-collateralised", "simulated", "short of VRAM", "above the price", "fully leased")
 
 
@@ -57,6 +57,8 @@ def _group(view: NodeView, request: LeaseRequest, accept_simulated: bool, exclud
         return "unhealthy"
     if view.jailed:
         return "jailed"
+    if view.draining:
+        return "draining"
     if not view.is_collateralised():
         return "under-collateralised"
     if view.simulated and not accept_simulated:

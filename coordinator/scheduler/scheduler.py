@@ -131,6 +131,23 @@ class Scheduler:
         del self._reservations[lease]
         return placement
 
+    def spare(self, lease: str, node_key: str) -> PlacedShare | NotPlaced:
+        """Where `replace` would move the node's share of the lease now (changes nothing): a drain
+        stops a job only when its share has somewhere to go."""
+        placement = self.reservation(lease)
+        share = next((s for s in placement.shares if s.node_key == node_key), None)
+        if share is None:
+            raise UnknownNode(f"node {node_key} holds no share of lease {lease}")
+        in_lease = frozenset(placement.node_keys)
+        choice = self._choose(placement.request, in_lease, share.gpus, single=True)
+        if choice is None:
+            def reason() -> str:
+                nodes, elsewhere = self._candidates(placement.request)
+                return explain(nodes, placement.request, self.accept_simulated, in_lease, share.gpus, elsewhere)
+
+            return NotPlaced(placement.request, reason)
+        return PlacedShare.of(choice[0][0], share.gpus)
+
     def replace(self, lease: str, lost_node_key: str) -> Placement | NotPlaced:
         """Failover: moves the lost node's share of the lease to the best other qualifying node
         (never one already in the lease, as reassign_lease requires) and returns the new placement."""

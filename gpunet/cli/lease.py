@@ -54,7 +54,7 @@ async def lease_summary(client: Any, address: Any, lease: Any) -> dict[str, Any]
         "max_price_per_gpu_hour": terms.max_price_per_gpu_hour, "duration_seconds": terms.duration_seconds,
         "deposited": lease.deposited, "paid": lease.paid, "fees": lease.fees, "refunded": lease.refunded,
         "escrow_balance": e.balance, "burn_per_hour": e.burn_per_hour, "seconds_left": e.seconds_left,
-        "ends_at": e.ends_at,
+        "ends_at": e.ends_at, "downtime_tolerance_seconds": lease.downtime_tolerance_seconds,
         "assignments": [{"node": a.node, "node_key": a.node_key, "gpus": a.gpus,
                          "price_per_gpu_hour": a.price_per_gpu_hour, "last_seq": a.last_seq,
                          "gpu_seconds": a.gpu_seconds} for a in list(lease.assignments)[: lease.node_count]],
@@ -69,10 +69,20 @@ def open_lease(gpu: Annotated[str, typer.Option("--gpu", help="GPU model (e.g. H
                vram: Annotated[int, typer.Option("--vram", min=0, help="Least GiB per GPU.")] = 0,
                region: Annotated[str, typer.Option("--region", help="Region name or 'any'.")] = "any",
                lease_id: Annotated[int | None, typer.Option("--lease-id", min=0, help="Your id for it (default: now in ms).")] = None,
+               downtime_tolerance: Annotated[str | None, typer.Option(
+                   "--downtime-tolerance",
+                   help=f"How long a node of the lease may be silent before the coordinator moves its share (and "
+                        f"slashes its supplier), e.g. 30s, 5m: {ix.MIN_DOWNTIME_TOLERANCE_SECONDS} s to "
+                        f"{ix.MAX_DOWNTIME_TOLERANCE_SECONDS // 60} min (default: the network's, its coordinator's "
+                        f"lost-after; never shorter than that).")] = None,
                url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR, json_output: JsonOpt = False) -> None:
     """Open a lease: escrow max price x GPUs x duration; the coordinator places it on nodes."""
 
     async def command(s: Session) -> None:
+        tolerance = 0 if downtime_tolerance is None else duration_arg(downtime_tolerance)
+        if tolerance and not ix.MIN_DOWNTIME_TOLERANCE_SECONDS <= tolerance <= ix.MAX_DOWNTIME_TOLERANCE_SECONDS:
+            raise BadInput(f"--downtime-tolerance must be between {ix.MIN_DOWNTIME_TOLERANCE_SECONDS} s and "
+                           f"{ix.MAX_DOWNTIME_TOLERANCE_SECONDS} s, got {tolerance} s")
         model = catalog.ANY if gpu.lower() == "any" else catalog.gpu_model(gpu).code
         region_code = catalog.ANY if region.lower() == "any" else catalog.region(region)
         terms = ix.LeaseTerms(model, vram, count, region_code, parse_io(max_price), duration_arg(duration))
@@ -87,7 +97,7 @@ def open_lease(gpu: Annotated[str, typer.Option("--gpu", help="GPU model (e.g. H
                              f"{format_io(terms.max_price_per_gpu_hour)}/GPU-hour", deposit,
                              await io_balance(client, me, io_mint))
             sig = await s.send(client, f"Opening the lease (escrow {format_io(deposit)})",
-                               [ix.open_lease(me, io_account(me, io_mint), io_mint, ident, terms)])
+                               [ix.open_lease(me, io_account(me, io_mint), io_mint, ident, terms, tolerance)])
         s.done(f"lease {address} opened, {format_io(deposit)} in escrow", sig, lease=address, lease_id=ident,
                deposit=deposit)
 

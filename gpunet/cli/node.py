@@ -17,7 +17,7 @@ from gpunet.cli.common import (key_column, DEFAULT_KEYPAIR, BadInput, JsonOpt, K
 from gpunet.keys import load_keypair
 from gpunet.pda import node_pda, provider_pda
 
-app = typer.Typer(help="GPU nodes: register, update, deregister, unjail, list.", no_args_is_help=True)
+app = typer.Typer(help="GPU nodes: register, update, drain, undrain, deregister, unjail, list.", no_args_is_help=True)
 NodeKeyArg = Annotated[str, typer.Argument(help="The node's public key (its worker signs with it).")]
 RegionOpt = Annotated[str | None, typer.Option("--region", help=f"One of: {', '.join(catalog.REGIONS.values())}.")]
 PriceOpt = Annotated[str | None, typer.Option("--price", help="Asking price in IO per GPU-hour, e.g. 2.5.")]
@@ -43,7 +43,8 @@ def node_row(address: Any, n: Any) -> dict[str, Any]:
             "gpu_model": catalog.gpu_model_name(spec.gpu_model), "gpu_count": spec.gpu_count,
             "gpus_leased": n.gpus_leased, "vram_gb": spec.vram_gb, "region": catalog.region_name(spec.region),
             "price_per_gpu_hour": spec.price_per_gpu_hour, "inventory_hash": bytes(spec.inventory_hash),
-            "bonded_stake": n.bonded_stake, "jailed": n.jailed, "jail_ends_at": n.jail_ends_at}
+            "bonded_stake": n.bonded_stake, "jailed": n.jailed, "jail_ends_at": n.jail_ends_at,
+            "draining": n.draining}
 
 
 @app.command("register")
@@ -117,6 +118,43 @@ def deregister(node_key: NodeKeyArg, url: UrlOpt = None, keypair: KeypairOpt = D
     Session(url, keypair, json_output).run(command)
 
 
+def _set_draining(node_key: str, draining: bool, url: str | None, keypair: str, json_output: bool) -> None:
+    async def command(s: Session) -> None:
+        key = pubkey_arg(node_key, "node key")
+        async with s.client() as client:
+            n = await fetch(client, node_pda(key), "Node")
+            if n.provider != provider_pda(s.wallet.pubkey()):
+                raise BadInput(f"node {key} belongs to provider {n.provider}, not to your wallet {s.wallet.pubkey()}")
+            if n.draining == draining:
+                raise BadInput(f"node {key} is {'already' if draining else 'not'} draining")
+            sig = await s.send(client, "Draining the node" if draining else "Ending the node's maintenance",
+                               [ix.set_node_draining(s.wallet.pubkey(), key, draining)])
+        if draining:
+            s.done(f"node {key} is draining: it gets no new leases and the coordinator moves the {n.gpus_leased} GPUs it "
+                   "holds to other nodes (no slash; what it delivered is paid); deregister it once it holds nothing",
+                   sig, gpus_leased=n.gpus_leased)
+        else:
+            s.done(f"node {key} takes leases again", sig)
+
+    Session(url, keypair, json_output).run(command)
+
+
+@app.command("drain")
+def drain(node_key: NodeKeyArg, url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR,
+          json_output: JsonOpt = False) -> None:
+    """Announce a node's maintenance: no new leases; the coordinator moves its running shares to spare
+    nodes (resuming their jobs from the latest checkpoint) without any slash. Keep the worker running
+    until `gpunet node list` shows it holds nothing. A share with no spare node stays where it is."""
+    _set_draining(node_key, True, url, keypair, json_output)
+
+
+@app.command("undrain")
+def undrain(node_key: NodeKeyArg, url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR,
+            json_output: JsonOpt = False) -> None:
+    """End a node's maintenance: it gets new leases again."""
+    _set_draining(node_key, False, url, keypair, json_output)
+
+
 @app.command("unjail")
 def unjail(node_key: NodeKeyArg, url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR,
            json_output: JsonOpt = False) -> None:
@@ -151,7 +189,7 @@ def list_nodes(provider: Annotated[str | None, typer.Option("--provider", help="
             for r in rows:
                 t.add_row(str(r["node_key"]), f"{r['gpu_count']}x {r['gpu_model']}", str(r["gpus_leased"]),
                           f"{r['vram_gb']} GB", r["region"], format_io(r["price_per_gpu_hour"]),
-                          "[red]jailed[/]" if r["jailed"] else "ok")
+                          "[red]jailed[/]" if r["jailed"] else "[yellow]draining[/]" if r["draining"] else "ok")
             return t
 
         s.show(rows, table)

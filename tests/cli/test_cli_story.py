@@ -51,7 +51,7 @@ def test_a_supplier_and_a_client_from_registration_to_audit(market) -> None:
     assert node["price_per_gpu_hour"] == 2_500_000 and node["inventory_hash"] == "ab" * 32
 
     opened = g.json("lease", "open", "--gpu", "H100", "--count", "2", "--max-price", "3", "--duration", "1h",
-                    "--lease-id", "1", wallet="client")
+                    "--lease-id", "1", "--downtime-tolerance", "45s", wallet="client")
     assert opened["deposit"] == 6 * IO  # 3 IO x 2 GPUs x 1 h
     lease = opened["lease"]
     g("lease", "top-up", lease, "--duration", "30m", wallet="client")
@@ -59,6 +59,7 @@ def test_a_supplier_and_a_client_from_registration_to_audit(market) -> None:
     asyncio.run(_assign_and_settle(g, Pubkey.from_string(lease)))
     shown = g.json("lease", "show", lease)
     assert shown["status"] == "Active" and shown["deposited"] == 9 * IO
+    assert shown["downtime_tolerance_seconds"] == 45, "the client's tolerance is on chain"
     assert shown["burn_per_hour"] == 2 * 2_500_000  # 2 GPUs at the node's 2.5 IO
     assert shown["escrow_balance"] == 9 * IO - shown["paid"] - shown["fees"]
     assert shown["seconds_left"] == shown["escrow_balance"] * 3600 // shown["burn_per_hour"]
@@ -110,3 +111,22 @@ def test_a_slashed_node_is_unjailed_by_its_provider_after_the_jail_time(market) 
     assert not node["jailed"]
     again = g("node", "unjail", g.pubkey("node1"), wallet="supplier", expect=2)
     assert "is not jailed" in again.stderr
+
+
+def test_only_its_supplier_drains_a_node_and_undrains_it(market) -> None:
+    g = market
+    node_key = g.pubkey("node1")
+    # The client (a stranger to the node) is refused before anything is sent; nothing changes.
+    stranger = g("node", "drain", node_key, wallet="client", expect=2)
+    assert "not to your wallet" in stranger.stderr
+    [node] = g.json("node", "list")
+    assert not node["draining"]
+    # Its supplier (the control) drains it, which `node list` shows, and undrains it.
+    g("node", "drain", node_key, wallet="supplier")
+    [node] = g.json("node", "list")
+    assert node["draining"] and not node["jailed"]
+    again = g("node", "drain", node_key, wallet="supplier", expect=2)
+    assert "already draining" in again.stderr
+    g("node", "undrain", node_key, wallet="supplier")
+    [node] = g.json("node", "list")
+    assert not node["draining"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from solders.pubkey import Pubkey
 
-from coordinator.fleet import Fleet
+from coordinator.fleet import Fleet, due_shares
 
 
 class Clock:
@@ -140,3 +140,40 @@ def test_a_stall_noticed_after_the_waiting_heartbeats_were_read_still_counts_as_
     fleet.heartbeat(node, healthy=True)
     assert fleet.watch(0.2, 1.0) == pytest.approx(6.2)
     assert fleet.online_seconds(node, 1_000, 1_006) == 6
+
+
+def test_a_lease_s_downtime_tolerance_lengthens_lost_after_and_never_shortens_it() -> None:
+    clock, node = Clock(), Pubkey.new_unique()
+    fleet = Fleet(lost_after_seconds=10, clock=clock)
+    fleet.connected(node, simulated=True)  # heard at 1,000
+    clock.now = 1_008
+    assert not fleet.silent(node, 5), "a tolerance below lost_after does not make a node lost sooner"
+    clock.now = 1_015
+    assert fleet.silent(node) and fleet.silent(node, 5)  # the network's default: lost after 10 s
+    assert not fleet.silent(node, 30), "its client tolerates 30 s"
+    clock.now = 1_031
+    assert fleet.silent(node, 30)
+
+    # Per share: only the shares whose lease's tolerance the silence exceeds are lost.
+    shares = [{"lease": "default", "downtime_tolerance_seconds": 0}, {"lease": "patient", "downtime_tolerance_seconds": 30},
+              {"lease": "hasty", "downtime_tolerance_seconds": 5}]
+    names = lambda rows: [r["lease"] for r in rows]  # noqa: E731
+    lost, tolerated = due_shares(shares, 15, 10)
+    assert (names(lost), names(tolerated)) == (["default", "hasty"], ["patient"])
+    assert names(due_shares(shares, 8, 10)[0]) == [], "nobody is lost before lost_after, whatever the lease asked"
+    assert names(due_shares(shares, 31, 10)[0]) == ["default", "patient", "hasty"]
+
+
+def test_silence_a_lease_tolerates_is_billable_time_counted_once() -> None:
+    clock, node = Clock(), Pubkey.new_unique()
+    fleet = Fleet(lost_after_seconds=10, clock=clock)
+    fleet.connected(node, simulated=True)  # 1,000
+    clock.now = 1_002
+    fleet.heartbeat(node, healthy=True)
+    clock.now = 1_025  # 23 s of silence, then heard again
+    fleet.heartbeat(node, healthy=True)
+    assert fleet.online_seconds(node, 1_000, 1_030) == 12 + 5  # the default: 1,000..1,012 and 1,025..1,030
+    # a lease tolerating 30 s: the whole span is held time, each second counted once (the two
+    # spans' reaches overlap)
+    assert fleet.online_seconds(node, 1_000, 1_030, tolerance=30) == 30
+    assert fleet.online_seconds(node, 1_000, 1_030, tolerance=5) == 17, "never less than lost_after's reach"

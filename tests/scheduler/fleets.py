@@ -65,6 +65,7 @@ def node_views(draw: st.DrawFn, name: str) -> NodeView:
         provider_staked=draw(st.sampled_from([0, 1, 4, 8])) * IO,  # sometimes below the bond: slashed
         provider_bonded=bonded,
         jailed=draw(st.integers(0, 3)) == 0,
+        draining=draw(st.integers(0, 4)) == 0,
         online=draw(st.integers(0, 4)) > 0,
         healthy=draw(st.integers(0, 6)) > 0,
         simulated=draw(st.booleans()),
@@ -96,7 +97,7 @@ def lease_requests(draw: st.DrawFn, lease: str = "lease-1") -> LeaseRequest:
 def qualifies(view: NodeView, req: LeaseRequest, accept_simulated: bool = True) -> bool:
     """Would assign_lease accept this node for some share of the lease, and is it live?"""
     t = req.terms
-    return (view.online and view.healthy and not view.jailed
+    return (view.online and view.healthy and not view.jailed and not view.draining
             and view.provider_staked >= view.provider_bonded
             and (accept_simulated or not view.simulated)
             and t.gpu_model in (0, view.gpu_model) and t.region in (0, view.region)

@@ -160,3 +160,19 @@ def test_a_node_that_changes_model_and_region_or_leaves_is_found_only_where_it_i
         "no H100 node is registered")
     assert sorted(scheduler.nodes) == ["a"]
     scheduler.check_consistency()
+
+
+def test_a_draining_node_gets_no_new_share_and_undraining_restores_it() -> None:
+    scheduler = scheduler_of([node("a-draining", draining=True), node("b-control")])
+    # the cheaper-by-address draining node would win; it is skipped, the control takes the lease
+    assert placed(scheduler.place(request(gpus=8))) == [("b-control", 8)]
+    assert refused(scheduler.place(request(gpus=16))).endswith("1 draining; 1 qualifies with 8 free GPUs in all, "
+                                                               "8 on the best 8 nodes")
+    # nor is it a failover target: a share leaving the control finds no spare
+    decision = scheduler.place(request(gpus=8))
+    scheduler.reserve(decision)
+    assert "1 draining" in refused(scheduler.replace("lease-1", "b-control"))
+    scheduler.update_node("a-draining", draining=False)  # maintenance over
+    moved = scheduler.replace("lease-1", "b-control")
+    assert isinstance(moved, Placement) and moved.node_keys == ("a-draining",)
+    scheduler.check_consistency()

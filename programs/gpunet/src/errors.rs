@@ -108,7 +108,7 @@ pub enum GpunetError {
     LeaseRetained,
     #[msg("The node's price is not the one the placement expected")]
     PriceChanged,
-    #[msg("The node is not found lost: slash or jail it before moving its share")]
+    #[msg("The node is neither found lost (slashed, so jailed) nor draining: its share cannot be moved")]
     NodeNotLost,
     #[msg("The lease is neither active nor in its settlement window")]
     LeaseNotLive,
@@ -118,4 +118,12 @@ pub enum GpunetError {
     MintHasFreezeAuthority,
     #[msg("settle_usage must be a top-level instruction, not a cross-program call")]
     CalledByCpi,
+
+    // --- announced maintenance (appended, so earlier codes stay stable)
+    #[msg("The node is draining (its supplier's announced maintenance): it takes no new leases")]
+    NodeDraining,
+
+    // --- per-lease downtime tolerance (appended, so earlier codes stay stable)
+    #[msg("The downtime tolerance must be 0 (the network's default) or between 10 and 3,600 seconds")]
+    InvalidDowntimeTolerance,
 }

@@ -75,6 +75,8 @@ pub struct LeaseOpened {
     pub lease_id: u64,
     pub terms: LeaseTerms,
     pub deposit: u64,
+    /// Seconds a node may be silent before it is treated as lost (0: the network's default).
+    pub downtime_tolerance_seconds: u32,
 }
 
 #[event]
@@ -172,4 +174,12 @@ pub struct ProviderSlashed {
 pub struct NodeUnjailed {
     pub node: Pubkey,
     pub provider: Pubkey,
+}
+
+/// A provider started (`draining`) or ended its node's announced maintenance.
+#[event]
+pub struct NodeDrainingSet {
+    pub node: Pubkey,
+    pub provider: Pubkey,
+    pub draining: bool,
 }

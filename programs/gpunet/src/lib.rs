@@ -68,9 +68,13 @@ pub mod gpunet {
         UnjailNode::handler(ctx)
     }
 
+    pub fn set_node_draining(ctx: Context<SetNodeDraining>, draining: bool) -> Result<()> {
+        SetNodeDraining::handler(ctx, draining)
+    }
+
     // --- leases
-    pub fn open_lease(ctx: Context<OpenLease>, lease_id: u64, terms: LeaseTerms) -> Result<()> {
-        OpenLease::handler(ctx, lease_id, terms)
+    pub fn open_lease(ctx: Context<OpenLease>, lease_id: u64, terms: LeaseTerms, downtime_tolerance_seconds: u32) -> Result<()> {
+        OpenLease::handler(ctx, lease_id, terms, downtime_tolerance_seconds)
     }
 
     pub fn assign_lease<'info>(

@@ -40,6 +40,8 @@ pub(crate) fn check_candidate(
     require_keys_eq!(node.provider, provider.key(), GpunetError::AccountMismatch);
     require_eq!(node.spec.price_per_gpu_hour, price, GpunetError::PriceChanged);
     require!(!node.jailed, GpunetError::NodeJailed);
+    // Its supplier announced maintenance: nothing new goes there (a move away from it is fine).
+    require!(!node.draining, GpunetError::NodeDraining);
     require!(provider.is_collateralised(), GpunetError::ProviderUndercollateralised);
     require!(node.meets(terms), GpunetError::NodeDoesNotQualify);
     require!(node.free_gpus() >= gpus, GpunetError::NotEnoughFreeGpus);

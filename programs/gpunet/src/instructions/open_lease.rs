@@ -41,7 +41,7 @@ pub struct OpenLease<'info> {
 }
 
 impl<'info> OpenLease<'info> {
-    pub fn validate(&self, terms: &LeaseTerms) -> Result<()> {
+    pub fn validate(&self, terms: &LeaseTerms, downtime_tolerance_seconds: u32) -> Result<()> {
         require!(!self.config.paused, GpunetError::Paused);
         require!(
             (1..=MAX_LEASE_GPUS).contains(&terms.gpu_count)
@@ -49,11 +49,16 @@ impl<'info> OpenLease<'info> {
                 && terms.max_price_per_gpu_hour > 0,
             GpunetError::InvalidLeaseTerms
         );
+        require!(
+            downtime_tolerance_seconds == 0
+                || (MIN_DOWNTIME_TOLERANCE_SECONDS..=MAX_DOWNTIME_TOLERANCE_SECONDS).contains(&downtime_tolerance_seconds),
+            GpunetError::InvalidDowntimeTolerance
+        );
         Ok(())
     }
 
-    #[access_control(ctx.accounts.validate(&terms))]
-    pub fn handler(ctx: Context<Self>, lease_id: u64, terms: LeaseTerms) -> Result<()> {
+    #[access_control(ctx.accounts.validate(&terms, downtime_tolerance_seconds))]
+    pub fn handler(ctx: Context<Self>, lease_id: u64, terms: LeaseTerms, downtime_tolerance_seconds: u32) -> Result<()> {
         let deposit = math::escrow_for(terms.max_price_per_gpu_hour, terms.gpu_count, terms.duration_seconds)
             .ok_or(GpunetError::ArithmeticOverflow)?;
         let a = &ctx.accounts;
@@ -68,7 +73,8 @@ impl<'info> OpenLease<'info> {
         lease.deposited = deposit;
         lease.bump = ctx.bumps.lease;
         lease.vault_bump = ctx.bumps.lease_vault;
-        emit!(LeaseOpened { lease: lease.key(), client: lease.client, lease_id, terms, deposit });
+        lease.downtime_tolerance_seconds = downtime_tolerance_seconds;
+        emit!(LeaseOpened { lease: lease.key(), client: lease.client, lease_id, terms, deposit, downtime_tolerance_seconds });
         Ok(())
     }
 }

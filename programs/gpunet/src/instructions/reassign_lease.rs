@@ -1,7 +1,8 @@
 //! `reassign_lease`: a node of an active lease was lost; an attester moves its share to another node.
 //!
-//! The lost node must have been found lost on chain (slashed, so jailed): an attester cannot
-//! take a healthy node's share away. `expected_price` is the new node's price the move was
+//! The node must have been found lost on chain (slashed, so jailed), or be draining (its provider
+//! announced maintenance, so the move is graceful and nobody is slashed): an attester cannot take
+//! a healthy node's share away. The target may be neither jailed nor draining. `expected_price` is the new node's price the move was
 //! decided at; a different one is refused. A lease past its end is not moved (the new node would be
 //! booked for time nobody can bill).
 //! Usage the lost node delivered must be settled before: its reports cannot be settled
@@ -39,7 +40,7 @@ impl<'info> ReassignLease<'info> {
     pub fn validate(&self, expected_price: u64) -> Result<()> {
         require!(self.config.is_attester(self.attester.key), GpunetError::NotAttester);
         require!(self.lease.status == LeaseStatus::Active, GpunetError::LeaseNotActive);
-        require!(self.from_node.jailed, GpunetError::NodeNotLost);
+        require!(self.from_node.jailed || self.from_node.draining, GpunetError::NodeNotLost);
         let ends_at = self.lease.ends_at().ok_or(GpunetError::ArithmeticOverflow)?;
         require!(Clock::get()?.unix_timestamp < ends_at, GpunetError::LeaseExpired);
         let index = self.lease.assignment_index(&self.from_node.key()).ok_or(GpunetError::NodeNotInLease)?;

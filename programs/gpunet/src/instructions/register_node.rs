@@ -53,6 +53,7 @@ impl<'info> RegisterNode<'info> {
         node.spec = spec.clone();
         node.bonded_stake = bond;
         node.bump = ctx.bumps.node;
+        node.draining = false;
         emit!(NodeRegistered {
             node: node.key(),
             provider: node.provider,

@@ -6,6 +6,12 @@ use crate::errors::GpunetError;
 /// The most nodes a cluster lease can span.
 pub const MAX_LEASE_NODES: usize = 8;
 
+/// The least downtime tolerance a client may choose: below it a network blip would make the
+/// lease's suppliers slashable (it is also the coordinator's default `lost_after`).
+pub const MIN_DOWNTIME_TOLERANCE_SECONDS: u32 = 10;
+/// The most: a node silent longer than an hour holds the client's job hostage for too long.
+pub const MAX_DOWNTIME_TOLERANCE_SECONDS: u32 = 3_600;
+
 /// What a client asks for.
 #[derive(AnchorSerialize, AnchorDeserialize, Clone, Copy, Debug, PartialEq, Eq, InitSpace)]
 pub struct LeaseTerms {
@@ -101,6 +107,9 @@ pub struct Lease {
     pub donations: u64,
     /// Slashed stake paid to the client for faults of this lease's nodes.
     pub compensated: u64,
+    /// How long the client lets a node of this lease be silent before the attester treats it as
+    /// lost (0: the network's default). Chosen at open, within the bounds above; appended last.
+    pub downtime_tolerance_seconds: u32,
 }
 
 impl Lease {

@@ -26,8 +26,8 @@ mod tests {
     fn account_sizes_are_pinned() {
         assert_eq!(8 + Config::INIT_SPACE, 301);
         assert_eq!(8 + Provider::INIT_SPACE, 94);
-        assert_eq!(8 + Node::INIT_SPACE, 138);
-        assert_eq!(8 + Lease::INIT_SPACE, 1_203);
+        assert_eq!(8 + Node::INIT_SPACE, 139);
+        assert_eq!(8 + Lease::INIT_SPACE, 1_207);
         assert_eq!(8 + Evidence::INIT_SPACE, 50);
     }
 

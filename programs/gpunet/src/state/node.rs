@@ -43,6 +43,9 @@ pub struct Node {
     pub jail_ends_at: i64,
     /// Canonical bump of this PDA.
     pub bump: u8,
+    /// Announced maintenance: its provider drains it, so it takes no new leases and the attester
+    /// may move its shares away without a slash. Appended last so earlier fields keep their offsets.
+    pub draining: bool,
 }
 
 impl Node {

@@ -178,6 +178,13 @@ impl Harness {
         )
     }
 
+    pub fn set_node_draining_ix(&self, s: &Supplier, node: &Pubkey, draining: bool) -> Instruction {
+        program_ix(
+            acc::SetNodeDraining { authority: s.wallet.pubkey(), provider: s.provider, node: *node },
+            ix::SetNodeDraining { draining },
+        )
+    }
+
     pub fn node(&mut self, s: &Supplier, spec: NodeSpec) -> GpuNode {
         let key = Keypair::new();
         let ix = self.register_node_ix(s, &key.pubkey(), spec);
@@ -195,6 +202,11 @@ impl Harness {
     }
 
     pub fn open_lease_ix(&self, c: &Client, lease: &LeaseRef, terms: LeaseTerms) -> Instruction {
+        self.open_lease_tolerant_ix(c, lease, terms, 0)
+    }
+
+    /// `open_lease` with a downtime tolerance (0: the network's default).
+    pub fn open_lease_tolerant_ix(&self, c: &Client, lease: &LeaseRef, terms: LeaseTerms, downtime_tolerance_seconds: u32) -> Instruction {
         program_ix(
             acc::OpenLease {
                 client: c.wallet.pubkey(),
@@ -206,7 +218,7 @@ impl Harness {
                 token_program: spl_token::ID,
                 system_program: system_program::ID,
             },
-            ix::OpenLease { lease_id: lease.id, terms },
+            ix::OpenLease { lease_id: lease.id, terms, downtime_tolerance_seconds },
         )
     }
 
