@@ -153,6 +153,8 @@ class Market:
         await self.settle(lease, cyd)
         await self.settle(lease, ada)
         await self.close(dev, lease)
+        for draining in (True, False):  # cyd's announced maintenance, and its end
+            await self.send(cyd.wallet, [ix.set_node_draining(cyd.wallet.pubkey(), cyd.node_key.pubkey(), draining)])
         await self.send(bob.wallet, [ix.unjail_node(bob.wallet.pubkey(), bob.node_key.pubkey())])
         await self.send(bob.wallet, [ix.deregister_node(bob.wallet.pubkey(), bob.node_key.pubkey())])
         await self.send(bob.wallet, [ix.request_unstake(bob.wallet.pubkey(), 10 * IO)])

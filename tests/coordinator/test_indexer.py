@@ -20,7 +20,7 @@ async def test_every_event_lands_exactly_once_and_in_chain_order(node, market: M
     assert {e[2] for e in expected} >= {
         "ConfigInitialized", "ConfigUpdated", "ProviderRegistered", "Staked", "NodeRegistered", "NodeUpdated",
         "LeaseOpened", "LeaseAssigned", "LeaseToppedUp", "UsageSettled", "ProviderSlashed", "LeaseReassigned",
-        "LeaseClosed", "LeaseFinalized", "NodeUnjailed", "NodeDeregistered", "UnstakeRequested", "UnstakeWithdrawn"}
+        "LeaseClosed", "LeaseFinalized", "NodeUnjailed", "NodeDeregistered", "UnstakeRequested", "UnstakeWithdrawn", "NodeDrainingSet"}
 
     await eventually(lambda: _count_is(pool, len(expected)), what="every event indexed")
     assert await indexed_events(pool) == expected
