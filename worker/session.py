@@ -144,7 +144,7 @@ class Session:
         log.info("session.holding resend_from=%d in_seconds=%.1f unconfirmed=%d", resend_from,
                  self._resend_delay, self.unconfirmed)
         self._resend = asyncio.get_running_loop().call_later(self._resend_delay, self._send_unconfirmed_again)
-        self._resend_delay = min(self._resend_delay * 2, 30.0)
+        self._resend_delay = min(self._resend_delay * 2, 10.0)  # soon after the database is back
 
     def _send_unconfirmed_again(self) -> None:
         if self._resend is not None:
