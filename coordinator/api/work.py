@@ -21,6 +21,7 @@ from coordinator.jobs import job_over, job_progress
 from coordinator.placement import describe
 from coordinator.scheduler import LeaseRequest, SchedulerError
 from gpunet import instructions as ix
+from gpunet.catalog import region_name
 from gpunet.protocol import JobSpec, job_message
 
 if TYPE_CHECKING:
@@ -154,7 +155,10 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
                        "healthy": seen.healthy, "simulated": seen.simulated, "last_heartbeat": seen.last_heartbeat}
                       for key, seen in sorted(fleet.nodes.items(), key=lambda kv: str(kv[0]))],
             # a correlated outage pauses slashing (and moving shares) until the fleet is heard again
-            "slashing": {"paused": coordinator.slashing_paused, "reason": coordinator.slashing_paused_reason},
+            "slashing": {"paused": coordinator.slashing_paused, "reason": coordinator.slashing_paused_reason,
+                         # a region's correlated outage pauses slashing there only
+                         "paused_regions": [{"region": region_name(r), "since": since}
+                                            for r, since in sorted(coordinator.paused_regions.items())]},
         })
 
     return [Route("/leases/{key}/job", submit_job, methods=["POST"]), Route("/leases/{key}/job", job_view),
