@@ -70,6 +70,9 @@ class Coordinator:
         self.slashing_paused = False
         self.slashing_paused_reason = ""
         self.paused_regions: dict[int, float] = {}  # region -> since when its slashing is paused
+        # Pauses the operator ended (the outage is the suppliers'): not paused again until the silent
+        # share falls back under the threshold (the fleet's, None, or a region's).
+        self._overridden: set[int | None] = set()
         self._paused_since = 0.0
         self._database_down_since: float | None = None
         self._settling = asyncio.Lock()
@@ -325,6 +328,9 @@ class Coordinator:
             return False  # heartbeats of the blind window are read first
         silent, of = self.fleet.silent_share(self.settings.fleet_window_seconds)
         pause = of > 0 and silent / of > self.settings.max_lost_fraction
+        if not pause:
+            self._overridden.discard(None)
+        pause = pause and None not in self._overridden
         if pause != self.slashing_paused:
             self.slashing_paused = pause
             if pause:
@@ -344,6 +350,22 @@ class Coordinator:
             self._pause_regions(now)
         return not pause
 
+    def resume_slashing(self, region: int | None = None) -> str:
+        """The operator confirms that a paused outage (the fleet's, or `region`'s) is the suppliers':
+        slashing resumes at once, the silence counts (no excuse), and that pause is not taken again
+        until the silent share falls back under the threshold. Raises LookupError if not paused."""
+        if region is None:
+            if not self.slashing_paused:
+                raise LookupError("slashing is not paused for the fleet")
+            self.slashing_paused, self.slashing_paused_reason = False, ""
+        else:
+            if self.paused_regions.pop(region, None) is None:
+                raise LookupError(f"slashing is not paused in region {region_name(region)}")
+        self._overridden.add(region)
+        where = "the fleet" if region is None else f"region {region_name(region)}"
+        log.warning("slashing.resumed_by_operator %s: the silent nodes are judged now, their silence counts", where)
+        return where
+
     def _region(self, node_key: Pubkey) -> int | None:
         view = self.placer.scheduler.nodes.get(str(node_key))
         return None if view is None else view.region
@@ -355,7 +377,9 @@ class Coordinator:
         shares = self.fleet.silent_regions(self.settings.fleet_window_seconds, self._region,
                                            self.settings.region_min_nodes)
         for region, (silent, of) in shares.items():
-            if silent / of > self.settings.max_lost_fraction and region not in self.paused_regions:
+            if silent / of <= self.settings.max_lost_fraction:
+                self._overridden.discard(region)
+            elif region not in self.paused_regions and region not in self._overridden:
                 self.paused_regions[region] = now
                 log.warning("slashing.paused region=%s: %d of its %d nodes silent at once; none of them is "
                             "slashed or moved until the region is heard again", region_name(region), silent, of)
