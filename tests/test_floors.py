@@ -7,8 +7,11 @@ arrow, and a lazy cycle is still a cycle."""
 from __future__ import annotations
 
 import ast
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
+
+from gpunet.extras import EXTRAS
 
 REPO = Path(__file__).resolve().parents[1]
 # The floor on top of the SDK and both services: the `gpunet` command and the README's story
@@ -104,3 +107,12 @@ def test_the_walk_sees_the_source():
     assert not any(_under(m, ON_TOP) for m in sdk)
     keys = REPO / "gpunet" / "cli" / "keys.py"
     assert any(t == "gpunet.keys" for t, _ in _imports("gpunet.cli.keys", keys, frozenset(_modules("gpunet"))))
+
+
+def test_each_service_has_its_extra_and_the_set_up_installs_them_all():
+    """gpunet/extras.py names the extras a service asks for; pyproject.toml must define them, `all`
+    must hold them, and scripts/setup must install `all` (the README's commands run everything)."""
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert set(EXTRAS) <= set(extras)
+    assert extras["all"] == [f"gpunet[{','.join(sorted(EXTRAS))}]"]
+    assert "-e '.[all,test]'" in (REPO / "scripts" / "setup").read_text()
