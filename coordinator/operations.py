@@ -24,7 +24,8 @@ from gpunet.protocol import (
 from gpunet.usage import UsageReport
 
 __all__ = [
-    "Job", "active_shares", "checkpoint_of", "current_job", "job_states", "pending_usage", "record_checkpoint",
+    "Job", "active_shares", "checkpoint_of", "current_job", "job_states", "of_current_share", "pending_usage",
+    "record_checkpoint",
     "record_fault", "record_job_event", "record_usage", "save_job", "set_placement", "settle_outcomes",
 ]
 
@@ -151,15 +152,30 @@ async def settle_outcomes(conn: asyncpg.Connection, outcomes: list[Outcome]) -> 
 
 async def record_checkpoint(conn: asyncpg.Connection, node_key: Pubkey, checkpoint: Checkpoint) -> bool:
     """Keeps the checkpoint as the lease's latest, only from a node that holds a share of the running
-    lease now: a node whose share moved must not overwrite the new node's progress. False if refused."""
+    lease now, under the assignment epoch the checkpoint names (if it names one): a node whose share
+    moved must not overwrite the new node's progress. False if refused."""
     status = await conn.execute(
         """INSERT INTO checkpoints (lease, node_key, files)
            SELECT $1, $2, $3 WHERE EXISTS (
              SELECT 1 FROM assignments a JOIN leases l USING (lease)
-             WHERE a.lease = $1 AND a.node_key = $2 AND a.active AND l.status = 'active')
+             WHERE a.lease = $1 AND a.node_key = $2 AND a.active AND l.status = 'active'
+               AND ($4::text IS NULL OR a.assigned_by IS NULL OR a.assigned_by = $4))
            ON CONFLICT (lease) DO UPDATE SET node_key = $2, files = $3, received_at = clock_timestamp()""",
-        checkpoint.lease, str(node_key), json.dumps([f.model_dump() for f in checkpoint.files]))
+        checkpoint.lease, str(node_key), json.dumps([f.model_dump() for f in checkpoint.files]), checkpoint.epoch)
     return status.endswith(" 1")
+
+
+async def of_current_share(conn: asyncpg.Connection, node_key: Pubkey, lease: str, epoch: str | None) -> bool:
+    """Whether a job status or log line the node sent about `lease` under assignment `epoch` is of
+    its current share: the node is still one of the lease's nodes (also once the lease is closed:
+    a job's last lines arrive after its end) and its assignment is of that epoch. A message without
+    an epoch (an older worker) is not checked."""
+    if epoch is None:
+        return True
+    return await conn.fetchval(
+        """SELECT EXISTS (SELECT 1 FROM assignments a JOIN leases l USING (lease)
+                          WHERE a.lease = $1 AND a.node_key = $2 AND a.node = ANY(l.nodes)
+                            AND (a.assigned_by IS NULL OR a.assigned_by = $3))""", lease, str(node_key), epoch)
 
 
 async def checkpoint_of(conn: asyncpg.Connection, lease: str) -> list[CheckpointFile]:

@@ -210,7 +210,7 @@ class Placer:
                     ended = over or states.get(s["node_key"]) in TERMINAL
                     message = Dispatch(lease=lease, gpus=s["gpus"], job=job.spec, job_number=job.number, job_ended=ended,
                                        ends_at=ends_at, rank=s["rank"], world_size=len(shares), peers=peers,
-                                       restore=restore)
+                                       restore=restore, epoch=s["assigned_by"])
                     try:
                         await self.c.gateway.send(Pubkey.from_string(s["node_key"]), message)
                     except NodeOffline:

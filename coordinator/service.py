@@ -76,6 +76,7 @@ class Coordinator:
         self._paused_since = 0.0
         self._database_down_since: float | None = None
         self._settling = asyncio.Lock()
+        self._stale_told: set[tuple[Pubkey, str, str | None]] = set()  # (node, lease, epoch) told it moved
         # Set (with DatabaseLost) when the coordinator must stop; whoever runs it waits on it too.
         self.fatal: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
@@ -211,12 +212,29 @@ class Coordinator:
 
     async def job_status(self, node_key: Pubkey, status: JobStatus) -> None:
         async with self.pool.acquire() as conn:
+            if not await self._of_current_share(conn, node_key, status):
+                return
             await ops.record_job_event(conn, node_key, status)
         self.placer.drain_job_status(str(node_key), status.lease, status.state)
 
     async def job_log(self, node_key: Pubkey, line: JobLog) -> None:
         async with self.pool.acquire() as conn:
-            await ops.record_job_event(conn, node_key, line)
+            if await self._of_current_share(conn, node_key, line):
+                await ops.record_job_event(conn, node_key, line)
+
+    async def _of_current_share(self, conn: asyncpg.Connection, node_key: Pubkey, message: JobStatus | JobLog) -> bool:
+        """One job, one place: what a node says about a share it no longer holds (of an earlier
+        assignment epoch) is not recorded; the node is told once per share and epoch."""
+        if await ops.of_current_share(conn, node_key, message.lease, message.epoch):
+            return True
+        if (key := (node_key, message.lease, message.epoch)) not in self._stale_told:
+            self._stale_told.add(key)
+            log.warning("job.stale node=%s lease=%s epoch=%s (not its current share: refused)", node_key,
+                        message.lease, message.epoch)
+            with contextlib.suppress(Exception):
+                await self.gateway.send(node_key, Error(message=f"job messages of lease {message.lease} refused: "
+                                                                f"this node no longer holds that share (it moved)"))
+        return False
 
     async def usage(self, node_key: Pubkey, report: UsageReportMessage) -> None:
         async with self.pool.acquire() as conn:

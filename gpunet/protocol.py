@@ -20,7 +20,9 @@ could not record (its database down) or what a dropped session left unconfirmed.
 
 A dispatch hands a node its share of a lease (its GPUs, billed from then on) and the lease's
 current job (numbered 1, 2, ...; one at a time); cancel releases the share; lease_end moves the
-instant after which the share is no longer billed (a top-up).
+instant after which the share is no longer billed (a top-up). The share's assignment `epoch` (the
+transaction that gave it) comes with the dispatch and goes back with every job status, log line and
+checkpoint of it, so nothing of a share the node no longer holds is taken for the current one.
 
 A gateway closes a bad session with one of the CLOSE_* codes. A worker refuses a bad
 coordinator message with ack{of, error} and keeps the session. Simulated GPUs: every worker
@@ -332,6 +334,9 @@ class _Recorded(_FromWorker):
 
     origin: Annotated[str, Field(pattern=r"^[0-9a-f]{16}$")] | None = None
     n: Annotated[int, Field(ge=1, lt=2**63)] | None = None
+    # The dispatch's `epoch` of the share the job runs on: one from an earlier assignment of the
+    # lease to this node is refused (the share moved away, and perhaps back).
+    epoch: SignatureStr | None = None
 
 
 JobState = Literal["starting", "running", "restarting", "succeeded", "failed", "cancelled", "timed_out", "refused"]
@@ -438,6 +443,9 @@ class Dispatch(_Model):
     # The lease's latest checkpoint (from the node it ran on before), written into an empty
     # checkpoint directory before the job starts.
     restore: Annotated[list[CheckpointFile], Field(max_length=64)] = []
+    # The share's assignment epoch: the transaction that gave this node its share. A node that still
+    # holds a share of the lease from another epoch stops that one before it takes this one.
+    epoch: SignatureStr | None = None
 
     @model_validator(mode="after")
     def _check(self) -> Dispatch:

@@ -93,6 +93,7 @@ class _Share:
     task: asyncio.Task[Any] | None = field(default=None)
     released: bool = False  # cancelled: no longer billed; the GPUs are free once the job has stopped
     checkpoint_seen: tuple = ()  # fingerprint of the checkpoint last sent to the coordinator
+    successor: Dispatch | None = None  # a newer assignment of the lease, taken once this share's job stopped
 
     @property
     def job_running(self) -> bool:
@@ -200,6 +201,9 @@ class Agent:
         if share is None:
             self._take(d)
             return
+        if d.epoch is not None and share.dispatch.epoch not in (None, d.epoch):
+            self._supersede(share, d)
+            return
         current = share.dispatch.job_number
         if share.released:
             error = "this node is releasing its share of this lease (its job is stopping)"
@@ -243,6 +247,22 @@ class Agent:
         log.info("share.taken lease=%s gpus=%s job=%d%s", d.lease, ",".join(uuids), d.job_number,
                  " (ended)" if d.job_ended else "")
 
+    def _supersede(self, share: _Share, d: Dispatch) -> None:
+        """One job, one place: this node still holds a share of the lease from an earlier assignment
+        (its share moved away, and back, while it kept running). That one stops now (billing ends)
+        and the new one is taken once its job has stopped, never both at once."""
+        log.warning("share.superseded lease=%s old_epoch=%s new_epoch=%s", d.lease, share.dispatch.epoch, d.epoch)
+        if not share.released:
+            share.released = True
+            self._send_all(share.meter.release(time.time()))
+        share.successor = d
+        if share.job_running:
+            assert share.runner is not None
+            share.runner.cancel("the node's share of this lease was assigned again: the old job stops")
+        else:
+            del self.shares[d.lease]
+            self._take(d)
+
     def _start_job(self, share: _Share) -> None:
         d = share.dispatch
         runner = JobRunner(d, share.gpu_uuids, JobDirs.of(self.settings.state_dir, d), simulated=self.simulated,
@@ -261,6 +281,8 @@ class Agent:
             self._send_checkpoint(lease, share)  # the last one, written just before the job ended
             if share.released and self.shares.get(lease) is share:
                 del self.shares[lease]  # released while the job ran: its GPUs are free only now
+                if share.successor is not None:
+                    self._take(share.successor)
 
     def _cancel(self, c: Cancel) -> None:
         """The coordinator releases the share (the lease ended or was closed, or the share moved):
@@ -325,4 +347,5 @@ class Agent:
             log.warning("checkpoint.kept_local lease=%s reason=%s", lease, e)
             return
         if files:
-            self.session.send(Checkpoint(simulated=self.simulated, lease=lease, files=files))
+            self.session.send(Checkpoint(simulated=self.simulated, lease=lease, files=files,
+                                         epoch=share.dispatch.epoch))

@@ -81,7 +81,8 @@ class JobRunner:
     def _status(self, state: JobState, exit_code: int | None = None, detail: str = "") -> JobStatus:
         self.state = state
         status = JobStatus(simulated=self.simulated, lease=self.dispatch.lease, job_number=self.dispatch.job_number,
-                           state=state, exit_code=exit_code, restarts=self.restarts, detail=detail[:MAX_LINE])
+                           state=state, exit_code=exit_code, restarts=self.restarts, detail=detail[:MAX_LINE],
+                           epoch=self.dispatch.epoch)
         self._send(status)
         return status
 
@@ -180,7 +181,7 @@ class JobRunner:
 
     def _log(self, stream: str, line: str) -> None:
         self._send(JobLog(simulated=self.simulated, lease=self.dispatch.lease, job_number=self.dispatch.job_number,
-                          stream=stream, line=line))  # type: ignore[arg-type]
+                          stream=stream, line=line, epoch=self.dispatch.epoch))  # type: ignore[arg-type]
 
     def _contract_env(self, checkpoint: str, workdir: str) -> dict[str, str]:
         d = self.dispatch

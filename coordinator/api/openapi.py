@@ -65,5 +65,6 @@ def openapi_document() -> dict[str, Any]:
             "type": "object", "required": ["region", "at", "signature"],
             "properties": {"region": {"type": ["string", "null"]}, "at": {"type": "integer"},
                            "signature": {"type": "string"}}}}}},
-        "responses": {"200": {"description": "resumed"}, "400": _ERROR, "401": _ERROR, "409": _ERROR}}}
+        # 404: an API without a running coordinator (`coordinator api`) has no such route
+        "responses": {"200": {"description": "resumed"}, "400": _ERROR, "401": _ERROR, "404": _ERROR, "409": _ERROR}}}
     return {"openapi": "3.1.0", "info": {"title": "gpunet coordinator API", "version": "1"}, "paths": paths}

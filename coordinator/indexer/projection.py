@@ -80,6 +80,7 @@ class Ledger:
             "lease": lease, "node": a["node"], "node_key": a["node_key"], "provider": a["provider"], "gpus": a["gpus"],
             "price_per_gpu_hour": a["price_per_gpu_hour"], "last_seq": a["last_seq"],
             "settled_until": a["settled_until"], "gpu_seconds": a["gpu_seconds"], "active": True,
+            "assigned_by": e.signature,  # the share's epoch (row["signature"] moves on with each change)
         }, e)
         if (node := self._get("nodes", a["node"], e)) is not None:
             node["gpus_leased"] += a["gpus"]

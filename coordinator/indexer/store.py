@@ -23,7 +23,7 @@ _COLUMNS = {
                "max_price_per_gpu_hour", "duration_seconds", "status", "started_at", "deposited", "paid", "fees",
                "refunded", "donations", "nodes", "downtime_tolerance_seconds", "signature"),
     "assignments": ("lease", "node", "node_key", "provider", "gpus", "price_per_gpu_hour", "last_seq",
-                    "settled_until", "gpu_seconds", "active", "signature"),
+                    "settled_until", "gpu_seconds", "active", "assigned_by", "signature"),
     "stake_changes": ("signature", "event_index", "provider", "kind", "amount", "staked", "unbonding", "slot"),
     "settlements": ("signature", "event_index", "lease", "node", "provider", "seq", "period_start", "period_end",
                     "gpu_seconds", "amount", "payout", "fee", "escrow_left", "slot", "block_time"),

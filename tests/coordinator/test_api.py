@@ -147,7 +147,8 @@ def _value(schema: dict) -> st.SearchStrategy:
 def test_the_openapi_document_runs_without_a_server_error(api_url):
     """Hypothesis walks every operation of /openapi.json with generated parameters: nothing is a 5xx."""
     doc = httpx.get(f"{api_url}/openapi.json", timeout=30).json()
-    operations = [(path, op["get"]["parameters"]) for path, op in doc["paths"].items()]
+    # every read (the signed writes, job submission and the operator's resume, have their own tests)
+    operations = [(path, op["get"]["parameters"]) for path, op in doc["paths"].items() if "get" in op]
 
     @st.composite
     def requests(draw):  # noqa: ANN202

@@ -16,7 +16,17 @@ from coordinator.attester import Attester
 from coordinator.service import Coordinator
 from gpunet.accounts import fetch
 from gpunet.pda import node_pda
-from gpunet.protocol import Cancel, Checkpoint, CheckpointFile, Error, Heartbeat, Hello, Inventory
+from gpunet.protocol import (
+    Cancel,
+    Checkpoint,
+    CheckpointFile,
+    Error,
+    Heartbeat,
+    Hello,
+    Inventory,
+    JobLog,
+    JobStatus,
+)
 
 from .chain import Cluster
 from .conftest import eventually
@@ -102,5 +112,50 @@ async def test_a_slashed_node_that_comes_back_is_admitted_and_told_to_cancel_the
         async with pool.acquire() as conn:
             assert [f.content() for f in await ops.checkpoint_of(conn, str(c.lease))] == [b"42"]
         assert [(key, type(m)) for key, m in gateway.sent] == [(lost, Error)]
+    finally:
+        await coordinator.chain.close()
+
+
+async def test_job_messages_of_an_earlier_assignment_epoch_are_refused(three_nodes, settings, pool, indexer) -> None:
+    c = three_nodes
+    lost, stays, spare = (c.share(i).node_key for i in range(3))
+    attester = Attester(c.client, c.admin)
+    await attester.assign(c.lease, [c.share(0), c.share(1)])
+    lease = str(c.lease)
+
+    async def epoch_of(node_key: Pubkey) -> str | None:
+        async with pool.acquire() as conn:
+            return await conn.fetchval("SELECT assigned_by FROM assignments WHERE lease = $1 AND node_key = $2 AND active",
+                                       lease, str(node_key))
+    old_epoch = await eventually(lambda: epoch_of(lost), what="the assignment indexed with its epoch")
+    await attester.slash(lost, "MissedHeartbeats", {"node": str(lost), "lease": lease}, lease=c.lease)
+    await attester.reassign(c.lease, lost, c.share(2))
+    new_epoch = await eventually(lambda: epoch_of(spare), what="the spare's assignment indexed")
+    stays_epoch = await epoch_of(stays)
+    # an epoch is the transaction that gave a node its share: one assignment, or the move
+    assert old_epoch == stays_epoch != new_epoch
+
+    coordinator = Coordinator(settings, pool, c.admin)  # not started: only its gateway side is used
+    gateway = coordinator.gateway = Gateway()
+    try:
+        def line(text: str, epoch: str | None) -> JobLog:
+            return JobLog(simulated=True, lease=lease, stream="stdout", line=text, epoch=epoch)
+        await coordinator.job_log(lost, line("step 8 (the old copy)", old_epoch))
+        await coordinator.job_status(lost, JobStatus(simulated=True, lease=lease, state="running", epoch=old_epoch))
+        await coordinator.checkpoint(lost, Checkpoint(simulated=True, lease=lease, files=[CheckpointFile.of("s", b"8")],
+                                                      epoch=old_epoch))
+        # the control: the holders, each under its own epoch, are recorded
+        await coordinator.job_log(spare, line("resumed from 7", new_epoch))
+        await coordinator.job_log(stays, line("step 8", stays_epoch))
+        await coordinator.checkpoint(spare, Checkpoint(simulated=True, lease=lease, files=[CheckpointFile.of("s", b"7")],
+                                                       epoch=new_epoch))
+        # a holder naming another node's epoch is not of its share either
+        await coordinator.job_log(stays, line("confused", new_epoch))
+        async with pool.acquire() as conn:
+            rows = await conn.fetch("SELECT node_key, kind, line FROM job_events WHERE lease = $1 ORDER BY id", lease)
+            assert [(r["node_key"], r["line"]) for r in rows] == [(str(spare), "resumed from 7"), (str(stays), "step 8")]
+            assert [f.content() for f in await ops.checkpoint_of(conn, lease)] == [b"7"]
+        told = [(key, type(m)) for key, m in gateway.sent]
+        assert told.count((lost, Error)) == 2 and (stays, Error) in told  # once per share and epoch, and the checkpoint
     finally:
         await coordinator.chain.close()

@@ -198,6 +198,34 @@ async def test_job_status_and_logs_the_coordinator_could_not_record_are_sent_aga
         assert len(gateway.messages(JobLog)) > len(gateway.recorded_of(JobLog))
 
 
+async def test_a_share_assigned_again_stops_the_old_job_before_the_new_one_starts(tmp_path) -> None:
+    lease = str(Pubkey.new_unique())
+    old, new = (str(Keypair().sign_message(bytes([i]))) for i in range(2))  # two assignment transactions
+    spec = job(steps=1000, step_seconds=0.05)
+
+    def stepping(epoch: str):
+        return lambda: sum(m.line.startswith("step ") and m.epoch == epoch for m in gateway.messages(JobLog)) >= 3 or None
+    async with FakeGateway() as gateway, running_agent(gateway, tmp_path):
+        await gateway.send(Dispatch(lease=lease, gpus=1, job=spec, epoch=old))
+        await gateway.wait_for(stepping(old), what="the job stepping under the first assignment")
+        # The share moved away and back while this node kept running (it never heard of the move).
+        await gateway.send(Dispatch(lease=lease, gpus=1, job=spec, epoch=new))
+        await gateway.wait_for(stepping(new), what="the job stepping under the new assignment")
+
+        statuses = [(m.epoch, m.state) for m in gateway.messages(JobStatus)]
+        ended_old = statuses.index((old, "cancelled"))
+        assert all(epoch == old for epoch, _ in statuses[:ended_old + 1]), "the old copy stopped before the new started"
+        assert {epoch for epoch, _ in statuses[ended_old + 1:]} == {new}
+        lines = [(m.epoch, m.line) for m in gateway.messages(JobLog)]
+        last_old = max(i for i, (epoch, _) in enumerate(lines) if epoch == old)
+        assert all(epoch == new for epoch, _ in lines[last_old + 1:])  # never interleaved: one copy at a time
+        # the control: the same assignment dispatched again is a repeat, never a second copy
+        await gateway.send(Dispatch(lease=lease, gpus=1, job=spec, epoch=new))
+        await gateway.wait_for(lambda: len(gateway.messages(Ack)) >= 3 or None, what="the repeat acknowledged")
+        await asyncio.sleep(0.5)
+        assert [m.epoch for m in gateway.messages(JobStatus) if m.state == "cancelled"] == [old]
+
+
 async def test_reports_the_coordinator_could_not_record_are_sent_again_in_the_same_session(tmp_path) -> None:
     lease = str(Pubkey.new_unique())
     async with FakeGateway() as gateway, running_agent(gateway, tmp_path, usage_resend_seconds=0.5) as agent:
