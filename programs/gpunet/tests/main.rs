@@ -11,6 +11,7 @@ mod config;
 mod conservation;
 mod drain;
 mod leases;
+mod limits;
 mod nodes;
 mod review;
 mod settlement;
