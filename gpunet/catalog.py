@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-ANY = 0
+from gpunet.limits import ANY
 
 
 @dataclass(frozen=True)
