@@ -37,7 +37,7 @@ QUOTE_PARAMS = (
     Param("min_vram_gb", "integer", minimum=0, maximum=65535, default=0, description="least GiB per GPU"),
     Param("region", "integer", minimum=0, maximum=65535, default=0, description="catalog code, 0 = any"),
     Param("max_price_per_gpu_hour", "integer", minimum=1, maximum=2**64 - 1, description="IO base units"),
-    Param("gpus_per_node", "integer", minimum=1, maximum=16, description="equal shares of this many GPUs"),
+    Param("gpus_per_node", "integer", minimum=1, maximum=MAX_GPUS_PER_NODE, description="equal shares of this many GPUs"),
 )
 _AFTER = (Param("after", "integer", minimum=0, default=0, description="only log lines after this id"),)
 
