@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from gpunet.errors import GpunetError
 from gpunet.limits import ANY
 
 
@@ -47,7 +48,7 @@ REGIONS: dict[int, str] = {
 }
 
 
-class CatalogError(ValueError):
+class CatalogError(GpunetError, ValueError):
     """An unknown GPU model or region name/code; the message lists the known ones."""
 
 

@@ -49,6 +49,7 @@ from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 from solders.signature import Signature
 
+from gpunet.errors import GpunetError
 from gpunet.limits import MAX_GPUS_PER_NODE, MAX_LEASE_NODES
 from gpunet.usage import UsageReport
 
@@ -104,7 +105,7 @@ CHALLENGE_DOMAIN_TAG = b"gpunet-session-v1\x00"
 NONCE_BYTES = 32
 
 
-class ProtocolError(ValueError):
+class ProtocolError(GpunetError, ValueError):
     """A message that is not valid protocol; `close_code` is what a gateway closes with."""
 
     def __init__(self, message: str, close_code: int = CLOSE_MALFORMED) -> None:
