@@ -25,6 +25,7 @@ from coordinator.service import Coordinator, DatabaseLost
 from coordinator.settings import Settings
 from gpunet.accounts import AccountError
 from gpunet.exits import Exit
+from gpunet.jobs import CoordinatorError, resume_slashing
 from gpunet.keys import KeypairFileError, load_keypair
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="The coordinator: chain indexer, PostgreSQL ledger, worker gateway, scheduler, settlement and API (settings: GPUNET_* variables).")
@@ -151,3 +152,26 @@ def audit(lease: str = typer.Option(None, help="lease account"), provider: str =
     typer.echo(json.dumps(result, indent=2))
     if not result.get("ok"):
         raise typer.Exit(1)
+
+
+@app.command("resume-slashing")
+def resume_slashing_command(
+        region: str = typer.Option(None, help="only this region's pause (default: the fleet-wide one)"),
+        coordinator_url: str = typer.Option(None, "--coordinator",
+                                            help="the coordinator's API (default: http://127.0.0.1:$GPUNET_API_PORT)"),
+) -> None:
+    """End a correlated-outage pause of slashing: you confirm the silent nodes are really lost, so
+    they are judged now (signed with the coordinator's attester key, GPUNET_ATTESTER_KEYPAIR)."""
+    settings = Settings()
+    try:
+        attester = load_keypair(settings.attester_keypair.expanduser())
+    except KeypairFileError as e:
+        typer.echo(f"coordinator resume-slashing: the attester keypair: {e} (set GPUNET_ATTESTER_KEYPAIR)", err=True)
+        raise typer.Exit(int(Exit.KEYPAIR)) from None
+    url = coordinator_url or f"http://127.0.0.1:{settings.api_port}"
+    try:
+        result = asyncio.run(resume_slashing(url, attester, region))
+    except CoordinatorError as e:
+        typer.echo(f"coordinator resume-slashing: {e}", err=True)
+        raise typer.Exit(int(Exit.UNREACHABLE if "cannot reach" in str(e) else Exit.REFUSED)) from None
+    typer.echo(f"slashing resumed for {result['resumed']}: its silent nodes are judged now")

@@ -14,12 +14,13 @@ Liveness is judged from the node's side: time the coordinator could not observe 
 a database or RPC outage: "blind" windows) is never counted as a node's silence, and a node
 online when such a window began counts as online through it. After a blind window the fleet is
 not judged for `drain_seconds`, so heartbeats that waited in the sockets are read first.
+A correlated outage of one region is excused the same way, for that region's nodes only.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from solders.pubkey import Pubkey
@@ -37,6 +38,8 @@ class NodeSeen:
     last_heartbeat: float = 0.0
     lost_reported: bool = False
     intervals: list[list[float]] = field(default_factory=list)  # merged [start, end] online spans
+    # windows in which this node's silence counts for nobody (its region's correlated outage)
+    excused: list[tuple[float, float]] = field(default_factory=list)
 
 
 class Fleet:
@@ -64,17 +67,23 @@ class Fleet:
         self.add_blind(last, now)
         return now - last
 
-    def add_blind(self, start: float, end: float) -> None:
-        """The coordinator could not observe the fleet from `start` to `end`: nodes online at `start`
-        count as online through it, and nobody's silence includes it."""
-        for seen in self.nodes.values():
+    def add_blind(self, start: float, end: float, nodes: Collection[Pubkey] | None = None) -> None:
+        """The coordinator could not observe the fleet (or could not judge `nodes`: their region's
+        correlated outage) from `start` to `end`: those online at `start` count as online through
+        it, and nobody's silence includes it."""
+        keys = self.nodes.keys() if nodes is None else [k for k in nodes if k in self.nodes]
+        for key in keys:
+            seen = self.nodes[key]
             # online at `start`: some span covers it (its heartbeats may already have been read,
             # in a new span after the window, before this stall was noticed)
             if any(a <= start <= b + self.reach for a, b in seen.intervals):
                 seen.intervals = _merged([*seen.intervals, [start, end]], self.reach)
-        self.blind.append((start, end))
-        while self.blind and self.blind[0][1] < end - KEEP_SECONDS:
-            self.blind.pop(0)
+            if nodes is not None:
+                seen.excused = [w for w in seen.excused if w[1] >= end - KEEP_SECONDS] + [(start, end)]
+        if nodes is None:
+            self.blind.append((start, end))
+            while self.blind and self.blind[0][1] < end - KEEP_SECONDS:
+                self.blind.pop(0)
 
     def judging(self) -> bool:
         """Whether nodes may be judged lost now: not while heartbeats from a blind window drain, nor
@@ -169,13 +178,32 @@ class Fleet:
         ago are not part of the fleet any more). A node counts from half of `lost_after`: when a
         whole fleet stops at once, the first node crosses `lost_after` up to a heartbeat before the
         others, and the outage must be seen as correlated before that first one is judged."""
-        recent = [k for k in self.nodes if self.silent_for(k) <= window_seconds]
-        return sum(self.silent_for(k) > self.lost_after / 2 for k in recent), len(recent)
+        return self._going_silent([k for k in self.nodes if self.silent_for(k) <= window_seconds])
+
+    def silent_regions(self, window_seconds: float, region_of: Callable[[Pubkey], int | None],
+                       min_nodes: int) -> dict[int, tuple[int, int]]:
+        """`silent_share` per region (of regions with at least `min_nodes` nodes in the fleet: a
+        smaller one says nothing about correlation)."""
+        regions: dict[int, list[Pubkey]] = {}
+        for key in self.nodes:
+            if self.silent_for(key) <= window_seconds and (region := region_of(key)) is not None:
+                regions.setdefault(region, []).append(key)
+        return {r: self._going_silent(keys) for r, keys in regions.items() if len(keys) >= min_nodes}
+
+    def _going_silent(self, keys: list[Pubkey]) -> tuple[int, int]:
+        return sum(self.silent_for(k) > self.lost_after / 2 for k in keys), len(keys)
 
     def _unseen_since(self, seen: NodeSeen) -> float:
-        """Blind seconds since the node's last heartbeat."""
+        """Blind (or excused) seconds since the node's last heartbeat, each second once."""
         now = self.clock()
-        return sum(max(0.0, min(b, now) - max(a, seen.last_heartbeat)) for a, b in self.blind)
+        spans = sorted((max(a, seen.last_heartbeat), min(b, now)) for a, b in [*self.blind, *seen.excused])
+        total, cursor = 0.0, seen.last_heartbeat
+        for a, b in spans:
+            a = max(a, cursor)
+            if b > a:
+                total += b - a
+                cursor = b
+        return total
 
 
 def due_shares(shares: list, silent_seconds: float, lost_after: float) -> tuple[list, list]:

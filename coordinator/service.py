@@ -33,6 +33,7 @@ from coordinator.placement import Placer
 from coordinator.settings import Settings
 from coordinator.settlement import Settler, SignedUsage
 from gpunet.accounts import AccountError, fetch, fetch_config
+from gpunet.catalog import region_name
 from gpunet.pda import node_pda
 from gpunet.protocol import (Ack, Cancel, Checkpoint, Error, Heartbeat, Hello, JobLog, JobStatus, UsageReportMessage,
                              Welcome)
@@ -68,6 +69,10 @@ class Coordinator:
         self._blind_since: float | None = None  # since when this process cannot see the chain
         self.slashing_paused = False
         self.slashing_paused_reason = ""
+        self.paused_regions: dict[int, float] = {}  # region -> since when its slashing is paused
+        # Pauses the operator ended (the outage is the suppliers'): not paused again until the silent
+        # share falls back under the threshold (the fleet's, None, or a region's).
+        self._overridden: set[int | None] = set()
         self._paused_since = 0.0
         self._database_down_since: float | None = None
         self._settling = asyncio.Lock()
@@ -288,6 +293,9 @@ class Coordinator:
         if self._silent and self.fleet.judging() and await self._may_judge():
             for node_key in sorted(self._silent, key=str):
                 self._silent.discard(node_key)
+                if self._region(node_key) in self.paused_regions:
+                    self._silent.add(node_key)  # judged once its region's outage is over
+                    continue
                 if not self.fleet.silent(node_key):  # heard again, or its silence was partly blind time
                     self.fleet.unjudged(node_key)
                     log.info("node.back node=%s (not silent for lost_after once blind time is left out)", node_key)
@@ -307,7 +315,7 @@ class Coordinator:
         if self._database_down_since is not None:
             return False  # the database watch keeps that outage (and records its blind window)
         problem = await self._chain_outage()
-        now = time.time()
+        now = self.fleet.clock()  # the fleet's windows are on its clock
         if problem:
             if self._blind_since is None:
                 self._blind_since = now
@@ -320,6 +328,9 @@ class Coordinator:
             return False  # heartbeats of the blind window are read first
         silent, of = self.fleet.silent_share(self.settings.fleet_window_seconds)
         pause = of > 0 and silent / of > self.settings.max_lost_fraction
+        if not pause:
+            self._overridden.discard(None)
+        pause = pause and None not in self._overridden
         if pause != self.slashing_paused:
             self.slashing_paused = pause
             if pause:
@@ -335,7 +346,50 @@ class Coordinator:
                 log.warning("slashing.resumed %d of %d nodes silent", silent, of)
                 self.slashing_paused_reason = ""
                 return False
+        if not pause:
+            self._pause_regions(now)
         return not pause
+
+    def resume_slashing(self, region: int | None = None) -> str:
+        """The operator confirms that a paused outage (the fleet's, or `region`'s) is the suppliers':
+        slashing resumes at once, the silence counts (no excuse), and that pause is not taken again
+        until the silent share falls back under the threshold. Raises LookupError if not paused."""
+        if region is None:
+            if not self.slashing_paused:
+                raise LookupError("slashing is not paused for the fleet")
+            self.slashing_paused, self.slashing_paused_reason = False, ""
+        else:
+            if self.paused_regions.pop(region, None) is None:
+                raise LookupError(f"slashing is not paused in region {region_name(region)}")
+        self._overridden.add(region)
+        where = "the fleet" if region is None else f"region {region_name(region)}"
+        log.warning("slashing.resumed_by_operator %s: the silent nodes are judged now, their silence counts", where)
+        return where
+
+    def _region(self, node_key: Pubkey) -> int | None:
+        view = self.placer.scheduler.nodes.get(str(node_key))
+        return None if view is None else view.region
+
+    def _pause_regions(self, now: float) -> None:
+        """The correlated-outage rule per region: a region most of whose nodes go silent at once (a
+        regional power cut, a partition) pauses slashing there only; its silence during the pause
+        then counts for none of its nodes."""
+        shares = self.fleet.silent_regions(self.settings.fleet_window_seconds, self._region,
+                                           self.settings.region_min_nodes)
+        for region, (silent, of) in shares.items():
+            if silent / of <= self.settings.max_lost_fraction:
+                self._overridden.discard(region)
+            elif region not in self.paused_regions and region not in self._overridden:
+                self.paused_regions[region] = now
+                log.warning("slashing.paused region=%s: %d of its %d nodes silent at once; none of them is "
+                            "slashed or moved until the region is heard again", region_name(region), silent, of)
+        for region, since in list(self.paused_regions.items()):
+            silent, of = shares.get(region, (0, 0))
+            if of and silent / of > self.settings.max_lost_fraction:
+                continue
+            del self.paused_regions[region]
+            self.fleet.add_blind(since, now, [k for k in self.fleet.nodes if self._region(k) == region])
+            log.warning("slashing.resumed region=%s: %d of %d nodes silent", region_name(region), silent, of)
 
     async def _chain_outage(self) -> str | None:
         """Why this process cannot see the chain now, if it cannot (then nobody is judged)."""

@@ -62,6 +62,10 @@ class Settings(BaseSettings):
     max_lost_fraction: float = Field(default=0.5, gt=0, le=1)
     # The fleet, for that fraction: nodes heard within this many seconds.
     fleet_window_seconds: float = Field(default=120.0, gt=0)
+    # The same fraction of one region's nodes silent at once pauses slashing in that region only
+    # (a regional power cut or network partition); regions with fewer nodes than this are not
+    # judged on their own (two silent nodes of two say little).
+    region_min_nodes: int = Field(default=3, ge=1)
     # A database unreachable this long stops the coordinator (exit code 5) for a supervisor to restart it.
     database_outage_exit_seconds: float = Field(default=60.0, gt=0)
     # After a lease's end: seconds for the workers' last usage reports before it is closed.

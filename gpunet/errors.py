@@ -29,6 +29,7 @@ class GpunetError(Exception):
       when the program refused it (its error codes are `ProgramError` values, not exceptions)
     - `client.TransactionExpired`: no attempt landed before its blockhash expired
     - `cluster.ClusterError` (ValueError): neither a known cluster name nor an http(s) URL
+    - `extras.ExtraMissing` (ImportError): a service imported without its extra installed
     - `jobs.CoordinatorError`: the coordinator refused a request or could not be reached
     - `keys.KeypairFileError`: a keypair file missing, unreadable or malformed
     - `localnet.LocalnetError`: the local node's binary is missing or the node did not come up

@@ -1,5 +1,6 @@
-"""The exit codes of every `gpunet` command (the README lists them). Outside gpunet.cli so that the
-worker's and the coordinator's commands, which gpunet.cli mounts, can use them without a cycle."""
+"""The exit codes of every `gpunet` command (the README lists them). In the SDK, the floor that
+every command stands on: the coordinator's and the worker's own commands (`python -m coordinator`,
+`gpunet worker`) use them too, and they may import the SDK but never the command line above them."""
 
 from __future__ import annotations
 
@@ -17,5 +18,6 @@ class Exit(IntEnum):
     UNREACHABLE = 5  # no answer from the RPC node
     NOT_FOUND = 6  # the account does not exist (or gpunet is not initialised there)
     AUDIT_MISMATCH = 7  # an audit found a difference
+    NOT_INSTALLED = 8  # `gpunet coordinator|worker` without its extra (pip install 'gpunet[coordinator]')
     NO_GPUS = 10  # `gpunet worker`: no usable GPUs (no NVIDIA driver, NVML failing) and no --simulate-gpus
     WORKER_STATE = 11  # `gpunet worker`: the state directory is unusable (damaged journal, another agent on it)

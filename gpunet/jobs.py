@@ -1,7 +1,9 @@
-"""A client's side of the coordinator's job API: give a lease its next job (signed), follow it."""
+"""A client's side of the coordinator's job API: give a lease its next job (signed), follow it; and
+the operator's one signed call (`resume_slashing`)."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import httpx
@@ -9,9 +11,9 @@ from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
 from gpunet.errors import GpunetError
-from gpunet.protocol import JobSpec, job_message
+from gpunet.protocol import JobSpec, job_message, operator_message
 
-__all__ = ["CoordinatorError", "job_view", "next_job_number", "submit_job"]
+__all__ = ["CoordinatorError", "job_view", "next_job_number", "resume_slashing", "submit_job"]
 
 
 class CoordinatorError(GpunetError):
@@ -66,3 +68,12 @@ async def submit_job(coordinator_url: str, client: Keypair, lease: Pubkey, spec:
 async def job_view(coordinator_url: str, lease: Pubkey, after: int = 0) -> Any:
     """The lease's placement, current job and its number, per-node status and log lines after id `after`."""
     return await _call("GET", _job_url(coordinator_url, lease), params={"after": after})
+
+
+async def resume_slashing(coordinator_url: str, attester: Keypair, region: str | None = None) -> Any:
+    """Ends a correlated-outage pause of slashing (of one region, or the fleet-wide one): the operator
+    confirms the silent nodes are really lost. Signed with the coordinator's attester key."""
+    at = int(time.time())
+    signature = attester.sign_message(operator_message("resume-slashing", region, at))
+    return await _call("POST", f"{coordinator_url.rstrip('/')}/slashing/resume",
+                       json={"region": region, "at": at, "signature": str(signature)})

@@ -88,6 +88,7 @@ __all__ = [
     "WorkerMessage",
     "challenge_message",
     "job_message",
+    "operator_message",
     "encode",
     "parse_coordinator_message",
     "parse_worker_message",
@@ -546,6 +547,17 @@ def job_message(lease: Pubkey, spec: JobSpec, gpus_per_node: int | None = None, 
     earlier job from being replayed as a later one."""
     body = {"job": spec.model_dump(mode="json"), "gpus_per_node": gpus_per_node, "job_number": job_number}
     return JOB_DOMAIN_TAG + bytes(lease) + json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+
+
+OPERATOR_DOMAIN_TAG = b"gpunet-operator-v1\x00"
+
+
+def operator_message(action: str, region: str | None, at: int) -> bytes:
+    """The bytes the coordinator's operator signs (with the coordinator's attester key) to make it
+    do `action` (e.g. "resume-slashing", optionally for one `region`) at unix time `at`: domain tag,
+    canonical JSON. The time bounds a replay; the coordinator also refuses a signature it has seen."""
+    body = {"action": action, "region": region, "at": at}
+    return OPERATOR_DOMAIN_TAG + json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
 
 
 def challenge_message(nonce_hex: str, node_key: Pubkey) -> bytes:

@@ -36,12 +36,13 @@ def test_every_sdk_exception_derives_from_the_root() -> None:
     assert outside == [], f"not derived from gpunet.errors.GpunetError: {outside}"
 
 
-def test_value_errors_stay_value_errors() -> None:
-    # callers (and typer's parameter callbacks) catch these as ValueError
+def test_the_former_bases_stay() -> None:
+    # callers (and typer's parameter callbacks) catch these as ValueError, a missing extra as ImportError
     found = _sdk_exceptions()
     for name in ("amounts.AmountError", "catalog.CatalogError", "cli.common.BadInput", "cluster.ClusterError",
                  "protocol.ProtocolError"):
         assert issubclass(found[name], ValueError), name
+    assert issubclass(found["extras.ExtraMissing"], ImportError)
 
 
 def test_the_root_docstring_lists_every_public_exception() -> None:

@@ -53,6 +53,8 @@ def coordinator_metrics(coordinator: Coordinator) -> str:
     gauges = (
         ("gpunet_coordinator_slashing_paused", int(coordinator.slashing_paused),
          "1 while a correlated outage pauses slashing and moving shares (GET /workers says why)"),
+        ("gpunet_coordinator_regions_paused", len(coordinator.paused_regions),
+         "regions where a correlated outage pauses slashing (GET /workers lists them)"),
         ("gpunet_coordinator_database_up", int(coordinator.database_up),
          "0 while the coordinator's database does not answer (decisions wait; it exits after "
          "GPUNET_DATABASE_OUTAGE_EXIT_SECONDS)"),

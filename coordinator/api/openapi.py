@@ -56,5 +56,14 @@ def openapi_document() -> dict[str, Any]:
     paths["/leases/{key}/job"] = job
     paths["/quote"] = _op("Which nodes a lease would get now, at what burn rate, or why none.",
                           [_query(p) for p in QUOTE_PARAMS])
-    paths["/workers"] = _op("Workers connected to the gateway now (simulated ones say so).", [])
+    paths["/workers"] = _op("Workers connected to the gateway now (simulated ones say so), and whether a "
+                            "correlated outage pauses slashing (for the fleet, or per region).", [])
+    paths["/slashing/resume"] = {"post": {
+        "summary": "The operator ends a correlated-outage pause of slashing (the fleet's, or one region's): "
+                   "signed with the coordinator's attester key over gpunet.protocol.operator_message.",
+        "requestBody": {"required": True, "content": {"application/json": {"schema": {
+            "type": "object", "required": ["region", "at", "signature"],
+            "properties": {"region": {"type": ["string", "null"]}, "at": {"type": "integer"},
+                           "signature": {"type": "string"}}}}}},
+        "responses": {"200": {"description": "resumed"}, "400": _ERROR, "401": _ERROR, "409": _ERROR}}}
     return {"openapi": "3.1.0", "info": {"title": "gpunet coordinator API", "version": "1"}, "paths": paths}

@@ -6,6 +6,7 @@ quote, and see the workers connected now (simulated ones say so). Errors are JSO
 from __future__ import annotations
 
 import json
+import time
 from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
@@ -21,8 +22,9 @@ from coordinator.jobs import job_over, job_progress
 from coordinator.placement import describe
 from coordinator.scheduler import LeaseRequest, SchedulerError
 from gpunet import instructions as ix
+from gpunet.catalog import CatalogError, region, region_name
 from gpunet.limits import MAX_GPUS_PER_NODE, MAX_LEASE_GPUS
-from gpunet.protocol import JobSpec, job_message
+from gpunet.protocol import JobSpec, job_message, operator_message
 
 if TYPE_CHECKING:
     from coordinator.service import Coordinator
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
 __all__ = ["QUOTE_PARAMS", "work_routes"]
 
 MAX_BODY = 256 * 1024
+OPERATOR_CLOCK_SKEW_SECONDS = 120  # a signed operator request older (or newer) than this is refused
 LOG_LINES = 200
 QUOTE_PARAMS = (
     Param("gpu_count", "integer", minimum=1, maximum=MAX_LEASE_GPUS, description="GPUs in all"),
@@ -155,8 +158,50 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
                        "healthy": seen.healthy, "simulated": seen.simulated, "last_heartbeat": seen.last_heartbeat}
                       for key, seen in sorted(fleet.nodes.items(), key=lambda kv: str(kv[0]))],
             # a correlated outage pauses slashing (and moving shares) until the fleet is heard again
-            "slashing": {"paused": coordinator.slashing_paused, "reason": coordinator.slashing_paused_reason},
+            "slashing": {"paused": coordinator.slashing_paused, "reason": coordinator.slashing_paused_reason,
+                         # a region's correlated outage pauses slashing there only
+                         "paused_regions": [{"region": region_name(r), "since": since}
+                                            for r, since in sorted(coordinator.paused_regions.items())]},
         })
 
+    used: dict[str, int] = {}  # operator signatures already acted on -> their 'at' (pruned past the window)
+
+    async def resume_slashing(request: Request) -> Response:
+        """The operator ends a correlated-outage pause (signed by the coordinator's attester key)."""
+        body = await request.body()
+        if len(body) > 4096:
+            return _error(413, "the body is at most 4096 bytes")
+        try:
+            payload = json.loads(body)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise BadRequest(f"the body is not JSON: {e}") from None
+        if not isinstance(payload, dict) or set(payload) != {"region", "at", "signature"}:
+            raise BadRequest('the body must be {"region": name or null, "at": unix seconds, "signature": base58}')
+        name, at = payload["region"], payload["at"]
+        if name is not None and not isinstance(name, str) or type(at) is not int:
+            raise BadRequest("region must be a region name or null, at an integer (unix seconds)")
+        try:
+            code = None if name is None else region(name)
+            signature = Signature.from_string(str(payload["signature"]))
+        except CatalogError as e:
+            raise BadRequest(str(e)) from None
+        except ValueError:
+            raise BadRequest("signature: not a base58 Ed25519 signature") from None
+        if not signature.verify(coordinator.attester_key.pubkey(), operator_message("resume-slashing", name, at)):
+            return _error(401, "the signature is not this coordinator's attester key's over this request")
+        now = time.time()
+        for seen in [s for s, t in used.items() if t < now - OPERATOR_CLOCK_SKEW_SECONDS]:
+            del used[seen]  # older requests are refused as stale anyway
+        if abs(now - at) > OPERATOR_CLOCK_SKEW_SECONDS or str(signature) in used:
+            return _error(401, f"a stale or replayed request (sign a fresh one: 'at' within "
+                               f"{OPERATOR_CLOCK_SKEW_SECONDS} s of the coordinator's clock)")
+        try:
+            where = coordinator.resume_slashing(code)
+        except LookupError as e:
+            return _error(409, str(e))
+        used[str(signature)] = at
+        return JSONResponse({"resumed": where})
+
     return [Route("/leases/{key}/job", submit_job, methods=["POST"]), Route("/leases/{key}/job", job_view),
-            Route("/quote", quote), Route("/workers", workers)]
+            Route("/quote", quote), Route("/workers", workers),
+            Route("/slashing/resume", resume_slashing, methods=["POST"])]

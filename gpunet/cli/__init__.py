@@ -1,13 +1,19 @@
 """The `gpunet` command line: one sub-app per noun (keys, admin, provider, node, lease, settlements,
-worker, coordinator), plus audit, airdrop and localnet. Exit codes: gpunet.exits.Exit (listed in the README)."""
+worker, coordinator), plus audit, airdrop and localnet. Exit codes: gpunet.exits.Exit (listed in the README).
+
+The command line is the floor on top: it mounts the coordinator's and the worker's commands when
+their extras are installed, and otherwise a command of the same name that says which to install."""
 
 from __future__ import annotations
 
+import importlib
+
 import typer
+from rich.markup import escape
 
 from gpunet.cli import admin, explorer, keys, lease, localnet, node, provider
-from coordinator.cli import app as coordinator_app
-from worker.cli import app as worker_app
+from gpunet.exits import Exit
+from gpunet.extras import ExtraMissing
 
 __all__ = ["app", "main"]
 
@@ -22,8 +28,30 @@ app.add_typer(admin.app, name="admin")
 app.add_typer(provider.app, name="provider")
 app.add_typer(node.app, name="node")
 app.add_typer(lease.app, name="lease")
-app.add_typer(worker_app, name="worker")
-app.add_typer(coordinator_app, name="coordinator")
+
+
+def _mount_service(name: str) -> None:
+    """Mounts `name`.cli's app as `gpunet <name>`; without the service's extra, a stand-in that
+    takes any arguments (even --help) and prints the one line that says what to install."""
+    try:
+        service = importlib.import_module(f"{name}.cli")
+    except ExtraMissing as missing:
+        error = str(missing)
+
+        @app.command(
+            name,
+            help=escape(f"Not installed: pip install 'gpunet[{missing.extra}]'."),  # [..] is no style
+            context_settings={"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []},
+        )
+        def not_installed(ctx: typer.Context) -> None:
+            typer.echo(f"gpunet {name}: {error}", err=True)
+            raise typer.Exit(Exit.NOT_INSTALLED)
+    else:
+        app.add_typer(service.app, name=name)
+
+
+_mount_service("worker")
+_mount_service("coordinator")
 app.add_typer(explorer.settlements_app, name="settlements")
 app.command("audit")(explorer.audit)
 app.command("airdrop")(localnet.airdrop)

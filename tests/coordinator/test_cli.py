@@ -10,9 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from solders.keypair import Keypair
 
 from coordinator.indexer import Indexer
 from coordinator.indexer.service import ChainMismatch
+from gpunet.keys import create_keypair_file
+from gpunet.localnet import free_ports
 
 from .conftest import eventually
 from .market import Market
@@ -74,3 +77,13 @@ async def test_a_node_of_another_chain_is_refused(node, start_node, market: Mark
         await stranger.run()
     async with pool.acquire() as conn:
         assert await conn.fetchval("SELECT count(*) FROM events") == 4
+
+
+def test_resume_slashing_says_what_is_missing_and_sends_nothing(tmp_path):
+    missing = coordinator("resume-slashing", GPUNET_ATTESTER_KEYPAIR=str(tmp_path / "none.json"))
+    assert missing.returncode == 3 and "GPUNET_ATTESTER_KEYPAIR" in missing.stderr and "Traceback" not in missing.stderr
+    key = tmp_path / "attester.json"
+    create_keypair_file(key, Keypair())
+    [port] = free_ports(1)  # nothing listens there
+    out = coordinator("resume-slashing", "--coordinator", f"http://127.0.0.1:{port}", GPUNET_ATTESTER_KEYPAIR=str(key))
+    assert out.returncode == 5 and "cannot reach the coordinator" in out.stderr and "Traceback" not in out.stderr

@@ -6,7 +6,9 @@ resumes with the fleet, and the lease goes on."""
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
+import sys
 import time
 
 import httpx
@@ -19,15 +21,19 @@ from coordinator.settings import Settings
 from gpunet.accounts import fetch
 from gpunet.localnet import free_ports
 from gpunet.pda import node_pda, provider_pda
+from gpunet.protocol import JobSpec
 
 from .conftest import eventually
 from .world import (
+    JOB,
     World,
     all_running,
+    resumed_on,
     running,
     running_lease,
     settled_count,
     start_workers,
+    truly,
 )
 
 LOST_AFTER = 2.0
@@ -122,6 +128,73 @@ async def test_a_correlated_outage_pauses_slashing_and_the_lease_goes_on(node, c
     for proc in workers.values():
         proc.kill()
         proc.wait(timeout=30)
+
+
+@pytest.mark.timeout(300)
+async def test_a_node_that_returns_after_its_share_moved_is_stopped_within_a_bound(node, chain, pool, database_url,
+                                                                                   tmp_path, spawned) -> None:
+    world = await World().build(chain, tmp_path)
+    settings = _settings(node, database_url)
+    api = f"http://127.0.0.1:{settings.api_port}"
+    trace = tmp_path / "trace"
+    spec = JobSpec(command=[sys.executable, JOB], env={"STEPS": "100000", "STEP_SECONDS": "0.2", "TRACE_FILE": str(trace)})
+    async with running(settings, pool, world.admin) as coordinator:
+        workers = await start_workers(world, coordinator, tmp_path, spawned)
+        lease, placed = await running_lease(world, api, chain, 120, spec)
+        gone, stayed = placed
+        spare = next(k for k in world.node_keys() if k not in placed)
+        await eventually(lambda: truly(trace.exists() and len(_runs(trace)) == 2), what="both ranks stepping")
+        old_job = next(pid for pid, (rank, _, _) in _runs(trace).items() if rank == placed.index(gone))
+
+        # The machine freezes (worker and job: a suspended VM, a partition with the job still going):
+        # the node is lost, slashed, and its share moves to the spare, where the job resumes.
+        frozen = [workers[gone].pid, old_job]
+        for pid in frozen:
+            os.kill(pid, signal.SIGSTOP)
+        await eventually(lambda: resumed_on(api, lease, spare), timeout=60, what="the job resumed on the spare")
+        # It comes back: its old job runs again until the coordinator hears its worker and stops it.
+        back = time.time()
+        for pid in frozen:
+            os.kill(pid, signal.SIGCONT)
+        await eventually(lambda: truly(not _alive(old_job)), timeout=30, what="the returning job stopped")
+        stopped = time.time()
+
+        rank = placed.index(gone)
+
+        async def copies() -> list[tuple[float, float]] | None:
+            found = sorted((first, last) for r, first, last in _runs(trace).values() if r == rank)
+            return found if len(found) == 2 else None  # the old copy and the one resumed on the spare
+        (old_first, old_last), (new_first, _) = await eventually(copies, what="the resumed copy stepping")
+        # Two copies of the rank ran at once only from the return until the old one was stopped, and
+        # that within a bound (a heartbeat, the coordinator's check, the worker's stop grace).
+        overlap = old_last - max(new_first, back)
+        assert overlap < 5.0 and stopped - back < 10.0, (overlap, stopped - back)
+        assert (await _slashed(chain, world))[gone] > 0 and not (await _slashed(chain, world))[stayed]
+        account = await fetch(chain, lease, "Lease")
+        assert {str(a.node_key) for a in list(account.assignments)[: account.node_count]} == {stayed, spare}
+    for proc in workers.values():
+        proc.kill()
+        proc.wait(timeout=30)
+
+
+def _runs(trace) -> dict[int, tuple[int, float, float]]:
+    """pid -> (rank, first step's time, last step's time), from the job's own trace."""
+    runs: dict[int, tuple[int, float, float]] = {}
+    for line in trace.read_text().splitlines():
+        at, pid, rank = line.split()
+        first = runs[int(pid)][1] if int(pid) in runs else float(at)
+        runs[int(pid)] = (int(rank), first, float(at))
+    return runs
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie (the worker has not reaped it yet) counts as stopped
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] != "Z"
 
 
 async def _jailed(chain: AsyncClient, node_key: str) -> bool:

@@ -177,3 +177,26 @@ def test_silence_a_lease_tolerates_is_billable_time_counted_once() -> None:
     # spans' reaches overlap)
     assert fleet.online_seconds(node, 1_000, 1_030, tolerance=30) == 30
     assert fleet.online_seconds(node, 1_000, 1_030, tolerance=5) == 17, "never less than lost_after's reach"
+
+
+def test_a_region_s_share_of_silence_and_its_excused_outage_count_for_its_nodes_only() -> None:
+    clock = Clock()
+    fleet = Fleet(lost_after_seconds=2, clock=clock)
+    east, west = [Pubkey.new_unique() for _ in range(3)], [Pubkey.new_unique() for _ in range(2)]
+    region = {**{k: 1 for k in east}, **{k: 2 for k in west}}
+    for key in (*east, *west):
+        fleet.connected(key, simulated=True)
+    clock.now += 1.5
+    for key in west:
+        fleet.heartbeat(key, healthy=True)
+    # every eastern node going silent at once; the west is too small to be judged on its own
+    assert fleet.silent_regions(60, region.get, min_nodes=3) == {1: (3, 3)}
+    assert fleet.silent_regions(60, region.get, min_nodes=2) == {1: (3, 3), 2: (0, 2)}
+    assert fleet.silent_share(60) == (3, 5)
+    clock.now += 10
+    fleet.add_blind(1_001, clock.now, east)  # the east's outage, excused for the east only
+    for key in west:
+        assert fleet.silent(key), "the west's silence is not excused by the east's outage"
+    assert [round(fleet.silent_for(k), 6) for k in east] == [1.0] * 3  # only the second before it counts
+    assert fleet.online_seconds(east[0], 1_000, int(clock.now)) == int(clock.now) - 1_000  # online through it
+    assert fleet.online_seconds(west[0], 1_000, int(clock.now)) < int(clock.now) - 1_000

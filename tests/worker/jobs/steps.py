@@ -1,7 +1,8 @@
 """A small training-like job for the worker tests: counts steps, checkpoints each one in
 $GPUNET_CHECKPOINT_DIR and resumes from the last checkpoint when started again.
 
-env: STEPS (total), STEP_SECONDS, FAIL_AT (exit 1 once on reaching this step), IGNORE_TERM=1.
+env: STEPS (total), STEP_SECONDS, FAIL_AT (exit 1 once on reaching this step), IGNORE_TERM=1,
+TRACE_FILE (each step appends "unix-time pid rank" there: tests see from it whether two copies ran at once).
 """
 
 import os
@@ -29,6 +30,9 @@ while step < steps:
     tmp.write_text(str(step))
     tmp.replace(checkpoint)  # atomic: a kill never leaves half a checkpoint
     print(f"step {step}", flush=True)
+    if trace := os.environ.get("TRACE_FILE"):
+        with open(trace, "a") as f:
+            f.write(f"{time.time():.3f} {os.getpid()} {os.environ.get('RANK', '0')}\n")
     if step == fail_at and not (checkpoint.parent / "failed-once").exists():
         (checkpoint.parent / "failed-once").touch()
         print("failing on purpose", file=sys.stderr, flush=True)
