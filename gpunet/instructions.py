@@ -278,7 +278,8 @@ def set_node_draining(authority: Pubkey, node_key: Pubkey, draining: bool) -> In
 def open_lease(client: Pubkey, client_tokens: Pubkey, io_mint: Pubkey, lease_id: int, terms: LeaseTerms,
                downtime_tolerance_seconds: int = 0) -> Instruction:
     """Opens and escrows a lease. `downtime_tolerance_seconds`: how long its nodes may be silent before
-    the coordinator treats them as lost (0: the network's default; else MIN_DOWNTIME_TOLERANCE_SECONDS..MAX_DOWNTIME_TOLERANCE_SECONDS)."""
+    the coordinator treats them as lost (0: the network's default; else within the program's bounds,
+    MIN_DOWNTIME_TOLERANCE_SECONDS..MAX_DOWNTIME_TOLERANCE_SECONDS)."""
     lease = lease_pda(client, lease_id)
     return _ix(
         "open_lease",
