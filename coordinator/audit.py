@@ -26,7 +26,7 @@ from coordinator.indexer.store import plain_row
 from gpunet.idl import load_idl
 from gpunet.pda import lease_vault_pda, stake_vault_pda
 
-__all__ = ["AuditReport", "Difference", "audit_lease", "audit_provider"]
+__all__ = ["LedgerAuditReport", "Difference", "audit_lease", "audit_provider"]
 
 
 @dataclass
@@ -39,7 +39,10 @@ class Difference:
 
 
 @dataclass
-class AuditReport:
+class LedgerAuditReport:
+    """The coordinator's ledger checked against the chain (`/audit/...`); the SDK's chain-only
+    audit is `gpunet.audit.ChainAuditReport`."""
+
     subject: str
     kind: str
     events: int
@@ -78,7 +81,7 @@ async def _indexed_events(conn: asyncpg.Connection, key: str, subject: str) -> l
             for r in rows]
 
 
-async def _check_events(rpc: ChainRpc, program: Pubkey, events: list[IndexedEvent], report: AuditReport) -> None:
+async def _check_events(rpc: ChainRpc, program: Pubkey, events: list[IndexedEvent], report: LedgerAuditReport) -> None:
     signatures = _signatures(events)
     chain = {}
     for i in range(0, len(signatures), 200):
@@ -96,7 +99,7 @@ async def _check_events(rpc: ChainRpc, program: Pubkey, events: list[IndexedEven
 
 
 async def _check_unindexed(conn: asyncpg.Connection, rpc: ChainRpc, program: Pubkey, address: str, key: str,
-                           report: AuditReport) -> None:
+                           report: LedgerAuditReport) -> None:
     listed = [s["signature"] for s in await rpc.signatures_since(address, None) if s.get("err") is None]
     known = {r["signature"] for r in await conn.fetch(
         "SELECT signature FROM transactions WHERE signature = ANY($1::text[])", listed)}
@@ -108,7 +111,7 @@ async def _check_unindexed(conn: asyncpg.Connection, rpc: ChainRpc, program: Pub
                 report.differences.append(Difference("unindexed", name, None, data, [signature]))
 
 
-def _compare_rows(report: AuditReport, what: str, indexed: dict[str, Any] | None, folded: dict[str, Any] | None,
+def _compare_rows(report: LedgerAuditReport, what: str, indexed: dict[str, Any] | None, folded: dict[str, Any] | None,
                   signatures: list[str]) -> None:
     if indexed is None or folded is None:
         if indexed != folded:
@@ -119,7 +122,7 @@ def _compare_rows(report: AuditReport, what: str, indexed: dict[str, Any] | None
             report.differences.append(Difference("row", f"{what}.{column}", indexed.get(column), value, signatures))
 
 
-def _compare_appended(report: AuditReport, table: str, indexed: list[asyncpg.Record], folded: list[dict[str, Any]]) -> None:
+def _compare_appended(report: LedgerAuditReport, table: str, indexed: list[asyncpg.Record], folded: list[dict[str, Any]]) -> None:
     by_key = {(r["signature"], r["event_index"]): plain_row(r) for r in indexed}
     for row in folded:
         key = (row["signature"], row["event_index"])
@@ -128,7 +131,7 @@ def _compare_appended(report: AuditReport, table: str, indexed: list[asyncpg.Rec
         report.differences.append(Difference("row", f"{table}[{key[0][:8]}…#{key[1]}]", row, None, [key[0]]))
 
 
-def _compare_account(report: AuditReport, what: str, folded: dict[str, Any], account: dict[str, Any],
+def _compare_account(report: LedgerAuditReport, what: str, folded: dict[str, Any], account: dict[str, Any],
                      events: list[IndexedEvent]) -> None:
     for column, chain_value in account.items():
         if folded.get(column) != chain_value:
@@ -142,7 +145,7 @@ def _coder() -> Coder:
     return Coder(load_idl())
 
 
-async def _account(rpc: ChainRpc, program: Pubkey, address: str, kind: str, report: AuditReport,
+async def _account(rpc: ChainRpc, program: Pubkey, address: str, kind: str, report: LedgerAuditReport,
                    events: list[IndexedEvent]) -> dict[str, Any] | None:
     """The on-chain account decoded; None (with a difference when it should be one) otherwise."""
     found = await rpc.account(address)
@@ -160,9 +163,9 @@ async def _account(rpc: ChainRpc, program: Pubkey, address: str, kind: str, repo
     return plain(decoded)
 
 
-async def audit_lease(conn: asyncpg.Connection, rpc: ChainRpc, program: Pubkey, lease: str) -> AuditReport:
+async def audit_lease(conn: asyncpg.Connection, rpc: ChainRpc, program: Pubkey, lease: str) -> LedgerAuditReport:
     events = await _indexed_events(conn, "lease", lease)
-    report = AuditReport(lease, "lease", len(events))
+    report = LedgerAuditReport(lease, "lease", len(events))
     await _check_events(rpc, program, events, report)
     await _check_unindexed(conn, rpc, program, lease, "lease", report)
 
@@ -206,9 +209,9 @@ async def audit_lease(conn: asyncpg.Connection, rpc: ChainRpc, program: Pubkey, 
     return report
 
 
-async def audit_provider(conn: asyncpg.Connection, rpc: ChainRpc, program: Pubkey, provider: str) -> AuditReport:
+async def audit_provider(conn: asyncpg.Connection, rpc: ChainRpc, program: Pubkey, provider: str) -> LedgerAuditReport:
     events = await _indexed_events(conn, "provider", provider)
-    report = AuditReport(provider, "provider", len(events))
+    report = LedgerAuditReport(provider, "provider", len(events))
     await _check_events(rpc, program, events, report)
     await _check_unindexed(conn, rpc, program, provider, "provider", report)
 

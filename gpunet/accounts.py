@@ -12,6 +12,7 @@ from solana.rpc.async_api import AsyncClient
 from solana.rpc.types import MemcmpOpts
 from solders.pubkey import Pubkey
 
+from gpunet.errors import GpunetError
 from gpunet.idl import PROGRAM_ID, load_idl
 from gpunet.pda import config_pda, lease_vault_pda
 from gpunet.tokens import token_balance
@@ -22,7 +23,7 @@ __all__ = ["AccountError", "Escrow", "decode_account", "escrow", "fetch", "fetch
 _DISCRIMINATOR = 8
 
 
-class AccountError(Exception):
+class AccountError(GpunetError):
     """An account that does not exist or is not the gpunet account it should be."""
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from decimal import Decimal, InvalidOperation
 
+from gpunet.errors import GpunetError
 from gpunet.tokens import IO_DECIMALS
 
 __all__ = ["IO", "AmountError", "escrow_for", "format_io", "parse_io"]
@@ -13,7 +14,7 @@ IO = 10**IO_DECIMALS
 U64_MAX = 2**64 - 1
 
 
-class AmountError(ValueError):
+class AmountError(GpunetError, ValueError):
     """An amount that is not a positive IO quantity with at most IO_DECIMALS decimals."""
 
 

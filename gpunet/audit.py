@@ -16,7 +16,7 @@ from gpunet.history import ChainTransaction, transactions_of
 from gpunet.pda import lease_vault_pda, provider_pda, stake_vault_pda
 from gpunet.tokens import token_balance
 
-__all__ = ["AuditReport", "Check", "audit_lease", "audit_provider"]
+__all__ = ["ChainAuditReport", "Check", "audit_lease", "audit_provider"]
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,10 @@ class Check:
 
 
 @dataclass
-class AuditReport:
+class ChainAuditReport:
+    """What the chain alone says of a lease or a provider (`gpunet audit`); the coordinator's
+    `LedgerAuditReport` (coordinator/audit.py) checks its own ledger against the chain."""
+
     subject: str  # "lease <address>" or "provider <address>"
     transactions: int = 0
     checks: list[Check] = field(default_factory=list)
@@ -85,11 +88,11 @@ def _lease_sums(lease: Pubkey, txs: list[ChainTransaction]) -> _Sums:
     return sums
 
 
-async def audit_lease(client: AsyncClient, lease: Pubkey) -> AuditReport:
+async def audit_lease(client: AsyncClient, lease: Pubkey) -> ChainAuditReport:
     account = await fetch(client, lease, "Lease")
     txs = await transactions_of(client, lease)
     sums = _lease_sums(lease, txs)
-    report = AuditReport(f"lease {lease}", len(txs))
+    report = ChainAuditReport(f"lease {lease}", len(txs))
     for what in ("deposited", "paid", "fees", "refunded", "donations"):
         report.checks.append(sums.check(what, getattr(account, what)))
     escrow_from_events = sums.total["deposited"] - sums.total["paid"] - sums.total["fees"] - sums.total["refunded"]
@@ -106,7 +109,7 @@ async def audit_lease(client: AsyncClient, lease: Pubkey) -> AuditReport:
     return report
 
 
-async def audit_provider(client: AsyncClient, authority: Pubkey) -> AuditReport:
+async def audit_provider(client: AsyncClient, authority: Pubkey) -> ChainAuditReport:
     provider = provider_pda(authority)
     account = await fetch(client, provider, "Provider")
     txs = await transactions_of(client, provider)
@@ -124,7 +127,7 @@ async def audit_provider(client: AsyncClient, authority: Pubkey) -> AuditReport:
                 sums.add("slashed", d.amount, tx.signature)
             elif ev.name == "UsageSettled":
                 sums.add("earned", d.payout, tx.signature)
-    report = AuditReport(f"provider {provider} (wallet {authority})", len(txs))
+    report = ChainAuditReport(f"provider {provider} (wallet {authority})", len(txs))
     report.checks.append(sums.check("slashed", account.slashed))
     report.checks.append(sums.check("earned", account.earned))
     held = sums.total["stake in"] - sums.total["withdrawn"] - sums.total["slashed"]

@@ -9,7 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-ANY = 0
+from gpunet.errors import GpunetError
+from gpunet.limits import ANY
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ REGIONS: dict[int, str] = {
 }
 
 
-class CatalogError(ValueError):
+class CatalogError(GpunetError, ValueError):
     """An unknown GPU model or region name/code; the message lists the known ones."""
 
 

@@ -17,14 +17,14 @@ from solders.message import Message
 from solders.signature import Signature
 from solders.transaction import Transaction
 
-from gpunet.errors import ProgramError, custom_error_code, program_error
+from gpunet.errors import GpunetError, ProgramError, custom_error_code, program_error
 
 __all__ = ["TransactionExpired", "TransactionFailed", "send_and_confirm"]
 
 _ORDER = {"processed": 0, "confirmed": 1, "finalized": 2}
 
 
-class TransactionFailed(Exception):
+class TransactionFailed(GpunetError):
     """The transaction was refused (in preflight or on chain); nothing it asked for happened."""
 
     def __init__(self, err: Any, logs: Sequence[str] = (), signature: Signature | None = None) -> None:
@@ -39,7 +39,7 @@ class TransactionFailed(Exception):
         super().__init__(f"transaction failed: {reason}")
 
 
-class TransactionExpired(Exception):
+class TransactionExpired(GpunetError):
     """No attempt landed before its blockhash expired, `attempts` times; none can land any more."""
 
 

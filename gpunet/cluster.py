@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
+from gpunet.errors import GpunetError
+
 __all__ = ["CLUSTERS", "Cluster", "ClusterError", "resolve_cluster"]
 
 CLUSTERS: dict[str, str] = {
@@ -21,7 +23,7 @@ _ALIASES = {"l": "localnet", "localhost": "localnet", "d": "devnet", "t": "testn
             "mainnet-beta": "mainnet"}
 
 
-class ClusterError(ValueError):
+class ClusterError(GpunetError, ValueError):
     """A cluster that is neither a known name nor an http(s) URL."""
 
 

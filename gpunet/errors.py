@@ -1,4 +1,5 @@
-"""Program errors by code: gpunet's own (from the IDL) and Anchor's built-in ones."""
+"""The SDK's exception root (`GpunetError`), and program errors by code: gpunet's own (from the IDL)
+and Anchor's built-in ones."""
 
 from __future__ import annotations
 
@@ -11,7 +12,31 @@ from anchorpy.error import LangErrorMessage, _LangErrorCode
 
 from gpunet.idl import load_idl
 
-__all__ = ["ProgramError", "custom_error_code", "program_error"]
+__all__ = ["GpunetError", "ProgramError", "custom_error_code", "program_error"]
+
+
+class GpunetError(Exception):
+    """The root of every exception the gpunet SDK defines: `except GpunetError` catches whatever
+    the SDK raises on purpose (a bug's TypeError and friends stay uncaught). The ones that are
+    also ValueErrors stay so, for callers that catch those.
+
+    - `accounts.AccountError`: an account missing or not the gpunet account it should be
+    - `amounts.AmountError` (ValueError): not a positive IO amount with at most 6 decimals
+    - `catalog.CatalogError` (ValueError): an unknown GPU model or region
+    - `cli.common.BadInput` (ValueError): a command argument that makes no sense; nothing sent
+    - `cli.common.NotEnoughFunds`: the wallet cannot pay, checked before sending
+    - `client.TransactionFailed`: the transaction was refused; `.program_error` is the `ProgramError`
+      when the program refused it (its error codes are `ProgramError` values, not exceptions)
+    - `client.TransactionExpired`: no attempt landed before its blockhash expired
+    - `cluster.ClusterError` (ValueError): neither a known cluster name nor an http(s) URL
+    - `extras.ExtraMissing` (ImportError): a service imported without its extra installed
+    - `jobs.CoordinatorError`: the coordinator refused a request or could not be reached
+    - `keys.KeypairFileError`: a keypair file missing, unreadable or malformed
+    - `localnet.LocalnetError`: the local node's binary is missing or the node did not come up
+    - `protocol.ProtocolError` (ValueError): a worker-protocol message that is not valid
+
+    tests/test_errors.py fails when an exception class under gpunet/ does not derive from it.
+    """
 
 
 @dataclass(frozen=True)

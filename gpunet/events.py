@@ -10,7 +10,10 @@ from solders.pubkey import Pubkey
 
 from gpunet.idl import PROGRAM_ID, load_idl
 
-__all__ = ["Event", "decode_events", "events_of_transaction"]
+__all__ = ["EVENT_NAMES", "Event", "decode_events", "events_of_transaction"]
+
+EVENT_NAMES: tuple[str, ...] = tuple(e.name for e in load_idl().events or ())
+"""Every event the program emits, in the IDL's order."""
 
 
 @cache

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import importlib.util
 
+from gpunet.errors import GpunetError
+
 __all__ = ["EXTRAS", "ExtraMissing", "require"]
 
 # extra -> the modules it brings that its part imports (pyproject.toml lists their distributions).
@@ -17,7 +19,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
 }
 
 
-class ExtraMissing(ImportError):
+class ExtraMissing(GpunetError, ImportError):
     """A part of gpunet was imported without its extra installed."""
 
     def __init__(self, extra: str, missing: list[str]) -> None:

@@ -21,6 +21,11 @@ from solders.sysvar import INSTRUCTIONS
 from spl.token.constants import TOKEN_PROGRAM_ID
 
 from gpunet.idl import PROGRAM_ID, load_idl
+from gpunet.limits import (
+    ANY,
+    MAX_DOWNTIME_TOLERANCE_SECONDS,
+    MIN_DOWNTIME_TOLERANCE_SECONDS,
+)
 from gpunet.pda import (
     config_pda,
     evidence_pda,
@@ -35,6 +40,8 @@ from gpunet.usage import UsageReport
 
 __all__ = [
     "ANY",
+    "MAX_DOWNTIME_TOLERANCE_SECONDS",
+    "MIN_DOWNTIME_TOLERANCE_SECONDS",
     "TOKEN_PROGRAM_ID",
     "ConfigParams",
     "LeaseTerms",
@@ -62,8 +69,6 @@ __all__ = [
     "withdraw_unstaked",
 ]
 
-ANY = 0
-"""GPU model or region code meaning "any" in lease terms."""
 FAULT_KINDS = ("MissedHeartbeats", "FailedVerification", "InvalidUsage")
 
 
@@ -270,16 +275,11 @@ def set_node_draining(authority: Pubkey, node_key: Pubkey, draining: bool) -> In
 # --- leases
 
 
-MIN_DOWNTIME_TOLERANCE_SECONDS = 10
-"""The least downtime tolerance a lease may choose (the program's bound; 0 means the network's default)."""
-MAX_DOWNTIME_TOLERANCE_SECONDS = 3_600
-"""The most downtime tolerance a lease may choose (the program's bound)."""
-
-
 def open_lease(client: Pubkey, client_tokens: Pubkey, io_mint: Pubkey, lease_id: int, terms: LeaseTerms,
                downtime_tolerance_seconds: int = 0) -> Instruction:
     """Opens and escrows a lease. `downtime_tolerance_seconds`: how long its nodes may be silent before
-    the coordinator treats them as lost (0: the network's default; else 10..3,600, the program's bounds)."""
+    the coordinator treats them as lost (0: the network's default; else within the program's bounds,
+    MIN_DOWNTIME_TOLERANCE_SECONDS..MAX_DOWNTIME_TOLERANCE_SECONDS)."""
     lease = lease_pda(client, lease_id)
     return _ix(
         "open_lease",

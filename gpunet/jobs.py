@@ -10,12 +10,13 @@ import httpx
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
+from gpunet.errors import GpunetError
 from gpunet.protocol import JobSpec, job_message, operator_message
 
 __all__ = ["CoordinatorError", "job_view", "next_job_number", "resume_slashing", "submit_job"]
 
 
-class CoordinatorError(Exception):
+class CoordinatorError(GpunetError):
     """The coordinator refused the request (its message says why) or could not be reached."""
 
 

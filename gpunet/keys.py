@@ -8,10 +8,12 @@ from pathlib import Path
 
 from solders.keypair import Keypair
 
+from gpunet.errors import GpunetError
+
 __all__ = ["KeypairFileError", "create_keypair_file", "load_keypair"]
 
 
-class KeypairFileError(Exception):
+class KeypairFileError(GpunetError):
     """A keypair file is missing, unreadable or not a Solana CLI keypair; the message says which."""
 
 

@@ -18,6 +18,8 @@ from pathlib import Path
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
+from gpunet.errors import GpunetError
+
 __all__ = [
     "PROGRAM_SO_ENV",
     "LocalnetError",
@@ -41,11 +43,11 @@ def localnet_deployer() -> Keypair:
     return Keypair.from_seed(hashlib.sha256(b"gpunet-localnet-deployer").digest())
 
 
-class LocalnetError(Exception):
+class LocalnetError(GpunetError):
     """The node binary is missing or the node did not come up; the message says what to do."""
 
 
-class _PortTaken(Exception):
+class _PortTaken(GpunetError):
     """The node could not bind one of its ports."""
 
 

@@ -51,6 +51,8 @@ from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 from solders.signature import Signature
 
+from gpunet.errors import GpunetError
+from gpunet.limits import MAX_GPUS_PER_NODE, MAX_LEASE_NODES
 from gpunet.usage import UsageReport
 
 __all__ = [
@@ -106,7 +108,7 @@ CHALLENGE_DOMAIN_TAG = b"gpunet-session-v1\x00"
 NONCE_BYTES = 32
 
 
-class ProtocolError(ValueError):
+class ProtocolError(GpunetError, ValueError):
     """A message that is not valid protocol; `close_code` is what a gateway closes with."""
 
     def __init__(self, message: str, close_code: int = CLOSE_MALFORMED) -> None:
@@ -427,7 +429,7 @@ class Dispatch(_Model):
 
     type: Literal["dispatch"] = "dispatch"
     lease: PubkeyStr
-    gpus: Annotated[int, Field(ge=1, le=16)]
+    gpus: Annotated[int, Field(ge=1, le=MAX_GPUS_PER_NODE)]
     job: JobSpec
     # The same number again is a repeat (never a second copy); a higher one is the lease's next
     # job, run on the same share once the previous one has ended.
@@ -438,8 +440,8 @@ class Dispatch(_Model):
     # The lease's end (unix seconds): nothing after it is billed. None: not given (an older coordinator).
     ends_at: I64 | None = None
     rank: Annotated[int, Field(ge=0)] = 0
-    world_size: Annotated[int, Field(ge=1, le=8)] = 1
-    peers: Annotated[list[Annotated[str, Field(pattern=r"^[A-Za-z0-9.:\[\]-]{1,253}:\d{1,5}$")]], Field(max_length=8)] = []
+    world_size: Annotated[int, Field(ge=1, le=MAX_LEASE_NODES)] = 1
+    peers: Annotated[list[Annotated[str, Field(pattern=r"^[A-Za-z0-9.:\[\]-]{1,253}:\d{1,5}$")]], Field(max_length=MAX_LEASE_NODES)] = []
     # The lease's latest checkpoint (from the node it ran on before), written into an empty
     # checkpoint directory before the job starts.
     restore: Annotated[list[CheckpointFile], Field(max_length=64)] = []

@@ -13,7 +13,10 @@ from anchorpy import Context, Program, Provider, Wallet
 from solana.rpc.async_api import AsyncClient
 from solders.pubkey import Pubkey
 
-from gpunet.idl import IDL_RESOURCE, PROGRAM_ID, idl_json, load_idl
+from gpunet import limits
+from gpunet.events import EVENT_NAMES
+from gpunet.idl import IDL_RESOURCE, PROGRAM_ID, idl_constants, idl_json, load_idl
+from gpunet.protocol import Dispatch, JobSpec
 
 REPO = Path(__file__).resolve().parent.parent
 COMMITTED_IDL = REPO / "gpunet" / "idl" / "gpunet.json"
@@ -62,6 +65,20 @@ EVENTS = {
     "LeaseClosed",
     "UsageSettled",
     "ProviderSlashed",
+}
+
+# The program's #[constant]s. programs/gpunet/tests/limits.rs checks, from the committed IDL, that
+# the program accepts each at its bound and refuses it one step past.
+CONSTANTS = {
+    "ANY": 0,
+    "BPS_DENOMINATOR": 10_000,
+    "MAX_ATTESTERS": 4,
+    "MAX_DOWNTIME_TOLERANCE_SECONDS": 3_600,
+    "MAX_GPUS_PER_NODE": 16,
+    "MAX_LEASE_GPUS": 128,
+    "MAX_LEASE_NODES": 8,
+    "MAX_PROTOCOL_FEE_BPS": 2_000,
+    "MIN_DOWNTIME_TOLERANCE_SECONDS": 10,
 }
 
 # A cold build of the program with the idl-build feature takes minutes on 2 cores.
@@ -118,6 +135,31 @@ def test_discriminators_follow_anchor_convention() -> None:
         assert acc["discriminator"] == _discriminator("account", acc["name"]), acc["name"]
     for ev in raw["events"]:
         assert ev["discriminator"] == _discriminator("event", ev["name"]), ev["name"]
+
+
+def test_constants_are_the_limits_the_sdk_uses() -> None:
+    assert idl_constants() == CONSTANTS
+    # gpunet.limits names every constant of the IDL, with the IDL's value
+    assert set(limits.__all__) == set(CONSTANTS)
+    assert {name: getattr(limits, name) for name in limits.__all__} == CONSTANTS
+    assert CONSTANTS["MAX_LEASE_GPUS"] == CONSTANTS["MAX_LEASE_NODES"] * CONSTANTS["MAX_GPUS_PER_NODE"]
+
+
+def test_the_worker_protocol_takes_its_bounds_from_the_idl() -> None:
+    job = JobSpec(command=["true"])
+    peers = [f"10.0.0.{i}:29500" for i in range(limits.MAX_LEASE_NODES)]
+    ok = Dispatch(lease=str(PROGRAM_ID), gpus=limits.MAX_GPUS_PER_NODE, job=job,
+                  world_size=limits.MAX_LEASE_NODES, peers=peers)
+    assert (ok.gpus, ok.world_size) == (limits.MAX_GPUS_PER_NODE, limits.MAX_LEASE_NODES)
+    for too_many in ({"gpus": limits.MAX_GPUS_PER_NODE + 1}, {"world_size": limits.MAX_LEASE_NODES + 1},
+                     {"peers": [*peers, "10.0.0.99:29500"]}):
+        with pytest.raises(ValueError):
+            Dispatch(**{"lease": str(PROGRAM_ID), "gpus": 1, "job": job, **too_many})
+
+
+def test_event_names_are_the_idls() -> None:
+    assert set(EVENT_NAMES) == EVENTS
+    assert len(EVENT_NAMES) == len(EVENTS)
 
 
 async def test_anchorpy3_builds_an_instruction_from_the_idl() -> None:

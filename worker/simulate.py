@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 
 from gpunet.catalog import CatalogError, gpu_model
+from gpunet.limits import MAX_GPUS_PER_NODE
 from gpunet.protocol import GpuInfo, GpuTelemetry, Inventory
 
 __all__ = ["SimulatedGpus", "SimulationSpecError"]
@@ -48,8 +49,8 @@ class SimulatedGpus:
             count, vram_gb = int(parts[1]), int(parts[2])
         except ValueError:
             raise SimulationSpecError(f"--simulate-gpus {spec!r}: COUNT and VRAM_GB must be whole numbers") from None
-        if not (1 <= count <= 16 and 1 <= vram_gb <= 4096):
-            raise SimulationSpecError(f"--simulate-gpus {spec!r}: COUNT must be 1-16 and VRAM_GB 1-4096")
+        if not (1 <= count <= MAX_GPUS_PER_NODE and 1 <= vram_gb <= 4096):
+            raise SimulationSpecError(f"--simulate-gpus {spec!r}: COUNT must be 1-{MAX_GPUS_PER_NODE} and VRAM_GB 1-4096")
         return cls(model, count, vram_gb, node_key)
 
     def inventory(self) -> Inventory:

@@ -36,10 +36,11 @@ from solders.transaction import Transaction  # noqa: E402
 from coordinator.db import open_database  # noqa: E402
 from coordinator.indexer import Indexer  # noqa: E402
 from coordinator.settings import Settings  # noqa: E402
-from gpunet.client import send_and_confirm  # noqa: E402
 from gpunet import instructions as ix  # noqa: E402
+from gpunet.amounts import IO  # noqa: E402
+from gpunet.client import send_and_confirm  # noqa: E402
 from gpunet.localnet import LocalnetProcess  # noqa: E402
-from tests.coordinator.market import IO, Market  # noqa: E402
+from tests.coordinator.market import Market  # noqa: E402
 
 TARGET_EVENTS_PER_S = 5_000
 TARGET_LAG_P99_S = 1.0

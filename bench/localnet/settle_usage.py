@@ -37,6 +37,7 @@ from solders.transaction import Transaction
 
 from gpunet import instructions as ix
 from gpunet.accounts import fetch
+from gpunet.amounts import IO
 from gpunet.client import send_and_confirm
 from gpunet.localnet import LocalnetProcess, localnet_deployer
 from gpunet.pda import lease_pda, node_pda
@@ -44,7 +45,6 @@ from gpunet.testbed import funded_wallet
 from gpunet.tokens import create_mint, ensure_io_account, mint_io
 from gpunet.usage import UsageReport
 
-IO = 1_000_000
 SOL = 10**9
 TARGET_TPS = 500
 

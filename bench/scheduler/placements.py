@@ -28,12 +28,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from coordinator.scheduler import LeaseRequest, NodeView, NotPlaced, Placement, Scheduler  # noqa: E402
+from coordinator.scheduler import (  # noqa: E402
+    LeaseRequest,
+    NodeView,
+    NotPlaced,
+    Placement,
+    Scheduler,
+)
+from gpunet.amounts import IO  # noqa: E402
 from gpunet.catalog import GPU_MODELS, REGIONS  # noqa: E402
 from gpunet.instructions import ANY, LeaseTerms  # noqa: E402
-from gpunet.tokens import IO_DECIMALS  # noqa: E402
 
-IO = 10**IO_DECIMALS
 TARGET_RATE = 20_000
 TARGET_P99_MS = 2.0
 TARGET_NODES = 10_000

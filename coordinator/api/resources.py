@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from coordinator.api.params import Param
+from gpunet.events import EVENT_NAMES
 
 __all__ = ["PAGE", "RESOURCES", "Resource"]
 
@@ -17,10 +18,6 @@ _SLOTS = (
     Param("from_slot", "integer", "slot", ">=", description="only rows at or after this slot"),
     Param("to_slot", "integer", "slot", "<=", description="only rows at or before this slot"),
 )
-EVENT_NAMES = ("ConfigInitialized", "ConfigUpdated", "ProviderRegistered", "Staked", "UnstakeRequested",
-               "UnstakeWithdrawn", "NodeRegistered", "NodeUpdated", "NodeDeregistered", "LeaseOpened",
-               "LeaseAssigned", "LeaseToppedUp", "LeaseReassigned", "UsageSettled", "LeaseClosed",
-               "ProviderSlashed", "NodeUnjailed", "NodeDrainingSet")
 _CHAIN_ORDER = "(SELECT seq FROM transactions t WHERE t.signature = r.signature), r.event_index"
 
 

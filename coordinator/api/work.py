@@ -23,6 +23,7 @@ from coordinator.placement import describe
 from coordinator.scheduler import LeaseRequest, SchedulerError
 from gpunet import instructions as ix
 from gpunet.catalog import CatalogError, region, region_name
+from gpunet.limits import MAX_GPUS_PER_NODE, MAX_LEASE_GPUS
 from gpunet.protocol import JobSpec, job_message, operator_message
 
 if TYPE_CHECKING:
@@ -34,12 +35,12 @@ MAX_BODY = 256 * 1024
 OPERATOR_CLOCK_SKEW_SECONDS = 120  # a signed operator request older (or newer) than this is refused
 LOG_LINES = 200
 QUOTE_PARAMS = (
-    Param("gpu_count", "integer", minimum=1, maximum=128, description="GPUs in all"),
+    Param("gpu_count", "integer", minimum=1, maximum=MAX_LEASE_GPUS, description="GPUs in all"),
     Param("gpu_model", "integer", minimum=0, maximum=65535, default=0, description="catalog code, 0 = any"),
     Param("min_vram_gb", "integer", minimum=0, maximum=65535, default=0, description="least GiB per GPU"),
     Param("region", "integer", minimum=0, maximum=65535, default=0, description="catalog code, 0 = any"),
     Param("max_price_per_gpu_hour", "integer", minimum=1, maximum=2**64 - 1, description="IO base units"),
-    Param("gpus_per_node", "integer", minimum=1, maximum=16, description="equal shares of this many GPUs"),
+    Param("gpus_per_node", "integer", minimum=1, maximum=MAX_GPUS_PER_NODE, description="equal shares of this many GPUs"),
 )
 _AFTER = (Param("after", "integer", minimum=0, default=0, description="only log lines after this id"),)
 
@@ -70,8 +71,8 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
             first = e.errors()[0]
             raise BadRequest(f"job.{'.'.join(map(str, first['loc']))}: {first['msg']}") from None
         per_node = payload.get("gpus_per_node")
-        if per_node is not None and (type(per_node) is not int or not 1 <= per_node <= 16):
-            raise BadRequest("gpus_per_node must be null or an integer 1..16")
+        if per_node is not None and (type(per_node) is not int or not 1 <= per_node <= MAX_GPUS_PER_NODE):
+            raise BadRequest(f"gpus_per_node must be null or an integer 1..{MAX_GPUS_PER_NODE}")
         number = payload.get("job_number", 1)
         if type(number) is not int or not 1 <= number < 2**31:
             raise BadRequest("job_number must be an integer from 1 (the lease's first job) up")

@@ -2,7 +2,7 @@
 
 The rules mirror what `assign_lease` accepts on chain (programs/gpunet/src/instructions/
 assign_lease.rs): a node qualifies when it is neither jailed nor draining, its provider is collateralised
-(staked >= bonded), `Node::meets(terms)` holds and it has the free GPUs; a lease has 1..=8
+(staked >= bonded), `Node::meets(terms)` holds and it has the free GPUs; a lease has 1..=MAX_LEASE_NODES
 shares, each > 0 GPUs, on distinct nodes, summing to the lease's gpu_count.
 """
 
@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from solders.pubkey import Pubkey
 
 from gpunet.instructions import ANY, LeaseTerms, Share
+from gpunet.limits import MAX_GPUS_PER_NODE, MAX_LEASE_GPUS, MAX_LEASE_NODES
 
 __all__ = [
     "MAX_GPUS_PER_NODE",
@@ -33,9 +34,6 @@ __all__ = [
     "UnknownNode",
 ]
 
-MAX_LEASE_NODES = 8  # state/lease.rs
-MAX_GPUS_PER_NODE = 16  # state/node.rs
-MAX_LEASE_GPUS = 128  # instructions/open_lease.rs: 8 nodes x 16 GPUs
 _U8, _U16, _U64, _I64 = 2**8, 2**16, 2**64, 2**63
 
 
@@ -88,7 +86,7 @@ class NodeView:
     node_key: str  # the worker's signing key: the scheduler's key for the node
     provider_authority: str  # the provider's wallet (its provider PDA derives from it)
     gpu_model: int  # catalog code, never ANY
-    gpu_count: int  # 1..=16
+    gpu_count: int  # 1..=MAX_GPUS_PER_NODE
     vram_gb: int  # per GPU
     region: int  # catalog code, never ANY
     price_per_gpu_hour: int  # IO base units

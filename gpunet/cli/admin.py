@@ -11,7 +11,17 @@ from rich.table import Table
 from gpunet import instructions as ix
 from gpunet.accounts import fetch_config
 from gpunet.amounts import format_io, parse_io
-from gpunet.cli.common import BadInput, JsonOpt, KeypairOpt, DEFAULT_KEYPAIR, Session, UrlOpt, duration_arg, pubkey_arg
+from gpunet.cli.common import (
+    DEFAULT_KEYPAIR,
+    BadInput,
+    JsonOpt,
+    KeypairOpt,
+    Session,
+    UrlOpt,
+    duration_arg,
+    pubkey_arg,
+)
+from gpunet.limits import BPS_DENOMINATOR
 from gpunet.tokens import create_mint, ensure_io_account, io_account, mint_io
 
 app = typer.Typer(help="Protocol configuration (admin only).", no_args_is_help=True)
@@ -46,8 +56,8 @@ def _slash_bps(text: str) -> tuple[int, int, int]:
         values = tuple(int(v) for v in text.split(","))
     except ValueError:
         values = ()
-    if len(values) != 3 or any(not 0 <= v <= 10_000 for v in values):
-        raise BadInput(f"--slash-bps takes three basis points 0..10000 separated by commas, got {text!r}")
+    if len(values) != 3 or any(not 0 <= v <= BPS_DENOMINATOR for v in values):
+        raise BadInput(f"--slash-bps takes three basis points 0..{BPS_DENOMINATOR} separated by commas, got {text!r}")
     return values  # type: ignore[return-value]
 
 
@@ -81,8 +91,8 @@ def _params(base: ix.ConfigParams, treasury: str | None, fee_bps: int | None, mi
         if value is not None:
             changes[name] = duration_arg(value)
     for name in ("protocol_fee_bps", "slash_client_share_bps"):
-        if not 0 <= changes.get(name, 0) <= 10_000:
-            raise BadInput(f"{name.replace('_', '-')} must be 0..10000 basis points")
+        if not 0 <= changes.get(name, 0) <= BPS_DENOMINATOR:
+            raise BadInput(f"{name.replace('_', '-')} must be 0..{BPS_DENOMINATOR} basis points")
     return replace(base, **changes)
 
 

@@ -30,16 +30,17 @@ from gpunet.amounts import AmountError, format_io
 from gpunet.catalog import CatalogError
 from gpunet.client import TransactionExpired, TransactionFailed, send_and_confirm
 from gpunet.cluster import Cluster, ClusterError, resolve_cluster
+from gpunet.errors import GpunetError
 from gpunet.exits import Exit
 from gpunet.jobs import CoordinatorError
 from gpunet.keys import KeypairFileError, load_keypair
 
 
-class BadInput(ValueError):
+class BadInput(GpunetError, ValueError):
     """An argument that makes no sense for this command; nothing was sent."""
 
 
-class NotEnoughFunds(Exception):
+class NotEnoughFunds(GpunetError):
     """Checked before sending: the wallet cannot pay; nothing was sent."""
 
 

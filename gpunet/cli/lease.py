@@ -15,10 +15,21 @@ from gpunet import catalog
 from gpunet import instructions as ix
 from gpunet.accounts import escrow, fetch, fetch_config, program_accounts
 from gpunet.amounts import escrow_for, format_io, parse_io
-from gpunet.cli.common import (key_column, DEFAULT_KEYPAIR, BadInput, JsonOpt, KeypairOpt, Session, UrlOpt, duration_arg,
-                               io_balance_check, pubkey_arg)
-from gpunet.pda import lease_pda
+from gpunet.cli.common import (
+    DEFAULT_KEYPAIR,
+    BadInput,
+    JsonOpt,
+    KeypairOpt,
+    Session,
+    UrlOpt,
+    duration_arg,
+    io_balance_check,
+    key_column,
+    pubkey_arg,
+)
 from gpunet.jobs import job_view, submit_job
+from gpunet.limits import MAX_GPUS_PER_NODE, MAX_LEASE_GPUS
+from gpunet.pda import lease_pda
 from gpunet.protocol import JobSpec
 from gpunet.tokens import io_account, io_balance
 
@@ -63,7 +74,7 @@ async def lease_summary(client: Any, address: Any, lease: Any) -> dict[str, Any]
 
 @app.command("open")
 def open_lease(gpu: Annotated[str, typer.Option("--gpu", help="GPU model (e.g. H100) or 'any'.")],
-               count: Annotated[int, typer.Option("--count", min=1, max=255, help="GPUs in all.")],
+               count: Annotated[int, typer.Option("--count", min=1, max=MAX_LEASE_GPUS, help="GPUs in all.")],
                max_price: Annotated[str, typer.Option("--max-price", help="Most IO per GPU-hour you will pay.")],
                duration: Annotated[str, typer.Option("--duration", help="e.g. 90m, 2h, 1d.")],
                vram: Annotated[int, typer.Option("--vram", min=0, help="Least GiB per GPU.")] = 0,
@@ -220,7 +231,7 @@ def job(lease: LeaseArg,
         command: Annotated[str | None, typer.Option("--command", help="What to run, e.g. 'python train.py --epochs 3'.")] = None,
         image: Annotated[str | None, typer.Option("--image", help="Run in this container image (docker/podman).")] = None,
         env: Annotated[list[str] | None, typer.Option("--env", help="NAME=value for the job; repeat for several.")] = None,
-        gpus_per_node: Annotated[int | None, typer.Option("--gpus-per-node", min=1, max=16,
+        gpus_per_node: Annotated[int | None, typer.Option("--gpus-per-node", min=1, max=MAX_GPUS_PER_NODE,
                                                           help="Split into equal shares (a cluster shape).")] = None,
         time_limit: Annotated[str | None, typer.Option("--time-limit", help="Stop the job after, e.g. 2h.")] = None,
         coordinator: CoordinatorOpt = DEFAULT_COORDINATOR,

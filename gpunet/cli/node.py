@@ -12,9 +12,19 @@ from gpunet import catalog
 from gpunet import instructions as ix
 from gpunet.accounts import fetch, fetch_config, program_accounts
 from gpunet.amounts import format_io, parse_io
-from gpunet.cli.common import (key_column, DEFAULT_KEYPAIR, BadInput, JsonOpt, KeypairOpt, NotEnoughFunds, Session, UrlOpt,
-                               pubkey_arg)
+from gpunet.cli.common import (
+    DEFAULT_KEYPAIR,
+    BadInput,
+    JsonOpt,
+    KeypairOpt,
+    NotEnoughFunds,
+    Session,
+    UrlOpt,
+    key_column,
+    pubkey_arg,
+)
 from gpunet.keys import load_keypair
+from gpunet.limits import MAX_GPUS_PER_NODE
 from gpunet.pda import node_pda, provider_pda
 
 app = typer.Typer(help="GPU nodes: register, update, drain, undrain, deregister, unjail, list.", no_args_is_help=True)
@@ -50,7 +60,7 @@ def node_row(address: Any, n: Any) -> dict[str, Any]:
 @app.command("register")
 def register(node_keypair: Annotated[str, typer.Argument(help="The node's keypair file (`gpunet keys new`).")],
              gpu: Annotated[str, typer.Option("--gpu", help="GPU model, e.g. H100, RTX4090.")],
-             count: Annotated[int, typer.Option("--count", min=1, max=16, help="GPUs on the node.")],
+             count: Annotated[int, typer.Option("--count", min=1, max=MAX_GPUS_PER_NODE, help="GPUs on the node.")],
              region: Annotated[str, typer.Option("--region", help=f"One of: {', '.join(catalog.REGIONS.values())}.")],
              price: Annotated[str, typer.Option("--price", help="IO per GPU-hour, e.g. 2.5.")],
              vram: Annotated[int | None, typer.Option("--vram", min=1, help="GiB per GPU (default: the model's).")] = None,

@@ -14,14 +14,13 @@ from solders.pubkey import Pubkey
 from solders.signature import Signature
 
 from gpunet import instructions as ix
+from gpunet.amounts import IO
 from gpunet.client import send_and_confirm
 from gpunet.idl import load_idl
 from gpunet.pda import lease_pda, node_pda, provider_pda
 from gpunet.testbed import funded_deployer
 from gpunet.tokens import create_mint, create_token_account, mint_io
 from gpunet.usage import UsageReport
-
-IO = 10**6
 
 
 @dataclass

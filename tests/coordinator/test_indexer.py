@@ -9,9 +9,10 @@ from solders.transaction import Transaction
 from coordinator.audit import audit_lease, audit_provider
 from coordinator.indexer.rpc import ChainRpc
 from gpunet import instructions as ix
+from gpunet.amounts import IO
 
 from .conftest import chain_events, eventually, indexed_events, state
-from .market import IO, Market
+from .market import Market
 
 
 async def test_every_event_lands_exactly_once_and_in_chain_order(node, market: Market, indexer, pool, settings):

@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 
 from gpunet import instructions as ix
+from gpunet.amounts import IO
 from gpunet.idl import PROGRAM_ID
 
 from .conftest import chain_events, eventually, indexed_events, state
-from .market import IO, Market
+from .market import Market
 
 REPO = Path(__file__).resolve().parents[2]
 

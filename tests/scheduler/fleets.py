@@ -11,10 +11,16 @@ from itertools import combinations
 
 from hypothesis import strategies as st
 
-from coordinator.scheduler import MAX_LEASE_NODES, LeaseRequest, NodeView, Placement, Scheduler
+from coordinator.scheduler import (
+    MAX_LEASE_NODES,
+    LeaseRequest,
+    NodeView,
+    Placement,
+    Scheduler,
+)
+from gpunet.amounts import IO
 from gpunet.instructions import LeaseTerms
 
-IO = 1_000_000
 H100, A100 = 1, 3
 US_EAST, EU_WEST = 1, 3
 

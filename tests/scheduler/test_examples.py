@@ -5,8 +5,9 @@ from __future__ import annotations
 from solders.keypair import Keypair
 
 from coordinator.scheduler import NotPlaced, Placement, Scheduler, StalePlacement
+from gpunet.amounts import IO
 from gpunet.instructions import ANY, Share
-from tests.scheduler.fleets import A100, IO, US_EAST, leased, node, request, scheduler_of
+from tests.scheduler.fleets import A100, US_EAST, leased, node, request, scheduler_of
 
 
 def placed(decision: Placement | NotPlaced) -> list[tuple[str, int]]:

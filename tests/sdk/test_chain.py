@@ -15,15 +15,20 @@ from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
 from gpunet import instructions as ix
+from gpunet.amounts import IO
 from gpunet.client import TransactionFailed, send_and_confirm
 from gpunet.events import decode_events
 from gpunet.idl import load_idl
+from gpunet.pda import (
+    lease_pda,
+    lease_vault_pda,
+    node_pda,
+    provider_pda,
+    stake_vault_pda,
+)
 from gpunet.testbed import funded_deployer
 from gpunet.tokens import create_mint, create_token_account, mint_io, token_balance
-from gpunet.pda import lease_pda, lease_vault_pda, node_pda, provider_pda, stake_vault_pda
 from gpunet.usage import UsageReport, ed25519_instruction
-
-IO = 1_000_000
 
 
 async def airdropped(client: AsyncClient) -> Keypair:

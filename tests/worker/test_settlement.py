@@ -19,20 +19,20 @@ from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
 from gpunet import instructions as ix
+from gpunet.amounts import IO
 from gpunet.client import send_and_confirm
 from gpunet.events import decode_events
 from gpunet.keys import create_keypair_file
 from gpunet.pda import lease_pda
 from gpunet.protocol import Dispatch, JobSpec, UsageReportMessage
-from gpunet.tokens import create_mint, create_token_account, mint_io, token_balance
 from gpunet.testbed import funded_deployer
+from gpunet.tokens import create_mint, create_token_account, mint_io, token_balance
 from tests.sdk.test_chain import airdropped
 from tests.worker.gateway import FakeGateway
 from tests.worker.test_agent import final_status, reports, running_agent
 from worker.cli import _check_registration
 from worker.simulate import SimulatedGpus
 
-IO = 1_000_000
 PRICE = 36 * IO  # per GPU-hour: 10_000 base units per GPU-second
 JOB = str(Path(__file__).parent / "jobs" / "steps.py")
 GPUNET = str(Path(sys.executable).parent / "gpunet")

@@ -2,13 +2,12 @@
 //! cosplay, re-initialisation, arbitrary CPI, duplicate accounts, bumps, PDA sharing, closing and
 //! revival, fake sysvar); the attacks an independent review played are in review.rs.
 //! Usage-proof attacks live in settlement.rs.
-mod harness;
 
 use anchor_lang::error::ErrorCode as AnchorError;
 use anchor_lang::prelude::{AccountMeta, Pubkey};
 use gpunet::errors::GpunetError;
 use gpunet::state::{Provider, SEED_PROVIDER};
-use harness::*;
+use crate::harness::*;
 use solana_account::Account;
 use solana_signer::Signer;
 

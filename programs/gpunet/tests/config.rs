@@ -1,11 +1,10 @@
 //! Config: initialisation, admin-only updates, limits and the pause switch.
-mod harness;
 
 use anchor_lang::error::ErrorCode as AnchorError;
 use gpunet::errors::GpunetError;
 use gpunet::events::{ConfigInitialized, ConfigUpdated};
 use gpunet::state::{Config, MAX_PROTOCOL_FEE_BPS};
-use harness::*;
+use crate::harness::*;
 use solana_signer::Signer;
 use solana_transaction_error::TransactionError;
 use anchor_lang::solana_program::instruction::InstructionError;

@@ -5,7 +5,6 @@
 //! program's own bookkeeping says, plus what strangers donated to it (refunded to the client,
 //! and counted, at finalization); the total IO supply is unchanged; and a step that fails
 //! changes no balance at all. Leases close, settle in their closing window and finalize.
-mod harness;
 
 use std::collections::BTreeMap;
 
@@ -13,7 +12,7 @@ use anchor_lang::prelude::Pubkey;
 use anchor_spl::token::spl_token;
 use gpunet::events::{LeaseClosed, LeaseFinalized, LeaseOpened, LeaseToppedUp, ProviderSlashed, UsageSettled};
 use gpunet::state::{FaultKind, Lease, LeaseStatus, Node, Provider, UsageReport};
-use harness::*;
+use crate::harness::*;
 use proptest::prelude::*;
 use solana_signer::Signer;
 

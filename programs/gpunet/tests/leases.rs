@@ -1,12 +1,11 @@
 //! Leases: opening escrows the full price, assignment (single node and cluster),
 //! top-up, reassignment after a node loss, close, refund and finalization.
-mod harness;
 
 use gpunet::errors::GpunetError;
 use anchor_lang::error::ErrorCode as AnchorError;
 use gpunet::events::{LeaseAssigned, LeaseClosed, LeaseFinalized, LeaseOpened, LeaseReassigned, LeaseToppedUp};
 use gpunet::state::{Lease, LeaseStatus, Node};
-use harness::*;
+use crate::harness::*;
 use solana_signer::Signer;
 
 #[test]

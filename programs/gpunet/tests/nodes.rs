@@ -1,11 +1,10 @@
 //! Nodes: registration bonds stake per GPU, updates, deregistration frees it.
-mod harness;
 
 use anchor_lang::error::ErrorCode as AnchorError;
 use gpunet::errors::GpunetError;
 use gpunet::events::{NodeDeregistered, NodeRegistered, NodeUpdated};
 use gpunet::state::{Node, NodeSpec, Provider};
-use harness::*;
+use crate::harness::*;
 use solana_keypair::Keypair;
 use solana_signer::Signer;
 

@@ -1,7 +1,6 @@
 //! The holes an independent review exploited against gpunet-localnet, one test per class, each
 //! played by the hostile party that found it, with an honest control in the same test, and the
 //! closing state that fixes the closing-related classes (close -> settle the rest -> finalize).
-mod harness;
 
 use anchor_lang::error::ErrorCode as AnchorError;
 use anchor_lang::prelude::{AccountMeta, Pubkey};
@@ -13,7 +12,7 @@ use anchor_spl::token::spl_token;
 use gpunet::errors::GpunetError;
 use gpunet::events::{LeaseClosed, LeaseFinalized, ProviderSlashed};
 use gpunet::state::{FaultKind, Lease, LeaseStatus, Node, Provider, UsageReport};
-use harness::*;
+use crate::harness::*;
 use solana_account::Account;
 use solana_signer::Signer;
 

@@ -1,14 +1,13 @@
 //! Settlement: signed usage pays the provider minus the protocol fee out of escrow, and
 //! every usage-proof attack is refused on chain.
-mod harness;
 
 use anchor_lang::error::ErrorCode as AnchorError;
 use anchor_lang::prelude::{AccountMeta, Pubkey};
 use gpunet::errors::GpunetError;
 use gpunet::events::UsageSettled;
 use gpunet::state::{Lease, Provider, UsageReport};
-use harness::builders::ed25519_ix;
-use harness::*;
+use crate::harness::builders::ed25519_ix;
+use crate::harness::*;
 use solana_signer::Signer;
 use solana_transaction_error::TransactionError;
 

@@ -1,12 +1,11 @@
 //! Slashing and jail: an attester takes the configured fraction of stake (part to the
 //! affected client, up to what its lease lost), the node is jailed until its provider unjails it
 //! after the cool-down.
-mod harness;
 
 use gpunet::errors::GpunetError;
 use gpunet::events::{NodeUnjailed, ProviderSlashed};
 use gpunet::state::{FaultKind, Node, Provider};
-use harness::*;
+use crate::harness::*;
 use solana_signer::Signer;
 
 #[test]

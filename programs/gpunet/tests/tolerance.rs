@@ -1,11 +1,10 @@
 //! Per-lease downtime tolerance: the client chooses at open how long the lease's nodes may be
 //! silent before they are treated as lost, within bounds that keep suppliers safe from blips.
-mod harness;
 
 use gpunet::errors::GpunetError;
 use gpunet::events::LeaseOpened;
 use gpunet::state::{Lease, MAX_DOWNTIME_TOLERANCE_SECONDS, MIN_DOWNTIME_TOLERANCE_SECONDS};
-use harness::*;
+use crate::harness::*;
 use solana_signer::Signer;
 
 #[test]

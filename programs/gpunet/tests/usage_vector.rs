@@ -1,12 +1,11 @@
 //! The usage-report message and its Ed25519 instruction match the shared test vector
 //! (tests/vectors/usage_message.json) that the Python SDK is tested against too.
-mod harness;
 
 use std::str::FromStr;
 
 use anchor_lang::prelude::Pubkey;
 use gpunet::state::UsageReport;
-use harness::builders::ed25519_ix;
+use crate::harness::builders::ed25519_ix;
 use solana_keypair::Keypair;
 use solana_signer::Signer;
 

@@ -70,7 +70,7 @@ impl<'info> AssignLease<'info> {
         require!(self.lease.status == LeaseStatus::Open, GpunetError::LeaseNotOpen);
         let total: u16 = gpus.iter().map(|g| u16::from(*g)).sum();
         require!(
-            (1..=MAX_LEASE_NODES).contains(&gpus.len())
+            (1..=usize::from(MAX_LEASE_NODES)).contains(&gpus.len())
                 && gpus.iter().all(|g| *g > 0)
                 && total == u16::from(self.lease.terms.gpu_count)
                 && prices.len() == gpus.len(),

@@ -8,9 +8,6 @@ use crate::math;
 use crate::state::*;
 use crate::vault;
 
-/// 8 nodes x 16 GPUs.
-pub const MAX_LEASE_GPUS: u8 = 128;
-
 #[derive(Accounts)]
 #[instruction(lease_id: u64)]
 pub struct OpenLease<'info> {

@@ -3,10 +3,17 @@ use anchor_lang::prelude::*;
 
 use crate::errors::GpunetError;
 
+// The limits below are `#[constant]`s so the IDL carries them: clients read them from there
+// instead of copying the numbers.
+
 /// How many coordinator keys may act as attesters at once.
-pub const MAX_ATTESTERS: usize = 4;
+#[constant]
+pub const MAX_ATTESTERS: u8 = 4;
 /// The protocol fee can never exceed 20 %.
+#[constant]
 pub const MAX_PROTOCOL_FEE_BPS: u16 = 2_000;
+/// Basis points in a whole: no slash fraction or client share may exceed it.
+#[constant]
 pub const BPS_DENOMINATOR: u64 = 10_000;
 
 /// Why a provider is slashed; each kind has its own configured fraction.
@@ -82,7 +89,7 @@ impl ConfigParams {
             GpunetError::InvalidDuration
         );
         require!(
-            !self.attesters.is_empty() && self.attesters.len() <= MAX_ATTESTERS,
+            !self.attesters.is_empty() && self.attesters.len() <= usize::from(MAX_ATTESTERS),
             GpunetError::InvalidAttesters
         );
         Ok(())
@@ -116,7 +123,7 @@ pub struct Config {
     /// Number of valid entries in `attesters`.
     pub attester_count: u8,
     /// Coordinator keys; only the first `attester_count` are valid.
-    pub attesters: [Pubkey; MAX_ATTESTERS],
+    pub attesters: [Pubkey; MAX_ATTESTERS as usize],
     /// New leases refused while set.
     pub paused: bool,
     /// Canonical bump of this PDA.
@@ -139,7 +146,7 @@ impl Config {
         self.jail_seconds = params.jail_seconds;
         self.slash_bps = params.slash_bps;
         self.slash_client_share_bps = params.slash_client_share_bps;
-        self.attesters = [Pubkey::default(); MAX_ATTESTERS];
+        self.attesters = [Pubkey::default(); MAX_ATTESTERS as usize];
         self.attesters[..params.attesters.len()].copy_from_slice(&params.attesters);
         self.attester_count = params.attesters.len() as u8;
         self.paused = params.paused;

@@ -2,14 +2,21 @@
 use anchor_lang::prelude::*;
 
 use crate::errors::GpunetError;
+use crate::state::MAX_GPUS_PER_NODE;
 
 /// The most nodes a cluster lease can span.
-pub const MAX_LEASE_NODES: usize = 8;
+#[constant]
+pub const MAX_LEASE_NODES: u8 = 8;
+/// The most GPUs one lease may ask for: its most nodes, each with the most GPUs a node may have.
+#[constant]
+pub const MAX_LEASE_GPUS: u8 = MAX_LEASE_NODES * MAX_GPUS_PER_NODE;
 
 /// The least downtime tolerance a client may choose: below it a network blip would make the
 /// lease's suppliers slashable (it is also the coordinator's default `lost_after`).
+#[constant]
 pub const MIN_DOWNTIME_TOLERANCE_SECONDS: u32 = 10;
 /// The most: a node silent longer than an hour holds the client's job hostage for too long.
+#[constant]
 pub const MAX_DOWNTIME_TOLERANCE_SECONDS: u32 = 3_600;
 
 /// What a client asks for.
@@ -90,7 +97,7 @@ pub struct Lease {
     /// Valid entries in `assignments`.
     pub node_count: u8,
     /// The nodes running the lease.
-    pub assignments: [Assignment; MAX_LEASE_NODES],
+    pub assignments: [Assignment; MAX_LEASE_NODES as usize],
     /// Canonical bump of this PDA.
     pub bump: u8,
     /// Canonical bump of the vault PDA.

@@ -2,8 +2,10 @@
 use anchor_lang::prelude::*;
 
 /// Requirements use 0 for "any" GPU model and "any" region.
+#[constant]
 pub const ANY: u16 = 0;
 /// The most GPUs one node may register.
+#[constant]
 pub const MAX_GPUS_PER_NODE: u8 = 16;
 
 /// The hardware a node offers, as registered by its provider.
