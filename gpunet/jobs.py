@@ -4,6 +4,7 @@ the operator's one signed call (`resume_slashing`)."""
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -13,7 +14,7 @@ from solders.pubkey import Pubkey
 from gpunet.errors import GpunetError
 from gpunet.protocol import JobSpec, job_message, operator_message
 
-__all__ = ["CoordinatorError", "job_view", "next_job_number", "resume_slashing", "submit_job"]
+__all__ = ["CoordinatorError", "job_logs", "job_view", "next_job_number", "resume_slashing", "submit_job"]
 
 
 class CoordinatorError(GpunetError):
@@ -65,9 +66,23 @@ async def submit_job(coordinator_url: str, client: Keypair, lease: Pubkey, spec:
     return await _call("POST", _job_url(coordinator_url, lease), json=body)
 
 
-async def job_view(coordinator_url: str, lease: Pubkey, after: int = 0) -> Any:
-    """The lease's placement, current job and its number, per-node status and log lines after id `after`."""
-    return await _call("GET", _job_url(coordinator_url, lease), params={"after": after})
+async def job_view(coordinator_url: str, lease: Pubkey, after: int = 0, tail: int | None = None) -> Any:
+    """The lease's placement, current job and its number, per-node status and log lines: a page after
+    id `after` (`more`: another page follows), or the last `tail` lines."""
+    params = {"after": after} if tail is None else {"tail": tail}
+    return await _call("GET", _job_url(coordinator_url, lease), params=params)
+
+
+async def job_logs(coordinator_url: str, lease: Pubkey, after: int = 0) -> AsyncIterator[dict[str, Any]]:
+    """Every log line of the lease after id `after`, in order, page by page (each has its `id`: ask
+    again from the last one to follow the job)."""
+    while True:
+        view = await job_view(coordinator_url, lease, after)
+        for line in view["logs"]:
+            yield line
+            after = line["id"]
+        if not view.get("more"):
+            return
 
 
 async def resume_slashing(coordinator_url: str, attester: Keypair, region: str | None = None) -> Any:

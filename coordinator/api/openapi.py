@@ -39,10 +39,11 @@ def openapi_document() -> dict[str, Any]:
     paths["/audit/leases/{key}"] = _op("Check a lease's events, rows, account and vault against the chain.", [_KEY])
     paths["/audit/providers/{key}"] = _op("Check a provider's events, rows, account and stake vault against the chain.", [_KEY])
     # A running coordinator's client routes (coordinator.api.work).
-    from coordinator.api.work import QUOTE_PARAMS
+    from coordinator.api.work import JOB_VIEW_PARAMS, QUOTE_PARAMS
 
-    job = _op("A lease's placement, its current job and number, the job's state per node and log lines (after ?after=).",
-              [_KEY, _query(Param("after", "integer", description="only log lines after this id"))])
+    job = _op("A lease's placement, its current job and number, the job's state per node and log lines: a page "
+              "after ?after= (`more` says whether another follows), or the last ?tail= lines.",
+              [_KEY, *(_query(p) for p in JOB_VIEW_PARAMS)])
     job["post"] = {"summary": "Give a lease its next job (number 1, 2, ...; one at a time: the current one must have "
                               "ended), signed by the lease's client (gpunet.protocol.job_message).",
                    "parameters": [_KEY],

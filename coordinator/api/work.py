@@ -29,7 +29,7 @@ from gpunet.protocol import JobSpec, job_message, operator_message
 if TYPE_CHECKING:
     from coordinator.service import Coordinator
 
-__all__ = ["QUOTE_PARAMS", "work_routes"]
+__all__ = ["JOB_VIEW_PARAMS", "QUOTE_PARAMS", "work_routes"]
 
 MAX_BODY = 256 * 1024
 OPERATOR_CLOCK_SKEW_SECONDS = 120  # a signed operator request older (or newer) than this is refused
@@ -42,7 +42,10 @@ QUOTE_PARAMS = (
     Param("max_price_per_gpu_hour", "integer", minimum=1, maximum=2**64 - 1, description="IO base units"),
     Param("gpus_per_node", "integer", minimum=1, maximum=MAX_GPUS_PER_NODE, description="equal shares of this many GPUs"),
 )
-_AFTER = (Param("after", "integer", minimum=0, default=0, description="only log lines after this id"),)
+JOB_VIEW_PARAMS = (
+    Param("after", "integer", minimum=0, default=0, description="only log lines after this id (pages forward)"),
+    Param("tail", "integer", minimum=1, maximum=LOG_LINES, description="the last this many log lines instead"),
+)
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -114,7 +117,8 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
 
     async def job_view(request: Request) -> Response:
         lease = parse_pubkey("lease", request.path_params["key"])
-        after = parse_query(request.query_params, _AFTER)["after"]
+        query = parse_query(request.query_params, JOB_VIEW_PARAMS)
+        after, tail = query["after"], query.get("tail")
         async with pool.acquire() as conn:
             job = await conn.fetchrow("SELECT number, spec, gpus_per_node, submitted_at FROM jobs WHERE lease = $1", lease)
             placement = await conn.fetchrow("SELECT state, reason, nodes, signature, updated_at FROM placements "
@@ -125,8 +129,14 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
                 "SELECT DISTINCT ON (node_key) node_key, state, exit_code, detail, at FROM job_events "
                 "WHERE lease = $1 AND job_number = $2 AND kind = 'status' ORDER BY node_key, id DESC",
                 lease, job["number"] if job else 1)
-            logs = await conn.fetch("SELECT id, node_key, job_number, stream, line FROM job_events WHERE lease = $1 "
-                                    "AND kind = 'log' AND id > $2 ORDER BY id LIMIT $3", lease, after, LOG_LINES)
+            if tail is not None:  # the latest lines (a status view), in order
+                logs = (await conn.fetch("SELECT id, node_key, job_number, stream, line FROM job_events WHERE lease = $1 "
+                                         "AND kind = 'log' AND id > $2 ORDER BY id DESC LIMIT $3", lease, after, tail))[::-1]
+                more = False
+            else:  # a page: `more` says whether another follows (ask again with after = the last id)
+                logs = await conn.fetch("SELECT id, node_key, job_number, stream, line FROM job_events WHERE lease = $1 "
+                                        "AND kind = 'log' AND id > $2 ORDER BY id LIMIT $3", lease, after, LOG_LINES + 1)
+                more, logs = len(logs) > LOG_LINES, logs[:LOG_LINES]
         return JSONResponse({
             "lease": lease,
             "job_number": job["number"] if job else None,
@@ -135,6 +145,7 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
             "placement": {**dict(placement), "updated_at": placement["updated_at"].isoformat()} if placement else None,
             "nodes": [{**dict(s), "at": s["at"].isoformat()} for s in statuses],
             "logs": [dict(r) for r in logs],
+            "more": more,
         })
 
     async def quote(request: Request) -> Response:

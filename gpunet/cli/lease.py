@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import shlex
 import time
 from datetime import datetime, timezone
@@ -9,6 +11,7 @@ from typing import Annotated, Any
 
 import typer
 from pydantic import ValidationError
+from rich.markup import escape
 from rich.table import Table
 
 from gpunet import catalog
@@ -27,7 +30,7 @@ from gpunet.cli.common import (
     key_column,
     pubkey_arg,
 )
-from gpunet.jobs import job_view, submit_job
+from gpunet.jobs import job_logs, job_view, submit_job
 from gpunet.limits import MAX_GPUS_PER_NODE, MAX_LEASE_GPUS
 from gpunet.pda import lease_pda
 from gpunet.protocol import JobSpec
@@ -37,6 +40,8 @@ app = typer.Typer(help="Leases: open, job, status, top up, close, show, list.", 
 CoordinatorOpt = Annotated[str, typer.Option("--coordinator", envvar="GPUNET_COORDINATOR_URL", show_envvar=True,
                                              help="The coordinator's API.")]
 DEFAULT_COORDINATOR = "http://127.0.0.1:8080"
+STATUS_LINES = 20  # the latest log lines `lease status` shows (`lease logs` prints them all)
+FOLLOW_SECONDS = 1.0
 LeaseArg = Annotated[str, typer.Argument(help="The lease's address.")]
 
 
@@ -265,7 +270,7 @@ def status(lease: LeaseArg, coordinator: CoordinatorOpt = DEFAULT_COORDINATOR, j
     """Where the coordinator placed the lease, its job on each node, and the latest log lines."""
 
     async def command_(s: Session) -> None:
-        view = await job_view(coordinator, pubkey_arg(lease, "lease address"))
+        view = await job_view(coordinator, pubkey_arg(lease, "lease address"), tail=STATUS_LINES)
 
         def table() -> Table:
             p = view["placement"] or {}
@@ -273,10 +278,42 @@ def status(lease: LeaseArg, coordinator: CoordinatorOpt = DEFAULT_COORDINATOR, j
             t = Table("node", job, "detail", title=f"lease {lease}: {p.get('state', 'not seen')}  {p.get('reason', '')}")
             for n in view["nodes"]:
                 t.add_row(n["node_key"], n["state"], n.get("detail") or "")
-            for line in view["logs"][-20:]:
+            for line in view["logs"]:
                 t.add_row(line["node_key"][:8], line["stream"], line["line"])
             return t
 
         s.show(view, table)
+
+    Session(None, json_output=json_output).run(command_)
+
+
+FINISHED = frozenset({"succeeded", "failed", "cancelled", "timed_out", "refused"})  # a job's last states
+
+
+@app.command("logs")
+def logs(lease: LeaseArg, coordinator: CoordinatorOpt = DEFAULT_COORDINATOR,
+         follow: Annotated[bool, typer.Option("--follow", "-f", help="keep printing new lines until the job ends")] = False,
+         after: Annotated[int, typer.Option(min=0, help="only lines after this id (ids are printed with --json)")] = 0,
+         json_output: JsonOpt = False) -> None:
+    """Every log line of the lease's jobs, in order (one JSON object per line with --json)."""
+
+    async def command_(s: Session) -> None:
+        address = pubkey_arg(lease, "lease address")
+        cursor = after
+        while True:
+            async for line in job_logs(coordinator, address, cursor):
+                cursor = line["id"]
+                if s.json_output:
+                    print(json.dumps(line), flush=True)
+                else:
+                    s.out.print(f"[dim]{line['node_key'][:8]} {line['stream']}[/] {escape(line['line'])}",
+                                soft_wrap=True, highlight=False)  # a job's "[...]" is text, not markup
+            if not follow:
+                return
+            view = await job_view(coordinator, address, tail=1)
+            states = [n["state"] for n in view["nodes"]]
+            if states and all(state in FINISHED for state in states) and (not view["logs"] or view["logs"][-1]["id"] <= cursor):
+                return  # the job ended and every line of it is printed
+            await asyncio.sleep(FOLLOW_SECONDS)
 
     Session(None, json_output=json_output).run(command_)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import sys
+from pathlib import Path
 
 import httpx
 import pytest
@@ -22,12 +24,14 @@ from coordinator.api.work import work_routes
 from coordinator.indexer.rpc import ChainRpc
 from coordinator.service import Coordinator
 from coordinator.settings import Settings
+from gpunet.jobs import job_logs
 from gpunet.localnet import free_ports
 from gpunet.protocol import JobSpec, job_message
 
 from .chain import Cluster
 from .conftest import eventually
 
+GPUNET = Path(sys.executable).with_name("gpunet")
 
 @pytest.fixture
 async def api(node, pool, database_url):
@@ -221,3 +225,51 @@ async def test_reliability_history_comes_from_the_ledger_and_survives_a_restart(
 async def _true_view(coordinator, node_key):
     view = coordinator.placer.scheduler.nodes.get(node_key)
     return view if view is not None and (view.failed_shares, view.completed_shares) == (2, 1) else None
+
+
+async def test_logs_page_and_follow_and_status_shows_the_latest_lines(placed_api) -> None:
+    http, world, pool, _ = placed_api
+    lease = str(world.lease)
+    node = str(world.nodes[0][1].pubkey())
+    assert (await http.post(f"/leases/{lease}/job", json=_body(world, JobSpec(command=["steps"])))).status_code == 201
+
+    async def record(*events: tuple[str, str]) -> None:  # as a worker's messages are recorded
+        async with pool.acquire() as conn:
+            for kind, text in events:
+                if kind == "log":
+                    await conn.execute("INSERT INTO job_events (lease, node_key, kind, stream, line) "
+                                       "VALUES ($1, $2, 'log', 'stdout', $3)", lease, node, text)
+                else:
+                    await conn.execute("INSERT INTO job_events (lease, node_key, kind, state) VALUES ($1, $2, 'status', $3)",
+                                       lease, node, text)
+    await record(("status", "running"), *(("log", f"step {i}") for i in range(1, 301)), ("log", "[red]not markup[/]"))
+    url = str(http.base_url)
+
+    tail = (await http.get(f"/leases/{lease}/job", params={"tail": 20})).json()["logs"]
+    assert [line["line"] for line in tail] == [*(f"step {i}" for i in range(282, 301)), "[red]not markup[/]"]
+    first = (await http.get(f"/leases/{lease}/job")).json()
+    assert len(first["logs"]) == 200 and first["more"] is True  # the first page says another follows
+    assert [line["line"] async for line in job_logs(url, world.lease)] == [
+        *(f"step {i}" for i in range(1, 301)), "[red]not markup[/]"]
+
+    async def gpunet(*args: str) -> tuple[int, str]:
+        proc = await asyncio.create_subprocess_exec(str(GPUNET), "lease", *args, "--coordinator", url,
+                                                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        out, _ = await asyncio.wait_for(proc.communicate(), 60)
+        return proc.returncode, out.decode()
+
+    code, status = await gpunet("status", lease)
+    assert code == 0 and "step 300" in status and "step 199" not in status  # the latest lines, not the first page's
+    code, printed = await gpunet("logs", lease)
+    lines = [line.split(maxsplit=2)[2] for line in printed.splitlines()]
+    assert code == 0 and lines == [*(f"step {i}" for i in range(1, 301)), "[red]not markup[/]"]
+
+    # --follow prints new lines as they come and stops once the job has ended and all is printed
+    follow = asyncio.create_task(gpunet("logs", lease, "--follow", "--after", str(tail[-1]["id"])))
+    await asyncio.sleep(2.5)
+    assert not follow.done(), "a running job is followed"
+    await record(("log", "step 301"), ("log", "done"), ("status", "succeeded"))
+    code, printed = await asyncio.wait_for(follow, 30)
+    assert code == 0 and [line.split(maxsplit=2)[2] for line in printed.splitlines()] == ["step 301", "done"]
+    bad, message = await gpunet("logs", "not-a-lease")
+    assert bad == 2 and "lease address" in message
