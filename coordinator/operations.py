@@ -80,19 +80,30 @@ async def current_job(conn: asyncpg.Connection, lease: str) -> Job | None:
     return None if row is None else Job(row["number"], JobSpec.model_validate_json(row["spec"]), row["gpus_per_node"])
 
 
-async def record_job_event(conn: asyncpg.Connection, node_key: Pubkey, message: JobStatus | JobLog) -> None:
-    """Once per numbered message (a worker sends again what it was not sure was recorded). NUL, which
-    PostgreSQL text cannot hold, becomes U+FFFD: a line that could never be recorded would otherwise
-    hold up everything the worker sends after it."""
+# A node's assignment of a lease under an epoch, while it is still one of the lease's nodes.
+_CURRENT_SHARE = """SELECT 1 FROM assignments a JOIN leases l USING (lease)
+                    WHERE a.lease = {lease} AND a.node_key = {node_key} AND a.node = ANY(l.nodes)
+                      AND (a.assigned_by IS NULL OR a.assigned_by = {epoch})"""
+
+
+async def record_job_event(conn: asyncpg.Connection, node_key: Pubkey, message: JobStatus | JobLog) -> bool:
+    """Once per numbered message (a worker sends again what it was not sure was recorded), and only
+    of the node's current share (`of_current_share`, checked in the same statement: this is every log
+    line's path). False when refused as not of it. NUL, which PostgreSQL text cannot hold, becomes
+    U+FFFD: a line that could never be recorded would otherwise hold up everything after it."""
     if isinstance(message, JobStatus):
         values = ("status", message.state, message.exit_code, message.detail.replace("\x00", "\ufffd"), None, None)
     else:
         values = ("log", None, None, None, message.stream, message.line.replace("\x00", "\ufffd"))
-    await conn.execute(
-        """INSERT INTO job_events (lease, job_number, node_key, origin, n, kind, state, exit_code, detail, stream, line)
-           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-           ON CONFLICT (node_key, origin, n) WHERE n IS NOT NULL DO NOTHING""",
-        message.lease, message.job_number, str(node_key), message.origin, message.n, *values)
+    status = await conn.execute(
+        f"""INSERT INTO job_events (lease, job_number, node_key, origin, n, kind, state, exit_code, detail, stream, line)
+            SELECT $1::text, $2::integer, $3::text, $4::text, $5::bigint, $6::text, $7::text, $8::integer, $9::text,
+                   $10::text, $11::text
+            WHERE $12::text IS NULL OR EXISTS ({_CURRENT_SHARE.format(lease="$1", node_key="$3", epoch="$12")})
+            ON CONFLICT (node_key, origin, n) WHERE n IS NOT NULL DO NOTHING""",
+        message.lease, message.job_number, str(node_key), message.origin, message.n, *values, message.epoch)
+    # nothing inserted: a repeat of a recorded message, or one of a share the node no longer holds
+    return status.endswith(" 1") or await of_current_share(conn, node_key, message.lease, message.epoch)
 
 
 async def job_states(conn: asyncpg.Connection, lease: str, number: int) -> dict[str, str]:
@@ -172,10 +183,9 @@ async def of_current_share(conn: asyncpg.Connection, node_key: Pubkey, lease: st
     an epoch (an older worker) is not checked."""
     if epoch is None:
         return True
-    return await conn.fetchval(
-        """SELECT EXISTS (SELECT 1 FROM assignments a JOIN leases l USING (lease)
-                          WHERE a.lease = $1 AND a.node_key = $2 AND a.node = ANY(l.nodes)
-                            AND (a.assigned_by IS NULL OR a.assigned_by = $3))""", lease, str(node_key), epoch)
+    return await conn.fetchval(f"SELECT EXISTS ({_CURRENT_SHARE.format(lease='$1', node_key='$2', epoch='$3')})",
+                               lease, str(node_key), epoch)
+
 
 
 async def checkpoint_of(conn: asyncpg.Connection, lease: str) -> list[CheckpointFile]:

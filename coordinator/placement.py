@@ -39,6 +39,9 @@ log = logging.getLogger("gpunet.coordinator.placement")
 RELEASE_WAIT_SECONDS = 20.0
 # Its reports still pending after the release are given this long to settle before the move.
 SETTLE_WAIT_SECONDS = 30.0
+# A closing lease's connected nodes not yet paid to its end are waited for this long before it is
+# finalized: two of the worker's usage resends (GPUNET_WORKER_USAGE_RESEND_SECONDS, 15 s).
+UNPAID_WAIT_SECONDS = 40.0
 
 
 @dataclass
@@ -266,23 +269,33 @@ class Placer:
         before = self.scheduler.reservation(lease)
         if lost_key not in before.node_keys:
             return True
-        decision = self.scheduler.replace(lease, lost_key)
-        if isinstance(decision, NotPlaced):
-            await ops.set_placement(conn, lease, "placed", f"node {lost_key} lost; no replacement yet: {decision.reason}")
+        moved = await self._move_share(lease, lost_key)
+        if isinstance(moved, str):
+            await ops.set_placement(conn, lease, "placed", f"node {lost_key} lost; {moved}")
             return False
-        target = next(s for s in decision.shares if s.node_key not in before.node_keys)
-        try:
-            await self.c.attester.reassign(Pubkey.from_string(lease), Pubkey.from_string(lost_key), target.to_sdk())
-        except Exception as e:
-            self.scheduler.release(lease)
-            self.scheduler.restore(before)
-            await ops.set_placement(conn, lease, "placed", f"node {lost_key} lost; reassign failed ({e}); retrying")
-            return False
+        decision, target = moved
         await ops.set_placement(conn, lease, "placed", f"node {lost_key} lost; share moved to {target.node_key}",
                                 list(decision.node_keys))
         self.dispatched.get(lease, set()).discard(lost_key)
         log.warning("lease.failover lease=%s from=%s to=%s", lease, lost_key, target.node_key)
         return True
+
+    async def _move_share(self, lease: str, from_key: str) -> tuple[Placement, PlacedShare] | str:
+        """Moves `from_key`'s share of the lease to the best other qualifying node, in the scheduler and
+        on chain (`reassign_lease`); the new placement and the share's new node, or why not (the
+        scheduler's reservation is left as it was)."""
+        before = self.scheduler.reservation(lease)
+        decision = self.scheduler.replace(lease, from_key)
+        if isinstance(decision, NotPlaced):
+            return f"no replacement yet: {decision.reason}"
+        target = next(s for s in decision.shares if s.node_key not in before.node_keys)
+        try:
+            await self.c.attester.reassign(Pubkey.from_string(lease), Pubkey.from_string(from_key), target.to_sdk())
+        except Exception as e:
+            self.scheduler.release(lease)
+            self.scheduler.restore(before)
+            return f"reassign failed ({e}); retrying"
+        return decision, target
 
     # --- announced maintenance: draining nodes
 
@@ -363,22 +376,13 @@ class Placer:
                                       "AND node_key = $2", lease, node_key)
         if pending and now - move.cancelled_at < SETTLE_WAIT_SECONDS:
             return
-        before = self.scheduler.reservation(lease)
-        decision = self.scheduler.replace(lease, node_key)
-        if isinstance(decision, NotPlaced):
-            # The spare was taken meanwhile (rare: it was there a moment ago): the job, stopped on the
-            # draining node, waits for the next one; nobody is slashed and nothing is billed meanwhile.
-            await self._drain_reason(conn, lease, f"node {node_key} is draining; its job stopped there and waits "
-                                                  f"for a spare node: {decision.reason}")
+        moved = await self._move_share(lease, node_key)
+        if isinstance(moved, str):
+            # (No spare any more — rare: there was one a moment ago — or the transaction failed: the
+            # job, stopped on the draining node, waits; nobody is slashed and nothing is billed meanwhile.)
+            await self._drain_reason(conn, lease, f"node {node_key} is draining; its job stopped there: {moved}")
             return
-        target = next(s for s in decision.shares if s.node_key not in before.node_keys)
-        try:
-            await self.c.attester.reassign(Pubkey.from_string(lease), Pubkey.from_string(node_key), target.to_sdk())
-        except Exception as e:
-            self.scheduler.release(lease)
-            self.scheduler.restore(before)
-            await self._drain_reason(conn, lease, f"node {node_key} is draining; reassign failed ({e}); retrying")
-            return
+        decision, target = moved
         del self.drains[key]  # the scheduler's reservation no longer has the node: it is not dispatched again
         await self._drain_reason(conn, lease, f"node {node_key} drained (its supplier's maintenance, no slash); "
                                               f"share moved to {target.node_key}", list(decision.node_keys))
@@ -438,14 +442,17 @@ class Placer:
         """Finalizes a closing lease once no usage report of it is pending and every share whose node
         is connected is paid up to the end of billing: a worker sends again the reports this process
         could not record (its database was down, say) only every so often, and finalizing before they
-        come would leave that usage unpayable. Until the chain's settlement deadline, when anyone may
-        finalize; a node that is not connected is not waited for."""
+        come would leave that usage unpayable. A connected node is waited for `UNPAID_WAIT_SECONDS`
+        at most (a report of it refused for good must not hold the client's refund until the chain's
+        settlement deadline); a node that is not connected, not at all."""
         await self.c.settle_pending()
         account = await fetch(self.c.chain, Pubkey.from_string(lease), "Lease")
         if type(account.status).__name__ != "Closing":
             return  # finalized meanwhile (by anyone); the indexer will show it
+        waited = time.time() - self.ending.get(lease, 0.0)
         unpaid = [a for a in account.assignments[: account.node_count]
                   if a.settled_until < account.billable_until and self.c.gateway.online(a.node_key)]
+        unpaid = unpaid if waited < UNPAID_WAIT_SECONDS else []
         if (unpaid or await ops.pending_usage_count(conn, lease)) and time.time() <= account.settle_deadline:
             return
         try:

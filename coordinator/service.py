@@ -211,22 +211,18 @@ class Coordinator:
             self._running_checked[node_key] = claimed & held
 
     async def job_status(self, node_key: Pubkey, status: JobStatus) -> None:
-        async with self.pool.acquire() as conn:
-            if not await self._of_current_share(conn, node_key, status):
-                return
-            await ops.record_job_event(conn, node_key, status)
-        self.placer.drain_job_status(str(node_key), status.lease, status.state)
+        if await self._record_job_event(node_key, status):
+            self.placer.drain_job_status(str(node_key), status.lease, status.state)
 
     async def job_log(self, node_key: Pubkey, line: JobLog) -> None:
-        async with self.pool.acquire() as conn:
-            if await self._of_current_share(conn, node_key, line):
-                await ops.record_job_event(conn, node_key, line)
+        await self._record_job_event(node_key, line)
 
-    async def _of_current_share(self, conn: asyncpg.Connection, node_key: Pubkey, message: JobStatus | JobLog) -> bool:
+    async def _record_job_event(self, node_key: Pubkey, message: JobStatus | JobLog) -> bool:
         """One job, one place: what a node says about a share it no longer holds (of an earlier
         assignment epoch) is not recorded; the node is told once per share and epoch."""
-        if await ops.of_current_share(conn, node_key, message.lease, message.epoch):
-            return True
+        async with self.pool.acquire() as conn:
+            if await ops.record_job_event(conn, node_key, message):
+                return True
         if (key := (node_key, message.lease, message.epoch)) not in self._stale_told:
             self._stale_told.add(key)
             log.warning("job.stale node=%s lease=%s epoch=%s (not its current share: refused)", node_key,
