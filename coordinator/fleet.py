@@ -22,6 +22,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
 
 from solders.pubkey import Pubkey
 
@@ -206,13 +207,20 @@ class Fleet:
         return total
 
 
-def due_shares(shares: list, silent_seconds: float, lost_after: float) -> tuple[list, list]:
-    """(lost, tolerated): the shares of a silent node whose lease's downtime tolerance
-    (`downtime_tolerance_seconds`, 0 = the network's default) its silence exceeds, and the others.
-    A lease's tolerance only ever lengthens `lost_after`, never shortens it."""
-    lost, tolerated = [], []
+class Tolerant(Protocol):
+    downtime_tolerance_seconds: int  # the lease's choice at open; 0 = the network's default
+
+
+S = TypeVar("S", bound=Tolerant)
+
+
+def due_shares(shares: list[S], silent_seconds: float, lost_after: float) -> tuple[list[S], list[S]]:
+    """(lost, tolerated): the shares of a silent node whose lease's downtime tolerance its silence
+    exceeds, and the others. A lease's tolerance only ever lengthens `lost_after`, never shortens it."""
+    lost: list[S] = []
+    tolerated: list[S] = []
     for share in shares:
-        limit = max(lost_after, share["downtime_tolerance_seconds"] or 0)
+        limit = max(lost_after, share.downtime_tolerance_seconds)
         (lost if silent_seconds > limit else tolerated).append(share)
     return lost, tolerated
 

@@ -102,17 +102,29 @@ class _Refused(Exception):
 
 
 class Gateway:
-    def __init__(self, handler: GatewayHandler, *, heartbeat_seconds: float = 2.0, usage_period_seconds: int = 60) -> None:
-        self.handler = handler
+    def __init__(self, handler: GatewayHandler | None = None, *, heartbeat_seconds: float = 2.0,
+                 usage_period_seconds: int = 60) -> None:
+        self._handler = handler  # may be set after (the coordinator's handler sends through this gateway)
         self.welcome = Welcome(heartbeat_seconds=heartbeat_seconds, usage_period_seconds=usage_period_seconds)
         self.sessions: dict[Pubkey, ServerConnection] = {}
         self.refused: dict[int, int] = {}  # close code -> sessions closed with it (for /metrics)
         self._server: Server | None = None
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> Gateway:
+        if self._handler is None:
+            raise RuntimeError("the gateway needs its handler before it starts")
         # Keepalive pings every 5 s also measure each session's latency (the scheduler scores it).
         self._server = await serve(self._session, host, port, max_size=MAX_MESSAGE_BYTES, ping_interval=5)
         return self
+
+    @property
+    def handler(self) -> GatewayHandler:
+        assert self._handler is not None, "the gateway has no handler"
+        return self._handler
+
+    @handler.setter
+    def handler(self, handler: GatewayHandler) -> None:
+        self._handler = handler
 
     @property
     def url(self) -> str:
@@ -127,6 +139,17 @@ class Gateway:
 
     def online(self, node_key: Pubkey) -> bool:
         return node_key in self.sessions
+
+    def latency_ms(self, node_key: Pubkey) -> float | None:
+        """The session's round trip, measured by the WebSocket keepalive pings (None: not yet)."""
+        ws = self.sessions.get(node_key)
+        return ws.latency * 1000 if ws is not None and ws.latency > 0 else None
+
+    def host(self, node_key: Pubkey) -> str:
+        """The address the node's session comes from, as a URL host (IPv6 in brackets)."""
+        ws = self.sessions.get(node_key)
+        host = ws.remote_address[0] if ws is not None and ws.remote_address else "127.0.0.1"
+        return f"[{host}]" if ":" in host else host
 
     async def send(self, node_key: Pubkey, message: Any) -> None:
         """Sends a coordinator message to the node's worker; NodeOffline when it has no session."""

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from coordinator.keys import NodeKey
+
 __all__ = ["TERMINAL", "job_over", "job_progress"]
 
 TERMINAL = frozenset({"succeeded", "failed", "cancelled", "timed_out", "refused"})
 
 
-def job_over(states: Mapping[str, str], nodes: Iterable[str]) -> bool:
+def job_over(states: Mapping[NodeKey, str], nodes: Iterable[NodeKey]) -> bool:
     """Whether a job is over on a lease held by `nodes`, from its latest state on each node that
     reported it: it ended somewhere and no node of the lease has it going. A node that never
     reported it does not keep it going: it took its share after the job had ended (a failover),
@@ -23,6 +25,6 @@ def job_over(states: Mapping[str, str], nodes: Iterable[str]) -> bool:
     return ended and all(n not in states or states[n] in TERMINAL for n in nodes)
 
 
-def job_progress(states: Mapping[str, str], nodes: Iterable[str]) -> str:
+def job_progress(states: Mapping[NodeKey, str], nodes: Iterable[NodeKey]) -> str:
     """Where the job stands on each node, for a message ("node A: running, node B: not started")."""
     return ", ".join(f"node {n}: {states.get(n, 'not started')}" for n in nodes) or "not placed on any node yet"

@@ -49,13 +49,13 @@ def render_metrics(state: dict[str, Any], head_slot: int | None) -> str:
 def coordinator_metrics(coordinator: Coordinator) -> str:
     """What an operator alerts on: slashing paused by a correlated outage, the database lost, the
     fleet the gateway hears."""
-    fleet = coordinator.fleet
+    fleet, outages = coordinator.fleet, coordinator.outages
     gauges = (
-        ("gpunet_coordinator_slashing_paused", int(coordinator.slashing_paused),
+        ("gpunet_coordinator_slashing_paused", int(outages.slashing_paused),
          "1 while a correlated outage pauses slashing and moving shares (GET /workers says why)"),
-        ("gpunet_coordinator_regions_paused", len(coordinator.paused_regions),
+        ("gpunet_coordinator_regions_paused", len(outages.paused_regions),
          "regions where a correlated outage pauses slashing (GET /workers lists them)"),
-        ("gpunet_coordinator_database_up", int(coordinator.database_up),
+        ("gpunet_coordinator_database_up", int(outages.database_up),
          "0 while the coordinator's database does not answer (decisions wait; it exits after "
          "GPUNET_DATABASE_OUTAGE_EXIT_SECONDS)"),
         ("gpunet_coordinator_workers_connected", len(coordinator.gateway.sessions), "worker sessions on the gateway"),

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 from solders.pubkey import Pubkey
@@ -16,11 +16,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from coordinator import operations as ops
+from coordinator.db import jobs
+from coordinator.db import leases as ledger
 from coordinator.api.params import BadRequest, Param, parse_pubkey, parse_query
 from coordinator.jobs import job_over, job_progress
-from coordinator.placement import describe
-from coordinator.scheduler import LeaseRequest, SchedulerError
+from coordinator.scheduler import LeaseRequest, NotPlaced, Placement, SchedulerError
 from gpunet import instructions as ix
 from gpunet.catalog import CatalogError, region, region_name
 from gpunet.limits import MAX_GPUS_PER_NODE, MAX_LEASE_GPUS
@@ -46,6 +46,15 @@ JOB_VIEW_PARAMS = (
     Param("after", "integer", minimum=0, default=0, description="only log lines after this id (pages forward)"),
     Param("tail", "integer", minimum=1, maximum=LOG_LINES, description="the last this many log lines instead"),
 )
+
+
+def _describe(placement: Placement | NotPlaced) -> dict[str, Any]:
+    if isinstance(placement, NotPlaced):
+        return {"placeable": False, "reason": placement.reason}
+    return {"placeable": True,
+            "shares": [{"node_key": str(s.node_key), "gpus": s.gpus, "price_per_gpu_hour": s.price_per_gpu_hour,
+                        "simulated": s.simulated} for s in placement.shares],
+            "burn_per_hour": sum(s.gpus * s.price_per_gpu_hour for s in placement.shares)}
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -84,7 +93,7 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
         except ValueError:
             raise BadRequest("signature: not a base58 Ed25519 signature") from None
         async with pool.acquire() as conn:
-            row = await conn.fetchrow("SELECT client, status, gpu_count FROM leases WHERE lease = $1", lease)
+            row = await ledger.lease_row(conn, lease)
             if row is None:
                 return _error(404, f"lease {lease} is not indexed (yet): retry in a moment")
             message = job_message(Pubkey.from_string(lease), spec, per_node, number)
@@ -94,24 +103,24 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
                 return _error(409, f"lease {lease} is closed")
             if per_node is not None and row["gpu_count"] % per_node:
                 raise BadRequest(f"gpus_per_node {per_node} does not divide the lease's {row['gpu_count']} GPUs")
-            current = await ops.current_job(conn, lease)
+            current = await jobs.current_job(conn, lease)
             expected = 1 if current is None else current.number + 1
             if number != expected:
                 raise BadRequest(f"job_number {number} is not the lease's next job, {expected}"
                                  + (f": job {number} was submitted already" if number < expected else ""))
             if current is not None:
-                shares = await ops.active_shares(conn, lease=lease)
-                nodes = [s["node_key"] for s in shares]
-                states = await ops.job_states(conn, lease, current.number)
+                shares = await ledger.active_shares(conn, lease=lease)
+                nodes = [s.node_key for s in shares]
+                states = await jobs.job_states(conn, lease, current.number)
                 if not job_over(states, nodes):
                     return _error(409, f"job {current.number} of lease {lease} is still running or waiting to "
                                        f"({job_progress(states, nodes)}): one job at a time; submit job {number} "
                                        "once it has ended")
-                if per_node is not None and any(s["gpus"] != per_node for s in shares):
+                if per_node is not None and any(s.gpus != per_node for s in shares):
                     raise BadRequest(f"lease {lease} is placed already, in shares of "
-                                     f"{', '.join(str(s['gpus']) for s in shares)} GPUs: gpus_per_node must be null "
+                                     f"{', '.join(str(s.gpus) for s in shares)} GPUs: gpus_per_node must be null "
                                      "or match them")
-            if not await ops.save_job(conn, lease, number, spec, per_node, row["client"], str(signature)):
+            if not await jobs.save_job(conn, lease, number, spec, per_node, row["client"], str(signature)):
                 return _error(409, f"job {number} of lease {lease} was submitted meanwhile")
         return JSONResponse({"lease": lease, "job_number": number, "accepted": True}, status_code=201)
 
@@ -120,23 +129,10 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
         query = parse_query(request.query_params, JOB_VIEW_PARAMS)
         after, tail = query["after"], query.get("tail")
         async with pool.acquire() as conn:
-            job = await conn.fetchrow("SELECT number, spec, gpus_per_node, submitted_at FROM jobs WHERE lease = $1", lease)
-            placement = await conn.fetchrow("SELECT state, reason, nodes, signature, updated_at FROM placements "
-                                            "WHERE lease = $1", lease)
-            if job is None and placement is None:
-                return _error(404, f"no job or placement for lease {lease}")
-            statuses = await conn.fetch(  # of the current job
-                "SELECT DISTINCT ON (node_key) node_key, state, exit_code, detail, at FROM job_events "
-                "WHERE lease = $1 AND job_number = $2 AND kind = 'status' ORDER BY node_key, id DESC",
-                lease, job["number"] if job else 1)
-            if tail is not None:  # the latest lines (a status view), in order
-                logs = (await conn.fetch("SELECT id, node_key, job_number, stream, line FROM job_events WHERE lease = $1 "
-                                         "AND kind = 'log' AND id > $2 ORDER BY id DESC LIMIT $3", lease, after, tail))[::-1]
-                more = False
-            else:  # a page: `more` says whether another follows (ask again with after = the last id)
-                logs = await conn.fetch("SELECT id, node_key, job_number, stream, line FROM job_events WHERE lease = $1 "
-                                        "AND kind = 'log' AND id > $2 ORDER BY id LIMIT $3", lease, after, LOG_LINES + 1)
-                more, logs = len(logs) > LOG_LINES, logs[:LOG_LINES]
+            view = await jobs.job_view(conn, lease, after=after, tail=tail, page=LOG_LINES)
+        if view is None:
+            return _error(404, f"no job or placement for lease {lease}")
+        job, placement, statuses, logs, more = view
         return JSONResponse({
             "lease": lease,
             "job_number": job["number"] if job else None,
@@ -159,20 +155,20 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
             lease_request = LeaseRequest("quote", terms, gpus_per_node=values.get("gpus_per_node"))
         except SchedulerError as e:
             raise BadRequest(str(e)) from None
-        return JSONResponse(describe(coordinator.placer.quote(lease_request)))
+        return JSONResponse(_describe(coordinator.quote(lease_request)))
 
     async def workers(request: Request) -> Response:
         parse_query(request.query_params, ())
-        fleet = coordinator.fleet
+        fleet, outages = coordinator.fleet, coordinator.outages
         return JSONResponse({
             "items": [{"node_key": str(key), "connected": seen.connected, "online": fleet.online(key),
                        "healthy": seen.healthy, "simulated": seen.simulated, "last_heartbeat": seen.last_heartbeat}
                       for key, seen in sorted(fleet.nodes.items(), key=lambda kv: str(kv[0]))],
             # a correlated outage pauses slashing (and moving shares) until the fleet is heard again
-            "slashing": {"paused": coordinator.slashing_paused, "reason": coordinator.slashing_paused_reason,
+            "slashing": {"paused": outages.slashing_paused, "reason": outages.slashing_paused_reason,
                          # a region's correlated outage pauses slashing there only
                          "paused_regions": [{"region": region_name(r), "since": since}
-                                            for r, since in sorted(coordinator.paused_regions.items())]},
+                                            for r, since in sorted(outages.paused_regions.items())]},
         })
 
     used: dict[str, int] = {}  # operator signatures already acted on -> their 'at' (pruned past the window)
@@ -207,7 +203,7 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
             return _error(401, f"a stale or replayed request (sign a fresh one: 'at' within "
                                f"{OPERATOR_CLOCK_SKEW_SECONDS} s of the coordinator's clock)")
         try:
-            where = coordinator.resume_slashing(code)
+            where = coordinator.outages.resume_slashing(code)
         except LookupError as e:
             return _error(409, str(e))
         used[str(signature)] = at

@@ -12,13 +12,13 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections.abc import Collection
 
-from coordinator.scheduler.model import MAX_GPUS_PER_NODE, NodeView
+from coordinator.scheduler.model import MAX_GPUS_PER_NODE, Address, NodeView
 from coordinator.scheduler.scoring import QUALITY_CLASS_TOPS, Scoring
 from gpunet.instructions import ANY
 
 __all__ = ["Entry", "Pool", "ShelfKey", "pool_keys"]
 
-Entry = tuple[float, str, NodeView]
+Entry = tuple[float, Address, NodeView]
 """(effective price, node key, view): sorts by price, ties by node key (deterministic)."""
 ShelfKey = tuple[int, int]
 """(VRAM in GB, quality class)."""
@@ -61,15 +61,15 @@ class Pool:
         if not self.size:
             self.min_price = _INF
 
-    def best(self, gpus: int, min_vram: int, max_price: int, k: int, exclude: Collection[str],
-             scoring: Scoring) -> list[tuple[float, str, NodeView]]:
+    def best(self, gpus: int, min_vram: int, max_price: int, k: int, exclude: Collection[Address],
+             scoring: Scoring) -> list[Entry]:
         """The k lowest-cost nodes that can take a share of `gpus` GPUs, cheapest first.
 
         Cost = effective price x packing factor of the GPUs the share leaves free. Exact:
         a shelf is skipped, or a walk stopped, only when a lower bound on its costs is
         already worse than the k-th best found, or no later node is within max_price.
         """
-        found: list[tuple[float, str, NodeView]] = []
+        found: list[Entry] = []
         bound = _INF
         weight = scoring.packing_weight
         shelves = self.shelves
@@ -95,7 +95,7 @@ class Pool:
                         bound = found[-1][0]
         return found
 
-    def largest(self, min_vram: int, max_price: int, exclude: Collection[str]) -> NodeView | None:
+    def largest(self, min_vram: int, max_price: int, exclude: Collection[Address]) -> NodeView | None:
         """The node with the most free GPUs, cheapest among those, then lowest node key."""
         for free in range(MAX_GPUS_PER_NODE, 0, -1):
             pick: Entry | None = None

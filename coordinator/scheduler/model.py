@@ -17,6 +17,7 @@ from gpunet.instructions import ANY, LeaseTerms, Share
 from gpunet.limits import MAX_GPUS_PER_NODE, MAX_LEASE_GPUS, MAX_LEASE_NODES
 
 __all__ = [
+    "Address",
     "MAX_GPUS_PER_NODE",
     "MAX_LEASE_GPUS",
     "MAX_LEASE_NODES",
@@ -35,6 +36,15 @@ __all__ = [
 ]
 
 _U8, _U16, _U64, _I64 = 2**8, 2**16, 2**64, 2**63
+
+# Nodes and providers are named by their addresses. The coordinator hands the scheduler `Pubkey`s
+# (its one node-key type); the scheduler only hashes, orders and prints them, so its own tests and
+# benchmark name nodes with short strings.
+Address = Pubkey | str
+
+
+def _pubkey(address: Address) -> Pubkey:
+    return address if isinstance(address, Pubkey) else Pubkey.from_string(address)
 
 
 class SchedulerError(Exception):
@@ -78,13 +88,13 @@ class NodeBusy(SchedulerError):
 class NodeView:
     """What the coordinator knows of one registered node: chain facts plus live session state.
 
-    Addresses are base58 strings. Once handed to a `Scheduler` the view belongs to it: change
+    Addresses are `Address`es (one type per fleet). Once handed to a `Scheduler` the view belongs to it: change
     it only through the scheduler, which keeps its indexes in step.
     """
 
-    node: str  # the node account (PDA)
-    node_key: str  # the worker's signing key: the scheduler's key for the node
-    provider_authority: str  # the provider's wallet (its provider PDA derives from it)
+    node: Address  # the node account (PDA)
+    node_key: Address  # the worker's signing key: the scheduler's key for the node
+    provider_authority: Address  # the provider's wallet (its provider PDA derives from it)
     gpu_model: int  # catalog code, never ANY
     gpu_count: int  # 1..=MAX_GPUS_PER_NODE
     vram_gb: int  # per GPU
@@ -110,8 +120,8 @@ class NodeView:
         """Raises InvalidNodeView unless the chain could hold these facts (NodeSpec::is_valid)."""
         for name in ("node", "node_key", "provider_authority"):
             value = getattr(self, name)
-            if not isinstance(value, str) or not value:
-                raise InvalidNodeView(f"node {self.node_key!r}: {name} must be a non-empty address string")
+            if not isinstance(value, Pubkey) and (not isinstance(value, str) or not value):
+                raise InvalidNodeView(f"node {self.node_key!r}: {name} must be a Pubkey or a non-empty string")
         ranges = {
             "gpu_model": (1, _U16),
             "gpu_count": (1, MAX_GPUS_PER_NODE + 1),
@@ -213,9 +223,9 @@ class LeaseRequest:
 class PlacedShare:
     """One node's part of a placement, with what assign_lease needs to name it."""
 
-    node: str
-    node_key: str
-    provider_authority: str
+    node: Address
+    node_key: Address
+    provider_authority: Address
     gpus: int
     price_per_gpu_hour: int  # the node's price, which the chain fixes at assignment
     simulated: bool
@@ -226,7 +236,7 @@ class PlacedShare:
 
     def to_sdk(self) -> Share:
         """The share as `gpunet.instructions.assign_lease` / `reassign_lease` take it."""
-        return Share(Pubkey.from_string(self.node_key), Pubkey.from_string(self.provider_authority), self.gpus,
+        return Share(_pubkey(self.node_key), _pubkey(self.provider_authority), self.gpus,
                      self.price_per_gpu_hour)
 
 
@@ -242,7 +252,7 @@ class Placement:
         return self.request.lease
 
     @property
-    def node_keys(self) -> tuple[str, ...]:
+    def node_keys(self) -> tuple[Address, ...]:
         return tuple(s.node_key for s in self.shares)
 
     def sdk_shares(self) -> list[Share]:

@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Collection, Iterable
 from decimal import Decimal
 
-from coordinator.scheduler.model import LeaseRequest, NodeView
+from coordinator.scheduler.model import Address, LeaseRequest, NodeView
 from gpunet.catalog import gpu_model_name, region_name
 from gpunet.instructions import ANY
 from gpunet.tokens import IO_DECIMALS
@@ -44,7 +44,7 @@ def describe(request: LeaseRequest, gpus: int | None = None) -> str:
     return text
 
 
-def _group(view: NodeView, request: LeaseRequest, accept_simulated: bool, exclude: Collection[str]) -> str | None:
+def _group(view: NodeView, request: LeaseRequest, accept_simulated: bool, exclude: Collection[Address]) -> str | None:
     """The first filter (in _GROUPS order) the node fails, or None if it qualifies."""
     t = request.terms
     if view.node_key in exclude:
@@ -73,7 +73,7 @@ def _group(view: NodeView, request: LeaseRequest, accept_simulated: bool, exclud
 
 
 def explain(nodes: Iterable[NodeView], request: LeaseRequest, accept_simulated: bool,
-            exclude: Collection[str] = (), gpus: int | None = None, elsewhere: int = 0) -> str:
+            exclude: Collection[Address] = (), gpus: int | None = None, elsewhere: int = 0) -> str:
     """`nodes`: at least every node of the requested model in its region; `elsewhere`: how many
     more of the model are in other regions; `gpus`: the one share being replaced, if so."""
     t = request.terms

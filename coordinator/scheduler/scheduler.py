@@ -10,6 +10,7 @@ from typing import Any
 
 from coordinator.scheduler.index import Entry, Pool, ShelfKey, pool_keys
 from coordinator.scheduler.model import (
+    Address,
     MAX_GPUS_PER_NODE,
     MAX_LEASE_NODES,
     InvalidNodeView,
@@ -46,17 +47,17 @@ class Scheduler:
         self.scoring = scoring or Scoring()
         # Off on a production coordinator; the local network and the tests run simulated GPUs.
         self.accept_simulated = accept_simulated
-        self._nodes: dict[str, NodeView] = {}
-        self._groups: dict[tuple[int, int], dict[str, NodeView]] = {}  # (model, region): for reasons only
-        self._entries: dict[str, tuple[Entry, int, ShelfKey]] = {}  # indexed node -> (entry, free GPUs, shelf)
+        self._nodes: dict[Address, NodeView] = {}
+        self._groups: dict[tuple[int, int], dict[Address, NodeView]] = {}  # (model, region): for reasons only
+        self._entries: dict[Address, tuple[Entry, int, ShelfKey]] = {}  # indexed node -> (entry, free GPUs, shelf)
         self._pools: dict[tuple[int, int], Pool] = {}
         self._reservations: dict[str, Placement] = {}
-        self._holders: dict[str, set[str]] = {}  # node -> leases holding a share of it
+        self._holders: dict[Address, set[str]] = {}  # node -> leases holding a share of it
 
     # -- the fleet ---------------------------------------------------------------------------
 
     @property
-    def nodes(self) -> Mapping[str, NodeView]:
+    def nodes(self) -> Mapping[Address, NodeView]:
         return MappingProxyType(self._nodes)
 
     def upsert_node(self, view: NodeView) -> None:
@@ -72,7 +73,7 @@ class Scheduler:
             self._drop(old)
         self._put(view)
 
-    def update_node(self, node_key: str, /, **changes: Any) -> NodeView:
+    def update_node(self, node_key: Address, /, **changes: Any) -> NodeView:
         """Changes some facts of a node: online, healthy, jailed, latency_ms, stake, price..."""
         old = self._node(node_key)
         if {"node", "node_key", "gpus_leased"} & changes.keys():
@@ -85,14 +86,14 @@ class Scheduler:
         self._put(new)
         return new
 
-    def record_outcome(self, node_key: str, completed: bool) -> NodeView:
+    def record_outcome(self, node_key: Address, completed: bool) -> NodeView:
         """One lease share the node ran to the end (or lost): its reliability history."""
         view = self._node(node_key)
         if completed:
             return self.update_node(node_key, completed_shares=view.completed_shares + 1)
         return self.update_node(node_key, failed_shares=view.failed_shares + 1)
 
-    def remove_node(self, node_key: str) -> None:
+    def remove_node(self, node_key: Address) -> None:
         view = self._node(node_key)
         if self._holders.get(node_key):
             raise NodeBusy(f"node {node_key} holds shares of leases {sorted(self._holders[node_key])}")
@@ -131,7 +132,7 @@ class Scheduler:
         del self._reservations[lease]
         return placement
 
-    def spare(self, lease: str, node_key: str) -> PlacedShare | NotPlaced:
+    def spare(self, lease: str, node_key: Address) -> PlacedShare | NotPlaced:
         """Where `replace` would move the node's share of the lease now (changes nothing): a drain
         stops a job only when its share has somewhere to go."""
         placement = self.reservation(lease)
@@ -148,7 +149,7 @@ class Scheduler:
             return NotPlaced(placement.request, reason)
         return PlacedShare.of(choice[0][0], share.gpus)
 
-    def replace(self, lease: str, lost_node_key: str) -> Placement | NotPlaced:
+    def replace(self, lease: str, lost_node_key: Address) -> Placement | NotPlaced:
         """Failover: moves the lost node's share of the lease to the best other qualifying node
         (never one already in the lease, as reassign_lease requires) and returns the new placement."""
         placement = self.reservation(lease)
@@ -201,7 +202,7 @@ class Scheduler:
             shelved = [e for level in pool.shelves for shelf in level.values() for e in shelf]
             assert len(shelved) == pool.size and all(e[0] >= pool.min_price for e in shelved)
             assert all(shelf == sorted(shelf) for level in pool.shelves for shelf in level.values())
-        held: dict[str, int] = {}
+        held: dict[Address, int] = {}
         for placement in self._reservations.values():
             for share in placement.shares:
                 held[share.node_key] = held.get(share.node_key, 0) + share.gpus
@@ -210,7 +211,7 @@ class Scheduler:
 
     # -- internals -------------------------------------------------------------------------------
 
-    def _choose(self, request: LeaseRequest, exclude: Collection[str], gpus: int, single: bool = False) -> Choice | None:
+    def _choose(self, request: LeaseRequest, exclude: Collection[Address], gpus: int, single: bool = False) -> Choice | None:
         t = request.terms
         pool = self._pools.get((t.gpu_model, t.region))
         if pool is None:
@@ -283,7 +284,7 @@ class Scheduler:
             self._holders.setdefault(share.node_key, set()).add(placement.lease)
         self._reservations[placement.lease] = placement
 
-    def _node(self, node_key: str) -> NodeView:
+    def _node(self, node_key: Address) -> NodeView:
         try:
             return self._nodes[node_key]
         except KeyError:

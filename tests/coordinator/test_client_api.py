@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from solana.rpc.async_api import AsyncClient
 from solana.rpc.commitment import Confirmed
 from solders.keypair import Keypair
+from solders.pubkey import Pubkey
 
 from coordinator.api import create_app
 from coordinator.api.work import work_routes
@@ -218,12 +219,12 @@ async def test_reliability_history_comes_from_the_ledger_and_survives_a_restart(
     # 2 faults and 1 ended lease (the scheduler's sync reads faults and placements in two queries,
     # so it waits for both).
     await eventually(lambda: _true_view(coordinator, node_key), what="the history (2 failed, 1 completed) in the scheduler")
-    other = coordinator.placer.scheduler.nodes[str(world.nodes[1][1].pubkey())]
+    other = coordinator.shared.scheduler.nodes[world.nodes[1][1].pubkey()]
     assert (other.failed_shares, other.completed_shares) == (0, 0)
 
 
 async def _true_view(coordinator, node_key):
-    view = coordinator.placer.scheduler.nodes.get(node_key)
+    view = coordinator.shared.scheduler.nodes.get(Pubkey.from_string(node_key))
     return view if view is not None and (view.failed_shares, view.completed_shares) == (2, 1) else None
 
 

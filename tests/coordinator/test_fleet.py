@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 from solders.pubkey import Pubkey
 
@@ -155,9 +157,10 @@ def test_a_lease_s_downtime_tolerance_lengthens_lost_after_and_never_shortens_it
     assert fleet.silent(node, 30)
 
     # Per share: only the shares whose lease's tolerance the silence exceeds are lost.
-    shares = [{"lease": "default", "downtime_tolerance_seconds": 0}, {"lease": "patient", "downtime_tolerance_seconds": 30},
-              {"lease": "hasty", "downtime_tolerance_seconds": 5}]
-    names = lambda rows: [r["lease"] for r in rows]  # noqa: E731
+    shares = [SimpleNamespace(lease="default", downtime_tolerance_seconds=0),
+              SimpleNamespace(lease="patient", downtime_tolerance_seconds=30),
+              SimpleNamespace(lease="hasty", downtime_tolerance_seconds=5)]
+    names = lambda rows: [r.lease for r in rows]  # noqa: E731
     lost, tolerated = due_shares(shares, 15, 10)
     assert (names(lost), names(tolerated)) == (["default", "hasty"], ["patient"])
     assert names(due_shares(shares, 8, 10)[0]) == [], "nobody is lost before lost_after, whatever the lease asked"

@@ -70,7 +70,7 @@ async def test_a_cluster_lease_survives_a_lost_worker_and_every_token_is_account
         assert {str(a.node_key) for a in list(account.assignments)[: account.node_count]} == {placed[1], spare}
         assert (await fetch(chain, node_pda(Pubkey.from_string(victim)), "Node")).jailed
         # The gateway's keepalive pings (every 5 s) give the scheduler each live worker's latency.
-        await eventually(lambda: truly(coordinator.placer.scheduler.nodes[spare].latency_ms is not None),
+        await eventually(lambda: truly(coordinator.shared.scheduler.nodes[Pubkey.from_string(spare)].latency_ms is not None),
                          what="the spare's measured latency")
         async with pool.acquire() as conn:
             fault = await conn.fetchrow("SELECT * FROM faults WHERE node_key = $1", victim)

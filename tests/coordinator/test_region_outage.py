@@ -15,7 +15,6 @@ from solders.pubkey import Pubkey
 
 from coordinator.api import create_app
 from coordinator.api.work import work_routes
-from coordinator.fleet import Fleet
 from coordinator.indexer.rpc import ChainRpc
 from coordinator.scheduler import NodeView
 from coordinator.service import Coordinator
@@ -34,19 +33,19 @@ class Clock:
 
 
 def _view(key: Pubkey, region: int) -> NodeView:
-    return NodeView(node=str(Pubkey.new_unique()), node_key=str(key), provider_authority=str(Pubkey.new_unique()),
+    return NodeView(node=Pubkey.new_unique(), node_key=key, provider_authority=Pubkey.new_unique(),
                     gpu_model=1, gpu_count=2, vram_gb=80, region=region, price_per_gpu_hour=1)
 
 
 async def test_a_region_s_correlated_outage_pauses_slashing_there_only(node, database_url, pool) -> None:
     settings = Settings(rpc_url=node.url, ws_url=node.ws_url, database_url=database_url, lost_after_seconds=2.0,
                         region_min_nodes=3)
-    coordinator = Coordinator(settings, pool, Keypair())
     clock = Clock()
-    fleet = coordinator.fleet = Fleet(lost_after_seconds=2.0, clock=clock)
+    coordinator = Coordinator(settings, pool, Keypair(), clock=clock)
+    fleet, outages, failover = coordinator.fleet, coordinator.outages, coordinator.failover
     east, west = [Pubkey.new_unique() for _ in range(3)], [Pubkey.new_unique() for _ in range(5)]
     for key, region in [*((k, EAST) for k in east), *((k, WEST) for k in west)]:
-        coordinator.placer.scheduler.upsert_node(_view(key, region))
+        coordinator.shared.scheduler.upsert_node(_view(key, region))
         fleet.connected(key, simulated=True)
     try:
         # The east goes dark and one western node dies: 4 of 8 silent, not over half the fleet.
@@ -54,19 +53,19 @@ async def test_a_region_s_correlated_outage_pauses_slashing_there_only(node, dat
             clock.now += 0.5
             for key in west[1:]:
                 fleet.heartbeat(key, healthy=True)
-        await coordinator.fail_over()
-        assert EAST in coordinator.paused_regions and not coordinator.slashing_paused
-        assert set(east) <= coordinator._silent, "the east's nodes wait for their region to be heard"
-        assert west[0] not in coordinator._silent, "the dead western node was judged (it held no share)"
+        await failover.step()
+        assert EAST in outages.paused_regions and not outages.slashing_paused
+        assert set(east) <= failover.silent, "the east's nodes wait for their region to be heard"
+        assert west[0] not in failover.silent, "the dead western node was judged (it held no share)"
 
         # The east comes back: the pause ends, and its silence during it counts for nobody.
         clock.now += 5
         for key in (*east, *west[1:]):
             fleet.heartbeat(key, healthy=True)
         clock.now += 0.5
-        await coordinator.fail_over()
-        assert coordinator.paused_regions == {}
-        assert not coordinator._silent & set(east)
+        await failover.step()
+        assert outages.paused_regions == {}
+        assert not failover.silent & set(east)
         clock.now += 1.8  # 2.3 s after their last beat, but the pause is excused: not silent
         assert not any(fleet.silent(k) for k in east)
         assert fleet.silent(west[0])  # the control: unexcused silence is still silence
@@ -78,12 +77,12 @@ async def test_the_operator_ends_a_pause_with_the_attester_key_and_nobody_else_c
     settings = Settings(rpc_url=node.url, ws_url=node.ws_url, database_url=database_url, lost_after_seconds=2.0,
                         region_min_nodes=3)
     attester = Keypair()
-    coordinator = Coordinator(settings, pool, attester)
     clock = Clock()
-    fleet = coordinator.fleet = Fleet(lost_after_seconds=2.0, clock=clock)
+    coordinator = Coordinator(settings, pool, attester, clock=clock)
+    fleet, outages, failover = coordinator.fleet, coordinator.outages, coordinator.failover
     east, west = [Pubkey.new_unique() for _ in range(3)], [Pubkey.new_unique() for _ in range(4)]
     for key, region in [*((k, EAST) for k in east), *((k, WEST) for k in west)]:
-        coordinator.placer.scheduler.upsert_node(_view(key, region))
+        coordinator.shared.scheduler.upsert_node(_view(key, region))
         fleet.connected(key, simulated=True)
     rpc = ChainRpc(settings.rpc_url)
     app = create_app(pool, rpc, settings, work_routes(coordinator), coordinator)
@@ -92,8 +91,8 @@ async def test_the_operator_ends_a_pause_with_the_attester_key_and_nobody_else_c
             clock.now += 0.5
             for key in west:
                 fleet.heartbeat(key, healthy=True)
-        await coordinator.fail_over()
-        assert EAST in coordinator.paused_regions
+        await failover.step()
+        assert EAST in outages.paused_regions
 
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://coordinator") as http:
             async def resume(key: Keypair, region: str | None, at: int | None = None) -> httpx.Response:
@@ -102,27 +101,27 @@ async def test_the_operator_ends_a_pause_with_the_attester_key_and_nobody_else_c
                 return await http.post("/slashing/resume", json={"region": region, "at": at, "signature": str(signature)})
 
             stranger = await resume(Keypair(), "us-east")
-            assert stranger.status_code == 401 and EAST in coordinator.paused_regions
+            assert stranger.status_code == 401 and EAST in outages.paused_regions
             stale = await resume(attester, "us-east", int(time.time()) - 3600)
-            assert stale.status_code == 401 and "stale" in stale.json()["error"] and EAST in coordinator.paused_regions
+            assert stale.status_code == 401 and "stale" in stale.json()["error"] and EAST in outages.paused_regions
             assert (await resume(attester, "atlantis")).status_code == 400
             fleet_wide = await resume(attester, None)  # not paused: nothing to end
-            assert fleet_wide.status_code == 409 and EAST in coordinator.paused_regions
+            assert fleet_wide.status_code == 409 and EAST in outages.paused_regions
 
             at = int(time.time())
             signature = str(attester.sign_message(operator_message("resume-slashing", "us-east", at)))
             body = {"region": "us-east", "at": at, "signature": signature}
             ok = await http.post("/slashing/resume", json=body)
             assert ok.status_code == 200 and ok.json() == {"resumed": "region us-east"}
-            assert coordinator.paused_regions == {}
+            assert outages.paused_regions == {}
             replay = await http.post("/slashing/resume", json=body)
             assert replay.status_code == 401 and "replayed" in replay.json()["error"]
 
         # Its silent nodes are judged now (their silence counts), and the region is not paused again
         # while it stays dark.
         clock.now += 0.5
-        await coordinator.fail_over()
-        assert coordinator.paused_regions == {} and not coordinator._silent & set(east)
+        await failover.step()
+        assert outages.paused_regions == {} and not failover.silent & set(east)
         assert all(fleet.silent(k) for k in east)
     finally:
         await rpc.close()

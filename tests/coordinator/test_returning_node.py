@@ -11,7 +11,8 @@ from solana.rpc.commitment import Confirmed
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
-from coordinator import operations as ops
+from coordinator.db import jobs
+from coordinator.db import leases as ledger
 from coordinator.attester import Attester
 from coordinator.service import Coordinator
 from gpunet.accounts import fetch
@@ -70,47 +71,48 @@ async def test_a_slashed_node_that_comes_back_is_admitted_and_told_to_cancel_the
 
     async def moved() -> bool:
         async with pool.acquire() as conn:
-            holders = {r["node_key"] for r in await ops.active_shares(conn, lease=str(c.lease))}
-        return holders == {str(stays), str(spare)}
+            holders = {s.node_key for s in await ledger.active_shares(conn, lease=str(c.lease))}
+        return holders == {stays, spare}
     await eventually(moved, what="the ledger to show the share moved")
 
-    coordinator = Coordinator(settings, pool, c.admin)  # not started: only its gateway side is used
-    gateway = coordinator.gateway = Gateway()
+    coordinator = Coordinator(settings, pool, c.admin)  # not started: only what workers say is handled
+    workers, gateway = coordinator.workers, Gateway()
+    workers.link = gateway
     try:
-        assert await coordinator.admit(lost, _hello(lost)) is None  # jailed, yet admitted
+        assert await workers.admit(lost, _hello(lost)) is None  # jailed, yet admitted
         unregistered = Keypair().pubkey()
-        assert "not registered" in (await coordinator.admit(unregistered, _hello(unregistered)) or "")
+        assert "not registered" in (await workers.admit(unregistered, _hello(unregistered)) or "")
 
         other = Pubkey.new_unique()  # a lease the node never held either
-        await coordinator.heartbeat(lost, _beat(c.lease, other))
+        await workers.heartbeat(lost, _beat(c.lease, other))
         assert sorted(str(m.lease) for _, m in gateway.sent) == sorted([str(c.lease), str(other)])
         assert all(key == lost and isinstance(m, Cancel) for key, m in gateway.sent)
 
         # The nodes that hold the lease now are left alone.
         gateway.sent.clear()
-        await coordinator.heartbeat(stays, _beat(c.lease))
-        await coordinator.heartbeat(spare, _beat(c.lease))
+        await workers.heartbeat(stays, _beat(c.lease))
+        await workers.heartbeat(spare, _beat(c.lease))
         assert gateway.sent == []
         # ...and so is a node that stopped the cancelled job.
-        await coordinator.heartbeat(lost, _beat())
+        await workers.heartbeat(lost, _beat())
         assert gateway.sent == []
 
         # A node still holding (and billing) a share it lost, with no job running on it, is told
         # to release it too; the holders keep theirs.
-        await coordinator.heartbeat(lost, _beat(held=[c.lease]))
+        await workers.heartbeat(lost, _beat(held=[c.lease]))
         assert [(key, type(m), str(m.lease)) for key, m in gateway.sent] == [(lost, Cancel, str(c.lease))]
         gateway.sent.clear()
-        await coordinator.heartbeat(stays, _beat(held=[c.lease]))
-        await coordinator.heartbeat(spare, _beat(c.lease, held=[c.lease]))
+        await workers.heartbeat(stays, _beat(held=[c.lease]))
+        await workers.heartbeat(spare, _beat(c.lease, held=[c.lease]))
         assert gateway.sent == []
 
         # One job, one place: the returning node's stale checkpoint never replaces the holders' one.
-        await coordinator.checkpoint(spare, Checkpoint(simulated=True, lease=str(c.lease),
+        await workers.checkpoint(spare, Checkpoint(simulated=True, lease=str(c.lease),
                                                        files=[CheckpointFile.of("step", b"42")]))
-        await coordinator.checkpoint(lost, Checkpoint(simulated=True, lease=str(c.lease),
+        await workers.checkpoint(lost, Checkpoint(simulated=True, lease=str(c.lease),
                                                       files=[CheckpointFile.of("step", b"7")]))
         async with pool.acquire() as conn:
-            assert [f.content() for f in await ops.checkpoint_of(conn, str(c.lease))] == [b"42"]
+            assert [f.content() for f in await jobs.checkpoint_of(conn, str(c.lease))] == [b"42"]
         assert [(key, type(m)) for key, m in gateway.sent] == [(lost, Error)]
     finally:
         await coordinator.chain.close()
@@ -135,26 +137,27 @@ async def test_job_messages_of_an_earlier_assignment_epoch_are_refused(three_nod
     # an epoch is the transaction that gave a node its share: one assignment, or the move
     assert old_epoch == stays_epoch != new_epoch
 
-    coordinator = Coordinator(settings, pool, c.admin)  # not started: only its gateway side is used
-    gateway = coordinator.gateway = Gateway()
+    coordinator = Coordinator(settings, pool, c.admin)  # not started: only what workers say is handled
+    workers, gateway = coordinator.workers, Gateway()
+    workers.link = gateway
     try:
         def line(text: str, epoch: str | None) -> JobLog:
             return JobLog(simulated=True, lease=lease, stream="stdout", line=text, epoch=epoch)
-        await coordinator.job_log(lost, line("step 8 (the old copy)", old_epoch))
-        await coordinator.job_status(lost, JobStatus(simulated=True, lease=lease, state="running", epoch=old_epoch))
-        await coordinator.checkpoint(lost, Checkpoint(simulated=True, lease=lease, files=[CheckpointFile.of("s", b"8")],
+        await workers.job_log(lost, line("step 8 (the old copy)", old_epoch))
+        await workers.job_status(lost, JobStatus(simulated=True, lease=lease, state="running", epoch=old_epoch))
+        await workers.checkpoint(lost, Checkpoint(simulated=True, lease=lease, files=[CheckpointFile.of("s", b"8")],
                                                       epoch=old_epoch))
         # the control: the holders, each under its own epoch, are recorded
-        await coordinator.job_log(spare, line("resumed from 7", new_epoch))
-        await coordinator.job_log(stays, line("step 8", stays_epoch))
-        await coordinator.checkpoint(spare, Checkpoint(simulated=True, lease=lease, files=[CheckpointFile.of("s", b"7")],
+        await workers.job_log(spare, line("resumed from 7", new_epoch))
+        await workers.job_log(stays, line("step 8", stays_epoch))
+        await workers.checkpoint(spare, Checkpoint(simulated=True, lease=lease, files=[CheckpointFile.of("s", b"7")],
                                                        epoch=new_epoch))
         # a holder naming another node's epoch is not of its share either
-        await coordinator.job_log(stays, line("confused", new_epoch))
+        await workers.job_log(stays, line("confused", new_epoch))
         async with pool.acquire() as conn:
             rows = await conn.fetch("SELECT node_key, kind, line FROM job_events WHERE lease = $1 ORDER BY id", lease)
             assert [(r["node_key"], r["line"]) for r in rows] == [(str(spare), "resumed from 7"), (str(stays), "step 8")]
-            assert [f.content() for f in await ops.checkpoint_of(conn, lease)] == [b"7"]
+            assert [f.content() for f in await jobs.checkpoint_of(conn, lease)] == [b"7"]
         told = [(key, type(m)) for key, m in gateway.sent]
         assert told.count((lost, Error)) == 2 and (stays, Error) in told  # once per share and epoch, and the checkpoint
     finally:

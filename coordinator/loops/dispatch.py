@@ -1,0 +1,102 @@
+"""Dispatch: every node of a placed lease gets its share and the lease's current job (again after
+its worker reconnects: a worker acknowledges a job it has), and is told when a top-up moves the
+lease's end."""
+
+from __future__ import annotations
+
+import logging
+
+import asyncpg
+
+from coordinator.db import jobs
+from coordinator.db import leases as ledger
+from coordinator.gateway import NodeOffline
+from coordinator.jobs import TERMINAL, job_over
+from coordinator.keys import NodeKey
+from coordinator.state import Shared, WorkerLink
+from gpunet.protocol import Dispatch as DispatchMessage
+from gpunet.protocol import LeaseEnd
+
+__all__ = ["Dispatch"]
+
+log = logging.getLogger("gpunet.coordinator.dispatch")
+
+
+class Dispatch:
+    def __init__(self, pool: asyncpg.Pool, shared: Shared, link: WorkerLink, *, cluster_port: int) -> None:
+        self.pool, self.shared, self.link, self.cluster_port = pool, shared, link, cluster_port
+        self.dispatched_job: dict[str, int] = {}  # lease -> the job number `shared.dispatched` is about
+        self.ends_sent: dict[tuple[str, NodeKey], int] = {}  # (lease, node) -> the lease end it was last told
+
+    def reconnected(self, node_key: NodeKey) -> None:
+        """A worker reconnected: it is given its leases' jobs again (it ignores one it still runs)."""
+        for nodes in self.shared.dispatched.values():
+            nodes.discard(node_key)
+
+    async def step(self) -> None:
+        dispatched = self.shared.dispatched
+        async with self.pool.acquire() as conn:
+            leases: dict[str, list[ledger.ActiveShare]] = {}
+            for share in await ledger.active_shares(conn):
+                leases.setdefault(share.lease, []).append(share)
+            for lease in self.dispatched_job.keys() - leases.keys():  # ended, closed: forget what was sent
+                del self.dispatched_job[lease]
+            for key in [k for k in self.ends_sent if k[0] not in leases]:
+                del self.ends_sent[key]
+            for lease, shares in leases.items():
+                if lease in self.shared.ending:
+                    continue
+                job = await jobs.current_job(conn, lease)
+                if job is None:
+                    continue
+                if self.dispatched_job.get(lease) != job.number:  # the lease's next job: every node gets it
+                    dispatched[lease] = set()
+                    self.dispatched_job[lease] = job.number
+                given = dispatched.setdefault(lease, set())
+                await self._tell_lease_end(lease, given, shares[0].ends_at)
+                await self._dispatch(conn, lease, shares, job, given)
+
+    async def _dispatch(self, conn: asyncpg.Connection, lease: str, shares: list[ledger.ActiveShare],
+                        job: jobs.Job, given: set[NodeKey]) -> None:
+        # a share leaving a draining node is not given its job again (it was cancelled there)
+        # (nor a node the scheduler already moved the share away from, before the indexer shows it)
+        reserved = self.shared.scheduler.reservations.get(lease)
+        todo = [s for s in shares if s.node_key not in given and (lease, s.node_key) not in self.shared.drains
+                and (reserved is None or s.node_key in reserved.node_keys)]
+        if not todo:
+            return
+        keys = [s.node_key for s in shares]
+        if not all(self.link.online(k) for k in keys):
+            return  # a cluster job needs every peer's address; a single one its node
+        peers = [f"{self.link.host(k)}:{self.cluster_port}" for k in keys] if len(shares) > 1 else []
+        restore = await jobs.checkpoint_of(conn, lease)
+        states = await jobs.job_states(conn, lease, job.number)
+        over = job_over(states, keys)
+        ends_at = shares[0].ends_at
+        for s in todo:
+            # a node that ran the job to its end (before its agent restarted) holds the share without
+            # running it again; so does one that takes a share over after the end
+            ended = over or states.get(s.node_key) in TERMINAL
+            message = DispatchMessage(lease=lease, gpus=s.gpus, job=job.spec, job_number=job.number, job_ended=ended,
+                                      ends_at=ends_at, rank=s.rank, world_size=len(shares), peers=peers,
+                                      restore=restore, epoch=s.assigned_by)
+            try:
+                await self.link.send(s.node_key, message)
+            except NodeOffline:
+                continue
+            given.add(s.node_key)
+            self.ends_sent[(lease, s.node_key)] = ends_at
+            log.info("job.dispatched lease=%s job=%d%s node=%s rank=%d/%d restore=%d files", lease, job.number,
+                     " (ended)" if ended else "", s.node_key, s.rank, len(shares), len(restore))
+
+    async def _tell_lease_end(self, lease: str, nodes: set[NodeKey], ends_at: int) -> None:
+        """A top-up moved the lease's end: the nodes holding its share bill until the new one."""
+        for node_key in nodes:
+            if self.ends_sent.get((lease, node_key), ends_at) == ends_at:
+                continue
+            try:
+                await self.link.send(node_key, LeaseEnd(lease=lease, ends_at=ends_at))
+            except NodeOffline:
+                continue  # its next dispatch, after it reconnects, carries the end
+            self.ends_sent[(lease, node_key)] = ends_at
+            log.info("lease.end_moved lease=%s node=%s ends_at=%d", lease, node_key, ends_at)

@@ -1,0 +1,146 @@
+"""Failover: a node silent for `lost_after` (or its leases' longer downtime tolerance) is lost,
+once `Outages.may_judge` says its silence is its own; what it delivered is paid, it is slashed
+with the evidence of its silence (not when its supplier announced maintenance: a draining node's
+shares just move), and each of its shares moves to the best other qualifying node."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+import asyncpg
+from solana.rpc.async_api import AsyncClient
+from solders.pubkey import Pubkey
+
+from coordinator.attester import Attester, evidence_hash
+from coordinator.db import leases as ledger
+from coordinator.db import nodes
+from coordinator.fleet import Fleet, due_shares
+from coordinator.keys import NodeKey
+from coordinator.loops.moves import move_share
+from coordinator.outages import Outages
+from coordinator.settings import Settings
+from coordinator.state import Shared
+from coordinator.view import FleetView
+from gpunet.accounts import fetch
+from gpunet.pda import node_pda
+
+__all__ = ["Failover"]
+
+log = logging.getLogger("gpunet.coordinator.failover")
+
+
+class Failover:
+    def __init__(self, settings: Settings, pool: asyncpg.Pool, chain: AsyncClient, shared: Shared, view: FleetView,
+                 fleet: Fleet, outages: Outages, attester: Attester,
+                 settle: Callable[[NodeKey | None], Awaitable[None]]) -> None:
+        self.settings, self.pool, self.chain, self.shared, self.view = settings, pool, chain, shared, view
+        self.fleet, self.outages, self.attester, self.settle = fleet, outages, attester, settle
+        self.silent: set[NodeKey] = set()  # nodes found silent, not judged yet
+
+    async def step(self) -> None:
+        for node_key in self.fleet.newly_lost():
+            self.view.mark_offline(node_key)
+            self.shared.running_checked.pop(node_key, None)  # if it comes back, what it runs is checked again
+            self.silent.add(node_key)
+        if self.silent and self.fleet.judging() and await self.outages.may_judge():
+            for node_key in sorted(self.silent):
+                self.silent.discard(node_key)
+                if self.outages.region_paused(node_key):
+                    self.silent.add(node_key)  # judged once its region's outage is over
+                    continue
+                if not self.fleet.silent(node_key):  # heard again, or its silence was partly blind time
+                    self.fleet.unjudged(node_key)
+                    log.info("node.back node=%s (not silent for lost_after once blind time is left out)", node_key)
+                    continue
+                async with self.pool.acquire() as conn:
+                    shares = await ledger.active_shares(conn, node_key=node_key)
+                if shares:
+                    await self._lost(node_key, shares)
+        await self._move_lost_shares()
+
+    def queue(self, lease: str, lost: NodeKey) -> None:
+        self.shared.failovers.setdefault(lease, set()).add(lost)
+
+    async def _lost(self, node_key: NodeKey, shares: list[ledger.ActiveShare]) -> None:
+        # A lease's downtime tolerance (its client's choice at open, never below lost_after) delays
+        # the loss of that lease's share only: the others are judged now, it on a later pass.
+        shares, tolerated = due_shares(shares, self.fleet.silent_for(node_key), self.settings.lost_after_seconds)
+        if tolerated:
+            self.silent.add(node_key)
+        if not shares:
+            return
+        log.warning("node.lost node=%s leases=%s", node_key, [s.lease for s in shares])
+        # Pay what the node delivered before it went silent, while it still holds its shares.
+        await self.settle(node_key)
+        # Decided now, not when the silence was first noticed: the node may have been heard meanwhile,
+        # and the evidence must show silence for the whole window.
+        seen = self.fleet.nodes.get(node_key)
+        if not self.fleet.judging():  # this process stalled meanwhile: judge again once it has drained
+            self.silent.add(node_key)
+            return
+        tolerance = max(s.downtime_tolerance_seconds for s in shares)
+        if seen is None or not self.fleet.silent(node_key, tolerance):
+            self.fleet.unjudged(node_key)
+            self.silent.discard(node_key)
+            log.info("node.back node=%s (heard again before the slash was sent)", node_key)
+            return
+        silent = self.fleet.silent_for(node_key)
+        async with self.pool.acquire() as conn:
+            draining = await nodes.is_draining(conn, node_key)
+        if draining:
+            # Its supplier announced the maintenance: its shares move, nobody is slashed for it.
+            log.warning("node.lost_while_draining node=%s silent=%.1fs: its shares move without a slash", node_key, silent)
+            for share in shares:
+                self.queue(share.lease, node_key)
+            return
+        evidence = {"fault": "MissedHeartbeats", "node_key": str(node_key), "leases": [s.lease for s in shares],
+                    "last_heartbeat": round(seen.last_heartbeat, 3), "silent_seconds": round(silent, 3),
+                    "detected_at": round(time.time(), 3), "lost_after_seconds": self.settings.lost_after_seconds,
+                    "downtime_tolerance_seconds": tolerance}
+        # Slashed once per silence: a share whose lease tolerated longer is moved later without a second slash
+        # (the node is jailed since, and the program moves a jailed node's shares).
+        jailed = (await fetch(self.chain, node_pda(node_key), "Node")).jailed
+        if self.settings.slash_lost_nodes and not jailed:
+            async with self.pool.acquire() as conn:
+                fault = await nodes.record_fault(conn, node_key, shares[0].lease, "MissedHeartbeats", evidence,
+                                                 evidence_hash(evidence))
+            try:
+                sig = await self.attester.slash(node_key, "MissedHeartbeats", evidence,
+                                                lease=Pubkey.from_string(shares[0].lease))
+                async with self.pool.acquire() as conn:
+                    await nodes.set_slash_signature(conn, fault, str(sig) if sig else None)
+            except Exception:
+                log.exception("node.slash_failed node=%s", node_key)
+        for share in shares:
+            self.queue(share.lease, node_key)
+
+    async def _move_lost_shares(self) -> None:
+        failovers = self.shared.failovers
+        if not failovers:
+            return
+        async with self.pool.acquire() as conn:
+            await self.view.refresh(conn)
+            for lease, lost in list(failovers.items()):
+                for node_key in sorted(lost):
+                    if await self._move(conn, lease, node_key):
+                        lost.discard(node_key)
+                if not lost:
+                    del failovers[lease]
+
+    async def _move(self, conn: asyncpg.Connection, lease: str, lost: NodeKey) -> bool:
+        """Moves the lost node's share; True when done (or no longer needed)."""
+        scheduler = self.shared.scheduler
+        if lease not in scheduler.reservations or lost not in scheduler.reservation(lease).node_keys:
+            return True  # the lease ended meanwhile, or the share moved already
+        moved = await move_share(scheduler, self.attester, lease, lost)
+        if isinstance(moved, str):
+            await ledger.set_placement(conn, lease, "placed", f"node {lost} lost; {moved}")
+            return False
+        decision, target = moved
+        await ledger.set_placement(conn, lease, "placed", f"node {lost} lost; share moved to {target.node_key}",
+                                   list(decision.node_keys))
+        self.shared.dispatched.get(lease, set()).discard(lost)
+        log.warning("lease.failover lease=%s from=%s to=%s", lease, lost, target.node_key)
+        return True

@@ -1,0 +1,102 @@
+"""Lease end: at its end (or when its client closes it) a lease's workers are told to stop, their
+last usage is settled, and the lease is closed and finalized on chain (the rest of its escrow
+refunded)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+import asyncpg
+from solana.rpc.async_api import AsyncClient
+from solders.pubkey import Pubkey
+
+from coordinator.attester import Attester
+from coordinator.db import leases as ledger
+from coordinator.db import usage
+from coordinator.gateway import NodeOffline
+from coordinator.keys import NodeKey
+from coordinator.state import Shared, WorkerLink
+from gpunet.accounts import fetch
+from gpunet.client import TransactionFailed
+from gpunet.protocol import Cancel
+
+__all__ = ["UNPAID_WAIT_SECONDS", "LeaseEnd"]
+
+log = logging.getLogger("gpunet.coordinator.lease_end")
+
+# A closing lease's connected nodes not yet paid to its end are waited for this long before it is
+# finalized: two of the worker's usage resends (GPUNET_WORKER_USAGE_RESEND_SECONDS, 15 s).
+UNPAID_WAIT_SECONDS = 40.0
+
+
+class LeaseEnd:
+    def __init__(self, pool: asyncpg.Pool, chain: AsyncClient, shared: Shared, link: WorkerLink, attester: Attester,
+                 settle: Callable[[NodeKey | None], Awaitable[None]], *, close_grace_seconds: float) -> None:
+        self.pool, self.chain, self.shared, self.link = pool, chain, shared, link
+        self.attester, self.settle, self.close_grace_seconds = attester, settle, close_grace_seconds
+
+    async def step(self) -> None:
+        now = time.time()
+        ending = self.shared.ending
+        async with self.pool.acquire() as conn:
+            for lease, ends_at in await ledger.leases_due(conn, int(now)):
+                if lease not in ending:
+                    ending[lease] = now
+                    await self._stop_workers(lease, "the lease reached its end", ends_at)
+                elif now - ending[lease] >= self.close_grace_seconds:
+                    await self._close(lease)
+            # Closed for use (by us at its end, or by its client): the nodes' last usage is settled,
+            # then the lease is finalized (the rest of its escrow refunded).
+            for lease in await ledger.closing_leases(conn):
+                if lease not in ending:
+                    ending[lease] = now
+                    billed_until = (await fetch(self.chain, Pubkey.from_string(lease), "Lease")).billable_until
+                    await self._stop_workers(lease, "the lease was closed", billed_until)
+                elif now - ending[lease] >= self.close_grace_seconds:
+                    await self._finalize(conn, lease)
+            for lease in await ledger.closed_unended(conn):
+                await self._stop_workers(lease, "the lease was closed")
+                self.shared.forget(lease)
+                await ledger.set_placement(conn, lease, "ended", "the lease is closed")
+
+    async def _stop_workers(self, lease: str, reason: str, billing_ended_at: int | None = None) -> None:
+        reservations = self.shared.scheduler.reservations
+        for key in reservations[lease].node_keys if lease in reservations else ():
+            try:
+                await self.link.send(key, Cancel(lease=lease, reason=reason, ends_at=billing_ended_at))
+            except NodeOffline:
+                pass
+
+    async def _close(self, lease: str) -> None:
+        await self.settle(None)  # the workers' last periods first
+        await self._send("close", self.attester.close, lease)
+
+    @staticmethod
+    async def _send(action: str, send: Callable[[Pubkey], Awaitable[object]], lease: str) -> None:
+        try:
+            await send(Pubkey.from_string(lease))
+        except TransactionFailed as e:
+            log.warning("lease.%s_refused lease=%s %s", action, lease, e)
+            return
+        log.info("lease.%sd lease=%s", action, lease)
+
+    async def _finalize(self, conn: asyncpg.Connection, lease: str) -> None:
+        """Finalizes a closing lease once no usage report of it is pending and every share whose node
+        is connected is paid up to the end of billing: a worker sends again the reports this process
+        could not record (its database was down, say) only every so often, and finalizing before they
+        come would leave that usage unpayable. A connected node is waited for `UNPAID_WAIT_SECONDS`
+        at most (a report of it refused for good must not hold the client's refund until the chain's
+        settlement deadline); a node that is not connected, not at all."""
+        await self.settle(None)
+        account = await fetch(self.chain, Pubkey.from_string(lease), "Lease")
+        if type(account.status).__name__ != "Closing":
+            return  # finalized meanwhile (by anyone); the indexer will show it
+        waited = time.time() - self.shared.ending.get(lease, 0.0)
+        unpaid = [a for a in account.assignments[: account.node_count]
+                  if a.settled_until < account.billable_until and self.link.online(a.node_key)]
+        unpaid = unpaid if waited < UNPAID_WAIT_SECONDS else []
+        if (unpaid or await usage.pending_count(conn, lease)) and time.time() <= account.settle_deadline:
+            return
+        await self._send("finalize", self.attester.finalize, lease)

@@ -1,0 +1,119 @@
+"""What workers say, as the gateway hands it over (`coordinator.gateway.GatewayHandler`):
+admission, liveness into the fleet, job statuses and log lines, usage reports and checkpoints into
+the ledger. A node that speaks about a share it no longer holds is told so (and to cancel the job
+and release the GPUs), never recorded."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+import asyncpg
+from solana.rpc.async_api import AsyncClient
+
+from coordinator.db import jobs
+from coordinator.db import usage as usage_reports
+from coordinator.db import leases as ledger
+from coordinator.fleet import Fleet
+from coordinator.keys import NodeKey
+from coordinator.loops.dispatch import Dispatch
+from coordinator.loops.drain import Drain
+from coordinator.outages import Outages
+from coordinator.state import Shared, WorkerLink
+from gpunet.accounts import fetch
+from gpunet.pda import node_pda
+from gpunet.protocol import (Ack, Cancel, Checkpoint, Error, Heartbeat, Hello, JobLog, JobStatus,
+                             UsageReportMessage)
+
+__all__ = ["WorkerMessages"]
+
+log = logging.getLogger("gpunet.coordinator.workers")
+
+
+class WorkerMessages:
+    def __init__(self, pool: asyncpg.Pool, chain: AsyncClient, shared: Shared, fleet: Fleet, link: WorkerLink,
+                 outages: Outages, dispatch: Dispatch, drain: Drain) -> None:
+        self.pool, self.chain, self.shared, self.fleet, self.link = pool, chain, shared, fleet, link
+        self.outages, self.dispatch, self.drain = outages, dispatch, drain
+        self._stale_told: set[tuple[NodeKey, str, str | None]] = set()  # (node, lease, epoch) told it moved
+
+    async def admit(self, node_key: NodeKey, hello: Hello) -> str | None:
+        info = (await self.chain.get_account_info(node_pda(node_key))).value
+        if info is None:
+            return f"node {node_key} is not registered on chain (gpunet node register)"
+        # A jailed node is admitted: it gets no work (the scheduler and the program skip jailed
+        # nodes), but a node slashed for going silent usually comes back with its old job still
+        # running, and only a session can tell it to cancel the jobs of leases it no longer holds.
+        node = await fetch(self.chain, node_pda(node_key), "Node")
+        if node.jailed:
+            log.warning("worker.jailed node=%s jail_ends_at=%d (admitted; it gets no work until unjailed)",
+                        node_key, node.jail_ends_at)
+        return None
+
+    async def connected(self, node_key: NodeKey, hello: Hello) -> None:
+        self.fleet.connected(node_key, hello.simulated)
+        self.shared.running_checked.pop(node_key, None)
+        self.dispatch.reconnected(node_key)
+        log.info("worker.connected node=%s simulated=%s gpus=%d", node_key, hello.simulated, len(hello.inventory.gpus))
+
+    async def heartbeat(self, node_key: NodeKey, beat: Heartbeat) -> None:
+        self.fleet.heartbeat(node_key, beat.healthy)
+        # A node that comes back after its share moved (or after its lease ended) must neither run
+        # the job twice nor keep the GPUs reserved and billed. The ledger is asked only when the
+        # node's set of held and running leases changes (or it reconnected, or was lost), not on
+        # every heartbeat.
+        claimed = frozenset(beat.running) | frozenset(beat.held)
+        self.drain.heartbeat(node_key, claimed)
+        checked = self.shared.running_checked
+        # (While the database is down the question waits: a heartbeat is never refused for it.)
+        if claimed and checked.get(node_key) != claimed and self.outages.database_up:
+            async with self.pool.acquire() as conn:
+                held = {s.lease for s in await ledger.active_shares(conn, node_key=node_key)}
+            for lease in claimed - held:
+                with contextlib.suppress(Exception):
+                    await self.link.send(node_key, Cancel(lease=lease, reason="this node no longer holds the lease"))
+            checked[node_key] = claimed & held
+
+    async def job_status(self, node_key: NodeKey, status: JobStatus) -> None:
+        if await self._record_job_event(node_key, status):
+            self.drain.job_ended(node_key, status.lease, status.state)
+
+    async def job_log(self, node_key: NodeKey, line: JobLog) -> None:
+        await self._record_job_event(node_key, line)
+
+    async def _record_job_event(self, node_key: NodeKey, message: JobStatus | JobLog) -> bool:
+        """One job, one place: what a node says about a share it no longer holds (of an earlier
+        assignment epoch) is not recorded; the node is told once per share and epoch."""
+        async with self.pool.acquire() as conn:
+            if await jobs.record_job_event(conn, node_key, message):
+                return True
+        if (key := (node_key, message.lease, message.epoch)) not in self._stale_told:
+            self._stale_told.add(key)
+            log.warning("job.stale node=%s lease=%s epoch=%s (not its current share: refused)", node_key,
+                        message.lease, message.epoch)
+            with contextlib.suppress(Exception):
+                await self.link.send(node_key, Error(message=f"job messages of lease {message.lease} refused: "
+                                                             f"this node no longer holds that share (it moved)"))
+        return False
+
+    async def usage(self, node_key: NodeKey, report: UsageReportMessage) -> None:
+        async with self.pool.acquire() as conn:
+            await usage_reports.record_usage(conn, node_key, report)
+
+    async def checkpoint(self, node_key: NodeKey, checkpoint: Checkpoint) -> None:
+        async with self.pool.acquire() as conn:
+            recorded = await jobs.record_checkpoint(conn, node_key, checkpoint)
+        if not recorded:
+            log.warning("checkpoint.refused node=%s lease=%s (it holds no share of the running lease)",
+                        node_key, checkpoint.lease)
+            with contextlib.suppress(Exception):
+                await self.link.send(node_key, Error(message=f"checkpoint of lease {checkpoint.lease} refused: "
+                                                             f"this node holds no share of it (it moved)"))
+
+    async def worker_ack(self, node_key: NodeKey, ack: Ack) -> None:
+        if ack.error:
+            log.warning("worker.refused node=%s of=%s lease=%s error=%s", node_key, ack.of, ack.lease, ack.error)
+
+    async def disconnected(self, node_key: NodeKey) -> None:
+        self.fleet.disconnected(node_key)
+        log.info("worker.disconnected node=%s", node_key)

@@ -1,0 +1,179 @@
+"""Whether silent nodes may be judged now: the coordinator's own outages (its stalls, its database,
+its chain RPC) are blind windows that count for no node, and a correlated outage (too much of the
+fleet, or of one region, silent at once) pauses slashing instead of punishing everyone. The
+failover loop asks `may_judge` before it treats a silent node as lost; the operator can end a
+pause (`resume_slashing`); /metrics and /workers show the state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+import asyncpg
+from solana.rpc.async_api import AsyncClient
+
+from coordinator.fleet import Fleet
+from coordinator.keys import NodeKey
+from coordinator.settings import Settings
+from gpunet.catalog import region_name
+
+__all__ = ["DatabaseLost", "Outages", "WATCH_EVERY_SECONDS"]
+
+log = logging.getLogger("gpunet.coordinator")
+
+WATCH_EVERY_SECONDS = 0.2
+
+
+class DatabaseLost(Exception):
+    """The database stayed unreachable longer than the coordinator waits for it: it stops, so a
+    supervisor restarts it (with the embedded PostgreSQL, a restart starts the server again)."""
+
+
+class Outages:
+    def __init__(self, settings: Settings, pool: asyncpg.Pool, chain: AsyncClient, fleet: Fleet,
+                 region_of: Callable[[NodeKey], int | None], fatal: asyncio.Future[None]) -> None:
+        self.settings, self.pool, self.chain, self.fleet, self.region_of = settings, pool, chain, fleet, region_of
+        self.fatal = fatal  # set with DatabaseLost when the coordinator must stop
+        self.slashing_paused = False
+        self.slashing_paused_reason = ""
+        self.paused_regions: dict[int, float] = {}  # region -> since when its slashing is paused
+        # Pauses the operator ended (the outage is the suppliers'): not paused again until the silent
+        # share falls back under the threshold (the fleet's, None, or a region's).
+        self._overridden: set[int | None] = set()
+        self._paused_since = 0.0
+        self._blind_since: float | None = None  # since when this process cannot see the chain
+        self._database_down_since: float | None = None
+
+    @property
+    def database_up(self) -> bool:
+        """As the database watch last found it (every second)."""
+        return self._database_down_since is None
+
+    async def watch_database(self) -> None:
+        """A database outage is a state: decisions wait (nobody is judged, see `may_judge`) and the
+        outage is a blind window once it ends. One longer than `database_outage_exit_seconds` stops
+        the coordinator with DatabaseLost."""
+        now = time.time()
+        try:
+            async with asyncio.timeout(3):
+                async with self.pool.acquire() as conn:
+                    await conn.fetchval("SELECT 1")
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as e:
+            if self._database_down_since is None:
+                self._database_down_since = now
+                log.error("database.unreachable (%s): decisions wait for it; the coordinator stops after %.0f s",
+                          e or type(e).__name__, self.settings.database_outage_exit_seconds)
+            elif now - self._database_down_since > self.settings.database_outage_exit_seconds and not self.fatal.done():
+                self.fatal.set_exception(DatabaseLost(
+                    f"the database has not answered for {now - self._database_down_since:.0f} s "
+                    f"(GPUNET_DATABASE_OUTAGE_EXIT_SECONDS={self.settings.database_outage_exit_seconds:g}); "
+                    "check it (or the embedded server's log in GPUNET_STATE_DIR) and start the coordinator again"))
+            return
+        if self._database_down_since is not None:
+            self.fleet.add_blind(self._database_down_since, now)
+            log.warning("database.back after %.1f s", now - self._database_down_since)
+            self._database_down_since = None
+
+    async def watch_own_stalls(self) -> None:
+        """Notices this process's own stalls (its event loop blocked, the process stopped): a short
+        sleep that wakes late by more than `stall_after_seconds` means nothing was observed meanwhile."""
+        stall = self.fleet.watch(WATCH_EVERY_SECONDS, self.settings.stall_after_seconds)
+        if stall:
+            log.warning("coordinator.stalled seconds=%.1f (its own pause: nobody's silence includes it; nodes are "
+                        "judged again once their waiting messages are read)", stall)
+
+    async def may_judge(self) -> bool:
+        """Whether silent nodes may be treated as lost now: this process sees its database (the
+        database watch says) and the chain (else the outage is a blind window, not the nodes'
+        fault), and the silence is not correlated (more than `max_lost_fraction` of the fleet silent
+        at once points at us or the network, not at the suppliers: slashing pauses until enough of
+        the fleet is heard again)."""
+        if self._database_down_since is not None:
+            return False  # the database watch keeps that outage (and records its blind window)
+        problem = await self._chain_outage()
+        now = self.fleet.clock()  # the fleet's windows are on its clock
+        if problem:
+            if self._blind_since is None:
+                self._blind_since = now
+                log.warning("coordinator.blind %s: nobody is judged until it answers again", problem)
+            return False
+        if self._blind_since is not None:
+            self.fleet.add_blind(self._blind_since, now)
+            log.warning("coordinator.sighted after %.1f s blind", now - self._blind_since)
+            self._blind_since = None
+            return False  # heartbeats of the blind window are read first
+        silent, of = self.fleet.silent_share(self.settings.fleet_window_seconds)
+        pause = of > 0 and silent / of > self.settings.max_lost_fraction
+        if not pause:
+            self._overridden.discard(None)
+        pause = pause and None not in self._overridden
+        if pause != self.slashing_paused:
+            self.slashing_paused = pause
+            if pause:
+                self._paused_since = now
+                self.slashing_paused_reason = (f"{silent} of {of} nodes silent at once (more than "
+                                               f"{self.settings.max_lost_fraction:.0%}): a correlated outage")
+                log.warning("slashing.paused %s; no node is slashed or moved until the fleet is heard again",
+                            self.slashing_paused_reason)
+            else:
+                # Silence during a correlated outage says nothing about a node: it counts for nobody,
+                # so the last nodes to reconnect get their full lost_after, like after a stall.
+                self.fleet.add_blind(self._paused_since, now)
+                log.warning("slashing.resumed %d of %d nodes silent", silent, of)
+                self.slashing_paused_reason = ""
+                return False
+        if not pause:
+            self._pause_regions(now)
+        return not pause
+
+    def region_paused(self, node_key: NodeKey) -> bool:
+        return self.region_of(node_key) in self.paused_regions
+
+    def resume_slashing(self, region: int | None = None) -> str:
+        """The operator confirms that a paused outage (the fleet's, or `region`'s) is the suppliers':
+        slashing resumes at once, the silence counts (no excuse), and that pause is not taken again
+        until the silent share falls back under the threshold. Raises LookupError if not paused."""
+        if region is None:
+            if not self.slashing_paused:
+                raise LookupError("slashing is not paused for the fleet")
+            self.slashing_paused, self.slashing_paused_reason = False, ""
+        else:
+            if self.paused_regions.pop(region, None) is None:
+                raise LookupError(f"slashing is not paused in region {region_name(region)}")
+        self._overridden.add(region)
+        where = "the fleet" if region is None else f"region {region_name(region)}"
+        log.warning("slashing.resumed_by_operator %s: the silent nodes are judged now, their silence counts", where)
+        return where
+
+    def _pause_regions(self, now: float) -> None:
+        """The correlated-outage rule per region: a region most of whose nodes go silent at once (a
+        regional power cut, a partition) pauses slashing there only; its silence during the pause
+        then counts for none of its nodes."""
+        shares = self.fleet.silent_regions(self.settings.fleet_window_seconds, self.region_of,
+                                           self.settings.region_min_nodes)
+        for region, (silent, of) in shares.items():
+            if silent / of <= self.settings.max_lost_fraction:
+                self._overridden.discard(region)
+            elif region not in self.paused_regions and region not in self._overridden:
+                self.paused_regions[region] = now
+                log.warning("slashing.paused region=%s: %d of its %d nodes silent at once; none of them is "
+                            "slashed or moved until the region is heard again", region_name(region), silent, of)
+        for region, since in list(self.paused_regions.items()):
+            silent, of = shares.get(region, (0, 0))
+            if of and silent / of > self.settings.max_lost_fraction:
+                continue
+            del self.paused_regions[region]
+            self.fleet.add_blind(since, now, [k for k in self.fleet.nodes if self.region_of(k) == region])
+            log.warning("slashing.resumed region=%s: %d of %d nodes silent", region_name(region), silent, of)
+
+    async def _chain_outage(self) -> str | None:
+        """Why this process cannot see the chain now, if it cannot (then nobody is judged)."""
+        try:
+            async with asyncio.timeout(3):
+                await self.chain.get_slot()
+        except Exception as e:  # any transport error: the chain is not reachable from here
+            return f"the chain RPC does not answer ({e or type(e).__name__})"
+        return None

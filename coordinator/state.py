@@ -1,0 +1,71 @@
+"""What the coordinator's loops share in memory, in one object, and how each loop reaches the
+workers (`WorkerLink`, the gateway's send side).
+
+Everything else a loop needs it reads from the ledger (PostgreSQL) or the chain, so a restarted
+coordinator rebuilds this from them: the scheduler's reservations from the chain's assignments
+(`FleetView.refresh`), jobs dispatched again (a worker acknowledges a job it has), lost nodes
+found again (they are still silent), drains started again (the node is still draining).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from coordinator.keys import NodeKey
+from coordinator.scheduler import Scheduler
+
+__all__ = ["DrainMove", "Shared", "WorkerLink"]
+
+
+class WorkerLink(Protocol):
+    """The gateway as the loops use it: who is connected, and sending them coordinator messages."""
+
+    def online(self, node_key: NodeKey) -> bool: ...
+
+    def latency_ms(self, node_key: NodeKey) -> float | None: ...
+
+    def host(self, node_key: NodeKey) -> str: ...
+
+    async def send(self, node_key: NodeKey, message: Any) -> None:
+        """Raises `coordinator.gateway.NodeOffline` when the node has no session."""
+
+
+@dataclass
+class DrainMove:
+    """A share leaving a draining node: its job was cancelled there at `cancelled_at`."""
+
+    cancelled_at: float
+    stopped: bool = False  # the job is not running there (it reported its end, or had none going)
+    released: bool = False  # then a heartbeat showed the share released: its last report and checkpoint are in
+
+
+@dataclass
+class Shared:
+    """The in-memory state more than one loop reads or writes (who writes what is noted per field)."""
+
+    # Placement's view of the fleet and the GPUs reserved on it (FleetView refreshes it; placement,
+    # failover and drain change reservations; dispatch and lease end read them).
+    scheduler: Scheduler
+    # lease -> nodes this process gave the lease's current job (dispatch; a reconnect or a move clears a node)
+    dispatched: dict[str, set[NodeKey]] = field(default_factory=dict)
+    # lease -> lost nodes whose share still has to move (failover; drain leaves those shares alone)
+    failovers: dict[str, set[NodeKey]] = field(default_factory=dict)
+    # lease -> when its workers were told to stop (lease end; dispatch and drain skip the lease)
+    ending: dict[str, float] = field(default_factory=dict)
+    # (lease, draining node) -> its share's move (drain; dispatch skips the share; worker messages advance it)
+    drains: dict[tuple[str, NodeKey], DrainMove] = field(default_factory=dict)
+    # node -> the leases its last checked heartbeat claimed and it holds (worker messages; failover clears a lost node)
+    running_checked: dict[NodeKey, frozenset[str]] = field(default_factory=dict)
+
+    def region(self, node_key: NodeKey) -> int | None:
+        view = self.scheduler.nodes.get(node_key)
+        return None if view is None else view.region
+
+    def forget(self, lease: str) -> None:
+        """The lease is over: nothing of it is kept."""
+        if lease in self.scheduler.reservations:
+            self.scheduler.release(lease)
+        self.dispatched.pop(lease, None)
+        self.failovers.pop(lease, None)
+        self.ending.pop(lease, None)

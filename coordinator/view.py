@@ -1,0 +1,63 @@
+"""The scheduler's view of the fleet, rebuilt from the ledger (registered nodes, their providers'
+stake, their reliability history) and the gateway's liveness on every pass of the loops that
+place or move shares. Placements already on chain are restored into it, so it never gives the
+same GPUs twice, even after a restart."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+import asyncpg
+from solders.pubkey import Pubkey
+
+from coordinator.db import leases as ledger
+from coordinator.db.nodes import registered_nodes
+from coordinator.fleet import Fleet
+from coordinator.scheduler import LeaseRequest, NodeView, PlacedShare, Placement, SchedulerError
+from coordinator.state import Shared, WorkerLink
+
+__all__ = ["FleetView"]
+
+log = logging.getLogger("gpunet.coordinator.view")
+
+
+class FleetView:
+    def __init__(self, shared: Shared, fleet: Fleet, link: WorkerLink) -> None:
+        self.shared, self.fleet, self.link = shared, fleet, link
+
+    async def refresh(self, conn: asyncpg.Connection) -> None:
+        scheduler, fleet = self.shared.scheduler, self.fleet
+        rows = await registered_nodes(conn)
+        for r in rows:
+            key = Pubkey.from_string(r["node_key"])
+            seen = fleet.nodes.get(key)
+            scheduler.upsert_node(NodeView(
+                node=Pubkey.from_string(r["node"]), node_key=key, provider_authority=Pubkey.from_string(r["authority"]),
+                gpu_model=r["gpu_model"], gpu_count=r["gpu_count"], vram_gb=r["vram_gb"], region=r["region"],
+                price_per_gpu_hour=int(r["price_per_gpu_hour"]),
+                gpus_leased=0,  # the scheduler counts reservations itself (restored below)
+                bonded_stake=int(r["bonded_stake"]), provider_staked=int(r["staked"]), provider_bonded=int(r["bonded"]),
+                jailed=r["jailed"], draining=r["draining"], online=fleet.online(key), healthy=fleet.healthy(key),
+                simulated=bool(seen and seen.simulated), latency_ms=self.link.latency_ms(key),
+                completed_shares=r["completed"], failed_shares=r["failed"]))
+        registered = {Pubkey.from_string(r["node_key"]) for r in rows}
+        for gone in [k for k in scheduler.nodes if k not in registered]:  # deregistered meanwhile
+            with contextlib.suppress(SchedulerError):
+                scheduler.remove_node(gone)
+        # Leases assigned on chain that the scheduler does not hold (placed before a restart).
+        by_lease: dict[str, list[ledger.ActiveShare]] = {}
+        for share in await ledger.active_shares(conn):
+            by_lease.setdefault(share.lease, []).append(share)
+        for lease, shares in by_lease.items():
+            if lease in scheduler.reservations or lease in self.shared.failovers:
+                continue
+            try:
+                placed = tuple(PlacedShare.of(scheduler.nodes[s.node_key], s.gpus) for s in shares)
+                scheduler.restore(Placement(LeaseRequest(lease, shares[0].terms), placed))
+            except (KeyError, SchedulerError) as e:
+                log.warning("placement.restore_failed lease=%s %s", lease, e)
+
+    def mark_offline(self, node_key: Pubkey) -> None:
+        if node_key in self.shared.scheduler.nodes:
+            self.shared.scheduler.update_node(node_key, online=False)
