@@ -56,7 +56,12 @@ pub mod gpunet {
         RegisterNode::handler(ctx, spec)
     }
 
-    pub fn update_node(ctx: Context<UpdateNode>, region: u16, price_per_gpu_hour: u64, inventory_hash: [u8; 32]) -> Result<()> {
+    pub fn update_node(
+        ctx: Context<UpdateNode>,
+        region: u16,
+        price_per_gpu_hour: u64,
+        inventory_hash: [u8; 32],
+    ) -> Result<()> {
         UpdateNode::handler(ctx, region, price_per_gpu_hour, inventory_hash)
     }
 
@@ -73,7 +78,12 @@ pub mod gpunet {
     }
 
     // --- leases
-    pub fn open_lease(ctx: Context<OpenLease>, lease_id: u64, terms: LeaseTerms, downtime_tolerance_seconds: u32) -> Result<()> {
+    pub fn open_lease(
+        ctx: Context<OpenLease>,
+        lease_id: u64,
+        terms: LeaseTerms,
+        downtime_tolerance_seconds: u32,
+    ) -> Result<()> {
         OpenLease::handler(ctx, lease_id, terms, downtime_tolerance_seconds)
     }
 
