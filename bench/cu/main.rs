@@ -158,7 +158,7 @@ fn per_instruction() -> Vec<(String, Vec<u64>)> {
     record("finalize_lease", consumed(h.finalize(&client.wallet, &single, &client.tokens), "finalize_lease"));
     h.send(&[h.unjail_node_ix(&suppliers[0], &nodes[0].node)], &[&suppliers[0].wallet]).expect("unjail");
 
-    let cluster_gpus = 2 * MAX_LEASE_NODES as u8;
+    let cluster_gpus = 2 * MAX_LEASE_NODES;
     let cluster = LeaseRef::new(client.wallet.pubkey(), 2);
     let open = h.send(&[h.open_lease_ix(&client, &cluster, terms(cluster_gpus, 1))], &[&client.wallet]);
     record("open_lease", consumed(open, "open_lease"));
@@ -211,7 +211,7 @@ fn settle_batches(shape: Shape) {
                     h.node(&s, h100_spec(1))
                 })
                 .collect();
-            let lease = h.open_lease(&client, 1, terms(reports as u8, 1));
+            let lease = h.open_lease(&client, 1, terms(reports, 1));
             h.assign(&lease, &nodes.iter().map(|n| (n, 1)).collect::<Vec<_>>()).expect("assign");
             pairs.extend(nodes.into_iter().map(|n| (lease, n)));
         }

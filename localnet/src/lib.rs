@@ -167,7 +167,7 @@ struct ContextGuard(*mut InvokeContext<'static>);
 
 impl ContextGuard {
     fn enter(invoke_context: &mut InvokeContext) -> Self {
-        let ptr = invoke_context as *mut InvokeContext as *mut InvokeContext<'static>;
+        let ptr = std::ptr::from_mut(invoke_context).cast::<InvokeContext<'static>>();
         Self(INVOKE_CONTEXT.with(|current| current.replace(ptr)))
     }
 }

@@ -43,9 +43,10 @@ impl AccountOpts {
                 ))
             }
             Some(other) => {
+                let expected = "`binary`, `base58`, `base64`, `jsonParsed`, `base64+zstd`";
                 return Err(RpcError::invalid_params_serde(format!(
-                "unknown variant `{other}`, expected one of `binary`, `base58`, `base64`, `jsonParsed`, `base64+zstd`"
-            )))
+                    "unknown variant `{other}`, expected one of {expected}"
+                )));
             }
         };
         let data_slice = match cfg.0.get("dataSlice") {

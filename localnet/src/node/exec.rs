@@ -1,5 +1,4 @@
 //! Transaction execution: sendTransaction (with preflight), simulateTransaction, requestAirdrop.
-#![allow(clippy::result_large_err)] // LiteSVM's own result types
 
 use {
     super::{

@@ -1,7 +1,6 @@
 //! gpunet: GPU suppliers stake IO and register nodes, clients lease them from an escrow,
 //! attesters settle signed usage out of that escrow and slash faulty suppliers.
 #![deny(arithmetic_overflow)]
-#![allow(unexpected_cfgs)]
 // Anchor 0.31's generated IDL-account handlers call the deprecated `realloc`, outside our module
 // (they are compiled only without the default `no-idl` feature).
 #![allow(deprecated)]

@@ -228,7 +228,7 @@ fn a_missing_or_misplaced_ed25519_instruction_is_refused() {
     let report = h.full_use_report(&lease, &node, 60);
     let [sig_ix, settle_ix] = h.usage_ixs(&lease, &node, report);
     let attester = h.attester.insecure_clone();
-    assert_error(h.send(&[settle_ix.clone()], &[&attester]), GpunetError::MissingEd25519Instruction);
+    assert_error(h.send(std::slice::from_ref(&settle_ix), &[&attester]), GpunetError::MissingEd25519Instruction);
     // an unrelated instruction between the signature and the settlement
     let noop = solana_system_interface::instruction::transfer(&attester.pubkey(), &attester.pubkey(), 1);
     assert_error(
