@@ -1,24 +1,35 @@
 """A gpunet market on a local cluster in a few calls: the admin's initialisation, suppliers with
-registered nodes, funded clients. Used by the demo, the benchmarks and the tests, so they all
-set up the chain the same way (IO in each wallet's associated token account, as the CLI does)."""
+registered nodes, funded clients, and a lease's life (open, assign, settle, slash, close). Used by
+the demo, the benchmarks and the tests, so they all set up the chain the same way (IO in each
+wallet's associated token account, as the CLI does). Every gpunet transaction the market sends goes
+through `Market.send`, which records its signature: tests hold an indexer to what was sent."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from solana.rpc.async_api import AsyncClient
+from solders.instruction import Instruction
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
+from solders.signature import Signature
 
 from gpunet import instructions as ix
+from gpunet.accounts import fetch
 from gpunet.amounts import IO
-from gpunet.client import send_and_confirm
+from gpunet.client import TransactionFailed, send_and_confirm
 from gpunet.localnet import localnet_deployer
+from gpunet.pda import lease_pda, node_pda, provider_pda
 from gpunet.tokens import create_mint, ensure_io_account, mint_io
+from gpunet.usage import UsageReport
 
-__all__ = ["Market", "Supplier", "funded_deployer", "funded_wallet"]
+__all__ = ["Client", "Market", "Supplier", "funded_deployer", "funded_wallet"]
 
 SOL = 10**9
+# What a supplier keeps beside its stake, and a client holds unless told: room for more stakes and leases.
+SPARE_IO = 10_000 * IO
 
 
 async def funded_wallet(chain: AsyncClient, sol: int = 10, keypair: Keypair | None = None) -> Keypair:
@@ -35,29 +46,64 @@ async def funded_deployer(chain: AsyncClient, sol: int = 100) -> Keypair:
 
 @dataclass(frozen=True)
 class Supplier:
+    """A provider that staked and registered one H100 node."""
+
     wallet: Keypair
     node_key: Keypair
+    tokens: Pubkey  # the wallet's IO account
     gpus: int
+    price: int  # per GPU-hour, as registered
+
+    @property
+    def provider(self) -> Pubkey:
+        return provider_pda(self.wallet.pubkey())
+
+    @property
+    def node(self) -> Pubkey:
+        return node_pda(self.node_key.pubkey())
+
+    def share(self, gpus: int) -> ix.Share:
+        """`gpus` of this node in a lease, at the registered price."""
+        return ix.Share(self.node_key.pubkey(), self.wallet.pubkey(), gpus, self.price)
+
+
+@dataclass(frozen=True)
+class Client:
+    wallet: Keypair
+    tokens: Pubkey  # the wallet's IO account
 
 
 class Market:
-    """An initialised gpunet whose admin holds the IO mint and is the (only) attester."""
+    """An initialised gpunet whose admin holds the IO mint and whose one attester is the admin unless
+    another key was given."""
 
-    def __init__(self, chain: AsyncClient, admin: Keypair, mint: Pubkey) -> None:
-        self.chain, self.admin, self.mint = chain, admin, mint
+    def __init__(self, chain: AsyncClient, admin: Keypair, attester: Keypair, mint: Pubkey,
+                 params: ix.ConfigParams) -> None:
+        self.chain, self.admin, self.attester, self.mint, self.params = chain, admin, attester, mint, params
+        self.treasury = params.treasury
+        self.signatures: list[Signature] = []  # of every transaction `send` sent, in the order they landed
 
     @classmethod
-    async def create(cls, chain: AsyncClient, *, admin: Keypair | None = None, usage_period_seconds: int = 3,
-                     min_stake_per_gpu: int = 10 * IO, jail_seconds: int = 3_600, unbonding_seconds: int = 3_600,
-                     protocol_fee_bps: int = 500) -> Market:
+    async def create(cls, chain: AsyncClient, *, admin: Keypair | None = None, attester: Keypair | None = None,
+                     usage_period_seconds: int = 3, min_stake_per_gpu: int = 10 * IO, jail_seconds: int = 3_600,
+                     unbonding_seconds: int = 3_600, protocol_fee_bps: int = 500) -> Market:
         admin = admin or await funded_deployer(chain)
+        attester = attester or admin
         mint = await create_mint(chain, admin)
-        treasury = await ensure_io_account(chain, admin, admin.pubkey(), mint)
-        await send_and_confirm(chain, admin, [ix.initialize(admin.pubkey(), mint, ix.ConfigParams(
-            treasury=treasury, protocol_fee_bps=protocol_fee_bps, min_stake_per_gpu=min_stake_per_gpu,
-            unbonding_seconds=unbonding_seconds, usage_period_seconds=usage_period_seconds, jail_seconds=jail_seconds,
-            slash_bps=(1_000, 2_000, 5_000), slash_client_share_bps=5_000, attesters=[admin.pubkey()]))])
-        return cls(chain, admin, mint)
+        params = ix.ConfigParams(
+            treasury=await ensure_io_account(chain, admin, admin.pubkey(), mint), protocol_fee_bps=protocol_fee_bps,
+            min_stake_per_gpu=min_stake_per_gpu, unbonding_seconds=unbonding_seconds,
+            usage_period_seconds=usage_period_seconds, jail_seconds=jail_seconds, slash_bps=(1_000, 2_000, 5_000),
+            slash_client_share_bps=5_000, attesters=[attester.pubkey()])
+        market = cls(chain, admin, attester, mint, params)
+        await market.send(admin, [ix.initialize(admin.pubkey(), mint, params)])
+        return market
+
+    async def send(self, payer: Keypair, ixs: Sequence[Instruction], signers: Sequence[Keypair] = ()) -> Signature:
+        """Sends and confirms one transaction and records its signature."""
+        sig = await send_and_confirm(self.chain, payer, ixs, signers)
+        self.signatures.append(sig)
+        return sig
 
     async def fund(self, owner: Pubkey, amount: int) -> Pubkey:
         """Mints `amount` IO base units to the owner's IO account (created when missing)."""
@@ -65,18 +111,84 @@ class Market:
         await mint_io(self.chain, self.admin, self.mint, account, amount)
         return account
 
-    async def supplier(self, gpus: int, price_per_gpu_hour: int, stake: int, *, vram_gb: int = 80, region: int = 1,
+    async def supplier(self, gpus: int = 2, price_per_gpu_hour: int = 2 * IO, stake: int = 100 * IO, *,
                        inventory_hash: bytes = bytes(32), node_key: Keypair | None = None) -> Supplier:
-        """A provider that stakes `stake` and registers one H100 node of `gpus` GPUs."""
+        """A provider that stakes `stake` and registers one H100 node of `gpus` GPUs, in one transaction."""
         wallet, node_key = await funded_wallet(self.chain), node_key or Keypair()
-        tokens = await self.fund(wallet.pubkey(), stake + 100 * IO)
-        await send_and_confirm(self.chain, wallet, [
+        tokens = await self.fund(wallet.pubkey(), stake + SPARE_IO)
+        await self.send(wallet, [
             ix.register_provider(wallet.pubkey(), self.mint), ix.stake(wallet.pubkey(), tokens, stake),
             ix.register_node(wallet.pubkey(), node_key.pubkey(),
-                             ix.NodeSpec(1, gpus, vram_gb, region, price_per_gpu_hour, inventory_hash))], [node_key])
-        return Supplier(wallet, node_key, gpus)
+                             ix.NodeSpec(1, gpus, 80, 1, price_per_gpu_hour, inventory_hash))], [node_key])
+        return Supplier(wallet, node_key, tokens, gpus, price_per_gpu_hour)
 
-    async def client(self, io: int) -> tuple[Keypair, Pubkey]:
+    async def client(self, io: int = SPARE_IO) -> Client:
         """A funded client wallet and its IO account holding `io` base units."""
         wallet = await funded_wallet(self.chain, 100)
-        return wallet, await self.fund(wallet.pubkey(), io)
+        return Client(wallet, await self.fund(wallet.pubkey(), io))
+
+    async def open_lease(self, c: Client, lease_id: int, gpus: int, seconds: int = 3_600) -> Pubkey:
+        """Any GPU model with 24 GB or more, anywhere, at 3 IO per GPU-hour at most."""
+        terms = ix.LeaseTerms(ix.ANY, 24, gpus, ix.ANY, 3 * IO, seconds)
+        await self.send(c.wallet, [ix.open_lease(c.wallet.pubkey(), c.tokens, self.mint, lease_id, terms)])
+        return lease_pda(c.wallet.pubkey(), lease_id)
+
+    async def assign(self, lease: Pubkey, shares: list[tuple[Supplier, int]]) -> None:
+        await self.send(self.attester, [ix.assign_lease(self.attester.pubkey(), lease,
+                                                        [s.share(gpus) for s, gpus in shares])])
+
+    async def settle(self, lease: Pubkey, s: Supplier, seconds: int = 1) -> Signature:
+        """Settles the next `seconds` of the share at full use, waiting for the chain clock if needed."""
+        state = await fetch(self.chain, lease, "Lease")
+        share = next(a for a in state.assignments[: state.node_count] if a.node == s.node)
+        start = share.settled_until
+        report = UsageReport(share.last_seq + 1, start, start + seconds, seconds * share.gpus)
+        for _ in range(100):
+            try:
+                return await self.send(self.attester, ix.signed_settlement(
+                    self.attester.pubkey(), self.treasury, lease, s.node_key, s.wallet.pubkey(), s.tokens, report))
+            except TransactionFailed as e:  # BadPeriod until the chain's clock passes the period's end
+                if e.program_error is None or e.program_error.name != "BadPeriod":
+                    raise
+                await asyncio.sleep(0.25)
+        raise TimeoutError("the chain clock never passed the period end")
+
+    async def slash(self, s: Supplier, victim: tuple[Pubkey, Client] | None = None) -> None:
+        """Slashes `s` for missed heartbeats; `victim`: the lease and client that get the client share."""
+        await self.send(self.attester, [ix.slash_provider(
+            self.attester.pubkey(), self.treasury, s.node_key.pubkey(), s.wallet.pubkey(), "MissedHeartbeats",
+            bytes(range(32)), victim=(victim[0], victim[1].tokens) if victim else None)])
+
+    async def close(self, c: Client, lease: Pubkey) -> None:
+        """The client closes; the attester, with nothing more to settle, finalizes at once."""
+        state = await fetch(self.chain, lease, "Lease")
+        await self.send(c.wallet, [ix.close_lease(c.wallet.pubkey(), c.wallet.pubkey(), c.tokens, lease,
+                                                  [a.node for a in state.assignments[: state.node_count]])])
+        await self.send(self.attester, [ix.finalize_lease(self.attester.pubkey(), c.wallet.pubkey(), c.tokens, lease)])
+
+    async def every_event_kind(self) -> dict[str, object]:
+        """Every kind of gpunet event at least once; the accounts involved. Needs a market created with
+        `jail_seconds=0` and `unbonding_seconds=0` (the slashed supplier unjails and withdraws at once)."""
+        await self.send(self.admin, [ix.update_config(self.admin.pubkey(), self.params)])
+        ada, bob, cyd = await self.supplier(), await self.supplier(), await self.supplier()
+        await self.send(cyd.wallet, [ix.update_node(cyd.wallet.pubkey(), cyd.node_key.pubkey(), 2, 2 * IO,
+                                                    bytes([7] * 32))])
+        dev = await self.client()
+        lease = await self.open_lease(dev, 1, gpus=4)
+        await self.assign(lease, [(ada, 2), (bob, 2)])
+        await self.send(dev.wallet, [ix.top_up_lease(dev.wallet.pubkey(), dev.tokens, lease, 600)])
+        await self.settle(lease, ada)
+        await self.settle(lease, bob)
+        await self.slash(bob, victim=(lease, dev))
+        await self.send(self.attester, [ix.reassign_lease(self.attester.pubkey(), lease, bob.node_key.pubkey(),
+                                                          cyd.share(2))])
+        await self.settle(lease, cyd)
+        await self.settle(lease, ada)
+        await self.close(dev, lease)
+        for draining in (True, False):  # cyd's announced maintenance, and its end
+            await self.send(cyd.wallet, [ix.set_node_draining(cyd.wallet.pubkey(), cyd.node_key.pubkey(), draining)])
+        await self.send(bob.wallet, [ix.unjail_node(bob.wallet.pubkey(), bob.node_key.pubkey())])
+        await self.send(bob.wallet, [ix.deregister_node(bob.wallet.pubkey(), bob.node_key.pubkey())])
+        await self.send(bob.wallet, [ix.request_unstake(bob.wallet.pubkey(), 10 * IO)])
+        await self.send(bob.wallet, [ix.withdraw_unstaked(bob.wallet.pubkey(), bob.tokens)])
+        return {"lease": lease, "suppliers": [ada, bob, cyd], "client": dev}

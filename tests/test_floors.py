@@ -1,8 +1,8 @@
 """The floors of the house, read from the source (ast, nothing imported): the SDK (`gpunet/` less
 the floor on top) imports neither service and has no import cycle; the coordinator and the worker
 stand on the SDK only; the command line (`gpunet/cli/`) and the demo (`gpunet/demo/`) stand on
-all three. An import inside a function counts like one at the top: a lazy import still points an
-arrow, and a lazy cycle is still a cycle."""
+all three; the benchmarks import no test code. An import inside a function counts like one at the
+top: a lazy import still points an arrow, and a lazy cycle is still a cycle."""
 
 from __future__ import annotations
 
@@ -73,6 +73,15 @@ def test_the_services_stand_on_the_sdk_only():
         for name, path in _modules(service).items():
             found += [f"{path.relative_to(REPO)}:{line} imports {t}" for t, line in _imports(name, path)
                       if _under(t, forbidden)]
+    assert not found, "\n".join(found)
+
+
+def test_the_benchmarks_import_no_test_code():
+    """bench/ measures what ships: its set-up comes from the SDK (gpunet.testbed), never from tests/."""
+    benches = sorted((REPO / "bench").rglob("*.py"))
+    assert benches, "no benchmark found under bench/"
+    found = [f"{path.relative_to(REPO)}:{line} imports {target}" for path in benches
+             for target, line in _imports(_module_name(path), path) if _under(target, ("tests",))]
     assert not found, "\n".join(found)
 
 

@@ -64,7 +64,8 @@ class Deployment:
     async def initialise(self, admin: Keypair) -> None:
         self.market = await Market.create(self.chain, admin=admin)
         self.admin, self.mint = admin, self.market.mint
-        self.client, self.client_tokens = await self.market.client(1_000_000 * IO)
+        client = await self.market.client(1_000_000 * IO)
+        self.client, self.client_tokens = client.wallet, client.tokens
 
     async def add_nodes(self, count: int, gpus: int) -> None:
         for _ in range(count):

@@ -70,7 +70,10 @@ fn main() {
         .map(|(name, samples)| (name, samples.iter().copied().max().unwrap_or(0)))
         .max_by_key(|(_, cu)| *cu)
         .expect("rows");
-    println!("\nmost expensive: {worst} at {worst_cu} CU ({}% of the 200,000 an instruction gets by default)", worst_cu * 100 / DEFAULT_INSTRUCTION_CU);
+    println!(
+        "\nmost expensive: {worst} at {worst_cu} CU ({}% of the 200,000 an instruction gets by default)",
+        worst_cu * 100 / DEFAULT_INSTRUCTION_CU
+    );
 
     println!("\nlargest settle_usage batch in one transaction (limits: {PACKET_BYTES} bytes, default compute)");
     for shape in [Shape::OneClusterLease, Shape::SeparateLeases] {
@@ -98,7 +101,10 @@ fn per_instruction() -> Vec<(String, Vec<u64>)> {
     let params = h.default_params();
     let admin = h.admin.insecure_clone();
     record("initialize", consumed(h.send(&[h.initialize_ix(&params)], &[&admin]), "initialize"));
-    record("update_config", consumed(h.send(&[h.update_config_ix(&admin.pubkey(), &params)], &[&admin]), "update_config"));
+    record(
+        "update_config",
+        consumed(h.send(&[h.update_config_ix(&admin.pubkey(), &params)], &[&admin]), "update_config"),
+    );
 
     // One supplier per node, as a cluster lease across suppliers is the costlier case.
     let mut suppliers = Vec::new();
@@ -130,9 +136,15 @@ fn per_instruction() -> Vec<(String, Vec<u64>)> {
 
     let client = h.client(1_000_000 * IO);
     let single = LeaseRef::new(client.wallet.pubkey(), 1);
-    record("open_lease", consumed(h.send(&[h.open_lease_ix(&client, &single, terms(2, 1))], &[&client.wallet]), "open_lease"));
+    record(
+        "open_lease",
+        consumed(h.send(&[h.open_lease_ix(&client, &single, terms(2, 1))], &[&client.wallet]), "open_lease"),
+    );
     record("assign_lease (1 node)", consumed(h.assign(&single, &[(&nodes[0], 2)]), "assign_lease"));
-    record("top_up_lease", consumed(h.send(&[h.top_up_lease_ix(&client, &single, 3_600)], &[&client.wallet]), "top_up_lease"));
+    record(
+        "top_up_lease",
+        consumed(h.send(&[h.top_up_lease_ix(&client, &single, 3_600)], &[&client.wallet]), "top_up_lease"),
+    );
     h.advance(USAGE_PERIOD_SECONDS);
     let report = h.full_use_report(&single, &nodes[0], USAGE_PERIOD_SECONDS);
     record("settle_usage (+ Ed25519 check)", consumed(h.settle(&single, &nodes[0], report), "settle_usage"));
@@ -146,7 +158,7 @@ fn per_instruction() -> Vec<(String, Vec<u64>)> {
     record("finalize_lease", consumed(h.finalize(&client.wallet, &single, &client.tokens), "finalize_lease"));
     h.send(&[h.unjail_node_ix(&suppliers[0], &nodes[0].node)], &[&suppliers[0].wallet]).expect("unjail");
 
-    let cluster_gpus = 2 * MAX_LEASE_NODES as u8;
+    let cluster_gpus = 2 * MAX_LEASE_NODES;
     let cluster = LeaseRef::new(client.wallet.pubkey(), 2);
     let open = h.send(&[h.open_lease_ix(&client, &cluster, terms(cluster_gpus, 1))], &[&client.wallet]);
     record("open_lease", consumed(open, "open_lease"));
@@ -193,11 +205,13 @@ fn settle_batches(shape: Shape) {
     let mut pairs: Vec<(LeaseRef, GpuNode)> = Vec::new();
     match shape {
         Shape::OneClusterLease => {
-            let nodes: Vec<GpuNode> = (0..reports).map(|_| {
-                let s = h.supplier(1_000 * IO);
-                h.node(&s, h100_spec(1))
-            }).collect();
-            let lease = h.open_lease(&client, 1, terms(reports as u8, 1));
+            let nodes: Vec<GpuNode> = (0..reports)
+                .map(|_| {
+                    let s = h.supplier(1_000 * IO);
+                    h.node(&s, h100_spec(1))
+                })
+                .collect();
+            let lease = h.open_lease(&client, 1, terms(reports, 1));
             h.assign(&lease, &nodes.iter().map(|n| (n, 1)).collect::<Vec<_>>()).expect("assign");
             pairs.extend(nodes.into_iter().map(|n| (lease, n)));
         }
@@ -222,7 +236,8 @@ fn settle_batches(shape: Shape) {
             .iter()
             .flat_map(|(lease, node)| h.usage_ixs(lease, node, h.full_use_report(lease, node, USAGE_PERIOD_SECONDS)))
             .collect();
-        let tx = Transaction::new_signed_with_payer(&ixs, Some(&attester.pubkey()), &[&attester], h.svm.latest_blockhash());
+        let tx =
+            Transaction::new_signed_with_payer(&ixs, Some(&attester.pubkey()), &[&attester], h.svm.latest_blockhash());
         let bytes = bincode::serialize(&tx).expect("serialize").len();
         let cu = consumed(h.send(&ixs, &[&attester]), "settle batch");
         // Precompiles and builtins get a small reservation, not 200k; counting only the

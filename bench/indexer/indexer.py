@@ -24,23 +24,20 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
+from solana.rpc.async_api import AsyncClient
+from solana.rpc.commitment import Confirmed
+from solana.rpc.types import TxOpts
+from solders.message import Message
+from solders.transaction import Transaction
 
-from solana.rpc.async_api import AsyncClient  # noqa: E402
-from solana.rpc.commitment import Confirmed  # noqa: E402
-from solana.rpc.types import TxOpts  # noqa: E402
-from solders.message import Message  # noqa: E402
-from solders.transaction import Transaction  # noqa: E402
-
-from coordinator.db import open_database  # noqa: E402
-from coordinator.indexer import Indexer  # noqa: E402
-from coordinator.settings import Settings  # noqa: E402
-from gpunet import instructions as ix  # noqa: E402
-from gpunet.amounts import IO  # noqa: E402
-from gpunet.client import send_and_confirm  # noqa: E402
-from gpunet.localnet import LocalnetProcess  # noqa: E402
-from tests.coordinator.market import Market  # noqa: E402
+from coordinator.db import open_database
+from coordinator.indexer import Indexer
+from coordinator.settings import Settings
+from gpunet import instructions as ix
+from gpunet.amounts import IO
+from gpunet.client import send_and_confirm
+from gpunet.localnet import LocalnetProcess
+from gpunet.testbed import Market
 
 TARGET_EVENTS_PER_S = 5_000
 TARGET_LAG_P99_S = 1.0
@@ -48,7 +45,7 @@ TARGET_LAG_P99_S = 1.0
 
 async def burst(market: Market, suppliers, count: int, per_tx: int) -> None:
     """`count` transactions sent without waiting, then confirmed."""
-    c = market.client
+    c = market.chain
     blockhash = (await c.get_latest_blockhash()).value.blockhash
     sigs = []
     for i in range(count):
@@ -78,7 +75,7 @@ async def steady(market: Market, suppliers, rate: float, seconds: float, per_tx:
 
     async def one(s, amount: int) -> None:
         sent = time.time()
-        sig = await send_and_confirm(market.client, s.wallet, [ix.stake(s.wallet.pubkey(), s.tokens, amount)] * per_tx,
+        sig = await send_and_confirm(market.chain, s.wallet, [ix.stake(s.wallet.pubkey(), s.tokens, amount)] * per_tx,
                                      poll_seconds=0.005)
         times[str(sig)] = (sent, time.time())
 
@@ -109,7 +106,7 @@ async def run(args: argparse.Namespace, work: Path) -> int:
     with LocalnetProcess(work / "localnet.log", slot_ms=args.slot_ms) as node:
         settings = Settings(rpc_url=node.url, ws_url=node.ws_url, state_dir=work / "state", poll_seconds=5)
         async with AsyncClient(node.url, commitment=Confirmed) as client, open_database(settings) as pool:
-            market = await Market(client).start()
+            market = await Market.create(client)
             suppliers = [await market.supplier() for _ in range(8)]
             # Index the set-up so the burst is measured alone.
             indexer = Indexer(settings, pool)

@@ -39,13 +39,11 @@ from gpunet import instructions as ix
 from gpunet.accounts import fetch
 from gpunet.amounts import IO
 from gpunet.client import send_and_confirm
-from gpunet.localnet import LocalnetProcess, localnet_deployer
+from gpunet.localnet import LocalnetProcess
 from gpunet.pda import lease_pda, node_pda
-from gpunet.testbed import funded_wallet
-from gpunet.tokens import create_mint, ensure_io_account, mint_io
+from gpunet.testbed import Market, funded_wallet
 from gpunet.usage import UsageReport
 
-SOL = 10**9
 TARGET_TPS = 500
 
 
@@ -66,32 +64,21 @@ class SettlementAccounts:
         self.supplier, self.supplier_tokens = supplier, supplier_tokens
 
 
-async def funded(client: AsyncClient, lamports: int) -> Keypair:
-    wallet = Keypair()
-    await client.confirm_transaction((await client.request_airdrop(wallet.pubkey(), lamports)).value)
-    return wallet
-
-
 async def setup(client: AsyncClient, nodes: int) -> tuple[list[Pair], SettlementAccounts]:
-    admin = await funded_wallet(client, 100, localnet_deployer())  # the upgrade authority, also the attester
-    mint = await create_mint(client, admin)
-    treasury = await ensure_io_account(client, admin, admin.pubkey(), mint)
-    await send_and_confirm(client, admin, [ix.initialize(admin.pubkey(), mint, ix.ConfigParams(
-        treasury=treasury, protocol_fee_bps=100, min_stake_per_gpu=10 * IO, unbonding_seconds=60,
-        usage_period_seconds=3600, jail_seconds=60, slash_bps=(1000, 1000, 1000), slash_client_share_bps=5000,
-        attesters=[admin.pubkey()]))])
+    # The admin (the node's upgrade authority) is also the attester.
+    market = await Market.create(client, usage_period_seconds=3600, protocol_fee_bps=100, unbonding_seconds=60,
+                                 jail_seconds=60)
+    admin, mint, treasury = market.admin, market.mint, market.treasury
 
-    supplier = await funded(client, 100 * SOL)
-    supplier_tokens = await ensure_io_account(client, admin, supplier.pubkey(), mint)
-    await mint_io(client, admin, mint, supplier_tokens, 10**15)
+    supplier = await funded_wallet(client, 100)
+    supplier_tokens = await market.fund(supplier.pubkey(), 10**15)
     await send_and_confirm(client, supplier, [
         ix.register_provider(supplier.pubkey(), mint),
         ix.stake(supplier.pubkey(), supplier_tokens, 10**14),
     ])
 
-    customer = await funded(client, 1_000 * SOL)
-    customer_tokens = await ensure_io_account(client, admin, customer.pubkey(), mint)
-    await mint_io(client, admin, mint, customer_tokens, 10**15)
+    customer = await funded_wallet(client, 1_000)
+    customer_tokens = await market.fund(customer.pubkey(), 10**15)
     spec = ix.NodeSpec(gpu_model=1, gpu_count=1, vram_gb=80, region=1, price_per_gpu_hour=2 * IO,
                        inventory_hash=bytes([7] * 32))
     terms = ix.LeaseTerms(gpu_model=ix.ANY, min_vram_gb=24, gpu_count=1, region=ix.ANY,

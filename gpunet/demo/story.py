@@ -31,7 +31,6 @@ from gpunet import instructions as ix
 from gpunet.accounts import fetch
 from gpunet.amounts import IO, format_io
 from gpunet.audit import audit_lease, audit_provider
-from gpunet.client import send_and_confirm
 from gpunet.history import transactions_of
 from gpunet.idl import PROGRAM_ID
 from gpunet.demo.processes import CoordinatorProcess, WorkerProcess
@@ -170,16 +169,17 @@ class Demo:
 
     async def _lease(self, node: LocalnetProcess, coordinator: CoordinatorProcess) -> DemoResult:
         self.console.rule("[bold]3. A client leases a 2-node cluster of 4 H100s and attaches a training job")
-        client, tokens = await self.market.client(100 * IO)
-        lease = lease_pda(client.pubkey(), 1)
+        client = await self.market.client(100 * IO)
+        lease = lease_pda(client.wallet.pubkey(), 1)
         result = DemoResult(lease)
         terms = ix.LeaseTerms(1, 80, 4, ix.ANY, MAX_PRICE, self.lease_seconds)
-        await send_and_confirm(self.chain, client, [ix.open_lease(client.pubkey(), tokens, self.mint, 1, terms)])
+        opened = ix.open_lease(client.wallet.pubkey(), client.tokens, self.mint, 1, terms)
+        await self.market.send(client.wallet, [opened])
         deposit = (await fetch(self.chain, lease, "Lease")).deposited
         self.say(f"lease {lease}: 4 GPUs for {self.lease_seconds} s at <= {format_io(MAX_PRICE)}/GPU-hour, "
                  f"{format_io(deposit)} escrowed on chain")
         spec = JobSpec(command=[sys.executable, TRAIN], env={"STEPS": "100000", "STEP_SECONDS": "0.1"})
-        await self._until(lambda: self._submit(coordinator, client, lease, spec), 60, "the job accepted")
+        await self._until(lambda: self._submit(coordinator, client.wallet, lease, spec), 60, "the job accepted")
         view = await self._until(lambda: self._placed(coordinator, lease), 60, "the placement")
         names = {str(s.node_key.pubkey()): s.name for s in self.suppliers}
         result.placed_on = [names[k] for k in view["placement"]["nodes"]]

@@ -58,7 +58,10 @@ impl ProgramBuild {
             Self::Native => add_native_program(svm, gpunet::ID, native_entry!(gpunet::entry)),
             Self::Sbf { path, .. } => {
                 let elf = std::fs::read(path).map_err(|e| {
-                    format!("cannot read the SBF program {} ({PROGRAM_SO_ENV}): {e}; build it with scripts/build-sbf", path.display())
+                    format!(
+                        "cannot read the SBF program {} ({PROGRAM_SO_ENV}): {e}; build it with scripts/build-sbf",
+                        path.display()
+                    )
                 })?;
                 // LiteSVM's add_program turns an ELF the loader refuses into a program that
                 // fails every call; check it here so a bad file is reported as such.

@@ -34,8 +34,8 @@ use {
     solana_log_collector::ic_msg,
     solana_program_error::{ProgramError, ProgramResult},
     solana_program_runtime::{
-        invoke_context::InvokeContext, serialization::serialize_parameters,
-        solana_sbpf::vm::ContextObject, stable_log, sysvar_cache::SysvarCache,
+        invoke_context::InvokeContext, serialization::serialize_parameters, solana_sbpf::vm::ContextObject, stable_log,
+        sysvar_cache::SysvarCache,
     },
     solana_pubkey::Pubkey,
     solana_stable_layout::stable_instruction::StableInstruction,
@@ -72,8 +72,7 @@ const SYSVAR_NOT_FOUND: u64 = 2;
 
 /// Program id -> native entry. Process-wide because the builtin function is a
 /// plain `fn` pointer with no room for per-program state.
-static PROGRAMS: LazyLock<RwLock<HashMap<Pubkey, NativeEntry>>> =
-    LazyLock::new(|| RwLock::new(HashMap::new()));
+static PROGRAMS: LazyLock<RwLock<HashMap<Pubkey, NativeEntry>>> = LazyLock::new(|| RwLock::new(HashMap::new()));
 
 thread_local! {
     /// The InvokeContext of the native instruction running on this thread (null
@@ -100,10 +99,7 @@ thread_local! {
 /// If `program_id` is a sysvar id (LiteSVM refuses the program account).
 pub fn add_native_program(svm: &mut LiteSVM, program_id: Pubkey, entry: NativeEntry) {
     install_stubs();
-    PROGRAMS
-        .write()
-        .unwrap_or_else(PoisonError::into_inner)
-        .insert(program_id, entry);
+    PROGRAMS.write().unwrap_or_else(PoisonError::into_inner).insert(program_id, entry);
     svm.add_builtin(program_id, NativeProgram::vm);
     // LiteSVM 0.7.1's add_builtin makes the program account owned by the BPF
     // loader, so the runtime would hand the instruction to the BPF loader,
@@ -144,10 +140,7 @@ macro_rules! native_entry {
 
 #[doc(hidden)]
 pub mod __private {
-    pub use {
-        solana_account_info::AccountInfo, solana_program_error::ProgramResult,
-        solana_pubkey::Pubkey,
-    };
+    pub use {solana_account_info::AccountInfo, solana_program_error::ProgramResult, solana_pubkey::Pubkey};
 
     /// Turns `&'s [AccountInfo<'a>]` into `&'s [AccountInfo<'s>]`, the shape
     /// Anchor's `entry<'info>` wants. `AccountInfo` is invariant in its
@@ -158,18 +151,14 @@ pub mod __private {
     /// Sound as long as the program stores no reference shorter than `'a` into
     /// the account's `RefCell`s (Anchor only reassigns them from raw parts of
     /// the same serialized buffer, in `AccountInfo::resize`).
-    pub unsafe fn shorten_account_lifetimes<'s, 'a: 's>(
-        accounts: &'s [AccountInfo<'a>],
-    ) -> &'s [AccountInfo<'s>] {
+    pub unsafe fn shorten_account_lifetimes<'s, 'a: 's>(accounts: &'s [AccountInfo<'a>]) -> &'s [AccountInfo<'s>] {
         std::mem::transmute::<&'s [AccountInfo<'a>], &'s [AccountInfo<'s>]>(accounts)
     }
 }
 
-solana_program_runtime::declare_process_instruction!(
-    NativeProgram,
-    NATIVE_PROGRAM_COMPUTE_UNITS,
-    |invoke_context| { run_native_program(invoke_context) }
-);
+solana_program_runtime::declare_process_instruction!(NativeProgram, NATIVE_PROGRAM_COMPUTE_UNITS, |invoke_context| {
+    run_native_program(invoke_context)
+});
 
 /// Sets the thread's current InvokeContext and restores the previous one on
 /// drop: a CPI into another native program re-enters the builtin on the same
@@ -178,7 +167,7 @@ struct ContextGuard(*mut InvokeContext<'static>);
 
 impl ContextGuard {
     fn enter(invoke_context: &mut InvokeContext) -> Self {
-        let ptr = invoke_context as *mut InvokeContext as *mut InvokeContext<'static>;
+        let ptr = std::ptr::from_mut(invoke_context).cast::<InvokeContext<'static>>();
         Self(INVOKE_CONTEXT.with(|current| current.replace(ptr)))
     }
 }
@@ -216,31 +205,21 @@ fn run_native_program(invoke_context: &mut InvokeContext) -> Result<(), Instruct
     // Serialize exactly like the BPF loader (copying account data: there is
     // no VM memory to map), then parse it back into AccountInfos pointing
     // into `parameters`, which outlives the call and the write-back.
-    let mask_rent_epoch = invoke_context
-        .get_feature_set()
-        .mask_out_rent_epoch_in_vm_serialization;
-    let (mut parameters, _regions, _metadata) = serialize_parameters(
-        transaction_context,
-        instruction_context,
-        true,
-        mask_rent_epoch,
-    )?;
+    let mask_rent_epoch = invoke_context.get_feature_set().mask_out_rent_epoch_in_vm_serialization;
+    let (mut parameters, _regions, _metadata) =
+        serialize_parameters(transaction_context, instruction_context, true, mask_rent_epoch)?;
     // SAFETY: `parameters` holds a buffer in the SBF input layout.
     let (program_id_ref, account_infos, data) =
         unsafe { solana_program_entrypoint::deserialize(parameters.as_slice_mut().as_mut_ptr()) };
 
     // The flat units were charged before we were called: add them back to
     // report what the program used, like the BPF loader does.
-    let units_before = invoke_context
-        .get_remaining()
-        .saturating_add(NATIVE_PROGRAM_COMPUTE_UNITS);
+    let units_before = invoke_context.get_remaining().saturating_add(NATIVE_PROGRAM_COMPUTE_UNITS);
     let result = {
         let _guard = ContextGuard::enter(invoke_context);
         PENDING_ABORT.with(|abort| abort.borrow_mut().take());
         PANIC_MESSAGE.with(|message| message.borrow_mut().take());
-        std::panic::catch_unwind(AssertUnwindSafe(|| {
-            entry(program_id_ref, &account_infos, data)
-        }))
+        std::panic::catch_unwind(AssertUnwindSafe(|| entry(program_id_ref, &account_infos, data)))
     };
     let pending_abort = PENDING_ABORT.with(|abort| abort.borrow_mut().take());
     let logger = invoke_context.get_log_collector();
@@ -281,18 +260,11 @@ fn run_native_program(invoke_context: &mut InvokeContext) -> Result<(), Instruct
     let transaction_context = &*invoke_context.transaction_context;
     let instruction_context = transaction_context.get_current_instruction_context()?;
     for index in 0..instruction_context.get_number_of_instruction_accounts() {
-        if instruction_context
-            .is_instruction_account_duplicate(index)?
-            .is_some()
-        {
+        if instruction_context.is_instruction_account_duplicate(index)?.is_some() {
             continue;
         }
-        let mut account =
-            instruction_context.try_borrow_instruction_account(transaction_context, index)?;
-        if let Some(info) = account_infos
-            .iter()
-            .find(|info| info.key == account.get_key())
-        {
+        let mut account = instruction_context.try_borrow_instruction_account(transaction_context, index)?;
+        if let Some(info) = account_infos.iter().find(|info| info.key == account.get_key()) {
             store_account_info(&mut account, info)?;
         }
     }
@@ -303,16 +275,11 @@ fn run_native_program(invoke_context: &mut InvokeContext) -> Result<(), Instruct
 /// transaction's account. Only fields that changed are written, so an illegal
 /// change (debiting a foreign account, writing a read-only one, ...) fails with
 /// the runtime's own error while untouched read-only accounts pass.
-fn store_account_info(
-    account: &mut BorrowedAccount,
-    info: &AccountInfo,
-) -> Result<(), InstructionError> {
+fn store_account_info(account: &mut BorrowedAccount, info: &AccountInfo) -> Result<(), InstructionError> {
     if account.get_lamports() != info.lamports() {
         account.set_lamports(info.lamports())?;
     }
-    let data = info
-        .try_borrow_data()
-        .map_err(|_| InstructionError::AccountBorrowFailed)?;
+    let data = info.try_borrow_data().map_err(|_| InstructionError::AccountBorrowFailed)?;
     if account.get_data() != &data[..] {
         // set_data_from_slice checks resizing but not ownership/writability.
         account.can_data_be_changed()?;
@@ -345,9 +312,7 @@ fn install_stubs() {
         // hook still prints to stderr.
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
-            let in_program = INVOKE_CONTEXT
-                .try_with(|c| !c.get().is_null())
-                .unwrap_or(false);
+            let in_program = INVOKE_CONTEXT.try_with(|c| !c.get().is_null()).unwrap_or(false);
             if in_program {
                 let _ = PANIC_MESSAGE.try_with(|m| *m.borrow_mut() = Some(info.to_string()));
             }
@@ -368,10 +333,7 @@ fn current_program_id(invoke_context: &InvokeContext) -> Result<Pubkey, Instruct
 }
 
 /// Writes a sysvar from the cache into the program's variable.
-fn copy_sysvar<T: Clone>(
-    var_addr: *mut u8,
-    get: impl FnOnce(&SysvarCache) -> Result<Arc<T>, InstructionError>,
-) -> u64 {
+fn copy_sysvar<T: Clone>(var_addr: *mut u8, get: impl FnOnce(&SysvarCache) -> Result<Arc<T>, InstructionError>) -> u64 {
     with_invoke_context(|ic| match get(ic.get_sysvar_cache()) {
         Ok(value) => {
             // SAFETY: `Sysvar::get` passes a pointer to its own `T` (aligned,
@@ -396,13 +358,9 @@ fn invoke_signed(
     let caller = current_program_id(invoke_context)?;
     let signers = signers_seeds
         .iter()
-        .map(|seeds| {
-            Pubkey::create_program_address(seeds, &caller)
-                .map_err(|_| InstructionError::InvalidSeeds)
-        })
+        .map(|seeds| Pubkey::create_program_address(seeds, &caller).map_err(|_| InstructionError::InvalidSeeds))
         .collect::<Result<Vec<_>, _>>()?;
-    let (instruction_accounts, program_indices) =
-        invoke_context.prepare_instruction(&instruction, &signers)?;
+    let (instruction_accounts, program_indices) = invoke_context.prepare_instruction(&instruction, &signers)?;
 
     // Caller -> runtime: the callee must see what the caller changed so far.
     let mut copy_back = Vec::new();
@@ -410,23 +368,13 @@ fn invoke_signed(
         let transaction_context = &*invoke_context.transaction_context;
         let instruction_context = transaction_context.get_current_instruction_context()?;
         for instruction_account in &instruction_accounts {
-            let key = transaction_context
-                .get_key_of_account_at_index(instruction_account.index_in_transaction)?;
-            let info = account_infos
-                .iter()
-                .find(|info| info.key == key)
-                .ok_or_else(|| {
-                    ic_msg!(
-                        invoke_context,
-                        "Instruction references an unknown account {}",
-                        key
-                    );
-                    InstructionError::MissingAccount
-                })?;
-            let mut account = instruction_context.try_borrow_instruction_account(
-                transaction_context,
-                instruction_account.index_in_caller,
-            )?;
+            let key = transaction_context.get_key_of_account_at_index(instruction_account.index_in_transaction)?;
+            let info = account_infos.iter().find(|info| info.key == key).ok_or_else(|| {
+                ic_msg!(invoke_context, "Instruction references an unknown account {}", key);
+                InstructionError::MissingAccount
+            })?;
+            let mut account = instruction_context
+                .try_borrow_instruction_account(transaction_context, instruction_account.index_in_caller)?;
             store_account_info(&mut account, info)?;
             if instruction_account.is_writable {
                 copy_back.push((instruction_account.index_in_caller, info));
@@ -448,22 +396,16 @@ fn invoke_signed(
     let transaction_context = &*invoke_context.transaction_context;
     let instruction_context = transaction_context.get_current_instruction_context()?;
     for (index_in_caller, info) in copy_back {
-        let account = instruction_context
-            .try_borrow_instruction_account(transaction_context, index_in_caller)?;
-        **info
-            .try_borrow_mut_lamports()
-            .map_err(|_| InstructionError::AccountBorrowFailed)? = account.get_lamports();
+        let account = instruction_context.try_borrow_instruction_account(transaction_context, index_in_caller)?;
+        **info.try_borrow_mut_lamports().map_err(|_| InstructionError::AccountBorrowFailed)? = account.get_lamports();
         if info.owner != account.get_owner() {
             info.assign(account.get_owner());
         }
         let new_data = account.get_data();
         if info.data_len() != new_data.len() {
-            info.resize(new_data.len())
-                .map_err(|_| InstructionError::InvalidRealloc)?;
+            info.resize(new_data.len()).map_err(|_| InstructionError::InvalidRealloc)?;
         }
-        info.try_borrow_mut_data()
-            .map_err(|_| InstructionError::AccountBorrowFailed)?
-            .copy_from_slice(new_data);
+        info.try_borrow_mut_data().map_err(|_| InstructionError::AccountBorrowFailed)?.copy_from_slice(new_data);
     }
     Ok(())
 }
@@ -474,29 +416,21 @@ struct BridgeStubs;
 
 impl SyscallStubs for BridgeStubs {
     fn sol_log(&self, message: &str) {
-        if with_invoke_context(|ic| stable_log::program_log(&ic.get_log_collector(), message))
-            .is_none()
-        {
+        if with_invoke_context(|ic| stable_log::program_log(&ic.get_log_collector(), message)).is_none() {
             println!("{message}");
         }
     }
 
     fn sol_log_data(&self, fields: &[&[u8]]) {
         // "Program data: <base64> <base64> ...": how Anchor events reach the log.
-        if with_invoke_context(|ic| stable_log::program_data(&ic.get_log_collector(), fields))
-            .is_none()
-        {
+        if with_invoke_context(|ic| stable_log::program_data(&ic.get_log_collector(), fields)).is_none() {
             println!("data: {fields:?}");
         }
     }
 
     fn sol_log_compute_units(&self) {
         with_invoke_context(|ic| {
-            ic_msg!(
-                ic,
-                "Program consumption: {} units remaining",
-                ic.get_remaining()
-            );
+            ic_msg!(ic, "Program consumption: {} units remaining", ic.get_remaining());
         });
     }
 
@@ -510,8 +444,7 @@ impl SyscallStubs for BridgeStubs {
         account_infos: &[AccountInfo],
         signers_seeds: &[&[&[u8]]],
     ) -> ProgramResult {
-        let Some(result) =
-            with_invoke_context(|ic| invoke_signed(ic, instruction, account_infos, signers_seeds))
+        let Some(result) = with_invoke_context(|ic| invoke_signed(ic, instruction, account_infos, signers_seeds))
         else {
             println!("sol_invoke_signed called outside a native program");
             return Err(ProgramError::InvalidArgument);
@@ -519,28 +452,17 @@ impl SyscallStubs for BridgeStubs {
         result.map_err(|err| {
             // The program gets the closest ProgramError; the instruction fails
             // with the callee's exact error (see PENDING_ABORT).
-            let program_error =
-                ProgramError::try_from(err.clone()).unwrap_or(ProgramError::InvalidArgument);
+            let program_error = ProgramError::try_from(err.clone()).unwrap_or(ProgramError::InvalidArgument);
             abort_with(err);
             program_error
         })
     }
 
-    fn sol_get_sysvar(
-        &self,
-        sysvar_id_addr: *const u8,
-        var_addr: *mut u8,
-        offset: u64,
-        length: u64,
-    ) -> u64 {
+    fn sol_get_sysvar(&self, sysvar_id_addr: *const u8, var_addr: *mut u8, offset: u64, length: u64) -> u64 {
         // SAFETY: `solana_sysvar::get_sysvar` passes a Pubkey and a buffer of at least `length` bytes.
         let sysvar_id = unsafe { &*sysvar_id_addr.cast::<Pubkey>() };
         with_invoke_context(|ic| {
-            let Some(buffer) = ic
-                .get_sysvar_cache()
-                .sysvar_id_to_buffer(sysvar_id)
-                .as_ref()
-            else {
+            let Some(buffer) = ic.get_sysvar_cache().sysvar_id_to_buffer(sysvar_id).as_ref() else {
                 return SYSVAR_NOT_FOUND;
             };
             let range = usize::try_from(offset).ok().and_then(|start| {
@@ -589,18 +511,11 @@ impl SyscallStubs for BridgeStubs {
     fn sol_set_return_data(&self, data: &[u8]) {
         with_invoke_context(|ic| {
             if data.len() > MAX_RETURN_DATA {
-                ic_msg!(
-                    ic,
-                    "Return data too large ({} > {})",
-                    data.len(),
-                    MAX_RETURN_DATA
-                );
+                ic_msg!(ic, "Return data too large ({} > {})", data.len(), MAX_RETURN_DATA);
                 return abort_with(InstructionError::ProgramFailedToComplete);
             }
-            let result = current_program_id(ic).and_then(|program_id| {
-                ic.transaction_context
-                    .set_return_data(program_id, data.to_vec())
-            });
+            let result = current_program_id(ic)
+                .and_then(|program_id| ic.transaction_context.set_return_data(program_id, data.to_vec()));
             if let Err(err) = result {
                 abort_with(err);
             }

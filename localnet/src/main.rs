@@ -5,8 +5,8 @@ mod node;
 
 use {
     clap::Parser,
-    node::{chain, genesis, ledger, pubsub, rpc, Node},
     gpunet_localnet::ProgramBuild,
+    node::{chain, genesis, ledger, pubsub, rpc, Node},
     std::{net::IpAddr, path::PathBuf, sync::Arc, time::Duration},
 };
 
@@ -77,11 +77,9 @@ async fn save_ledger(node: &Arc<Node>, dir: &std::path::Path) {
     };
     let dir = dir.to_path_buf();
     let res = match bytes {
-        Ok(b) => {
-            tokio::task::spawn_blocking(move || ledger::write(&dir, &b).map_err(|e| e.to_string()))
-                .await
-                .unwrap_or_else(|e| Err(e.to_string()))
-        }
+        Ok(b) => tokio::task::spawn_blocking(move || ledger::write(&dir, &b).map_err(|e| e.to_string()))
+            .await
+            .unwrap_or_else(|e| Err(e.to_string())),
         Err(e) => Err(e),
     };
     if let Err(e) = res {
@@ -92,8 +90,7 @@ async fn save_ledger(node: &Arc<Node>, dir: &std::path::Path) {
 
 async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .expect("SIGTERM handler");
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
     tokio::select! {
         _ = ctrl_c => {},
         _ = term.recv() => {},
@@ -103,22 +100,15 @@ async fn shutdown_signal() {
 #[tokio::main]
 async fn main() {
     let args = Args::parse();
-    let ws_port = args.ws_port.unwrap_or_else(|| {
-        args.rpc_port
-            .checked_add(1)
-            .unwrap_or_else(|| fail("--rpc-port too large".into()))
-    });
+    let ws_port = args
+        .ws_port
+        .unwrap_or_else(|| args.rpc_port.checked_add(1).unwrap_or_else(|| fail("--rpc-port too large".into())));
     let program = ProgramBuild::from_env();
     let node = Arc::new(Node::new(build_chain(&args, &program)));
 
     let rpc_listener = tokio::net::TcpListener::bind((args.bind, args.rpc_port))
         .await
-        .unwrap_or_else(|e| {
-            fail(format!(
-                "cannot listen on {}:{}: {e}",
-                args.bind, args.rpc_port
-            ))
-        });
+        .unwrap_or_else(|e| fail(format!("cannot listen on {}:{}: {e}", args.bind, args.rpc_port)));
     let ws_listener = tokio::net::TcpListener::bind((args.bind, ws_port))
         .await
         .unwrap_or_else(|e| fail(format!("cannot listen on {}:{ws_port}: {e}", args.bind)));

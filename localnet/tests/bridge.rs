@@ -35,18 +35,11 @@ fn pda(seed: &[u8]) -> (Pubkey, u8) {
 }
 
 fn u64_arg(data: &[u8]) -> Result<u64, ProgramError> {
-    data.get(1..9)
-        .and_then(|b| b.try_into().ok())
-        .map(u64::from_le_bytes)
-        .ok_or(ProgramError::InvalidInstructionData)
+    data.get(1..9).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes).ok_or(ProgramError::InvalidInstructionData)
 }
 
 /// The test program; its first instruction byte selects the behaviour.
-fn test_program(
-    program_id: &Pubkey,
-    accounts: &[AccountInfo],
-    data: &[u8],
-) -> Result<(), ProgramError> {
+fn test_program(program_id: &Pubkey, accounts: &[AccountInfo], data: &[u8]) -> Result<(), ProgramError> {
     match data.first() {
         // Logs and an event, as Anchor's emit! does.
         Some(0) => {
@@ -97,13 +90,7 @@ fn test_program(
             let space = u64_arg(data)?;
             let (data_pda, bump) = Pubkey::find_program_address(&[DATA_SEED], program_id);
             invoke_signed(
-                &system_instruction::create_account(
-                    accounts[0].key,
-                    &data_pda,
-                    10_000_000,
-                    space,
-                    program_id,
-                ),
+                &system_instruction::create_account(accounts[0].key, &data_pda, 10_000_000, space, program_id),
                 &accounts[..3],
                 &[&[DATA_SEED, &[bump]]],
             )?;
@@ -111,9 +98,7 @@ fn test_program(
             if account.owner != program_id || account.data_len() as u64 != space {
                 return Err(ProgramError::Custom(1001));
             }
-            account
-                .try_borrow_mut_data()?
-                .copy_from_slice(&vec![0x5a; space as usize]);
+            account.try_borrow_mut_data()?.copy_from_slice(&vec![0x5a; space as usize]);
             Ok(())
         }
         // CPI into itself with the rest of the data (native -> native).
@@ -147,19 +132,13 @@ fn setup() -> (LiteSVM, Keypair) {
     let mut svm = LiteSVM::new();
     add_native_program(&mut svm, PROGRAM_ID, test_program);
     let payer = Keypair::new();
-    svm.airdrop(&payer.pubkey(), 10_000_000_000)
-        .expect("airdrop");
+    svm.airdrop(&payer.pubkey(), 10_000_000_000).expect("airdrop");
     (svm, payer)
 }
 
 fn send(svm: &mut LiteSVM, payer: &Keypair, ix: Instruction) -> TransactionResult {
     svm.expire_blockhash(); // identical transactions would be rejected as duplicates
-    let tx = Transaction::new_signed_with_payer(
-        &[ix],
-        Some(&payer.pubkey()),
-        &[payer],
-        svm.latest_blockhash(),
-    );
+    let tx = Transaction::new_signed_with_payer(&[ix], Some(&payer.pubkey()), &[payer], svm.latest_blockhash());
     svm.send_transaction(tx)
 }
 
@@ -177,12 +156,10 @@ fn with_u64(op: u8, value: u64) -> Vec<u8> {
 /// the budget depends on LiteSVM's defaults, the units used are ours.
 fn without_budget(logs: &[String]) -> Vec<String> {
     logs.iter()
-        .map(
-            |line| match line.find(" consumed ").and(line.find(" of ")) {
-                Some(of) => line[..of].to_string(),
-                None => line.clone(),
-            },
-        )
+        .map(|line| match line.find(" consumed ").and(line.find(" of ")) {
+            Some(of) => line[..of].to_string(),
+            None => line.clone(),
+        })
         .collect()
 }
 
@@ -219,34 +196,17 @@ fn cpi_transfer_signed_by_pda() {
     let (mut svm, payer) = setup();
     let (vault, _) = pda(VAULT_SEED);
     let recipient = Pubkey::new_unique();
-    svm.set_account(
-        vault,
-        Account {
-            lamports: 5_000_000,
-            owner: SYSTEM_PROGRAM,
-            ..Account::default()
-        },
-    )
-    .expect("vault");
+    svm.set_account(vault, Account { lamports: 5_000_000, owner: SYSTEM_PROGRAM, ..Account::default() })
+        .expect("vault");
     let accounts = vec![
         AccountMeta::new(vault, false),
         AccountMeta::new(recipient, false),
         AccountMeta::new_readonly(SYSTEM_PROGRAM, false),
     ];
-    let meta = send(
-        &mut svm,
-        &payer,
-        ix(with_u64(1, 2_000_000), accounts.clone()),
-    )
-    .expect("tx");
+    let meta = send(&mut svm, &payer, ix(with_u64(1, 2_000_000), accounts.clone())).expect("tx");
     assert_eq!(svm.get_balance(&vault), Some(3_000_000));
     assert_eq!(svm.get_balance(&recipient), Some(2_000_000));
-    assert!(
-        meta.logs
-            .contains(&format!("Program {SYSTEM_PROGRAM} invoke [2]")),
-        "{:?}",
-        meta.logs
-    );
+    assert!(meta.logs.contains(&format!("Program {SYSTEM_PROGRAM} invoke [2]")), "{:?}", meta.logs);
 
     // The system program's error aborts the caller with that exact error.
     let (err, _) = instruction_error(send(&mut svm, &payer, ix(with_u64(1, 9_000_000), accounts)));
@@ -282,11 +242,7 @@ fn clock_via_sysvar_and_return_data() {
     expected.extend_from_slice(&1_700_000_000i64.to_le_bytes());
     assert_eq!(meta.return_data.data, expected);
     let return_line = format!("Program return: {PROGRAM_ID} ");
-    assert!(
-        meta.logs.iter().any(|l| l.starts_with(&return_line)),
-        "{:?}",
-        meta.logs
-    );
+    assert!(meta.logs.iter().any(|l| l.starts_with(&return_line)), "{:?}", meta.logs);
 }
 
 #[test]
@@ -294,39 +250,18 @@ fn custom_error_surfaces_as_custom() {
     let (mut svm, payer) = setup();
     let (err, logs) = instruction_error(send(&mut svm, &payer, ix(vec![3], vec![])));
     assert_eq!(err, InstructionError::Custom(42));
-    assert_eq!(
-        logs.last(),
-        Some(&format!(
-            "Program {PROGRAM_ID} failed: custom program error: 0x2a"
-        ))
-    );
+    assert_eq!(logs.last(), Some(&format!("Program {PROGRAM_ID} failed: custom program error: 0x2a")));
 }
 
 #[test]
 fn panic_fails_cleanly_and_changes_nothing() {
     let (mut svm, payer) = setup();
     let target = Pubkey::new_unique();
-    svm.set_account(
-        target,
-        Account {
-            lamports: 1_000_000,
-            data: vec![1; 8],
-            owner: PROGRAM_ID,
-            ..Account::default()
-        },
-    )
-    .expect("target");
-    let (err, logs) = instruction_error(send(
-        &mut svm,
-        &payer,
-        ix(vec![4], vec![AccountMeta::new(target, false)]),
-    ));
+    svm.set_account(target, Account { lamports: 1_000_000, data: vec![1; 8], owner: PROGRAM_ID, ..Account::default() })
+        .expect("target");
+    let (err, logs) = instruction_error(send(&mut svm, &payer, ix(vec![4], vec![AccountMeta::new(target, false)])));
     assert_eq!(err, InstructionError::ProgramFailedToComplete);
-    assert!(
-        logs.iter()
-            .any(|l| l.starts_with("Program log: panicked at") && l.contains("boom")),
-        "{logs:?}"
-    );
+    assert!(logs.iter().any(|l| l.starts_with("Program log: panicked at") && l.contains("boom")), "{logs:?}");
     assert_eq!(svm.get_account(&target).expect("target").data, vec![1; 8]);
 }
 
@@ -336,44 +271,17 @@ fn writes_and_resizes_owned_account() {
     let target = Pubkey::new_unique();
     svm.set_account(
         target,
-        Account {
-            lamports: 10_000_000,
-            data: vec![1; 8],
-            owner: PROGRAM_ID,
-            ..Account::default()
-        },
+        Account { lamports: 10_000_000, data: vec![1; 8], owner: PROGRAM_ID, ..Account::default() },
     )
     .expect("target");
-    send(
-        &mut svm,
-        &payer,
-        ix(with_u64(5, 100), vec![AccountMeta::new(target, false)]),
-    )
-    .expect("grow");
-    assert_eq!(
-        svm.get_account(&target).expect("target").data,
-        vec![0xab; 100]
-    );
-    send(
-        &mut svm,
-        &payer,
-        ix(with_u64(5, 3), vec![AccountMeta::new(target, false)]),
-    )
-    .expect("shrink");
-    assert_eq!(
-        svm.get_account(&target).expect("target").data,
-        vec![0xab; 3]
-    );
+    send(&mut svm, &payer, ix(with_u64(5, 100), vec![AccountMeta::new(target, false)])).expect("grow");
+    assert_eq!(svm.get_account(&target).expect("target").data, vec![0xab; 100]);
+    send(&mut svm, &payer, ix(with_u64(5, 3), vec![AccountMeta::new(target, false)])).expect("shrink");
+    assert_eq!(svm.get_account(&target).expect("target").data, vec![0xab; 3]);
 
     // A read-only account must not be writable through the bridge.
-    let (err, _) = instruction_error(send(
-        &mut svm,
-        &payer,
-        ix(
-            with_u64(5, 4),
-            vec![AccountMeta::new_readonly(target, false)],
-        ),
-    ));
+    let (err, _) =
+        instruction_error(send(&mut svm, &payer, ix(with_u64(5, 4), vec![AccountMeta::new_readonly(target, false)])));
     assert_eq!(err, InstructionError::ReadonlyDataModified);
 }
 
@@ -405,11 +313,7 @@ fn native_entry_macro_wraps_anchor_shaped_entries() {
     add_native_program(&mut svm, ANCHOR_LIKE_ID, native_entry!(anchor_like_entry));
     let ok = Instruction::new_with_bytes(ANCHOR_LIKE_ID, &[0], vec![]);
     send(&mut svm, &payer, ok).expect("ok");
-    let fail = Instruction::new_with_bytes(
-        ANCHOR_LIKE_ID,
-        &[1],
-        vec![AccountMeta::new(payer.pubkey(), true)],
-    );
+    let fail = Instruction::new_with_bytes(ANCHOR_LIKE_ID, &[1], vec![AccountMeta::new(payer.pubkey(), true)]);
     let (err, _) = instruction_error(send(&mut svm, &payer, fail));
     assert_eq!(err, InstructionError::Custom(6001));
 }

@@ -39,7 +39,8 @@ class Cluster:
         for _ in range(nodes):
             s = await market.supplier(2, self.PRICE, 50 * IO)
             self.nodes.append((s.wallet, s.node_key))
-        self.client_wallet, self.client_tokens = await market.client(100 * IO)
+        lessee = await market.client(100 * IO)
+        self.client_wallet, self.client_tokens = lessee.wallet, lessee.tokens
         self.lease = lease_pda(self.client_wallet.pubkey(), 1)
         await send_and_confirm(client, self.client_wallet, [ix.open_lease(
             self.client_wallet.pubkey(), self.client_tokens, self.mint, 1, ix.LeaseTerms(1, 80, 4, ix.ANY, 10 * IO, seconds))])

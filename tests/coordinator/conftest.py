@@ -26,9 +26,9 @@ from coordinator.indexer import Indexer
 from coordinator.indexer.decode import plain
 from coordinator.settings import Settings
 from gpunet.events import decode_events
+from gpunet.testbed import Market, funded_wallet
 
 from .chain import Cluster
-from .market import Market
 
 
 @pytest.fixture(scope="session")
@@ -83,7 +83,10 @@ async def chain(node) -> AsyncIterator[AsyncClient]:
 
 @pytest.fixture
 async def market(chain) -> Market:
-    return await Market(chain).start()
+    """An attester of its own (the coordinator's key in these tests), and neither jail nor unbonding
+    waits, so every kind of event can happen in one test."""
+    return await Market.create(chain, attester=await funded_wallet(chain, 100), usage_period_seconds=60,
+                               jail_seconds=0, unbonding_seconds=0)
 
 
 @pytest.fixture

@@ -20,9 +20,9 @@ from coordinator.db.migrate import migrate
 from coordinator.indexer.rpc import ChainRpc
 from coordinator.settings import Settings
 from gpunet.localnet import free_ports
+from gpunet.testbed import Market
 
 from .conftest import chain_events, eventually
-from .market import Market
 
 
 @pytest.fixture
@@ -65,7 +65,7 @@ def api_url(node, database_url):
 
 async def test_resources_filters_and_pagination(node, market: Market, indexer, pool, api_url):
     ada, bob = await market.supplier(), await market.supplier()
-    dev = await market.new_client()
+    dev = await market.client()
     lease = await market.open_lease(dev, 3, gpus=4)
     await market.assign(lease, [(ada, 2), (bob, 2)])
     await market.settle(lease, ada)

@@ -9,16 +9,16 @@ import pytest
 from coordinator.audit import audit_lease, audit_provider
 from coordinator.indexer.rpc import ChainRpc
 from gpunet import instructions as ix
+from gpunet.testbed import Market
 
 from .conftest import chain_events, eventually, indexed_events
-from .market import Market
 
 
 @pytest.fixture
 async def indexed_lease(node, market: Market, indexer, pool):
     """A lease with two settlements, fully indexed."""
     ada, bob = await market.supplier(), await market.supplier()
-    dev = await market.new_client()
+    dev = await market.client()
     lease = await market.open_lease(dev, 7, gpus=4)
     await market.assign(lease, [(ada, 2), (bob, 2)])
     first = await market.settle(lease, ada)

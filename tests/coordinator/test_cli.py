@@ -16,9 +16,9 @@ from coordinator.indexer import Indexer
 from coordinator.indexer.service import ChainMismatch
 from gpunet.keys import create_keypair_file
 from gpunet.localnet import free_ports
+from gpunet.testbed import Market
 
 from .conftest import eventually
-from .market import Market
 
 REPO = Path(__file__).resolve().parents[2]
 

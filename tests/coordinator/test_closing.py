@@ -48,10 +48,10 @@ async def test_usage_past_the_lease_end_is_never_submitted(chain) -> None:
 async def test_a_lease_whose_vault_got_a_donation_closes_and_finalizes(chain, donation: int) -> None:
     cluster = await Cluster().build(chain, seconds=2 * PERIOD)
     if donation:
-        stranger, tokens = await cluster.market.client(donation)
-        await send_and_confirm(chain, stranger, [transfer(TransferParams(
-            program_id=TOKEN_PROGRAM_ID, source=tokens, dest=lease_vault_pda(cluster.lease), owner=stranger.pubkey(),
-            amount=donation))])
+        stranger = await cluster.market.client(donation)
+        await send_and_confirm(chain, stranger.wallet, [transfer(TransferParams(
+            program_id=TOKEN_PROGRAM_ID, source=stranger.tokens, dest=lease_vault_pda(cluster.lease),
+            owner=stranger.wallet.pubkey(), amount=donation))])
     await _past_the_end(cluster)
     settled = await Settler(cluster.client, cluster.admin).settle([cluster.report(n, 1) for n in (0, 1)])
     assert {o.status for o in settled} == {Status.SETTLED}

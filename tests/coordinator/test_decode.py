@@ -11,14 +11,14 @@ from coordinator.indexer.borsh import event_decoder
 from coordinator.indexer.decode import plain
 from gpunet.events import decode_events
 from gpunet.idl import PROGRAM_ID, load_idl
+from gpunet.testbed import Market
 
-from .market import Market
 
 INVOKE, SUCCESS = f"Program {PROGRAM_ID} invoke [1]", f"Program {PROGRAM_ID} success"
 
 
 async def test_fast_decoder_agrees_with_the_sdk_on_every_event_kind(node, market: Market):
-    await market.story()
+    await market.every_event_kind()
     payloads = []
     for sig in market.signatures:
         tx = node.call("getTransaction", [str(sig), {"encoding": "json", "commitment": "confirmed"}])["result"]

@@ -10,13 +10,13 @@ from coordinator.audit import audit_lease, audit_provider
 from coordinator.indexer.rpc import ChainRpc
 from gpunet import instructions as ix
 from gpunet.amounts import IO
+from gpunet.testbed import Market
 
 from .conftest import chain_events, eventually, indexed_events, state
-from .market import Market
 
 
 async def test_every_event_lands_exactly_once_and_in_chain_order(node, market: Market, indexer, pool, settings):
-    story = await market.story()
+    story = await market.every_event_kind()
     expected = await chain_events(node, market.signatures)
     assert {e[2] for e in expected} >= {
         "ConfigInitialized", "ConfigUpdated", "ProviderRegistered", "Staked", "NodeRegistered", "NodeUpdated",

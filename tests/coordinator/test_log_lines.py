@@ -8,9 +8,9 @@ import copy
 from coordinator.indexer.decode import decode_transaction
 from coordinator.indexer.store import write_batch
 from gpunet.idl import PROGRAM_ID
+from gpunet.testbed import Market
 
 from .conftest import indexed_events, state
-from .market import Market
 
 FOREIGN = "Memo1UhkJRfHyvLMcVucJwxXeuD728EqVDDwQDxFMNo"
 

@@ -16,9 +16,9 @@ import pytest
 from gpunet import instructions as ix
 from gpunet.amounts import IO
 from gpunet.idl import PROGRAM_ID
+from gpunet.testbed import Market
 
 from .conftest import chain_events, eventually, indexed_events, state
-from .market import Market
 
 REPO = Path(__file__).resolve().parents[2]
 

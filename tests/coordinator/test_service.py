@@ -17,9 +17,9 @@ import httpx
 
 from gpunet.keys import create_keypair_file
 from gpunet.localnet import free_ports
+from gpunet.testbed import Market
 
 from .conftest import chain_events, eventually
-from .market import Market
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -52,7 +52,8 @@ class World:
             s = await market.supplier(2, PRICE, 50 * IO)
             create_keypair_file(home / f"node{i}.json", s.node_key)
             self.suppliers.append((s.wallet, s.node_key))
-        self.client, self.client_tokens = await market.client(100 * IO)
+        client = await market.client(100 * IO)
+        self.client, self.client_tokens = client.wallet, client.tokens
         return self
 
     def node_keys(self) -> list[str]:

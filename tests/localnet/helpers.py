@@ -1,8 +1,8 @@
-"""Client-side helpers for the localnet tests: funded keypairs and raw signed transactions.
+"""Client-side helpers for the localnet tests: confirmation by polling and raw signed transactions.
 
 Raw, because these tests drive the node itself (stale blockhashes, forged signatures,
-duplicate sends); a plain send, token accounts and minting come from the SDK
-(gpunet.client.send_and_confirm, gpunet.tokens).
+duplicate sends); a plain send, funded wallets, token accounts and minting come from the SDK
+(gpunet.client.send_and_confirm, gpunet.testbed.funded_wallet, gpunet.tokens).
 """
 
 from __future__ import annotations
@@ -31,13 +31,6 @@ async def confirm(client: AsyncClient, sig: Signature, timeout: float = 10.0) ->
         if asyncio.get_running_loop().time() > deadline:
             raise TimeoutError(f"{sig} not confirmed")
         await asyncio.sleep(0.05)
-
-
-async def funded(client: AsyncClient, lamports: int = 10 * SOL) -> Keypair:
-    kp = Keypair()
-    sig = (await client.request_airdrop(kp.pubkey(), lamports)).value
-    await confirm(client, sig)
-    return kp
 
 
 async def signed(client: AsyncClient, payer: Keypair, ixs: list[Instruction], signers: list[Keypair] = (),

@@ -13,8 +13,10 @@ from solders.hash import Hash
 from solders.keypair import Keypair
 from solders.system_program import TransferParams, transfer
 
+from gpunet.testbed import funded_wallet
+
 from tests.conftest import rpc
-from .helpers import SOL, confirm, funded, signed
+from .helpers import SOL, confirm, signed
 
 
 def state(node) -> tuple:
@@ -82,7 +84,7 @@ def test_wrong_params(node, method, params, code, message):
 
 async def test_rejected_transactions_change_nothing(node):
     async with AsyncClient(node.url) as client:
-        alice = await funded(client, 2 * SOL)
+        alice = await funded_wallet(client, 2)
         bob = Keypair()
         ix = transfer(TransferParams(from_pubkey=alice.pubkey(), to_pubkey=bob.pubkey(), lamports=SOL))
         before = (state(node), (await client.get_balance(alice.pubkey())).value)
@@ -155,7 +157,7 @@ async def test_rejected_transactions_change_nothing(node):
 def test_simulate_transaction(node):
     async def go():
         async with AsyncClient(node.url) as client:
-            alice = await funded(client, 2 * SOL)
+            alice = await funded_wallet(client, 2)
             bob = Keypair()
             tx = await signed(client, alice, [transfer(TransferParams(
                 from_pubkey=alice.pubkey(), to_pubkey=bob.pubkey(), lamports=SOL))])

@@ -12,9 +12,10 @@ from solders.keypair import Keypair
 from solders.system_program import TransferParams, transfer
 
 from gpunet.client import send_and_confirm
+from gpunet.testbed import funded_wallet
 from gpunet.tokens import create_mint, ensure_io_account, mint_io
 
-from .helpers import SOL, confirm, funded
+from .helpers import SOL, confirm
 
 
 @pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT])
@@ -22,7 +23,7 @@ async def test_restart_with_ledger_finds_every_account_and_transaction(start_nod
     ledger = tmp_path / "ledger"
     node = start_node(ledger=ledger)
     async with AsyncClient(node.url) as client:
-        alice = await funded(client)
+        alice = await funded_wallet(client)
         bob = Keypair()
         sigs = [await send_and_confirm(client, alice, [transfer(TransferParams(
             from_pubkey=alice.pubkey(), to_pubkey=bob.pubkey(), lamports=SOL))])]
@@ -62,7 +63,7 @@ async def test_restart_with_ledger_finds_every_account_and_transaction(start_nod
 async def test_without_ledger_state_is_in_memory(start_node):
     node = start_node()
     async with AsyncClient(node.url) as client:
-        kp = await funded(client)
+        kp = await funded_wallet(client)
     node.stop()
     fresh = start_node()
     async with AsyncClient(fresh.url) as client:
@@ -82,7 +83,7 @@ async def test_genesis_file_funds_accounts_and_creates_the_io_mint(start_node, t
         parsed = (await client.get_account_info_json_parsed(mint.pubkey())).value.data.parsed
         assert parsed["info"]["mintAuthority"] == str(authority.pubkey()) and parsed["info"]["decimals"] == 9
         # The mint works: its authority mints to a token account.
-        payer = await funded(client)
+        payer = await funded_wallet(client)
         ata = await ensure_io_account(client, payer, rich.pubkey(), mint.pubkey())
         await confirm(client, (await client.request_airdrop(authority.pubkey(), SOL)).value)
         await mint_io(client, authority, mint.pubkey(), ata, 5)

@@ -13,9 +13,9 @@ from solders.keypair import Keypair
 from solders.rpc.responses import AccountNotificationJsonParsed, ProgramNotification
 from spl.token.constants import ASSOCIATED_TOKEN_PROGRAM_ID, TOKEN_PROGRAM_ID
 
+from gpunet.testbed import funded_wallet
 from gpunet.tokens import create_mint, ensure_io_account, mint_io
 
-from .helpers import funded
 
 pytestmark = pytest.mark.filterwarnings("ignore:websockets.legacy is deprecated:DeprecationWarning")
 
@@ -25,7 +25,7 @@ async def test_io_mint_token_accounts_and_balances(node):
         ata_program = (await client.get_account_info(ASSOCIATED_TOKEN_PROGRAM_ID)).value
         assert ata_program is not None and ata_program.executable
 
-        authority = await funded(client)
+        authority = await funded_wallet(client)
         holder = Keypair()
         mint = await create_mint(client, authority)
         ata = await ensure_io_account(client, authority, holder.pubkey(), mint)
@@ -83,7 +83,7 @@ async def test_account_subscribe_default_encoding_and_large_accounts(node):
     import websockets
 
     async with AsyncClient(node.url) as client:
-        authority = await funded(client)
+        authority = await funded_wallet(client)
         mint = await create_mint(client, authority)
         ata = await ensure_io_account(client, authority, authority.pubkey(), mint)
         async with websockets.connect(node.ws_url) as ws:

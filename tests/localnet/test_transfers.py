@@ -11,14 +11,16 @@ from solders.keypair import Keypair
 from solders.rpc.responses import SignatureNotification, SlotNotification
 from solders.system_program import TransferParams, transfer
 
-from .helpers import SOL, confirm, funded, signed
+from gpunet.testbed import funded_wallet
+
+from .helpers import SOL, confirm, signed
 
 pytestmark = pytest.mark.filterwarnings("ignore:websockets.legacy is deprecated:DeprecationWarning")
 
 
 async def test_airdrop_and_transfer_confirmed_by_signature_subscribe(node):
     async with AsyncClient(node.url) as client:
-        alice = await funded(client, 5 * SOL)
+        alice = await funded_wallet(client, 5)
         bob = Keypair()
         assert (await client.get_balance(alice.pubkey())).value == 5 * SOL
 

@@ -26,19 +26,9 @@ from gpunet.pda import (
     provider_pda,
     stake_vault_pda,
 )
-from gpunet.testbed import funded_deployer
+from gpunet.testbed import funded_deployer, funded_wallet
 from gpunet.tokens import create_mint, create_token_account, mint_io, token_balance
 from gpunet.usage import UsageReport, ed25519_instruction
-
-
-async def airdropped(client: AsyncClient) -> Keypair:
-    kp = Keypair()
-    sig = (await client.request_airdrop(kp.pubkey(), 10**10)).value
-    for _ in range(100):
-        if (await client.get_signature_statuses([sig])).value[0] is not None:
-            return kp
-        await asyncio.sleep(0.05)
-    raise TimeoutError("airdrop")
 
 
 async def fetch(client: AsyncClient, name: str, address: Pubkey):
@@ -49,7 +39,7 @@ async def fetch(client: AsyncClient, name: str, address: Pubkey):
 async def test_a_lease_from_opening_to_settlement_through_the_sdk(node) -> None:
     async with AsyncClient(node.url, commitment=Confirmed) as client:
         admin = await funded_deployer(client)
-        attester, supplier, client_wallet = [await airdropped(client) for _ in range(3)]
+        attester, supplier, client_wallet = [await funded_wallet(client) for _ in range(3)]
         mint = await create_mint(client, admin)
         treasury = await create_token_account(client, admin, mint, admin.pubkey())
         supplier_tokens = await create_token_account(client, admin, mint, supplier.pubkey())

@@ -25,9 +25,8 @@ from gpunet.events import decode_events
 from gpunet.keys import create_keypair_file
 from gpunet.pda import lease_pda
 from gpunet.protocol import Dispatch, JobSpec, UsageReportMessage
-from gpunet.testbed import funded_deployer
+from gpunet.testbed import funded_deployer, funded_wallet
 from gpunet.tokens import create_mint, create_token_account, mint_io, token_balance
-from tests.sdk.test_chain import airdropped
 from tests.worker.gateway import FakeGateway
 from tests.worker.test_agent import final_status, reports, running_agent
 from worker.cli import _check_registration
@@ -67,7 +66,7 @@ async def test_the_workers_signed_reports_settle_on_chain(node, tmp_path, capsys
     inventory = SimulatedGpus.parse("H100:2:80", str(node_key.pubkey())).inventory()
     async with AsyncClient(node.url, commitment=Confirmed) as client:
         admin = await funded_deployer(client)
-        attester, supplier, client_wallet = [await airdropped(client) for _ in range(3)]
+        attester, supplier, client_wallet = [await funded_wallet(client) for _ in range(3)]
         mint = await create_mint(client, admin)
         treasury = await create_token_account(client, admin, mint, admin.pubkey())
         supplier_tokens = await create_token_account(client, admin, mint, supplier.pubkey())

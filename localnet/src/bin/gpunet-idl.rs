@@ -62,10 +62,7 @@ fn build_idl_json() -> Result<String, String> {
         let Some(key) = key.to_str() else { continue };
         if key.starts_with("CARGO_PKG_")
             || key.starts_with("CARGO_MANIFEST_")
-            || matches!(
-                key,
-                "CARGO_CRATE_NAME" | "CARGO_BIN_NAME" | "CARGO_PRIMARY_PACKAGE" | "OUT_DIR"
-            )
+            || matches!(key, "CARGO_CRATE_NAME" | "CARGO_BIN_NAME" | "CARGO_PRIMARY_PACKAGE" | "OUT_DIR")
         {
             std::env::remove_var(key);
         }
@@ -81,8 +78,8 @@ fn build_idl_json() -> Result<String, String> {
         .build()
         .map_err(|e| format!("gpunet-idl: building the IDL failed: {e:#}"))?;
 
-    let mut json = serde_json::to_string_pretty(&idl)
-        .map_err(|e| format!("gpunet-idl: serializing the IDL failed: {e}"))?;
+    let mut json =
+        serde_json::to_string_pretty(&idl).map_err(|e| format!("gpunet-idl: serializing the IDL failed: {e}"))?;
     json.push('\n');
     Ok(json)
 }
@@ -96,26 +93,21 @@ fn run() -> Result<ExitCode, String> {
         }
         Mode::Write(path) => {
             if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::create_dir_all(dir)
-                    .map_err(|e| format!("gpunet-idl: creating {}: {e}", dir.display()))?;
+                std::fs::create_dir_all(dir).map_err(|e| format!("gpunet-idl: creating {}: {e}", dir.display()))?;
             }
-            std::fs::write(&path, &json)
-                .map_err(|e| format!("gpunet-idl: writing {}: {e}", path.display()))?;
+            std::fs::write(&path, &json).map_err(|e| format!("gpunet-idl: writing {}: {e}", path.display()))?;
             eprintln!("gpunet-idl: wrote {}", path.display());
         }
         Mode::Check(path) => {
-            let committed = std::fs::read_to_string(&path)
-                .map_err(|e| format!("gpunet-idl: reading {}: {e}", path.display()))?;
+            let committed =
+                std::fs::read_to_string(&path).map_err(|e| format!("gpunet-idl: reading {}: {e}", path.display()))?;
             if committed != json {
                 eprintln!(
                     "IDL drift: {} differs from the IDL of programs/gpunet: run scripts/idl to regenerate",
                     path.display()
                 );
-                if let Some((n, (want, got))) = json
-                    .lines()
-                    .zip(committed.lines())
-                    .enumerate()
-                    .find(|(_, (a, b))| a != b)
+                if let Some((n, (want, got))) =
+                    json.lines().zip(committed.lines()).enumerate().find(|(_, (a, b))| a != b)
                 {
                     eprintln!("first difference at line {}:", n + 1);
                     eprintln!("  program:   {want}");

@@ -25,11 +25,7 @@ pub struct BlockhashWindow {
 impl BlockhashWindow {
     pub fn new(capacity: usize) -> Self {
         assert!(capacity > 0);
-        Self {
-            capacity,
-            entries: VecDeque::new(),
-            index: HashMap::new(),
-        }
+        Self { capacity, entries: VecDeque::new(), index: HashMap::new() }
     }
 
     /// Rebuilds the lookup index (after deserialization).

@@ -62,10 +62,7 @@ pub struct Chain {
 
 /// Seconds since the Unix epoch.
 pub fn unix_now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
 }
 
 /// The SVM the node runs: the gpunet program (built as `build` says), SPL programs,
@@ -73,10 +70,7 @@ pub fn unix_now() -> i64 {
 pub fn node_svm(build: &ProgramBuild) -> Result<LiteSVM, String> {
     // No history in LiteSVM either: the node keeps its own, and LiteSVM's would
     // refuse a resent transaction whose first try preflight refused.
-    let mut svm = build.svm()?
-        .with_sigverify(false)
-        .with_blockhash_check(false)
-        .with_transaction_history(0);
+    let mut svm = build.svm()?.with_sigverify(false).with_blockhash_check(false).with_transaction_history(0);
     // Like solana-test-validator: fixed-length epochs from the start (no warmup).
     svm.set_sysvar(&EpochSchedule::without_warmup());
     Ok(svm)
@@ -109,11 +103,8 @@ impl Chain {
         };
         chain.blockhashes.push(genesis_hash, 0);
         chain.set_clock(now);
-        let faucet = Account {
-            lamports: FAUCET_LAMPORTS,
-            owner: solana_sdk_ids::system_program::ID,
-            ..Account::default()
-        };
+        let faucet =
+            Account { lamports: FAUCET_LAMPORTS, owner: solana_sdk_ids::system_program::ID, ..Account::default() };
         let _ = chain.svm.set_account(chain.faucet.pubkey(), faucet);
         chain
     }
@@ -136,25 +127,15 @@ impl Chain {
     pub fn tick(&mut self, unix_timestamp: i64) {
         let parent = self.slot;
         self.slot += 1;
-        let prev = self
-            .blockhashes
-            .latest()
-            .map(|(h, _)| h)
-            .unwrap_or(self.genesis_hash);
-        let hash = solana_sha256_hasher::hashv(&[
-            prev.as_ref(),
-            &self.slot.to_le_bytes(),
-            &unix_timestamp.to_le_bytes(),
-        ]);
+        let prev = self.blockhashes.latest().map(|(h, _)| h).unwrap_or(self.genesis_hash);
+        let hash =
+            solana_sha256_hasher::hashv(&[prev.as_ref(), &self.slot.to_le_bytes(), &unix_timestamp.to_le_bytes()]);
         self.blockhashes.push(hash, self.slot);
         // Keep the block time monotonic even if the wall clock steps back.
         let time = unix_timestamp.max(*self.slot_times.last().unwrap_or(&unix_timestamp));
         self.slot_times.push(time);
         self.set_clock(time);
-        let _ = self.events.send(Event::Slot {
-            slot: self.slot,
-            parent,
-        });
+        let _ = self.events.send(Event::Slot { slot: self.slot, parent });
     }
 
     pub fn block_height(&self) -> u64 {
@@ -162,19 +143,12 @@ impl Chain {
     }
 
     pub fn block_time(&self, slot: u64) -> Option<i64> {
-        slot.checked_sub(self.first_slot)
-            .and_then(|i| self.slot_times.get(i as usize))
-            .copied()
+        slot.checked_sub(self.first_slot).and_then(|i| self.slot_times.get(i as usize)).copied()
     }
 
     pub fn latest_blockhash(&self) -> (Hash, u64) {
         let (hash, _) = self.blockhashes.latest().unwrap_or((self.genesis_hash, 0));
-        (
-            hash,
-            self.blockhashes
-                .last_valid_block_height(&hash)
-                .unwrap_or(self.slot),
-        )
+        (hash, self.blockhashes.last_valid_block_height(&hash).unwrap_or(self.slot))
     }
 
     pub fn epoch_schedule(&self) -> EpochSchedule {
@@ -182,9 +156,7 @@ impl Chain {
     }
 
     pub fn get_account(&self, key: &Pubkey) -> Option<Account> {
-        self.svm
-            .get_account(key)
-            .filter(|a| a.lamports > 0 || !a.data.is_empty())
+        self.svm.get_account(key).filter(|a| a.lamports > 0 || !a.data.is_empty())
     }
 
     /// Decimals of an SPL Token mint, if `mint` is one.
@@ -194,14 +166,8 @@ impl Chain {
     }
 
     /// Every account (pubkey, account), for getProgramAccounts and token queries.
-    pub fn all_accounts(
-        &self,
-    ) -> impl Iterator<Item = (&Pubkey, &solana_account::AccountSharedData)> {
-        self.svm
-            .accounts_db()
-            .inner
-            .iter()
-            .filter(|(_, a)| a.lamports() > 0 || !a.data().is_empty())
+    pub fn all_accounts(&self) -> impl Iterator<Item = (&Pubkey, &solana_account::AccountSharedData)> {
+        self.svm.accounts_db().inner.iter().filter(|(_, a)| a.lamports() > 0 || !a.data().is_empty())
     }
 
     pub fn transaction(&self, sig: &Signature) -> Option<&Arc<TxRecord>> {
@@ -276,25 +242,13 @@ mod tests {
         chain.tick(1_001);
         assert_eq!(chain.slot, 2);
         let clock: Clock = chain.svm.get_sysvar();
-        assert_eq!(
-            (clock.slot, clock.unix_timestamp),
-            (2, 1_001.max(chain.slot_times[0]))
-        );
+        assert_eq!((clock.slot, clock.unix_timestamp), (2, 1_001.max(chain.slot_times[0])));
         let (h2, last_valid) = chain.latest_blockhash();
         assert_ne!(h0, h2);
-        assert_eq!(
-            last_valid,
-            2 + super::super::blockhash::MAX_RECENT_BLOCKHASHES as u64
-        );
+        assert_eq!(last_valid, 2 + super::super::blockhash::MAX_RECENT_BLOCKHASHES as u64);
         assert!(chain.blockhashes.is_valid(&h0));
-        assert!(matches!(
-            rx.try_recv(),
-            Ok(Event::Slot { slot: 1, parent: 0 })
-        ));
-        assert!(matches!(
-            rx.try_recv(),
-            Ok(Event::Slot { slot: 2, parent: 1 })
-        ));
+        assert!(matches!(rx.try_recv(), Ok(Event::Slot { slot: 1, parent: 0 })));
+        assert!(matches!(rx.try_recv(), Ok(Event::Slot { slot: 2, parent: 1 })));
         assert_eq!(chain.block_time(2), Some(chain.slot_times[2]));
         assert_eq!(chain.block_time(3), None);
     }

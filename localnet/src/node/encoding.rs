@@ -43,9 +43,10 @@ impl AccountOpts {
                 ))
             }
             Some(other) => {
+                let expected = "`binary`, `base58`, `base64`, `jsonParsed`, `base64+zstd`";
                 return Err(RpcError::invalid_params_serde(format!(
-                    "unknown variant `{other}`, expected one of `binary`, `base58`, `base64`, `jsonParsed`, `base64+zstd`"
-                )))
+                    "unknown variant `{other}`, expected one of {expected}"
+                )));
             }
         };
         let data_slice = match cfg.0.get("dataSlice") {
@@ -55,18 +56,11 @@ impl AccountOpts {
                 let length = v.get("length").and_then(Value::as_u64);
                 match (offset, length) {
                     (Some(o), Some(l)) => Some((o as usize, l as usize)),
-                    _ => {
-                        return Err(RpcError::invalid_params_serde(
-                            "missing field `offset` or `length` in dataSlice",
-                        ))
-                    }
+                    _ => return Err(RpcError::invalid_params_serde("missing field `offset` or `length` in dataSlice")),
                 }
             }
         };
-        Ok(Self {
-            encoding,
-            data_slice,
-        })
+        Ok(Self { encoding, data_slice })
     }
 }
 
@@ -136,10 +130,7 @@ pub fn encode_notification_account(
 ) -> Value {
     encode_account_with(mint_decimals, acc, opts).unwrap_or_else(|_| {
         const TOO_LARGE: &str = "error: data too large for bs58 encoding";
-        let empty = Account {
-            data: vec![],
-            ..acc.clone()
-        };
+        let empty = Account { data: vec![], ..acc.clone() };
         let mut v = encode_account_with(mint_decimals, &empty, opts).unwrap_or_else(|_| json!({}));
         v["data"] = match opts.encoding {
             Encoding::Binary => json!(TOO_LARGE),

@@ -25,11 +25,7 @@ pub type RpcResult<T = Value> = Result<T, RpcError>;
 
 impl RpcError {
     pub fn new(code: i64, message: impl Into<String>) -> Self {
-        Self {
-            code,
-            message: message.into(),
-            data: None,
-        }
+        Self { code, message: message.into(), data: None }
     }
     pub fn with_data(mut self, data: Value) -> Self {
         self.data = Some(data);
@@ -59,29 +55,17 @@ impl RpcError {
         Self::invalid_params(format!("Invalid param: {detail}"))
     }
     pub fn signature_verification_failure() -> Self {
-        Self::new(
-            TRANSACTION_SIGNATURE_VERIFICATION_FAILURE,
-            "Transaction signature verification failure",
-        )
+        Self::new(TRANSACTION_SIGNATURE_VERIFICATION_FAILURE, "Transaction signature verification failure")
     }
     pub fn block_not_available(slot: u64) -> Self {
-        Self::new(
-            BLOCK_NOT_AVAILABLE,
-            format!("Block not available for slot {slot}"),
-        )
+        Self::new(BLOCK_NOT_AVAILABLE, format!("Block not available for slot {slot}"))
     }
     pub fn slot_skipped(slot: u64) -> Self {
-        Self::new(
-            LONG_TERM_STORAGE_SLOT_SKIPPED,
-            format!("Slot {slot} was skipped, or missing in long-term storage"),
-        )
+        Self::new(LONG_TERM_STORAGE_SLOT_SKIPPED, format!("Slot {slot} was skipped, or missing in long-term storage"))
     }
     pub fn min_context_slot_not_reached(context_slot: u64) -> Self {
-        Self::new(
-            MIN_CONTEXT_SLOT_NOT_REACHED,
-            "Minimum context slot has not been reached",
-        )
-        .with_data(json!({ "contextSlot": context_slot }))
+        Self::new(MIN_CONTEXT_SLOT_NOT_REACHED, "Minimum context slot has not been reached")
+            .with_data(json!({ "contextSlot": context_slot }))
     }
 
     pub fn to_json(&self) -> Value {
@@ -105,14 +89,8 @@ mod tests {
     #[test]
     fn error_objects_have_agave_shape() {
         let e = RpcError::block_not_available(7).to_json();
-        assert_eq!(
-            e,
-            json!({"code": -32004, "message": "Block not available for slot 7"})
-        );
+        assert_eq!(e, json!({"code": -32004, "message": "Block not available for slot 7"}));
         let r = error_response(Value::Null, &RpcError::parse_error());
-        assert_eq!(
-            r,
-            json!({"jsonrpc": "2.0", "error": {"code": -32700, "message": "Parse error"}, "id": null})
-        );
+        assert_eq!(r, json!({"jsonrpc": "2.0", "error": {"code": -32700, "message": "Parse error"}, "id": null}));
     }
 }

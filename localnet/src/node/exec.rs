@@ -1,5 +1,4 @@
 //! Transaction execution: sendTransaction (with preflight), simulateTransaction, requestAirdrop.
-#![allow(clippy::result_large_err)] // LiteSVM's own result types
 
 use {
     super::{
@@ -39,10 +38,7 @@ pub fn fee_for_message(message: &VersionedMessage) -> u64 {
     let precompile_sigs: u64 = message
         .instructions()
         .iter()
-        .filter(|ix| {
-            keys.get(ix.program_id_index as usize)
-                .is_some_and(|p| PRECOMPILES.contains(p))
-        })
+        .filter(|ix| keys.get(ix.program_id_index as usize).is_some_and(|p| PRECOMPILES.contains(p)))
         .map(|ix| ix.data.first().copied().unwrap_or(0) as u64)
         .sum();
     LAMPORTS_PER_SIGNATURE * (message.header().num_required_signatures as u64 + precompile_sigs)
@@ -55,14 +51,8 @@ pub fn simulation_json(
     accounts: Value,
     replacement: Value,
 ) -> Value {
-    let rd = (!meta.return_data.data.is_empty()
-        || meta.return_data.program_id != Pubkey::default())
-    .then(|| {
-        (
-            meta.return_data.program_id.to_string(),
-            meta.return_data.data.clone(),
-        )
-    });
+    let rd = (!meta.return_data.data.is_empty() || meta.return_data.program_id != Pubkey::default())
+        .then(|| (meta.return_data.program_id.to_string(), meta.return_data.data.clone()));
     json!({
         "err": err_json(err),
         "logs": meta.logs,
@@ -76,11 +66,8 @@ pub fn simulation_json(
 }
 
 fn preflight_failure(err: TransactionError, meta: &TransactionMetadata) -> RpcError {
-    RpcError::new(
-        SEND_TRANSACTION_PREFLIGHT_FAILURE,
-        format!("Transaction simulation failed: {err}"),
-    )
-    .with_data(simulation_json(&Some(err), meta, Value::Null, Value::Null))
+    RpcError::new(SEND_TRANSACTION_PREFLIGHT_FAILURE, format!("Transaction simulation failed: {err}"))
+        .with_data(simulation_json(&Some(err), meta, Value::Null, Value::Null))
 }
 
 fn inner_ixs(meta: &TransactionMetadata) -> Vec<(u8, Vec<InnerIx>)> {
@@ -105,9 +92,7 @@ fn inner_ixs(meta: &TransactionMetadata) -> Vec<(u8, Vec<InnerIx>)> {
 
 impl Chain {
     fn balances(&self, keys: &[Pubkey]) -> Vec<u64> {
-        keys.iter()
-            .map(|k| self.svm.get_balance(k).unwrap_or(0))
-            .collect()
+        keys.iter().map(|k| self.svm.get_balance(k).unwrap_or(0)).collect()
     }
 
     fn token_balances(&self, keys: &[Pubkey]) -> Vec<TokenBalance> {
@@ -131,12 +116,8 @@ impl Chain {
 
     /// Checks done before a transaction may run: sanitize and signatures.
     pub fn verify(tx: &VersionedTransaction) -> Result<(), RpcError> {
-        tx.sanitize().map_err(|e| {
-            RpcError::invalid_params(format!(
-                "invalid transaction: {}",
-                TransactionError::from(e)
-            ))
-        })?;
+        tx.sanitize()
+            .map_err(|e| RpcError::invalid_params(format!("invalid transaction: {}", TransactionError::from(e))))?;
         if tx.signatures.is_empty() || !tx.verify_with_results().iter().all(|ok| *ok) {
             return Err(RpcError::signature_verification_failure());
         }
@@ -145,11 +126,7 @@ impl Chain {
 
     /// sendTransaction. Ok(signature) also when, with skipPreflight, the
     /// transaction is dropped (bad blockhash, duplicate, unpaid fee), as a validator does.
-    pub fn send(
-        &mut self,
-        tx: VersionedTransaction,
-        skip_preflight: bool,
-    ) -> Result<Signature, RpcError> {
+    pub fn send(&mut self, tx: VersionedTransaction, skip_preflight: bool) -> Result<Signature, RpcError> {
         Self::verify(&tx)?;
         let signature = tx.signatures[0];
         let refused = if self.by_signature.contains_key(&signature) {
@@ -182,27 +159,19 @@ impl Chain {
         let pre_balances = self.balances(&keys);
         let pre_token_balances = self.token_balances(&keys);
         let fee = fee_for_message(&tx.message);
-        let writable: Vec<bool> = (0..keys.len())
-            .map(|i| tx.message.is_maybe_writable(i, None))
-            .collect();
-        let result =
-            std::panic::catch_unwind(AssertUnwindSafe(|| self.svm.send_transaction(tx.clone())))
-                .map_err(|_| {
-                    RpcError::internal("Internal error: the transaction made the runtime panic")
-                })?;
+        let writable: Vec<bool> = (0..keys.len()).map(|i| tx.message.is_maybe_writable(i, None)).collect();
+        let result = std::panic::catch_unwind(AssertUnwindSafe(|| self.svm.send_transaction(tx.clone())))
+            .map_err(|_| RpcError::internal("Internal error: the transaction made the runtime panic"))?;
         let (err, meta) = match result {
             Ok(meta) => (None, meta),
             Err(failed) => (Some(failed.err), failed.meta),
         };
         // A failed transaction was included (its fee charged) iff the payer's balance moved.
-        let included = err.is_none()
-            || self.svm.get_balance(&keys[0]) != payer_before.as_ref().map(|a| a.lamports);
+        let included = err.is_none() || self.svm.get_balance(&keys[0]) != payer_before.as_ref().map(|a| a.lamports);
         if let (Some(err), true) = (&err, preflight) {
             if included {
                 if let Some(before) = payer_before {
-                    self.svm
-                        .set_account(keys[0], before)
-                        .map_err(|e| RpcError::internal(e.to_string()))?;
+                    self.svm.set_account(keys[0], before).map_err(|e| RpcError::internal(e.to_string()))?;
                 }
             }
             return Err(preflight_failure(err.clone(), &meta));
@@ -216,17 +185,11 @@ impl Chain {
             .filter(|(i, _)| if err.is_none() { writable[*i] } else { *i == 0 })
             .map(|(_, k)| (*k, self.svm.get_account(k).unwrap_or_default()))
             .collect();
-        let rd = (!meta.return_data.data.is_empty()).then(|| {
-            (
-                meta.return_data.program_id.to_string(),
-                meta.return_data.data.clone(),
-            )
-        });
+        let rd = (!meta.return_data.data.is_empty())
+            .then(|| (meta.return_data.program_id.to_string(), meta.return_data.data.clone()));
         let rec = TxRecord {
             slot: self.slot,
-            block_time: self
-                .block_time(self.slot)
-                .unwrap_or_else(super::chain::unix_now),
+            block_time: self.block_time(self.slot).unwrap_or_else(super::chain::unix_now),
             err: err.clone(),
             fee,
             pre_balances,
@@ -263,12 +226,8 @@ impl Chain {
         if sig_verify {
             Self::verify(&tx)?;
         } else {
-            tx.sanitize().map_err(|e| {
-                RpcError::invalid_params(format!(
-                    "invalid transaction: {}",
-                    TransactionError::from(e)
-                ))
-            })?;
+            tx.sanitize()
+                .map_err(|e| RpcError::invalid_params(format!("invalid transaction: {}", TransactionError::from(e))))?;
         }
         let replacement = if replace {
             let (hash, last_valid) = self.latest_blockhash();
@@ -278,29 +237,15 @@ impl Chain {
         };
         let empty = TransactionMetadata::default();
         if !replace && !self.blockhashes.is_valid(tx.message.recent_blockhash()) {
-            return Ok(simulation_json(
-                &Some(TransactionError::BlockhashNotFound),
-                &empty,
-                Value::Null,
-                replacement,
-            ));
+            return Ok(simulation_json(&Some(TransactionError::BlockhashNotFound), &empty, Value::Null, replacement));
         }
         if sig_verify && self.by_signature.contains_key(&tx.signatures[0]) {
-            return Ok(simulation_json(
-                &Some(TransactionError::AlreadyProcessed),
-                &empty,
-                Value::Null,
-                replacement,
-            ));
+            return Ok(simulation_json(&Some(TransactionError::AlreadyProcessed), &empty, Value::Null, replacement));
         }
         let sim = std::panic::catch_unwind(AssertUnwindSafe(|| self.svm.simulate_transaction(tx)))
-            .map_err(|_| {
-                RpcError::internal("Internal error: the transaction made the runtime panic")
-            })?;
+            .map_err(|_| RpcError::internal("Internal error: the transaction made the runtime panic"))?;
         Ok(match sim {
-            Err(failed) => {
-                simulation_json(&Some(failed.err), &failed.meta, Value::Null, replacement)
-            }
+            Err(failed) => simulation_json(&Some(failed.err), &failed.meta, Value::Null, replacement),
             Ok(info) => {
                 let accounts = if addresses.is_empty() {
                     Value::Null
@@ -327,42 +272,27 @@ impl Chain {
 
     /// requestAirdrop: a system transfer from the node's faucet.
     pub fn airdrop(&mut self, to: &Pubkey, lamports: u64) -> Result<Signature, RpcError> {
-        let failed = || {
-            RpcError::internal(
-                "airdrop request failed. This can happen when the rate limit is reached.",
-            )
-        };
+        let failed = || RpcError::internal("airdrop request failed. This can happen when the rate limit is reached.");
         let (blockhash, _) = self.latest_blockhash();
         let payer = self.faucet.pubkey();
-        let mut ixs = vec![solana_system_interface::instruction::transfer(
-            &payer, to, lamports,
-        )];
+        let mut ixs = vec![solana_system_interface::instruction::transfer(&payer, to, lamports)];
         // Same recipient and amount in the same slot would repeat the signature:
         // vary a compute-unit limit instruction until the signature is new.
         for attempt in 0u32..1_000 {
-            let message =
-                solana_message::Message::new_with_blockhash(&ixs, Some(&payer), &blockhash);
-            let tx =
-                VersionedTransaction::try_new(VersionedMessage::Legacy(message), &[&self.faucet])
-                    .map_err(|_| failed())?;
+            let message = solana_message::Message::new_with_blockhash(&ixs, Some(&payer), &blockhash);
+            let tx = VersionedTransaction::try_new(VersionedMessage::Legacy(message), &[&self.faucet])
+                .map_err(|_| failed())?;
             if self.by_signature.contains_key(&tx.signatures[0]) {
                 let mut data = vec![2u8];
                 data.extend_from_slice(&(1_400_000 - attempt).to_le_bytes());
                 let cb = Pubkey::from_str("ComputeBudget111111111111111111111111111111").unwrap();
                 ixs.truncate(1);
-                ixs.insert(
-                    0,
-                    solana_instruction::Instruction {
-                        program_id: cb,
-                        accounts: vec![],
-                        data,
-                    },
-                );
+                ixs.insert(0, solana_instruction::Instruction { program_id: cb, accounts: vec![], data });
                 continue;
             }
-            let sig = self.send(tx, false).map_err(|e| {
-                RpcError::internal(format!("airdrop request failed: {}", e.message))
-            })?;
+            let sig = self
+                .send(tx, false)
+                .map_err(|e| RpcError::internal(format!("airdrop request failed: {}", e.message)))?;
             return Ok(sig);
         }
         Err(failed())

@@ -59,20 +59,16 @@ pub fn mint_data(authority: &Pubkey, decimals: u8, freeze: Option<&Pubkey>) -> V
 }
 
 pub fn apply(chain: &mut Chain, file: &Path) -> Result<(), String> {
-    let text = std::fs::read_to_string(file)
-        .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+    let text = std::fs::read_to_string(file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
     let g: Genesis = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", file.display()))?;
     for a in &g.accounts {
         let pubkey = key(&a.pubkey)?;
-        let mut acc = chain.svm.get_account(&pubkey).unwrap_or(Account {
-            owner: solana_sdk_ids::system_program::ID,
-            ..Account::default()
-        });
-        acc.lamports = a.lamports;
-        chain
+        let mut acc = chain
             .svm
-            .set_account(pubkey, acc)
-            .map_err(|e| e.to_string())?;
+            .get_account(&pubkey)
+            .unwrap_or(Account { owner: solana_sdk_ids::system_program::ID, ..Account::default() });
+        acc.lamports = a.lamports;
+        chain.svm.set_account(pubkey, acc).map_err(|e| e.to_string())?;
     }
     if let Some(m) = &g.io_mint {
         let freeze = m.freeze_authority.as_deref().map(key).transpose()?;
@@ -84,10 +80,7 @@ pub fn apply(chain: &mut Chain, file: &Path) -> Result<(), String> {
             executable: false,
             rent_epoch: u64::MAX,
         };
-        chain
-            .svm
-            .set_account(key(&m.pubkey)?, acc)
-            .map_err(|e| e.to_string())?;
+        chain.svm.set_account(key(&m.pubkey)?, acc).map_err(|e| e.to_string())?;
     }
     Ok(())
 }

@@ -8,9 +8,7 @@ use {
     solana_hash::Hash,
     solana_keypair::Keypair,
     solana_pubkey::Pubkey,
-    solana_sdk_ids::{
-        bpf_loader, bpf_loader_deprecated, bpf_loader_upgradeable, loader_v4, native_loader, sysvar,
-    },
+    solana_sdk_ids::{bpf_loader, bpf_loader_deprecated, bpf_loader_upgradeable, loader_v4, native_loader, sysvar},
     std::{
         io::Write,
         path::{Path, PathBuf},
@@ -125,21 +123,14 @@ pub fn restore(chain: &mut Chain, dir: &Path) -> Result<bool, String> {
         return Ok(false);
     }
     let bytes = std::fs::read(&file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
-    let snap: Snapshot<TxRecord> = bincode::deserialize(&bytes)
-        .map_err(|e| format!("{} is not a gpunet-localnet ledger: {e}", file.display()))?;
+    let snap: Snapshot<TxRecord> =
+        bincode::deserialize(&bytes).map_err(|e| format!("{} is not a gpunet-localnet ledger: {e}", file.display()))?;
     if snap.version != FORMAT_VERSION {
-        return Err(format!(
-            "{}: unsupported ledger format {}",
-            file.display(),
-            snap.version
-        ));
+        return Err(format!("{}: unsupported ledger format {}", file.display(), snap.version));
     }
     let key = |b: &[u8]| Keypair::try_from(b).map_err(|e| format!("bad key in ledger: {e}"));
     // The fresh chain's own faucet is replaced by the saved one.
-    let _ = chain.svm.set_account(
-        solana_signer::Signer::pubkey(&chain.faucet),
-        Account::default(),
-    );
+    let _ = chain.svm.set_account(solana_signer::Signer::pubkey(&chain.faucet), Account::default());
     chain.identity = key(&snap.identity)?;
     chain.faucet = key(&snap.faucet)?;
     for a in snap.accounts {

@@ -25,9 +25,7 @@ pub struct Node {
 
 impl Node {
     pub fn new(chain: chain::Chain) -> Self {
-        Self {
-            chain: Mutex::new(chain),
-        }
+        Self { chain: Mutex::new(chain) }
     }
 
     /// The chain state. A panic while it was held does not make the node unusable.

@@ -17,17 +17,13 @@ impl Params {
         match params {
             None | Some(Value::Null) => Ok(Self(vec![])),
             Some(Value::Array(v)) => Ok(Self(v)),
-            Some(_) => Err(RpcError::invalid_params_serde(
-                "invalid type: map, expected a sequence",
-            )),
+            Some(_) => Err(RpcError::invalid_params_serde("invalid type: map, expected a sequence")),
         }
     }
 
     pub fn require(&self, n: usize) -> RpcResult<()> {
         if self.0.len() < n {
-            return Err(RpcError::invalid_params(format!(
-                "`params` should have at least {n} argument(s)"
-            )));
+            return Err(RpcError::invalid_params(format!("`params` should have at least {n} argument(s)")));
         }
         Ok(())
     }
@@ -40,9 +36,7 @@ impl Params {
     pub fn opt<T: DeserializeOwned>(&self, i: usize) -> RpcResult<Option<T>> {
         match self.raw(i) {
             None => Ok(None),
-            Some(v) => serde_json::from_value(v.clone())
-                .map(Some)
-                .map_err(RpcError::invalid_params_serde),
+            Some(v) => serde_json::from_value(v.clone()).map(Some).map_err(RpcError::invalid_params_serde),
         }
     }
 
@@ -68,10 +62,7 @@ impl Params {
         match self.raw(i) {
             None => Ok(Config(Map::new())),
             Some(Value::Object(m)) => Ok(Config(m.clone())),
-            Some(v) => Err(RpcError::invalid_params_serde(format!(
-                "invalid type: {}, expected a map",
-                kind(v)
-            ))),
+            Some(v) => Err(RpcError::invalid_params_serde(format!("invalid type: {}, expected a map", kind(v)))),
         }
     }
 }
@@ -102,25 +93,15 @@ impl Config {
     pub fn get<T: DeserializeOwned>(&self, key: &str) -> RpcResult<Option<T>> {
         match self.0.get(key) {
             None | Some(Value::Null) => Ok(None),
-            Some(v) => serde_json::from_value(v.clone())
-                .map(Some)
-                .map_err(RpcError::invalid_params_serde),
+            Some(v) => serde_json::from_value(v.clone()).map(Some).map_err(RpcError::invalid_params_serde),
         }
     }
 
     /// Validates `commitment` and `minContextSlot` against the current slot.
     pub fn check(&self, slot: u64) -> RpcResult<()> {
         if let Some(c) = self.get::<String>("commitment")? {
-            const OK: [&str; 8] = [
-                "processed",
-                "confirmed",
-                "finalized",
-                "recent",
-                "single",
-                "singleGossip",
-                "root",
-                "max",
-            ];
+            const OK: [&str; 8] =
+                ["processed", "confirmed", "finalized", "recent", "single", "singleGossip", "root", "max"];
             if !OK.contains(&c.as_str()) {
                 return Err(RpcError::invalid_params_serde(format!(
                     "unknown variant `{c}`, expected one of `processed`, `confirmed`, `finalized`"

@@ -104,16 +104,12 @@ fn handle_request(node: &Node, subs: &mut HashMap<u64, Sub>, body: &[u8]) -> Vec
         Err(_) => return vec![text(error_response(Value::Null, &RpcError::parse_error()))],
     };
     let id = req.get("id").cloned().unwrap_or(Value::Null);
-    let Some(method) = req
-        .get("method")
-        .and_then(Value::as_str)
-        .filter(|_| req.get("jsonrpc") == Some(&json!("2.0")))
+    let Some(method) = req.get("method").and_then(Value::as_str).filter(|_| req.get("jsonrpc") == Some(&json!("2.0")))
     else {
         return vec![text(error_response(id, &RpcError::invalid_request()))];
     };
     let mut extra = vec![];
-    let result = Params::new(req.get("params").cloned())
-        .and_then(|p| subscribe(node, subs, method, &p, &mut extra));
+    let result = Params::new(req.get("params").cloned()).and_then(|p| subscribe(node, subs, method, &p, &mut extra));
     let mut out = vec![match result {
         Ok(v) => text(json!({ "jsonrpc": "2.0", "result": v, "id": id })),
         Err(e) => text(error_response(id, &e)),
@@ -137,25 +133,15 @@ fn subscribe(
         "accountSubscribe" => Sub::Account(parse_key(p.opt(0)?)?, account_opts(&p.config(1)?)?),
         "programSubscribe" => {
             let cfg = p.config(1)?;
-            Sub::Program(
-                parse_key(p.opt(0)?)?,
-                account_opts(&cfg)?,
-                parse_filters(&cfg)?,
-            )
+            Sub::Program(parse_key(p.opt(0)?)?, account_opts(&cfg)?, parse_filters(&cfg)?)
         }
         "logsSubscribe" => {
             p.require(1)?;
             match p.raw(0) {
                 Some(Value::String(s)) if s == "all" || s == "allWithVotes" => Sub::Logs(None),
                 Some(Value::Object(m)) => match m.get("mentions").and_then(Value::as_array) {
-                    Some(list) if list.len() == 1 => {
-                        Sub::Logs(Some(parse_key(list[0].as_str().map(String::from))?))
-                    }
-                    _ => {
-                        return Err(RpcError::invalid_params(
-                            "Invalid Request: Only 1 address supported",
-                        ))
-                    }
+                    Some(list) if list.len() == 1 => Sub::Logs(Some(parse_key(list[0].as_str().map(String::from))?)),
+                    _ => return Err(RpcError::invalid_params("Invalid Request: Only 1 address supported")),
                 },
                 _ => {
                     return Err(RpcError::invalid_params_serde(
@@ -166,9 +152,8 @@ fn subscribe(
         }
         "signatureSubscribe" => {
             let s: String = p.req(0)?;
-            let sig = Signature::from_str(&s).map_err(|_| {
-                RpcError::invalid_params("Invalid Request: Invalid signature provided")
-            })?;
+            let sig = Signature::from_str(&s)
+                .map_err(|_| RpcError::invalid_params("Invalid Request: Invalid signature provided"))?;
             Sub::Signature(sig)
         }
         "slotSubscribe" => Sub::Slot,
@@ -186,11 +171,7 @@ fn subscribe(
         // Already processed: notify at once (every commitment is reached immediately).
         let chain = node.chain();
         if let Some(rec) = chain.transaction(sig) {
-            extra.push(notification(
-                "signatureNotification",
-                id,
-                ctx(rec.slot, json!({ "err": err_json(&rec.err) })),
-            ));
+            extra.push(notification("signatureNotification", id, ctx(rec.slot, json!({ "err": err_json(&rec.err) }))));
             return Ok(json!(id));
         }
     }
@@ -225,14 +206,7 @@ fn notify(node: &Node, subs: &mut HashMap<u64, Sub>, ev: &Event) -> Vec<Message>
     out
 }
 
-fn notify_tx(
-    node: &Node,
-    id: u64,
-    sub: &Sub,
-    tx: &TxEvent,
-    out: &mut Vec<Message>,
-    done: &mut Vec<u64>,
-) {
+fn notify_tx(node: &Node, id: u64, sub: &Sub, tx: &TxEvent, out: &mut Vec<Message>, done: &mut Vec<u64>) {
     let decimals = |m: &Pubkey| node.chain().mint_decimals(m);
     match sub {
         Sub::Account(key, opts) => {
@@ -242,11 +216,7 @@ fn notify_tx(
             }
         }
         Sub::Program(program, opts, filters) => {
-            for (k, acc) in tx
-                .written
-                .iter()
-                .filter(|(_, a)| a.owner == *program && matches(filters, &a.data))
-            {
+            for (k, acc) in tx.written.iter().filter(|(_, a)| a.owner == *program && matches(filters, &a.data)) {
                 let v = encode_notification_account(&decimals, acc, opts);
                 let value = json!({ "pubkey": k.to_string(), "account": v });
                 out.push(notification("programNotification", id, ctx(tx.slot, value)));
@@ -254,18 +224,13 @@ fn notify_tx(
         }
         Sub::Logs(filter) => {
             if filter.is_none_or(|k| tx.keys.contains(&k)) {
-                let value =
-                    json!({ "signature": tx.signature, "err": err_json(&tx.err), "logs": tx.logs });
+                let value = json!({ "signature": tx.signature, "err": err_json(&tx.err), "logs": tx.logs });
                 out.push(notification("logsNotification", id, ctx(tx.slot, value)));
             }
         }
         Sub::Signature(sig) => {
             if sig.to_string() == tx.signature {
-                out.push(notification(
-                    "signatureNotification",
-                    id,
-                    ctx(tx.slot, json!({ "err": err_json(&tx.err) })),
-                ));
+                out.push(notification("signatureNotification", id, ctx(tx.slot, json!({ "err": err_json(&tx.err) }))));
                 done.push(id);
             }
         }

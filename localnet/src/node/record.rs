@@ -117,14 +117,8 @@ impl TxRecord {
     /// getTransaction's result; `encoding` is "json" or "base64"/"base58".
     pub fn to_json(&self, encoding: &str, with_version: bool) -> Value {
         let transaction = match encoding {
-            "base64" => json!([
-                B64.encode(bincode::serialize(&self.tx).unwrap_or_default()),
-                "base64"
-            ]),
-            "base58" => json!([
-                bs58::encode(bincode::serialize(&self.tx).unwrap_or_default()).into_string(),
-                "base58"
-            ]),
+            "base64" => json!([B64.encode(bincode::serialize(&self.tx).unwrap_or_default()), "base64"]),
+            "base58" => json!([bs58::encode(bincode::serialize(&self.tx).unwrap_or_default()).into_string(), "base58"]),
             _ => json!({
                 "signatures": self.tx.signatures.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
                 "message": message_json(&self.tx.message),

@@ -33,9 +33,7 @@ pub fn router(node: Arc<Node>) -> Router {
 async fn handle(State(node): State<Arc<Node>>, body: Bytes) -> Response {
     let out = tokio::task::spawn_blocking(move || handle_body(&node, &body)).await;
     match out {
-        Ok(Some(v)) => {
-            ([(header::CONTENT_TYPE, "application/json")], v.to_string()).into_response()
-        }
+        Ok(Some(v)) => ([(header::CONTENT_TYPE, "application/json")], v.to_string()).into_response(),
         Ok(None) => StatusCode::OK.into_response(),
         Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal error").into_response(),
     }
@@ -48,14 +46,9 @@ pub fn handle_body(node: &Node, body: &[u8]) -> Option<Value> {
         Err(_) => return Some(error_response(Value::Null, &RpcError::parse_error())),
     };
     match request {
-        Value::Array(items) if items.is_empty() => {
-            Some(error_response(Value::Null, &RpcError::invalid_request()))
-        }
+        Value::Array(items) if items.is_empty() => Some(error_response(Value::Null, &RpcError::invalid_request())),
         Value::Array(items) => {
-            let out: Vec<Value> = items
-                .into_iter()
-                .filter_map(|r| handle_one(node, r))
-                .collect();
+            let out: Vec<Value> = items.into_iter().filter_map(|r| handle_one(node, r)).collect();
             (!out.is_empty()).then_some(Value::Array(out))
         }
         other => handle_one(node, other),

@@ -12,12 +12,8 @@ pub const TOKEN_2022_PROGRAM: &str = "TokenzQdBNbLqP5VEhdkAS6EPFLC1PHnBqCXEpPxuE
 pub const ACCOUNT_LEN: usize = 165;
 pub const MINT_LEN: usize = 82;
 
-static TOKEN_PROGRAM_IDS: LazyLock<[Pubkey; 2]> = LazyLock::new(|| {
-    [
-        Pubkey::from_str(TOKEN_PROGRAM).unwrap(),
-        Pubkey::from_str(TOKEN_2022_PROGRAM).unwrap(),
-    ]
-});
+static TOKEN_PROGRAM_IDS: LazyLock<[Pubkey; 2]> =
+    LazyLock::new(|| [Pubkey::from_str(TOKEN_PROGRAM).unwrap(), Pubkey::from_str(TOKEN_2022_PROGRAM).unwrap()]);
 
 pub fn is_token_program(owner: &Pubkey) -> bool {
     TOKEN_PROGRAM_IDS.contains(owner)
@@ -93,8 +89,7 @@ pub fn parse_token_account(owner: &Pubkey, data: &[u8]) -> Option<TokenAccount> 
     if !is_token_program(owner) {
         return None;
     }
-    let ok =
-        data.len() == ACCOUNT_LEN || (data.len() > ACCOUNT_LEN && account_type(data) == Some(2));
+    let ok = data.len() == ACCOUNT_LEN || (data.len() > ACCOUNT_LEN && account_type(data) == Some(2));
     if !ok || data[108] == 0 {
         return None;
     }
@@ -133,11 +128,7 @@ pub fn ui_token_amount(amount: u64, decimals: u8) -> Value {
 
 /// The `parsed` object of a jsonParsed SPL Token account, or None when the
 /// account is not a token mint/account (or its mint is unknown).
-pub fn json_parsed(
-    owner: &Pubkey,
-    data: &[u8],
-    mint_decimals: impl Fn(&Pubkey) -> Option<u8>,
-) -> Option<Value> {
+pub fn json_parsed(owner: &Pubkey, data: &[u8], mint_decimals: impl Fn(&Pubkey) -> Option<u8>) -> Option<Value> {
     if let Some(m) = parse_mint(owner, data) {
         return Some(json!({
             "type": "mint",
@@ -219,10 +210,7 @@ mod tests {
         data[44] = 6;
         data[45] = 1;
         let m = parse_mint(&owner, &data).unwrap();
-        assert_eq!(
-            (m.mint_authority, m.supply, m.decimals, m.freeze_authority),
-            (Some(auth), 5, 6, None)
-        );
+        assert_eq!((m.mint_authority, m.supply, m.decimals, m.freeze_authority), (Some(auth), 5, 6, None));
         assert!(parse_token_account(&owner, &data).is_none());
         assert!(parse_mint(&Pubkey::new_unique(), &data).is_none());
     }

@@ -9,9 +9,7 @@
 //! top-level instruction (`require_top_level`).
 use anchor_lang::prelude::*;
 use anchor_lang::solana_program::ed25519_program;
-use anchor_lang::solana_program::sysvar::instructions::{
-    load_current_index_checked, load_instruction_at_checked,
-};
+use anchor_lang::solana_program::sysvar::instructions::{load_current_index_checked, load_instruction_at_checked};
 
 use crate::errors::GpunetError;
 
@@ -47,10 +45,7 @@ pub fn require_signed_by_previous_instruction(
     require_keys_eq!(ix.program_id, ed25519_program::ID, GpunetError::MissingEd25519Instruction);
 
     let data = &ix.data;
-    require!(
-        data.len() >= HEADER_LEN + OFFSETS_LEN && data[0] == 1,
-        GpunetError::MalformedEd25519Instruction
-    );
+    require!(data.len() >= HEADER_LEN + OFFSETS_LEN && data[0] == 1, GpunetError::MalformedEd25519Instruction);
     let field = |n: usize| read_u16(data, HEADER_LEN + 2 * n);
     let (sig_offset, sig_ix) = (field(0)?, field(1)?);
     let (key_offset, key_ix) = (field(2)?, field(3)?);

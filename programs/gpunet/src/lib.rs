@@ -1,7 +1,6 @@
 //! gpunet: GPU suppliers stake IO and register nodes, clients lease them from an escrow,
 //! attesters settle signed usage out of that escrow and slash faulty suppliers.
 #![deny(arithmetic_overflow)]
-#![allow(unexpected_cfgs)]
 // Anchor 0.31's generated IDL-account handlers call the deprecated `realloc`, outside our module
 // (they are compiled only without the default `no-idl` feature).
 #![allow(deprecated)]
@@ -56,7 +55,12 @@ pub mod gpunet {
         RegisterNode::handler(ctx, spec)
     }
 
-    pub fn update_node(ctx: Context<UpdateNode>, region: u16, price_per_gpu_hour: u64, inventory_hash: [u8; 32]) -> Result<()> {
+    pub fn update_node(
+        ctx: Context<UpdateNode>,
+        region: u16,
+        price_per_gpu_hour: u64,
+        inventory_hash: [u8; 32],
+    ) -> Result<()> {
         UpdateNode::handler(ctx, region, price_per_gpu_hour, inventory_hash)
     }
 
@@ -73,7 +77,12 @@ pub mod gpunet {
     }
 
     // --- leases
-    pub fn open_lease(ctx: Context<OpenLease>, lease_id: u64, terms: LeaseTerms, downtime_tolerance_seconds: u32) -> Result<()> {
+    pub fn open_lease(
+        ctx: Context<OpenLease>,
+        lease_id: u64,
+        terms: LeaseTerms,
+        downtime_tolerance_seconds: u32,
+    ) -> Result<()> {
         OpenLease::handler(ctx, lease_id, terms, downtime_tolerance_seconds)
     }
 

@@ -11,9 +11,7 @@ pub const SECONDS_PER_HOUR: u128 = 3_600;
 /// Escrow that pays `gpus` GPUs for `seconds` at `price_per_gpu_hour`, rounded up.
 pub fn escrow_for(price_per_gpu_hour: u64, gpus: u8, seconds: i64) -> Option<u64> {
     let seconds = u128::try_from(seconds).ok()?;
-    let total = u128::from(price_per_gpu_hour)
-        .checked_mul(u128::from(gpus))?
-        .checked_mul(seconds)?;
+    let total = u128::from(price_per_gpu_hour).checked_mul(u128::from(gpus))?.checked_mul(seconds)?;
     u64::try_from(total.div_ceil(SECONDS_PER_HOUR)).ok()
 }
 
@@ -168,7 +166,8 @@ mod tests {
         assert_eq!(owed_at_most(u64::MAX, 16, 0, i64::MAX), None);
         // periods settled piecewise never add up to more than the bound
         let bound = owed_at_most(7_777, 3, 0, 1_000).unwrap();
-        let pieces: u64 = (0..1_000).step_by(7).map(|t| usage_cost(7_777, 3 * (7.min(1_000 - t)) as u64).unwrap()).sum();
+        let pieces: u64 =
+            (0..1_000).step_by(7).map(|t| usage_cost(7_777, 3 * (7.min(1_000 - t)) as u64).unwrap()).sum();
         assert!(pieces <= bound);
     }
 

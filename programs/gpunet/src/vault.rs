@@ -10,11 +10,8 @@ pub fn deposit<'info>(
     owner: &Signer<'info>,
     amount: u64,
 ) -> Result<()> {
-    let accounts = Transfer {
-        from: from.to_account_info(),
-        to: vault.to_account_info(),
-        authority: owner.to_account_info(),
-    };
+    let accounts =
+        Transfer { from: from.to_account_info(), to: vault.to_account_info(), authority: owner.to_account_info() };
     token::transfer(CpiContext::new(token_program.to_account_info(), accounts), amount)
 }
 
@@ -30,16 +27,9 @@ pub fn pay_out<'info>(
     if amount == 0 {
         return Ok(());
     }
-    let accounts = Transfer {
-        from: vault.to_account_info(),
-        to: to.to_account_info(),
-        authority: vault_authority,
-    };
+    let accounts = Transfer { from: vault.to_account_info(), to: to.to_account_info(), authority: vault_authority };
     let signers = [signer_seeds];
-    token::transfer(
-        CpiContext::new_with_signer(token_program.to_account_info(), accounts, &signers),
-        amount,
-    )
+    token::transfer(CpiContext::new_with_signer(token_program.to_account_info(), accounts, &signers), amount)
 }
 
 /// Closes an empty vault, returning its rent to `rent_to`.
@@ -50,15 +40,7 @@ pub fn close<'info>(
     vault_authority: AccountInfo<'info>,
     signer_seeds: &[&[u8]],
 ) -> Result<()> {
-    let accounts = CloseAccount {
-        account: vault.to_account_info(),
-        destination: rent_to,
-        authority: vault_authority,
-    };
+    let accounts = CloseAccount { account: vault.to_account_info(), destination: rent_to, authority: vault_authority };
     let signers = [signer_seeds];
-    token::close_account(CpiContext::new_with_signer(
-        token_program.to_account_info(),
-        accounts,
-        &signers,
-    ))
+    token::close_account(CpiContext::new_with_signer(token_program.to_account_info(), accounts, &signers))
 }

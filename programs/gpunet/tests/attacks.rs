@@ -3,11 +3,11 @@
 //! revival, fake sysvar); the attacks an independent review played are in review.rs.
 //! Usage-proof attacks live in settlement.rs.
 
+use crate::harness::*;
 use anchor_lang::error::ErrorCode as AnchorError;
 use anchor_lang::prelude::{AccountMeta, Pubkey};
 use gpunet::errors::GpunetError;
 use gpunet::state::{Provider, SEED_PROVIDER};
-use crate::harness::*;
 use solana_account::Account;
 use solana_signer::Signer;
 
@@ -167,7 +167,10 @@ fn account_closing_and_revival() {
     let client = h.client(1_000 * IO);
     let lease = h.open_lease(&client, 1, terms(1, 1));
     assert_error(h.assign(&lease, &[(&node, 1)]), AnchorError::AccountOwnedByWrongProgram);
-    assert_error(h.send(&[h.update_node_ix(&s, &node.node, US, 1)], &[&s.wallet]), AnchorError::AccountOwnedByWrongProgram);
+    assert_error(
+        h.send(&[h.update_node_ix(&s, &node.node, US, 1)], &[&s.wallet]),
+        AnchorError::AccountOwnedByWrongProgram,
+    );
 }
 
 #[test]
@@ -182,7 +185,13 @@ fn fake_sysvar() {
     let report = h.full_use_report(&lease, &node, 60);
     // an account dressed as the instructions sysvar (sysvar owner), holding forged content
     let fake = Pubkey::new_unique();
-    let forged = Account { lamports: 1_000_000, data: vec![0; 256], owner: anchor_lang::solana_program::sysvar::ID, executable: false, rent_epoch: 0 };
+    let forged = Account {
+        lamports: 1_000_000,
+        data: vec![0; 256],
+        owner: anchor_lang::solana_program::sysvar::ID,
+        executable: false,
+        rent_epoch: 0,
+    };
     h.svm.set_account(fake, forged).unwrap();
     let [_, mut settle_ix] = h.usage_ixs(&lease, &node, report);
     settle_ix.accounts[8] = AccountMeta::new_readonly(fake, false);

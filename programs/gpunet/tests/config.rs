@@ -1,13 +1,13 @@
 //! Config: initialisation, admin-only updates, limits and the pause switch.
 
+use crate::harness::*;
 use anchor_lang::error::ErrorCode as AnchorError;
+use anchor_lang::solana_program::instruction::InstructionError;
 use gpunet::errors::GpunetError;
 use gpunet::events::{ConfigInitialized, ConfigUpdated};
 use gpunet::state::{Config, MAX_PROTOCOL_FEE_BPS};
-use crate::harness::*;
 use solana_signer::Signer;
 use solana_transaction_error::TransactionError;
-use anchor_lang::solana_program::instruction::InstructionError;
 
 #[test]
 fn initialize_records_every_parameter_and_emits_an_event() {
@@ -169,7 +169,8 @@ fn the_program_runs_as_the_selected_build() {
 /// scripts/test runs this file on both SBF builds.
 #[test]
 fn an_sbf_build_on_the_other_stack_frame_layout_stops_at_once() {
-    let gpunet_localnet::ProgramBuild::Sbf { path, stack_frame_gaps } = gpunet_localnet::ProgramBuild::from_env() else {
+    let gpunet_localnet::ProgramBuild::Sbf { path, stack_frame_gaps } = gpunet_localnet::ProgramBuild::from_env()
+    else {
         return;
     };
     let other = gpunet_localnet::ProgramBuild::Sbf { path, stack_frame_gaps: !stack_frame_gaps };

@@ -8,11 +8,11 @@
 
 use std::collections::BTreeMap;
 
+use crate::harness::*;
 use anchor_lang::prelude::Pubkey;
 use anchor_spl::token::spl_token;
 use gpunet::events::{LeaseClosed, LeaseFinalized, LeaseOpened, LeaseToppedUp, ProviderSlashed, UsageSettled};
 use gpunet::state::{FaultKind, Lease, LeaseStatus, Node, Provider, UsageReport};
-use crate::harness::*;
 use proptest::prelude::*;
 use solana_signer::Signer;
 
@@ -145,10 +145,7 @@ impl World {
         accounts.extend(self.clients.iter().map(|c| c.tokens));
         accounts.push(self.donor.tokens);
         accounts.extend(self.leases.iter().map(|l| l.vault));
-        accounts
-            .into_iter()
-            .map(|a| (a, if self.h.exists(&a) { self.h.balance(&a) } else { 0 }))
-            .collect()
+        accounts.into_iter().map(|a| (a, if self.h.exists(&a) { self.h.balance(&a) } else { 0 })).collect()
     }
 
     fn apply(&mut self, op: &Op) -> Option<TxResult> {
@@ -212,7 +209,8 @@ impl World {
             Op::Close { lease, by_client } => {
                 let (lease, _) = self.lease_state(lease)?;
                 let c = self.clients.iter().find(|c| c.wallet.pubkey() == lease.client)?;
-                let closer = if by_client { c.wallet.insecure_clone() } else { self.clients[0].wallet.insecure_clone() };
+                let closer =
+                    if by_client { c.wallet.insecure_clone() } else { self.clients[0].wallet.insecure_clone() };
                 let tokens = c.tokens;
                 self.h.close(&closer, &lease, &tokens)
             }
@@ -230,8 +228,15 @@ impl World {
             Op::Donate { lease, amount } => {
                 let (lease, _) = self.lease_state(lease)?;
                 let donor = &self.donor;
-                let ix = spl_token::instruction::transfer(&spl_token::ID, &donor.tokens, &lease.vault, &donor.wallet.pubkey(), &[], amount)
-                    .unwrap();
+                let ix = spl_token::instruction::transfer(
+                    &spl_token::ID,
+                    &donor.tokens,
+                    &lease.vault,
+                    &donor.wallet.pubkey(),
+                    &[],
+                    amount,
+                )
+                .unwrap();
                 let result = self.h.send(&[ix], &[&donor.wallet.insecure_clone()]);
                 if result.is_ok() {
                     *self.donated.entry(lease.vault).or_default() += amount;
@@ -240,14 +245,15 @@ impl World {
             }
             Op::Slash { node, kind, with_lease } => {
                 let n = &self.nodes[node];
-                let fault = [FaultKind::MissedHeartbeats, FaultKind::FailedVerification, FaultKind::InvalidUsage][kind as usize];
+                let fault = [FaultKind::MissedHeartbeats, FaultKind::FailedVerification, FaultKind::InvalidUsage]
+                    [kind as usize];
                 let victim = if with_lease {
                     self.leases.iter().find_map(|l| {
                         let state: Lease = self.h.account(&l.lease);
                         let client = self.clients.iter().find(|c| c.wallet.pubkey() == l.client)?;
                         (matches!(state.status, LeaseStatus::Active | LeaseStatus::Closing)
                             && state.assignment_index(&n.node).is_some())
-                            .then_some((*l, client.tokens))
+                        .then_some((*l, client.tokens))
                     })
                 } else {
                     None
@@ -283,9 +289,17 @@ impl World {
             in_vaults += left;
         }
         let l = &self.ledger;
-        assert_eq!(l.deposited, l.paid + l.fees + l.refunded + in_vaults, "deposits == payouts + fees + refunds + escrow");
+        assert_eq!(
+            l.deposited,
+            l.paid + l.fees + l.refunded + in_vaults,
+            "deposits == payouts + fees + refunds + escrow"
+        );
         let donated_total: u64 = self.donated.values().sum();
-        assert_eq!(1_000 * IO - self.h.balance(&self.donor.tokens), donated_total + l.donations, "every donation accounted for");
+        assert_eq!(
+            1_000 * IO - self.h.balance(&self.donor.tokens),
+            donated_total + l.donations,
+            "every donation accounted for"
+        );
 
         for s in &self.suppliers {
             let p: Provider = self.h.account(&s.provider);

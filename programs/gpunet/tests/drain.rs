@@ -1,11 +1,11 @@
 //! Announced maintenance: a supplier drains its node (no new leases; its shares may move away
 //! without a slash) and undrains it. Each test plays the hostile party with an honest control.
 
+use crate::harness::*;
 use anchor_lang::error::ErrorCode as AnchorError;
 use gpunet::errors::GpunetError;
 use gpunet::events::{LeaseReassigned, NodeDrainingSet};
 use gpunet::state::{Lease, Node, Provider};
-use crate::harness::*;
 use solana_signer::Signer;
 
 fn draining(h: &Harness, node: &GpuNode) -> bool {

@@ -1,11 +1,11 @@
 //! Leases: opening escrows the full price, assignment (single node and cluster),
 //! top-up, reassignment after a node loss, close, refund and finalization.
 
-use gpunet::errors::GpunetError;
+use crate::harness::*;
 use anchor_lang::error::ErrorCode as AnchorError;
+use gpunet::errors::GpunetError;
 use gpunet::events::{LeaseAssigned, LeaseClosed, LeaseFinalized, LeaseOpened, LeaseReassigned, LeaseToppedUp};
 use gpunet::state::{Lease, LeaseStatus, Node};
-use crate::harness::*;
 use solana_signer::Signer;
 
 #[test]
@@ -96,11 +96,31 @@ fn invalid_terms_are_refused_and_nothing_is_escrowed() {
     let mut h = Harness::new();
     let client = h.client(1_000 * IO);
     for (id, t) in [
-        (1, { let mut t = terms(1, 1); t.gpu_count = 0; t }),
-        (2, { let mut t = terms(1, 1); t.gpu_count = 129; t }),
-        (3, { let mut t = terms(1, 1); t.duration_seconds = 0; t }),
-        (4, { let mut t = terms(1, 1); t.duration_seconds = -5; t }),
-        (5, { let mut t = terms(1, 1); t.max_price_per_gpu_hour = 0; t }),
+        (1, {
+            let mut t = terms(1, 1);
+            t.gpu_count = 0;
+            t
+        }),
+        (2, {
+            let mut t = terms(1, 1);
+            t.gpu_count = 129;
+            t
+        }),
+        (3, {
+            let mut t = terms(1, 1);
+            t.duration_seconds = 0;
+            t
+        }),
+        (4, {
+            let mut t = terms(1, 1);
+            t.duration_seconds = -5;
+            t
+        }),
+        (5, {
+            let mut t = terms(1, 1);
+            t.max_price_per_gpu_hour = 0;
+            t
+        }),
     ] {
         let lease = LeaseRef::new(client.wallet.pubkey(), id);
         assert_error(h.send(&[h.open_lease_ix(&client, &lease, t)], &[&client.wallet]), GpunetError::InvalidLeaseTerms);
@@ -146,7 +166,10 @@ fn a_lost_node_is_replaced_and_the_new_node_starts_at_seq_one() {
     h.slash(&lost, gpunet::state::FaultKind::MissedHeartbeats, None).unwrap();
     let meta = h.reassign(&lease, &lost, &spare).unwrap();
     let ev: LeaseReassigned = event(&meta);
-    assert_eq!((ev.from_node, ev.assignment.node, ev.assignment.gpus, ev.assignment.last_seq), (lost.node, spare.node, 2, 0));
+    assert_eq!(
+        (ev.from_node, ev.assignment.node, ev.assignment.gpus, ev.assignment.last_seq),
+        (lost.node, spare.node, 2, 0)
+    );
     assert_eq!(h.account::<Node>(&lost.node).gpus_leased, 0);
     assert_eq!(h.account::<Node>(&spare.node).gpus_leased, 2);
 

@@ -4,10 +4,10 @@
 //! an IDL that advertised a different limit than the program checks fails here.
 use std::collections::BTreeMap;
 
+use crate::harness::*;
 use anchor_lang::prelude::Pubkey;
 use gpunet::errors::GpunetError;
 use gpunet::state::{Lease, Node, NodeSpec, ANY};
-use crate::harness::*;
 use solana_keypair::Keypair;
 use solana_signer::Signer;
 
@@ -107,9 +107,12 @@ fn node_and_lease_limits() {
 
     let min_tolerance: u32 = limits.get("MIN_DOWNTIME_TOLERANCE_SECONDS");
     let max_tolerance: u32 = limits.get("MAX_DOWNTIME_TOLERANCE_SECONDS");
-    for (id, tolerance, ok) in
-        [(3, min_tolerance - 1, false), (4, max_tolerance + 1, false), (5, min_tolerance, true), (6, max_tolerance, true)]
-    {
+    for (id, tolerance, ok) in [
+        (3, min_tolerance - 1, false),
+        (4, max_tolerance + 1, false),
+        (5, min_tolerance, true),
+        (6, max_tolerance, true),
+    ] {
         let lease = LeaseRef::new(client.wallet.pubkey(), id);
         let result = h.send(&[h.open_lease_tolerant_ix(&client, &lease, terms(1, 1), tolerance)], &[&client.wallet]);
         if ok {

@@ -24,10 +24,8 @@ mod usage_vector;
 #[test]
 fn every_test_file_is_a_module() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
-    let declared: Vec<&str> = include_str!("main.rs")
-        .lines()
-        .filter_map(|line| line.strip_prefix("mod ")?.strip_suffix(';'))
-        .collect();
+    let declared: Vec<&str> =
+        include_str!("main.rs").lines().filter_map(|line| line.strip_prefix("mod ")?.strip_suffix(';')).collect();
     let mut files = 0;
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();

@@ -1,10 +1,10 @@
 //! Nodes: registration bonds stake per GPU, updates, deregistration frees it.
 
+use crate::harness::*;
 use anchor_lang::error::ErrorCode as AnchorError;
 use gpunet::errors::GpunetError;
 use gpunet::events::{NodeDeregistered, NodeRegistered, NodeUpdated};
 use gpunet::state::{Node, NodeSpec, Provider};
-use crate::harness::*;
 use solana_keypair::Keypair;
 use solana_signer::Signer;
 

@@ -2,6 +2,7 @@
 //! played by the hostile party that found it, with an honest control in the same test, and the
 //! closing state that fixes the closing-related classes (close -> settle the rest -> finalize).
 
+use crate::harness::*;
 use anchor_lang::error::ErrorCode as AnchorError;
 use anchor_lang::prelude::{AccountMeta, Pubkey};
 use anchor_lang::solana_program::entrypoint::ProgramResult;
@@ -12,14 +13,15 @@ use anchor_spl::token::spl_token;
 use gpunet::errors::GpunetError;
 use gpunet::events::{LeaseClosed, LeaseFinalized, ProviderSlashed};
 use gpunet::state::{FaultKind, Lease, LeaseStatus, Node, Provider, UsageReport};
-use crate::harness::*;
 use solana_account::Account;
 use solana_signer::Signer;
 
 /// A stranger's plain SPL transfer into a vault.
 fn donate(h: &mut Harness, to_vault: &Pubkey, amount: u64) {
     let donor = h.client(amount);
-    let ix = spl_token::instruction::transfer(&spl_token::ID, &donor.tokens, to_vault, &donor.wallet.pubkey(), &[], amount).unwrap();
+    let ix =
+        spl_token::instruction::transfer(&spl_token::ID, &donor.tokens, to_vault, &donor.wallet.pubkey(), &[], amount)
+            .unwrap();
     h.send(&[ix], &[&donor.wallet]).expect("donation");
 }
 
@@ -119,7 +121,9 @@ fn one_piece_of_evidence_slashes_once_and_a_jailed_node_is_not_slashed_again() {
     let node = h.node(&s, h100_spec(1));
     let attester = h.attester.insecure_clone();
     let evidence = [0xE1; 32];
-    let slash = |h: &Harness, evidence| h.slash_with_evidence_ix(&attester.pubkey(), &node, FaultKind::MissedHeartbeats, None, evidence);
+    let slash = |h: &Harness, evidence| {
+        h.slash_with_evidence_ix(&attester.pubkey(), &node, FaultKind::MissedHeartbeats, None, evidence)
+    };
 
     let first: ProviderSlashed = event(&h.send(&[slash(&h, evidence)], &[&attester]).unwrap());
     assert_eq!((first.amount, first.evidence_hash), (100 * IO, evidence));
@@ -127,8 +131,10 @@ fn one_piece_of_evidence_slashes_once_and_a_jailed_node_is_not_slashed_again() {
     // the same evidence again, after the jail is served and the node unjailed: refused
     h.advance(JAIL_SECONDS);
     h.send(&[h.unjail_node_ix(&s, &node.node)], &[&s.wallet]).unwrap();
-    assert!(matches!(instruction_error(h.send(&[slash(&h, evidence)], &[&attester])), InstructionError::Custom(0)),
-        "the evidence record exists: creating it again fails (system program: account already in use)");
+    assert!(
+        matches!(instruction_error(h.send(&[slash(&h, evidence)], &[&attester])), InstructionError::Custom(0)),
+        "the evidence record exists: creating it again fails (system program: account already in use)"
+    );
     // new evidence against a node still jailed for the first fault: refused
     h.send(&[slash(&h, [0xE2; 32])], &[&attester]).unwrap(); // control: a new fault of the unjailed node
     let vault_after_second = h.balance(&s.vault);
@@ -170,7 +176,10 @@ fn a_slash_compensates_only_a_live_lease_the_node_holds_and_at_most_what_it_lost
     h.reassign(&live, &node, &spare).unwrap();
     h.advance(JAIL_SECONDS);
     h.send(&[h.unjail_node_ix(&s, &node.node)], &[&s.wallet]).unwrap();
-    assert_error(h.slash(&node, FaultKind::MissedHeartbeats, Some((&live, &client.tokens))), GpunetError::NodeNotInLease);
+    assert_error(
+        h.slash(&node, FaultKind::MissedHeartbeats, Some((&live, &client.tokens))),
+        GpunetError::NodeNotInLease,
+    );
 }
 
 #[test]
@@ -247,7 +256,8 @@ fn a_close_keeps_what_the_nodes_are_owed_until_it_is_settled() {
     assert_eq!(h.balance(&client.tokens), 1_000 * IO - owed);
     assert_error(h.finalize(&stranger, &lease, &client.tokens), AnchorError::AccountNotInitialized); // the vault is gone
     let late = report(2, h.now() - 10, h.now(), 1);
-    assert_error(h.settle(&lease, &node, late), AnchorError::AccountNotInitialized); // the vault is gone
+    assert_error(h.settle(&lease, &node, late), AnchorError::AccountNotInitialized);
+    // the vault is gone
 }
 
 #[test]

@@ -1,13 +1,13 @@
 //! Settlement: signed usage pays the provider minus the protocol fee out of escrow, and
 //! every usage-proof attack is refused on chain.
 
+use crate::harness::builders::ed25519_ix;
+use crate::harness::*;
 use anchor_lang::error::ErrorCode as AnchorError;
 use anchor_lang::prelude::{AccountMeta, Pubkey};
 use gpunet::errors::GpunetError;
 use gpunet::events::UsageSettled;
 use gpunet::state::{Lease, Provider, UsageReport};
-use crate::harness::builders::ed25519_ix;
-use crate::harness::*;
 use solana_signer::Signer;
 use solana_transaction_error::TransactionError;
 
@@ -82,7 +82,10 @@ fn several_reports_settle_in_one_transaction() {
     let attester = h.attester.insecure_clone();
     let meta = h.send(&ixs, &[&attester]).unwrap();
     let settled = events::<UsageSettled>(&meta);
-    assert_eq!(settled.iter().map(|e| (e.node, e.seq)).collect::<Vec<_>>(), vec![(a.node, 1), (b.node, 1), (a.node, 2)]);
+    assert_eq!(
+        settled.iter().map(|e| (e.node, e.seq)).collect::<Vec<_>>(),
+        vec![(a.node, 1), (b.node, 1), (a.node, 2)]
+    );
     let state: Lease = h.account(&lease.lease);
     assert_eq!((state.assignments()[0].last_seq, state.assignments()[1].last_seq), (2, 1));
     assert_eq!((state.assignments()[0].gpu_seconds, state.assignments()[1].gpu_seconds), (120, 45));
@@ -175,8 +178,8 @@ fn periods_must_be_past_non_overlapping_and_at_most_one_usage_period() {
     let now = h.now();
     let bad = [
         UsageReport { seq: 1, period_start: now - 30, period_end: now + 30, gpu_seconds: 1 }, // future
-        UsageReport { seq: 1, period_start: now, period_end: now, gpu_seconds: 0 },            // empty
-        UsageReport { seq: 1, period_start: now - 61, period_end: now, gpu_seconds: 1 },       // before the lease
+        UsageReport { seq: 1, period_start: now, period_end: now, gpu_seconds: 0 },           // empty
+        UsageReport { seq: 1, period_start: now - 61, period_end: now, gpu_seconds: 1 },      // before the lease
     ];
     for report in bad {
         assert_error(h.settle(&lease, &node, report), GpunetError::BadPeriod);
@@ -225,10 +228,13 @@ fn a_missing_or_misplaced_ed25519_instruction_is_refused() {
     let report = h.full_use_report(&lease, &node, 60);
     let [sig_ix, settle_ix] = h.usage_ixs(&lease, &node, report);
     let attester = h.attester.insecure_clone();
-    assert_error(h.send(&[settle_ix.clone()], &[&attester]), GpunetError::MissingEd25519Instruction);
+    assert_error(h.send(std::slice::from_ref(&settle_ix), &[&attester]), GpunetError::MissingEd25519Instruction);
     // an unrelated instruction between the signature and the settlement
     let noop = solana_system_interface::instruction::transfer(&attester.pubkey(), &attester.pubkey(), 1);
-    assert_error(h.send(&[sig_ix.clone(), noop, settle_ix.clone()], &[&attester]), GpunetError::MissingEd25519Instruction);
+    assert_error(
+        h.send(&[sig_ix.clone(), noop, settle_ix.clone()], &[&attester]),
+        GpunetError::MissingEd25519Instruction,
+    );
     // the right bytes, but the offsets point at data in another instruction
     let mut elsewhere = sig_ix.clone();
     elsewhere.data[2 + 12..2 + 14].copy_from_slice(&1u16.to_le_bytes()); // message_instruction_index = 1

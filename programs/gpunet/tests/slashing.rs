@@ -2,10 +2,10 @@
 //! affected client, up to what its lease lost), the node is jailed until its provider unjails it
 //! after the cool-down.
 
+use crate::harness::*;
 use gpunet::errors::GpunetError;
 use gpunet::events::{NodeUnjailed, ProviderSlashed};
 use gpunet::state::{FaultKind, Node, Provider};
-use crate::harness::*;
 use solana_signer::Signer;
 
 #[test]
@@ -20,7 +20,8 @@ fn slash_pays_treasury_and_client_and_jails_the_node() {
 
     let meta = h.slash(&node, FaultKind::MissedHeartbeats, Some((&lease, &client.tokens))).unwrap();
     let ev: ProviderSlashed = event(&meta);
-    let amount = 1_000 * IO * u64::from(SLASH_BPS[0]) / 10_000; // 10% of 1,000 IO
+    // 10% of 1,000 IO
+    let amount = 1_000 * IO * u64::from(SLASH_BPS[0]) / 10_000;
     // the client's share (half the slash) is capped by what the share was worth: 2 GPUs x 2 IO/h x 1 h
     let to_client = (amount * u64::from(SLASH_CLIENT_SHARE_BPS) / 10_000).min(4 * IO);
     assert_eq!(to_client, 4 * IO);
@@ -101,10 +102,16 @@ fn only_attesters_slash_and_the_client_share_needs_the_lease() {
     let lease = h.open_lease(&client, 1, terms(1, 1));
     h.assign(&lease, &[(&node, 1)]).unwrap();
     // a lease the slashed node is not part of cannot collect the client share
-    assert_error(h.slash(&other, FaultKind::MissedHeartbeats, Some((&lease, &client.tokens))), GpunetError::NodeNotInLease);
+    assert_error(
+        h.slash(&other, FaultKind::MissedHeartbeats, Some((&lease, &client.tokens))),
+        GpunetError::NodeNotInLease,
+    );
     // the client share goes to the lease's client only
     let thief_tokens = h.token_account(&outsider.pubkey());
-    assert_error(h.slash(&node, FaultKind::MissedHeartbeats, Some((&lease, &thief_tokens))), GpunetError::WrongTokenOwner);
+    assert_error(
+        h.slash(&node, FaultKind::MissedHeartbeats, Some((&lease, &thief_tokens))),
+        GpunetError::WrongTokenOwner,
+    );
     assert_eq!(h.balance(&s.vault), 1_000 * IO);
     assert_eq!(h.account::<Provider>(&s.provider).slashed, 0);
 }

@@ -1,11 +1,11 @@
 //! Stake and unbonding: stake moves into the provider's vault, only free stake unbonds,
 //! and it comes back only after the unbonding period.
 
+use crate::harness::*;
 use anchor_lang::error::ErrorCode as AnchorError;
 use gpunet::errors::GpunetError;
 use gpunet::events::{ProviderRegistered, Staked, UnstakeRequested, UnstakeWithdrawn};
 use gpunet::state::Provider;
-use crate::harness::*;
 use solana_signer::Signer;
 
 #[test]

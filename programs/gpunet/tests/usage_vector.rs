@@ -3,9 +3,9 @@
 
 use std::str::FromStr;
 
+use crate::harness::builders::ed25519_ix;
 use anchor_lang::prelude::Pubkey;
 use gpunet::state::UsageReport;
-use crate::harness::builders::ed25519_ix;
 use solana_keypair::Keypair;
 use solana_signer::Signer;
 

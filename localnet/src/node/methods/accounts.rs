@@ -28,10 +28,7 @@ pub fn get_balance(node: &Node, p: Params) -> RpcResult<Value> {
     let key = p.pubkey(0)?;
     let chain = node.chain();
     p.config(1)?.check(chain.slot)?;
-    Ok(with_context(
-        chain.slot,
-        json!(chain.get_account(&key).map_or(0, |a| a.lamports)),
-    ))
+    Ok(with_context(chain.slot, json!(chain.get_account(&key).map_or(0, |a| a.lamports))))
 }
 
 pub fn get_account_info(node: &Node, p: Params) -> RpcResult<Value> {
@@ -50,25 +47,16 @@ pub fn get_account_info(node: &Node, p: Params) -> RpcResult<Value> {
 pub fn get_multiple_accounts(node: &Node, p: Params) -> RpcResult<Value> {
     let keys: Vec<String> = p.req(0)?;
     if keys.len() > MAX_MULTIPLE_ACCOUNTS {
-        return Err(RpcError::invalid_params(format!(
-            "Too many inputs provided; max {MAX_MULTIPLE_ACCOUNTS}"
-        )));
+        return Err(RpcError::invalid_params(format!("Too many inputs provided; max {MAX_MULTIPLE_ACCOUNTS}")));
     }
-    let keys = keys
-        .iter()
-        .map(|k| parse_pubkey(k))
-        .collect::<RpcResult<Vec<_>>>()?;
+    let keys = keys.iter().map(|k| parse_pubkey(k)).collect::<RpcResult<Vec<_>>>()?;
     let cfg = p.config(1)?;
     let opts = AccountOpts::from_config(&cfg, Encoding::Base64)?;
     let chain = node.chain();
     cfg.check(chain.slot)?;
     let values = keys
         .iter()
-        .map(|k| {
-            chain
-                .get_account(k)
-                .map_or(Ok(Value::Null), |a| encode_account(&chain, &a, &opts))
-        })
+        .map(|k| chain.get_account(k).map_or(Ok(Value::Null), |a| encode_account(&chain, &a, &opts)))
         .collect::<RpcResult<Vec<_>>>()?;
     Ok(with_context(chain.slot, Value::Array(values)))
 }
@@ -83,16 +71,14 @@ pub fn parse_filters(cfg: &Config) -> RpcResult<Vec<Filter>> {
         return Ok(vec![]);
     };
     if list.len() > MAX_FILTERS {
-        return Err(RpcError::invalid_params(format!(
-            "Too many filters provided; max {MAX_FILTERS}"
-        )));
+        return Err(RpcError::invalid_params(format!("Too many filters provided; max {MAX_FILTERS}")));
     }
     list.iter()
         .map(|f| {
             if let Some(n) = f.get("dataSize") {
-                let n = n.as_u64().ok_or_else(|| {
-                    RpcError::invalid_params_serde("invalid type for dataSize, expected u64")
-                })?;
+                let n = n
+                    .as_u64()
+                    .ok_or_else(|| RpcError::invalid_params_serde("invalid type for dataSize, expected u64"))?;
                 return Ok(Filter::DataSize(n as usize));
             }
             if let Some(m) = f.get("memcmp") {
@@ -104,22 +90,16 @@ pub fn parse_filters(cfg: &Config) -> RpcResult<Vec<Filter>> {
                     .get("bytes")
                     .and_then(Value::as_str)
                     .ok_or_else(|| RpcError::invalid_params_serde("missing field `bytes`"))?;
-                let bytes = match m
-                    .get("encoding")
-                    .and_then(Value::as_str)
-                    .unwrap_or("base58")
-                {
+                let bytes = match m.get("encoding").and_then(Value::as_str).unwrap_or("base58") {
                     "base58" if bytes.len() > 175 => {
-                        return Err(RpcError::invalid_params(
-                            "Invalid param: Base58DataTooLarge",
-                        ))
+                        return Err(RpcError::invalid_params("Invalid param: Base58DataTooLarge"))
                     }
                     "base58" => bs58::decode(bytes)
                         .into_vec()
                         .map_err(|_| RpcError::invalid_params("Invalid param: DecodeError"))?,
-                    "base64" => B64
-                        .decode(bytes)
-                        .map_err(|_| RpcError::invalid_params("Invalid param: DecodeError"))?,
+                    "base64" => {
+                        B64.decode(bytes).map_err(|_| RpcError::invalid_params("Invalid param: DecodeError"))?
+                    }
                     other => {
                         return Err(RpcError::invalid_params_serde(format!(
                             "unknown variant `{other}`, expected `base58` or `base64`"
@@ -131,9 +111,7 @@ pub fn parse_filters(cfg: &Config) -> RpcResult<Vec<Filter>> {
                 }
                 return Ok(Filter::Memcmp(offset as usize, bytes));
             }
-            Err(RpcError::invalid_params_serde(
-                "unknown filter, expected `dataSize` or `memcmp`",
-            ))
+            Err(RpcError::invalid_params_serde("unknown filter, expected `dataSize` or `memcmp`"))
         })
         .collect()
 }
@@ -147,12 +125,7 @@ pub fn matches(filters: &[Filter], data: &[u8]) -> bool {
     })
 }
 
-fn keyed(
-    chain: &crate::node::chain::Chain,
-    key: &Pubkey,
-    acc: &Account,
-    opts: &AccountOpts,
-) -> RpcResult<Value> {
+fn keyed(chain: &crate::node::chain::Chain, key: &Pubkey, acc: &Account, opts: &AccountOpts) -> RpcResult<Value> {
     Ok(json!({ "pubkey": key.to_string(), "account": encode_account(chain, acc, opts)? }))
 }
 
@@ -170,48 +143,31 @@ pub fn get_program_accounts(node: &Node, p: Params) -> RpcResult<Value> {
         .map(|(k, a)| (*k, Account::from(a.clone())))
         .collect();
     found.sort_by_key(|(k, _)| *k);
-    let values = found
-        .iter()
-        .map(|(k, a)| keyed(&chain, k, a, &opts))
-        .collect::<RpcResult<Vec<_>>>()?;
-    Ok(if with_ctx {
-        with_context(chain.slot, Value::Array(values))
-    } else {
-        Value::Array(values)
-    })
+    let values = found.iter().map(|(k, a)| keyed(&chain, k, a, &opts)).collect::<RpcResult<Vec<_>>>()?;
+    Ok(if with_ctx { with_context(chain.slot, Value::Array(values)) } else { Value::Array(values) })
 }
 
 pub fn get_token_account_balance(node: &Node, p: Params) -> RpcResult<Value> {
     let key = p.pubkey(0)?;
     let chain = node.chain();
     p.config(1)?.check(chain.slot)?;
-    let acc = chain
-        .get_account(&key)
-        .ok_or_else(|| RpcError::invalid_params("Invalid param: could not find account"))?;
+    let acc =
+        chain.get_account(&key).ok_or_else(|| RpcError::invalid_params("Invalid param: could not find account"))?;
     let ta = token::parse_token_account(&acc.owner, &acc.data)
         .ok_or_else(|| RpcError::invalid_params("Invalid param: not a Token account"))?;
-    let decimals = chain
-        .mint_decimals(&ta.mint)
-        .ok_or_else(|| RpcError::invalid_params("Invalid param: could not find mint"))?;
-    Ok(with_context(
-        chain.slot,
-        token::ui_token_amount(ta.amount, decimals),
-    ))
+    let decimals =
+        chain.mint_decimals(&ta.mint).ok_or_else(|| RpcError::invalid_params("Invalid param: could not find mint"))?;
+    Ok(with_context(chain.slot, token::ui_token_amount(ta.amount, decimals)))
 }
 
 pub fn get_token_supply(node: &Node, p: Params) -> RpcResult<Value> {
     let key = p.pubkey(0)?;
     let chain = node.chain();
     p.config(1)?.check(chain.slot)?;
-    let acc = chain
-        .get_account(&key)
-        .ok_or_else(|| RpcError::invalid_params("Invalid param: could not find mint"))?;
+    let acc = chain.get_account(&key).ok_or_else(|| RpcError::invalid_params("Invalid param: could not find mint"))?;
     let mint = token::parse_mint(&acc.owner, &acc.data)
         .ok_or_else(|| RpcError::invalid_params("Invalid param: not a Token mint"))?;
-    Ok(with_context(
-        chain.slot,
-        token::ui_token_amount(mint.supply, mint.decimals),
-    ))
+    Ok(with_context(chain.slot, token::ui_token_amount(mint.supply, mint.decimals)))
 }
 
 pub fn get_token_accounts_by_owner(node: &Node, p: Params) -> RpcResult<Value> {
@@ -222,10 +178,7 @@ pub fn get_token_accounts_by_owner(node: &Node, p: Params) -> RpcResult<Value> {
     let opts = AccountOpts::from_config(&cfg, Encoding::Binary)?;
     let chain = node.chain();
     cfg.check(chain.slot)?;
-    let (program, mint) = match (
-        filter.get::<String>("mint")?,
-        filter.get::<String>("programId")?,
-    ) {
+    let (program, mint) = match (filter.get::<String>("mint")?, filter.get::<String>("programId")?) {
         (Some(m), None) => {
             let mint = parse_pubkey(&m)?;
             let acc = chain
@@ -239,17 +192,11 @@ pub fn get_token_accounts_by_owner(node: &Node, p: Params) -> RpcResult<Value> {
         (None, Some(pid)) => {
             let pid = parse_pubkey(&pid)?;
             if !token::is_token_program(&pid) {
-                return Err(RpcError::invalid_params(
-                    "Invalid param: unrecognized Token program id",
-                ));
+                return Err(RpcError::invalid_params("Invalid param: unrecognized Token program id"));
             }
             (pid, None)
         }
-        _ => {
-            return Err(RpcError::invalid_params_serde(
-                "expected exactly one of `mint` or `programId`",
-            ))
-        }
+        _ => return Err(RpcError::invalid_params_serde("expected exactly one of `mint` or `programId`")),
     };
     let mut found: Vec<(Pubkey, Account)> = chain
         .all_accounts()
@@ -261,9 +208,6 @@ pub fn get_token_accounts_by_owner(node: &Node, p: Params) -> RpcResult<Value> {
         .map(|(k, a)| (*k, Account::from(a.clone())))
         .collect();
     found.sort_by_key(|(k, _)| *k);
-    let values = found
-        .iter()
-        .map(|(k, a)| keyed(&chain, k, a, &opts))
-        .collect::<RpcResult<Vec<_>>>()?;
+    let values = found.iter().map(|(k, a)| keyed(&chain, k, a, &opts)).collect::<RpcResult<Vec<_>>>()?;
     Ok(with_context(chain.slot, Value::Array(values)))
 }

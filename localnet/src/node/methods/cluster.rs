@@ -78,58 +78,36 @@ pub fn get_latest_blockhash(node: &Node, p: Params) -> RpcResult<Value> {
     let chain = node.chain();
     p.config(0)?.check(chain.slot)?;
     let (hash, last_valid) = chain.latest_blockhash();
-    Ok(with_context(
-        chain.slot,
-        json!({ "blockhash": hash.to_string(), "lastValidBlockHeight": last_valid }),
-    ))
+    Ok(with_context(chain.slot, json!({ "blockhash": hash.to_string(), "lastValidBlockHeight": last_valid })))
 }
 
 pub fn is_blockhash_valid(node: &Node, p: Params) -> RpcResult<Value> {
     let s: String = p.req(0)?;
     let chain = node.chain();
     p.config(1)?.check(chain.slot)?;
-    let hash = s
-        .parse::<solana_hash::Hash>()
-        .map_err(|e| RpcError::invalid_params(format!("Invalid param: {e:?}")))?;
-    Ok(with_context(
-        chain.slot,
-        json!(chain.blockhashes.is_valid(&hash)),
-    ))
+    let hash = s.parse::<solana_hash::Hash>().map_err(|e| RpcError::invalid_params(format!("Invalid param: {e:?}")))?;
+    Ok(with_context(chain.slot, json!(chain.blockhashes.is_valid(&hash))))
 }
 
 pub fn get_fee_for_message(node: &Node, p: Params) -> RpcResult<Value> {
     let s: String = p.req(0)?;
-    let bytes = B64
-        .decode(&s)
-        .map_err(|e| RpcError::invalid_params(format!("invalid base64 encoding: {e:?}")))?;
+    let bytes = B64.decode(&s).map_err(|e| RpcError::invalid_params(format!("invalid base64 encoding: {e:?}")))?;
     let message: VersionedMessage = bincode::deserialize(&bytes).map_err(|e| {
-        RpcError::invalid_params(format!(
-            "failed to deserialize solana_message::versioned::VersionedMessage: {e}"
-        ))
+        RpcError::invalid_params(format!("failed to deserialize solana_message::versioned::VersionedMessage: {e}"))
     })?;
-    message
-        .sanitize()
-        .map_err(|e| RpcError::invalid_params(format!("invalid transaction message: {e}")))?;
+    message.sanitize().map_err(|e| RpcError::invalid_params(format!("invalid transaction message: {e}")))?;
     let chain = node.chain();
     p.config(1)?.check(chain.slot)?;
-    let fee = chain
-        .blockhashes
-        .is_valid(message.recent_blockhash())
-        .then(|| fee_for_message(&message));
+    let fee = chain.blockhashes.is_valid(message.recent_blockhash()).then(|| fee_for_message(&message));
     Ok(with_context(chain.slot, json!(fee)))
 }
 
 pub fn get_minimum_balance_for_rent_exemption(node: &Node, p: Params) -> RpcResult<Value> {
     let len: usize = p.req(0)?;
     if len > 10 * 1024 * 1024 {
-        return Err(RpcError::invalid_params(
-            "Invalid param: data length exceeds 10485760 bytes",
-        ));
+        return Err(RpcError::invalid_params("Invalid param: data length exceeds 10485760 bytes"));
     }
-    Ok(json!(node
-        .chain()
-        .svm
-        .minimum_balance_for_rent_exemption(len)))
+    Ok(json!(node.chain().svm.minimum_balance_for_rent_exemption(len)))
 }
 
 pub fn get_block_time(node: &Node, p: Params) -> RpcResult<Value> {
@@ -138,10 +116,7 @@ pub fn get_block_time(node: &Node, p: Params) -> RpcResult<Value> {
     if slot > chain.slot {
         return Err(RpcError::block_not_available(slot));
     }
-    chain
-        .block_time(slot)
-        .map(|t| json!(t))
-        .ok_or_else(|| RpcError::slot_skipped(slot))
+    chain.block_time(slot).map(|t| json!(t)).ok_or_else(|| RpcError::slot_skipped(slot))
 }
 
 pub fn get_recent_prioritization_fees(node: &Node, _: Params) -> RpcResult<Value> {

@@ -27,9 +27,7 @@ pub fn call(node: &Node, method: &str, params: Params) -> RpcResult<Value> {
         "getLatestBlockhash" => cluster::get_latest_blockhash(node, params),
         "isBlockhashValid" => cluster::is_blockhash_valid(node, params),
         "getFeeForMessage" => cluster::get_fee_for_message(node, params),
-        "getMinimumBalanceForRentExemption" => {
-            cluster::get_minimum_balance_for_rent_exemption(node, params)
-        }
+        "getMinimumBalanceForRentExemption" => cluster::get_minimum_balance_for_rent_exemption(node, params),
         "getBlockTime" => cluster::get_block_time(node, params),
         "getTransactionCount" => cluster::get_transaction_count(node, params),
         "getRecentPrioritizationFees" => cluster::get_recent_prioritization_fees(node, params),

@@ -40,8 +40,7 @@ pub fn decode_transaction(encoded: &str, encoding: &str) -> RpcResult<VersionedT
                     encoded.len()
                 )));
             }
-            B64.decode(encoded)
-                .map_err(|e| RpcError::invalid_params(format!("invalid base64 encoding: {e:?}")))?
+            B64.decode(encoded).map_err(|e| RpcError::invalid_params(format!("invalid base64 encoding: {e:?}")))?
         }
         other => {
             return Err(RpcError::invalid_params(format!(
@@ -55,16 +54,13 @@ pub fn decode_transaction(encoded: &str, encoding: &str) -> RpcResult<VersionedT
             bytes.len()
         )));
     }
-    bincode::deserialize(&bytes)
-        .map_err(|e| RpcError::invalid_params(format!("failed to deserialize {TX_TYPE}: {e}")))
+    bincode::deserialize(&bytes).map_err(|e| RpcError::invalid_params(format!("failed to deserialize {TX_TYPE}: {e}")))
 }
 
 pub fn send_transaction(node: &Node, p: Params) -> RpcResult<Value> {
     let encoded: String = p.req(0)?;
     let cfg = p.config(1)?;
-    let encoding = cfg
-        .get::<String>("encoding")?
-        .unwrap_or_else(|| "base58".into());
+    let encoding = cfg.get::<String>("encoding")?.unwrap_or_else(|| "base58".into());
     let skip_preflight = cfg.get::<bool>("skipPreflight")?.unwrap_or(false);
     let _: Option<u64> = cfg.get("maxRetries")?;
     if let Some(c) = cfg.0.get("preflightCommitment").cloned() {
@@ -81,40 +77,25 @@ pub fn send_transaction(node: &Node, p: Params) -> RpcResult<Value> {
 pub fn simulate_transaction(node: &Node, p: Params) -> RpcResult<Value> {
     let encoded: String = p.req(0)?;
     let cfg = p.config(1)?;
-    let encoding = cfg
-        .get::<String>("encoding")?
-        .unwrap_or_else(|| "base58".into());
+    let encoding = cfg.get::<String>("encoding")?.unwrap_or_else(|| "base58".into());
     let sig_verify = cfg.get::<bool>("sigVerify")?.unwrap_or(false);
     let replace = cfg.get::<bool>("replaceRecentBlockhash")?.unwrap_or(false);
     if sig_verify && replace {
-        return Err(RpcError::invalid_params(
-            "sigVerify may not be used with replaceRecentBlockhash",
-        ));
+        return Err(RpcError::invalid_params("sigVerify may not be used with replaceRecentBlockhash"));
     }
     let tx = decode_transaction(&encoded, &encoding)?;
     let (addresses, opts) = match cfg.0.get("accounts").filter(|v| !v.is_null()) {
-        None => (
-            vec![],
-            AccountOpts {
-                encoding: Encoding::Base64,
-                data_slice: None,
-            },
-        ),
+        None => (vec![], AccountOpts { encoding: Encoding::Base64, data_slice: None }),
         Some(acc_cfg) => {
-            let acc_cfg =
-                crate::node::params::Config(acc_cfg.as_object().cloned().unwrap_or_default());
+            let acc_cfg = crate::node::params::Config(acc_cfg.as_object().cloned().unwrap_or_default());
             let addrs: Vec<String> = acc_cfg.get("addresses")?.unwrap_or_default();
-            let addrs = addrs
-                .iter()
-                .map(|a| parse_pubkey(a))
-                .collect::<RpcResult<Vec<_>>>()?;
+            let addrs = addrs.iter().map(|a| parse_pubkey(a)).collect::<RpcResult<Vec<_>>>()?;
             (addrs, AccountOpts::from_config(&acc_cfg, Encoding::Base64)?)
         }
     };
     let chain = node.chain();
     cfg.check(chain.slot)?;
-    let encode =
-        |acc: &solana_account::Account| encode_account(&chain, acc, &opts).unwrap_or(Value::Null);
+    let encode = |acc: &solana_account::Account| encode_account(&chain, acc, &opts).unwrap_or(Value::Null);
     let value = chain.simulate(tx, sig_verify, replace, &addresses, &encode)?;
     Ok(with_context(chain.slot, value))
 }
@@ -122,24 +103,13 @@ pub fn simulate_transaction(node: &Node, p: Params) -> RpcResult<Value> {
 pub fn get_signature_statuses(node: &Node, p: Params) -> RpcResult<Value> {
     let sigs: Vec<String> = p.req(0)?;
     if sigs.len() > MAX_SIGNATURE_STATUSES {
-        return Err(RpcError::invalid_params(format!(
-            "Too many inputs provided; max {MAX_SIGNATURE_STATUSES}"
-        )));
+        return Err(RpcError::invalid_params(format!("Too many inputs provided; max {MAX_SIGNATURE_STATUSES}")));
     }
-    let sigs = sigs
-        .iter()
-        .map(|s| parse_signature(s))
-        .collect::<RpcResult<Vec<_>>>()?;
+    let sigs = sigs.iter().map(|s| parse_signature(s)).collect::<RpcResult<Vec<_>>>()?;
     let _ = p.config(1)?.get::<bool>("searchTransactionHistory")?;
     let chain = node.chain();
-    let values: Vec<Value> = sigs
-        .iter()
-        .map(|s| {
-            chain
-                .transaction(s)
-                .map_or(Value::Null, |r| r.status_json())
-        })
-        .collect();
+    let values: Vec<Value> =
+        sigs.iter().map(|s| chain.transaction(s).map_or(Value::Null, |r| r.status_json())).collect();
     Ok(with_context(chain.slot, Value::Array(values)))
 }
 
@@ -150,14 +120,10 @@ pub fn get_transaction(node: &Node, p: Params) -> RpcResult<Value> {
         Some(Value::String(e)) => (e.clone(), None),
         _ => {
             let cfg = p.config(1)?;
-            let enc = cfg
-                .get::<String>("encoding")?
-                .unwrap_or_else(|| "json".into());
+            let enc = cfg.get::<String>("encoding")?.unwrap_or_else(|| "json".into());
             if let Some(c) = cfg.get::<String>("commitment")? {
                 if c == "processed" {
-                    return Err(RpcError::invalid_params(
-                        "Method does not support commitment below `confirmed`",
-                    ));
+                    return Err(RpcError::invalid_params("Method does not support commitment below `confirmed`"));
                 }
             }
             (enc, cfg.get::<u8>("maxSupportedTransactionVersion")?)
@@ -184,22 +150,12 @@ pub fn get_transaction(node: &Node, p: Params) -> RpcResult<Value> {
 pub fn get_signatures_for_address(node: &Node, p: Params) -> RpcResult<Value> {
     let address = p.pubkey(0)?;
     let cfg = p.config(1)?;
-    let limit = cfg
-        .get::<usize>("limit")?
-        .unwrap_or(MAX_SIGNATURES_FOR_ADDRESS);
+    let limit = cfg.get::<usize>("limit")?.unwrap_or(MAX_SIGNATURES_FOR_ADDRESS);
     if limit == 0 || limit > MAX_SIGNATURES_FOR_ADDRESS {
-        return Err(RpcError::invalid_params(format!(
-            "Invalid limit; max {MAX_SIGNATURES_FOR_ADDRESS}"
-        )));
+        return Err(RpcError::invalid_params(format!("Invalid limit; max {MAX_SIGNATURES_FOR_ADDRESS}")));
     }
-    let before = cfg
-        .get::<String>("before")?
-        .map(|s| parse_signature(&s))
-        .transpose()?;
-    let until = cfg
-        .get::<String>("until")?
-        .map(|s| parse_signature(&s))
-        .transpose()?;
+    let before = cfg.get::<String>("before")?.map(|s| parse_signature(&s)).transpose()?;
+    let until = cfg.get::<String>("until")?.map(|s| parse_signature(&s)).transpose()?;
     let chain = node.chain();
     cfg.check(chain.slot)?;
     let list = chain.signatures_for_address(&address, before.as_ref(), until.as_ref(), limit);

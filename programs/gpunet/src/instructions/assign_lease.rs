@@ -89,10 +89,7 @@ impl<'info> AssignLease<'info> {
         for (pair, (share, price)) in ctx.remaining_accounts.chunks_exact(2).zip(shares) {
             let mut node = load_node(&pair[0])?;
             let provider: Account<Provider> = Account::try_from(&pair[1])?;
-            require!(
-                assignments.iter().all(|a: &Assignment| a.node != node.key()),
-                GpunetError::DuplicateNode
-            );
+            require!(assignments.iter().all(|a: &Assignment| a.node != node.key()), GpunetError::DuplicateNode);
             check_candidate(&node, &provider, &terms, share, price)?;
             assignments.push(take_gpus(&mut node, share, now)?);
         }

@@ -67,8 +67,9 @@ impl<'info> CloseLease<'info> {
             let mut node = load_node(info)?;
             node.gpus_leased = node.gpus_leased.checked_sub(share.gpus).ok_or(GpunetError::ArithmeticOverflow)?;
             node.exit(&crate::ID)?;
-            let share_owed = math::owed_at_most(share.price_per_gpu_hour, share.gpus, share.settled_until, billable_until)
-                .ok_or(GpunetError::ArithmeticOverflow)?;
+            let share_owed =
+                math::owed_at_most(share.price_per_gpu_hour, share.gpus, share.settled_until, billable_until)
+                    .ok_or(GpunetError::ArithmeticOverflow)?;
             owed = owed.checked_add(share_owed).ok_or(GpunetError::ArithmeticOverflow)?;
         }
 

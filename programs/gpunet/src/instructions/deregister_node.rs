@@ -35,11 +35,7 @@ impl<'info> DeregisterNode<'info> {
         let provider = &mut ctx.accounts.provider;
         provider.bonded = provider.bonded.checked_sub(released).ok_or(GpunetError::ArithmeticOverflow)?;
         provider.node_count = provider.node_count.checked_sub(1).ok_or(GpunetError::ArithmeticOverflow)?;
-        emit!(NodeDeregistered {
-            node: ctx.accounts.node.key(),
-            provider: provider.key(),
-            released_stake: released,
-        });
+        emit!(NodeDeregistered { node: ctx.accounts.node.key(), provider: provider.key(), released_stake: released });
         Ok(())
     }
 }

@@ -48,14 +48,20 @@ impl<'info> OpenLease<'info> {
         );
         require!(
             downtime_tolerance_seconds == 0
-                || (MIN_DOWNTIME_TOLERANCE_SECONDS..=MAX_DOWNTIME_TOLERANCE_SECONDS).contains(&downtime_tolerance_seconds),
+                || (MIN_DOWNTIME_TOLERANCE_SECONDS..=MAX_DOWNTIME_TOLERANCE_SECONDS)
+                    .contains(&downtime_tolerance_seconds),
             GpunetError::InvalidDowntimeTolerance
         );
         Ok(())
     }
 
     #[access_control(ctx.accounts.validate(&terms, downtime_tolerance_seconds))]
-    pub fn handler(ctx: Context<Self>, lease_id: u64, terms: LeaseTerms, downtime_tolerance_seconds: u32) -> Result<()> {
+    pub fn handler(
+        ctx: Context<Self>,
+        lease_id: u64,
+        terms: LeaseTerms,
+        downtime_tolerance_seconds: u32,
+    ) -> Result<()> {
         let deposit = math::escrow_for(terms.max_price_per_gpu_hour, terms.gpu_count, terms.duration_seconds)
             .ok_or(GpunetError::ArithmeticOverflow)?;
         let a = &ctx.accounts;
@@ -71,7 +77,14 @@ impl<'info> OpenLease<'info> {
         lease.bump = ctx.bumps.lease;
         lease.vault_bump = ctx.bumps.lease_vault;
         lease.downtime_tolerance_seconds = downtime_tolerance_seconds;
-        emit!(LeaseOpened { lease: lease.key(), client: lease.client, lease_id, terms, deposit, downtime_tolerance_seconds });
+        emit!(LeaseOpened {
+            lease: lease.key(),
+            client: lease.client,
+            lease_id,
+            terms,
+            deposit,
+            downtime_tolerance_seconds
+        });
         Ok(())
     }
 }

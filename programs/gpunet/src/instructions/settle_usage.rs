@@ -75,7 +75,8 @@ impl<'info> SettleUsage<'info> {
                 && report.period_end <= billing_end,
             GpunetError::BadPeriod
         );
-        let max_gpu_seconds = (wall as u64).checked_mul(u64::from(share.gpus)).ok_or(GpunetError::ArithmeticOverflow)?;
+        let max_gpu_seconds =
+            (wall as u64).checked_mul(u64::from(share.gpus)).ok_or(GpunetError::ArithmeticOverflow)?;
         require!(report.gpu_seconds <= max_gpu_seconds, GpunetError::OverClaimed);
 
         let message = report.message(&self.lease.key(), &share.node_key);
@@ -87,8 +88,13 @@ impl<'info> SettleUsage<'info> {
         let a = &ctx.accounts;
         let index = a.lease.assignment_index(&a.node.key()).ok_or(GpunetError::NodeNotInLease)?;
         let share = a.lease.assignments[index];
-        let split = math::settle(share.price_per_gpu_hour, report.gpu_seconds, a.config.protocol_fee_bps, a.lease.escrow_left()?)
-            .ok_or(GpunetError::ArithmeticOverflow)?;
+        let split = math::settle(
+            share.price_per_gpu_hour,
+            report.gpu_seconds,
+            a.config.protocol_fee_bps,
+            a.lease.escrow_left()?,
+        )
+        .ok_or(GpunetError::ArithmeticOverflow)?;
 
         let lease_id = a.lease.lease_id.to_le_bytes();
         let seeds: &[&[u8]] = &[SEED_LEASE, a.lease.client.as_ref(), &lease_id, &[a.lease.bump]];

@@ -78,13 +78,9 @@ impl<'info> SlashProvider<'info> {
         let client_bound = a.client_bound(now)?;
 
         let stake = a.provider.vault_balance().ok_or(GpunetError::ArithmeticOverflow)?;
-        let split = math::slash(
-            stake,
-            a.config.slash_bps[fault.index()],
-            a.config.slash_client_share_bps,
-            client_bound,
-        )
-        .ok_or(GpunetError::ArithmeticOverflow)?;
+        let split =
+            math::slash(stake, a.config.slash_bps[fault.index()], a.config.slash_client_share_bps, client_bound)
+                .ok_or(GpunetError::ArithmeticOverflow)?;
 
         let authority_key = a.provider.authority;
         let seeds: &[&[u8]] = &[SEED_PROVIDER, authority_key.as_ref(), &[a.provider.bump]];
@@ -99,7 +95,8 @@ impl<'info> SlashProvider<'info> {
 
         let lease = match ctx.accounts.lease.as_mut() {
             Some(lease) => {
-                lease.compensated = lease.compensated.checked_add(split.to_client).ok_or(GpunetError::ArithmeticOverflow)?;
+                lease.compensated =
+                    lease.compensated.checked_add(split.to_client).ok_or(GpunetError::ArithmeticOverflow)?;
                 Some(lease.key())
             }
             None => None,
@@ -108,10 +105,8 @@ impl<'info> SlashProvider<'info> {
         let provider = &mut ctx.accounts.provider;
         let from_active = split.amount.min(provider.staked);
         provider.staked -= from_active;
-        provider.unbonding = provider
-            .unbonding
-            .checked_sub(split.amount - from_active)
-            .ok_or(GpunetError::ArithmeticOverflow)?;
+        provider.unbonding =
+            provider.unbonding.checked_sub(split.amount - from_active).ok_or(GpunetError::ArithmeticOverflow)?;
         provider.slashed = provider.slashed.checked_add(split.amount).ok_or(GpunetError::ArithmeticOverflow)?;
 
         let node = &mut ctx.accounts.node;

@@ -52,11 +52,8 @@ impl<'info> TopUpLease<'info> {
         vault::deposit(&a.token_program, &a.client_tokens, &a.lease_vault, &a.client, amount)?;
 
         let lease = &mut ctx.accounts.lease;
-        lease.terms.duration_seconds = lease
-            .terms
-            .duration_seconds
-            .checked_add(extra_seconds)
-            .ok_or(GpunetError::ArithmeticOverflow)?;
+        lease.terms.duration_seconds =
+            lease.terms.duration_seconds.checked_add(extra_seconds).ok_or(GpunetError::ArithmeticOverflow)?;
         lease.deposited = lease.deposited.checked_add(amount).ok_or(GpunetError::ArithmeticOverflow)?;
         emit!(LeaseToppedUp { lease: lease.key(), amount, extra_seconds, deposited: lease.deposited });
         Ok(())

@@ -19,12 +19,7 @@ pub struct UpdateNode<'info> {
 }
 
 impl<'info> UpdateNode<'info> {
-    pub fn handler(
-        ctx: Context<Self>,
-        region: u16,
-        price_per_gpu_hour: u64,
-        inventory_hash: [u8; 32],
-    ) -> Result<()> {
+    pub fn handler(ctx: Context<Self>, region: u16, price_per_gpu_hour: u64, inventory_hash: [u8; 32]) -> Result<()> {
         require!(region != ANY && price_per_gpu_hour > 0, GpunetError::InvalidNodeSpec);
         let node = &mut ctx.accounts.node;
         node.spec.region = region;

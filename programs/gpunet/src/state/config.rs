@@ -70,10 +70,7 @@ pub struct ConfigParams {
 
 impl ConfigParams {
     pub fn validate(&self) -> Result<()> {
-        require!(
-            self.protocol_fee_bps <= MAX_PROTOCOL_FEE_BPS,
-            GpunetError::FeeTooHigh
-        );
+        require!(self.protocol_fee_bps <= MAX_PROTOCOL_FEE_BPS, GpunetError::FeeTooHigh);
         require!(
             self.slash_bps.iter().all(|bps| u64::from(*bps) <= BPS_DENOMINATOR)
                 && u64::from(self.slash_client_share_bps) <= BPS_DENOMINATOR,

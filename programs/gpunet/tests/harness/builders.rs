@@ -20,7 +20,11 @@ pub fn program_ix(accounts: impl ToAccountMetas, data: impl InstructionData) -> 
 }
 
 /// `program_ix` with extra (remaining) accounts appended.
-pub fn program_ix_with(accounts: impl ToAccountMetas, data: impl InstructionData, extra: Vec<AccountMeta>) -> Instruction {
+pub fn program_ix_with(
+    accounts: impl ToAccountMetas,
+    data: impl InstructionData,
+    extra: Vec<AccountMeta>,
+) -> Instruction {
     let mut ix = program_ix(accounts, data);
     ix.accounts.extend(extra);
     ix
@@ -206,7 +210,13 @@ impl Harness {
     }
 
     /// `open_lease` with a downtime tolerance (0: the network's default).
-    pub fn open_lease_tolerant_ix(&self, c: &Client, lease: &LeaseRef, terms: LeaseTerms, downtime_tolerance_seconds: u32) -> Instruction {
+    pub fn open_lease_tolerant_ix(
+        &self,
+        c: &Client,
+        lease: &LeaseRef,
+        terms: LeaseTerms,
+        downtime_tolerance_seconds: u32,
+    ) -> Instruction {
         program_ix(
             acc::OpenLease {
                 client: c.wallet.pubkey(),
@@ -244,7 +254,13 @@ impl Harness {
         self.assign_lease_at_ix(attester, lease, shares, prices)
     }
 
-    pub fn assign_lease_at_ix(&self, attester: &Pubkey, lease: &LeaseRef, shares: &[(&GpuNode, u8)], prices: Vec<u64>) -> Instruction {
+    pub fn assign_lease_at_ix(
+        &self,
+        attester: &Pubkey,
+        lease: &LeaseRef,
+        shares: &[(&GpuNode, u8)],
+        prices: Vec<u64>,
+    ) -> Instruction {
         let extra = shares
             .iter()
             .flat_map(|(n, _)| [AccountMeta::new(n.node, false), AccountMeta::new_readonly(n.provider, false)])
@@ -341,7 +357,10 @@ impl Harness {
     /// Close then finalize in one transaction, by the client (nothing can be owed: no shares, or all settled).
     pub fn close_and_finalize(&mut self, client: &Client, lease: &LeaseRef) -> TxResult {
         let closer = client.wallet.pubkey();
-        let ixs = [self.close_lease_ix(&closer, lease, &client.tokens), self.finalize_lease_ix(&closer, lease, &client.tokens)];
+        let ixs = [
+            self.close_lease_ix(&closer, lease, &client.tokens),
+            self.finalize_lease_ix(&closer, lease, &client.tokens),
+        ];
         let wallet = client.wallet.insecure_clone();
         self.send(&ixs, &[&wallet])
     }
@@ -355,7 +374,13 @@ impl Harness {
 
     // --- settlement and slashing
 
-    pub fn settle_usage_ix(&self, attester: &Pubkey, lease: &LeaseRef, node: &GpuNode, report: UsageReport) -> Instruction {
+    pub fn settle_usage_ix(
+        &self,
+        attester: &Pubkey,
+        lease: &LeaseRef,
+        node: &GpuNode,
+        report: UsageReport,
+    ) -> Instruction {
         program_ix(
             acc::SettleUsage {
                 attester: *attester,

@@ -8,7 +8,6 @@ pub mod builders;
 use anchor_lang::prelude::*;
 use anchor_lang::solana_program::instruction::{Instruction, InstructionError};
 use anchor_lang::solana_program::program_pack::Pack;
-use solana_system_interface::instruction as system_instruction;
 use anchor_lang::{AccountDeserialize, Discriminator, Event};
 use anchor_spl::token::spl_token;
 use base64::Engine;
@@ -16,6 +15,7 @@ use litesvm::types::{FailedTransactionMetadata, TransactionMetadata};
 use litesvm::LiteSVM;
 use solana_keypair::Keypair;
 use solana_signer::Signer;
+use solana_system_interface::instruction as system_instruction;
 use solana_transaction::Transaction;
 use solana_transaction_error::TransactionError;
 
@@ -106,12 +106,8 @@ impl Harness {
     /// Sends `ixs` paid by the first signer, with a fresh blockhash so identical retries differ.
     pub fn send(&mut self, ixs: &[Instruction], signers: &[&Keypair]) -> TxResult {
         self.svm.expire_blockhash();
-        let tx = Transaction::new_signed_with_payer(
-            ixs,
-            Some(&signers[0].pubkey()),
-            signers,
-            self.svm.latest_blockhash(),
-        );
+        let tx =
+            Transaction::new_signed_with_payer(ixs, Some(&signers[0].pubkey()), signers, self.svm.latest_blockhash());
         self.svm.send_transaction(tx)
     }
 
@@ -143,7 +139,13 @@ impl Harness {
         let rent = self.svm.minimum_balance_for_rent_exemption(spl_token::state::Mint::LEN);
         let payer = self.mint_authority.insecure_clone();
         let ixs = [
-            system_instruction::create_account(&payer.pubkey(), &mint.pubkey(), rent, spl_token::state::Mint::LEN as u64, &spl_token::ID),
+            system_instruction::create_account(
+                &payer.pubkey(),
+                &mint.pubkey(),
+                rent,
+                spl_token::state::Mint::LEN as u64,
+                &spl_token::ID,
+            ),
             spl_token::instruction::initialize_mint2(&spl_token::ID, &mint.pubkey(), &payer.pubkey(), None, 6).unwrap(),
         ];
         self.send(&ixs, &[&payer, &mint]).expect("create mint");
@@ -160,7 +162,13 @@ impl Harness {
         let rent = self.svm.minimum_balance_for_rent_exemption(spl_token::state::Account::LEN);
         let payer = self.mint_authority.insecure_clone();
         let ixs = [
-            system_instruction::create_account(&payer.pubkey(), &account.pubkey(), rent, spl_token::state::Account::LEN as u64, &spl_token::ID),
+            system_instruction::create_account(
+                &payer.pubkey(),
+                &account.pubkey(),
+                rent,
+                spl_token::state::Account::LEN as u64,
+                &spl_token::ID,
+            ),
             spl_token::instruction::initialize_account3(&spl_token::ID, &account.pubkey(), mint, owner).unwrap(),
         ];
         self.send(&ixs, &[&payer, &account]).expect("create token account");
@@ -169,7 +177,8 @@ impl Harness {
 
     pub fn mint_to(&mut self, account: &Pubkey, amount: u64) {
         let payer = self.mint_authority.insecure_clone();
-        let ix = spl_token::instruction::mint_to(&spl_token::ID, &self.mint, account, &payer.pubkey(), &[], amount).unwrap();
+        let ix =
+            spl_token::instruction::mint_to(&spl_token::ID, &self.mint, account, &payer.pubkey(), &[], amount).unwrap();
         self.send(&[ix], &[&payer]).expect("mint_to");
     }
 
