@@ -6,7 +6,6 @@ import asyncio
 import json
 import shlex
 import time
-from datetime import datetime, timezone
 from typing import Annotated, Any
 
 import typer
@@ -18,6 +17,7 @@ from gpunet import catalog
 from gpunet import instructions as ix
 from gpunet.accounts import escrow, fetch, fetch_config, program_accounts
 from gpunet.amounts import escrow_for, format_io, parse_io
+from gpunet.cli import clock
 from gpunet.cli.common import (
     DEFAULT_KEYPAIR,
     BadInput,
@@ -49,32 +49,42 @@ def _status(lease: Any) -> str:
     return type(lease.status).__name__
 
 
-def _when(unix: int) -> str:
-    return datetime.fromtimestamp(unix, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
 def _hms(seconds: int | None) -> str:
-    if seconds is None:
-        return "-"
-    h, rest = divmod(max(seconds, 0), 3600)
-    return f"{h}h{rest // 60:02d}m{rest % 60:02d}s"
+    return clock.span(seconds)
 
 
 async def lease_summary(client: Any, address: Any, lease: Any) -> dict[str, Any]:
+    """What a lease holds and how long it runs. Its end and its escrow's runway are two numbers: the
+    escrow is sized at the maximum price, so on cheaper nodes it lasts past the end, and nothing after
+    the end is billed (a 2 h lease at 80 % of its maximum price has a 2h30m runway but ends in 2 h)."""
     e = await escrow(client, address, lease)
-    terms = lease.terms
+    terms, status = lease.terms, _status(lease)
+    # An open lease's end is its duration after it is placed: no date until then.
+    to_end = max(e.ends_at - int(time.time()), 0) if status == "Active" else None
     return {
-        "lease": address, "client": lease.client, "lease_id": lease.lease_id, "status": _status(lease),
+        "lease": address, "client": lease.client, "lease_id": lease.lease_id, "status": status,
         "gpu_model": catalog.gpu_model_name(terms.gpu_model), "gpu_count": terms.gpu_count,
         "min_vram_gb": terms.min_vram_gb, "region": catalog.region_name(terms.region),
         "max_price_per_gpu_hour": terms.max_price_per_gpu_hour, "duration_seconds": terms.duration_seconds,
         "deposited": lease.deposited, "paid": lease.paid, "fees": lease.fees, "refunded": lease.refunded,
-        "escrow_balance": e.balance, "burn_per_hour": e.burn_per_hour, "seconds_left": e.seconds_left,
-        "ends_at": e.ends_at, "downtime_tolerance_seconds": lease.downtime_tolerance_seconds,
+        "escrow_balance": e.balance, "burn_per_hour": e.burn_per_hour,
+        "ends_at": e.ends_at if status == "Active" else None, "seconds_to_end": to_end,
+        "escrow_runway_seconds": e.runway_seconds,
+        "billable_until": lease.billable_until if status in ("Closing", "Closed") else None,
+        "downtime_tolerance_seconds": lease.downtime_tolerance_seconds,
         "assignments": [{"node": a.node, "node_key": a.node_key, "gpus": a.gpus,
                          "price_per_gpu_hour": a.price_per_gpu_hour, "last_seq": a.last_seq,
                          "gpu_seconds": a.gpu_seconds} for a in list(lease.assignments)[: lease.node_count]],
     }
+
+
+def _end(data: dict[str, Any]) -> str:
+    """When the lease ends, for people: a date and the time to it, or why there is none yet."""
+    if data["status"] == "Open":
+        return f"{_hms(data['duration_seconds'])} after it is placed"
+    if data["ends_at"] is not None:
+        return clock.until(data["ends_at"])
+    return f"billing stopped {clock.at(data['billable_until'])}" if data["billable_until"] else "-"
 
 
 @app.command("open")
@@ -171,11 +181,11 @@ def close(lease: LeaseArg, url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEY
                 account = await fetch(client, address, "Lease")
             elif sig is None:
                 raise BadInput(f"lease {address} is closing: its nodes' last usage may be settled until "
-                               f"{_when(account.settle_deadline)}; run this again after that")
+                               f"{clock.at(account.settle_deadline)}; run this again after that")
         refunded, kept = account.refunded, account.deposited - account.paid - account.fees - account.refunded
         message = f"lease {address} closed, {format_io(refunded)} refunded"
         if kept:
-            message += (f"; {format_io(kept)} kept for the nodes' last usage until {_when(account.settle_deadline)} "
+            message += (f"; {format_io(kept)} kept for the nodes' last usage until {clock.at(account.settle_deadline)} "
                         f"(then `gpunet lease close {address}` again returns the rest)")
         s.done(message, sig, refunded=refunded, kept_for_settlement=kept, status=_status(account))
 
@@ -184,7 +194,7 @@ def close(lease: LeaseArg, url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEY
 
 @app.command("show")
 def show(lease: LeaseArg, url: UrlOpt = None, json_output: JsonOpt = False) -> None:
-    """A lease's terms, escrow balance, burn rate, time left and nodes."""
+    """A lease's terms, escrow balance, burn rate, end, escrow runway and nodes."""
 
     async def command(s: Session) -> None:
         address = pubkey_arg(lease, "lease address")
@@ -198,7 +208,10 @@ def show(lease: LeaseArg, url: UrlOpt = None, json_output: JsonOpt = False) -> N
             for key in ("deposited", "paid", "fees", "refunded", "escrow_balance"):
                 t.add_row(key.replace("_", " "), format_io(data[key]))
             t.add_row("burn rate", f"{format_io(data['burn_per_hour'])}/hour")
-            t.add_row("time left", _hms(data["seconds_left"]))
+            t.add_row("ends", _end(data))
+            t.add_row("escrow runway", f"{_hms(data['escrow_runway_seconds'])} at this burn rate (lasts past the end: "
+                                       "nothing after it is billed)" if data["escrow_runway_seconds"] is not None
+                      else "- (nothing is burning)")
             for a in data["assignments"]:
                 t.add_row(f"node {a['node_key']}", f"{a['gpus']} GPUs at {format_io(a['price_per_gpu_hour'])}/GPU-hour, "
                                                    f"{a['gpu_seconds']} GPU-s settled (seq {a['last_seq']})")
@@ -212,7 +225,7 @@ def show(lease: LeaseArg, url: UrlOpt = None, json_output: JsonOpt = False) -> N
 @app.command("list")
 def list_leases(client_wallet: Annotated[str | None, typer.Option("--client", help="Whose leases (default: yours).")] = None,
                 url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR, json_output: JsonOpt = False) -> None:
-    """A client's leases with their escrow balance, burn rate and time left."""
+    """A client's leases with their escrow balance, burn rate, time to their end and escrow runway."""
 
     async def command(s: Session) -> None:
         owner = pubkey_arg(client_wallet, "client wallet") if client_wallet else s.wallet.pubkey()
@@ -220,10 +233,12 @@ def list_leases(client_wallet: Annotated[str | None, typer.Option("--client", he
             rows = [await lease_summary(client, a, lease) for a, lease in await program_accounts(client, "Lease", client=owner)]
 
         def table() -> Table:
-            t = Table(key_column("lease"), "status", "GPUs", "escrow", "burn/hour", "time left", "paid", title=f"leases of {owner}")
+            t = Table(key_column("lease"), "status", "GPUs", "escrow", "burn/hour", "ends in", "escrow runway", "paid", title=f"leases of {owner}")
             for r in rows:
                 t.add_row(str(r["lease"]), r["status"], f"{r['gpu_count']}x {r['gpu_model']}", format_io(r["escrow_balance"]),
-                          format_io(r["burn_per_hour"]), _hms(r["seconds_left"]), format_io(r["paid"]))
+                          format_io(r["burn_per_hour"]),
+                          _hms(r["seconds_to_end"]) if r["seconds_to_end"] is not None else _end(r),
+                          _hms(r["escrow_runway_seconds"]), format_io(r["paid"]))
             return t
 
         s.show(rows, table)
