@@ -11,6 +11,7 @@ from rich.table import Table
 from gpunet import instructions as ix
 from gpunet.accounts import fetch_config
 from gpunet.amounts import format_io, parse_io
+from gpunet.cli import clock
 from gpunet.cli.common import (
     DEFAULT_KEYPAIR,
     BadInput,
@@ -182,7 +183,8 @@ def show(url: UrlOpt = None, json_output: JsonOpt = False) -> None:
         def table() -> Table:
             t = Table("parameter", "value", title=f"gpunet on {s.cluster.rpc_url}")
             for key, value in data.items():
-                shown = format_io(value) if key == "min_stake_per_gpu" else value
+                shown = (format_io(value) if key == "min_stake_per_gpu"
+                         else clock.span(value) if key.endswith("_seconds") else value)  # seconds stay in --json
                 t.add_row(key, ", ".join(map(str, shown)) if isinstance(shown, list) else str(shown))
             return t
 

@@ -12,6 +12,7 @@ from gpunet import catalog
 from gpunet import instructions as ix
 from gpunet.accounts import fetch, fetch_config, program_accounts
 from gpunet.amounts import format_io, parse_io
+from gpunet.cli import clock
 from gpunet.cli.common import (
     DEFAULT_KEYPAIR,
     BadInput,
@@ -177,7 +178,8 @@ def unjail(node_key: NodeKeyArg, url: UrlOpt = None, keypair: KeypairOpt = DEFAU
             if not n.jailed:
                 raise BadInput(f"node {key} is not jailed")
             if (wait := n.jail_ends_at - int(time.time())) > 0:
-                raise BadInput(f"node {key} stays jailed for {wait} s more (until unix time {n.jail_ends_at})")
+                raise BadInput(f"node {key} stays jailed for {clock.span(wait)} more, until {clock.at(n.jail_ends_at)}; "
+                               "unjail it then")
             sig = await s.send(client, "Unjailing the node", [ix.unjail_node(s.wallet.pubkey(), key)])
         s.done(f"node {key} unjailed", sig)
 
