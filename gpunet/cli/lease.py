@@ -141,6 +141,9 @@ def top_up(lease: LeaseArg, duration: Annotated[str, typer.Option("--duration", 
         async with s.client() as client:
             io_mint = (await fetch_config(client)).io_mint
             account = await fetch(client, address, "Lease")
+            if account.client != me:
+                raise BadInput(f"lease {address} belongs to {account.client}: only the lease's client can top it up "
+                               "(sign with that wallet, -k)")
             amount = escrow_for(account.terms.max_price_per_gpu_hour, account.terms.gpu_count, extra)
             io_balance_check(f"extending by {_hms(extra)}", amount, await io_balance(client, me, io_mint))
             sig = await s.send(client, f"Topping up {format_io(amount)}",
