@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 import typer
 from pydantic import ValidationError
+from rich.console import Group
 from rich.markup import escape
 from rich.table import Table
 
@@ -30,8 +31,10 @@ from gpunet.cli.common import (
     key_column,
     pubkey_arg,
 )
+from gpunet.cli.waiting import what_to_change, why_not
 from gpunet.jobs import job_logs, job_view, submit_job
 from gpunet.limits import MAX_GPUS_PER_NODE, MAX_LEASE_GPUS
+from gpunet.market import lease_reach
 from gpunet.pda import lease_pda
 from gpunet.protocol import JobSpec
 from gpunet.tokens import io_account, io_balance
@@ -101,8 +104,12 @@ def open_lease(gpu: Annotated[str, typer.Option("--gpu", help="GPU model (e.g. H
                         f"slashes its supplier), e.g. 30s, 5m: {ix.MIN_DOWNTIME_TOLERANCE_SECONDS} s to "
                         f"{ix.MAX_DOWNTIME_TOLERANCE_SECONDS // 60} min (default: the network's, its coordinator's "
                         f"lost-after; never shorter than that).")] = None,
+               force: Annotated[bool, typer.Option("--force", help="Open it even when no registered node could take "
+                                                                   "it (its escrow stays locked until it is placed or "
+                                                                   "you close it).")] = False,
                url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR, json_output: JsonOpt = False) -> None:
-    """Open a lease: escrow max price x GPUs x duration; the coordinator places it on nodes."""
+    """Open a lease: escrow max price x GPUs x duration; the coordinator places it on nodes. Refused
+    when no registered, active node could ever take it (read from the chain), unless --force."""
 
     async def command(s: Session) -> None:
         tolerance = 0 if downtime_tolerance is None else duration_arg(downtime_tolerance)
@@ -122,6 +129,11 @@ def open_lease(gpu: Annotated[str, typer.Option("--gpu", help="GPU model (e.g. H
             io_balance_check(f"the escrow of {count} GPUs for {_hms(terms.duration_seconds)} at "
                              f"{format_io(terms.max_price_per_gpu_hour)}/GPU-hour", deposit,
                              await io_balance(client, me, io_mint))
+            # An unplaceable lease locks its escrow until closed, with nothing to say why: refuse it here.
+            if not force and not (r := await lease_reach(client, terms)).possible:
+                raise BadInput(f"no registered node could take this lease: {why_not(r)}. To place it, "
+                               f"{what_to_change(r)}; or pass --force to open it anyway (its escrow stays locked "
+                               "until it is placed or you close it)")
             sig = await s.send(client, f"Opening the lease (escrow {format_io(deposit)})",
                                [ix.open_lease(me, io_account(me, io_mint), io_mint, ident, terms, tolerance)])
         s.done(f"lease {address} opened, {format_io(deposit)} in escrow", sig, lease=address, lease_id=ident,
@@ -202,9 +214,12 @@ def show(lease: LeaseArg, url: UrlOpt = None, json_output: JsonOpt = False) -> N
     async def command(s: Session) -> None:
         address = pubkey_arg(lease, "lease address")
         async with s.client() as client:
-            data = await lease_summary(client, address, await fetch(client, address, "Lease"))
+            account = await fetch(client, address, "Lease")
+            data = await lease_summary(client, address, account)
+            if data["status"] == "Open":
+                data["waiting"] = await _waiting(client, address, account, data["escrow_balance"])
 
-        def table() -> Table:
+        def table() -> Table | Group:
             t = Table("", "", title=f"lease {address}  [{data['status']}]", show_header=False)
             t.add_row("wants", f"{data['gpu_count']}x {data['gpu_model']} >= {data['min_vram_gb']} GB in {data['region']} "
                                f"at <= {format_io(data['max_price_per_gpu_hour'])}/GPU-hour for {_hms(data['duration_seconds'])}")
@@ -218,11 +233,31 @@ def show(lease: LeaseArg, url: UrlOpt = None, json_output: JsonOpt = False) -> N
             for a in data["assignments"]:
                 t.add_row(f"node {a['node_key']}", f"{a['gpus']} GPUs at {format_io(a['price_per_gpu_hour'])}/GPU-hour, "
                                                    f"{a['gpu_seconds']} GPU-s settled (seq {a['last_seq']})")
-            return t
+            if not (waiting := data.get("waiting")):
+                return t
+            # Below the table, unwrapped: a command cut across lines cannot be copied.
+            return Group(t, f"[yellow]waiting:[/] {escape(waiting['reason'])}",
+                         f"to get the escrow back ({format_io(data['escrow_balance'])}), with the client's wallet: "
+                         f"{waiting['close_command']}")
 
         s.show(data, table)
 
     Session(url, json_output=json_output).run(command)
+
+
+async def _waiting(client: Any, address: Any, lease: Any, escrow_balance: int) -> dict[str, Any]:
+    """Why an open lease is not placed: no node with free GPUs matches it (with the closest ones), or
+    it waits for its first job and for matching nodes to be online (only the coordinator sees those)."""
+    r = await lease_reach(client, lease.terms, free_now=True)
+    if r.possible:
+        reason = (f"{r.gpus} free GPUs on registered nodes match it; it is placed once you give it a job "
+                  f"(`gpunet lease job {address} --command ...`) and the coordinator sees matching nodes online "
+                  f"(`gpunet lease status {address}` says what it waits for)")
+    else:
+        reason = f"no registered node can take it now: {why_not(r)}; to place it, open a new lease and {what_to_change(r)}"
+    return {"reason": reason, "matching_free_gpus": r.gpus,
+            "closest": [{"node_key": f.node.node_key, "misses": [m.text for m in f.misses]} for f in r.closest],
+            "close_command": f"gpunet lease close {address}", "escrow_locked": escrow_balance}
 
 
 @app.command("list")
