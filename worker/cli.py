@@ -22,7 +22,7 @@ from gpunet.amounts import format_io
 from gpunet.catalog import gpu_model_name, region_name
 from gpunet.cluster import ClusterError, resolve_cluster
 from gpunet.exits import Exit
-from gpunet.keys import KeypairFileError, load_keypair
+from gpunet.keys import KeypairFileError, load_keypair, node_keypair_path
 from gpunet.protocol import Inventory
 from worker.agent import Agent, StateDirBusy, WorkerSettings
 from worker.chain import fetch_node, fetch_node_leases
@@ -38,7 +38,8 @@ console = Console()
 errors = Console(stderr=True)
 
 
-KeypairOption = typer.Option(Path("~/.config/gpunet/node.json"), "--keypair", "-k", help="The node keypair file.")
+KeypairOption = typer.Option(Path("~/.config/gpunet/node.json"), "--keypair", "-k",
+                             help="The node keypair file, or a name from `gpunet keys new-node` (~/.config/gpunet/nodes/NAME.json).")
 SimulateOption = typer.Option(None, "--simulate-gpus", metavar="MODEL:COUNT:VRAM_GB",
                               help="Simulated GPUs for a machine without an NVIDIA driver (marked simulated everywhere).")
 StateDirOption = typer.Option(None, "--state-dir", help="Journal, job and checkpoint directories "
@@ -54,7 +55,7 @@ def _fail(code: Exit, message: str) -> typer.Exit:
 
 def _node(keypair: Path) -> Keypair:
     try:
-        return load_keypair(keypair)
+        return load_keypair(node_keypair_path(keypair))
     except KeypairFileError as e:
         raise _fail(Exit.KEYPAIR, str(e)) from None
 

@@ -24,7 +24,7 @@ from gpunet.cli.common import (
     key_column,
     pubkey_arg,
 )
-from gpunet.keys import load_keypair
+from gpunet.keys import load_keypair, node_keypair_path
 from gpunet.limits import MAX_GPUS_PER_NODE
 from gpunet.pda import node_pda, provider_pda
 
@@ -59,7 +59,8 @@ def node_row(address: Any, n: Any) -> dict[str, Any]:
 
 
 @app.command("register")
-def register(node_keypair: Annotated[str, typer.Argument(help="The node's keypair file (`gpunet keys new`).")],
+def register(node_keypair: Annotated[str, typer.Argument(help="The node's key: a name from `gpunet keys new-node` "
+                                                              "(under ~/.config/gpunet/nodes/) or a keypair file.")],
              gpu: Annotated[str, typer.Option("--gpu", help="GPU model, e.g. H100, RTX4090.")],
              count: Annotated[int, typer.Option("--count", min=1, max=MAX_GPUS_PER_NODE, help="GPUs on the node.")],
              region: Annotated[str, typer.Option("--region", help=f"One of: {', '.join(catalog.REGIONS.values())}.")],
@@ -73,7 +74,7 @@ def register(node_keypair: Annotated[str, typer.Argument(help="The node's keypai
         model = catalog.gpu_model(gpu)
         spec = ix.NodeSpec(model.code, count, vram or model.vram_gb, catalog.region(region), parse_io(price),
                            _inventory_hash(inventory_hash))
-        node_key = load_keypair(node_keypair)
+        node_key = load_keypair(node_keypair_path(node_keypair))
         me = s.wallet.pubkey()
         async with s.client() as client:
             config = await fetch_config(client)
