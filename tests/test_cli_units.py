@@ -6,6 +6,7 @@ import pytest
 
 from gpunet.amounts import AmountError, escrow_for, format_io, parse_io
 from gpunet.cli.common import BadInput, duration_arg
+from gpunet.cli.wallet import format_sol
 from gpunet.cluster import ClusterError, resolve_cluster
 
 
@@ -54,3 +55,9 @@ def test_cluster_from_flag_then_env_then_anchor_toml_then_localnet(tmp_path, mon
     assert resolve_cluster("mainnet", cwd=nested).rpc_url == "https://api.mainnet-beta.solana.com"
     with pytest.raises(ClusterError, match="neither a cluster name"):
         resolve_cluster("marsnet", cwd=nested)
+
+
+@pytest.mark.parametrize(("lamports", "text"), [(0, "0 SOL"), (10 * 10**9, "10 SOL"), (1_500_000_000, "1.5 SOL"),
+                                                (1, "0.000000001 SOL"), (1_234_567_891, "1.234567891 SOL")])
+def test_sol_amounts_are_shown_exactly(lamports, text) -> None:
+    assert format_sol(lamports) == text

@@ -3,7 +3,6 @@ stake, escrow locked in its leases) and IO sent to another wallet."""
 
 from __future__ import annotations
 
-from decimal import Decimal
 from typing import Annotated, Any
 
 import typer
@@ -25,7 +24,9 @@ LOCKED = ("Open", "Active", "Closing")  # lease states whose vault still holds t
 
 
 def format_sol(lamports: int) -> str:
-    return f"{Decimal(lamports) / LAMPORTS_PER_SOL:f}".rstrip("0").rstrip(".") + " SOL"
+    """5_000_000_000 -> '5 SOL', 1_500_000_000 -> '1.5 SOL' (exact: no float on the way)."""
+    whole, frac = divmod(lamports, LAMPORTS_PER_SOL)
+    return f"{whole:,}" + (f".{frac:09d}".rstrip("0") if frac else "") + " SOL"
 
 
 def balance(wallet: Annotated[str | None, typer.Argument(help="Any wallet (default: yours).")] = None,
