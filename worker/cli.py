@@ -39,7 +39,8 @@ errors = Console(stderr=True)
 
 
 KeypairOption = typer.Option(Path("~/.config/gpunet/node.json"), "--keypair", "-k",
-                             help="The node keypair file, or a name from `gpunet keys new-node` (~/.config/gpunet/nodes/NAME.json).")
+                             help="The node keypair file, or a name from `gpunet keys new-node` "
+                                  "(~/.config/gpunet/nodes/NAME.json).")
 SimulateOption = typer.Option(None, "--simulate-gpus", metavar="MODEL:COUNT:VRAM_GB",
                               help="Simulated GPUs for a machine without an NVIDIA driver (marked simulated everywhere).")
 StateDirOption = typer.Option(None, "--state-dir", help="Journal, job and checkpoint directories "
