@@ -9,9 +9,13 @@ import logging
 import signal
 from collections.abc import Awaitable, Callable
 
+import httpx
 import typer
 import uvicorn
 from pydantic import ValidationError
+from solana.exceptions import SolanaRpcException
+from solana.rpc.async_api import AsyncClient
+from solders.keypair import Keypair
 
 from coordinator.api import create_app
 from coordinator.api.work import work_routes
@@ -23,7 +27,7 @@ from coordinator.indexer.service import ChainMismatch
 from coordinator.indexer.rpc import ChainRpc
 from coordinator.service import Coordinator, DatabaseLost
 from coordinator.settings import Settings
-from gpunet.accounts import AccountError
+from gpunet.accounts import AccountError, fetch_config
 from gpunet.exits import Exit
 from gpunet.jobs import CoordinatorError, resume_slashing
 from gpunet.keys import KeypairFileError, load_keypair
@@ -74,6 +78,21 @@ async def _api_server(settings: Settings, pool: object, coordinator: Coordinator
         await rpc.close()
 
 
+async def _check_attester(settings: Settings, attester: Keypair) -> None:
+    """Before anything starts: the attester key must be listed in the config. The hint adds it to the
+    others (`--add-attester`): replacing the list would cut off a coordinator already running."""
+    try:
+        async with AsyncClient(settings.rpc_url) as client:
+            config = await fetch_config(client)
+    except (SolanaRpcException, httpx.HTTPError, OSError):
+        return  # the coordinator reports an unreachable node itself, as it always has
+    key = attester.pubkey()
+    if key not in list(config.attesters)[: config.attester_count]:
+        raise AccountError(f"the attester key {key} ({settings.attester_keypair}) is not one of the config's "
+                           f"attesters; the admin adds it, keeping the others, with "
+                           f"`gpunet admin update --add-attester {key}`")
+
+
 @app.command()
 def run() -> None:
     """The whole coordinator: indexer, worker gateway, scheduler, failover, settlement and the API."""
@@ -85,6 +104,7 @@ def run() -> None:
         raise typer.Exit(int(Exit.KEYPAIR)) from None
 
     async def main(settings: Settings) -> None:
+        await _check_attester(settings, attester)
         async with open_database(settings) as pool:
             coordinator = await Coordinator(settings, pool, attester).start()
             api = asyncio.ensure_future(_api_server(settings, pool, coordinator))

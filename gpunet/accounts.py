@@ -94,7 +94,10 @@ class Escrow:
 
     balance: int  # in the lease vault now
     burn_per_hour: int  # sum over its assignments of gpus x price per GPU-hour
-    seconds_left: int | None  # None while the lease burns nothing (open, closing or closed)
+    # How long the escrow lasts at the current burn rate; None while the lease burns nothing (open,
+    # closing or closed). Not the time the lease has left: the escrow is sized at the client's maximum
+    # price, so on cheaper nodes it outlasts the lease's end, after which nothing is billed.
+    runway_seconds: int | None
     ends_at: int  # its end: no usage after it is billable (unix seconds)
 
 
@@ -113,6 +116,6 @@ async def escrow(client: AsyncClient, lease_address: Pubkey, lease: Any) -> Escr
     return Escrow(
         balance=balance,
         burn_per_hour=burn,
-        seconds_left=(balance * 3600 // burn) if burn else None,
+        runway_seconds=(balance * 3600 // burn) if burn else None,
         ends_at=lease_end(lease),
     )

@@ -17,7 +17,7 @@ from solders.message import Message
 from solders.signature import Signature
 from solders.transaction import Transaction
 
-from gpunet.errors import GpunetError, ProgramError, custom_error_code, program_error
+from gpunet.errors import GpunetError, ProgramError, custom_error_code, program_error, with_rule
 
 __all__ = ["TransactionExpired", "TransactionFailed", "send_and_confirm"]
 
@@ -34,7 +34,8 @@ class TransactionFailed(GpunetError):
         code = custom_error_code(err) if err is not None else None
         if code is None:
             code = next((c for line in self.logs if (c := custom_error_code(line)) is not None), None)
-        self.program_error: ProgramError | None = program_error(code) if code is not None else None
+        found = program_error(code) if code is not None else None
+        self.program_error: ProgramError | None = with_rule(found, self.logs) if found else None
         reason = str(self.program_error) if self.program_error else str(err)
         super().__init__(f"transaction failed: {reason}")
 

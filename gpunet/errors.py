@@ -12,7 +12,7 @@ from anchorpy.error import LangErrorMessage, _LangErrorCode
 
 from gpunet.idl import load_idl
 
-__all__ = ["GpunetError", "ProgramError", "custom_error_code", "program_error"]
+__all__ = ["GpunetError", "ProgramError", "custom_error_code", "program_error", "with_rule"]
 
 
 class GpunetError(Exception):
@@ -82,3 +82,30 @@ def custom_error_code(err: Any) -> int | None:
             custom = inner[1].get("Custom")
             return custom if isinstance(custom, int) else None
     return None
+
+
+# Anchor's account constraints say which check failed ("A has one constraint was violated"), not which
+# of gpunet's rules it enforces; the instruction and the account the log names together do.
+# Keyed (instruction, account, Anchor error name), as the program's log spells them.
+_RULES: dict[tuple[str, str, str], str] = {
+    ("TopUpLease", "lease", "ConstraintHasOne"):
+        "only the lease's client can top it up (sign with the wallet that opened it)",
+    ("OpenLease", "config", "ConstraintHasOne"): "the mint given is not gpunet's IO mint (see `gpunet admin show`)",
+    ("RegisterProvider", "config", "ConstraintHasOne"):
+        "the mint given is not gpunet's IO mint (see `gpunet admin show`)",
+}
+_INSTRUCTION_IN_LOG = re.compile(r"Program log: Instruction: (\w+)")
+_CAUSED_BY_IN_LOG = re.compile(r"AnchorError caused by account: (\w+)\. Error Code: (\w+)\.")
+
+
+def with_rule(error: ProgramError, logs: list[str]) -> ProgramError:
+    """`error` with the gpunet rule it enforces as its message, when the logs say which one (an
+    account constraint of a known instruction); otherwise `error` unchanged."""
+    instruction = None
+    for line in logs:
+        if found := _INSTRUCTION_IN_LOG.search(line):
+            instruction = found.group(1)  # the last one before the error is the one that failed
+        elif (found := _CAUSED_BY_IN_LOG.search(line)) and found.group(2) == error.name:
+            if rule := _RULES.get((instruction or "", found.group(1), error.name)):
+                return ProgramError(error.code, error.name, rule)
+    return error

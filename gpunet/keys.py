@@ -10,7 +10,7 @@ from solders.keypair import Keypair
 
 from gpunet.errors import GpunetError
 
-__all__ = ["KeypairFileError", "create_keypair_file", "load_keypair"]
+__all__ = ["KeypairFileError", "create_keypair_file", "load_keypair", "new_node_name", "node_keypair_path", "nodes_dir"]
 
 
 class KeypairFileError(GpunetError):
@@ -52,3 +52,25 @@ def create_keypair_file(path: str | os.PathLike[str], keypair: Keypair | None = 
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         json.dump(list(bytes(keypair)), f)
     return keypair
+
+
+def nodes_dir() -> Path:
+    """Where node keys live by default: the user's config directory, never the working directory
+    (a key written into a checkout is one `git add .` from being published)."""
+    return Path(os.environ.get("XDG_CONFIG_HOME") or "~/.config").expanduser() / "gpunet" / "nodes"
+
+
+def node_keypair_path(name_or_path: str | os.PathLike[str]) -> Path:
+    """A node key by name ('node1' -> nodes_dir()/node1.json) or, with a '/' or a '.json', by path."""
+    text = str(name_or_path)
+    if os.sep in text or "/" in text or text.endswith(".json") or text.startswith("~"):
+        return Path(text).expanduser()
+    return nodes_dir() / f"{text}.json"
+
+
+def new_node_name() -> str:
+    """The first of node1, node2, ... without a key file under nodes_dir()."""
+    n = 1
+    while (nodes_dir() / f"node{n}.json").exists():
+        n += 1
+    return f"node{n}"

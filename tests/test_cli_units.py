@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from gpunet.amounts import AmountError, escrow_for, format_io, parse_io
+from gpunet.cli import clock
 from gpunet.cli.common import BadInput, duration_arg
+from gpunet.cli.wallet import format_sol
 from gpunet.cluster import ClusterError, resolve_cluster
 
 
@@ -54,3 +56,20 @@ def test_cluster_from_flag_then_env_then_anchor_toml_then_localnet(tmp_path, mon
     assert resolve_cluster("mainnet", cwd=nested).rpc_url == "https://api.mainnet-beta.solana.com"
     with pytest.raises(ClusterError, match="neither a cluster name"):
         resolve_cluster("marsnet", cwd=nested)
+
+
+@pytest.mark.parametrize(("lamports", "text"), [(0, "0 SOL"), (10 * 10**9, "10 SOL"), (1_500_000_000, "1.5 SOL"),
+                                                (1, "0.000000001 SOL"), (1_234_567_891, "1.234567891 SOL")])
+def test_sol_amounts_are_shown_exactly(lamports, text) -> None:
+    assert format_sol(lamports) == text
+
+
+@pytest.mark.parametrize(("seconds", "text"), [(None, "-"), (0, "0s"), (59, "59s"), (61, "1m01s"), (3600, "1h00m"),
+                                               (9000, "2h30m"), (172_800, "2d00h"), (-5, "0s")])
+def test_durations_are_shown_in_two_units(seconds, text) -> None:
+    assert clock.span(seconds) == text
+
+
+def test_a_moment_is_a_utc_date_and_how_far_off_it_is() -> None:
+    assert clock.until(1_800_000_000, now=1_800_000_000 - 5400) == "2027-01-15 08:00:00 UTC (in 1h30m)"
+    assert clock.until(1_800_000_000, now=1_800_000_000 + 125) == "2027-01-15 08:00:00 UTC (2m05s ago)"

@@ -12,6 +12,7 @@ from typing import Any
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from solana.exceptions import SolanaRpcException
 from solana.rpc.async_api import AsyncClient
@@ -21,11 +22,12 @@ from gpunet.amounts import format_io
 from gpunet.catalog import gpu_model_name, region_name
 from gpunet.cluster import ClusterError, resolve_cluster
 from gpunet.exits import Exit
-from gpunet.keys import KeypairFileError, load_keypair
+from gpunet.keys import KeypairFileError, load_keypair, node_keypair_path
 from gpunet.protocol import Inventory
 from worker.agent import Agent, StateDirBusy, WorkerSettings
 from worker.chain import fetch_node, fetch_node_leases
 from worker.gpus import GpuBackend, GpusUnavailable, open_gpus
+from worker.inventory_check import inventory_check
 from worker.journal import Journal, JournalError
 from worker.simulate import SimulationSpecError
 
@@ -36,7 +38,9 @@ console = Console()
 errors = Console(stderr=True)
 
 
-KeypairOption = typer.Option(Path("~/.config/gpunet/node.json"), "--keypair", "-k", help="The node keypair file.")
+KeypairOption = typer.Option(Path("~/.config/gpunet/node.json"), "--keypair", "-k",
+                             help="The node keypair file, or a name from `gpunet keys new-node` "
+                                  "(~/.config/gpunet/nodes/NAME.json).")
 SimulateOption = typer.Option(None, "--simulate-gpus", metavar="MODEL:COUNT:VRAM_GB",
                               help="Simulated GPUs for a machine without an NVIDIA driver (marked simulated everywhere).")
 StateDirOption = typer.Option(None, "--state-dir", help="Journal, job and checkpoint directories "
@@ -52,7 +56,7 @@ def _fail(code: Exit, message: str) -> typer.Exit:
 
 def _node(keypair: Path) -> Keypair:
     try:
-        return load_keypair(keypair)
+        return load_keypair(node_keypair_path(keypair))
     except KeypairFileError as e:
         raise _fail(Exit.KEYPAIR, str(e)) from None
 
@@ -181,6 +185,7 @@ def status(
     settings = _settings(state_dir=state_dir)
     _rpc_url(url)  # a bad --url is reported before anything else
     report: dict[str, Any] = {"node_key": str(node.pubkey())}
+    inv: Inventory | None = None
     try:
         gpus = open_gpus(simulate_gpus, str(node.pubkey()))
         inv = gpus.inventory()
@@ -202,6 +207,9 @@ def status(
             entry["reported_gpu_seconds"] += message.gpu_seconds
     report["leases"] = leases
     report["chain"] = asyncio.run(_chain_status(_rpc_url(url), node, leases))
+    if report["chain"].get("registered"):
+        report["inventory_check"] = inventory_check(str(node.pubkey()), inv, report["inventory"].get("error"),
+                                                    report["chain"], _registered_copy(settings.state_dir))
     if json_output:
         print(json.dumps(report, indent=2))
     else:
@@ -234,6 +242,14 @@ async def _chain_status(rpc_url: str, node: Keypair, leases: dict[str, dict[str,
     }
 
 
+def _registered_copy(state_dir: Path) -> Inventory | None:
+    """The inventory the agent saved when it last matched the chain (see _check_registration)."""
+    try:
+        return Inventory.model_validate_json((state_dir / "inventory.registered.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def _print_status(report: dict[str, Any]) -> None:
     console.print(f"[bold]node[/] {report['node_key']}")
     inv = report["inventory"]
@@ -252,11 +268,14 @@ def _print_status(report: dict[str, Any]) -> None:
     elif not chain["registered"]:
         console.print("  registration: [red]not registered[/] (`gpunet node register`)")
     else:
-        matches = "error" not in inv and chain["inventory_hash"] == inv["hash"]
+        check = report["inventory_check"]
+        verdict = {"unread": "[yellow]not checked[/]", "no_hash_registered": "[yellow]no hash registered[/]",
+                   "matches": "[green]matches[/]", "differs": "[red]differs[/]"}[check["state"]]
         console.print(f"  registered: {chain['gpu_count']}x {chain['gpu_model']} {chain['vram_gb']} GB in {chain['region']} at "
                       f"{format_io(chain['price_per_gpu_hour'])}/GPU-hour; {chain['gpus_leased']} GPU(s) leased"
-                      f"{'; [red]JAILED[/]' if chain['jailed'] else ''}; inventory "
-                      f"{'[green]matches[/]' if matches else '[red]differs[/]'}")
+                      f"{'; [red]JAILED[/]' if chain['jailed'] else ''}; inventory {verdict}")
+        for line in check["detail"]:
+            console.print(f"    {escape(line)}", soft_wrap=True)
         p = chain["provider"]
         console.print(f"  stake: {format_io(p['staked'])} ({format_io(p['bonded'])} bonded, {format_io(p['unbonding'])} unbonding, "
                       f"{format_io(p['slashed'])} slashed); provider earned {format_io(p['earned'])} in total")

@@ -1,5 +1,6 @@
 """The `gpunet` command line: one sub-app per noun (keys, admin, provider, node, lease, settlements,
-worker, coordinator), plus audit, airdrop and localnet. Exit codes: gpunet.exits.Exit (listed in the README).
+worker, coordinator), plus audit, airdrop, balance, transfer and localnet (and --version).
+Exit codes: gpunet.exits.Exit (listed in the README).
 
 The command line is the floor on top: it mounts the coordinator's and the worker's commands when
 their extras are installed, and otherwise a command of the same name that says which to install."""
@@ -7,11 +8,13 @@ their extras are installed, and otherwise a command of the same name that says w
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
+from typing import Annotated
 
 import typer
 from rich.markup import escape
 
-from gpunet.cli import admin, explorer, keys, lease, localnet, node, provider
+from gpunet.cli import admin, explorer, keys, lease, localnet, node, provider, wallet
 from gpunet.exits import Exit
 from gpunet.extras import ExtraMissing
 
@@ -23,6 +26,20 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
 )
+
+
+def _version(asked: bool) -> None:
+    if asked:
+        typer.echo(f"gpunet {importlib.metadata.version('gpunet')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                                help="Print gpunet's version and exit.")] = False) -> None:
+    pass
+
+
 app.add_typer(keys.app, name="keys")
 app.add_typer(admin.app, name="admin")
 app.add_typer(provider.app, name="provider")
@@ -55,6 +72,8 @@ _mount_service("coordinator")
 app.add_typer(explorer.settlements_app, name="settlements")
 app.command("audit")(explorer.audit)
 app.command("airdrop")(localnet.airdrop)
+app.command("balance")(wallet.balance)
+app.command("transfer")(wallet.transfer)
 app.command("localnet")(localnet.localnet)
 
 

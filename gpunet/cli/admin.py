@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.table import Table
+from solders.pubkey import Pubkey
 
 from gpunet import instructions as ix
 from gpunet.accounts import fetch_config
 from gpunet.amounts import format_io, parse_io
+from gpunet.cli import clock
 from gpunet.cli.common import (
     DEFAULT_KEYPAIR,
     BadInput,
@@ -21,7 +25,8 @@ from gpunet.cli.common import (
     duration_arg,
     pubkey_arg,
 )
-from gpunet.limits import BPS_DENOMINATOR
+from gpunet.keys import KeypairFileError, load_keypair
+from gpunet.limits import BPS_DENOMINATOR, MAX_ATTESTERS
 from gpunet.tokens import create_mint, ensure_io_account, io_account, mint_io
 
 app = typer.Typer(help="Protocol configuration (admin only).", no_args_is_help=True)
@@ -42,6 +47,17 @@ ClientShareOpt = Annotated[int | None, typer.Option("--slash-client-share-bps", 
                                                                                    "(default 5000).")]
 AttesterOpt = Annotated[list[str] | None, typer.Option("--attester", help="Coordinator key allowed to assign, settle "
                                                                        "and slash; repeat for several (default: admin).")]
+AddAttesterOpt = Annotated[list[str] | None, typer.Option("--add-attester", help="Also allow this coordinator key to "
+                                                                                "assign, settle and slash (repeatable).")]
+RemoveAttesterOpt = Annotated[list[str] | None, typer.Option(
+    "--remove-attester", help="Stop allowing this key (repeatable). Refused for the last attester, and, without "
+                              "--force, for the key of the coordinator configured here (GPUNET_ATTESTER_KEYPAIR).")]
+# `update --attester` used to replace the whole list: following the coordinator's old hint cut the
+# running coordinator off. It stays only to say what to use instead.
+ReplacedAttesterOpt = Annotated[list[str] | None, typer.Option("--attester", hidden=True)]
+ForceOpt = Annotated[bool, typer.Option("--force", help="Remove the configured coordinator's attester key anyway.")]
+# Where the coordinator on this machine takes its attester key from (coordinator/settings.py).
+COORDINATOR_KEYPAIR = "GPUNET_ATTESTER_KEYPAIR"
 PauseOpt = Annotated[bool | None, typer.Option("--pause/--unpause", help="Stop (or resume) new leases.")]
 GraceOpt = Annotated[str | None, typer.Option("--close-grace", help="After a lease's end, how long only its client "
                                                   "may close it (default 60s).")]
@@ -144,24 +160,70 @@ def init(mint: MintOpt = None, treasury: TreasuryOpt = None, fee_bps: FeeOpt = N
 @app.command("update")
 def update(treasury: TreasuryOpt = None, fee_bps: FeeOpt = None, min_stake_per_gpu: MinStakeOpt = None,
            unbonding: UnbondingOpt = None, usage_period: PeriodOpt = None, jail: JailOpt = None,
-           slash_bps: SlashOpt = None, slash_client_share_bps: ClientShareOpt = None, attester: AttesterOpt = None,
+           slash_bps: SlashOpt = None, slash_client_share_bps: ClientShareOpt = None,
+           add_attester: AddAttesterOpt = None, remove_attester: RemoveAttesterOpt = None, force: ForceOpt = False,
+           attester: ReplacedAttesterOpt = None,
            pause: PauseOpt = None, close_grace: GraceOpt = None, settle_window: WindowOpt = None,
            lease_retention: RetentionOpt = None, url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR,
            json_output: JsonOpt = False) -> None:
-    """Change some protocol parameters; the others keep their values."""
+    """Change some protocol parameters; the others keep their values (attesters are added and removed
+    one by one: --add-attester, --remove-attester)."""
 
     async def command(s: Session) -> None:
+        if attester:
+            raise BadInput("`admin update --attester` is gone (it replaced the whole list, cutting off the running "
+                           "coordinator): use --add-attester KEY and --remove-attester KEY")
         async with s.client() as client:
             current = params_of(await fetch_config(client))
+            attesters = _changed_attesters(current.attesters, add_attester or [], remove_attester or [], force)
             params = _params(current, treasury, fee_bps, min_stake_per_gpu, unbonding, usage_period, jail, slash_bps,
-                             slash_client_share_bps, attester, pause, grace=close_grace, window=settle_window,
+                             slash_client_share_bps, None, pause, grace=close_grace, window=settle_window,
                              retention=lease_retention)
+            params = replace(params, attesters=attesters)
             if params == current:
                 raise BadInput("nothing to change: give at least one option (see --help)")
             sig = await s.send(client, "Updating the configuration", [ix.update_config(s.wallet.pubkey(), params)])
         s.done("configuration updated", sig)
 
     Session(url, keypair, json_output).run(command)
+
+
+def _changed_attesters(current: list[Pubkey], add: list[str], remove: list[str], force: bool) -> list[Pubkey]:
+    """The attester list after adding and removing keys, refusing what would stop the network: an
+    empty list, more than the program holds, or (unless forced) the configured coordinator's key."""
+    result = list(current)
+    for key in (pubkey_arg(k, "attester key") for k in add):
+        if key in result:
+            raise BadInput(f"{key} is already an attester")
+        result.append(key)
+    for key in (pubkey_arg(k, "attester key") for k in remove):
+        if key not in result:
+            raise BadInput(f"{key} is not an attester (they are: {', '.join(map(str, current))})")
+        result.remove(key)
+        if not force and key == _coordinator_key():
+            raise BadInput(f"{key} is the attester key of the coordinator configured here "
+                           f"({COORDINATOR_KEYPAIR}={_coordinator_keypair_path()}): removing it stops that coordinator "
+                           "from placing, settling and slashing. Add its successor (--add-attester NEW_KEY), restart the "
+                           f"coordinator with {COORDINATOR_KEYPAIR} set to it, then remove this key with --force")
+    if not result:
+        raise BadInput("that removes the last attester: without one no lease is placed, settled or closed at its "
+                       "end; add its successor in the same command (--add-attester NEW_KEY)")
+    if len(result) > MAX_ATTESTERS:
+        raise BadInput(f"the config holds at most {MAX_ATTESTERS} attesters, this would make {len(result)}: "
+                       "remove one (--remove-attester KEY)")
+    return result
+
+
+def _coordinator_keypair_path() -> Path:
+    return Path(os.environ.get(COORDINATOR_KEYPAIR, "~/.config/solana/id.json")).expanduser()  # the coordinator's default
+
+
+def _coordinator_key() -> Pubkey | None:
+    """The attester key a coordinator started here would use, when its keypair file can be read."""
+    try:
+        return load_keypair(_coordinator_keypair_path()).pubkey()
+    except KeypairFileError:
+        return None
 
 
 @app.command("show")
@@ -182,7 +244,8 @@ def show(url: UrlOpt = None, json_output: JsonOpt = False) -> None:
         def table() -> Table:
             t = Table("parameter", "value", title=f"gpunet on {s.cluster.rpc_url}")
             for key, value in data.items():
-                shown = format_io(value) if key == "min_stake_per_gpu" else value
+                shown = (format_io(value) if key == "min_stake_per_gpu"
+                         else clock.span(value) if key.endswith("_seconds") else value)  # seconds stay in --json
                 t.add_row(key, ", ".join(map(str, shown)) if isinstance(shown, list) else str(shown))
             return t
 

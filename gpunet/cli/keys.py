@@ -11,7 +11,7 @@ from rich.console import Console
 from solders.keypair import Keypair
 
 from gpunet.cli.common import Exit
-from gpunet.keys import KeypairFileError, create_keypair_file, load_keypair
+from gpunet.keys import KeypairFileError, create_keypair_file, load_keypair, new_node_name, node_keypair_path, nodes_dir
 
 __all__ = ["app"]
 
@@ -28,6 +28,27 @@ def new(
 ) -> None:
     """Create a new keypair file with mode 0600 and print its public key."""
     _show(_or_exit(create_keypair_file, path), path, json_output)
+
+
+@app.command("new-node")
+def new_node(
+    name: str = typer.Argument(None, help="The node's name (default: node1, node2, ... whichever is free)."),
+    json_output: bool = typer.Option(False, "--json", help="Print {\"pubkey\", \"path\", \"name\"} as JSON."),
+) -> None:
+    """Create a node key (the key a worker signs usage with) under ~/.config/gpunet/nodes/ (or
+    $XDG_CONFIG_HOME/gpunet/nodes/), never in the working directory; `node register NAME` finds it."""
+    name = name or new_node_name()
+    if "/" in name or name.endswith(".json") or name.startswith((".", "~")):
+        errors.print(f"[red]error:[/] {name!r} is a path, not a name: give a name (node1) and the key goes under "
+                     f"{nodes_dir()}, or use `gpunet keys new PATH`")
+        raise typer.Exit(int(Exit.BAD_INPUT))
+    path = node_keypair_path(name)
+    keypair = _or_exit(create_keypair_file, path)
+    if json_output:
+        print(json.dumps({"pubkey": str(keypair.pubkey()), "path": str(path), "name": name}))
+    else:
+        console.print(f"{keypair.pubkey()}  [dim]{path}[/]\nregister it with `gpunet node register {name} --gpu ...`; "
+                      f"on the GPU machine run the worker with `-k {path}`", soft_wrap=True)
 
 
 @app.command("show")

@@ -6,11 +6,11 @@ import asyncio
 import json
 import shlex
 import time
-from datetime import datetime, timezone
 from typing import Annotated, Any
 
 import typer
 from pydantic import ValidationError
+from rich.console import Group
 from rich.markup import escape
 from rich.table import Table
 
@@ -18,6 +18,7 @@ from gpunet import catalog
 from gpunet import instructions as ix
 from gpunet.accounts import escrow, fetch, fetch_config, program_accounts
 from gpunet.amounts import escrow_for, format_io, parse_io
+from gpunet.cli import clock
 from gpunet.cli.common import (
     DEFAULT_KEYPAIR,
     BadInput,
@@ -30,8 +31,10 @@ from gpunet.cli.common import (
     key_column,
     pubkey_arg,
 )
+from gpunet.cli.waiting import what_to_change, why_not
 from gpunet.jobs import job_logs, job_view, submit_job
 from gpunet.limits import MAX_GPUS_PER_NODE, MAX_LEASE_GPUS
+from gpunet.market import lease_reach
 from gpunet.pda import lease_pda
 from gpunet.protocol import JobSpec
 from gpunet.tokens import io_account, io_balance
@@ -49,32 +52,42 @@ def _status(lease: Any) -> str:
     return type(lease.status).__name__
 
 
-def _when(unix: int) -> str:
-    return datetime.fromtimestamp(unix, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
 def _hms(seconds: int | None) -> str:
-    if seconds is None:
-        return "-"
-    h, rest = divmod(max(seconds, 0), 3600)
-    return f"{h}h{rest // 60:02d}m{rest % 60:02d}s"
+    return clock.span(seconds)
 
 
 async def lease_summary(client: Any, address: Any, lease: Any) -> dict[str, Any]:
+    """What a lease holds and how long it runs. Its end and its escrow's runway are two numbers: the
+    escrow is sized at the maximum price, so on cheaper nodes it lasts past the end, and nothing after
+    the end is billed (a 2 h lease at 80 % of its maximum price has a 2h30m runway but ends in 2 h)."""
     e = await escrow(client, address, lease)
-    terms = lease.terms
+    terms, status = lease.terms, _status(lease)
+    # An open lease's end is its duration after it is placed: no date until then.
+    to_end = max(e.ends_at - int(time.time()), 0) if status == "Active" else None
     return {
-        "lease": address, "client": lease.client, "lease_id": lease.lease_id, "status": _status(lease),
+        "lease": address, "client": lease.client, "lease_id": lease.lease_id, "status": status,
         "gpu_model": catalog.gpu_model_name(terms.gpu_model), "gpu_count": terms.gpu_count,
         "min_vram_gb": terms.min_vram_gb, "region": catalog.region_name(terms.region),
         "max_price_per_gpu_hour": terms.max_price_per_gpu_hour, "duration_seconds": terms.duration_seconds,
         "deposited": lease.deposited, "paid": lease.paid, "fees": lease.fees, "refunded": lease.refunded,
-        "escrow_balance": e.balance, "burn_per_hour": e.burn_per_hour, "seconds_left": e.seconds_left,
-        "ends_at": e.ends_at, "downtime_tolerance_seconds": lease.downtime_tolerance_seconds,
+        "escrow_balance": e.balance, "burn_per_hour": e.burn_per_hour,
+        "ends_at": e.ends_at if status == "Active" else None, "seconds_to_end": to_end,
+        "escrow_runway_seconds": e.runway_seconds,
+        "billable_until": lease.billable_until if status in ("Closing", "Closed") else None,
+        "downtime_tolerance_seconds": lease.downtime_tolerance_seconds,
         "assignments": [{"node": a.node, "node_key": a.node_key, "gpus": a.gpus,
                          "price_per_gpu_hour": a.price_per_gpu_hour, "last_seq": a.last_seq,
                          "gpu_seconds": a.gpu_seconds} for a in list(lease.assignments)[: lease.node_count]],
     }
+
+
+def _end(data: dict[str, Any]) -> str:
+    """When the lease ends, for people: a date and the time to it, or why there is none yet."""
+    if data["status"] == "Open":
+        return f"{_hms(data['duration_seconds'])} after it is placed"
+    if data["ends_at"] is not None:
+        return clock.until(data["ends_at"])
+    return f"billing stopped {clock.at(data['billable_until'])}" if data["billable_until"] else "-"
 
 
 @app.command("open")
@@ -91,8 +104,12 @@ def open_lease(gpu: Annotated[str, typer.Option("--gpu", help="GPU model (e.g. H
                         f"slashes its supplier), e.g. 30s, 5m: {ix.MIN_DOWNTIME_TOLERANCE_SECONDS} s to "
                         f"{ix.MAX_DOWNTIME_TOLERANCE_SECONDS // 60} min (default: the network's, its coordinator's "
                         f"lost-after; never shorter than that).")] = None,
+               force: Annotated[bool, typer.Option("--force", help="Open it even when no registered node could take "
+                                                                   "it (its escrow stays locked until it is placed or "
+                                                                   "you close it).")] = False,
                url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR, json_output: JsonOpt = False) -> None:
-    """Open a lease: escrow max price x GPUs x duration; the coordinator places it on nodes."""
+    """Open a lease: escrow max price x GPUs x duration; the coordinator places it on nodes. Refused
+    when no registered, active node could ever take it (read from the chain), unless --force."""
 
     async def command(s: Session) -> None:
         tolerance = 0 if downtime_tolerance is None else duration_arg(downtime_tolerance)
@@ -112,6 +129,11 @@ def open_lease(gpu: Annotated[str, typer.Option("--gpu", help="GPU model (e.g. H
             io_balance_check(f"the escrow of {count} GPUs for {_hms(terms.duration_seconds)} at "
                              f"{format_io(terms.max_price_per_gpu_hour)}/GPU-hour", deposit,
                              await io_balance(client, me, io_mint))
+            # An unplaceable lease locks its escrow until closed, with nothing to say why: refuse it here.
+            if not force and not (r := await lease_reach(client, terms)).possible:
+                raise BadInput(f"no registered node could take this lease: {why_not(r)}. To place it, "
+                               f"{what_to_change(r)}; or pass --force to open it anyway (its escrow stays locked "
+                               "until it is placed or you close it)")
             sig = await s.send(client, f"Opening the lease (escrow {format_io(deposit)})",
                                [ix.open_lease(me, io_account(me, io_mint), io_mint, ident, terms, tolerance)])
         s.done(f"lease {address} opened, {format_io(deposit)} in escrow", sig, lease=address, lease_id=ident,
@@ -131,6 +153,9 @@ def top_up(lease: LeaseArg, duration: Annotated[str, typer.Option("--duration", 
         async with s.client() as client:
             io_mint = (await fetch_config(client)).io_mint
             account = await fetch(client, address, "Lease")
+            if account.client != me:
+                raise BadInput(f"lease {address} belongs to {account.client}: only the lease's client can top it up "
+                               "(sign with that wallet, -k)")
             amount = escrow_for(account.terms.max_price_per_gpu_hour, account.terms.gpu_count, extra)
             io_balance_check(f"extending by {_hms(extra)}", amount, await io_balance(client, me, io_mint))
             sig = await s.send(client, f"Topping up {format_io(amount)}",
@@ -171,11 +196,11 @@ def close(lease: LeaseArg, url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEY
                 account = await fetch(client, address, "Lease")
             elif sig is None:
                 raise BadInput(f"lease {address} is closing: its nodes' last usage may be settled until "
-                               f"{_when(account.settle_deadline)}; run this again after that")
+                               f"{clock.at(account.settle_deadline)}; run this again after that")
         refunded, kept = account.refunded, account.deposited - account.paid - account.fees - account.refunded
         message = f"lease {address} closed, {format_io(refunded)} refunded"
         if kept:
-            message += (f"; {format_io(kept)} kept for the nodes' last usage until {_when(account.settle_deadline)} "
+            message += (f"; {format_io(kept)} kept for the nodes' last usage until {clock.at(account.settle_deadline)} "
                         f"(then `gpunet lease close {address}` again returns the rest)")
         s.done(message, sig, refunded=refunded, kept_for_settlement=kept, status=_status(account))
 
@@ -184,35 +209,61 @@ def close(lease: LeaseArg, url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEY
 
 @app.command("show")
 def show(lease: LeaseArg, url: UrlOpt = None, json_output: JsonOpt = False) -> None:
-    """A lease's terms, escrow balance, burn rate, time left and nodes."""
+    """A lease's terms, escrow balance, burn rate, end, escrow runway and nodes."""
 
     async def command(s: Session) -> None:
         address = pubkey_arg(lease, "lease address")
         async with s.client() as client:
-            data = await lease_summary(client, address, await fetch(client, address, "Lease"))
+            account = await fetch(client, address, "Lease")
+            data = await lease_summary(client, address, account)
+            if data["status"] == "Open":
+                data["waiting"] = await _waiting(client, address, account, data["escrow_balance"])
 
-        def table() -> Table:
+        def table() -> Table | Group:
             t = Table("", "", title=f"lease {address}  [{data['status']}]", show_header=False)
             t.add_row("wants", f"{data['gpu_count']}x {data['gpu_model']} >= {data['min_vram_gb']} GB in {data['region']} "
                                f"at <= {format_io(data['max_price_per_gpu_hour'])}/GPU-hour for {_hms(data['duration_seconds'])}")
             for key in ("deposited", "paid", "fees", "refunded", "escrow_balance"):
                 t.add_row(key.replace("_", " "), format_io(data[key]))
             t.add_row("burn rate", f"{format_io(data['burn_per_hour'])}/hour")
-            t.add_row("time left", _hms(data["seconds_left"]))
+            t.add_row("ends", _end(data))
+            t.add_row("escrow runway", f"{_hms(data['escrow_runway_seconds'])} at this burn rate (lasts past the end: "
+                                       "nothing after it is billed)" if data["escrow_runway_seconds"] is not None
+                      else "- (nothing is burning)")
             for a in data["assignments"]:
                 t.add_row(f"node {a['node_key']}", f"{a['gpus']} GPUs at {format_io(a['price_per_gpu_hour'])}/GPU-hour, "
                                                    f"{a['gpu_seconds']} GPU-s settled (seq {a['last_seq']})")
-            return t
+            if not (waiting := data.get("waiting")):
+                return t
+            # Below the table, unwrapped: a command cut across lines cannot be copied.
+            return Group(t, f"[yellow]waiting:[/] {escape(waiting['reason'])}",
+                         f"to get the escrow back ({format_io(data['escrow_balance'])}), with the client's wallet: "
+                         f"{waiting['close_command']}")
 
         s.show(data, table)
 
     Session(url, json_output=json_output).run(command)
 
 
+async def _waiting(client: Any, address: Any, lease: Any, escrow_balance: int) -> dict[str, Any]:
+    """Why an open lease is not placed: no node with free GPUs matches it (with the closest ones), or
+    it waits for its first job and for matching nodes to be online (only the coordinator sees those)."""
+    r = await lease_reach(client, lease.terms, free_now=True)
+    if r.possible:
+        reason = (f"{r.gpus} free GPUs on registered nodes match it; it is placed once you give it a job "
+                  f"(`gpunet lease job {address} --command ...`) and the coordinator sees matching nodes online "
+                  f"(`gpunet lease status {address}` says what it waits for)")
+    else:
+        reason = f"no registered node can take it now: {why_not(r)}; to place it, open a new lease and {what_to_change(r)}"
+    return {"reason": reason, "matching_free_gpus": r.gpus,
+            "closest": [{"node_key": f.node.node_key, "misses": [m.text for m in f.misses]} for f in r.closest],
+            "close_command": f"gpunet lease close {address}", "escrow_locked": escrow_balance}
+
+
 @app.command("list")
 def list_leases(client_wallet: Annotated[str | None, typer.Option("--client", help="Whose leases (default: yours).")] = None,
                 url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR, json_output: JsonOpt = False) -> None:
-    """A client's leases with their escrow balance, burn rate and time left."""
+    """A client's leases with their escrow balance, burn rate, time to their end and escrow runway."""
 
     async def command(s: Session) -> None:
         owner = pubkey_arg(client_wallet, "client wallet") if client_wallet else s.wallet.pubkey()
@@ -220,10 +271,12 @@ def list_leases(client_wallet: Annotated[str | None, typer.Option("--client", he
             rows = [await lease_summary(client, a, lease) for a, lease in await program_accounts(client, "Lease", client=owner)]
 
         def table() -> Table:
-            t = Table(key_column("lease"), "status", "GPUs", "escrow", "burn/hour", "time left", "paid", title=f"leases of {owner}")
+            t = Table(key_column("lease"), "status", "GPUs", "escrow", "burn/hour", "ends in", "escrow runway", "paid", title=f"leases of {owner}")
             for r in rows:
                 t.add_row(str(r["lease"]), r["status"], f"{r['gpu_count']}x {r['gpu_model']}", format_io(r["escrow_balance"]),
-                          format_io(r["burn_per_hour"]), _hms(r["seconds_left"]), format_io(r["paid"]))
+                          format_io(r["burn_per_hour"]),
+                          _hms(r["seconds_to_end"]) if r["seconds_to_end"] is not None else _end(r),
+                          _hms(r["escrow_runway_seconds"]), format_io(r["paid"]))
             return t
 
         s.show(rows, table)

@@ -12,6 +12,7 @@ from gpunet import catalog
 from gpunet import instructions as ix
 from gpunet.accounts import fetch, fetch_config, program_accounts
 from gpunet.amounts import format_io, parse_io
+from gpunet.cli import clock
 from gpunet.cli.common import (
     DEFAULT_KEYPAIR,
     BadInput,
@@ -23,7 +24,7 @@ from gpunet.cli.common import (
     key_column,
     pubkey_arg,
 )
-from gpunet.keys import load_keypair
+from gpunet.keys import load_keypair, node_keypair_path
 from gpunet.limits import MAX_GPUS_PER_NODE
 from gpunet.pda import node_pda, provider_pda
 
@@ -58,7 +59,8 @@ def node_row(address: Any, n: Any) -> dict[str, Any]:
 
 
 @app.command("register")
-def register(node_keypair: Annotated[str, typer.Argument(help="The node's keypair file (`gpunet keys new`).")],
+def register(node_keypair: Annotated[str, typer.Argument(help="The node's key: a name from `gpunet keys new-node` "
+                                                              "(under ~/.config/gpunet/nodes/) or a keypair file.")],
              gpu: Annotated[str, typer.Option("--gpu", help="GPU model, e.g. H100, RTX4090.")],
              count: Annotated[int, typer.Option("--count", min=1, max=MAX_GPUS_PER_NODE, help="GPUs on the node.")],
              region: Annotated[str, typer.Option("--region", help=f"One of: {', '.join(catalog.REGIONS.values())}.")],
@@ -72,7 +74,7 @@ def register(node_keypair: Annotated[str, typer.Argument(help="The node's keypai
         model = catalog.gpu_model(gpu)
         spec = ix.NodeSpec(model.code, count, vram or model.vram_gb, catalog.region(region), parse_io(price),
                            _inventory_hash(inventory_hash))
-        node_key = load_keypair(node_keypair)
+        node_key = load_keypair(node_keypair_path(node_keypair))
         me = s.wallet.pubkey()
         async with s.client() as client:
             config = await fetch_config(client)
@@ -177,7 +179,8 @@ def unjail(node_key: NodeKeyArg, url: UrlOpt = None, keypair: KeypairOpt = DEFAU
             if not n.jailed:
                 raise BadInput(f"node {key} is not jailed")
             if (wait := n.jail_ends_at - int(time.time())) > 0:
-                raise BadInput(f"node {key} stays jailed for {wait} s more (until unix time {n.jail_ends_at})")
+                raise BadInput(f"node {key} stays jailed for {clock.span(wait)} more, until {clock.at(n.jail_ends_at)}; "
+                               "unjail it then")
             sig = await s.send(client, "Unjailing the node", [ix.unjail_node(s.wallet.pubkey(), key)])
         s.done(f"node {key} unjailed", sig)
 

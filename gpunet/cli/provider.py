@@ -11,6 +11,7 @@ from rich.table import Table
 from gpunet import instructions as ix
 from gpunet.accounts import AccountError, fetch, fetch_config
 from gpunet.amounts import format_io, parse_io
+from gpunet.cli import clock
 from gpunet.cli.common import (DEFAULT_KEYPAIR, BadInput, JsonOpt, KeypairOpt, NotEnoughFunds, Session, UrlOpt,
                                io_balance_check, pubkey_arg)
 from gpunet.pda import provider_pda, stake_vault_pda
@@ -67,8 +68,10 @@ def unstake(amount: AmountArg, url: UrlOpt = None, keypair: KeypairOpt = DEFAULT
                 raise NotEnoughFunds(f"unstaking {format_io(units)} needs that much free stake, but only "
                                      f"{format_io(free)} is free ({format_io(p.bonded)} backs your nodes)")
             sig = await s.send(client, f"Requesting to unstake {format_io(units)}", [ix.request_unstake(me, units)])
-        s.done(f"unbonding {format_io(units)}; withdraw it with `gpunet provider withdraw` when unbonding ends", sig,
-               amount=units)
+            p = await fetch(client, provider_pda(me), "Provider")  # the program set when unbonding ends
+        s.done(f"unbonding {format_io(p.unbonding)} until {clock.until(p.unbonding_ends_at)}; withdraw it then with "
+               "`gpunet provider withdraw`", sig, amount=units, unbonding=p.unbonding,
+               unbonding_ends_at=p.unbonding_ends_at)
 
     Session(url, keypair, json_output).run(command)
 
@@ -85,8 +88,8 @@ def withdraw(url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR, json_out
             if p.unbonding == 0:
                 raise BadInput("nothing is unbonding: request it first with `gpunet provider unstake AMOUNT`")
             if (wait := p.unbonding_ends_at - int(time.time())) > 0:
-                raise BadInput(f"{format_io(p.unbonding)} is still unbonding for {wait} s "
-                               f"(until unix time {p.unbonding_ends_at})")
+                raise BadInput(f"{format_io(p.unbonding)} is still unbonding for {clock.span(wait)}, until "
+                               f"{clock.at(p.unbonding_ends_at)}; run this again then")
             missing = await create_io_account_if_missing(client, me, me, io_mint)
             sig = await s.send(client, f"Withdrawing {format_io(p.unbonding)}",
                                [*missing, ix.withdraw_unstaked(me, io_account(me, io_mint))])
@@ -119,7 +122,7 @@ def show(wallet: Annotated[str | None, typer.Argument(help="Provider wallet (def
             for key in ("staked", "bonded", "free", "unbonding", "slashed", "earned", "stake_vault_balance"):
                 t.add_row(key.replace("_", " "), format_io(data[key]))
             if p.unbonding:
-                t.add_row("unbonding ends", time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(p.unbonding_ends_at)))
+                t.add_row("unbonding ends", clock.until(p.unbonding_ends_at))
             t.add_row("nodes", str(p.node_count))
             return t
 

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from solana.rpc.async_api import AsyncClient
+from solana.rpc.commitment import Confirmed
 from solders.keypair import Keypair
+from solders.pubkey import Pubkey
 from typer.testing import CliRunner, Result
 
+from gpunet import instructions as ix
 from gpunet.cli import app
+from gpunet.client import send_and_confirm
 from gpunet.keys import create_keypair_file, load_keypair
 from gpunet.localnet import LocalnetProcess, localnet_deployer
 
@@ -43,6 +49,17 @@ class Gpunet:
         """How many transactions mention the wallet: unchanged when a command sent nothing."""
         reply = self.node.call("getSignaturesForAddress", [self.pubkey(name)])
         return len(reply["result"])
+
+    def assign(self, lease: str, gpus: int, price: int, node: str = "node1", supplier: str = "supplier") -> None:
+        """The coordinator's part (the admin is the attester): places `gpus` GPUs of `node` at `price`."""
+        admin, node_key = load_keypair(self.key("admin")), load_keypair(self.key(node))
+
+        async def send() -> None:
+            async with AsyncClient(self.node.url, commitment=Confirmed) as client:
+                await send_and_confirm(client, admin, [ix.assign_lease(admin.pubkey(), Pubkey.from_string(lease), [
+                    ix.Share(node_key.pubkey(), Pubkey.from_string(self.pubkey(supplier)), gpus, price)])])
+
+        asyncio.run(send())
 
     def wallet(self, name: str, sol: str = "5", keypair: Keypair | None = None) -> str:
         if keypair is not None:  # a given key, e.g. the node's upgrade authority

@@ -83,7 +83,7 @@ def test_a_refused_transaction_names_the_program_error(market) -> None:
 def test_audit_exits_7_and_names_the_transaction_when_history_and_state_differ(market, monkeypatch) -> None:
     """An RPC node that hides a transaction (faked at the history boundary): the audit must notice."""
     opened = market.json("lease", "open", "--gpu", "H100", "--count", "1", "--max-price", "1", "--duration", "1h",
-                         "--lease-id", "5", wallet="client")
+                         "--lease-id", "5", "--force", wallet="client")  # below node1's price: no matter here
     market("lease", "top-up", opened["lease"], "--duration", "1h", wallet="client")
     real = audit_module.transactions_of
 

@@ -62,7 +62,7 @@ def test_a_supplier_and_a_client_from_registration_to_audit(market) -> None:
     assert shown["downtime_tolerance_seconds"] == 45, "the client's tolerance is on chain"
     assert shown["burn_per_hour"] == 2 * 2_500_000  # 2 GPUs at the node's 2.5 IO
     assert shown["escrow_balance"] == 9 * IO - shown["paid"] - shown["fees"]
-    assert shown["seconds_left"] == shown["escrow_balance"] * 3600 // shown["burn_per_hour"]
+    assert shown["escrow_runway_seconds"] == shown["escrow_balance"] * 3600 // shown["burn_per_hour"]
     [listed] = g.json("lease", "list", wallet="client")
     assert listed["lease"] == lease and listed["escrow_balance"] == shown["escrow_balance"]
 

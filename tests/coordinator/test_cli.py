@@ -3,6 +3,7 @@ command's verdict is its exit code; a ledger is never mixed with another chain's
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -87,3 +88,15 @@ def test_resume_slashing_says_what_is_missing_and_sends_nothing(tmp_path):
     [port] = free_ports(1)  # nothing listens there
     out = coordinator("resume-slashing", "--coordinator", f"http://127.0.0.1:{port}", GPUNET_ATTESTER_KEYPAIR=str(key))
     assert out.returncode == 5 and "cannot reach the coordinator" in out.stderr and "Traceback" not in out.stderr
+
+
+async def test_run_with_a_key_that_is_no_attester_hints_adding_it_not_replacing_the_list(node, market: Market, tmp_path):
+    """Following the hint must keep the attesters already working: `--add-attester`, never the old
+    `--attester` (which replaced the list and so cut off the running coordinator)."""
+    key = tmp_path / "newcomer.json"
+    newcomer = create_keypair_file(key, Keypair()).pubkey()
+    out = await asyncio.to_thread(coordinator, "run", GPUNET_RPC_URL=node.url, GPUNET_ATTESTER_KEYPAIR=str(key))
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert "is not one of the config's attesters" in out.stderr
+    assert f"gpunet admin update --add-attester {newcomer}`" in out.stderr
+    assert "--attester " not in out.stderr.replace("--add-attester ", "")
