@@ -87,7 +87,7 @@ class Coordinator:
         config = await self._config()
         if self.attester_key.pubkey() not in list(config.attesters)[: config.attester_count]:
             raise AccountError(f"the attester key {self.attester_key.pubkey()} is not one of the config's attesters; "
-                               f"the admin adds it with `gpunet admin update --attester {self.attester_key.pubkey()}`")
+                               f"the admin adds it with `gpunet admin update --add-attester {self.attester_key.pubkey()}`")
         period = config.usage_period_seconds
         self.gateway.welcome = Welcome(heartbeat_seconds=self.settings.heartbeat_seconds, usage_period_seconds=period)
         await self.gateway.start(self.settings.gateway_host, self.settings.gateway_port)
