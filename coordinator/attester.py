@@ -44,7 +44,9 @@ class Attester:
         self.attempts = attempts
         self.backoff_s = backoff_s
 
-    async def _retry(self, send: Callable[[], Awaitable[Signature]], landed: Callable[[], Awaitable[bool]]) -> Signature | None:
+    async def _retry(
+        self, send: Callable[[], Awaitable[Signature]], landed: Callable[[], Awaitable[bool]]
+    ) -> Signature | None:
         """Sends until it lands; None when an earlier attempt turns out to have landed."""
         for attempt in range(self.attempts):
             try:
@@ -70,7 +72,8 @@ class Attester:
             return status == "Active" and nodes == wanted
 
         return await self._retry(
-            lambda: send_and_confirm(self.client, self.key, [ix.assign_lease(self.key.pubkey(), lease, shares)]), landed)
+            lambda: send_and_confirm(self.client, self.key, [ix.assign_lease(self.key.pubkey(), lease, shares)]), landed
+        )
 
     async def reassign(self, lease: Pubkey, lost_node_key: Pubkey, to: ix.Share) -> Signature | None:
         """Moves the lost node's share of the lease to `to`."""
@@ -79,10 +82,16 @@ class Attester:
             _, nodes = await self._lease_nodes(lease)
             return lost_node_key not in nodes and to.node_key in nodes
 
-        return await self._retry(lambda: send_and_confirm(
-            self.client, self.key, [ix.reassign_lease(self.key.pubkey(), lease, lost_node_key, to)]), landed)
+        return await self._retry(
+            lambda: send_and_confirm(
+                self.client, self.key, [ix.reassign_lease(self.key.pubkey(), lease, lost_node_key, to)]
+            ),
+            landed,
+        )
 
-    async def slash(self, node_key: Pubkey, fault: str, evidence: dict[str, Any], lease: Pubkey | None = None) -> Signature | None:
+    async def slash(
+        self, node_key: Pubkey, fault: str, evidence: dict[str, Any], lease: Pubkey | None = None
+    ) -> Signature | None:
         """Slashes the node's provider for `fault`; with `lease`, the client's share goes to its client."""
         config = await fetch_config(self.client)
         node = await fetch(self.client, node_pda(node_key), "Node")
@@ -97,8 +106,14 @@ class Attester:
         async def landed() -> bool:
             return not jailed_before and (await fetch(self.client, node_pda(node_key), "Node")).jailed
 
-        return await self._retry(lambda: send_and_confirm(self.client, self.key, [ix.slash_provider(
-            self.key.pubkey(), config.treasury, node_key, authority, fault, digest, victim)]), landed)
+        return await self._retry(
+            lambda: send_and_confirm(
+                self.client,
+                self.key,
+                [ix.slash_provider(self.key.pubkey(), config.treasury, node_key, authority, fault, digest, victim)],
+            ),
+            landed,
+        )
 
     async def close(self, lease: Pubkey) -> Signature | None:
         """Closes a lease past its end (and grace): its nodes are freed, what their last usage could
@@ -110,8 +125,18 @@ class Attester:
         async def landed() -> bool:
             return type((await fetch(self.client, lease, "Lease")).status).__name__ in ("Closing", "Closed")
 
-        return await self._retry(lambda: send_and_confirm(self.client, self.key, [ix.close_lease(
-            self.key.pubkey(), account.client, io_account(account.client, config.io_mint), lease, nodes)]), landed)
+        return await self._retry(
+            lambda: send_and_confirm(
+                self.client,
+                self.key,
+                [
+                    ix.close_lease(
+                        self.key.pubkey(), account.client, io_account(account.client, config.io_mint), lease, nodes
+                    )
+                ],
+            ),
+            landed,
+        )
 
     async def finalize(self, lease: Pubkey) -> Signature | None:
         """Ends a closing lease whose usage is settled: the vault's rest goes to the client."""
@@ -121,5 +146,15 @@ class Attester:
         async def landed() -> bool:
             return type((await fetch(self.client, lease, "Lease")).status).__name__ == "Closed"
 
-        return await self._retry(lambda: send_and_confirm(self.client, self.key, [ix.finalize_lease(
-            self.key.pubkey(), account.client, io_account(account.client, config.io_mint), lease)]), landed)
+        return await self._retry(
+            lambda: send_and_confirm(
+                self.client,
+                self.key,
+                [
+                    ix.finalize_lease(
+                        self.key.pubkey(), account.client, io_account(account.client, config.io_mint), lease
+                    )
+                ],
+            ),
+            landed,
+        )

@@ -19,6 +19,7 @@ import asyncpg
 from anchorpy import Coder
 from solders.pubkey import Pubkey
 
+from coordinator.db.connection import Connection
 from coordinator.indexer.decode import decode_transaction, plain
 from coordinator.indexer.projection import IndexedEvent, Ledger
 from coordinator.indexer.rpc import ChainRpc
@@ -26,7 +27,7 @@ from coordinator.indexer.store import plain_row
 from gpunet.idl import load_idl
 from gpunet.pda import lease_vault_pda, stake_vault_pda
 
-__all__ = ["LedgerAuditReport", "Difference", "audit_lease", "audit_provider"]
+__all__ = ["Difference", "LedgerAuditReport", "audit_lease", "audit_provider"]
 
 
 @dataclass
@@ -53,19 +54,31 @@ class LedgerAuditReport:
         return not self.differences
 
     def to_json(self) -> dict[str, Any]:
-        return {"subject": self.subject, "kind": self.kind, "ok": self.ok, "events": self.events,
-                "differences": [asdict(d) for d in self.differences]}
+        return {
+            "subject": self.subject,
+            "kind": self.kind,
+            "ok": self.ok,
+            "events": self.events,
+            "differences": [asdict(d) for d in self.differences],
+        }
 
 
 # Which events move each audited field, to name the transactions behind a difference.
 _FIELD_EVENTS = {
-    "deposited": ("LeaseOpened", "LeaseToppedUp"), "paid": ("UsageSettled",), "fees": ("UsageSettled",),
-    "refunded": ("LeaseClosed", "LeaseFinalized"), "donations": ("LeaseFinalized",),
+    "deposited": ("LeaseOpened", "LeaseToppedUp"),
+    "paid": ("UsageSettled",),
+    "fees": ("UsageSettled",),
+    "refunded": ("LeaseClosed", "LeaseFinalized"),
+    "donations": ("LeaseFinalized",),
     "status": ("LeaseOpened", "LeaseAssigned", "LeaseClosed", "LeaseFinalized"),
-    "started_at": ("LeaseAssigned",), "staked": ("Staked", "UnstakeRequested", "ProviderSlashed"),
-    "unbonding": ("UnstakeRequested", "UnstakeWithdrawn", "ProviderSlashed"), "slashed": ("ProviderSlashed",),
-    "earned": ("UsageSettled",), "bonded": ("NodeRegistered", "NodeDeregistered"),
-    "node_count": ("NodeRegistered", "NodeDeregistered"), "authority": ("ProviderRegistered",),
+    "started_at": ("LeaseAssigned",),
+    "staked": ("Staked", "UnstakeRequested", "ProviderSlashed"),
+    "unbonding": ("UnstakeRequested", "UnstakeWithdrawn", "ProviderSlashed"),
+    "slashed": ("ProviderSlashed",),
+    "earned": ("UsageSettled",),
+    "bonded": ("NodeRegistered", "NodeDeregistered"),
+    "node_count": ("NodeRegistered", "NodeDeregistered"),
+    "authority": ("ProviderRegistered",),
 }
 
 
@@ -73,20 +86,22 @@ def _signatures(events: list[IndexedEvent], names: tuple[str, ...] | None = None
     return list(dict.fromkeys(e.signature for e in events if names is None or e.name in names))
 
 
-async def _indexed_events(conn: asyncpg.Connection, key: str, subject: str) -> list[IndexedEvent]:
+async def _indexed_events(conn: Connection, key: str, subject: str) -> list[IndexedEvent]:
     rows = await conn.fetch(
-        f"SELECT signature, event_index, slot, block_time, name, data FROM events WHERE {key} = $1 ORDER BY id",
-        subject)
-    return [IndexedEvent(r["signature"], r["event_index"], r["slot"], r["block_time"], r["name"], json.loads(r["data"]))
-            for r in rows]
+        f"SELECT signature, event_index, slot, block_time, name, data FROM events WHERE {key} = $1 ORDER BY id", subject
+    )
+    return [
+        IndexedEvent(r["signature"], r["event_index"], r["slot"], r["block_time"], r["name"], json.loads(r["data"]))
+        for r in rows
+    ]
 
 
 async def _check_events(rpc: ChainRpc, program: Pubkey, events: list[IndexedEvent], report: LedgerAuditReport) -> None:
     signatures = _signatures(events)
     chain = {}
     for i in range(0, len(signatures), 200):
-        batch = signatures[i:i + 200]
-        for signature, tx in zip(batch, await rpc.transactions(batch)):
+        batch = signatures[i : i + 200]
+        for signature, tx in zip(batch, await rpc.transactions(batch), strict=True):
             chain[signature] = decode_transaction(signature, tx, program).events if tx else None
     for e in events:
         found = chain.get(e.signature)
@@ -94,25 +109,40 @@ async def _check_events(rpc: ChainRpc, program: Pubkey, events: list[IndexedEven
             report.differences.append(Difference("event", f"{e.name} #{e.event_index}", e.data, None, [e.signature]))
         elif e.event_index >= len(found) or found[e.event_index] != (e.name, e.data):
             on_chain = found[e.event_index] if e.event_index < len(found) else None
-            report.differences.append(Difference("event", f"{e.name} #{e.event_index}", {e.name: e.data},
-                                                 dict([on_chain]) if on_chain else None, [e.signature]))
+            report.differences.append(
+                Difference(
+                    "event",
+                    f"{e.name} #{e.event_index}",
+                    {e.name: e.data},
+                    dict([on_chain]) if on_chain else None,
+                    [e.signature],
+                )
+            )
 
 
-async def _check_unindexed(conn: asyncpg.Connection, rpc: ChainRpc, program: Pubkey, address: str, key: str,
-                           report: LedgerAuditReport) -> None:
+async def _check_unindexed(
+    conn: Connection, rpc: ChainRpc, program: Pubkey, address: str, key: str, report: LedgerAuditReport
+) -> None:
     listed = [s["signature"] for s in await rpc.signatures_since(address, None) if s.get("err") is None]
-    known = {r["signature"] for r in await conn.fetch(
-        "SELECT signature FROM transactions WHERE signature = ANY($1::text[])", listed)}
+    known = {
+        r["signature"]
+        for r in await conn.fetch("SELECT signature FROM transactions WHERE signature = ANY($1::text[])", listed)
+    }
     missing = [s for s in listed if s not in known]
-    for signature, tx in zip(missing, await rpc.transactions(missing) if missing else []):
+    for signature, tx in zip(missing, await rpc.transactions(missing) if missing else [], strict=True):
         events = decode_transaction(signature, tx, program).events if tx else []
         for name, data in events:
             if data.get(key) == address:
                 report.differences.append(Difference("unindexed", name, None, data, [signature]))
 
 
-def _compare_rows(report: LedgerAuditReport, what: str, indexed: dict[str, Any] | None, folded: dict[str, Any] | None,
-                  signatures: list[str]) -> None:
+def _compare_rows(
+    report: LedgerAuditReport,
+    what: str,
+    indexed: dict[str, Any] | None,
+    folded: dict[str, Any] | None,
+    signatures: list[str],
+) -> None:
     if indexed is None or folded is None:
         if indexed != folded:
             report.differences.append(Difference("row", what, indexed, folded, signatures))
@@ -122,7 +152,9 @@ def _compare_rows(report: LedgerAuditReport, what: str, indexed: dict[str, Any] 
             report.differences.append(Difference("row", f"{what}.{column}", indexed.get(column), value, signatures))
 
 
-def _compare_appended(report: LedgerAuditReport, table: str, indexed: list[asyncpg.Record], folded: list[dict[str, Any]]) -> None:
+def _compare_appended(
+    report: LedgerAuditReport, table: str, indexed: list[asyncpg.Record], folded: list[dict[str, Any]]
+) -> None:
     by_key = {(r["signature"], r["event_index"]): plain_row(r) for r in indexed}
     for row in folded:
         key = (row["signature"], row["event_index"])
@@ -131,13 +163,15 @@ def _compare_appended(report: LedgerAuditReport, table: str, indexed: list[async
         report.differences.append(Difference("row", f"{table}[{key[0][:8]}…#{key[1]}]", row, None, [key[0]]))
 
 
-def _compare_account(report: LedgerAuditReport, what: str, folded: dict[str, Any], account: dict[str, Any],
-                     events: list[IndexedEvent]) -> None:
+def _compare_account(
+    report: LedgerAuditReport, what: str, folded: dict[str, Any], account: dict[str, Any], events: list[IndexedEvent]
+) -> None:
     for column, chain_value in account.items():
         if folded.get(column) != chain_value:
             names = _FIELD_EVENTS.get(column)
-            report.differences.append(Difference("account", f"{what}.{column}", folded.get(column), chain_value,
-                                                 _signatures(events, names)))
+            report.differences.append(
+                Difference("account", f"{what}.{column}", folded.get(column), chain_value, _signatures(events, names))
+            )
 
 
 @cache
@@ -145,8 +179,9 @@ def _coder() -> Coder:
     return Coder(load_idl())
 
 
-async def _account(rpc: ChainRpc, program: Pubkey, address: str, kind: str, report: LedgerAuditReport,
-                   events: list[IndexedEvent]) -> dict[str, Any] | None:
+async def _account(
+    rpc: ChainRpc, program: Pubkey, address: str, kind: str, report: LedgerAuditReport, events: list[IndexedEvent]
+) -> dict[str, Any] | None:
     """The on-chain account decoded; None (with a difference when it should be one) otherwise."""
     found = await rpc.account(address)
     decoded = None
@@ -157,13 +192,20 @@ async def _account(rpc: ChainRpc, program: Pubkey, address: str, kind: str, repo
             decoded = None
     if decoded is None or type(decoded).__name__ != kind:
         if found is not None or events:
-            report.differences.append(Difference("account", kind.lower(), f"a gpunet {kind} account",
-                                                 "not one" if found else None, _signatures(events)))
+            report.differences.append(
+                Difference(
+                    "account",
+                    kind.lower(),
+                    f"a gpunet {kind} account",
+                    "not one" if found else None,
+                    _signatures(events),
+                )
+            )
         return None
     return plain(decoded)
 
 
-async def audit_lease(conn: asyncpg.Connection, rpc: ChainRpc, program: Pubkey, lease: str) -> LedgerAuditReport:
+async def audit_lease(conn: Connection, rpc: ChainRpc, program: Pubkey, lease: str) -> LedgerAuditReport:
     events = await _indexed_events(conn, "lease", lease)
     report = LedgerAuditReport(lease, "lease", len(events))
     await _check_events(rpc, program, events, report)
@@ -176,10 +218,16 @@ async def audit_lease(conn: asyncpg.Connection, rpc: ChainRpc, program: Pubkey, 
     _compare_rows(report, "lease", plain_row(row) if row else None, folded.leases.get(lease), _signatures(events))
     for r in await conn.fetch("SELECT * FROM assignments WHERE lease = $1", lease):
         key = (lease, r["node"])
-        _compare_rows(report, f"assignment[{r['node']}]", plain_row(r), folded.assignments.get(key),
-                      _signatures([e for e in events if r["node"] in json.dumps(e.data)]))
-    _compare_appended(report, "settlements", await conn.fetch("SELECT * FROM settlements WHERE lease = $1", lease),
-                      folded.settlements)
+        _compare_rows(
+            report,
+            f"assignment[{r['node']}]",
+            plain_row(r),
+            folded.assignments.get(key),
+            _signatures([e for e in events if r["node"] in json.dumps(e.data)]),
+        )
+    _compare_appended(
+        report, "settlements", await conn.fetch("SELECT * FROM settlements WHERE lease = $1", lease), folded.settlements
+    )
 
     account = await _account(rpc, program, lease, "Lease", report, events)
     mine = folded.leases.get(lease)
@@ -188,28 +236,44 @@ async def audit_lease(conn: asyncpg.Connection, rpc: ChainRpc, program: Pubkey, 
     if mine is None:
         report.differences.append(Difference("account", "lease", None, account, []))
         return report
-    _compare_account(report, "lease", mine, {
-        "deposited": account["deposited"], "paid": account["paid"], "fees": account["fees"],
-        "refunded": account["refunded"], "status": account["status"].lower(), "started_at": account["started_at"],
-        "donations": account["donations"], "downtime_tolerance_seconds": account["downtime_tolerance_seconds"],
-        "nodes": [a["node"] for a in account["assignments"][: account["node_count"]]],
-    }, events)
+    _compare_account(
+        report,
+        "lease",
+        mine,
+        {
+            "deposited": account["deposited"],
+            "paid": account["paid"],
+            "fees": account["fees"],
+            "refunded": account["refunded"],
+            "status": account["status"].lower(),
+            "started_at": account["started_at"],
+            "donations": account["donations"],
+            "downtime_tolerance_seconds": account["downtime_tolerance_seconds"],
+            "nodes": [a["node"] for a in account["assignments"][: account["node_count"]]],
+        },
+        events,
+    )
     for a in account["assignments"][: account["node_count"]]:
         share = folded.assignments.get((lease, a["node"])) or {}
-        _compare_account(report, f"assignment[{a['node']}]", share,
-                         {k: a[k] for k in ("gpus", "last_seq", "settled_until", "gpu_seconds")},
-                         [e for e in events if e.name in ("LeaseAssigned", "LeaseReassigned", "UsageSettled")])
+        _compare_account(
+            report,
+            f"assignment[{a['node']}]",
+            share,
+            {k: a[k] for k in ("gpus", "last_seq", "settled_until", "gpu_seconds")},
+            [e for e in events if e.name in ("LeaseAssigned", "LeaseReassigned", "UsageSettled")],
+        )
     # The chain's own conservation: the vault holds the unspent escrow (closed: gone), plus whatever
     # was sent to it from outside, which the escrow never counts (it goes to the client at finalization).
     expected = account["deposited"] - account["paid"] - account["fees"] - account["refunded"]
     balance = await rpc.token_balance(str(lease_vault_pda(Pubkey.from_string(lease), program)))
     if (balance or 0) < expected:
-        report.differences.append(Difference("vault", "lease vault balance (at least the escrow)", expected, balance,
-                                             _signatures(events)))
+        report.differences.append(
+            Difference("vault", "lease vault balance (at least the escrow)", expected, balance, _signatures(events))
+        )
     return report
 
 
-async def audit_provider(conn: asyncpg.Connection, rpc: ChainRpc, program: Pubkey, provider: str) -> LedgerAuditReport:
+async def audit_provider(conn: Connection, rpc: ChainRpc, program: Pubkey, provider: str) -> LedgerAuditReport:
     events = await _indexed_events(conn, "provider", provider)
     report = LedgerAuditReport(provider, "provider", len(events))
     await _check_events(rpc, program, events, report)
@@ -219,11 +283,16 @@ async def audit_provider(conn: asyncpg.Connection, rpc: ChainRpc, program: Pubke
     for e in events:
         folded.apply(e)
     row = await conn.fetchrow("SELECT * FROM providers WHERE provider = $1", provider)
-    _compare_rows(report, "provider", plain_row(row) if row else None, folded.providers.get(provider),
-                  _signatures(events))
+    _compare_rows(
+        report, "provider", plain_row(row) if row else None, folded.providers.get(provider), _signatures(events)
+    )
     for table in ("stake_changes", "settlements", "slashes"):
-        _compare_appended(report, table, await conn.fetch(f"SELECT * FROM {table} WHERE provider = $1", provider),
-                          getattr(folded, table))
+        _compare_appended(
+            report,
+            table,
+            await conn.fetch(f"SELECT * FROM {table} WHERE provider = $1", provider),
+            getattr(folded, table),
+        )
 
     account = await _account(rpc, program, provider, "Provider", report, events)
     mine = folded.providers.get(provider)
@@ -232,8 +301,25 @@ async def audit_provider(conn: asyncpg.Connection, rpc: ChainRpc, program: Pubke
     if mine is None:
         report.differences.append(Difference("account", "provider", None, account, []))
         return report
-    _compare_account(report, "provider", mine, {k: account[k] for k in (
-        "authority", "staked", "bonded", "unbonding", "unbonding_ends_at", "slashed", "earned", "node_count")}, events)
+    _compare_account(
+        report,
+        "provider",
+        mine,
+        {
+            k: account[k]
+            for k in (
+                "authority",
+                "staked",
+                "bonded",
+                "unbonding",
+                "unbonding_ends_at",
+                "slashed",
+                "earned",
+                "node_count",
+            )
+        },
+        events,
+    )
     expected = account["staked"] + account["unbonding"]
     balance = await rpc.token_balance(str(stake_vault_pda(Pubkey.from_string(provider), program)))
     if balance != expected:

@@ -9,6 +9,7 @@ import logging
 import signal
 from collections.abc import Awaitable, Callable
 
+import asyncpg
 import httpx
 import typer
 import uvicorn
@@ -18,13 +19,13 @@ from solana.rpc.async_api import AsyncClient
 from solders.keypair import Keypair
 
 from coordinator.api import create_app
-from coordinator.api.work import work_routes
 from coordinator.api.params import BadRequest, parse_pubkey
+from coordinator.api.work import work_routes
 from coordinator.audit import audit_lease, audit_provider
 from coordinator.db import SchemaTooNew, open_database
 from coordinator.indexer import Indexer
-from coordinator.indexer.service import ChainMismatch
 from coordinator.indexer.rpc import ChainRpc
+from coordinator.indexer.service import ChainMismatch
 from coordinator.service import Coordinator, DatabaseLost
 from coordinator.settings import Settings
 from gpunet.accounts import AccountError, fetch_config
@@ -32,7 +33,12 @@ from gpunet.exits import Exit
 from gpunet.jobs import CoordinatorError, resume_slashing
 from gpunet.keys import KeypairFileError, load_keypair
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="The coordinator: chain indexer, PostgreSQL ledger, worker gateway, scheduler, settlement and API (settings: GPUNET_* variables).")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="The coordinator: chain indexer, PostgreSQL ledger, worker gateway, scheduler, settlement and API "
+    "(settings: GPUNET_* variables).",
+)
 
 
 def _serve(main: Callable[[Settings], Awaitable[object]]) -> None:
@@ -67,11 +73,10 @@ def _serve(main: Callable[[Settings], Awaitable[object]]) -> None:
         raise typer.Exit(int(Exit.UNREACHABLE)) from None
 
 
-async def _api_server(settings: Settings, pool: object, coordinator: Coordinator | None = None) -> None:
+async def _api_server(settings: Settings, pool: asyncpg.Pool, coordinator: Coordinator | None = None) -> None:
     rpc = ChainRpc(settings.rpc_url, settings.commitment)
     app = create_app(pool, rpc, settings, work_routes(coordinator) if coordinator else (), coordinator)
-    config = uvicorn.Config(app, host=settings.api_host,
-                            port=settings.api_port, log_level="warning", lifespan="off")
+    config = uvicorn.Config(app, host=settings.api_host, port=settings.api_port, log_level="warning", lifespan="off")
     try:
         await uvicorn.Server(config).serve()
     finally:
@@ -88,9 +93,11 @@ async def _check_attester(settings: Settings, attester: Keypair) -> None:
         return  # the coordinator reports an unreachable node itself, as it always has
     key = attester.pubkey()
     if key not in list(config.attesters)[: config.attester_count]:
-        raise AccountError(f"the attester key {key} ({settings.attester_keypair}) is not one of the config's "
-                           f"attesters; the admin adds it, keeping the others, with "
-                           f"`gpunet admin update --add-attester {key}`")
+        raise AccountError(
+            f"the attester key {key} ({settings.attester_keypair}) is not one of the config's "
+            f"attesters; the admin adds it, keeping the others, with "
+            f"`gpunet admin update --add-attester {key}`"
+        )
 
 
 @app.command()
@@ -117,38 +124,47 @@ def run() -> None:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await api
                 await coordinator.stop()
+
     _serve(main)
 
 
 @app.command()
 def index() -> None:
     """Index the chain into the ledger only (no placement, no settlement)."""
+
     async def main(settings: Settings) -> None:
         async with open_database(settings) as pool:
             await Indexer(settings, pool).run()
+
     _serve(main)
 
 
 @app.command()
 def api() -> None:
     """Serve the read API only (over a ledger another process indexes)."""
+
     async def main(settings: Settings) -> None:
         async with open_database(settings) as pool:
             await _api_server(settings, pool)
+
     _serve(main)
 
 
 @app.command()
 def migrate() -> None:
     """Apply the schema migrations and exit."""
+
     async def main(settings: Settings) -> None:
         async with open_database(settings):
             pass
+
     _serve(main)
 
 
 @app.command()
-def audit(lease: str = typer.Option(None, help="lease account"), provider: str = typer.Option(None, help="provider account")) -> None:
+def audit(
+    lease: str = typer.Option(None, help="lease account"), provider: str = typer.Option(None, help="provider account")
+) -> None:
     """Check a lease or a provider against the chain; exit 1 on any difference."""
     if (lease is None) == (provider is None):
         typer.echo("coordinator audit: give exactly one of --lease or --provider", err=True)
@@ -168,6 +184,7 @@ def audit(lease: str = typer.Option(None, help="lease account"), provider: str =
                 result.update((await check(conn, rpc, settings.program, subject)).to_json())
         finally:
             await rpc.close()
+
     _serve(main)
     typer.echo(json.dumps(result, indent=2))
     if not result.get("ok"):
@@ -176,9 +193,10 @@ def audit(lease: str = typer.Option(None, help="lease account"), provider: str =
 
 @app.command("resume-slashing")
 def resume_slashing_command(
-        region: str = typer.Option(None, help="only this region's pause (default: the fleet-wide one)"),
-        coordinator_url: str = typer.Option(None, "--coordinator",
-                                            help="the coordinator's API (default: http://127.0.0.1:$GPUNET_API_PORT)"),
+    region: str = typer.Option(None, help="only this region's pause (default: the fleet-wide one)"),
+    coordinator_url: str = typer.Option(
+        None, "--coordinator", help="the coordinator's API (default: http://127.0.0.1:$GPUNET_API_PORT)"
+    ),
 ) -> None:
     """End a correlated-outage pause of slashing: you confirm the silent nodes are really lost, so
     they are judged now (signed with the coordinator's attester key, GPUNET_ATTESTER_KEYPAIR)."""

@@ -44,8 +44,9 @@ class NodeSeen:
 
 
 class Fleet:
-    def __init__(self, *, lost_after_seconds: float = 10.0, clock: Callable[[], float] = time.time,
-                 drain_seconds: float = 1.0) -> None:
+    def __init__(
+        self, *, lost_after_seconds: float = 10.0, clock: Callable[[], float] = time.time, drain_seconds: float = 1.0
+    ) -> None:
         self.reach = self.lost_after = lost_after_seconds
         self.clock = clock
         self.drain_seconds = drain_seconds
@@ -113,8 +114,9 @@ class Fleet:
         """A node that holds work but has not connected yet (a coordinator restart): it is lost
         unless it connects within `grace_seconds`."""
         if node_key not in self.nodes:
-            self.nodes[node_key] = NodeSeen(simulated=False, connected=False,
-                                            last_heartbeat=self.clock() + grace_seconds - self.lost_after)
+            self.nodes[node_key] = NodeSeen(
+                simulated=False, connected=False, last_heartbeat=self.clock() + grace_seconds - self.lost_after
+            )
 
     def disconnected(self, node_key: Pubkey) -> None:
         if node_key in self.nodes:
@@ -181,8 +183,9 @@ class Fleet:
         others, and the outage must be seen as correlated before that first one is judged."""
         return self._going_silent([k for k in self.nodes if self.silent_for(k) <= window_seconds])
 
-    def silent_regions(self, window_seconds: float, region_of: Callable[[Pubkey], int | None],
-                       min_nodes: int) -> dict[int, tuple[int, int]]:
+    def silent_regions(
+        self, window_seconds: float, region_of: Callable[[Pubkey], int | None], min_nodes: int
+    ) -> dict[int, tuple[int, int]]:
         """`silent_share` per region (of regions with at least `min_nodes` nodes in the fleet: a
         smaller one says nothing about correlation)."""
         regions: dict[int, list[Pubkey]] = {}
@@ -208,7 +211,9 @@ class Fleet:
 
 
 class Tolerant(Protocol):
-    downtime_tolerance_seconds: int  # the lease's choice at open; 0 = the network's default
+    @property
+    def downtime_tolerance_seconds(self) -> int:
+        """The lease's choice at open; 0 = the network's default."""
 
 
 S = TypeVar("S", bound=Tolerant)

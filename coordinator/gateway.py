@@ -102,8 +102,9 @@ class _Refused(Exception):
 
 
 class Gateway:
-    def __init__(self, handler: GatewayHandler | None = None, *, heartbeat_seconds: float = 2.0,
-                 usage_period_seconds: int = 60) -> None:
+    def __init__(
+        self, handler: GatewayHandler | None = None, *, heartbeat_seconds: float = 2.0, usage_period_seconds: int = 60
+    ) -> None:
         self._handler = handler  # may be set after (the coordinator's handler sends through this gateway)
         self.welcome = Welcome(heartbeat_seconds=heartbeat_seconds, usage_period_seconds=usage_period_seconds)
         self.sessions: dict[Pubkey, ServerConnection] = {}
@@ -164,14 +165,15 @@ class Gateway:
     async def _session(self, ws: ServerConnection) -> None:
         node_key: Pubkey | None = None
         try:
-            node_key, hello = await asyncio.wait_for(self._handshake(ws), HANDSHAKE_TIMEOUT)
-            old, self.sessions[node_key] = self.sessions.get(node_key), ws
+            key, hello = await asyncio.wait_for(self._handshake(ws), HANDSHAKE_TIMEOUT)
+            node_key = key
+            old, self.sessions[key] = self.sessions.get(key), ws
             if old is not None:  # the newest session wins (a worker that reconnected before noticing)
                 await old.close(CLOSE_UNAUTHORISED, "replaced by a newer session of the same node")
-            await self.handler.connected(node_key, hello)
+            await self.handler.connected(key, hello)
             numbered = _Numbered()
             async for raw in ws:
-                await self._dispatch(node_key, hello.simulated, raw, ws, numbered)
+                await self._dispatch(key, hello.simulated, raw, ws, numbered)
         except _Refused as e:
             self.refused[e.code] = self.refused.get(e.code, 0) + 1
             log.info("worker session %s closed: %s", node_key or ws.remote_address, e.reason)
@@ -207,8 +209,9 @@ class Gateway:
         except ProtocolError as e:
             raise _Refused(e.close_code, str(e)) from None
 
-    async def _dispatch(self, node_key: Pubkey, simulated: bool, raw: str | bytes, ws: ServerConnection,
-                        numbered: _Numbered) -> None:
+    async def _dispatch(
+        self, node_key: Pubkey, simulated: bool, raw: str | bytes, ws: ServerConnection, numbered: _Numbered
+    ) -> None:
         message = self._parse(raw)
         if message.simulated != simulated:
             raise _Refused(CLOSE_MALFORMED, "a session's messages must keep its hello's simulated flag")
@@ -229,9 +232,15 @@ class Gateway:
             log.warning("gateway.could_not_record node=%s message=%s error=%s", node_key, message.type, e)
             if n is not None:
                 numbered.missing = n
-            await ws.send(encode(Error(message=f"the coordinator could not record your {message.type} now "
-                                               f"({type(e).__name__}); hold on and send it again later",
-                                       resend_from=n)))
+            await ws.send(
+                encode(
+                    Error(
+                        message=f"the coordinator could not record your {message.type} now "
+                        f"({type(e).__name__}); hold on and send it again later",
+                        resend_from=n,
+                    )
+                )
+            )
             return
         if n is not None:
             numbered.last, numbered.missing = n, None

@@ -9,4 +9,3 @@ from solders.pubkey import Pubkey
 __all__ = ["NodeKey"]
 
 NodeKey = Pubkey
-

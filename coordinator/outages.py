@@ -20,7 +20,7 @@ from coordinator.keys import NodeKey
 from coordinator.settings import Settings
 from gpunet.catalog import region_name
 
-__all__ = ["DatabaseLost", "Outages", "WATCH_EVERY_SECONDS"]
+__all__ = ["WATCH_EVERY_SECONDS", "DatabaseLost", "Outages"]
 
 log = logging.getLogger("gpunet.coordinator")
 
@@ -33,8 +33,15 @@ class DatabaseLost(Exception):
 
 
 class Outages:
-    def __init__(self, settings: Settings, pool: asyncpg.Pool, chain: AsyncClient, fleet: Fleet,
-                 region_of: Callable[[NodeKey], int | None], fatal: asyncio.Future[None]) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        pool: asyncpg.Pool,
+        chain: AsyncClient,
+        fleet: Fleet,
+        region_of: Callable[[NodeKey], int | None],
+        fatal: asyncio.Future[None],
+    ) -> None:
         self.settings, self.pool, self.chain, self.fleet, self.region_of = settings, pool, chain, fleet, region_of
         self.fatal = fatal  # set with DatabaseLost when the coordinator must stop
         self.slashing_paused = False
@@ -64,13 +71,19 @@ class Outages:
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as e:
             if self._database_down_since is None:
                 self._database_down_since = now
-                log.error("database.unreachable (%s): decisions wait for it; the coordinator stops after %.0f s",
-                          e or type(e).__name__, self.settings.database_outage_exit_seconds)
+                log.error(
+                    "database.unreachable (%s): decisions wait for it; the coordinator stops after %.0f s",
+                    e or type(e).__name__,
+                    self.settings.database_outage_exit_seconds,
+                )
             elif now - self._database_down_since > self.settings.database_outage_exit_seconds and not self.fatal.done():
-                self.fatal.set_exception(DatabaseLost(
-                    f"the database has not answered for {now - self._database_down_since:.0f} s "
-                    f"(GPUNET_DATABASE_OUTAGE_EXIT_SECONDS={self.settings.database_outage_exit_seconds:g}); "
-                    "check it (or the embedded server's log in GPUNET_STATE_DIR) and start the coordinator again"))
+                self.fatal.set_exception(
+                    DatabaseLost(
+                        f"the database has not answered for {now - self._database_down_since:.0f} s "
+                        f"(GPUNET_DATABASE_OUTAGE_EXIT_SECONDS={self.settings.database_outage_exit_seconds:g}); "
+                        "check it (or the embedded server's log in GPUNET_STATE_DIR) and start the coordinator again"
+                    )
+                )
             return
         if self._database_down_since is not None:
             self.fleet.add_blind(self._database_down_since, now)
@@ -82,8 +95,11 @@ class Outages:
         sleep that wakes late by more than `stall_after_seconds` means nothing was observed meanwhile."""
         stall = self.fleet.watch(WATCH_EVERY_SECONDS, self.settings.stall_after_seconds)
         if stall:
-            log.warning("coordinator.stalled seconds=%.1f (its own pause: nobody's silence includes it; nodes are "
-                        "judged again once their waiting messages are read)", stall)
+            log.warning(
+                "coordinator.stalled seconds=%.1f (its own pause: nobody's silence includes it; nodes are "
+                "judged again once their waiting messages are read)",
+                stall,
+            )
 
     async def may_judge(self) -> bool:
         """Whether silent nodes may be treated as lost now: this process sees its database (the
@@ -114,10 +130,14 @@ class Outages:
             self.slashing_paused = pause
             if pause:
                 self._paused_since = now
-                self.slashing_paused_reason = (f"{silent} of {of} nodes silent at once (more than "
-                                               f"{self.settings.max_lost_fraction:.0%}): a correlated outage")
-                log.warning("slashing.paused %s; no node is slashed or moved until the fleet is heard again",
-                            self.slashing_paused_reason)
+                self.slashing_paused_reason = (
+                    f"{silent} of {of} nodes silent at once (more than "
+                    f"{self.settings.max_lost_fraction:.0%}): a correlated outage"
+                )
+                log.warning(
+                    "slashing.paused %s; no node is slashed or moved until the fleet is heard again",
+                    self.slashing_paused_reason,
+                )
             else:
                 # Silence during a correlated outage says nothing about a node: it counts for nobody,
                 # so the last nodes to reconnect get their full lost_after, like after a stall.
@@ -152,15 +172,21 @@ class Outages:
         """The correlated-outage rule per region: a region most of whose nodes go silent at once (a
         regional power cut, a partition) pauses slashing there only; its silence during the pause
         then counts for none of its nodes."""
-        shares = self.fleet.silent_regions(self.settings.fleet_window_seconds, self.region_of,
-                                           self.settings.region_min_nodes)
+        shares = self.fleet.silent_regions(
+            self.settings.fleet_window_seconds, self.region_of, self.settings.region_min_nodes
+        )
         for region, (silent, of) in shares.items():
             if silent / of <= self.settings.max_lost_fraction:
                 self._overridden.discard(region)
             elif region not in self.paused_regions and region not in self._overridden:
                 self.paused_regions[region] = now
-                log.warning("slashing.paused region=%s: %d of its %d nodes silent at once; none of them is "
-                            "slashed or moved until the region is heard again", region_name(region), silent, of)
+                log.warning(
+                    "slashing.paused region=%s: %d of its %d nodes silent at once; none of them is "
+                    "slashed or moved until the region is heard again",
+                    region_name(region),
+                    silent,
+                    of,
+                )
         for region, since in list(self.paused_regions.items()):
             silent, of = shares.get(region, (0, 0))
             if of and silent / of > self.settings.max_lost_fraction:

@@ -53,32 +53,50 @@ log = logging.getLogger("gpunet.coordinator")
 
 
 class Coordinator:
-    def __init__(self, settings: Settings, pool: asyncpg.Pool, attester: Keypair,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, settings: Settings, pool: asyncpg.Pool, attester: Keypair, clock: Callable[[], float] = time.time
+    ) -> None:
         self.settings, self.pool, self.attester_key = settings, pool, attester
         self.chain = AsyncClient(settings.rpc_url, commitment=Confirmed, timeout=30)
         # Set (with DatabaseLost) when the coordinator must stop; whoever runs it waits on it too.
         self.fatal: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         # After a blind window, heartbeats that waited in the sockets are read before anyone is judged.
-        self.fleet = Fleet(lost_after_seconds=settings.lost_after_seconds, clock=clock,
-                           drain_seconds=max(1.0, 2 * settings.heartbeat_seconds))
+        self.fleet = Fleet(
+            lost_after_seconds=settings.lost_after_seconds,
+            clock=clock,
+            drain_seconds=max(1.0, 2 * settings.heartbeat_seconds),
+        )
         self.shared = Shared(Scheduler(accept_simulated=settings.accept_simulated))
         chain_writer = Attester(self.chain, attester)
         self.gateway = Gateway(heartbeat_seconds=settings.heartbeat_seconds)
         view = FleetView(self.shared, self.fleet, self.gateway)
         self.outages = Outages(settings, pool, self.chain, self.fleet, self.shared.region, self.fatal)
-        self.settlement = Settlement(pool, Settler(self.chain, attester), self.fleet, started_at=time.time(),
-                                     reconnect_grace_seconds=settings.reconnect_grace_seconds)
+        self.settlement = Settlement(
+            pool,
+            Settler(self.chain, attester),
+            self.fleet,
+            started_at=time.time(),
+            reconnect_grace_seconds=settings.reconnect_grace_seconds,
+        )
         settle = self.settlement.settle
         self.placement = Placement(pool, self.shared, view, chain_writer)
         self.dispatch = Dispatch(pool, self.shared, self.gateway, cluster_port=settings.cluster_port)
-        self.failover = Failover(settings, pool, self.chain, self.shared, view, self.fleet, self.outages, chain_writer,
-                                 settle)
+        self.failover = Failover(
+            settings, pool, self.chain, self.shared, view, self.fleet, self.outages, chain_writer, settle
+        )
         self.drain = Drain(pool, self.shared, view, self.gateway, chain_writer, settle)
-        self.lease_end = LeaseEnd(pool, self.chain, self.shared, self.gateway, chain_writer, settle,
-                                  close_grace_seconds=settings.close_grace_seconds)
-        self.gateway.handler = self.workers = WorkerMessages(pool, self.chain, self.shared, self.fleet, self.gateway,
-                                                             self.outages, self.dispatch, self.drain)
+        self.lease_end = LeaseEnd(
+            pool,
+            self.chain,
+            self.shared,
+            self.gateway,
+            chain_writer,
+            settle,
+            close_grace_seconds=settings.close_grace_seconds,
+        )
+        self.gateway.handler = self.workers = WorkerMessages(
+            pool, self.chain, self.shared, self.fleet, self.gateway, self.outages, self.dispatch, self.drain
+        )
         self.indexer = Indexer(settings, pool)
         self._tasks: list[asyncio.Task[Any]] = []
 
@@ -86,8 +104,10 @@ class Coordinator:
         # Workers meter in the protocol's usage period (the most one report may cover).
         config = await self._config()
         if self.attester_key.pubkey() not in list(config.attesters)[: config.attester_count]:
-            raise AccountError(f"the attester key {self.attester_key.pubkey()} is not one of the config's attesters; "
-                               f"the admin adds it with `gpunet admin update --add-attester {self.attester_key.pubkey()}`")
+            raise AccountError(
+                f"the attester key {self.attester_key.pubkey()} is not one of the config's attesters; "
+                f"the admin adds it with `gpunet admin update --add-attester {self.attester_key.pubkey()}`"
+            )
         period = config.usage_period_seconds
         self.gateway.welcome = Welcome(heartbeat_seconds=self.settings.heartbeat_seconds, usage_period_seconds=period)
         await self.gateway.start(self.settings.gateway_host, self.settings.gateway_port)
@@ -95,14 +115,16 @@ class Coordinator:
             for share in await ledger.active_shares(conn):
                 self.fleet.expect(share.node_key, self.settings.reconnect_grace_seconds)
         self._tasks = [asyncio.create_task(self.indexer.run(), name="indexer")]
-        for name, step, every in (("placement", self.placement.step, 0.1),
-                                  ("dispatch", self.dispatch.step, 0.1),
-                                  ("lease-ends", self.lease_end.step, 1.0),
-                                  ("stall-watch", self.outages.watch_own_stalls, WATCH_EVERY_SECONDS),
-                                  ("database-watch", self.outages.watch_database, 1.0),
-                                  ("failover", self.failover.step, 0.5),
-                                  ("drain", self.drain.step, 0.5),
-                                  ("settlement", self.settlement.step, self.settings.settle_seconds)):
+        for name, step, every in (
+            ("placement", self.placement.step, 0.1),
+            ("dispatch", self.dispatch.step, 0.1),
+            ("lease-ends", self.lease_end.step, 1.0),
+            ("stall-watch", self.outages.watch_own_stalls, WATCH_EVERY_SECONDS),
+            ("database-watch", self.outages.watch_database, 1.0),
+            ("failover", self.failover.step, 0.5),
+            ("drain", self.drain.step, 0.5),
+            ("settlement", self.settlement.step, self.settings.settle_seconds),
+        ):
             self._tasks.append(asyncio.create_task(self._every(name, step, every), name=name))
         log.info("coordinator.started gateway=%s attester=%s", self.gateway.url, self.attester_key.pubkey())
         return self

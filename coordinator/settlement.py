@@ -80,8 +80,12 @@ class Settler:
         self.attester = attester
         self._authorities: dict[Pubkey, Pubkey] = {}  # node key -> provider wallet (never changes)
 
-    async def settle(self, batch: Sequence[SignedUsage], observed: ObservedSeconds = lambda _: None,
-                     refused: Collection[tuple[Pubkey, Pubkey, int]] = ()) -> list[Outcome]:
+    async def settle(
+        self,
+        batch: Sequence[SignedUsage],
+        observed: ObservedSeconds = lambda _: None,
+        refused: Collection[tuple[Pubkey, Pubkey, int]] = (),
+    ) -> list[Outcome]:
         """Checks every report against the chain and settles the good ones; one Outcome per report.
         `refused`: (lease, node key, seq) of reports refused before, which later ones need not wait for."""
         config = await fetch_config(self.client)
@@ -97,62 +101,83 @@ class Settler:
                 outcomes.append(Outcome(usage, Status.REFUSED, str(e)))
                 continue
             leases[usage.lease] = lease
-            outcome, share = self._check(usage, lease, next_seq, observed(usage), refused)
+            outcome = self._check(usage, lease, next_seq, observed(usage), refused)
             if outcome is not None:
                 outcomes.append(outcome)
                 continue
             next_seq[(usage.lease, usage.node_key)] = usage.report.seq + 1
             authority = await self._authority(usage.node_key)
-            ready.append((usage, [
-                usage.report.signed_instruction(usage.lease, usage.node_key, usage.signature),
-                ix.settle_usage(self.attester.pubkey(), config.treasury, usage.lease, usage.node_key, authority,
-                                io_account(authority, config.io_mint), usage.report),
-            ]))
+            ready.append(
+                (
+                    usage,
+                    [
+                        usage.report.signed_instruction(usage.lease, usage.node_key, usage.signature),
+                        ix.settle_usage(
+                            self.attester.pubkey(),
+                            config.treasury,
+                            usage.lease,
+                            usage.node_key,
+                            authority,
+                            io_account(authority, config.io_mint),
+                            usage.report,
+                        ),
+                    ],
+                )
+            )
         for group in self._pack(ready):
             outcomes.extend(await self._send(group))
         return outcomes
 
-    def _check(self, usage: SignedUsage, lease: Any, next_seq: dict, online: int | None,
-               refused: Collection[tuple[Pubkey, Pubkey, int]]) -> tuple[Outcome | None, Any]:
+    def _check(
+        self,
+        usage: SignedUsage,
+        lease: Any,
+        next_seq: dict,
+        online: int | None,
+        refused: Collection[tuple[Pubkey, Pubkey, int]],
+    ) -> Outcome | None:
         r = usage.report
         key = (usage.lease, usage.node_key)
 
-        def skip(reason: str) -> tuple[Outcome, None]:
+        def skip(reason: str) -> Outcome:
             """Refuses the node's own signed report; its later ones go on without it."""
             next_seq[key] = r.seq + 1
-            return Outcome(usage, Status.REFUSED, reason), None
+            return Outcome(usage, Status.REFUSED, reason)
 
         status = type(lease.status).__name__
         if status not in ("Active", "Closing"):
-            return Outcome(usage, Status.REFUSED, f"lease {usage.lease} is {status.lower()}: nothing is billable"), None
+            return Outcome(usage, Status.REFUSED, f"lease {usage.lease} is {status.lower()}: nothing is billable")
         if status == "Closing" and time.time() > lease.settle_deadline:
-            return Outcome(usage, Status.REFUSED, f"lease {usage.lease}'s settlement window ended at "
-                                                  f"{lease.settle_deadline}"), None
+            return Outcome(
+                usage, Status.REFUSED, f"lease {usage.lease}'s settlement window ended at {lease.settle_deadline}"
+            )
         share = next((a for a in list(lease.assignments)[: lease.node_count] if a.node_key == usage.node_key), None)
         if share is None:
-            return Outcome(usage, Status.REFUSED, f"node {usage.node_key} has no share of lease {usage.lease}"), None
+            return Outcome(usage, Status.REFUSED, f"node {usage.node_key} has no share of lease {usage.lease}")
         if not r.verify(usage.lease, usage.node_key, usage.signature):
-            return Outcome(usage, Status.REFUSED, "the signature is not the node's over this report"), None
+            return Outcome(usage, Status.REFUSED, "the signature is not the node's over this report")
         expected = next_seq.get(key, share.last_seq + 1)
         while expected < r.seq and (usage.lease, usage.node_key, expected) in refused:
             expected += 1
         if r.seq < expected:
-            return Outcome(usage, Status.ALREADY_SETTLED, f"seq {r.seq} is settled on chain (last {share.last_seq})"), None
+            return Outcome(usage, Status.ALREADY_SETTLED, f"seq {r.seq} is settled on chain (last {share.last_seq})")
         if r.seq > expected:
-            return Outcome(usage, Status.WAITING, f"seq {r.seq} waits for seq {expected}"), None
+            return Outcome(usage, Status.WAITING, f"seq {r.seq} waits for seq {expected}")
         span = r.period_end - r.period_start
         if r.period_start < share.settled_until or span <= 0:
-            return skip(f"period {r.period_start}..{r.period_end} overlaps what is settled "
-                        f"(until {share.settled_until}) or is empty")
+            return skip(
+                f"period {r.period_start}..{r.period_end} overlaps what is settled "
+                f"(until {share.settled_until}) or is empty"
+            )
         if status == "Closing" and r.period_end > lease.billable_until:
             return skip(f"period ends at {r.period_end}, after the lease's billing ended ({lease.billable_until})")
         if status == "Active" and r.period_end > (ends_at := lease_end(lease)):
             # a top-up may still move the end; if the lease closes instead, the report is refused then
-            return Outcome(usage, Status.WAITING, f"period ends at {r.period_end}, after the lease's end ({ends_at})"), None
+            return Outcome(usage, Status.WAITING, f"period ends at {r.period_end}, after the lease's end ({ends_at})")
         cap = min(span, online if online is not None else span) * share.gpus
         if r.gpu_seconds > cap:
             return skip(f"{r.gpu_seconds} GPU-seconds claimed, at most {cap} observed ({share.gpus} GPUs)")
-        return None, share
+        return None
 
     async def _authority(self, node_key: Pubkey) -> Pubkey:
         if node_key not in self._authorities:
@@ -160,7 +185,9 @@ class Settler:
             self._authorities[node_key] = (await fetch(self.client, node.provider, "Provider")).authority
         return self._authorities[node_key]
 
-    def _pack(self, ready: list[tuple[SignedUsage, list[Instruction]]]) -> list[list[tuple[SignedUsage, list[Instruction]]]]:
+    def _pack(
+        self, ready: list[tuple[SignedUsage, list[Instruction]]]
+    ) -> list[list[tuple[SignedUsage, list[Instruction]]]]:
         """Groups settlements into transactions that fit the packet size (a share's reports stay in order)."""
         groups: list[list[tuple[SignedUsage, list[Instruction]]]] = []
         for item in ready:

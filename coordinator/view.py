@@ -8,10 +8,10 @@ from __future__ import annotations
 import contextlib
 import logging
 
-import asyncpg
 from solders.pubkey import Pubkey
 
 from coordinator.db import leases as ledger
+from coordinator.db.connection import Connection
 from coordinator.db.nodes import registered_nodes
 from coordinator.fleet import Fleet
 from coordinator.scheduler import LeaseRequest, NodeView, PlacedShare, Placement, SchedulerError
@@ -26,21 +26,36 @@ class FleetView:
     def __init__(self, shared: Shared, fleet: Fleet, link: WorkerLink) -> None:
         self.shared, self.fleet, self.link = shared, fleet, link
 
-    async def refresh(self, conn: asyncpg.Connection) -> None:
+    async def refresh(self, conn: Connection) -> None:
         scheduler, fleet = self.shared.scheduler, self.fleet
         rows = await registered_nodes(conn)
         for r in rows:
             key = Pubkey.from_string(r["node_key"])
             seen = fleet.nodes.get(key)
-            scheduler.upsert_node(NodeView(
-                node=Pubkey.from_string(r["node"]), node_key=key, provider_authority=Pubkey.from_string(r["authority"]),
-                gpu_model=r["gpu_model"], gpu_count=r["gpu_count"], vram_gb=r["vram_gb"], region=r["region"],
-                price_per_gpu_hour=int(r["price_per_gpu_hour"]),
-                gpus_leased=0,  # the scheduler counts reservations itself (restored below)
-                bonded_stake=int(r["bonded_stake"]), provider_staked=int(r["staked"]), provider_bonded=int(r["bonded"]),
-                jailed=r["jailed"], draining=r["draining"], online=fleet.online(key), healthy=fleet.healthy(key),
-                simulated=bool(seen and seen.simulated), latency_ms=self.link.latency_ms(key),
-                completed_shares=r["completed"], failed_shares=r["failed"]))
+            scheduler.upsert_node(
+                NodeView(
+                    node=Pubkey.from_string(r["node"]),
+                    node_key=key,
+                    provider_authority=Pubkey.from_string(r["authority"]),
+                    gpu_model=r["gpu_model"],
+                    gpu_count=r["gpu_count"],
+                    vram_gb=r["vram_gb"],
+                    region=r["region"],
+                    price_per_gpu_hour=int(r["price_per_gpu_hour"]),
+                    gpus_leased=0,  # the scheduler counts reservations itself (restored below)
+                    bonded_stake=int(r["bonded_stake"]),
+                    provider_staked=int(r["staked"]),
+                    provider_bonded=int(r["bonded"]),
+                    jailed=r["jailed"],
+                    draining=r["draining"],
+                    online=fleet.online(key),
+                    healthy=fleet.healthy(key),
+                    simulated=bool(seen and seen.simulated),
+                    latency_ms=self.link.latency_ms(key),
+                    completed_shares=r["completed"],
+                    failed_shares=r["failed"],
+                )
+            )
         registered = {Pubkey.from_string(r["node_key"]) for r in rows}
         for gone in [k for k in scheduler.nodes if k not in registered]:  # deregistered meanwhile
             with contextlib.suppress(SchedulerError):

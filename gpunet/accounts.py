@@ -17,8 +17,16 @@ from gpunet.idl import PROGRAM_ID, load_idl
 from gpunet.pda import config_pda, lease_vault_pda
 from gpunet.tokens import token_balance
 
-__all__ = ["AccountError", "Escrow", "decode_account", "escrow", "fetch", "fetch_config", "lease_end",
-           "program_accounts"]
+__all__ = [
+    "AccountError",
+    "Escrow",
+    "decode_account",
+    "escrow",
+    "fetch",
+    "fetch_config",
+    "lease_end",
+    "program_accounts",
+]
 
 _DISCRIMINATOR = 8
 
@@ -74,8 +82,10 @@ async def program_accounts(rpc: AsyncClient, name: str, **equals: Pubkey) -> lis
             raise ValueError(f"{name} has no leading Pubkey field {field!r}")
         filters.append(MemcmpOpts(offset=offsets[field], bytes=str(value)))
     found = await rpc.get_program_accounts(PROGRAM_ID, encoding="base64", filters=filters)
-    return sorted(((a.pubkey, decode_account(bytes(a.account.data), name, a.pubkey)) for a in found.value),
-                  key=lambda pair: bytes(pair[0]))
+    return sorted(
+        ((a.pubkey, decode_account(bytes(a.account.data), name, a.pubkey)) for a in found.value),
+        key=lambda pair: bytes(pair[0]),
+    )
 
 
 def _pubkey_offsets(name: str) -> dict[str, int]:

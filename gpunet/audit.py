@@ -100,8 +100,14 @@ async def audit_lease(client: AsyncClient, lease: Pubkey) -> ChainAuditReport:
     vault_balance = await token_balance(client, vault) if (await client.get_account_info(vault)).value else 0
     # Anyone can send tokens to the vault: it must hold at least the escrow (the surplus goes to the
     # client at finalization, counted as donations).
-    report.checks.append(Check("lease vault covers the escrow", escrow_from_events, min(vault_balance, escrow_from_events),
-                               tuple(t.signature for t in txs if t.events)))
+    report.checks.append(
+        Check(
+            "lease vault covers the escrow",
+            escrow_from_events,
+            min(vault_balance, escrow_from_events),
+            tuple(t.signature for t in txs if t.events),
+        )
+    )
     for share in list(account.assignments)[: account.node_count]:
         # A share's GPU-seconds restart when it is reassigned: check the shares that never moved.
         if share.node not in sums.moved:
@@ -132,6 +138,8 @@ async def audit_provider(client: AsyncClient, authority: Pubkey) -> ChainAuditRe
     report.checks.append(sums.check("earned", account.earned))
     held = sums.total["stake in"] - sums.total["withdrawn"] - sums.total["slashed"]
     sources = tuple(sums.sources["stake in"] + sums.sources["withdrawn"] + sums.sources["slashed"])
-    report.checks.append(Check("stake vault balance", held, await token_balance(client, stake_vault_pda(provider)), sources))
+    report.checks.append(
+        Check("stake vault balance", held, await token_balance(client, stake_vault_pda(provider)), sources)
+    )
     report.checks.append(Check("staked + unbonding", held, account.staked + account.unbonding, sources))
     return report

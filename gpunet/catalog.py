@@ -73,8 +73,9 @@ def gpu_model_from_nvml(device_name: str) -> GpuModel:
     for model in GPU_MODELS:
         if re.search(model.nvml_pattern, device_name):
             return model
-    raise CatalogError(f"GPU {device_name!r} is not a model gpunet lists; known models: "
-                       + ", ".join(m.name for m in GPU_MODELS))
+    raise CatalogError(
+        f"GPU {device_name!r} is not a model gpunet lists; known models: " + ", ".join(m.name for m in GPU_MODELS)
+    )
 
 
 def region(name_or_code: str | int) -> int:

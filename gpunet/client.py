@@ -73,7 +73,9 @@ async def send_and_confirm(
         tx = Transaction([payer, *signers], message, latest.blockhash)
         signature = tx.signatures[0]
         try:
-            await client.send_raw_transaction(bytes(tx), opts=TxOpts(skip_confirmation=True, preflight_commitment=commitment))
+            await client.send_raw_transaction(
+                bytes(tx), opts=TxOpts(skip_confirmation=True, preflight_commitment=commitment)
+            )
         except RPCException as e:
             data = e.args[0] if e.args else None
             err = getattr(getattr(data, "data", None), "err", None)
@@ -82,8 +84,14 @@ async def send_and_confirm(
         while True:
             status = (await client.get_signature_statuses([signature])).value[0]
             if status is not None and status.err is not None:
-                tx_info = await client.get_transaction(signature, commitment=Confirmed, max_supported_transaction_version=0)
-                logs = tx_info.value.transaction.meta.log_messages if tx_info.value and tx_info.value.transaction.meta else []
+                tx_info = await client.get_transaction(
+                    signature, commitment=Confirmed, max_supported_transaction_version=0
+                )
+                logs = (
+                    tx_info.value.transaction.meta.log_messages
+                    if tx_info.value and tx_info.value.transaction.meta
+                    else []
+                )
                 raise TransactionFailed(status.err, logs or [], signature)
             if status is not None and _status_rank(status) >= want:
                 return signature
@@ -91,4 +99,3 @@ async def send_and_confirm(
                 break  # expired unseen: it can never land now
             await asyncio.sleep(poll_seconds)
     raise TransactionExpired(f"no attempt landed before its blockhash expired ({attempts} attempts)")
-

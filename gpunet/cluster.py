@@ -19,8 +19,14 @@ CLUSTERS: dict[str, str] = {
     "testnet": "https://api.testnet.solana.com",
     "mainnet": "https://api.mainnet-beta.solana.com",
 }
-_ALIASES = {"l": "localnet", "localhost": "localnet", "d": "devnet", "t": "testnet", "m": "mainnet",
-            "mainnet-beta": "mainnet"}
+_ALIASES = {
+    "l": "localnet",
+    "localhost": "localnet",
+    "d": "devnet",
+    "t": "testnet",
+    "m": "mainnet",
+    "mainnet-beta": "mainnet",
+}
 
 
 class ClusterError(GpunetError, ValueError):

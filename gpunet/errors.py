@@ -88,11 +88,17 @@ def custom_error_code(err: Any) -> int | None:
 # of gpunet's rules it enforces; the instruction and the account the log names together do.
 # Keyed (instruction, account, Anchor error name), as the program's log spells them.
 _RULES: dict[tuple[str, str, str], str] = {
-    ("TopUpLease", "lease", "ConstraintHasOne"):
-        "only the lease's client can top it up (sign with the wallet that opened it)",
+    (
+        "TopUpLease",
+        "lease",
+        "ConstraintHasOne",
+    ): "only the lease's client can top it up (sign with the wallet that opened it)",
     ("OpenLease", "config", "ConstraintHasOne"): "the mint given is not gpunet's IO mint (see `gpunet admin show`)",
-    ("RegisterProvider", "config", "ConstraintHasOne"):
-        "the mint given is not gpunet's IO mint (see `gpunet admin show`)",
+    (
+        "RegisterProvider",
+        "config",
+        "ConstraintHasOne",
+    ): "the mint given is not gpunet's IO mint (see `gpunet admin show`)",
 }
 _INSTRUCTION_IN_LOG = re.compile(r"Program log: Instruction: (\w+)")
 _CAUSED_BY_IN_LOG = re.compile(r"AnchorError caused by account: (\w+)\. Error Code: (\w+)\.")

@@ -25,8 +25,7 @@ class ExtraMissing(GpunetError, ImportError):
     def __init__(self, extra: str, missing: list[str]) -> None:
         self.extra = extra
         super().__init__(
-            f"the gpunet {extra} is not installed (no module {', '.join(missing)}): "
-            f"pip install 'gpunet[{extra}]'",
+            f"the gpunet {extra} is not installed (no module {', '.join(missing)}): pip install 'gpunet[{extra}]'",
             name=missing[0],
         )
 

@@ -32,7 +32,9 @@ async def transactions_of(client: AsyncClient, address: Pubkey, *, limit: int | 
     signatures: list[Any] = []
     before: Signature | None = None
     while True:
-        page = (await client.get_signatures_for_address(address, before=before, limit=_PAGE, commitment=Confirmed)).value
+        page = (
+            await client.get_signatures_for_address(address, before=before, limit=_PAGE, commitment=Confirmed)
+        ).value
         signatures.extend(page)
         if len(page) < _PAGE or (limit is not None and len(signatures) >= limit):
             break
@@ -41,7 +43,9 @@ async def transactions_of(client: AsyncClient, address: Pubkey, *, limit: int | 
     for info in reversed(signatures[:limit] if limit else signatures):
         if info.err is not None:
             continue
-        tx = (await client.get_transaction(info.signature, commitment=Confirmed, max_supported_transaction_version=0)).value
+        tx = (
+            await client.get_transaction(info.signature, commitment=Confirmed, max_supported_transaction_version=0)
+        ).value
         logs = tx.transaction.meta.log_messages if tx and tx.transaction.meta else None
         found.append(ChainTransaction(info.signature, info.slot, info.block_time, decode_events(logs or [])))
     return found

@@ -34,8 +34,10 @@ _INTEGER_TYPES = {"u8", "i8", "u16", "i16", "u32", "i32", "u64", "i64", "u128", 
 def idl_constants() -> dict[str, int | str]:
     """The program's `#[constant]`s by name: integers as `int`, anything else as the IDL's text.
     `gpunet.limits` names the limits among them; read them there."""
-    return {c["name"]: int(c["value"]) if c["type"] in _INTEGER_TYPES else c["value"]
-            for c in json.loads(idl_json()).get("constants", [])}
+    return {
+        c["name"]: int(c["value"]) if c["type"] in _INTEGER_TYPES else c["value"]
+        for c in json.loads(idl_json()).get("constants", [])
+    }
 
 
 PROGRAM_ID: Pubkey = Pubkey.from_string(json.loads(idl_json())["address"])

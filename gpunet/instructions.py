@@ -248,7 +248,9 @@ def _node_owner_accounts(authority: Pubkey, node_key: Pubkey) -> dict[str, Pubke
     return {"authority": authority, "provider": provider_pda(authority), "node": node_pda(node_key)}
 
 
-def update_node(authority: Pubkey, node_key: Pubkey, region: int, price_per_gpu_hour: int, inventory_hash: bytes) -> Instruction:
+def update_node(
+    authority: Pubkey, node_key: Pubkey, region: int, price_per_gpu_hour: int, inventory_hash: bytes
+) -> Instruction:
     return _ix(
         "update_node",
         region,
@@ -275,8 +277,14 @@ def set_node_draining(authority: Pubkey, node_key: Pubkey, draining: bool) -> In
 # --- leases
 
 
-def open_lease(client: Pubkey, client_tokens: Pubkey, io_mint: Pubkey, lease_id: int, terms: LeaseTerms,
-               downtime_tolerance_seconds: int = 0) -> Instruction:
+def open_lease(
+    client: Pubkey,
+    client_tokens: Pubkey,
+    io_mint: Pubkey,
+    lease_id: int,
+    terms: LeaseTerms,
+    downtime_tolerance_seconds: int = 0,
+) -> Instruction:
     """Opens and escrows a lease. `downtime_tolerance_seconds`: how long its nodes may be silent before
     the coordinator treats them as lost (0: the network's default; else within the program's bounds,
     MIN_DOWNTIME_TOLERANCE_SECONDS..MAX_DOWNTIME_TOLERANCE_SECONDS)."""
@@ -349,7 +357,9 @@ def reassign_lease(attester: Pubkey, lease: Pubkey, from_node_key: Pubkey, to: S
     )
 
 
-def close_lease(closer: Pubkey, client: Pubkey, client_tokens: Pubkey, lease: Pubkey, nodes: list[Pubkey]) -> Instruction:
+def close_lease(
+    closer: Pubkey, client: Pubkey, client_tokens: Pubkey, lease: Pubkey, nodes: list[Pubkey]
+) -> Instruction:
     """Ends the lease's use: frees its nodes, refunds what no usage up to now can cost, and starts
     its settlement window. `nodes`: the lease's node accounts in assignment order (from the lease)."""
     return _ix(
@@ -385,7 +395,9 @@ def finalize_lease(finalizer: Pubkey, client: Pubkey, client_tokens: Pubkey, lea
 
 def reclaim_lease(reclaimer: Pubkey, client: Pubkey, lease: Pubkey) -> Instruction:
     """Closes a finalized lease's account after the retention period; the rent goes to the client."""
-    return _ix("reclaim_lease", accounts={"reclaimer": reclaimer, "config": config_pda(), "lease": lease, "client": client})
+    return _ix(
+        "reclaim_lease", accounts={"reclaimer": reclaimer, "config": config_pda(), "lease": lease, "client": client}
+    )
 
 
 # --- settlement and slashing

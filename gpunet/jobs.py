@@ -55,14 +55,24 @@ async def next_job_number(coordinator_url: str, lease: Pubkey) -> int:
     return (body.get("job_number") or 0) + 1
 
 
-async def submit_job(coordinator_url: str, client: Keypair, lease: Pubkey, spec: JobSpec,
-                     gpus_per_node: int | None = None, job_number: int | None = None) -> Any:
+async def submit_job(
+    coordinator_url: str,
+    client: Keypair,
+    lease: Pubkey,
+    spec: JobSpec,
+    gpus_per_node: int | None = None,
+    job_number: int | None = None,
+) -> Any:
     """Signs the job with the client's wallet and gives it to the lease as its job `job_number`
     (default: the next one). The coordinator takes it once the lease's current job has ended."""
     number = job_number or await next_job_number(coordinator_url, lease)
     signature = client.sign_message(job_message(lease, spec, gpus_per_node, number))
-    body = {"job": spec.model_dump(mode="json"), "gpus_per_node": gpus_per_node, "job_number": number,
-            "signature": str(signature)}
+    body = {
+        "job": spec.model_dump(mode="json"),
+        "gpus_per_node": gpus_per_node,
+        "job_number": number,
+        "signature": str(signature),
+    }
     return await _call("POST", _job_url(coordinator_url, lease), json=body)
 
 
@@ -90,5 +100,8 @@ async def resume_slashing(coordinator_url: str, attester: Keypair, region: str |
     confirms the silent nodes are really lost. Signed with the coordinator's attester key."""
     at = int(time.time())
     signature = attester.sign_message(operator_message("resume-slashing", region, at))
-    return await _call("POST", f"{coordinator_url.rstrip('/')}/slashing/resume",
-                       json={"region": region, "at": at, "signature": str(signature)})
+    return await _call(
+        "POST",
+        f"{coordinator_url.rstrip('/')}/slashing/resume",
+        json={"region": region, "at": at, "signature": str(signature)},
+    )

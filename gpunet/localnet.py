@@ -145,8 +145,17 @@ class LocalnetProcess:
         raise AssertionError("unreachable")
 
     def _start(self, timeout: float) -> None:
-        args = [str(self.binary), "--rpc-port", str(self.rpc_port), "--ws-port", str(self.ws_port),
-                "--slot-ms", str(self.slot_ms), "--upgrade-authority", str(self.upgrade_authority)]
+        args = [
+            str(self.binary),
+            "--rpc-port",
+            str(self.rpc_port),
+            "--ws-port",
+            str(self.ws_port),
+            "--slot-ms",
+            str(self.slot_ms),
+            "--upgrade-authority",
+            str(self.upgrade_authority),
+        ]
         if self.ledger:
             args += ["--ledger", str(self.ledger)]
         if self.genesis:

@@ -59,28 +59,39 @@ class Reach:
 def describe_terms(terms: Any) -> str:
     model = "any GPU" if terms.gpu_model == ANY else catalog.gpu_model_name(terms.gpu_model)
     region = "any region" if terms.region == ANY else catalog.region_name(terms.region)
-    return (f"{terms.gpu_count}x {model} >= {terms.min_vram_gb} GB in {region} at <= "
-            f"{format_io(terms.max_price_per_gpu_hour)}/GPU-hour")
+    return (
+        f"{terms.gpu_count}x {model} >= {terms.min_vram_gb} GB in {region} at <= "
+        f"{format_io(terms.max_price_per_gpu_hour)}/GPU-hour"
+    )
 
 
 def describe_node(fit: NodeFit) -> str:
     spec = fit.node.spec
-    return (f"node {fit.node.node_key}: {spec.gpu_count}x {catalog.gpu_model_name(spec.gpu_model)} {spec.vram_gb} GB "
-            f"in {catalog.region_name(spec.region)} at {format_io(spec.price_per_gpu_hour)}/GPU-hour")
+    return (
+        f"node {fit.node.node_key}: {spec.gpu_count}x {catalog.gpu_model_name(spec.gpu_model)} {spec.vram_gb} GB "
+        f"in {catalog.region_name(spec.region)} at {format_io(spec.price_per_gpu_hour)}/GPU-hour"
+    )
 
 
 def _misses(node: Any, terms: Any, free_now: bool) -> tuple[Miss, ...]:
     spec, found = node.spec, []
     if terms.gpu_model != ANY and spec.gpu_model != terms.gpu_model:
-        found.append(Miss("--gpu", f"{catalog.gpu_model_name(spec.gpu_model)}, not "
-                                   f"{catalog.gpu_model_name(terms.gpu_model)}"))
+        found.append(
+            Miss("--gpu", f"{catalog.gpu_model_name(spec.gpu_model)}, not {catalog.gpu_model_name(terms.gpu_model)}")
+        )
     if spec.vram_gb < terms.min_vram_gb:
         found.append(Miss("--vram", f"{spec.vram_gb} GB per GPU, under {terms.min_vram_gb} GB"))
     if terms.region != ANY and spec.region != terms.region:
-        found.append(Miss("--region", f"in {catalog.region_name(spec.region)}, not {catalog.region_name(terms.region)}"))
+        found.append(
+            Miss("--region", f"in {catalog.region_name(spec.region)}, not {catalog.region_name(terms.region)}")
+        )
     if spec.price_per_gpu_hour > terms.max_price_per_gpu_hour:
-        found.append(Miss("--max-price", f"asks {format_io(spec.price_per_gpu_hour)}/GPU-hour, over "
-                                         f"{format_io(terms.max_price_per_gpu_hour)}"))
+        found.append(
+            Miss(
+                "--max-price",
+                f"asks {format_io(spec.price_per_gpu_hour)}/GPU-hour, over {format_io(terms.max_price_per_gpu_hour)}",
+            )
+        )
     if node.jailed:
         found.append(Miss("", "jailed (until its supplier unjails it)"))
     if node.draining:
@@ -95,8 +106,9 @@ def reach(nodes: list[tuple[Pubkey, Any]], terms: Any, *, free_now: bool = False
     (why an open lease waits), otherwise every GPU (whether it could ever be placed)."""
     judged = [NodeFit(address, node, _misses(node, terms, free_now)) for address, node in nodes]
     fits = sorted((f for f in judged if not f.misses), key=lambda f: -_usable(f, free_now))
-    near = sorted((f for f in judged if f.misses),
-                  key=lambda f: (len(f.misses), f.node.spec.price_per_gpu_hour, bytes(f.address)))
+    near = sorted(
+        (f for f in judged if f.misses), key=lambda f: (len(f.misses), f.node.spec.price_per_gpu_hour, bytes(f.address))
+    )
     gpus = sum(_usable(f, free_now) for f in fits[:MAX_LEASE_NODES])
     return Reach(terms, tuple(fits), gpus, tuple(near[:closest]), len(judged))
 

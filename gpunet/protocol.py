@@ -89,9 +89,9 @@ __all__ = [
     "Welcome",
     "WorkerMessage",
     "challenge_message",
+    "encode",
     "job_message",
     "operator_message",
-    "encode",
     "parse_coordinator_message",
     "parse_worker_message",
 ]
@@ -205,8 +205,11 @@ class Inventory(_Model):
 
     def differences(self, other: Inventory) -> list[str]:
         """Human-readable differences from `other` (e.g. the registered inventory), one per line."""
-        out = [f"{name}: {getattr(other, name)!r} -> {getattr(self, name)!r}"
-               for name in ("driver_version", "cuda_version", "simulated") if getattr(self, name) != getattr(other, name)]
+        out = [
+            f"{name}: {getattr(other, name)!r} -> {getattr(self, name)!r}"
+            for name in ("driver_version", "cuda_version", "simulated")
+            if getattr(self, name) != getattr(other, name)
+        ]
         mine, theirs = {g.uuid: g for g in self.gpus}, {g.uuid: g for g in other.gpus}
         out += [f"GPU {uuid} missing" for uuid in theirs if uuid not in mine]
         out += [f"GPU {uuid} new ({mine[uuid].name})" for uuid in mine if uuid not in theirs]
@@ -269,8 +272,15 @@ class CheckpointFile(_Model):
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 # Set by the worker itself; a job spec may not override them.
-RESERVED_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "RANK", "WORLD_SIZE", "LOCAL_RANK",
-                "MASTER_ADDR", "MASTER_PORT")
+RESERVED_ENV = (
+    "CUDA_VISIBLE_DEVICES",
+    "NVIDIA_VISIBLE_DEVICES",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+)
 
 
 class JobSpec(_Model):
@@ -441,7 +451,9 @@ class Dispatch(_Model):
     ends_at: I64 | None = None
     rank: Annotated[int, Field(ge=0)] = 0
     world_size: Annotated[int, Field(ge=1, le=MAX_LEASE_NODES)] = 1
-    peers: Annotated[list[Annotated[str, Field(pattern=r"^[A-Za-z0-9.:\[\]-]{1,253}:\d{1,5}$")]], Field(max_length=MAX_LEASE_NODES)] = []
+    peers: Annotated[
+        list[Annotated[str, Field(pattern=r"^[A-Za-z0-9.:\[\]-]{1,253}:\d{1,5}$")]], Field(max_length=MAX_LEASE_NODES)
+    ] = []
     # The lease's latest checkpoint (from the node it ran on before), written into an empty
     # checkpoint directory before the job starts.
     restore: Annotated[list[CheckpointFile], Field(max_length=64)] = []
@@ -500,8 +512,9 @@ class Error(_Model):
     resend_from: Annotated[int, Field(ge=1, lt=2**63)] | None = None
 
 
-CoordinatorMessage = Annotated[Challenge | Welcome | Dispatch | Cancel | LeaseEnd | UsageAck | Recorded | Error,
-                               Field(discriminator="type")]
+CoordinatorMessage = Annotated[
+    Challenge | Welcome | Dispatch | Cancel | LeaseEnd | UsageAck | Recorded | Error, Field(discriminator="type")
+]
 
 _worker_messages: TypeAdapter[Any] = TypeAdapter(WorkerMessage)
 _coordinator_messages: TypeAdapter[Any] = TypeAdapter(CoordinatorMessage)
@@ -575,8 +588,9 @@ def challenge_message(nonce_hex: str, node_key: Pubkey) -> bytes:
 
 
 def answer_challenge(node: Keypair, challenge: Challenge, simulated: bool) -> ChallengeAnswer:
-    return ChallengeAnswer(simulated=simulated,
-                           signature=str(node.sign_message(challenge_message(challenge.nonce, node.pubkey()))))
+    return ChallengeAnswer(
+        simulated=simulated, signature=str(node.sign_message(challenge_message(challenge.nonce, node.pubkey())))
+    )
 
 
 def verify_challenge_answer(node_key: Pubkey, nonce_hex: str, answer: ChallengeAnswer) -> bool:

@@ -77,24 +77,40 @@ class Market:
     """An initialised gpunet whose admin holds the IO mint and whose one attester is the admin unless
     another key was given."""
 
-    def __init__(self, chain: AsyncClient, admin: Keypair, attester: Keypair, mint: Pubkey,
-                 params: ix.ConfigParams) -> None:
+    def __init__(
+        self, chain: AsyncClient, admin: Keypair, attester: Keypair, mint: Pubkey, params: ix.ConfigParams
+    ) -> None:
         self.chain, self.admin, self.attester, self.mint, self.params = chain, admin, attester, mint, params
         self.treasury = params.treasury
         self.signatures: list[Signature] = []  # of every transaction `send` sent, in the order they landed
 
     @classmethod
-    async def create(cls, chain: AsyncClient, *, admin: Keypair | None = None, attester: Keypair | None = None,
-                     usage_period_seconds: int = 3, min_stake_per_gpu: int = 10 * IO, jail_seconds: int = 3_600,
-                     unbonding_seconds: int = 3_600, protocol_fee_bps: int = 500) -> Market:
+    async def create(
+        cls,
+        chain: AsyncClient,
+        *,
+        admin: Keypair | None = None,
+        attester: Keypair | None = None,
+        usage_period_seconds: int = 3,
+        min_stake_per_gpu: int = 10 * IO,
+        jail_seconds: int = 3_600,
+        unbonding_seconds: int = 3_600,
+        protocol_fee_bps: int = 500,
+    ) -> Market:
         admin = admin or await funded_deployer(chain)
         attester = attester or admin
         mint = await create_mint(chain, admin)
         params = ix.ConfigParams(
-            treasury=await ensure_io_account(chain, admin, admin.pubkey(), mint), protocol_fee_bps=protocol_fee_bps,
-            min_stake_per_gpu=min_stake_per_gpu, unbonding_seconds=unbonding_seconds,
-            usage_period_seconds=usage_period_seconds, jail_seconds=jail_seconds, slash_bps=(1_000, 2_000, 5_000),
-            slash_client_share_bps=5_000, attesters=[attester.pubkey()])
+            treasury=await ensure_io_account(chain, admin, admin.pubkey(), mint),
+            protocol_fee_bps=protocol_fee_bps,
+            min_stake_per_gpu=min_stake_per_gpu,
+            unbonding_seconds=unbonding_seconds,
+            usage_period_seconds=usage_period_seconds,
+            jail_seconds=jail_seconds,
+            slash_bps=(1_000, 2_000, 5_000),
+            slash_client_share_bps=5_000,
+            attesters=[attester.pubkey()],
+        )
         market = cls(chain, admin, attester, mint, params)
         await market.send(admin, [ix.initialize(admin.pubkey(), mint, params)])
         return market
@@ -111,15 +127,29 @@ class Market:
         await mint_io(self.chain, self.admin, self.mint, account, amount)
         return account
 
-    async def supplier(self, gpus: int = 2, price_per_gpu_hour: int = 2 * IO, stake: int = 100 * IO, *,
-                       inventory_hash: bytes = bytes(32), node_key: Keypair | None = None) -> Supplier:
+    async def supplier(
+        self,
+        gpus: int = 2,
+        price_per_gpu_hour: int = 2 * IO,
+        stake: int = 100 * IO,
+        *,
+        inventory_hash: bytes = bytes(32),
+        node_key: Keypair | None = None,
+    ) -> Supplier:
         """A provider that stakes `stake` and registers one H100 node of `gpus` GPUs, in one transaction."""
         wallet, node_key = await funded_wallet(self.chain), node_key or Keypair()
         tokens = await self.fund(wallet.pubkey(), stake + SPARE_IO)
-        await self.send(wallet, [
-            ix.register_provider(wallet.pubkey(), self.mint), ix.stake(wallet.pubkey(), tokens, stake),
-            ix.register_node(wallet.pubkey(), node_key.pubkey(),
-                             ix.NodeSpec(1, gpus, 80, 1, price_per_gpu_hour, inventory_hash))], [node_key])
+        await self.send(
+            wallet,
+            [
+                ix.register_provider(wallet.pubkey(), self.mint),
+                ix.stake(wallet.pubkey(), tokens, stake),
+                ix.register_node(
+                    wallet.pubkey(), node_key.pubkey(), ix.NodeSpec(1, gpus, 80, 1, price_per_gpu_hour, inventory_hash)
+                ),
+            ],
+            [node_key],
+        )
         return Supplier(wallet, node_key, tokens, gpus, price_per_gpu_hour)
 
     async def client(self, io: int = SPARE_IO) -> Client:
@@ -134,8 +164,9 @@ class Market:
         return lease_pda(c.wallet.pubkey(), lease_id)
 
     async def assign(self, lease: Pubkey, shares: list[tuple[Supplier, int]]) -> None:
-        await self.send(self.attester, [ix.assign_lease(self.attester.pubkey(), lease,
-                                                        [s.share(gpus) for s, gpus in shares])])
+        await self.send(
+            self.attester, [ix.assign_lease(self.attester.pubkey(), lease, [s.share(gpus) for s, gpus in shares])]
+        )
 
     async def settle(self, lease: Pubkey, s: Supplier, seconds: int = 1) -> Signature:
         """Settles the next `seconds` of the share at full use, waiting for the chain clock if needed."""
@@ -145,8 +176,12 @@ class Market:
         report = UsageReport(share.last_seq + 1, start, start + seconds, seconds * share.gpus)
         for _ in range(100):
             try:
-                return await self.send(self.attester, ix.signed_settlement(
-                    self.attester.pubkey(), self.treasury, lease, s.node_key, s.wallet.pubkey(), s.tokens, report))
+                return await self.send(
+                    self.attester,
+                    ix.signed_settlement(
+                        self.attester.pubkey(), self.treasury, lease, s.node_key, s.wallet.pubkey(), s.tokens, report
+                    ),
+                )
             except TransactionFailed as e:  # BadPeriod until the chain's clock passes the period's end
                 if e.program_error is None or e.program_error.name != "BadPeriod":
                     raise
@@ -155,15 +190,36 @@ class Market:
 
     async def slash(self, s: Supplier, victim: tuple[Pubkey, Client] | None = None) -> None:
         """Slashes `s` for missed heartbeats; `victim`: the lease and client that get the client share."""
-        await self.send(self.attester, [ix.slash_provider(
-            self.attester.pubkey(), self.treasury, s.node_key.pubkey(), s.wallet.pubkey(), "MissedHeartbeats",
-            bytes(range(32)), victim=(victim[0], victim[1].tokens) if victim else None)])
+        await self.send(
+            self.attester,
+            [
+                ix.slash_provider(
+                    self.attester.pubkey(),
+                    self.treasury,
+                    s.node_key.pubkey(),
+                    s.wallet.pubkey(),
+                    "MissedHeartbeats",
+                    bytes(range(32)),
+                    victim=(victim[0], victim[1].tokens) if victim else None,
+                )
+            ],
+        )
 
     async def close(self, c: Client, lease: Pubkey) -> None:
         """The client closes; the attester, with nothing more to settle, finalizes at once."""
         state = await fetch(self.chain, lease, "Lease")
-        await self.send(c.wallet, [ix.close_lease(c.wallet.pubkey(), c.wallet.pubkey(), c.tokens, lease,
-                                                  [a.node for a in state.assignments[: state.node_count]])])
+        await self.send(
+            c.wallet,
+            [
+                ix.close_lease(
+                    c.wallet.pubkey(),
+                    c.wallet.pubkey(),
+                    c.tokens,
+                    lease,
+                    [a.node for a in state.assignments[: state.node_count]],
+                )
+            ],
+        )
         await self.send(self.attester, [ix.finalize_lease(self.attester.pubkey(), c.wallet.pubkey(), c.tokens, lease)])
 
     async def every_event_kind(self) -> dict[str, object]:
@@ -171,8 +227,9 @@ class Market:
         `jail_seconds=0` and `unbonding_seconds=0` (the slashed supplier unjails and withdraws at once)."""
         await self.send(self.admin, [ix.update_config(self.admin.pubkey(), self.params)])
         ada, bob, cyd = await self.supplier(), await self.supplier(), await self.supplier()
-        await self.send(cyd.wallet, [ix.update_node(cyd.wallet.pubkey(), cyd.node_key.pubkey(), 2, 2 * IO,
-                                                    bytes([7] * 32))])
+        await self.send(
+            cyd.wallet, [ix.update_node(cyd.wallet.pubkey(), cyd.node_key.pubkey(), 2, 2 * IO, bytes([7] * 32))]
+        )
         dev = await self.client()
         lease = await self.open_lease(dev, 1, gpus=4)
         await self.assign(lease, [(ada, 2), (bob, 2)])
@@ -180,8 +237,9 @@ class Market:
         await self.settle(lease, ada)
         await self.settle(lease, bob)
         await self.slash(bob, victim=(lease, dev))
-        await self.send(self.attester, [ix.reassign_lease(self.attester.pubkey(), lease, bob.node_key.pubkey(),
-                                                          cyd.share(2))])
+        await self.send(
+            self.attester, [ix.reassign_lease(self.attester.pubkey(), lease, bob.node_key.pubkey(), cyd.share(2))]
+        )
         await self.settle(lease, cyd)
         await self.settle(lease, ada)
         await self.close(dev, lease)

@@ -22,9 +22,17 @@ from spl.token.instructions import (
 
 from gpunet.client import send_and_confirm
 
-__all__ = ["IO_DECIMALS", "create_mint", "create_io_account_if_missing", "create_token_account",
-           "ensure_io_account", "io_account", "io_balance",
-           "mint_io", "token_balance"]
+__all__ = [
+    "IO_DECIMALS",
+    "create_io_account_if_missing",
+    "create_mint",
+    "create_token_account",
+    "ensure_io_account",
+    "io_account",
+    "io_balance",
+    "mint_io",
+    "token_balance",
+]
 
 IO_DECIMALS = 6
 _MINT_LEN = 82
@@ -35,12 +43,27 @@ async def create_mint(client: AsyncClient, payer: Keypair, decimals: int = IO_DE
     """A new mint whose mint authority is `payer`."""
     mint = Keypair()
     rent = (await client.get_minimum_balance_for_rent_exemption(_MINT_LEN)).value
-    await send_and_confirm(client, payer, [
-        create_account(CreateAccountParams(from_pubkey=payer.pubkey(), to_pubkey=mint.pubkey(), lamports=rent,
-                                           space=_MINT_LEN, owner=TOKEN_PROGRAM_ID)),
-        initialize_mint(InitializeMintParams(decimals=decimals, program_id=TOKEN_PROGRAM_ID, mint=mint.pubkey(),
-                                             mint_authority=payer.pubkey())),
-    ], [mint])
+    await send_and_confirm(
+        client,
+        payer,
+        [
+            create_account(
+                CreateAccountParams(
+                    from_pubkey=payer.pubkey(),
+                    to_pubkey=mint.pubkey(),
+                    lamports=rent,
+                    space=_MINT_LEN,
+                    owner=TOKEN_PROGRAM_ID,
+                )
+            ),
+            initialize_mint(
+                InitializeMintParams(
+                    decimals=decimals, program_id=TOKEN_PROGRAM_ID, mint=mint.pubkey(), mint_authority=payer.pubkey()
+                )
+            ),
+        ],
+        [mint],
+    )
     return mint.pubkey()
 
 
@@ -48,19 +71,45 @@ async def create_token_account(client: AsyncClient, payer: Keypair, mint: Pubkey
     """A new token account of `mint` owned by `owner`, paid by `payer`."""
     account = Keypair()
     rent = (await client.get_minimum_balance_for_rent_exemption(_ACCOUNT_LEN)).value
-    await send_and_confirm(client, payer, [
-        create_account(CreateAccountParams(from_pubkey=payer.pubkey(), to_pubkey=account.pubkey(), lamports=rent,
-                                           space=_ACCOUNT_LEN, owner=TOKEN_PROGRAM_ID)),
-        initialize_account(InitializeAccountParams(program_id=TOKEN_PROGRAM_ID, account=account.pubkey(), mint=mint,
-                                                   owner=owner)),
-    ], [account])
+    await send_and_confirm(
+        client,
+        payer,
+        [
+            create_account(
+                CreateAccountParams(
+                    from_pubkey=payer.pubkey(),
+                    to_pubkey=account.pubkey(),
+                    lamports=rent,
+                    space=_ACCOUNT_LEN,
+                    owner=TOKEN_PROGRAM_ID,
+                )
+            ),
+            initialize_account(
+                InitializeAccountParams(program_id=TOKEN_PROGRAM_ID, account=account.pubkey(), mint=mint, owner=owner)
+            ),
+        ],
+        [account],
+    )
     return account.pubkey()
 
 
 async def mint_io(client: AsyncClient, mint_authority: Keypair, mint: Pubkey, to: Pubkey, amount: int) -> Signature:
     """Mints `amount` base units to the token account `to`; the transaction's signature."""
-    return await send_and_confirm(client, mint_authority, [mint_to(MintToParams(
-        program_id=TOKEN_PROGRAM_ID, mint=mint, dest=to, mint_authority=mint_authority.pubkey(), amount=amount))])
+    return await send_and_confirm(
+        client,
+        mint_authority,
+        [
+            mint_to(
+                MintToParams(
+                    program_id=TOKEN_PROGRAM_ID,
+                    mint=mint,
+                    dest=to,
+                    mint_authority=mint_authority.pubkey(),
+                    amount=amount,
+                )
+            )
+        ],
+    )
 
 
 async def token_balance(client: AsyncClient, account: Pubkey) -> int:
@@ -81,7 +130,9 @@ async def io_balance(client: AsyncClient, owner: Pubkey, mint: Pubkey) -> int:
     return await token_balance(client, account)
 
 
-async def create_io_account_if_missing(client: AsyncClient, payer: Pubkey, owner: Pubkey, mint: Pubkey) -> list[Instruction]:
+async def create_io_account_if_missing(
+    client: AsyncClient, payer: Pubkey, owner: Pubkey, mint: Pubkey
+) -> list[Instruction]:
     """The instruction that creates the owner's IO account (paid by `payer`), or none if it exists."""
     if (await client.get_account_info(io_account(owner, mint))).value is not None:
         return []

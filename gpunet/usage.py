@@ -16,8 +16,14 @@ from solders.signature import Signature
 
 from gpunet.idl import PROGRAM_ID
 
-__all__ = ["ED25519_PROGRAM_ID", "USAGE_DOMAIN_TAG", "USAGE_MESSAGE_LEN", "UsageReport", "ed25519_instruction",
-           "ed25519_verify_instruction"]
+__all__ = [
+    "ED25519_PROGRAM_ID",
+    "USAGE_DOMAIN_TAG",
+    "USAGE_MESSAGE_LEN",
+    "UsageReport",
+    "ed25519_instruction",
+    "ed25519_verify_instruction",
+]
 
 USAGE_DOMAIN_TAG = b"gpunet-usage-v1\x00"
 USAGE_MESSAGE_LEN = 144
@@ -70,8 +76,9 @@ class UsageReport:
         """The Ed25519 instruction that must directly precede `settle_usage` for this report."""
         return ed25519_instruction(node, self.message(lease, node.pubkey(), program_id))
 
-    def signed_instruction(self, lease: Pubkey, node_key: Pubkey, signature: bytes,
-                           program_id: Pubkey = PROGRAM_ID) -> Instruction:
+    def signed_instruction(
+        self, lease: Pubkey, node_key: Pubkey, signature: bytes, program_id: Pubkey = PROGRAM_ID
+    ) -> Instruction:
         """The same Ed25519 instruction from a signature the node sent (the coordinator has no node key)."""
         return ed25519_verify_instruction(node_key, signature, self.message(lease, node_key, program_id))
 

@@ -44,17 +44,33 @@ def base_venv(tmp_path_factory) -> Path:
     # No pip of its own (ensurepip takes seconds): this venv's pip installs into it with --python.
     made = _run(sys.executable, "-m", "venv", "--without-pip", venv)
     assert made.returncode == 0, made.stderr
-    installed = _run(sys.executable, "-m", "pip", "--python", venv / "bin" / "python", "install", "--quiet",
-                     "--constraint", REPO / "constraints.txt", source, timeout=240)
-    assert installed.returncode == 0, f"pip install gpunet failed (is the package registry reachable?):\n{installed.stderr}"
+    installed = _run(
+        sys.executable,
+        "-m",
+        "pip",
+        "--python",
+        venv / "bin" / "python",
+        "install",
+        "--quiet",
+        "--constraint",
+        REPO / "constraints.txt",
+        source,
+        timeout=240,
+    )
+    assert installed.returncode == 0, (
+        f"pip install gpunet failed (is the package registry reachable?):\n{installed.stderr}"
+    )
     return venv / "bin"
 
 
 @pytest.mark.timeout(300)
 def test_a_plain_install_leaves_the_services_packages_out(base_venv: Path) -> None:
     modules = sorted({m for ms in EXTRAS.values() for m in ms})
-    found = _run(base_venv / "python", "-c",
-                 f"import importlib.util, json; print(json.dumps([m for m in {modules!r} if importlib.util.find_spec(m)]))")
+    found = _run(
+        base_venv / "python",
+        "-c",
+        f"import importlib.util, json; print(json.dumps([m for m in {modules!r} if importlib.util.find_spec(m)]))",
+    )
     assert found.returncode == 0, found.stderr
     assert json.loads(found.stdout) == [], "a plain install brought a service's packages"
 
@@ -80,8 +96,9 @@ def test_importing_a_service_without_its_extra_names_the_extra(base_venv: Path, 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("service", sorted(EXTRAS))
 @pytest.mark.parametrize("args", [["run"], [], ["run", "--help"]])
-def test_a_service_command_without_its_extra_says_which_to_install(base_venv: Path, service: str,
-                                                                    args: list[str]) -> None:
+def test_a_service_command_without_its_extra_says_which_to_install(
+    base_venv: Path, service: str, args: list[str]
+) -> None:
     ran = _run(base_venv / "gpunet", service, *args)
     assert ran.returncode == Exit.NOT_INSTALLED
     assert ran.stdout == ""

@@ -29,7 +29,9 @@ def test_escrow_rounds_up_like_the_program() -> None:
     assert escrow_for(3_600, 1, 1) == 1 and escrow_for(3_601, 1, 1) == 2
 
 
-@pytest.mark.parametrize(("text", "seconds"), [("90m", 5400), ("1h30m", 5400), ("2d", 172_800), ("45", 45), ("10s", 10)])
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("90m", 5400), ("1h30m", 5400), ("2d", 172_800), ("45", 45), ("10s", 10)]
+)
 def test_durations(text, seconds) -> None:
     assert duration_arg(text) == seconds
 
@@ -48,8 +50,11 @@ def test_cluster_from_flag_then_env_then_anchor_toml_then_localnet(tmp_path, mon
     nested = tmp_path / "a" / "b"
     nested.mkdir(parents=True)
     found = resolve_cluster(cwd=nested)
-    assert (found.rpc_url, found.ws_url, found.source) == ("https://api.devnet.solana.com", "wss://api.devnet.solana.com",
-                                                          "Anchor.toml")
+    assert (found.rpc_url, found.ws_url, found.source) == (
+        "https://api.devnet.solana.com",
+        "wss://api.devnet.solana.com",
+        "Anchor.toml",
+    )
     monkeypatch.setenv("GPUNET_RPC_URL", "http://10.0.0.5:7000")
     env = resolve_cluster(cwd=nested)
     assert (env.rpc_url, env.ws_url, env.source) == ("http://10.0.0.5:7000", "ws://10.0.0.5:7001", "GPUNET_RPC_URL")
@@ -58,14 +63,33 @@ def test_cluster_from_flag_then_env_then_anchor_toml_then_localnet(tmp_path, mon
         resolve_cluster("marsnet", cwd=nested)
 
 
-@pytest.mark.parametrize(("lamports", "text"), [(0, "0 SOL"), (10 * 10**9, "10 SOL"), (1_500_000_000, "1.5 SOL"),
-                                                (1, "0.000000001 SOL"), (1_234_567_891, "1.234567891 SOL")])
+@pytest.mark.parametrize(
+    ("lamports", "text"),
+    [
+        (0, "0 SOL"),
+        (10 * 10**9, "10 SOL"),
+        (1_500_000_000, "1.5 SOL"),
+        (1, "0.000000001 SOL"),
+        (1_234_567_891, "1.234567891 SOL"),
+    ],
+)
 def test_sol_amounts_are_shown_exactly(lamports, text) -> None:
     assert format_sol(lamports) == text
 
 
-@pytest.mark.parametrize(("seconds", "text"), [(None, "-"), (0, "0s"), (59, "59s"), (61, "1m01s"), (3600, "1h00m"),
-                                               (9000, "2h30m"), (172_800, "2d00h"), (-5, "0s")])
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (None, "-"),
+        (0, "0s"),
+        (59, "59s"),
+        (61, "1m01s"),
+        (3600, "1h00m"),
+        (9000, "2h30m"),
+        (172_800, "2d00h"),
+        (-5, "0s"),
+    ],
+)
 def test_durations_are_shown_in_two_units(seconds, text) -> None:
     assert clock.span(seconds) == text
 

@@ -29,7 +29,9 @@ class FakeRpc:
     failing: bool = False
 
     async def get_latest_blockhash(self, commitment=None):
-        return SimpleNamespace(value=SimpleNamespace(blockhash=Hash.new_unique(), last_valid_block_height=self.height + self.valid_for))
+        return SimpleNamespace(
+            value=SimpleNamespace(blockhash=Hash.new_unique(), last_valid_block_height=self.height + self.valid_for)
+        )
 
     async def send_raw_transaction(self, raw: bytes, opts=None):
         sig = Transaction.from_bytes(raw).signatures[0]

@@ -31,7 +31,9 @@ def _sdk_exceptions() -> dict[str, type[BaseException]]:
 def test_every_sdk_exception_derives_from_the_root() -> None:
     found = _sdk_exceptions()
     # the walk reaches subpackages and the classes that were plain ValueErrors
-    assert {"errors.GpunetError", "client.TransactionFailed", "cli.common.BadInput", "amounts.AmountError"} <= set(found)
+    assert {"errors.GpunetError", "client.TransactionFailed", "cli.common.BadInput", "amounts.AmountError"} <= set(
+        found
+    )
     outside = sorted(name for name, cls in found.items() if not issubclass(cls, GpunetError))
     assert outside == [], f"not derived from gpunet.errors.GpunetError: {outside}"
 
@@ -39,8 +41,13 @@ def test_every_sdk_exception_derives_from_the_root() -> None:
 def test_the_former_bases_stay() -> None:
     # callers (and typer's parameter callbacks) catch these as ValueError, a missing extra as ImportError
     found = _sdk_exceptions()
-    for name in ("amounts.AmountError", "catalog.CatalogError", "cli.common.BadInput", "cluster.ClusterError",
-                 "protocol.ProtocolError"):
+    for name in (
+        "amounts.AmountError",
+        "catalog.CatalogError",
+        "cli.common.BadInput",
+        "cluster.ClusterError",
+        "protocol.ProtocolError",
+    ):
         assert issubclass(found[name], ValueError), name
     assert issubclass(found["extras.ExtraMissing"], ImportError)
 
@@ -57,4 +64,6 @@ def test_scripts_define_no_class() -> None:
     for module in SCRIPTS:
         path = root.joinpath(*module.split(".")[1:]).with_suffix(".py")
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        assert not [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)], f"{module} defines a class; import it above"
+        assert not [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)], (
+            f"{module} defines a class; import it above"
+        )

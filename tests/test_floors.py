@@ -71,8 +71,11 @@ def test_the_services_stand_on_the_sdk_only():
     for service in SERVICES:
         forbidden = tuple(s for s in SERVICES if s != service) + ON_TOP
         for name, path in _modules(service).items():
-            found += [f"{path.relative_to(REPO)}:{line} imports {t}" for t, line in _imports(name, path)
-                      if _under(t, forbidden)]
+            found += [
+                f"{path.relative_to(REPO)}:{line} imports {t}"
+                for t, line in _imports(name, path)
+                if _under(t, forbidden)
+            ]
     assert not found, "\n".join(found)
 
 
@@ -80,8 +83,12 @@ def test_the_benchmarks_import_no_test_code():
     """bench/ measures what ships: its set-up comes from the SDK (gpunet.testbed), never from tests/."""
     benches = sorted((REPO / "bench").rglob("*.py"))
     assert benches, "no benchmark found under bench/"
-    found = [f"{path.relative_to(REPO)}:{line} imports {target}" for path in benches
-             for target, line in _imports(_module_name(path), path) if _under(target, ("tests",))]
+    found = [
+        f"{path.relative_to(REPO)}:{line} imports {target}"
+        for path in benches
+        for target, line in _imports(_module_name(path), path)
+        if _under(target, ("tests",))
+    ]
     assert not found, "\n".join(found)
 
 
@@ -89,8 +96,10 @@ def test_no_import_cycle_among_gpunet_modules():
     """Over every module under gpunet/, the floor on top included."""
     modules = _modules("gpunet")
     known = frozenset(modules)
-    graph = {name: sorted({t for t, _ in _imports(name, path, known) if t in modules and t != name})
-             for name, path in modules.items()}
+    graph = {
+        name: sorted({t for t, _ in _imports(name, path, known) if t in modules and t != name})
+        for name, path in modules.items()
+    }
     cycles = []
     state: dict[str, str] = {}  # "open" while on the path, "done" after
 
@@ -98,9 +107,9 @@ def test_no_import_cycle_among_gpunet_modules():
         state[name] = "open"
         for t in graph[name]:
             if state.get(t) == "open":
-                cycles.append(" -> ".join(path[path.index(t):] + [t]))
+                cycles.append(" -> ".join([*path[path.index(t) :], t]))
             elif t not in state:
-                visit(t, path + [t])
+                visit(t, [*path, t])
         state[name] = "done"
 
     for name in graph:

@@ -148,11 +148,15 @@ def test_constants_are_the_limits_the_sdk_uses() -> None:
 def test_the_worker_protocol_takes_its_bounds_from_the_idl() -> None:
     job = JobSpec(command=["true"])
     peers = [f"10.0.0.{i}:29500" for i in range(limits.MAX_LEASE_NODES)]
-    ok = Dispatch(lease=str(PROGRAM_ID), gpus=limits.MAX_GPUS_PER_NODE, job=job,
-                  world_size=limits.MAX_LEASE_NODES, peers=peers)
+    ok = Dispatch(
+        lease=str(PROGRAM_ID), gpus=limits.MAX_GPUS_PER_NODE, job=job, world_size=limits.MAX_LEASE_NODES, peers=peers
+    )
     assert (ok.gpus, ok.world_size) == (limits.MAX_GPUS_PER_NODE, limits.MAX_LEASE_NODES)
-    for too_many in ({"gpus": limits.MAX_GPUS_PER_NODE + 1}, {"world_size": limits.MAX_LEASE_NODES + 1},
-                     {"peers": [*peers, "10.0.0.99:29500"]}):
+    for too_many in (
+        {"gpus": limits.MAX_GPUS_PER_NODE + 1},
+        {"world_size": limits.MAX_LEASE_NODES + 1},
+        {"peers": [*peers, "10.0.0.99:29500"]},
+    ):
         with pytest.raises(ValueError):
             Dispatch(**{"lease": str(PROGRAM_ID), "gpus": 1, "job": job, **too_many})
 

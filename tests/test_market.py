@@ -14,8 +14,16 @@ from gpunet.market import reach
 H100, A100, US_EAST, EU_WEST = 1, 3, 1, 3
 
 
-def _node(gpus: int = 1, model: int = H100, vram: int = 80, region: int = US_EAST, price: int = 2 * IO,
-          leased: int = 0, jailed: bool = False, draining: bool = False) -> tuple[Pubkey, SimpleNamespace]:
+def _node(
+    gpus: int = 1,
+    model: int = H100,
+    vram: int = 80,
+    region: int = US_EAST,
+    price: int = 2 * IO,
+    leased: int = 0,
+    jailed: bool = False,
+    draining: bool = False,
+) -> tuple[Pubkey, SimpleNamespace]:
     key = Pubkey.new_unique()
     spec = SimpleNamespace(gpu_model=model, gpu_count=gpus, vram_gb=vram, region=region, price_per_gpu_hour=price)
     return key, SimpleNamespace(node_key=key, spec=spec, gpus_leased=leased, jailed=jailed, draining=draining)

@@ -63,7 +63,9 @@ def test_pdas_use_the_program_seeds() -> None:
     assert stake_vault_pda(provider) == Pubkey.find_program_address([b"stake_vault", bytes(provider)], PROGRAM_ID)[0]
     assert node_pda(wallet) == Pubkey.find_program_address([b"node", bytes(wallet)], PROGRAM_ID)[0]
     lease = lease_pda(wallet, 258)
-    assert lease == Pubkey.find_program_address([b"lease", bytes(wallet), bytes([2, 1, 0, 0, 0, 0, 0, 0])], PROGRAM_ID)[0]
+    assert (
+        lease == Pubkey.find_program_address([b"lease", bytes(wallet), bytes([2, 1, 0, 0, 0, 0, 0, 0])], PROGRAM_ID)[0]
+    )
     assert lease_vault_pda(lease) == Pubkey.find_program_address([b"lease_vault", bytes(lease)], PROGRAM_ID)[0]
     assert lease_pda(wallet, 1) != lease_pda(wallet, 2)
     with pytest.raises(ValueError, match="u64"):
@@ -90,7 +92,9 @@ def test_keypair_files_round_trip_owner_only_and_never_overwrite(tmp_path: Path)
         (json.dumps([300] * 64), "64 numbers"),
     ],
 )
-def test_bad_keypair_files_say_what_is_wrong_without_showing_content(tmp_path: Path, content: str | None, expected: str) -> None:
+def test_bad_keypair_files_say_what_is_wrong_without_showing_content(
+    tmp_path: Path, content: str | None, expected: str
+) -> None:
     path = tmp_path / "id.json"
     if content is not None:
         path.write_text(content)

@@ -114,9 +114,16 @@ class Agent:
         self.shares: dict[str, _Share] = {}  # lease -> its share of this node
         self.usage_period_seconds = settings.usage_period_seconds
         self.engine = find_container_engine()
-        self.session = Session(settings.gateway_url, node, simulated=self.simulated, hello=self.hello,
-                               heartbeat=self.heartbeat, on_welcome=self.on_welcome, handle=self.handle,
-                               backoff=Backoff(settings.reconnect_base_seconds, settings.reconnect_cap_seconds))
+        self.session = Session(
+            settings.gateway_url,
+            node,
+            simulated=self.simulated,
+            hello=self.hello,
+            heartbeat=self.heartbeat,
+            on_welcome=self.on_welcome,
+            handle=self.handle,
+            backoff=Backoff(settings.reconnect_base_seconds, settings.reconnect_cap_seconds),
+        )
         # periods a crash left open are closed at their last journaled instant, before anything else
         recovered = recover_open_periods(self.journal, node, self.simulated)
         if recovered:
@@ -154,15 +161,26 @@ class Agent:
     # --- what the session asks for
 
     def hello(self) -> Hello:
-        return Hello(simulated=self.simulated, version=PROTOCOL_VERSION, node_key=str(self.node.pubkey()),
-                     inventory=self.inventory)
+        return Hello(
+            simulated=self.simulated,
+            version=PROTOCOL_VERSION,
+            node_key=str(self.node.pubkey()),
+            inventory=self.inventory,
+        )
 
     def heartbeat(self) -> Heartbeat:
         samples = self.gpus.sample()
         held = {lease: share for lease, share in self.shares.items() if not share.released}
-        running = [lease for lease, share in held.items() if share.runner is not None and share.runner.state == "running"]
-        return Heartbeat(simulated=self.simulated, healthy=all(s.healthy for s in samples), gpus=samples,
-                         running=running, held=list(held))
+        running = [
+            lease for lease, share in held.items() if share.runner is not None and share.runner.state == "running"
+        ]
+        return Heartbeat(
+            simulated=self.simulated,
+            healthy=all(s.healthy for s in samples),
+            gpus=samples,
+            running=running,
+            held=list(held),
+        )
 
     def on_welcome(self, welcome: Welcome) -> list[BaseModel]:
         self.usage_period_seconds = welcome.usage_period_seconds
@@ -212,7 +230,9 @@ class Agent:
         elif d.job_number < current:
             error = f"job {d.job_number} is older than job {current}, which this node has for this lease"
         elif d.job_number > current and share.job_running:
-            error = f"job {current} of this lease still runs on this node; job {d.job_number} may start once it has ended"
+            error = (
+                f"job {current} of this lease still runs on this node; job {d.job_number} may start once it has ended"
+            )
         else:
             error = None
         if error is not None:
@@ -231,21 +251,30 @@ class Agent:
         """The first dispatch of a lease: the node takes its share (billed from now) and runs the job."""
         samples = {s.uuid: s for s in self.gpus.sample()}
         busy = {uuid for share in self.shares.values() for uuid in share.gpu_uuids}
-        free = [g.uuid for g in self.inventory.gpus if g.uuid not in busy and samples.get(g.uuid, None) is not None
-                and samples[g.uuid].healthy]
+        free = [
+            g.uuid
+            for g in self.inventory.gpus
+            if g.uuid not in busy and samples.get(g.uuid, None) is not None and samples[g.uuid].healthy
+        ]
         if d.gpus > len(free):
             self._refuse("dispatch", d.lease, f"{d.gpus} GPUs asked for, {len(free)} free and healthy on this node")
             return
         uuids = free[: d.gpus]
-        meter = LeaseMeter(self.journal, self.node, d.lease, d.gpus, self.usage_period_seconds, self.simulated,
-                           ends_at=d.ends_at)
+        meter = LeaseMeter(
+            self.journal, self.node, d.lease, d.gpus, self.usage_period_seconds, self.simulated, ends_at=d.ends_at
+        )
         share = self.shares[d.lease] = _Share(d, uuids, meter)
         self._send_all(meter.hold(time.time()))
         if not d.job_ended:
             self._start_job(share)
         self.session.send(Ack(simulated=self.simulated, of="dispatch", lease=d.lease))
-        log.info("share.taken lease=%s gpus=%s job=%d%s", d.lease, ",".join(uuids), d.job_number,
-                 " (ended)" if d.job_ended else "")
+        log.info(
+            "share.taken lease=%s gpus=%s job=%d%s",
+            d.lease,
+            ",".join(uuids),
+            d.job_number,
+            " (ended)" if d.job_ended else "",
+        )
 
     def _supersede(self, share: _Share, d: Dispatch) -> None:
         """One job, one place: this node still holds a share of the lease from an earlier assignment
@@ -265,9 +294,15 @@ class Agent:
 
     def _start_job(self, share: _Share) -> None:
         d = share.dispatch
-        runner = JobRunner(d, share.gpu_uuids, JobDirs.of(self.settings.state_dir, d), simulated=self.simulated,
-                           send=self.session.send, grace_seconds=self.settings.stop_grace_seconds,
-                           container_engine=self.engine)
+        runner = JobRunner(
+            d,
+            share.gpu_uuids,
+            JobDirs.of(self.settings.state_dir, d),
+            simulated=self.simulated,
+            send=self.session.send,
+            grace_seconds=self.settings.stop_grace_seconds,
+            container_engine=self.engine,
+        )
         share.runner = runner
         share.task = asyncio.create_task(self._run_job(d.lease, share, runner))
         log.info("job.started lease=%s job=%d", d.lease, d.job_number)
@@ -275,8 +310,13 @@ class Agent:
     async def _run_job(self, lease: str, share: _Share, runner: JobRunner) -> None:
         try:
             final = await runner.run()
-            log.info("job.ended lease=%s job=%d state=%s exit_code=%s", lease, runner.dispatch.job_number,
-                     final.state, final.exit_code)
+            log.info(
+                "job.ended lease=%s job=%d state=%s exit_code=%s",
+                lease,
+                runner.dispatch.job_number,
+                final.state,
+                final.exit_code,
+            )
         finally:
             self._send_checkpoint(lease, share)  # the last one, written just before the job ended
             if share.released and self.shares.get(lease) is share:
@@ -347,5 +387,6 @@ class Agent:
             log.warning("checkpoint.kept_local lease=%s reason=%s", lease, e)
             return
         if files:
-            self.session.send(Checkpoint(simulated=self.simulated, lease=lease, files=files,
-                                         epoch=share.dispatch.epoch))
+            self.session.send(
+                Checkpoint(simulated=self.simulated, lease=lease, files=files, epoch=share.dispatch.epoch)
+            )

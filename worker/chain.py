@@ -51,8 +51,15 @@ async def fetch_node(client: AsyncClient, node_key: Pubkey) -> NodeRecord | None
 def _share(lease: str, state: Any, node_key: Pubkey) -> LeaseShare | None:
     for a in state.assignments[: state.node_count]:
         if a.node_key == node_key:
-            return LeaseShare(lease, type(state.status).__name__, a.gpus, a.price_per_gpu_hour, a.last_seq,
-                              a.settled_until, a.gpu_seconds)
+            return LeaseShare(
+                lease,
+                type(state.status).__name__,
+                a.gpus,
+                a.price_per_gpu_hour,
+                a.last_seq,
+                a.settled_until,
+                a.gpu_seconds,
+            )
     return None
 
 
@@ -64,6 +71,9 @@ async def fetch_node_leases(client: AsyncClient, node_key: Pubkey) -> list[Lease
     Reads all Lease accounts: fine for a status command, not for a hot path."""
     response = await client.get_program_accounts(PROGRAM_ID, commitment=Confirmed, encoding="base64")
     coder = Coder(load_idl())
-    shares = [_share(str(item.pubkey), coder.accounts.decode(bytes(item.account.data)), node_key)
-              for item in response.value if bytes(item.account.data[:8]) == _LEASE_DISCRIMINATOR]
+    shares = [
+        _share(str(item.pubkey), coder.accounts.decode(bytes(item.account.data)), node_key)
+        for item in response.value
+        if bytes(item.account.data[:8]) == _LEASE_DISCRIMINATOR
+    ]
     return [share for share in shares if share is not None]

@@ -38,15 +38,29 @@ console = Console()
 errors = Console(stderr=True)
 
 
-KeypairOption = typer.Option(Path("~/.config/gpunet/node.json"), "--keypair", "-k",
-                             help="The node keypair file, or a name from `gpunet keys new-node` "
-                                  "(~/.config/gpunet/nodes/NAME.json).")
-SimulateOption = typer.Option(None, "--simulate-gpus", metavar="MODEL:COUNT:VRAM_GB",
-                              help="Simulated GPUs for a machine without an NVIDIA driver (marked simulated everywhere).")
-StateDirOption = typer.Option(None, "--state-dir", help="Journal, job and checkpoint directories "
-                                                        "[default: ~/.local/state/gpunet-worker].")
-UrlOption = typer.Option(None, "--url", "-u", envvar="GPUNET_RPC_URL", show_envvar=True,
-                         help="RPC URL or cluster name (localnet, devnet, testnet, mainnet), as for every gpunet command.")
+KeypairOption = typer.Option(
+    Path("~/.config/gpunet/node.json"),
+    "--keypair",
+    "-k",
+    help="The node keypair file, or a name from `gpunet keys new-node` (~/.config/gpunet/nodes/NAME.json).",
+)
+SimulateOption = typer.Option(
+    None,
+    "--simulate-gpus",
+    metavar="MODEL:COUNT:VRAM_GB",
+    help="Simulated GPUs for a machine without an NVIDIA driver (marked simulated everywhere).",
+)
+StateDirOption = typer.Option(
+    None, "--state-dir", help="Journal, job and checkpoint directories [default: ~/.local/state/gpunet-worker]."
+)
+UrlOption = typer.Option(
+    None,
+    "--url",
+    "-u",
+    envvar="GPUNET_RPC_URL",
+    show_envvar=True,
+    help="RPC URL or cluster name (localnet, devnet, testnet, mainnet), as for every gpunet command.",
+)
 
 
 def _fail(code: Exit, message: str) -> typer.Exit:
@@ -92,14 +106,23 @@ def run(
     gateway: str = typer.Option(None, "--gateway", help="The coordinator's worker gateway (ws:// or wss://)."),
     simulate_gpus: str = SimulateOption,
     state_dir: Path = StateDirOption,
-    url: str = typer.Option(None, "--url", "-u", envvar="GPUNET_RPC_URL", show_envvar=True,
-                            help="RPC URL or cluster name: check the node's registration at start-up."),
-    usage_period: int = typer.Option(None, "--usage-period", help="Seconds per usage report until the coordinator says."),
+    url: str = typer.Option(
+        None,
+        "--url",
+        "-u",
+        envvar="GPUNET_RPC_URL",
+        show_envvar=True,
+        help="RPC URL or cluster name: check the node's registration at start-up.",
+    ),
+    usage_period: int = typer.Option(
+        None, "--usage-period", help="Seconds per usage report until the coordinator says."
+    ),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logging."),
 ) -> None:
     """Run the agent: inventory the GPUs, connect to the coordinator, run jobs, report usage."""
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
     settings = _settings(gateway_url=gateway, state_dir=state_dir, usage_period_seconds=usage_period)
     rpc_url = _rpc_url(url) if url else None
     node = _node(keypair)
@@ -140,24 +163,29 @@ async def _check_registration(rpc_url: str, node: Keypair, inventory: Inventory,
         errors.print(f"[yellow]warning:[/] cannot read the node's registration from {rpc_url}: {e}")
         return
     if record is None:
-        errors.print(f"[yellow]warning:[/] node key {node.pubkey()} is not registered on chain "
-                     "(`gpunet node register`); the coordinator will not admit it")
+        errors.print(
+            f"[yellow]warning:[/] node key {node.pubkey()} is not registered on chain "
+            "(`gpunet node register`); the coordinator will not admit it"
+        )
         return
     registered = bytes(record.node.spec.inventory_hash)
     saved = state_dir / "inventory.registered.json"
     if registered == inventory.hash():
         saved.write_text(inventory.model_dump_json(indent=2))
         return
-    errors.print(f"[yellow]warning:[/] inventory hash {inventory.hash().hex()} differs from the registered "
-                 f"{registered.hex()}")
+    errors.print(
+        f"[yellow]warning:[/] inventory hash {inventory.hash().hex()} differs from the registered {registered.hex()}"
+    )
     if saved.exists() and (old := Inventory.model_validate_json(saved.read_text())).hash() == registered:
         for line in inventory.differences(old):
             errors.print(f"  {line}")
     elif registered == bytes(32):
         errors.print("  the node was registered without an inventory hash")
     else:
-        errors.print("  (no copy of the registered inventory here to compare fields; `gpunet worker inventory` "
-                     "prints the current one)")
+        errors.print(
+            "  (no copy of the registered inventory here to compare fields; `gpunet worker inventory` "
+            "prints the current one)"
+        )
 
 
 @app.command("inventory")
@@ -208,8 +236,13 @@ def status(
     report["leases"] = leases
     report["chain"] = asyncio.run(_chain_status(_rpc_url(url), node, leases))
     if report["chain"].get("registered"):
-        report["inventory_check"] = inventory_check(str(node.pubkey()), inv, report["inventory"].get("error"),
-                                                    report["chain"], _registered_copy(settings.state_dir))
+        report["inventory_check"] = inventory_check(
+            str(node.pubkey()),
+            inv,
+            report["inventory"].get("error"),
+            report["chain"],
+            _registered_copy(settings.state_dir),
+        )
     if json_output:
         print(json.dumps(report, indent=2))
     else:
@@ -226,19 +259,34 @@ async def _chain_status(rpc_url: str, node: Keypair, leases: dict[str, dict[str,
             # every lease listing this node on chain joins those it journaled usage for
             for share in await fetch_node_leases(client, node.pubkey()):
                 entry = leases.setdefault(share.lease, {"reports": 0, "acked": 0, "reported_gpu_seconds": 0})
-                entry |= {"status": share.status, "gpus": share.gpus, "price_per_gpu_hour": share.price_per_gpu_hour,
-                          "settled_seq": share.last_seq, "settled_gpu_seconds": share.settled_gpu_seconds,
-                          "settled_gross": share.settled_gpu_seconds * share.price_per_gpu_hour // 3600}
+                entry |= {
+                    "status": share.status,
+                    "gpus": share.gpus,
+                    "price_per_gpu_hour": share.price_per_gpu_hour,
+                    "settled_seq": share.last_seq,
+                    "settled_gpu_seconds": share.settled_gpu_seconds,
+                    "settled_gross": share.settled_gpu_seconds * share.price_per_gpu_hour // 3600,
+                }
     except (SolanaRpcException, OSError, ValueError) as e:  # shown: the local half is still worth printing
         return {"error": f"cannot read {rpc_url}: {e}"}
     return {
         "registered": True,
-        "gpu_model": gpu_model_name(spec.gpu_model), "gpu_count": spec.gpu_count, "vram_gb": spec.vram_gb,
-        "region": region_name(spec.region), "price_per_gpu_hour": spec.price_per_gpu_hour,
+        "gpu_model": gpu_model_name(spec.gpu_model),
+        "gpu_count": spec.gpu_count,
+        "vram_gb": spec.vram_gb,
+        "region": region_name(spec.region),
+        "price_per_gpu_hour": spec.price_per_gpu_hour,
         "inventory_hash": bytes(spec.inventory_hash).hex(),
-        "gpus_leased": record.node.gpus_leased, "jailed": record.node.jailed, "bonded_stake": record.node.bonded_stake,
-        "provider": {"staked": provider.staked, "bonded": provider.bonded, "unbonding": provider.unbonding,
-                     "slashed": provider.slashed, "earned": provider.earned},
+        "gpus_leased": record.node.gpus_leased,
+        "jailed": record.node.jailed,
+        "bonded_stake": record.node.bonded_stake,
+        "provider": {
+            "staked": provider.staked,
+            "bonded": provider.bonded,
+            "unbonding": provider.unbonding,
+            "slashed": provider.slashed,
+            "earned": provider.earned,
+        },
     }
 
 
@@ -257,11 +305,15 @@ def _print_status(report: dict[str, Any]) -> None:
         console.print(f"  GPUs: [red]{inv['error']}[/]")
     else:
         tag = " [yellow](simulated)[/]" if inv["simulated"] else ""
-        console.print(f"  driver {inv['driver_version']}, CUDA {inv['cuda_version']}{tag}; inventory hash {inv['hash']}")
+        console.print(
+            f"  driver {inv['driver_version']}, CUDA {inv['cuda_version']}{tag}; inventory hash {inv['hash']}"
+        )
         for g in inv["gpus"]:
-            console.print(f"  GPU {g['index']}: {g['name']} ({g['model'] or 'not listed'}), {g['vram_mib']} MiB, "
-                          f"cc {g['compute_capability']}, PCIe gen {g['pcie_gen']} x{g['pcie_width']}, {g['power_limit_w']} W  "
-                          f"[dim]{g['uuid']}[/]")
+            console.print(
+                f"  GPU {g['index']}: {g['name']} ({g['model'] or 'not listed'}), {g['vram_mib']} MiB, "
+                f"cc {g['compute_capability']}, PCIe gen {g['pcie_gen']} x{g['pcie_width']}, {g['power_limit_w']} W  "
+                f"[dim]{g['uuid']}[/]"
+            )
     chain = report["chain"]
     if "error" in chain:
         console.print(f"  registration: [red]{chain['error']}[/]")
@@ -269,21 +321,37 @@ def _print_status(report: dict[str, Any]) -> None:
         console.print("  registration: [red]not registered[/] (`gpunet node register`)")
     else:
         check = report["inventory_check"]
-        verdict = {"unread": "[yellow]not checked[/]", "no_hash_registered": "[yellow]no hash registered[/]",
-                   "matches": "[green]matches[/]", "differs": "[red]differs[/]"}[check["state"]]
-        console.print(f"  registered: {chain['gpu_count']}x {chain['gpu_model']} {chain['vram_gb']} GB in {chain['region']} at "
-                      f"{format_io(chain['price_per_gpu_hour'])}/GPU-hour; {chain['gpus_leased']} GPU(s) leased"
-                      f"{'; [red]JAILED[/]' if chain['jailed'] else ''}; inventory {verdict}")
+        verdict = {
+            "unread": "[yellow]not checked[/]",
+            "no_hash_registered": "[yellow]no hash registered[/]",
+            "matches": "[green]matches[/]",
+            "differs": "[red]differs[/]",
+        }[check["state"]]
+        console.print(
+            f"  registered: {chain['gpu_count']}x {chain['gpu_model']} {chain['vram_gb']} GB in {chain['region']} at "
+            f"{format_io(chain['price_per_gpu_hour'])}/GPU-hour; {chain['gpus_leased']} GPU(s) leased"
+            f"{'; [red]JAILED[/]' if chain['jailed'] else ''}; inventory {verdict}"
+        )
         for line in check["detail"]:
             console.print(f"    {escape(line)}", soft_wrap=True)
         p = chain["provider"]
-        console.print(f"  stake: {format_io(p['staked'])} ({format_io(p['bonded'])} bonded, {format_io(p['unbonding'])} unbonding, "
-                      f"{format_io(p['slashed'])} slashed); provider earned {format_io(p['earned'])} in total")
+        console.print(
+            f"  stake: {format_io(p['staked'])} ({format_io(p['bonded'])} bonded, "
+            f"{format_io(p['unbonding'])} unbonding, "
+            f"{format_io(p['slashed'])} slashed); provider earned {format_io(p['earned'])} in total"
+        )
     table = Table(title="leases (from the usage journal; settled figures from the chain)")
     for column in ("lease", "status", "GPUs", "reports", "acked", "GPU-s reported", "GPU-s settled", "settled (gross)"):
         table.add_column(column, justify="left" if column == "lease" else "right")
     for lease, e in report["leases"].items():
-        table.add_row(lease, e.get("status", "-"), str(e.get("gpus", "-")), str(e["reports"]), str(e["acked"]),
-                      str(e["reported_gpu_seconds"]),
-                      str(e.get("settled_gpu_seconds", "-")), format_io(e["settled_gross"]) if "settled_gross" in e else "-")
+        table.add_row(
+            lease,
+            e.get("status", "-"),
+            str(e.get("gpus", "-")),
+            str(e["reports"]),
+            str(e["acked"]),
+            str(e["reported_gpu_seconds"]),
+            str(e.get("settled_gpu_seconds", "-")),
+            format_io(e["settled_gross"]) if "settled_gross" in e else "-",
+        )
     console.print(table)

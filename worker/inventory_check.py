@@ -13,24 +13,40 @@ __all__ = ["inventory_check"]
 NO_HASH = bytes(32)
 
 
-def inventory_check(node_key: str, current: Inventory | None, read_error: str | None, chain: dict[str, Any],
-                    registered_copy: Inventory | None) -> dict[str, Any]:
+def inventory_check(
+    node_key: str,
+    current: Inventory | None,
+    read_error: str | None,
+    chain: dict[str, Any],
+    registered_copy: Inventory | None,
+) -> dict[str, Any]:
     """{"state": "unread" | "no_hash_registered" | "matches" | "differs", "detail": [lines to act on]}.
 
     `current` is what this machine sees (None, with `read_error`, when its GPUs could not be read);
     `chain` is the registration as `worker status` reads it; `registered_copy` is the inventory the
     agent saved when it last matched the chain (its fields say what changed since), if any."""
     if current is None:
-        fix = "" if "--simulate-gpus" in (read_error or "") else (
-            "; check that `nvidia-smi` lists the GPUs (the NVIDIA driver loaded), or on a machine without GPUs "
-            "pass --simulate-gpus MODEL:COUNT:VRAM_GB")
-        return {"state": "unread", "detail": [f"could not read this machine's GPUs, so nothing was compared: "
-                                               f"{read_error}{fix}"]}
+        fix = (
+            ""
+            if "--simulate-gpus" in (read_error or "")
+            else (
+                "; check that `nvidia-smi` lists the GPUs (the NVIDIA driver loaded), or on a machine without GPUs "
+                "pass --simulate-gpus MODEL:COUNT:VRAM_GB"
+            )
+        )
+        return {
+            "state": "unread",
+            "detail": [f"could not read this machine's GPUs, so nothing was compared: {read_error}{fix}"],
+        }
     update = f"`gpunet node update {node_key} --inventory-hash {current.hash().hex()}`"
     registered = bytes.fromhex(chain["inventory_hash"])
     if registered == NO_HASH:
-        return {"state": "no_hash_registered", "detail": [
-            f"the node was registered without an inventory hash; if these GPUs are the ones you offer: {update}"]}
+        return {
+            "state": "no_hash_registered",
+            "detail": [
+                f"the node was registered without an inventory hash; if these GPUs are the ones you offer: {update}"
+            ],
+        }
     if registered == current.hash():
         return {"state": "matches", "detail": []}
     detail = [f"this machine's inventory hash {current.hash().hex()}, registered {registered.hex()}"]
@@ -50,5 +66,7 @@ def _spec_differences(current: Inventory, chain: dict[str, Any]) -> list[str]:
     now = ", ".join(f"{n}x {model}" for model, n in sorted(seen.items()))
     if seen != Counter({chain["gpu_model"]: chain["gpu_count"]}):
         return [f"registered {registered}, this machine has {now}"]
-    return [f"the same GPUs as registered ({registered}) but other details differ (driver, CUDA, UUIDs, PCIe or power "
-            "limits; no copy of the registered inventory is here to say which: the agent keeps one once it matches)"]
+    return [
+        f"the same GPUs as registered ({registered}) but other details differ (driver, CUDA, UUIDs, PCIe or power "
+        "limits; no copy of the registered inventory is here to say which: the agent keeps one once it matches)"
+    ]

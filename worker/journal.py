@@ -36,8 +36,14 @@ class OpenPeriod:
 
 
 def _progress(period: OpenPeriod) -> dict[str, Any]:
-    return {"kind": "progress", "lease": period.lease, "gpus": period.gpus, "period_start": period.period_start,
-            "until": period.until, "run_seconds": period.run_seconds}
+    return {
+        "kind": "progress",
+        "lease": period.lease,
+        "gpus": period.gpus,
+        "period_start": period.period_start,
+        "until": period.until,
+        "run_seconds": period.run_seconds,
+    }
 
 
 class Journal:
@@ -58,12 +64,13 @@ class Journal:
         self._load(repair=True)
         if self._superseded:
             self._compact()
-        self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 (held for the agent's life)
+        self._file = open(path, "a", encoding="utf-8")
 
     def _compact(self) -> None:
         """Rewrites the journal with only what its state needs; atomic (rename) and durable (fsync)."""
-        records: list[dict[str, Any]] = [{"kind": "report", "message": m.model_dump(mode="json")}
-                                         for _, m in sorted(self.reports.items())]
+        records: list[dict[str, Any]] = [
+            {"kind": "report", "message": m.model_dump(mode="json")} for _, m in sorted(self.reports.items())
+        ]
         records += [{"kind": "ack", "lease": lease, "seq": seq} for lease, seq in sorted(self.acked)]
         records += [_progress(p) for p in self.open_periods.values()]
         tmp = self.path.with_suffix(".compact")
@@ -108,7 +115,9 @@ class Journal:
         elif kind == "ack":
             self.acked.add((record["lease"], record["seq"]))
         elif kind == "progress":
-            period = OpenPeriod(record["lease"], record["gpus"], record["period_start"], record["until"], record["run_seconds"])
+            period = OpenPeriod(
+                record["lease"], record["gpus"], record["period_start"], record["until"], record["run_seconds"]
+            )
             self._superseded += period.lease in self.open_periods
             self.open_periods[period.lease] = period
         elif kind == "closed":

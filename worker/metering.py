@@ -30,11 +30,20 @@ __all__ = ["LeaseMeter", "recover_open_periods", "sign_report"]
 
 def sign_report(node: Keypair, lease: str, report: UsageReport, simulated: bool) -> UsageReportMessage:
     signature = Signature.from_bytes(report.signature(Pubkey.from_string(lease), node))
-    return UsageReportMessage(simulated=simulated, lease=lease, seq=report.seq, period_start=report.period_start,
-                              period_end=report.period_end, gpu_seconds=report.gpu_seconds, signature=str(signature))
+    return UsageReportMessage(
+        simulated=simulated,
+        lease=lease,
+        seq=report.seq,
+        period_start=report.period_start,
+        period_end=report.period_end,
+        gpu_seconds=report.gpu_seconds,
+        signature=str(signature),
+    )
 
 
-def _report(journal: Journal, node: Keypair, period: OpenPeriod, end: int, simulated: bool) -> UsageReportMessage | None:
+def _report(
+    journal: Journal, node: Keypair, period: OpenPeriod, end: int, simulated: bool
+) -> UsageReportMessage | None:
     """Journals the report of `period` closed at `end` (None and a 'closed' record when it billed nothing).
     `period.run_seconds` are the seconds the share was held in it."""
     # Whole seconds only: the coordinator checks a report against the whole seconds it saw the
@@ -65,8 +74,16 @@ class LeaseMeter:
     the lease's end moves, `release(now)` when the coordinator releases the share (or the agent
     stops). Each returns the reports it journaled, to be sent."""
 
-    def __init__(self, journal: Journal, node: Keypair, lease: str, gpus: int, period_seconds: int, simulated: bool,
-                 ends_at: int | None = None) -> None:
+    def __init__(
+        self,
+        journal: Journal,
+        node: Keypair,
+        lease: str,
+        gpus: int,
+        period_seconds: int,
+        simulated: bool,
+        ends_at: int | None = None,
+    ) -> None:
         self.journal, self.node, self.lease, self.gpus = journal, node, lease, gpus
         self.period_seconds, self.simulated, self.ends_at = period_seconds, simulated, ends_at
         self._period: OpenPeriod | None = None  # the open period, as last journaled (None: not billing now)

@@ -84,17 +84,19 @@ class NvmlGpus:
                 model = ""  # listed, but leases cannot ask for it by model
             major, minor = n.nvmlDeviceGetCudaComputeCapability(handle)
             power_mw = self._optional(n.nvmlDeviceGetPowerManagementLimit, handle)
-            gpus.append(GpuInfo(
-                index=index,
-                uuid=_text(n.nvmlDeviceGetUUID(handle)),
-                name=name,
-                model=model,
-                vram_mib=n.nvmlDeviceGetMemoryInfo(handle).total // MIB,
-                compute_capability=f"{major}.{minor}",
-                pcie_gen=self._optional(n.nvmlDeviceGetMaxPcieLinkGeneration, handle) or 0,
-                pcie_width=self._optional(n.nvmlDeviceGetMaxPcieLinkWidth, handle) or 0,
-                power_limit_w=(power_mw or 0) // 1000,
-            ))
+            gpus.append(
+                GpuInfo(
+                    index=index,
+                    uuid=_text(n.nvmlDeviceGetUUID(handle)),
+                    name=name,
+                    model=model,
+                    vram_mib=n.nvmlDeviceGetMemoryInfo(handle).total // MIB,
+                    compute_capability=f"{major}.{minor}",
+                    pcie_gen=self._optional(n.nvmlDeviceGetMaxPcieLinkGeneration, handle) or 0,
+                    pcie_width=self._optional(n.nvmlDeviceGetMaxPcieLinkWidth, handle) or 0,
+                    power_limit_w=(power_mw or 0) // 1000,
+                )
+            )
         return Inventory(
             driver_version=_text(n.nvmlSystemGetDriverVersion()),
             cuda_version=f"{cuda // 1000}.{cuda % 1000 // 10}",
@@ -107,9 +109,12 @@ class NvmlGpus:
             count = self._nvml.nvmlDeviceGetCount()
         except self._nvml.NVMLError as e:
             return [GpuTelemetry(uuid=g.uuid, healthy=False, problems=[f"NVML: {e}"]) for g in self._inventory.gpus]
-        return [self._sample(gpu) if gpu.index < count
-                else GpuTelemetry(uuid=gpu.uuid, healthy=False, problems=["GPU disappeared (NVML lists fewer GPUs)"])
-                for gpu in self._inventory.gpus]
+        return [
+            self._sample(gpu)
+            if gpu.index < count
+            else GpuTelemetry(uuid=gpu.uuid, healthy=False, problems=["GPU disappeared (NVML lists fewer GPUs)"])
+            for gpu in self._inventory.gpus
+        ]
 
     def _sample(self, gpu: GpuInfo) -> GpuTelemetry:
         n = self._nvml
@@ -117,8 +122,12 @@ class NvmlGpus:
             handle = n.nvmlDeviceGetHandleByIndex(gpu.index)
             uuid = _text(n.nvmlDeviceGetUUID(handle))
             if uuid != gpu.uuid:
-                return GpuTelemetry(uuid=gpu.uuid, healthy=False, problems=[f"GPU disappeared (index {gpu.index} is now {uuid})"])
-            ecc = self._optional(n.nvmlDeviceGetTotalEccErrors, handle, n.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, n.NVML_VOLATILE_ECC)
+                return GpuTelemetry(
+                    uuid=gpu.uuid, healthy=False, problems=[f"GPU disappeared (index {gpu.index} is now {uuid})"]
+                )
+            ecc = self._optional(
+                n.nvmlDeviceGetTotalEccErrors, handle, n.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, n.NVML_VOLATILE_ECC
+            )
             reasons = self._optional(self._clock_event_reasons, handle) or 0
             power_mw = self._optional(n.nvmlDeviceGetPowerUsage, handle)
             sample = GpuTelemetry(

@@ -62,9 +62,18 @@ class JobRunner:
     """One job of a lease (its number is the dispatch's). `send` gets JobStatus/JobLog messages.
     Billing is the share's, not the job's: nothing here meters."""
 
-    def __init__(self, dispatch: Dispatch, gpu_uuids: list[str], dirs: JobDirs, *, simulated: bool,
-                 send: Callable[[BaseModel], None], grace_seconds: float = 10.0, restart_delay: float = 1.0,
-                 container_engine: str | None = None) -> None:
+    def __init__(
+        self,
+        dispatch: Dispatch,
+        gpu_uuids: list[str],
+        dirs: JobDirs,
+        *,
+        simulated: bool,
+        send: Callable[[BaseModel], None],
+        grace_seconds: float = 10.0,
+        restart_delay: float = 1.0,
+        container_engine: str | None = None,
+    ) -> None:
         self.dispatch, self.spec, self.gpu_uuids, self.dirs = dispatch, dispatch.job, gpu_uuids, dirs
         self.simulated, self._send = simulated, send
         self.grace_seconds, self.restart_delay, self.engine = grace_seconds, restart_delay, container_engine
@@ -80,17 +89,27 @@ class JobRunner:
 
     def _status(self, state: JobState, exit_code: int | None = None, detail: str = "") -> JobStatus:
         self.state = state
-        status = JobStatus(simulated=self.simulated, lease=self.dispatch.lease, job_number=self.dispatch.job_number,
-                           state=state, exit_code=exit_code, restarts=self.restarts, detail=detail[:MAX_LINE],
-                           epoch=self.dispatch.epoch)
+        status = JobStatus(
+            simulated=self.simulated,
+            lease=self.dispatch.lease,
+            job_number=self.dispatch.job_number,
+            state=state,
+            exit_code=exit_code,
+            restarts=self.restarts,
+            detail=detail[:MAX_LINE],
+            epoch=self.dispatch.epoch,
+        )
         self._send(status)
         return status
 
     async def run(self) -> JobStatus:
         """Runs the job to its end (success, failure, time limit or cancel); returns the final status."""
         if self.spec.image is not None and self.engine is None:
-            return self._status("refused", detail=f"the job names image {self.spec.image!r} but neither docker nor "
-                                                  "podman is installed on this node")
+            return self._status(
+                "refused",
+                detail=f"the job names image {self.spec.image!r} but neither docker nor "
+                "podman is installed on this node",
+            )
         for d in (self.dirs.workdir, self.dirs.checkpoint):
             d.mkdir(parents=True, exist_ok=True)
         try:
@@ -110,9 +129,16 @@ class JobRunner:
             argv = self._argv()
             try:
                 process = await asyncio.create_subprocess_exec(
-                    *argv, cwd=self.dirs.workdir, env=self._env(), stdin=asyncio.subprocess.DEVNULL,
-                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-                    start_new_session=True, preexec_fn=_die_with_agent, limit=2 * MAX_LINE)
+                    *argv,
+                    cwd=self.dirs.workdir,
+                    env=self._env(),
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.PIPE,
+                    start_new_session=True,
+                    preexec_fn=_die_with_agent,
+                    limit=2 * MAX_LINE,
+                )
             except OSError as e:
                 return self._status("failed", detail=f"cannot start {argv[0]!r}: {e.strerror or e}")
             self._status("running")
@@ -133,8 +159,10 @@ class JobRunner:
                 pass
 
     async def _supervise(self, process: asyncio.subprocess.Process, deadline: float | None) -> tuple[str, int]:
-        readers = [asyncio.create_task(self._stream(process.stdout, "stdout")),
-                   asyncio.create_task(self._stream(process.stderr, "stderr"))]
+        readers = [
+            asyncio.create_task(self._stream(process.stdout, "stdout")),
+            asyncio.create_task(self._stream(process.stderr, "stderr")),
+        ]
         exited = asyncio.create_task(process.wait())
         cancelled = asyncio.create_task(self._cancelled.wait())
         timeout = None if deadline is None else max(0.0, deadline - asyncio.get_running_loop().time())
@@ -154,8 +182,13 @@ class JobRunner:
         done, _ = await asyncio.wait({exited}, timeout=self.grace_seconds)
         if not done:
             if self.spec.image is not None and self.engine:
-                kill = await asyncio.create_subprocess_exec(self.engine, "kill", self._container,
-                                                            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+                kill = await asyncio.create_subprocess_exec(
+                    self.engine,
+                    "kill",
+                    self._container,
+                    stdout=asyncio.subprocess.DEVNULL,
+                    stderr=asyncio.subprocess.DEVNULL,
+                )
                 await kill.wait()
             self._signal(process, signal.SIGKILL)
             await exited
@@ -180,13 +213,27 @@ class JobRunner:
             self._log(stream, raw.decode("utf-8", "replace").rstrip("\r\n")[:MAX_LINE])
 
     def _log(self, stream: str, line: str) -> None:
-        self._send(JobLog(simulated=self.simulated, lease=self.dispatch.lease, job_number=self.dispatch.job_number,
-                          stream=stream, line=line, epoch=self.dispatch.epoch))  # type: ignore[arg-type]
+        self._send(
+            JobLog(
+                simulated=self.simulated,
+                lease=self.dispatch.lease,
+                job_number=self.dispatch.job_number,
+                stream=stream,
+                line=line,
+                epoch=self.dispatch.epoch,
+            )
+        )  # type: ignore[arg-type]
 
     def _contract_env(self, checkpoint: str, workdir: str) -> dict[str, str]:
         d = self.dispatch
-        env = {"GPUNET_LEASE": d.lease, "GPUNET_CHECKPOINT_DIR": checkpoint, "GPUNET_WORKDIR": workdir,
-               "RANK": str(d.rank), "WORLD_SIZE": str(d.world_size), "LOCAL_RANK": "0"}
+        env = {
+            "GPUNET_LEASE": d.lease,
+            "GPUNET_CHECKPOINT_DIR": checkpoint,
+            "GPUNET_WORKDIR": workdir,
+            "RANK": str(d.rank),
+            "WORLD_SIZE": str(d.world_size),
+            "LOCAL_RANK": "0",
+        }
         if d.peers:
             host, _, port = d.peers[0].rpartition(":")
             env |= {"MASTER_ADDR": host.strip("[]"), "MASTER_PORT": port, "GPUNET_PEERS": ",".join(d.peers)}
@@ -197,23 +244,39 @@ class JobRunner:
         base = {k: os.environ[k] for k in ("PATH", "LANG", "LC_ALL", "TZ") if k in os.environ}
         if self.spec.image is not None:
             return base  # the container gets its env through -e flags
-        return base | {"HOME": str(self.dirs.workdir), "CUDA_VISIBLE_DEVICES": ",".join(self.gpu_uuids)} \
-            | self.spec.env | self._contract_env(str(self.dirs.checkpoint), str(self.dirs.workdir))
+        return (
+            base
+            | {"HOME": str(self.dirs.workdir), "CUDA_VISIBLE_DEVICES": ",".join(self.gpu_uuids)}
+            | self.spec.env
+            | self._contract_env(str(self.dirs.checkpoint), str(self.dirs.workdir))
+        )
 
     def _argv(self) -> list[str]:
         if self.spec.image is None:
             return list(self.spec.command)
         assert self.engine is not None
-        argv = [self.engine, "run", "--rm", "--init", "--name", self._container,
-                "-v", f"{self.dirs.workdir}:/work", "-v", f"{self.dirs.checkpoint}:/checkpoint", "-w", "/work"]
+        argv = [
+            self.engine,
+            "run",
+            "--rm",
+            "--init",
+            "--name",
+            self._container,
+            "-v",
+            f"{self.dirs.workdir}:/work",
+            "-v",
+            f"{self.dirs.checkpoint}:/checkpoint",
+            "-w",
+            "/work",
+        ]
         if not self.simulated:
             if Path(self.engine).name == "podman":  # CDI device names
                 argv += [arg for uuid in self.gpu_uuids for arg in ("--device", f"nvidia.com/gpu={uuid}")]
             else:
-                argv += ["--gpus", f"\"device={','.join(self.gpu_uuids)}\""]
+                argv += ["--gpus", f'"device={",".join(self.gpu_uuids)}"']
         for name, value in (self.spec.env | self._contract_env("/checkpoint", "/work")).items():
             argv += ["-e", f"{name}={value}"]
-        return argv + [self.spec.image, *self.spec.command]
+        return [*argv, self.spec.image, *self.spec.command]
 
     def _fetch_inputs(self) -> None:
         for item in self.spec.inputs:

@@ -57,8 +57,11 @@ HANDSHAKE_TIMEOUT = 15.0
 # gateway waits on.
 MAX_QUEUED_LOG_LINES = 10_000
 RECORDED = (JobStatus, JobLog, Checkpoint)
-_CLOSE_REASONS = {CLOSE_MALFORMED: "malformed message", CLOSE_UNAUTHORISED: "unauthorised",
-                  CLOSE_VERSION_MISMATCH: "protocol version mismatch"}
+_CLOSE_REASONS = {
+    CLOSE_MALFORMED: "malformed message",
+    CLOSE_UNAUTHORISED: "unauthorised",
+    CLOSE_VERSION_MISMATCH: "protocol version mismatch",
+}
 
 
 class Backoff:
@@ -86,10 +89,19 @@ class Session:
     (the journal's unacked usage reports); `handle(message)` gets each valid coordinator
     message. Invalid ones are refused here with an ack naming the error."""
 
-    def __init__(self, url: str, node: Keypair, *, simulated: bool, hello: Callable[[], Hello],
-                 heartbeat: Callable[[], Heartbeat], on_welcome: Callable[[Welcome], list[BaseModel]],
-                 handle: Callable[[Any], Awaitable[None]], backoff: Backoff | None = None,
-                 resend_after: float = 1.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        node: Keypair,
+        *,
+        simulated: bool,
+        hello: Callable[[], Hello],
+        heartbeat: Callable[[], Heartbeat],
+        on_welcome: Callable[[Welcome], list[BaseModel]],
+        handle: Callable[[Any], Awaitable[None]],
+        backoff: Backoff | None = None,
+        resend_after: float = 1.0,
+    ) -> None:
         self.url, self.node, self.simulated = url, node, simulated
         self._hello, self._heartbeat, self._on_welcome, self._handle = hello, heartbeat, on_welcome, handle
         self.backoff = backoff or Backoff()
@@ -141,8 +153,12 @@ class Session:
         if self._resend is not None:
             self._resend.cancel()
         self.holding = True
-        log.info("session.holding resend_from=%d in_seconds=%.1f unconfirmed=%d", resend_from,
-                 self._resend_delay, self.unconfirmed)
+        log.info(
+            "session.holding resend_from=%d in_seconds=%.1f unconfirmed=%d",
+            resend_from,
+            self._resend_delay,
+            self.unconfirmed,
+        )
         self._resend = asyncio.get_running_loop().call_later(self._resend_delay, self._send_unconfirmed_again)
         self._resend_delay = min(self._resend_delay * 2, 10.0)  # soon after the database is back
 
@@ -206,8 +222,11 @@ class Session:
         return welcome
 
     async def _serve(self, ws: ClientConnection, welcome: Welcome) -> None:
-        tasks = [asyncio.create_task(self._receive(ws)), asyncio.create_task(self._deliver(ws)),
-                 asyncio.create_task(self._beat(ws))]
+        tasks = [
+            asyncio.create_task(self._receive(ws)),
+            asyncio.create_task(self._deliver(ws)),
+            asyncio.create_task(self._beat(ws)),
+        ]
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
             for task in done:

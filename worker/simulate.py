@@ -32,8 +32,20 @@ class SimulatedGpus:
             driver_version="simulated",
             cuda_version="simulated",
             simulated=True,
-            gpus=[GpuInfo(index=i, uuid=uuid(i), name=f"Simulated {model}", model=model, vram_mib=vram_gb * 1024,
-                          compute_capability="0.0", pcie_gen=0, pcie_width=0, power_limit_w=0) for i in range(count)],
+            gpus=[
+                GpuInfo(
+                    index=i,
+                    uuid=uuid(i),
+                    name=f"Simulated {model}",
+                    model=model,
+                    vram_mib=vram_gb * 1024,
+                    compute_capability="0.0",
+                    pcie_gen=0,
+                    pcie_width=0,
+                    power_limit_w=0,
+                )
+                for i in range(count)
+            ],
         )
 
     @classmethod
@@ -50,15 +62,27 @@ class SimulatedGpus:
         except ValueError:
             raise SimulationSpecError(f"--simulate-gpus {spec!r}: COUNT and VRAM_GB must be whole numbers") from None
         if not (1 <= count <= MAX_GPUS_PER_NODE and 1 <= vram_gb <= 4096):
-            raise SimulationSpecError(f"--simulate-gpus {spec!r}: COUNT must be 1-{MAX_GPUS_PER_NODE} and VRAM_GB 1-4096")
+            raise SimulationSpecError(
+                f"--simulate-gpus {spec!r}: COUNT must be 1-{MAX_GPUS_PER_NODE} and VRAM_GB 1-4096"
+            )
         return cls(model, count, vram_gb, node_key)
 
     def inventory(self) -> Inventory:
         return self._inventory
 
     def sample(self) -> list[GpuTelemetry]:
-        return [GpuTelemetry(uuid=g.uuid, healthy=True, utilization_pct=0, memory_used_mib=0, temperature_c=40,
-                             power_w=0.0, ecc_uncorrected=0) for g in self._inventory.gpus]
+        return [
+            GpuTelemetry(
+                uuid=g.uuid,
+                healthy=True,
+                utilization_pct=0,
+                memory_used_mib=0,
+                temperature_c=40,
+                power_w=0.0,
+                ecc_uncorrected=0,
+            )
+            for g in self._inventory.gpus
+        ]
 
     def close(self) -> None:
         pass

@@ -21,11 +21,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "coordinator"))
 
-from harness import JOB, PRICE, deployment, summary, until  # noqa: E402
+from harness import JOB, PRICE, deployment, summary, until
 
-from gpunet.accounts import fetch  # noqa: E402
-from gpunet.history import transactions_of  # noqa: E402
-from gpunet.protocol import JobSpec  # noqa: E402
+from gpunet.accounts import fetch
+from gpunet.history import transactions_of
+from gpunet.protocol import JobSpec
 
 
 async def main(leases: int, kill_fraction: float, seed: int) -> None:
@@ -35,7 +35,9 @@ async def main(leases: int, kill_fraction: float, seed: int) -> None:
     async with deployment() as dep:
         await dep.add_nodes(leases + kills, gpus=1)
         opened = [(await dep.open(1, 45, spec, gpus_per_node=None))[0] for _ in range(leases)]
-        placements = [(await until(lambda lease=lease: _placed(dep, lease), 60, "placement"))["nodes"][0] for lease in opened]
+        placements = [
+            (await until(lambda lease=lease: _placed(dep, lease), 60, "placement"))["nodes"][0] for lease in opened
+        ]
         await until(lambda: _all_running(dep, opened), 60, "every job running")
         victims = rng.sample(range(leases), kills)
         recoveries: list[float] = []
@@ -66,8 +68,10 @@ async def main(leases: int, kill_fraction: float, seed: int) -> None:
     print(f"checkpointing jobs completed: {completed}/{leases}")
     print(f"time to recover (kill -> running elsewhere): {summary(recoveries)}")
     print(f"conservation: {leases - misses}/{leases} leases balance; base units mis-settled: {mis_settled}")
-    print("target: every job completes, 0 mis-settled -> " + ("met" if completed == leases and not misses and not mis_settled
-                                                              else "NOT met"))
+    print(
+        "target: every job completes, 0 mis-settled -> "
+        + ("met" if completed == leases and not misses and not mis_settled else "NOT met")
+    )
 
 
 async def _placed(dep, lease):

@@ -17,15 +17,16 @@ import argparse
 import asyncio
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness import JOB, deployment, summary, until  # noqa: E402
+from harness import JOB, deployment, summary, until
 
-from gpunet.protocol import JobSpec  # noqa: E402
+from gpunet.protocol import JobSpec
 
 
 async def main(trials: int, lost_after: float) -> None:
@@ -36,17 +37,21 @@ async def main(trials: int, lost_after: float) -> None:
         await dep.add_nodes(2 + trials, gpus=1)
         for t in range(trials):
             lease, _ = await dep.open(2, 600, spec, gpus_per_node=1)
-            placed = (await until(lambda: _placed(dep, lease), 60, "placement"))["nodes"]
-            await until(lambda: _running(dep, lease, set(placed)), 60, "running on both")
+            placed = (await until(partial(_placed, dep, lease), 60, "placement"))["nodes"]
+            await until(partial(_running, dep, lease, set(placed)), 60, "running on both")
             dep.node(placed[0]).worker.kill()
             killed = time.time()
-            await until(lambda: _running_elsewhere(dep, lease, set(placed)), 60 + lost_after, "running on a replacement")
+            await until(
+                partial(_running_elsewhere, dep, lease, set(placed)), 60 + lost_after, "running on a replacement"
+            )
             running = time.time()
             detectable = await _last_heartbeat(dep, placed[0]) + lost_after
             times.append(running - killed)
             after_detection.append(running - detectable)
-            print(f"trial {t + 1}: {times[-1]:.2f} s from the kill, {after_detection[-1]:.2f} s from detection",
-                  file=sys.stderr)
+            print(
+                f"trial {t + 1}: {times[-1]:.2f} s from the kill, {after_detection[-1]:.2f} s from detection",
+                file=sys.stderr,
+            )
             await dep.close(lease)
     print(f"lost_after_seconds = {lost_after:g}, heartbeats every 0.5 s")
     print(f"node loss detected -> lease running again elsewhere: {summary(after_detection)}")

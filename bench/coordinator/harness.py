@@ -42,8 +42,10 @@ def percentile(values: list[float], p: float) -> float:
 
 
 def summary(values: list[float]) -> str:
-    return (f"n={len(values)} p50 {statistics.median(values):.3f} s  p99 {percentile(values, 99):.3f} s  "
-            f"max {max(values):.3f} s")
+    return (
+        f"n={len(values)} p50 {statistics.median(values):.3f} s  p99 {percentile(values, 99):.3f} s  "
+        f"max {max(values):.3f} s"
+    )
 
 
 @dataclass
@@ -88,8 +90,11 @@ class Deployment:
         lease_id = self.next_lease_id
         self.next_lease_id += 1
         terms = ix.LeaseTerms(1, 80, gpus, ix.ANY, 2 * PRICE, seconds)
-        await send_and_confirm(self.chain, self.client, [ix.open_lease(
-            self.client.pubkey(), self.client_tokens, self.mint, lease_id, terms)])
+        await send_and_confirm(
+            self.chain,
+            self.client,
+            [ix.open_lease(self.client.pubkey(), self.client_tokens, self.mint, lease_id, terms)],
+        )
         opened = time.monotonic()
         lease = lease_pda(self.client.pubkey(), lease_id)
 
@@ -110,8 +115,11 @@ class Deployment:
 
         account = await fetch(self.chain, lease, "Lease")
         nodes = [a.node for a in list(account.assignments)[: account.node_count]]
-        await send_and_confirm(self.chain, self.client, [ix.close_lease(
-            self.client.pubkey(), self.client.pubkey(), self.client_tokens, lease, nodes)])
+        await send_and_confirm(
+            self.chain,
+            self.client,
+            [ix.close_lease(self.client.pubkey(), self.client.pubkey(), self.client_tokens, lease, nodes)],
+        )
 
     async def states(self, lease: Pubkey) -> dict[str, str]:
         return {n["node_key"]: n["state"] for n in (await job_view(self.coordinator.api_url, lease))["nodes"]}
@@ -144,8 +152,14 @@ async def deployment(**coordinator_settings: object) -> AsyncIterator[Deployment
             admin = await funded_deployer(chain)
             attester = workdir / "attester.json"
             create_keypair_file(attester, admin)
-            settings = {"heartbeat_seconds": 0.5, "lost_after_seconds": 3, "reconnect_grace_seconds": 6,
-                        "settle_seconds": 1, "close_grace_seconds": 3, "poll_seconds": 1} | coordinator_settings
+            settings = {
+                "heartbeat_seconds": 0.5,
+                "lost_after_seconds": 3,
+                "reconnect_grace_seconds": 6,
+                "settle_seconds": 1,
+                "close_grace_seconds": 3,
+                "poll_seconds": 1,
+            } | coordinator_settings
             # The chain must be initialised before the coordinator starts (it reads the config).
             dep = Deployment(chain, workdir, None)  # type: ignore[arg-type]
             dep.localnet = node

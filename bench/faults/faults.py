@@ -15,7 +15,8 @@ and the lease runs to its end, is closed and finalized by the coordinator. Print
 slashes of innocent nodes (target 0), delivered GPU-seconds unpaid (target 0: every node that held
 its share to the end is paid its held time x GPUs, less the part-second of each usage period the
 worker rounds down), leases where more nodes ran the job than it has shares at once (target 0,
-from the coordinator's view of live worker processes, sampled every 0.5 s), and for the control, its slashes (exactly one).
+from the coordinator's view of live worker processes, sampled every 0.5 s), and for the control,
+its slashes (exactly one).
 
     .venv/bin/python bench/faults/faults.py [--runs 2] [--scenarios coordinator-stall,one-node-lost]
 """
@@ -33,13 +34,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "coordinator"))
 
-from harness import JOB, deployment, until  # noqa: E402
+from harness import JOB, deployment, until
 
-from coordinator.db.embedded import EmbeddedPostgres  # noqa: E402
-from gpunet.accounts import fetch  # noqa: E402
-from gpunet.history import transactions_of  # noqa: E402
-from gpunet.pda import node_pda, provider_pda  # noqa: E402
-from gpunet.protocol import JobSpec  # noqa: E402
+from coordinator.db.embedded import EmbeddedPostgres
+from gpunet.accounts import fetch
+from gpunet.history import transactions_of
+from gpunet.pda import node_pda, provider_pda
+from gpunet.protocol import JobSpec
 
 LOST_AFTER = 3.0  # the harness's coordinator setting
 LEASE_SECONDS = 45
@@ -88,8 +89,10 @@ async def run(scenario: str) -> Outcome:
             killed.add(placed[0])
         await until(lambda: _finalized(dep, lease), LEASE_SECONDS + 120, "the lease finalized")
         overlap.cancel()
-        slashed = {str(n.key.pubkey()): (await fetch(dep.chain, provider_pda(n.wallet.pubkey()), "Provider")).slashed
-                   for n in dep.nodes}
+        slashed = {
+            str(n.key.pubkey()): (await fetch(dep.chain, provider_pda(n.wallet.pubkey()), "Provider")).slashed
+            for n in dep.nodes
+        }
         outcome.innocent_slashes = sum(1 for key, amount in slashed.items() if amount and key not in killed)
         if scenario == "one-node-lost":
             outcome.control_slashes = sum(1 for key, amount in slashed.items() if amount and key in killed)
@@ -118,8 +121,9 @@ async def _count_overlaps(dep, lease, shares: int, outcome: Outcome) -> None:
     while True:
         try:
             # a SIGKILLed worker's last state stays "running" in the ledger: only live processes count
-            running = [n for n, state in (await dep.states(lease)).items()
-                       if state == "running" and dep.node(n).worker.alive()]
+            running = [
+                n for n, state in (await dep.states(lease)).items() if state == "running" and dep.node(n).worker.alive()
+            ]
         except Exception:  # the coordinator may be paused: nothing to sample
             running = []
         if len(running) > shares and not seen_twice:
@@ -157,16 +161,24 @@ async def main(runs: int, scenarios: list[str]) -> None:
             started = time.monotonic()
             outcome = await run(scenario)
             results[scenario].append(outcome)
-            print(f"{scenario} run {i + 1}: innocent slashes {outcome.innocent_slashes}, unpaid "
-                  f"{outcome.unpaid_gpu_seconds} GPU-s, ran twice {outcome.ran_twice}"
-                  + (f", control slashes {outcome.control_slashes}" if outcome.control_slashes is not None else "")
-                  + f" ({time.monotonic() - started:.0f} s)", file=sys.stderr)
-    print(f"{'scenario':<20} {'runs':>4} {'innocent slashes':>17} {'unpaid GPU-s':>13} {'ran twice':>10} {'control slashes':>16}")
+            print(
+                f"{scenario} run {i + 1}: innocent slashes {outcome.innocent_slashes}, unpaid "
+                f"{outcome.unpaid_gpu_seconds} GPU-s, ran twice {outcome.ran_twice}"
+                + (f", control slashes {outcome.control_slashes}" if outcome.control_slashes is not None else "")
+                + f" ({time.monotonic() - started:.0f} s)",
+                file=sys.stderr,
+            )
+    print(
+        f"{'scenario':<20} {'runs':>4} {'innocent slashes':>17} {'unpaid GPU-s':>13} {'ran twice':>10} "
+        f"{'control slashes':>16}"
+    )
     for scenario, outcomes in results.items():
         control = [o.control_slashes for o in outcomes if o.control_slashes is not None]
-        print(f"{scenario:<20} {len(outcomes):>4} {sum(o.innocent_slashes for o in outcomes):>17} "
-              f"{sum(o.unpaid_gpu_seconds for o in outcomes):>13} {sum(o.ran_twice for o in outcomes):>10} "
-              f"{(','.join(map(str, control)) or '-'):>16}")
+        print(
+            f"{scenario:<20} {len(outcomes):>4} {sum(o.innocent_slashes for o in outcomes):>17} "
+            f"{sum(o.unpaid_gpu_seconds for o in outcomes):>13} {sum(o.ran_twice for o in outcomes):>10} "
+            f"{(','.join(map(str, control)) or '-'):>16}"
+        )
     print("targets: 0 innocent slashes, 0 unpaid GPU-seconds, 0 jobs run twice; the control slashed exactly once")
 
 

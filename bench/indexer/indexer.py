@@ -53,19 +53,22 @@ async def burst(market: Market, suppliers, count: int, per_tx: int) -> None:
         if i % 200 == 0:
             blockhash = (await c.get_latest_blockhash()).value.blockhash
         amount = IO + i  # a distinct transaction every time
-        message = Message.new_with_blockhash([ix.stake(s.wallet.pubkey(), s.tokens, amount)] * per_tx,
-                                             s.wallet.pubkey(), blockhash)
+        message = Message.new_with_blockhash(
+            [ix.stake(s.wallet.pubkey(), s.tokens, amount)] * per_tx, s.wallet.pubkey(), blockhash
+        )
         tx = Transaction([s.wallet], message, blockhash)
-        sigs.append((await c.send_raw_transaction(bytes(tx), opts=TxOpts(skip_preflight=True, skip_confirmation=True))).value)
+        sigs.append(
+            (await c.send_raw_transaction(bytes(tx), opts=TxOpts(skip_preflight=True, skip_confirmation=True))).value
+        )
     pending = list(sigs)
     while pending:
         statuses = []
         for i in range(0, len(pending), 256):
-            statuses += (await c.get_signature_statuses(pending[i:i + 256])).value
-        failed = [s for s, st in zip(pending, statuses) if st is not None and st.err is not None]
+            statuses += (await c.get_signature_statuses(pending[i : i + 256])).value
+        failed = [s for s, st in zip(pending, statuses, strict=True) if st is not None and st.err is not None]
         if failed:
             raise RuntimeError(f"{len(failed)} burst transactions failed")
-        pending = [s for s, st in zip(pending, statuses) if st is None]
+        pending = [s for s, st in zip(pending, statuses, strict=True) if st is None]
         await asyncio.sleep(0.1)
 
 
@@ -75,8 +78,9 @@ async def steady(market: Market, suppliers, rate: float, seconds: float, per_tx:
 
     async def one(s, amount: int) -> None:
         sent = time.time()
-        sig = await send_and_confirm(market.chain, s.wallet, [ix.stake(s.wallet.pubkey(), s.tokens, amount)] * per_tx,
-                                     poll_seconds=0.005)
+        sig = await send_and_confirm(
+            market.chain, s.wallet, [ix.stake(s.wallet.pubkey(), s.tokens, amount)] * per_tx, poll_seconds=0.005
+        )
         times[str(sig)] = (sent, time.time())
 
     tasks = []
@@ -118,8 +122,10 @@ async def run(args: argparse.Namespace, work: Path) -> int:
             events = await indexer.backfill()
             elapsed = time.perf_counter() - t0
             rate = events / elapsed
-            print(f"throughput: {events} events ({args.transactions} transactions) indexed in {elapsed:.2f} s"
-                  f" = {rate:,.0f} events/s (target >= {TARGET_EVENTS_PER_S:,})")
+            print(
+                f"throughput: {events} events ({args.transactions} transactions) indexed in {elapsed:.2f} s"
+                f" = {rate:,.0f} events/s (target >= {TARGET_EVENTS_PER_S:,})"
+            )
 
             # Lag: the live indexer (subscription + backfill) against a steady stream.
             task = asyncio.create_task(indexer.run())
@@ -128,8 +134,11 @@ async def run(args: argparse.Namespace, work: Path) -> int:
             deadline = time.monotonic() + 60
             async with pool.acquire() as conn:
                 while time.monotonic() < deadline:
-                    rows = await conn.fetch("SELECT signature, extract(epoch FROM indexed_at)::float8 AS at"
-                                            " FROM transactions WHERE signature = ANY($1::text[])", list(times))
+                    rows = await conn.fetch(
+                        "SELECT signature, extract(epoch FROM indexed_at)::float8 AS at"
+                        " FROM transactions WHERE signature = ANY($1::text[])",
+                        list(times),
+                    )
                     if len(rows) == len(times):
                         break
                     await asyncio.sleep(0.2)
@@ -139,11 +148,13 @@ async def run(args: argparse.Namespace, work: Path) -> int:
             lags = [max(0.0, r["at"] - times[r["signature"]][1]) for r in rows]
             from_send = [r["at"] - times[r["signature"]][0] for r in rows]
             missing = len(times) - len(rows)
-            print(f"lag: {len(lags)} transactions at {args.rate:g}/s for {args.seconds:g} s (slot {args.slot_ms} ms):"
-                  f" confirmed -> indexed p50 {pct(lags, 50) * 1000:.0f} ms, p99 {pct(lags, 99) * 1000:.0f} ms,"
-                  f" max {max(lags) * 1000:.0f} ms (target p99 < {TARGET_LAG_P99_S * 1000:.0f} ms);"
-                  f" sent -> indexed p50 {pct(from_send, 50) * 1000:.0f} ms, p99 {pct(from_send, 99) * 1000:.0f} ms"
-                  f"{f'; {missing} NOT INDEXED' if missing else ''}")
+            print(
+                f"lag: {len(lags)} transactions at {args.rate:g}/s for {args.seconds:g} s (slot {args.slot_ms} ms):"
+                f" confirmed -> indexed p50 {pct(lags, 50) * 1000:.0f} ms, p99 {pct(lags, 99) * 1000:.0f} ms,"
+                f" max {max(lags) * 1000:.0f} ms (target p99 < {TARGET_LAG_P99_S * 1000:.0f} ms);"
+                f" sent -> indexed p50 {pct(from_send, 50) * 1000:.0f} ms, p99 {pct(from_send, 99) * 1000:.0f} ms"
+                f"{f'; {missing} NOT INDEXED' if missing else ''}"
+            )
     return 0
 
 

@@ -66,31 +66,50 @@ class SettlementAccounts:
 
 async def setup(client: AsyncClient, nodes: int) -> tuple[list[Pair], SettlementAccounts]:
     # The admin (the node's upgrade authority) is also the attester.
-    market = await Market.create(client, usage_period_seconds=3600, protocol_fee_bps=100, unbonding_seconds=60,
-                                 jail_seconds=60)
+    market = await Market.create(
+        client, usage_period_seconds=3600, protocol_fee_bps=100, unbonding_seconds=60, jail_seconds=60
+    )
     admin, mint, treasury = market.admin, market.mint, market.treasury
 
     supplier = await funded_wallet(client, 100)
     supplier_tokens = await market.fund(supplier.pubkey(), 10**15)
-    await send_and_confirm(client, supplier, [
-        ix.register_provider(supplier.pubkey(), mint),
-        ix.stake(supplier.pubkey(), supplier_tokens, 10**14),
-    ])
+    await send_and_confirm(
+        client,
+        supplier,
+        [
+            ix.register_provider(supplier.pubkey(), mint),
+            ix.stake(supplier.pubkey(), supplier_tokens, 10**14),
+        ],
+    )
 
     customer = await funded_wallet(client, 1_000)
     customer_tokens = await market.fund(customer.pubkey(), 10**15)
-    spec = ix.NodeSpec(gpu_model=1, gpu_count=1, vram_gb=80, region=1, price_per_gpu_hour=2 * IO,
-                       inventory_hash=bytes([7] * 32))
-    terms = ix.LeaseTerms(gpu_model=ix.ANY, min_vram_gb=24, gpu_count=1, region=ix.ANY,
-                          max_price_per_gpu_hour=3 * IO, duration_seconds=24 * 3600)
+    spec = ix.NodeSpec(
+        gpu_model=1, gpu_count=1, vram_gb=80, region=1, price_per_gpu_hour=2 * IO, inventory_hash=bytes([7] * 32)
+    )
+    terms = ix.LeaseTerms(
+        gpu_model=ix.ANY,
+        min_vram_gb=24,
+        gpu_count=1,
+        region=ix.ANY,
+        max_price_per_gpu_hour=3 * IO,
+        duration_seconds=24 * 3600,
+    )
 
     async def one(i: int) -> tuple[Keypair, Pubkey]:
         key = Keypair()
         await send_and_confirm(client, supplier, [ix.register_node(supplier.pubkey(), key.pubkey(), spec)], [key])
         await send_and_confirm(client, customer, [ix.open_lease(customer.pubkey(), customer_tokens, mint, i, terms)])
         lease = lease_pda(customer.pubkey(), i)
-        await send_and_confirm(client, admin, [
-            ix.assign_lease(admin.pubkey(), lease, [ix.Share(key.pubkey(), supplier.pubkey(), 1, spec.price_per_gpu_hour)])])
+        await send_and_confirm(
+            client,
+            admin,
+            [
+                ix.assign_lease(
+                    admin.pubkey(), lease, [ix.Share(key.pubkey(), supplier.pubkey(), 1, spec.price_per_gpu_hour)]
+                )
+            ],
+        )
         return key, lease
 
     made: list[tuple[Keypair, Pubkey]] = []
@@ -110,8 +129,9 @@ def settle_tx(p: Pair, accounts: SettlementAccounts, blockhash: Hash) -> Transac
     report = UsageReport(seq=p.seq, period_start=p.settled_until, period_end=p.settled_until + 1, gpu_seconds=1)
     p.settled_until += 1
     attester = accounts.attester
-    instructions = ix.signed_settlement(attester.pubkey(), accounts.treasury, p.lease, p.node_key, accounts.supplier,
-                                        accounts.supplier_tokens, report)
+    instructions = ix.signed_settlement(
+        attester.pubkey(), accounts.treasury, p.lease, p.node_key, accounts.supplier, accounts.supplier_tokens, report
+    )
     return Transaction([attester], Message.new_with_blockhash(instructions, attester.pubkey(), blockhash), blockhash)
 
 
@@ -129,11 +149,14 @@ class RawRpc:
         if self.writer is None:
             self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
         body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).encode()
-        self.writer.write(b"POST / HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
-                          b"Content-Length: %d\r\n\r\n" % (self.host.encode(), len(body)) + body)
+        self.writer.write(
+            b"POST / HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n" % (self.host.encode(), len(body)) + body
+        )
         head = await self.reader.readuntil(b"\r\n\r\n")
-        length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
-                      if line.lower().startswith(b"content-length:"))
+        length = next(
+            int(line.split(b":", 1)[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")
+        )
         return json.loads(await self.reader.readexactly(length))
 
     def close(self) -> None:
@@ -189,8 +212,9 @@ async def measure(url: str, args: argparse.Namespace) -> None:
     tps = len(latencies) / elapsed
     p50 = latencies[len(latencies) // 2] * 1000 if latencies else float("nan")
     p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000 if latencies else float("nan")
-    print(f"confirmed {len(latencies)}/{total} settle_usage transactions in {elapsed:.2f} s "
-          f"with {args.clients} clients")
+    print(
+        f"confirmed {len(latencies)}/{total} settle_usage transactions in {elapsed:.2f} s with {args.clients} clients"
+    )
     print(f"throughput: {tps:.0f} tx/s (target >= {TARGET_TPS} tx/s: {'met' if tps >= TARGET_TPS else 'NOT met'})")
     print(f"confirmation latency: p50 {p50:.1f} ms, p99 {p99:.1f} ms")
     if errors:
@@ -200,8 +224,11 @@ async def measure(url: str, args: argparse.Namespace) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--url", help="a running node (default: start gpunet-localnet)")
-    ap.add_argument("--bin", type=Path, help="the node binary to start (default: $GPUNET_LOCALNET_BIN, "
-                                              "else the scripts/setup build)")
+    ap.add_argument(
+        "--bin",
+        type=Path,
+        help="the node binary to start (default: $GPUNET_LOCALNET_BIN, else the scripts/setup build)",
+    )
     ap.add_argument("--clients", type=int, default=8, help="concurrent JSON-RPC clients")
     ap.add_argument("--nodes", type=int, default=128, help="(lease, node) pairs settled in parallel")
     ap.add_argument("--txs", type=int, default=3000, help="settle_usage transactions to send")

@@ -28,16 +28,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from coordinator.scheduler import (  # noqa: E402
+from coordinator.scheduler import (
     LeaseRequest,
     NodeView,
     NotPlaced,
     Placement,
     Scheduler,
 )
-from gpunet.amounts import IO  # noqa: E402
-from gpunet.catalog import GPU_MODELS, REGIONS  # noqa: E402
-from gpunet.instructions import ANY, LeaseTerms  # noqa: E402
+from gpunet.amounts import IO
+from gpunet.catalog import GPU_MODELS, REGIONS
+from gpunet.instructions import ANY, LeaseTerms
 
 TARGET_RATE = 20_000
 TARGET_P99_MS = 2.0
@@ -46,10 +46,17 @@ UTILISATION = 0.6  # of all GPUs, held by live leases
 
 # model name -> (share of the fleet, going rate in IO per GPU-hour, GPUs per machine choices)
 FLEET_MIX = {
-    "H100": (0.18, 2.0, (8, 8, 8, 4)), "H200": (0.05, 3.0, (8,)), "B200": (0.03, 4.5, (8,)),
-    "A100": (0.14, 1.2, (8, 8, 4, 2)), "L40S": (0.08, 0.9, (4, 8)), "A10G": (0.05, 0.6, (1, 4)),
-    "L4": (0.04, 0.4, (1, 2, 4)), "T4": (0.05, 0.2, (1, 2, 4)), "RTX4090": (0.20, 0.35, (1, 1, 2, 4, 8)),
-    "RTX3090": (0.10, 0.2, (1, 2, 4)), "RTX5090": (0.08, 0.5, (1, 2, 4)),
+    "H100": (0.18, 2.0, (8, 8, 8, 4)),
+    "H200": (0.05, 3.0, (8,)),
+    "B200": (0.03, 4.5, (8,)),
+    "A100": (0.14, 1.2, (8, 8, 4, 2)),
+    "L40S": (0.08, 0.9, (4, 8)),
+    "A10G": (0.05, 0.6, (1, 4)),
+    "L4": (0.04, 0.4, (1, 2, 4)),
+    "T4": (0.05, 0.2, (1, 2, 4)),
+    "RTX4090": (0.20, 0.35, (1, 1, 2, 4, 8)),
+    "RTX3090": (0.10, 0.2, (1, 2, 4)),
+    "RTX5090": (0.08, 0.5, (1, 2, 4)),
 }
 MODELS = {m.name: m for m in GPU_MODELS}
 
@@ -64,16 +71,27 @@ def build_fleet(size: int, rng: random.Random) -> list[NodeView]:
         model = MODELS[name]
         vram = 40 if name == "A100" and rng.random() < 0.3 else model.vram_gb
         bonded = 10 * IO
-        fleet.append(NodeView(
-            node=f"node-{i:06d}", node_key=f"key-{i:06d}", provider_authority=f"wallet-{i // 4:06d}",
-            gpu_model=model.code, gpu_count=rng.choice(counts), vram_gb=vram, region=rng.choice(list(REGIONS)),
-            price_per_gpu_hour=int(rate * rng.uniform(0.7, 1.3) * IO),
-            bonded_stake=bonded, provider_bonded=bonded,
-            provider_staked=bonded if rng.random() > 0.01 else bonded // 2,  # 1 % slashed below their bond
-            jailed=rng.random() < 0.01, online=rng.random() > 0.05, healthy=rng.random() > 0.01,
-            latency_ms=rng.uniform(2, 250) if rng.random() > 0.1 else None,
-            completed_shares=rng.randrange(0, 200), failed_shares=rng.randrange(0, 10),
-        ))
+        fleet.append(
+            NodeView(
+                node=f"node-{i:06d}",
+                node_key=f"key-{i:06d}",
+                provider_authority=f"wallet-{i // 4:06d}",
+                gpu_model=model.code,
+                gpu_count=rng.choice(counts),
+                vram_gb=vram,
+                region=rng.choice(list(REGIONS)),
+                price_per_gpu_hour=int(rate * rng.uniform(0.7, 1.3) * IO),
+                bonded_stake=bonded,
+                provider_bonded=bonded,
+                provider_staked=bonded if rng.random() > 0.01 else bonded // 2,  # 1 % slashed below their bond
+                jailed=rng.random() < 0.01,
+                online=rng.random() > 0.05,
+                healthy=rng.random() > 0.01,
+                latency_ms=rng.uniform(2, 250) if rng.random() > 0.1 else None,
+                completed_shares=rng.randrange(0, 200),
+                failed_shares=rng.randrange(0, 10),
+            )
+        )
     return fleet
 
 
@@ -164,10 +182,17 @@ def run(size: int, requests: int, seed: int) -> dict[str, float]:
     explain_times.sort()
     mean_s = sum(times) / len(times) / 1e9
     return {
-        "nodes": size, "build_s": build_s, "rate": 1 / mean_s, "cpu_rate": len(cpu_times) * 1e9 / sum(cpu_times),
-        "p50_ms": times[len(times) // 2] / 1e6, "p99_ms": times[int(len(times) * 0.99)] / 1e6,
-        "max_ms": times[-1] / 1e6, "cpu_p99_ms": cpu_times[int(len(times) * 0.99)] / 1e6,
-        "cpu_max_ms": cpu_times[-1] / 1e6, "placed": placed / len(stream), "cycle_rate": len(stream) / cycle_s,
+        "nodes": size,
+        "build_s": build_s,
+        "rate": 1 / mean_s,
+        "cpu_rate": len(cpu_times) * 1e9 / sum(cpu_times),
+        "p50_ms": times[len(times) // 2] / 1e6,
+        "p99_ms": times[int(len(times) * 0.99)] / 1e6,
+        "max_ms": times[-1] / 1e6,
+        "cpu_p99_ms": cpu_times[int(len(times) * 0.99)] / 1e6,
+        "cpu_max_ms": cpu_times[-1] / 1e6,
+        "placed": placed / len(stream),
+        "cycle_rate": len(stream) / cycle_s,
         "utilisation": held / total_gpus,
         "explain_p99_ms": explain_times[int(len(explain_times) * 0.99)] / 1e6 if explain_times else 0.0,
     }
@@ -181,10 +206,14 @@ def main() -> None:
     args = parser.parse_args()
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one core, as the target says
-    print(f"scheduler placements, {args.requests:,} requests per fleet, one core "
-          f"(target at {TARGET_NODES:,} nodes: >= {TARGET_RATE:,}/s, p99 < {TARGET_P99_MS} ms)")
-    header = (f"{'nodes':>8} {'decisions/s':>12} {'cpu /s':>8} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'cpu p99':>8} "
-              f"{'cpu max':>8} {'placed':>7} {'cycles/s':>9} {'util':>5} {'why p99':>8}  target")
+    print(
+        f"scheduler placements, {args.requests:,} requests per fleet, one core "
+        f"(target at {TARGET_NODES:,} nodes: >= {TARGET_RATE:,}/s, p99 < {TARGET_P99_MS} ms)"
+    )
+    header = (
+        f"{'nodes':>8} {'decisions/s':>12} {'cpu /s':>8} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'cpu p99':>8} "
+        f"{'cpu max':>8} {'placed':>7} {'cycles/s':>9} {'util':>5} {'why p99':>8}  target"
+    )
     print(header)
     print("-" * len(header))
     for size in args.nodes:
@@ -193,12 +222,18 @@ def main() -> None:
         if size == TARGET_NODES:
             ok = r["rate"] >= TARGET_RATE and r["p99_ms"] < TARGET_P99_MS
             verdict = "met" if ok else "MISSED"
-        print(f"{size:>8,} {r['rate']:>12,.0f} {r['cpu_rate']:>8,.0f} {r['p50_ms']:>8.3f} {r['p99_ms']:>8.3f} {r['max_ms']:>8.2f} "
-              f"{r['cpu_p99_ms']:>8.3f} {r['cpu_max_ms']:>8.2f} {r['placed']:>7.1%} {r['cycle_rate']:>9,.0f} "
-              f"{r['utilisation']:>5.0%} {r['explain_p99_ms']:>8.2f}  {verdict}")
-    print("decisions/s = 1 / mean place() time (wall clock); cpu /s, cpu p99/max = the same place() calls in\n"
-          "this thread's CPU time (no preemption by other processes); cycles/s = place + reserve + releases, end to end;\n"
-          "why p99 = ms to work out a NotPlaced reason (done when the reason is read, not in place()).")
+        print(
+            f"{size:>8,} {r['rate']:>12,.0f} {r['cpu_rate']:>8,.0f} {r['p50_ms']:>8.3f} {r['p99_ms']:>8.3f} "
+            f"{r['max_ms']:>8.2f} "
+            f"{r['cpu_p99_ms']:>8.3f} {r['cpu_max_ms']:>8.2f} {r['placed']:>7.1%} {r['cycle_rate']:>9,.0f} "
+            f"{r['utilisation']:>5.0%} {r['explain_p99_ms']:>8.2f}  {verdict}"
+        )
+    print(
+        "decisions/s = 1 / mean place() time (wall clock); cpu /s, cpu p99/max = the same place() calls in\n"
+        "this thread's CPU time (no preemption by other processes); cycles/s = place + reserve + releases, "
+        "end to end;\n"
+        "why p99 = ms to work out a NotPlaced reason (done when the reason is read, not in place())."
+    )
 
 
 if __name__ == "__main__":

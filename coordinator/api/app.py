@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable, Sequence
 from decimal import Decimal
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
@@ -48,13 +48,18 @@ def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
 
-def create_app(pool: asyncpg.Pool, rpc: ChainRpc, settings: Settings, extra_routes: Sequence[Route] = (),
-               coordinator: Coordinator | None = None) -> Starlette:
+def create_app(
+    pool: asyncpg.Pool,
+    rpc: ChainRpc,
+    settings: Settings,
+    extra_routes: Sequence[Route] = (),
+    coordinator: Coordinator | None = None,
+) -> Starlette:
     """The read API; `extra_routes` are a running coordinator's client routes (coordinator.api.work)
     and `coordinator` adds its state to /metrics."""
     program: Pubkey = settings.program
 
-    def listing(resource: Resource):  # noqa: ANN202
+    def listing(resource: Resource) -> Callable[[Request], Awaitable[Response]]:
         async def handler(request: Request) -> Response:
             values = parse_query(request.query_params, (*resource.filters, *PAGE))
             where, args = [], []
@@ -70,11 +75,18 @@ def create_app(pool: asyncpg.Pool, rpc: ChainRpc, settings: Settings, extra_rout
             async with pool.acquire() as conn:
                 rows = [_row(r) for r in await conn.fetch(sql, *args)]
             more = len(rows) > limit
-            return JSONResponse({"items": rows[:limit], "limit": limit, "offset": offset,
-                                 "next_offset": offset + limit if more else None})
+            return JSONResponse(
+                {
+                    "items": rows[:limit],
+                    "limit": limit,
+                    "offset": offset,
+                    "next_offset": offset + limit if more else None,
+                }
+            )
+
         return handler
 
-    def item(resource: Resource):  # noqa: ANN202
+    def item(resource: Resource) -> Callable[[Request], Awaitable[Response]]:
         async def handler(request: Request) -> Response:
             parse_query(request.query_params, ())
             key = parse_pubkey(resource.key or "key", request.path_params["key"])
@@ -84,12 +96,17 @@ def create_app(pool: asyncpg.Pool, rpc: ChainRpc, settings: Settings, extra_rout
                     return _error(404, f"no {resource.key} {key} in the ledger")
                 body = _row(row)
                 if resource.name == "leases":
-                    body["assignments"] = [_row(r) for r in await conn.fetch(
-                        "SELECT * FROM assignments WHERE lease = $1 ORDER BY active DESC, node", key)]
+                    body["assignments"] = [
+                        _row(r)
+                        for r in await conn.fetch(
+                            "SELECT * FROM assignments WHERE lease = $1 ORDER BY active DESC, node", key
+                        )
+                    ]
             return JSONResponse(body)
+
         return handler
 
-    def audit(kind: str):  # noqa: ANN202
+    def audit(kind: str) -> Callable[[Request], Awaitable[Response]]:
         check = audit_lease if kind == "lease" else audit_provider
 
         async def handler(request: Request) -> Response:
@@ -101,6 +118,7 @@ def create_app(pool: asyncpg.Pool, rpc: ChainRpc, settings: Settings, extra_rout
             except RpcError as e:
                 return _error(503, f"the chain could not be read for the audit: {e}")
             return JSONResponse(report.to_json())
+
         return handler
 
     async def health(request: Request) -> Response:
@@ -109,14 +127,15 @@ def create_app(pool: asyncpg.Pool, rpc: ChainRpc, settings: Settings, extra_rout
                 state = await conn.fetchrow("SELECT cursor_signature, cursor_slot, synced_slot FROM indexer_state")
         except (OSError, asyncpg.PostgresError) as e:
             return JSONResponse({"status": "unavailable", "database": str(e)}, status_code=503)
-        return JSONResponse({"status": "ok", **dict(state)})
+        return JSONResponse({"status": "ok", **dict(state or {})})
 
     async def metrics(request: Request) -> Response:
         text = coordinator_metrics(coordinator) if coordinator else ""
         try:
             async with pool.acquire() as conn:
                 state = await conn.fetchrow(
-                    "SELECT *, extract(epoch FROM now() - synced_at) AS synced_age FROM indexer_state")
+                    "SELECT *, extract(epoch FROM now() - synced_at) AS synced_age FROM indexer_state"
+                )
         except (OSError, asyncpg.PostgresError) as e:
             if not text:
                 return _error(503, f"the ledger could not be read: {e}")
@@ -127,8 +146,7 @@ def create_app(pool: asyncpg.Pool, rpc: ChainRpc, settings: Settings, extra_rout
             except RpcError:
                 head = None  # the lag is then unknown, not zero
             text = render_metrics(dict(state), head) + text
-        return PlainTextResponse(text,
-                                 media_type="text/plain; version=0.0.4; charset=utf-8")
+        return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     async def openapi(request: Request) -> Response:
         return JSONResponse(openapi_document())

@@ -10,20 +10,40 @@ from coordinator.api.resources import PAGE, RESOURCES
 
 __all__ = ["openapi_document"]
 
-_ERROR = {"description": "bad parameter", "content": {"application/json": {"schema": {
-    "type": "object", "properties": {"error": {"type": "string"}}, "required": ["error"]}}}}
+_ERROR = {
+    "description": "bad parameter",
+    "content": {
+        "application/json": {
+            "schema": {"type": "object", "properties": {"error": {"type": "string"}}, "required": ["error"]}
+        }
+    },
+}
 _KEY = {"name": "key", "in": "path", "required": True, "schema": PUBKEY_SCHEMA}
 
 
 def _query(p: Param) -> dict[str, Any]:
-    return {"name": p.name, "in": "query", "required": False, "schema": p.schema(),
-            **({"description": p.description} if p.description else {})}
+    return {
+        "name": p.name,
+        "in": "query",
+        "required": False,
+        "schema": p.schema(),
+        **({"description": p.description} if p.description else {}),
+    }
 
 
 def _op(summary: str, parameters: list[dict[str, Any]], json_body: bool = True) -> dict[str, Any]:
-    content = {"application/json": {"schema": {"type": "object"}}} if json_body else {"text/plain": {"schema": {"type": "string"}}}
-    return {"get": {"summary": summary, "parameters": parameters,
-                    "responses": {"200": {"description": "ok", "content": content}, "400": _ERROR, "404": _ERROR}}}
+    content = (
+        {"application/json": {"schema": {"type": "object"}}}
+        if json_body
+        else {"text/plain": {"schema": {"type": "string"}}}
+    )
+    return {
+        "get": {
+            "summary": summary,
+            "parameters": parameters,
+            "responses": {"200": {"description": "ok", "content": content}, "400": _ERROR, "404": _ERROR},
+        }
+    }
 
 
 @cache
@@ -37,35 +57,77 @@ def openapi_document() -> dict[str, Any]:
         if r.key:
             paths[f"/{r.name}/{{key}}"] = _op(f"One of {r.name}, by {r.key} account.", [_KEY])
     paths["/audit/leases/{key}"] = _op("Check a lease's events, rows, account and vault against the chain.", [_KEY])
-    paths["/audit/providers/{key}"] = _op("Check a provider's events, rows, account and stake vault against the chain.", [_KEY])
+    paths["/audit/providers/{key}"] = _op(
+        "Check a provider's events, rows, account and stake vault against the chain.", [_KEY]
+    )
     # A running coordinator's client routes (coordinator.api.work).
     from coordinator.api.work import JOB_VIEW_PARAMS, QUOTE_PARAMS
 
-    job = _op("A lease's placement, its current job and number, the job's state per node and log lines: a page "
-              "after ?after= (`more` says whether another follows), or the last ?tail= lines.",
-              [_KEY, *(_query(p) for p in JOB_VIEW_PARAMS)])
-    job["post"] = {"summary": "Give a lease its next job (number 1, 2, ...; one at a time: the current one must have "
-                              "ended), signed by the lease's client (gpunet.protocol.job_message).",
-                   "parameters": [_KEY],
-                   "requestBody": {"required": True, "content": {"application/json": {"schema": {
-                       "type": "object", "required": ["job", "signature"],
-                       "properties": {"job": {"type": "object"}, "gpus_per_node": {"type": ["integer", "null"]},
-                                      "job_number": {"type": "integer", "minimum": 1, "default": 1},
-                                      "signature": {"type": "string"}}}}}},
-                   "responses": {"201": {"description": "accepted"}, "400": _ERROR, "401": _ERROR, "404": _ERROR,
-                                 "409": _ERROR}}
+    job = _op(
+        "A lease's placement, its current job and number, the job's state per node and log lines: a page "
+        "after ?after= (`more` says whether another follows), or the last ?tail= lines.",
+        [_KEY, *(_query(p) for p in JOB_VIEW_PARAMS)],
+    )
+    job["post"] = {
+        "summary": "Give a lease its next job (number 1, 2, ...; one at a time: the current one must have "
+        "ended), signed by the lease's client (gpunet.protocol.job_message).",
+        "parameters": [_KEY],
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {
+                    "schema": {
+                        "type": "object",
+                        "required": ["job", "signature"],
+                        "properties": {
+                            "job": {"type": "object"},
+                            "gpus_per_node": {"type": ["integer", "null"]},
+                            "job_number": {"type": "integer", "minimum": 1, "default": 1},
+                            "signature": {"type": "string"},
+                        },
+                    }
+                }
+            },
+        },
+        "responses": {"201": {"description": "accepted"}, "400": _ERROR, "401": _ERROR, "404": _ERROR, "409": _ERROR},
+    }
     paths["/leases/{key}/job"] = job
-    paths["/quote"] = _op("Which nodes a lease would get now, at what burn rate, or why none.",
-                          [_query(p) for p in QUOTE_PARAMS])
-    paths["/workers"] = _op("Workers connected to the gateway now (simulated ones say so), and whether a "
-                            "correlated outage pauses slashing (for the fleet, or per region).", [])
-    paths["/slashing/resume"] = {"post": {
-        "summary": "The operator ends a correlated-outage pause of slashing (the fleet's, or one region's): "
-                   "signed with the coordinator's attester key over gpunet.protocol.operator_message.",
-        "requestBody": {"required": True, "content": {"application/json": {"schema": {
-            "type": "object", "required": ["region", "at", "signature"],
-            "properties": {"region": {"type": ["string", "null"]}, "at": {"type": "integer"},
-                           "signature": {"type": "string"}}}}}},
-        # 404: an API without a running coordinator (`coordinator api`) has no such route
-        "responses": {"200": {"description": "resumed"}, "400": _ERROR, "401": _ERROR, "404": _ERROR, "409": _ERROR}}}
+    paths["/quote"] = _op(
+        "Which nodes a lease would get now, at what burn rate, or why none.", [_query(p) for p in QUOTE_PARAMS]
+    )
+    paths["/workers"] = _op(
+        "Workers connected to the gateway now (simulated ones say so), and whether a "
+        "correlated outage pauses slashing (for the fleet, or per region).",
+        [],
+    )
+    paths["/slashing/resume"] = {
+        "post": {
+            "summary": "The operator ends a correlated-outage pause of slashing (the fleet's, or one region's): "
+            "signed with the coordinator's attester key over gpunet.protocol.operator_message.",
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {
+                        "schema": {
+                            "type": "object",
+                            "required": ["region", "at", "signature"],
+                            "properties": {
+                                "region": {"type": ["string", "null"]},
+                                "at": {"type": "integer"},
+                                "signature": {"type": "string"},
+                            },
+                        }
+                    }
+                },
+            },
+            # 404: an API without a running coordinator (`coordinator api`) has no such route
+            "responses": {
+                "200": {"description": "resumed"},
+                "400": _ERROR,
+                "401": _ERROR,
+                "404": _ERROR,
+                "409": _ERROR,
+            },
+        }
+    }
     return {"openapi": "3.1.0", "info": {"title": "gpunet coordinator API", "version": "1"}, "paths": paths}

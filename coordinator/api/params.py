@@ -35,8 +35,12 @@ class Param:
     def schema(self) -> dict[str, Any]:
         """Its OpenAPI schema."""
         if self.kind == "integer":
-            return {"type": "integer", "minimum": self.minimum, "maximum": self.maximum,
-                    **({"default": self.default} if self.default is not None else {})}
+            return {
+                "type": "integer",
+                "minimum": self.minimum,
+                "maximum": self.maximum,
+                **({"default": self.default} if self.default is not None else {}),
+            }
         if self.kind == "boolean":
             return {"type": "boolean"}
         if self.kind == "choice":

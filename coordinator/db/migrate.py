@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 
-import asyncpg
+from coordinator.db.connection import Connection
 
 __all__ = ["Migration", "SchemaTooNew", "migrate", "migrations"]
 
@@ -39,7 +39,7 @@ def migrations() -> list[Migration]:
     return found
 
 
-async def migrate(conn: asyncpg.Connection) -> list[int]:
+async def migrate(conn: Connection) -> list[int]:
     """Applies the missing migrations, all or none; the versions applied."""
     known = migrations()
     async with conn.transaction():

@@ -8,12 +8,13 @@ from typing import Any
 
 import asyncpg
 
+from coordinator.db.connection import Connection
 from coordinator.keys import NodeKey
 
 __all__ = ["is_draining", "record_fault", "registered_nodes", "set_slash_signature"]
 
 
-async def registered_nodes(conn: asyncpg.Connection) -> list[asyncpg.Record]:
+async def registered_nodes(conn: Connection) -> list[asyncpg.Record]:
     """Every registered node with its provider's stake, and its history from the ledger (so a restart
     does not forget it): faults recorded against it, and ended leases it held to the end."""
     return await conn.fetch(
@@ -21,19 +22,31 @@ async def registered_nodes(conn: asyncpg.Connection) -> list[asyncpg.Record]:
                   (SELECT count(*) FROM faults f WHERE f.node_key = n.node_key) AS failed,
                   (SELECT count(*) FROM placements pl WHERE pl.state = 'ended' AND n.node_key = ANY(pl.nodes))
                     AS completed
-           FROM nodes n JOIN providers p USING (provider) WHERE n.registered""")
+           FROM nodes n JOIN providers p USING (provider) WHERE n.registered"""
+    )
 
 
-async def is_draining(conn: asyncpg.Connection, node_key: NodeKey) -> bool:
+async def is_draining(conn: Connection, node_key: NodeKey) -> bool:
     return bool(await conn.fetchval("SELECT draining FROM nodes WHERE node_key = $1", str(node_key)))
 
 
-async def record_fault(conn: asyncpg.Connection, node_key: NodeKey, lease: str | None, kind: str,
-                       evidence: dict[str, Any], evidence_hash: bytes) -> int:
+async def record_fault(
+    conn: Connection,
+    node_key: NodeKey,
+    lease: str | None,
+    kind: str,
+    evidence: dict[str, Any],
+    evidence_hash: bytes,
+) -> int:
     return await conn.fetchval(
         "INSERT INTO faults (node_key, lease, kind, evidence, evidence_hash) VALUES ($1, $2, $3, $4, $5) RETURNING id",
-        str(node_key), lease, kind, json.dumps(evidence, sort_keys=True), evidence_hash.hex())
+        str(node_key),
+        lease,
+        kind,
+        json.dumps(evidence, sort_keys=True),
+        evidence_hash.hex(),
+    )
 
 
-async def set_slash_signature(conn: asyncpg.Connection, fault: int, signature: str | None) -> None:
+async def set_slash_signature(conn: Connection, fault: int, signature: str | None) -> None:
     await conn.execute("UPDATE faults SET slash_signature = $2 WHERE id = $1", fault, signature)

@@ -39,13 +39,14 @@ def _scalar(fmt: str) -> Reader:
             return s.unpack_from(buf, at)[0], at + s.size
         except struct.error:
             raise Truncated("event data too short") from None
+
     return read
 
 
 def _pubkey(buf: bytes, at: int) -> tuple[Any, int]:
     if len(buf) < at + 32:
         raise Truncated("event data too short")
-    return str(Pubkey.from_bytes(buf[at:at + 32])), at + 32
+    return str(Pubkey.from_bytes(buf[at : at + 32])), at + 32
 
 
 def _bool(buf: bytes, at: int) -> tuple[Any, int]:
@@ -74,6 +75,7 @@ def _sequence(item: Reader, fixed: int | None) -> Reader:
             value, at = item(buf, at)
             items.append(value)
         return _as_plain_list(items), at
+
     return read
 
 
@@ -84,6 +86,7 @@ def _option(item: Reader) -> Reader:
         if buf[at] == 0:
             return None, at + 1
         return item(buf, at + 1)
+
     return read
 
 
@@ -93,6 +96,7 @@ def _struct(fields: list[tuple[str, Reader]]) -> Reader:
         for name, reader in fields:
             out[name], at = reader(buf, at)
         return out, at
+
     return read
 
 
@@ -103,6 +107,7 @@ def _enum(variants: list[str]) -> Reader:
         if buf[at] >= len(variants):
             raise ValueError(f"no enum variant {buf[at]}")
         return variants[buf[at]], at + 1
+
     return read
 
 
@@ -111,7 +116,8 @@ class EventDecoder:
         self._types = {t["name"]: t["type"] for t in idl.get("types", [])}
         self._compiled: dict[str, Reader] = {}
         self.events: dict[bytes, tuple[str, Reader]] = {
-            bytes(e["discriminator"]): (e["name"], self._defined(e["name"])) for e in idl.get("events", [])}
+            bytes(e["discriminator"]): (e["name"], self._defined(e["name"])) for e in idl.get("events", [])
+        }
 
     def _defined(self, name: str) -> Reader:
         if name not in self._compiled:

@@ -76,7 +76,7 @@ def decode_transaction(signature: str, tx: dict[str, Any], program_id: Pubkey) -
                 decoded.lines_skipped += 1
                 continue
             try:
-                event = decoder.decode(base64.b64decode(line[len(_DATA):], validate=True))
+                event = decoder.decode(base64.b64decode(line[len(_DATA) :], validate=True))
             except ValueError:  # not base64 (binascii.Error), truncated, or a bad enum value
                 event = None
             if event is None:

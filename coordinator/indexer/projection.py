@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["IndexedEvent", "Ledger", "TABLE_KEYS"]
+__all__ = ["TABLE_KEYS", "IndexedEvent", "Ledger"]
 
 Row = dict[str, Any]
 
@@ -70,18 +70,38 @@ class Ledger:
         self.dirty.add((table, key))
 
     def _stake_change(self, e: IndexedEvent, provider: Row, kind: str, amount: int) -> None:
-        self.stake_changes.append({
-            "signature": e.signature, "event_index": e.event_index, "provider": provider["provider"], "kind": kind,
-            "amount": amount, "staked": provider["staked"], "unbonding": provider["unbonding"], "slot": e.slot,
-        })
+        self.stake_changes.append(
+            {
+                "signature": e.signature,
+                "event_index": e.event_index,
+                "provider": provider["provider"],
+                "kind": kind,
+                "amount": amount,
+                "staked": provider["staked"],
+                "unbonding": provider["unbonding"],
+                "slot": e.slot,
+            }
+        )
 
     def _take_gpus(self, e: IndexedEvent, lease: str, a: dict[str, Any]) -> None:
-        self._put("assignments", (lease, a["node"]), {
-            "lease": lease, "node": a["node"], "node_key": a["node_key"], "provider": a["provider"], "gpus": a["gpus"],
-            "price_per_gpu_hour": a["price_per_gpu_hour"], "last_seq": a["last_seq"],
-            "settled_until": a["settled_until"], "gpu_seconds": a["gpu_seconds"], "active": True,
-            "assigned_by": e.signature,  # the share's epoch (row["signature"] moves on with each change)
-        }, e)
+        self._put(
+            "assignments",
+            (lease, a["node"]),
+            {
+                "lease": lease,
+                "node": a["node"],
+                "node_key": a["node_key"],
+                "provider": a["provider"],
+                "gpus": a["gpus"],
+                "price_per_gpu_hour": a["price_per_gpu_hour"],
+                "last_seq": a["last_seq"],
+                "settled_until": a["settled_until"],
+                "gpu_seconds": a["gpu_seconds"],
+                "active": True,
+                "assigned_by": e.signature,  # the share's epoch (row["signature"] moves on with each change)
+            },
+            e,
+        )
         if (node := self._get("nodes", a["node"], e)) is not None:
             node["gpus_leased"] += a["gpus"]
 
@@ -97,145 +117,224 @@ class Ledger:
 # --- one handler per event that changes a derived table (config events live in `events` only)
 
 
-def _provider_registered(l: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None:
-    l._put("providers", d["provider"], {
-        "provider": d["provider"], "authority": d["authority"], "staked": 0, "bonded": 0, "unbonding": 0,
-        "unbonding_ends_at": 0, "slashed": 0, "earned": 0, "node_count": 0,
-    }, e)
+def _provider_registered(ledger: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None:
+    ledger._put(
+        "providers",
+        d["provider"],
+        {
+            "provider": d["provider"],
+            "authority": d["authority"],
+            "staked": 0,
+            "bonded": 0,
+            "unbonding": 0,
+            "unbonding_ends_at": 0,
+            "slashed": 0,
+            "earned": 0,
+            "node_count": 0,
+        },
+        e,
+    )
 
 
-def _staked(l: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None:
-    if (p := l._get("providers", d["provider"], e)) is not None:
+def _staked(ledger: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None:
+    if (p := ledger._get("providers", d["provider"], e)) is not None:
         p["staked"] = d["staked"]
-        l._stake_change(e, p, "staked", d["amount"])
+        ledger._stake_change(e, p, "staked", d["amount"])
 
 
-def _unstake_requested(l: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None:
-    if (p := l._get("providers", d["provider"], e)) is not None:
+def _unstake_requested(ledger: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None:
+    if (p := ledger._get("providers", d["provider"], e)) is not None:
         p.update(staked=d["staked"], unbonding=d["unbonding"], unbonding_ends_at=d["unbonding_ends_at"])
-        l._stake_change(e, p, "unstake_requested", d["amount"])
+        ledger._stake_change(e, p, "unstake_requested", d["amount"])
 
 
-def _unstake_withdrawn(l: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None:
-    if (p := l._get("providers", d["provider"], e)) is not None:
+def _unstake_withdrawn(ledger: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None:
+    if (p := ledger._get("providers", d["provider"], e)) is not None:
         p["unbonding"] = 0
-        l._stake_change(e, p, "unstake_withdrawn", d["amount"])
+        ledger._stake_change(e, p, "unstake_withdrawn", d["amount"])
 
 
-def _node_registered(l: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None:
+def _node_registered(ledger: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None:
     spec = d["spec"]
-    l._put("nodes", d["node"], {
-        "node": d["node"], "provider": d["provider"], "node_key": d["node_key"], "gpu_model": spec["gpu_model"],
-        "gpu_count": spec["gpu_count"], "vram_gb": spec["vram_gb"], "region": spec["region"],
-        "price_per_gpu_hour": spec["price_per_gpu_hour"], "inventory_hash": spec["inventory_hash"],
-        "bonded_stake": d["bonded_stake"], "gpus_leased": 0, "jailed": False, "jail_ends_at": 0, "registered": True,
-        "draining": False,
-    }, e)
-    if (p := l._get("providers", d["provider"], e)) is not None:
+    ledger._put(
+        "nodes",
+        d["node"],
+        {
+            "node": d["node"],
+            "provider": d["provider"],
+            "node_key": d["node_key"],
+            "gpu_model": spec["gpu_model"],
+            "gpu_count": spec["gpu_count"],
+            "vram_gb": spec["vram_gb"],
+            "region": spec["region"],
+            "price_per_gpu_hour": spec["price_per_gpu_hour"],
+            "inventory_hash": spec["inventory_hash"],
+            "bonded_stake": d["bonded_stake"],
+            "gpus_leased": 0,
+            "jailed": False,
+            "jail_ends_at": 0,
+            "registered": True,
+            "draining": False,
+        },
+        e,
+    )
+    if (p := ledger._get("providers", d["provider"], e)) is not None:
         p["bonded"] += d["bonded_stake"]
         p["node_count"] += 1
 
 
-def _node_updated(l: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None:
-    if (n := l._get("nodes", d["node"], e)) is not None:
+def _node_updated(ledger: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None:
+    if (n := ledger._get("nodes", d["node"], e)) is not None:
         n.update(region=d["region"], price_per_gpu_hour=d["price_per_gpu_hour"], inventory_hash=d["inventory_hash"])
 
 
-def _node_deregistered(l: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None:
-    if (n := l._get("nodes", d["node"], e)) is not None:
+def _node_deregistered(ledger: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None:
+    if (n := ledger._get("nodes", d["node"], e)) is not None:
         n["registered"] = False
-    if (p := l._get("providers", d["provider"], e)) is not None:
+    if (p := ledger._get("providers", d["provider"], e)) is not None:
         p["bonded"] -= d["released_stake"]
         p["node_count"] -= 1
 
 
-def _node_unjailed(l: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None:
-    if (n := l._get("nodes", d["node"], e)) is not None:
+def _node_unjailed(ledger: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None:
+    if (n := ledger._get("nodes", d["node"], e)) is not None:
         n["jailed"] = False
 
 
-def _node_draining_set(l: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None:
-    if (n := l._get("nodes", d["node"], e)) is not None:
+def _node_draining_set(ledger: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None:
+    if (n := ledger._get("nodes", d["node"], e)) is not None:
         n["draining"] = d["draining"]
 
 
-def _lease_opened(l: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None:
-    l._put("leases", d["lease"], {
-        "lease": d["lease"], "client": d["client"], "lease_id": d["lease_id"], **d["terms"], "status": "open",
-        "started_at": 0, "deposited": d["deposit"], "paid": 0, "fees": 0, "refunded": 0, "donations": 0,
-        "nodes": [], "downtime_tolerance_seconds": d.get("downtime_tolerance_seconds", 0),
-    }, e)
+def _lease_opened(ledger: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None:
+    ledger._put(
+        "leases",
+        d["lease"],
+        {
+            "lease": d["lease"],
+            "client": d["client"],
+            "lease_id": d["lease_id"],
+            **d["terms"],
+            "status": "open",
+            "started_at": 0,
+            "deposited": d["deposit"],
+            "paid": 0,
+            "fees": 0,
+            "refunded": 0,
+            "donations": 0,
+            "nodes": [],
+            "downtime_tolerance_seconds": d.get("downtime_tolerance_seconds", 0),
+        },
+        e,
+    )
 
 
-def _lease_assigned(l: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None:
-    if (lease := l._get("leases", d["lease"], e)) is not None:
+def _lease_assigned(ledger: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None:
+    if (lease := ledger._get("leases", d["lease"], e)) is not None:
         lease.update(status="active", started_at=d["started_at"], nodes=[a["node"] for a in d["assignments"]])
     for a in d["assignments"]:
-        l._take_gpus(e, d["lease"], a)
+        ledger._take_gpus(e, d["lease"], a)
 
 
-def _lease_topped_up(l: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None:
-    if (lease := l._get("leases", d["lease"], e)) is not None:
+def _lease_topped_up(ledger: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None:
+    if (lease := ledger._get("leases", d["lease"], e)) is not None:
         lease["deposited"] = d["deposited"]
         lease["duration_seconds"] += d["extra_seconds"]
 
 
-def _lease_reassigned(l: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None:
+def _lease_reassigned(ledger: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None:
     to = d["assignment"]
-    l._release_gpus(e, d["lease"], d["from_node"])
-    l._take_gpus(e, d["lease"], to)
-    if (lease := l._get("leases", d["lease"], e)) is not None:
+    ledger._release_gpus(e, d["lease"], d["from_node"])
+    ledger._take_gpus(e, d["lease"], to)
+    if (lease := ledger._get("leases", d["lease"], e)) is not None:
         lease["nodes"] = [to["node"] if n == d["from_node"] else n for n in lease["nodes"]]
 
 
-def _usage_settled(l: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None:
-    if (lease := l._get("leases", d["lease"], e)) is not None:
+def _usage_settled(ledger: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None:
+    if (lease := ledger._get("leases", d["lease"], e)) is not None:
         lease["paid"] += d["payout"]
         lease["fees"] += d["fee"]
-    if (share := l._get("assignments", (d["lease"], d["node"]), e)) is not None:
-        share.update(last_seq=d["seq"], settled_until=d["period_end"], gpu_seconds=share["gpu_seconds"] + d["gpu_seconds"])
-    if (p := l._get("providers", d["provider"], e)) is not None:
+    if (share := ledger._get("assignments", (d["lease"], d["node"]), e)) is not None:
+        share.update(
+            last_seq=d["seq"], settled_until=d["period_end"], gpu_seconds=share["gpu_seconds"] + d["gpu_seconds"]
+        )
+    if (p := ledger._get("providers", d["provider"], e)) is not None:
         p["earned"] += d["payout"]
-    l.settlements.append({"signature": e.signature, "event_index": e.event_index, "slot": e.slot,
-                          "block_time": e.block_time, **{k: d[k] for k in _SETTLEMENT_FIELDS}})
+    ledger.settlements.append(
+        {
+            "signature": e.signature,
+            "event_index": e.event_index,
+            "slot": e.slot,
+            "block_time": e.block_time,
+            **{k: d[k] for k in _SETTLEMENT_FIELDS},
+        }
+    )
 
 
-def _lease_closed(l: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None:
+def _lease_closed(ledger: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None:
     """Closed for use: the nodes are free; usage up to the close may still be settled."""
-    if (lease := l._get("leases", d["lease"], e)) is None:
+    if (lease := ledger._get("leases", d["lease"], e)) is None:
         return
     lease["status"] = "closing"
     lease["refunded"] += d["refund"]
     for node in lease["nodes"]:
-        l._release_gpus(e, d["lease"], node)
+        ledger._release_gpus(e, d["lease"], node)
 
 
-def _lease_finalized(l: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None:
-    if (lease := l._get("leases", d["lease"], e)) is not None:
+def _lease_finalized(ledger: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None:
+    if (lease := ledger._get("leases", d["lease"], e)) is not None:
         lease["status"] = "closed"
         lease["refunded"] += d["refund"]
         lease["donations"] += d["donations"]
 
 
-def _provider_slashed(l: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None:
+def _provider_slashed(ledger: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None:
     amount = d["amount"]
-    if (p := l._get("providers", d["provider"], e)) is not None:
+    if (p := ledger._get("providers", d["provider"], e)) is not None:
         # The program takes a slash from active stake first, then from unbonding stake.
         from_active = min(amount, p["staked"])
         p["staked"] -= from_active
         p["unbonding"] -= amount - from_active
         p["slashed"] += amount
-        l._stake_change(e, p, "slashed", amount)
-    if (n := l._get("nodes", d["node"], e)) is not None:
+        ledger._stake_change(e, p, "slashed", amount)
+    if (n := ledger._get("nodes", d["node"], e)) is not None:
         n.update(jailed=True, jail_ends_at=d["jail_ends_at"])
-    l.slashes.append({"signature": e.signature, "event_index": e.event_index, "slot": e.slot,
-                      "block_time": e.block_time, **{k: d[k] for k in _SLASH_FIELDS}})
+    ledger.slashes.append(
+        {
+            "signature": e.signature,
+            "event_index": e.event_index,
+            "slot": e.slot,
+            "block_time": e.block_time,
+            **{k: d[k] for k in _SLASH_FIELDS},
+        }
+    )
 
 
-_SETTLEMENT_FIELDS = ("lease", "node", "provider", "seq", "period_start", "period_end", "gpu_seconds", "amount",
-                      "payout", "fee", "escrow_left")
-_SLASH_FIELDS = ("provider", "node", "attester", "fault", "evidence_hash", "amount", "to_treasury", "to_client",
-                 "lease", "jail_ends_at")
+_SETTLEMENT_FIELDS = (
+    "lease",
+    "node",
+    "provider",
+    "seq",
+    "period_start",
+    "period_end",
+    "gpu_seconds",
+    "amount",
+    "payout",
+    "fee",
+    "escrow_left",
+)
+_SLASH_FIELDS = (
+    "provider",
+    "node",
+    "attester",
+    "fault",
+    "evidence_hash",
+    "amount",
+    "to_treasury",
+    "to_client",
+    "lease",
+    "jail_ends_at",
+)
 
 _HANDLERS: dict[str, Callable[[Ledger, IndexedEvent, dict[str, Any]], None]] = {
     "ProviderRegistered": _provider_registered,

@@ -74,8 +74,10 @@ class ChainRpc:
             return []
         config = {"encoding": "base64", "commitment": self.commitment, "maxSupportedTransactionVersion": 0}
         first = next(self._ids)
-        body = [{"jsonrpc": "2.0", "id": first + i, "method": "getTransaction", "params": [s, config]}
-                for i, s in enumerate(signatures)]
+        body = [
+            {"jsonrpc": "2.0", "id": first + i, "method": "getTransaction", "params": [s, config]}
+            for i, s in enumerate(signatures)
+        ]
         self._ids = itertools.count(first + len(signatures))
         answers = await self._post(body)
         if not isinstance(answers, list):

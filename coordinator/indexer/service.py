@@ -20,6 +20,7 @@ from collections import deque
 from typing import Any
 
 import asyncpg
+from solana.rpc.commitment import Commitment
 from solders.rpc.config import RpcTransactionLogsFilterMentions
 
 from coordinator.indexer.decode import DecodedTransaction, decode_transaction
@@ -28,7 +29,8 @@ from coordinator.indexer.store import write_batch
 from coordinator.settings import Settings
 
 with warnings.catch_warnings():
-    # solana-py's websocket client is built on websockets.legacy, which warns on import (docs/architecture.md, the Python chain stack).
+    # solana-py's websocket client is built on websockets.legacy, which warns on import
+    # (docs/architecture.md, the Python chain stack).
     warnings.filterwarnings("ignore", message="websockets.legacy is deprecated", category=DeprecationWarning)
     from solana.rpc.websocket_api import connect
 
@@ -99,16 +101,20 @@ class Indexer:
         genesis = await self.rpc.call("getGenesisHash", [])
         head = await self.rpc.slot()  # everything up to here is indexed once this pass ends
         async with self.pool.acquire() as conn:
-            known, cursor = await conn.fetchrow("SELECT genesis_hash, cursor_signature FROM indexer_state")
+            state = await conn.fetchrow("SELECT genesis_hash, cursor_signature FROM indexer_state")
+            assert state is not None, "indexer_state has its one row from the first migration on"
+            known, cursor = state
             if known is None:
                 await conn.execute("UPDATE indexer_state SET genesis_hash = $1", genesis)
             elif known != genesis:
                 # Its signatures would not find our cursor and its history would mix with ours.
-                raise ChainMismatch(f"{self.settings.rpc_url} serves the chain with genesis hash {genesis}, but this"
-                                    f" ledger indexes {known}: use another database (GPUNET_DATABASE_URL) or state dir")
+                raise ChainMismatch(
+                    f"{self.settings.rpc_url} serves the chain with genesis hash {genesis}, but this"
+                    f" ledger indexes {known}: use another database (GPUNET_DATABASE_URL) or state dir"
+                )
         signatures = [s["signature"] for s in await self.rpc.signatures_since(str(self.program), cursor)]
         size = self.settings.batch_size
-        batches = [signatures[i:i + size] for i in range(0, len(signatures), size)]
+        batches = [signatures[i : i + size] for i in range(0, len(signatures), size)]
         written = 0
         # Fetch (and decode) a few batches ahead while the oldest is written: the node, this
         # process and PostgreSQL then work at the same time. Writes stay strictly in order.
@@ -125,8 +131,11 @@ class Indexer:
                 task.cancel()
             await asyncio.gather(*ahead, return_exceptions=True)
         async with self.pool.acquire() as conn:
-            await conn.execute("UPDATE indexer_state SET synced_slot = greatest(coalesce(synced_slot, 0), $1),"
-                               " synced_at = now(), backfill_runs = backfill_runs + 1", head)
+            await conn.execute(
+                "UPDATE indexer_state SET synced_slot = greatest(coalesce(synced_slot, 0), $1),"
+                " synced_at = now(), backfill_runs = backfill_runs + 1",
+                head,
+            )
         if signatures:
             log.info("backfill_done transactions=%d events=%d head_slot=%d", len(signatures), written, head)
         return written
@@ -134,7 +143,7 @@ class Indexer:
     async def _fetch(self, signatures: list[str]) -> list[DecodedTransaction]:
         found = await self.rpc.transactions(signatures)
         txs = []
-        for signature, tx in zip(signatures, found):
+        for signature, tx in zip(signatures, found, strict=True):
             if tx is None or not isinstance(tx, dict) or tx.get("meta") is None:
                 # Listed at this commitment but not served (fully) yet: stop here, the next pass resumes.
                 raise RpcError(f"getTransaction {signature}: not available yet")
@@ -151,8 +160,9 @@ class Indexer:
         while True:
             try:
                 async with connect(self.settings.ws_url, ping_interval=10, ping_timeout=10) as ws:
-                    await ws.logs_subscribe(RpcTransactionLogsFilterMentions(self.program),
-                                            commitment=self.settings.commitment)  # type: ignore[arg-type]
+                    await ws.logs_subscribe(
+                        RpcTransactionLogsFilterMentions(self.program), commitment=Commitment(self.settings.commitment)
+                    )
                     await ws.recv()  # the subscription id
                     if connected_before:
                         await self._count_reconnect()

@@ -9,26 +9,112 @@ from typing import Any
 
 import asyncpg
 
+from coordinator.db.connection import Connection
 from coordinator.indexer.decode import DecodedTransaction
 from coordinator.indexer.projection import TABLE_KEYS, IndexedEvent, Ledger
 
 __all__ = ["load_rows", "plain_row", "write_batch"]
 
 _COLUMNS = {
-    "providers": ("provider", "authority", "staked", "bonded", "unbonding", "unbonding_ends_at", "slashed", "earned",
-                  "node_count", "signature"),
-    "nodes": ("node", "provider", "node_key", "gpu_model", "gpu_count", "vram_gb", "region", "price_per_gpu_hour",
-              "inventory_hash", "bonded_stake", "gpus_leased", "jailed", "jail_ends_at", "registered", "draining", "signature"),
-    "leases": ("lease", "client", "lease_id", "gpu_model", "min_vram_gb", "gpu_count", "region",
-               "max_price_per_gpu_hour", "duration_seconds", "status", "started_at", "deposited", "paid", "fees",
-               "refunded", "donations", "nodes", "downtime_tolerance_seconds", "signature"),
-    "assignments": ("lease", "node", "node_key", "provider", "gpus", "price_per_gpu_hour", "last_seq",
-                    "settled_until", "gpu_seconds", "active", "assigned_by", "signature"),
+    "providers": (
+        "provider",
+        "authority",
+        "staked",
+        "bonded",
+        "unbonding",
+        "unbonding_ends_at",
+        "slashed",
+        "earned",
+        "node_count",
+        "signature",
+    ),
+    "nodes": (
+        "node",
+        "provider",
+        "node_key",
+        "gpu_model",
+        "gpu_count",
+        "vram_gb",
+        "region",
+        "price_per_gpu_hour",
+        "inventory_hash",
+        "bonded_stake",
+        "gpus_leased",
+        "jailed",
+        "jail_ends_at",
+        "registered",
+        "draining",
+        "signature",
+    ),
+    "leases": (
+        "lease",
+        "client",
+        "lease_id",
+        "gpu_model",
+        "min_vram_gb",
+        "gpu_count",
+        "region",
+        "max_price_per_gpu_hour",
+        "duration_seconds",
+        "status",
+        "started_at",
+        "deposited",
+        "paid",
+        "fees",
+        "refunded",
+        "donations",
+        "nodes",
+        "downtime_tolerance_seconds",
+        "signature",
+    ),
+    "assignments": (
+        "lease",
+        "node",
+        "node_key",
+        "provider",
+        "gpus",
+        "price_per_gpu_hour",
+        "last_seq",
+        "settled_until",
+        "gpu_seconds",
+        "active",
+        "assigned_by",
+        "signature",
+    ),
     "stake_changes": ("signature", "event_index", "provider", "kind", "amount", "staked", "unbonding", "slot"),
-    "settlements": ("signature", "event_index", "lease", "node", "provider", "seq", "period_start", "period_end",
-                    "gpu_seconds", "amount", "payout", "fee", "escrow_left", "slot", "block_time"),
-    "slashes": ("signature", "event_index", "provider", "node", "attester", "fault", "evidence_hash", "amount",
-                "to_treasury", "to_client", "lease", "jail_ends_at", "slot", "block_time"),
+    "settlements": (
+        "signature",
+        "event_index",
+        "lease",
+        "node",
+        "provider",
+        "seq",
+        "period_start",
+        "period_end",
+        "gpu_seconds",
+        "amount",
+        "payout",
+        "fee",
+        "escrow_left",
+        "slot",
+        "block_time",
+    ),
+    "slashes": (
+        "signature",
+        "event_index",
+        "provider",
+        "node",
+        "attester",
+        "fault",
+        "evidence_hash",
+        "amount",
+        "to_treasury",
+        "to_client",
+        "lease",
+        "jail_ends_at",
+        "slot",
+        "block_time",
+    ),
 }
 
 
@@ -38,7 +124,8 @@ def _insert_sql(table: str) -> str:
     if table in TABLE_KEYS:
         keys = TABLE_KEYS[table]
         sql += f" ON CONFLICT ({', '.join(keys)}) DO UPDATE SET " + ", ".join(
-            f"{c} = EXCLUDED.{c}" for c in cols if c not in keys)
+            f"{c} = EXCLUDED.{c}" for c in cols if c not in keys
+        )
     return sql
 
 
@@ -48,11 +135,12 @@ _WRITER_LOCK = 0x6770756E6574_01
 
 def plain_row(record: asyncpg.Record | dict[str, Any]) -> dict[str, Any]:
     """A row with numeric(20, 0) amounts as ints and arrays as lists."""
-    return {k: int(v) if isinstance(v, Decimal) else list(v) if isinstance(v, tuple) else v
-            for k, v in dict(record).items()}
+    return {
+        k: int(v) if isinstance(v, Decimal) else list(v) if isinstance(v, tuple) else v for k, v in dict(record).items()
+    }
 
 
-async def load_rows(conn: asyncpg.Connection, ledger: Ledger, events: list[IndexedEvent]) -> None:
+async def load_rows(conn: Connection, ledger: Ledger, events: list[IndexedEvent]) -> None:
     """Preloads into `ledger` every derived row the events may change."""
     keys: dict[str, set[str]] = {"providers": set(), "nodes": set(), "leases": set()}
     for e in events:
@@ -79,7 +167,7 @@ def _args(table: str, row: dict[str, Any]) -> tuple[Any, ...]:
     return tuple(row[c] for c in _COLUMNS[table])
 
 
-async def write_batch(conn: asyncpg.Connection, txs: list[DecodedTransaction]) -> int:
+async def write_batch(conn: Connection, txs: list[DecodedTransaction]) -> int:
     """Writes the transactions not yet indexed (oldest first) and moves the cursor past the
     last one; the number of events written. Runs in one database transaction."""
     if not txs:
@@ -87,19 +175,41 @@ async def write_batch(conn: asyncpg.Connection, txs: list[DecodedTransaction]) -
     async with conn.transaction():
         # One writer at a time per database, so "not yet indexed" below cannot race.
         await conn.execute("SELECT pg_advisory_xact_lock($1)", _WRITER_LOCK)
-        seen = {r["signature"] for r in await conn.fetch(
-            "SELECT signature FROM transactions WHERE signature = ANY($1::text[])", [t.signature for t in txs])}
+        seen = {
+            r["signature"]
+            for r in await conn.fetch(
+                "SELECT signature FROM transactions WHERE signature = ANY($1::text[])", [t.signature for t in txs]
+            )
+        }
         fresh = [t for t in txs if t.signature not in seen]
         # COPY keeps the rows' order, so the serial ids (transactions.seq, events.id) follow chain order.
         await conn.copy_records_to_table(
-            "transactions", columns=("signature", "slot", "block_time", "failed", "event_count", "lines_skipped"),
-            records=[(t.signature, t.slot, t.block_time, t.failed, len(t.events), t.lines_skipped) for t in fresh])
-        events = [IndexedEvent(t.signature, i, t.slot, t.block_time, name, data)
-                  for t in fresh for i, (name, data) in enumerate(t.events)]
+            "transactions",
+            columns=("signature", "slot", "block_time", "failed", "event_count", "lines_skipped"),
+            records=[(t.signature, t.slot, t.block_time, t.failed, len(t.events), t.lines_skipped) for t in fresh],
+        )
+        events = [
+            IndexedEvent(t.signature, i, t.slot, t.block_time, name, data)
+            for t in fresh
+            for i, (name, data) in enumerate(t.events)
+        ]
         await conn.copy_records_to_table(
-            "events", columns=("signature", "event_index", "slot", "block_time", "name", "data", "lease", "provider"),
-            records=[(e.signature, e.event_index, e.slot, e.block_time, e.name, json.dumps(e.data),
-                      e.data.get("lease"), e.data.get("provider")) for e in events])
+            "events",
+            columns=("signature", "event_index", "slot", "block_time", "name", "data", "lease", "provider"),
+            records=[
+                (
+                    e.signature,
+                    e.event_index,
+                    e.slot,
+                    e.block_time,
+                    e.name,
+                    json.dumps(e.data),
+                    e.data.get("lease"),
+                    e.data.get("provider"),
+                )
+                for e in events
+            ],
+        )
 
         ledger = Ledger()
         await load_rows(conn, ledger, events)
@@ -111,7 +221,9 @@ async def write_batch(conn: asyncpg.Connection, txs: list[DecodedTransaction]) -
                 await conn.executemany(_SQL[table], [_args(table, r) for r in rows])
         for table in ("stake_changes", "settlements", "slashes"):
             if rows := getattr(ledger, table):
-                await conn.copy_records_to_table(table, columns=_COLUMNS[table], records=[_args(table, r) for r in rows])
+                await conn.copy_records_to_table(
+                    table, columns=_COLUMNS[table], records=[_args(table, r) for r in rows]
+                )
 
         if not fresh:
             return 0  # another writer got there first; its cursor is at least as far
@@ -120,6 +232,11 @@ async def write_batch(conn: asyncpg.Connection, txs: list[DecodedTransaction]) -
             "UPDATE indexer_state SET cursor_signature = $1, cursor_slot = $2,"
             " events_indexed = events_indexed + $3, transactions_indexed = transactions_indexed + $4,"
             " failed_transactions_skipped = failed_transactions_skipped + $5, lines_skipped = lines_skipped + $6",
-            last.signature, last.slot, len(events), len(fresh), sum(t.failed for t in fresh),
-            sum(t.lines_skipped for t in fresh))
+            last.signature,
+            last.slot,
+            len(events),
+            len(fresh),
+            sum(t.failed for t in fresh),
+            sum(t.lines_skipped for t in fresh),
+        )
     return len(events)

@@ -10,6 +10,7 @@ import asyncpg
 
 from coordinator.db import jobs
 from coordinator.db import leases as ledger
+from coordinator.db.connection import Connection
 from coordinator.gateway import NodeOffline
 from coordinator.jobs import TERMINAL, job_over
 from coordinator.keys import NodeKey
@@ -56,13 +57,19 @@ class Dispatch:
                 await self._tell_lease_end(lease, given, shares[0].ends_at)
                 await self._dispatch(conn, lease, shares, job, given)
 
-    async def _dispatch(self, conn: asyncpg.Connection, lease: str, shares: list[ledger.ActiveShare],
-                        job: jobs.Job, given: set[NodeKey]) -> None:
+    async def _dispatch(
+        self, conn: Connection, lease: str, shares: list[ledger.ActiveShare], job: jobs.Job, given: set[NodeKey]
+    ) -> None:
         # a share leaving a draining node is not given its job again (it was cancelled there)
         # (nor a node the scheduler already moved the share away from, before the indexer shows it)
         reserved = self.shared.scheduler.reservations.get(lease)
-        todo = [s for s in shares if s.node_key not in given and (lease, s.node_key) not in self.shared.drains
-                and (reserved is None or s.node_key in reserved.node_keys)]
+        todo = [
+            s
+            for s in shares
+            if s.node_key not in given
+            and (lease, s.node_key) not in self.shared.drains
+            and (reserved is None or s.node_key in reserved.node_keys)
+        ]
         if not todo:
             return
         keys = [s.node_key for s in shares]
@@ -77,17 +84,35 @@ class Dispatch:
             # a node that ran the job to its end (before its agent restarted) holds the share without
             # running it again; so does one that takes a share over after the end
             ended = over or states.get(s.node_key) in TERMINAL
-            message = DispatchMessage(lease=lease, gpus=s.gpus, job=job.spec, job_number=job.number, job_ended=ended,
-                                      ends_at=ends_at, rank=s.rank, world_size=len(shares), peers=peers,
-                                      restore=restore, epoch=s.assigned_by)
+            message = DispatchMessage(
+                lease=lease,
+                gpus=s.gpus,
+                job=job.spec,
+                job_number=job.number,
+                job_ended=ended,
+                ends_at=ends_at,
+                rank=s.rank,
+                world_size=len(shares),
+                peers=peers,
+                restore=restore,
+                epoch=s.assigned_by,
+            )
             try:
                 await self.link.send(s.node_key, message)
             except NodeOffline:
                 continue
             given.add(s.node_key)
             self.ends_sent[(lease, s.node_key)] = ends_at
-            log.info("job.dispatched lease=%s job=%d%s node=%s rank=%d/%d restore=%d files", lease, job.number,
-                     " (ended)" if ended else "", s.node_key, s.rank, len(shares), len(restore))
+            log.info(
+                "job.dispatched lease=%s job=%d%s node=%s rank=%d/%d restore=%d files",
+                lease,
+                job.number,
+                " (ended)" if ended else "",
+                s.node_key,
+                s.rank,
+                len(shares),
+                len(restore),
+            )
 
     async def _tell_lease_end(self, lease: str, nodes: set[NodeKey], ends_at: int) -> None:
         """A top-up moved the lease's end: the nodes holding its share bill until the new one."""

@@ -15,6 +15,7 @@ import asyncpg
 from coordinator.attester import Attester
 from coordinator.db import jobs, usage
 from coordinator.db import leases as ledger
+from coordinator.db.connection import Connection
 from coordinator.gateway import NodeOffline
 from coordinator.jobs import TERMINAL
 from coordinator.keys import NodeKey
@@ -37,8 +38,15 @@ SETTLE_WAIT_SECONDS = 30.0
 
 
 class Drain:
-    def __init__(self, pool: asyncpg.Pool, shared: Shared, view: FleetView, link: WorkerLink, attester: Attester,
-                 settle: Callable[[NodeKey | None], Awaitable[None]]) -> None:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        shared: Shared,
+        view: FleetView,
+        link: WorkerLink,
+        attester: Attester,
+        settle: Callable[[NodeKey | None], Awaitable[None]],
+    ) -> None:
         self.pool, self.shared, self.view, self.link = pool, shared, view, link
         self.attester, self.settle = attester, settle
         self._reasons: dict[str, str] = {}  # lease -> the drain reason last shown (written once)
@@ -74,13 +82,12 @@ class Drain:
                     continue  # ending anyway, or lost: the failover moves it (without a slash)
                 await self._move(conn, lease, node_key)
 
-    async def _reason(self, conn: asyncpg.Connection, lease: str, reason: str,
-                      nodes: list[NodeKey] | None = None) -> None:
+    async def _reason(self, conn: Connection, lease: str, reason: str, nodes: list[NodeKey] | None = None) -> None:
         if self._reasons.get(lease) != reason or nodes is not None:
             self._reasons[lease] = reason
             await ledger.set_placement(conn, lease, "placed", reason, nodes)
 
-    async def _move(self, conn: asyncpg.Connection, lease: str, node_key: NodeKey) -> None:
+    async def _move(self, conn: Connection, lease: str, node_key: NodeKey) -> None:
         scheduler, key, now = self.shared.scheduler, (lease, node_key), time.time()
         if lease not in scheduler.reservations or node_key not in scheduler.reservation(lease).node_keys:
             return
@@ -103,25 +110,38 @@ class Drain:
             return
         decision, target = moved
         del self.shared.drains[key]  # the scheduler's reservation no longer has the node: it is not dispatched again
-        await self._reason(conn, lease, f"node {node_key} drained (its supplier's maintenance, no slash); "
-                                        f"share moved to {target.node_key}", list(decision.node_keys))
+        await self._reason(
+            conn,
+            lease,
+            f"node {node_key} drained (its supplier's maintenance, no slash); share moved to {target.node_key}",
+            list(decision.node_keys),
+        )
         log.warning("lease.drained lease=%s from=%s to=%s", lease, node_key, target.node_key)
 
-    async def _cancel(self, conn: asyncpg.Connection, lease: str, node_key: NodeKey, now: float) -> None:
+    async def _cancel(self, conn: Connection, lease: str, node_key: NodeKey, now: float) -> None:
         """The move's first step: the job stops on the draining node, once a spare exists."""
         if not self.link.online(node_key):
             return  # silent: nothing to cancel there; if it stays silent the loss rule moves it
         # A spare must exist before the job is stopped here; it is chosen again at the move.
         spare = self.shared.scheduler.spare(lease, node_key)
         if isinstance(spare, NotPlaced):
-            await self._reason(conn, lease, f"node {node_key} is draining; its share stays there (the lease "
-                                            f"goes on) until a spare node qualifies: {spare.reason}")
+            await self._reason(
+                conn,
+                lease,
+                f"node {node_key} is draining; its share stays there (the lease "
+                f"goes on) until a spare node qualifies: {spare.reason}",
+            )
             return
         key = (lease, node_key)
         move = self.shared.drains[key] = DrainMove(cancelled_at=now)  # before the send: the job's end may come at once
         try:
-            await self.link.send(node_key, Cancel(
-                lease=lease, reason="the node is draining (its supplier's maintenance): the share moves to another node"))
+            await self.link.send(
+                node_key,
+                Cancel(
+                    lease=lease,
+                    reason="the node is draining (its supplier's maintenance): the share moves to another node",
+                ),
+            )
         except NodeOffline:
             del self.shared.drains[key]
             return

@@ -16,6 +16,7 @@ from solders.pubkey import Pubkey
 from coordinator.attester import Attester, evidence_hash
 from coordinator.db import leases as ledger
 from coordinator.db import nodes
+from coordinator.db.connection import Connection
 from coordinator.fleet import Fleet, due_shares
 from coordinator.keys import NodeKey
 from coordinator.loops.moves import move_share
@@ -32,9 +33,18 @@ log = logging.getLogger("gpunet.coordinator.failover")
 
 
 class Failover:
-    def __init__(self, settings: Settings, pool: asyncpg.Pool, chain: AsyncClient, shared: Shared, view: FleetView,
-                 fleet: Fleet, outages: Outages, attester: Attester,
-                 settle: Callable[[NodeKey | None], Awaitable[None]]) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        pool: asyncpg.Pool,
+        chain: AsyncClient,
+        shared: Shared,
+        view: FleetView,
+        fleet: Fleet,
+        outages: Outages,
+        attester: Attester,
+        settle: Callable[[NodeKey | None], Awaitable[None]],
+    ) -> None:
         self.settings, self.pool, self.chain, self.shared, self.view = settings, pool, chain, shared, view
         self.fleet, self.outages, self.attester, self.settle = fleet, outages, attester, settle
         self.silent: set[NodeKey] = set()  # nodes found silent, not judged yet
@@ -45,7 +55,7 @@ class Failover:
             self.shared.running_checked.pop(node_key, None)  # if it comes back, what it runs is checked again
             self.silent.add(node_key)
         if self.silent and self.fleet.judging() and await self.outages.may_judge():
-            for node_key in sorted(self.silent):
+            for node_key in sorted(self.silent, key=str):
                 self.silent.discard(node_key)
                 if self.outages.region_paused(node_key):
                     self.silent.add(node_key)  # judged once its region's outage is over
@@ -91,24 +101,34 @@ class Failover:
             draining = await nodes.is_draining(conn, node_key)
         if draining:
             # Its supplier announced the maintenance: its shares move, nobody is slashed for it.
-            log.warning("node.lost_while_draining node=%s silent=%.1fs: its shares move without a slash", node_key, silent)
+            log.warning(
+                "node.lost_while_draining node=%s silent=%.1fs: its shares move without a slash", node_key, silent
+            )
             for share in shares:
                 self.queue(share.lease, node_key)
             return
-        evidence = {"fault": "MissedHeartbeats", "node_key": str(node_key), "leases": [s.lease for s in shares],
-                    "last_heartbeat": round(seen.last_heartbeat, 3), "silent_seconds": round(silent, 3),
-                    "detected_at": round(time.time(), 3), "lost_after_seconds": self.settings.lost_after_seconds,
-                    "downtime_tolerance_seconds": tolerance}
+        evidence = {
+            "fault": "MissedHeartbeats",
+            "node_key": str(node_key),
+            "leases": [s.lease for s in shares],
+            "last_heartbeat": round(seen.last_heartbeat, 3),
+            "silent_seconds": round(silent, 3),
+            "detected_at": round(time.time(), 3),
+            "lost_after_seconds": self.settings.lost_after_seconds,
+            "downtime_tolerance_seconds": tolerance,
+        }
         # Slashed once per silence: a share whose lease tolerated longer is moved later without a second slash
         # (the node is jailed since, and the program moves a jailed node's shares).
         jailed = (await fetch(self.chain, node_pda(node_key), "Node")).jailed
         if self.settings.slash_lost_nodes and not jailed:
             async with self.pool.acquire() as conn:
-                fault = await nodes.record_fault(conn, node_key, shares[0].lease, "MissedHeartbeats", evidence,
-                                                 evidence_hash(evidence))
+                fault = await nodes.record_fault(
+                    conn, node_key, shares[0].lease, "MissedHeartbeats", evidence, evidence_hash(evidence)
+                )
             try:
-                sig = await self.attester.slash(node_key, "MissedHeartbeats", evidence,
-                                                lease=Pubkey.from_string(shares[0].lease))
+                sig = await self.attester.slash(
+                    node_key, "MissedHeartbeats", evidence, lease=Pubkey.from_string(shares[0].lease)
+                )
                 async with self.pool.acquire() as conn:
                     await nodes.set_slash_signature(conn, fault, str(sig) if sig else None)
             except Exception:
@@ -123,13 +143,13 @@ class Failover:
         async with self.pool.acquire() as conn:
             await self.view.refresh(conn)
             for lease, lost in list(failovers.items()):
-                for node_key in sorted(lost):
+                for node_key in sorted(lost, key=str):
                     if await self._move(conn, lease, node_key):
                         lost.discard(node_key)
                 if not lost:
                     del failovers[lease]
 
-    async def _move(self, conn: asyncpg.Connection, lease: str, lost: NodeKey) -> bool:
+    async def _move(self, conn: Connection, lease: str, lost: NodeKey) -> bool:
         """Moves the lost node's share; True when done (or no longer needed)."""
         scheduler = self.shared.scheduler
         if lease not in scheduler.reservations or lost not in scheduler.reservation(lease).node_keys:
@@ -139,8 +159,9 @@ class Failover:
             await ledger.set_placement(conn, lease, "placed", f"node {lost} lost; {moved}")
             return False
         decision, target = moved
-        await ledger.set_placement(conn, lease, "placed", f"node {lost} lost; share moved to {target.node_key}",
-                                   list(decision.node_keys))
+        await ledger.set_placement(
+            conn, lease, "placed", f"node {lost} lost; share moved to {target.node_key}", list(decision.node_keys)
+        )
         self.shared.dispatched.get(lease, set()).discard(lost)
         log.warning("lease.failover lease=%s from=%s to=%s", lease, lost, target.node_key)
         return True

@@ -15,6 +15,7 @@ from solders.pubkey import Pubkey
 from coordinator.attester import Attester
 from coordinator.db import leases as ledger
 from coordinator.db import usage
+from coordinator.db.connection import Connection
 from coordinator.gateway import NodeOffline
 from coordinator.keys import NodeKey
 from coordinator.state import Shared, WorkerLink
@@ -32,8 +33,17 @@ UNPAID_WAIT_SECONDS = 40.0
 
 
 class LeaseEnd:
-    def __init__(self, pool: asyncpg.Pool, chain: AsyncClient, shared: Shared, link: WorkerLink, attester: Attester,
-                 settle: Callable[[NodeKey | None], Awaitable[None]], *, close_grace_seconds: float) -> None:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        chain: AsyncClient,
+        shared: Shared,
+        link: WorkerLink,
+        attester: Attester,
+        settle: Callable[[NodeKey | None], Awaitable[None]],
+        *,
+        close_grace_seconds: float,
+    ) -> None:
         self.pool, self.chain, self.shared, self.link = pool, chain, shared, link
         self.attester, self.settle, self.close_grace_seconds = attester, settle, close_grace_seconds
 
@@ -82,7 +92,7 @@ class LeaseEnd:
             return
         log.info("lease.%sd lease=%s", action, lease)
 
-    async def _finalize(self, conn: asyncpg.Connection, lease: str) -> None:
+    async def _finalize(self, conn: Connection, lease: str) -> None:
         """Finalizes a closing lease once no usage report of it is pending and every share whose node
         is connected is paid up to the end of billing: a worker sends again the reports this process
         could not record (its database was down, say) only every so often, and finalizing before they
@@ -94,8 +104,11 @@ class LeaseEnd:
         if type(account.status).__name__ != "Closing":
             return  # finalized meanwhile (by anyone); the indexer will show it
         waited = time.time() - self.shared.ending.get(lease, 0.0)
-        unpaid = [a for a in account.assignments[: account.node_count]
-                  if a.settled_until < account.billable_until and self.link.online(a.node_key)]
+        unpaid = [
+            a
+            for a in account.assignments[: account.node_count]
+            if a.settled_until < account.billable_until and self.link.online(a.node_key)
+        ]
         unpaid = unpaid if waited < UNPAID_WAIT_SECONDS else []
         if (unpaid or await usage.pending_count(conn, lease)) and time.time() <= account.settle_deadline:
             return

@@ -11,8 +11,9 @@ from coordinator.scheduler import NotPlaced, PlacedShare, Placement, Scheduler
 __all__ = ["move_share"]
 
 
-async def move_share(scheduler: Scheduler, attester: Attester, lease: str,
-                     from_key: NodeKey) -> tuple[Placement, PlacedShare] | str:
+async def move_share(
+    scheduler: Scheduler, attester: Attester, lease: str, from_key: NodeKey
+) -> tuple[Placement, PlacedShare] | str:
     """Moves `from_key`'s share of the lease to the best other qualifying node, in the scheduler and
     on chain (`reassign_lease`); the new placement and the share's new node, or why not (the
     scheduler's reservation is then left as it was)."""

@@ -9,6 +9,7 @@ from solders.pubkey import Pubkey
 
 from coordinator.attester import Attester
 from coordinator.db import leases as ledger
+from coordinator.db.connection import Connection
 from coordinator.scheduler import LeaseRequest, NotPlaced, SchedulerError
 from coordinator.state import Shared
 from coordinator.view import FleetView
@@ -29,16 +30,23 @@ class Placement:
             await self.view.refresh(conn)
             for lease in await ledger.waiting_leases(conn):
                 if not lease["has_job"]:
-                    await ledger.set_placement(conn, lease["lease"], "waiting", "waiting for the client's job "
-                                               "(gpunet lease job LEASE ...)")
+                    await ledger.set_placement(
+                        conn, lease["lease"], "waiting", "waiting for the client's job (gpunet lease job LEASE ...)"
+                    )
                     continue
                 await self._place(conn, lease)
 
-    async def _place(self, conn: asyncpg.Connection, lease: asyncpg.Record) -> None:
+    async def _place(self, conn: Connection, lease: asyncpg.Record) -> None:
         scheduler = self.shared.scheduler
         try:
-            terms = ix.LeaseTerms(lease["gpu_model"], lease["min_vram_gb"], lease["gpu_count"], lease["region"],
-                                  int(lease["max_price_per_gpu_hour"]), lease["duration_seconds"])
+            terms = ix.LeaseTerms(
+                lease["gpu_model"],
+                lease["min_vram_gb"],
+                lease["gpu_count"],
+                lease["region"],
+                int(lease["max_price_per_gpu_hour"]),
+                lease["duration_seconds"],
+            )
             request = LeaseRequest(lease["lease"], terms, gpus_per_node=lease["gpus_per_node"])
         except SchedulerError as e:
             await ledger.set_placement(conn, lease["lease"], "failed", str(e))

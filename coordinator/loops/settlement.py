@@ -21,8 +21,9 @@ log = logging.getLogger("gpunet.coordinator.settlement")
 
 
 class Settlement:
-    def __init__(self, pool: asyncpg.Pool, settler: Settler, fleet: Fleet, *, started_at: float,
-                 reconnect_grace_seconds: float) -> None:
+    def __init__(
+        self, pool: asyncpg.Pool, settler: Settler, fleet: Fleet, *, started_at: float, reconnect_grace_seconds: float
+    ) -> None:
         self.pool, self.settler, self.fleet = pool, settler, fleet
         # Before this process started, and while workers had their grace to reconnect to it, it could not see.
         self.blind_until = started_at + reconnect_grace_seconds
@@ -43,13 +44,20 @@ class Settlement:
                     return
                 refused = await usage.refused_usage(conn, batch)
                 tolerance = await ledger.tolerances(conn, list({str(u.lease) for u in batch}))
-            outcomes = await self.settler.settle(batch, lambda u: self.observed(u, tolerance.get(str(u.lease), 0)),
-                                                 refused)
+            outcomes = await self.settler.settle(
+                batch, lambda u: self.observed(u, tolerance.get(str(u.lease), 0)), refused
+            )
             async with self.pool.acquire() as conn:
                 await usage.settle_outcomes(conn, outcomes)
         for o in outcomes:
-            log.info("usage.%s lease=%s node=%s seq=%d %s", o.status.value, o.usage.lease, o.usage.node_key,
-                     o.usage.report.seq, o.reason or o.signature)
+            log.info(
+                "usage.%s lease=%s node=%s seq=%d %s",
+                o.status.value,
+                o.usage.lease,
+                o.usage.node_key,
+                o.usage.report.seq,
+                o.reason or o.signature,
+            )
 
     def observed(self, report: SignedUsage, tolerance: int = 0) -> int | None:
         """Seconds of the report's period the node may bill by what this process saw. Time it could

@@ -12,8 +12,8 @@ import asyncpg
 from solana.rpc.async_api import AsyncClient
 
 from coordinator.db import jobs
-from coordinator.db import usage as usage_reports
 from coordinator.db import leases as ledger
+from coordinator.db import usage as usage_reports
 from coordinator.fleet import Fleet
 from coordinator.keys import NodeKey
 from coordinator.loops.dispatch import Dispatch
@@ -22,8 +22,7 @@ from coordinator.outages import Outages
 from coordinator.state import Shared, WorkerLink
 from gpunet.accounts import fetch
 from gpunet.pda import node_pda
-from gpunet.protocol import (Ack, Cancel, Checkpoint, Error, Heartbeat, Hello, JobLog, JobStatus,
-                             UsageReportMessage)
+from gpunet.protocol import Ack, Cancel, Checkpoint, Error, Heartbeat, Hello, JobLog, JobStatus, UsageReportMessage
 
 __all__ = ["WorkerMessages"]
 
@@ -31,8 +30,17 @@ log = logging.getLogger("gpunet.coordinator.workers")
 
 
 class WorkerMessages:
-    def __init__(self, pool: asyncpg.Pool, chain: AsyncClient, shared: Shared, fleet: Fleet, link: WorkerLink,
-                 outages: Outages, dispatch: Dispatch, drain: Drain) -> None:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        chain: AsyncClient,
+        shared: Shared,
+        fleet: Fleet,
+        link: WorkerLink,
+        outages: Outages,
+        dispatch: Dispatch,
+        drain: Drain,
+    ) -> None:
         self.pool, self.chain, self.shared, self.fleet, self.link = pool, chain, shared, fleet, link
         self.outages, self.dispatch, self.drain = outages, dispatch, drain
         self._stale_told: set[tuple[NodeKey, str, str | None]] = set()  # (node, lease, epoch) told it moved
@@ -46,8 +54,11 @@ class WorkerMessages:
         # running, and only a session can tell it to cancel the jobs of leases it no longer holds.
         node = await fetch(self.chain, node_pda(node_key), "Node")
         if node.jailed:
-            log.warning("worker.jailed node=%s jail_ends_at=%d (admitted; it gets no work until unjailed)",
-                        node_key, node.jail_ends_at)
+            log.warning(
+                "worker.jailed node=%s jail_ends_at=%d (admitted; it gets no work until unjailed)",
+                node_key,
+                node.jail_ends_at,
+            )
         return None
 
     async def connected(self, node_key: NodeKey, hello: Hello) -> None:
@@ -89,11 +100,20 @@ class WorkerMessages:
                 return True
         if (key := (node_key, message.lease, message.epoch)) not in self._stale_told:
             self._stale_told.add(key)
-            log.warning("job.stale node=%s lease=%s epoch=%s (not its current share: refused)", node_key,
-                        message.lease, message.epoch)
+            log.warning(
+                "job.stale node=%s lease=%s epoch=%s (not its current share: refused)",
+                node_key,
+                message.lease,
+                message.epoch,
+            )
             with contextlib.suppress(Exception):
-                await self.link.send(node_key, Error(message=f"job messages of lease {message.lease} refused: "
-                                                             f"this node no longer holds that share (it moved)"))
+                await self.link.send(
+                    node_key,
+                    Error(
+                        message=f"job messages of lease {message.lease} refused: "
+                        f"this node no longer holds that share (it moved)"
+                    ),
+                )
         return False
 
     async def usage(self, node_key: NodeKey, report: UsageReportMessage) -> None:
@@ -104,11 +124,19 @@ class WorkerMessages:
         async with self.pool.acquire() as conn:
             recorded = await jobs.record_checkpoint(conn, node_key, checkpoint)
         if not recorded:
-            log.warning("checkpoint.refused node=%s lease=%s (it holds no share of the running lease)",
-                        node_key, checkpoint.lease)
+            log.warning(
+                "checkpoint.refused node=%s lease=%s (it holds no share of the running lease)",
+                node_key,
+                checkpoint.lease,
+            )
             with contextlib.suppress(Exception):
-                await self.link.send(node_key, Error(message=f"checkpoint of lease {checkpoint.lease} refused: "
-                                                             f"this node holds no share of it (it moved)"))
+                await self.link.send(
+                    node_key,
+                    Error(
+                        message=f"checkpoint of lease {checkpoint.lease} refused: "
+                        f"this node holds no share of it (it moved)"
+                    ),
+                )
 
     async def worker_ack(self, node_key: NodeKey, ack: Ack) -> None:
         if ack.error:

@@ -61,8 +61,9 @@ class Pool:
         if not self.size:
             self.min_price = _INF
 
-    def best(self, gpus: int, min_vram: int, max_price: int, k: int, exclude: Collection[Address],
-             scoring: Scoring) -> list[Entry]:
+    def best(
+        self, gpus: int, min_vram: int, max_price: int, k: int, exclude: Collection[Address], scoring: Scoring
+    ) -> list[Entry]:
         """The k lowest-cost nodes that can take a share of `gpus` GPUs, cheapest first.
 
         Cost = effective price x packing factor of the GPUs the share leaves free. Exact:

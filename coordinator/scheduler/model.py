@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from solders.pubkey import Pubkey
 
@@ -17,10 +18,10 @@ from gpunet.instructions import ANY, LeaseTerms, Share
 from gpunet.limits import MAX_GPUS_PER_NODE, MAX_LEASE_GPUS, MAX_LEASE_NODES
 
 __all__ = [
-    "Address",
     "MAX_GPUS_PER_NODE",
     "MAX_LEASE_GPUS",
     "MAX_LEASE_NODES",
+    "Address",
     "InvalidLeaseRequest",
     "InvalidNodeView",
     "LeaseRequest",
@@ -37,10 +38,13 @@ __all__ = [
 
 _U8, _U16, _U64, _I64 = 2**8, 2**16, 2**64, 2**63
 
-# Nodes and providers are named by their addresses. The coordinator hands the scheduler `Pubkey`s
-# (its one node-key type); the scheduler only hashes, orders and prints them, so its own tests and
-# benchmark name nodes with short strings.
-Address = Pubkey | str
+# Nodes and providers are named by their addresses: `Pubkey`s, the coordinator's one node-key type
+# (the type checker holds the coordinator to it). The scheduler itself only hashes, orders and prints
+# them, so at run time it also takes short strings: its own tests and benchmark name nodes that way.
+if TYPE_CHECKING:
+    Address = Pubkey
+else:
+    Address = Pubkey | str
 
 
 def _pubkey(address: Address) -> Pubkey:
@@ -143,8 +147,9 @@ class NodeView:
             if type(getattr(self, name)) is not bool:
                 raise InvalidNodeView(f"node {self.node_key}: {name} must be a bool")
         latency = self.latency_ms
-        if latency is not None and (isinstance(latency, bool) or not isinstance(latency, (int, float))
-                                    or not 0 <= latency < float("inf")):
+        if latency is not None and (
+            isinstance(latency, bool) or not isinstance(latency, (int, float)) or not 0 <= latency < float("inf")
+        ):
             raise InvalidNodeView(f"node {self.node_key}: latency_ms={latency!r} must be None or a finite number >= 0")
 
     @property
@@ -157,15 +162,23 @@ class NodeView:
 
     def meets(self, terms: LeaseTerms) -> bool:
         """Node::meets: the hardware and price satisfy the lease's terms."""
-        return ((terms.gpu_model == ANY or terms.gpu_model == self.gpu_model)
-                and self.vram_gb >= terms.min_vram_gb
-                and (terms.region == ANY or terms.region == self.region)
-                and self.price_per_gpu_hour <= terms.max_price_per_gpu_hour)
+        return (
+            (terms.gpu_model == ANY or terms.gpu_model == self.gpu_model)
+            and self.vram_gb >= terms.min_vram_gb
+            and (terms.region == ANY or terms.region == self.region)
+            and self.price_per_gpu_hour <= terms.max_price_per_gpu_hour
+        )
 
     def is_schedulable(self, accept_simulated: bool) -> bool:
         """Live and in good standing: may take new work of any lease it meets."""
-        return (self.online and self.healthy and not self.jailed and not self.draining and self.is_collateralised()
-                and (accept_simulated or not self.simulated))
+        return (
+            self.online
+            and self.healthy
+            and not self.jailed
+            and not self.draining
+            and self.is_collateralised()
+            and (accept_simulated or not self.simulated)
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,20 +212,29 @@ class LeaseRequest:
         for name, (low, end) in ranges.items():
             value = getattr(t, name)
             if type(value) is not int or not low <= value < end:
-                raise InvalidLeaseRequest(f"lease {self.lease}: {name}={value!r} is not an integer in [{low}, {end - 1}]")
+                raise InvalidLeaseRequest(
+                    f"lease {self.lease}: {name}={value!r} is not an integer in [{low}, {end - 1}]"
+                )
         if type(self.max_nodes) is not int or not 1 <= self.max_nodes <= MAX_LEASE_NODES:
-            raise InvalidLeaseRequest(f"lease {self.lease}: max_nodes={self.max_nodes!r} is not in [1, {MAX_LEASE_NODES}]")
+            raise InvalidLeaseRequest(
+                f"lease {self.lease}: max_nodes={self.max_nodes!r} is not in [1, {MAX_LEASE_NODES}]"
+            )
         if self.gpu_count > self.max_nodes * MAX_GPUS_PER_NODE:
-            raise InvalidLeaseRequest(f"lease {self.lease}: {self.gpu_count} GPUs cannot fit on {self.max_nodes} "
-                                      f"node(s) of at most {MAX_GPUS_PER_NODE} GPUs")
+            raise InvalidLeaseRequest(
+                f"lease {self.lease}: {self.gpu_count} GPUs cannot fit on {self.max_nodes} "
+                f"node(s) of at most {MAX_GPUS_PER_NODE} GPUs"
+            )
         g = self.gpus_per_node
         if g is not None:
             if type(g) is not int or not 1 <= g <= MAX_GPUS_PER_NODE or self.gpu_count % g:
-                raise InvalidLeaseRequest(f"lease {self.lease}: gpus_per_node={g!r} must be in [1, "
-                                          f"{MAX_GPUS_PER_NODE}] and divide gpu_count={self.gpu_count}")
+                raise InvalidLeaseRequest(
+                    f"lease {self.lease}: gpus_per_node={g!r} must be in [1, "
+                    f"{MAX_GPUS_PER_NODE}] and divide gpu_count={self.gpu_count}"
+                )
             if self.gpu_count // g > self.max_nodes:
-                raise InvalidLeaseRequest(f"lease {self.lease}: {self.gpu_count // g} shares of {g} GPUs "
-                                          f"exceed max_nodes={self.max_nodes}")
+                raise InvalidLeaseRequest(
+                    f"lease {self.lease}: {self.gpu_count // g} shares of {g} GPUs exceed max_nodes={self.max_nodes}"
+                )
 
     @property
     def gpu_count(self) -> int:
@@ -236,8 +258,7 @@ class PlacedShare:
 
     def to_sdk(self) -> Share:
         """The share as `gpunet.instructions.assign_lease` / `reassign_lease` take it."""
-        return Share(_pubkey(self.node_key), _pubkey(self.provider_authority), self.gpus,
-                     self.price_per_gpu_hour)
+        return Share(_pubkey(self.node_key), _pubkey(self.provider_authority), self.gpus, self.price_per_gpu_hour)
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,8 +14,19 @@ from gpunet.tokens import IO_DECIMALS
 __all__ = ["describe", "explain", "io_amount"]
 
 # The first filter a node fails names its group, in this order.
-_GROUPS = ("already in the lease", "in another region", "offline", "unhealthy", "jailed", "draining",
-           "under-collateralised", "simulated", "short of VRAM", "above the price", "fully leased")
+_GROUPS = (
+    "already in the lease",
+    "in another region",
+    "offline",
+    "unhealthy",
+    "jailed",
+    "draining",
+    "under-collateralised",
+    "simulated",
+    "short of VRAM",
+    "above the price",
+    "fully leased",
+)
 
 
 def io_amount(base_units: int) -> str:
@@ -72,8 +83,14 @@ def _group(view: NodeView, request: LeaseRequest, accept_simulated: bool, exclud
     return None
 
 
-def explain(nodes: Iterable[NodeView], request: LeaseRequest, accept_simulated: bool,
-            exclude: Collection[Address] = (), gpus: int | None = None, elsewhere: int = 0) -> str:
+def explain(
+    nodes: Iterable[NodeView],
+    request: LeaseRequest,
+    accept_simulated: bool,
+    exclude: Collection[Address] = (),
+    gpus: int | None = None,
+    elsewhere: int = 0,
+) -> str:
     """`nodes`: at least every node of the requested model in its region; `elsewhere`: how many
     more of the model are in other regions; `gpus`: the one share being replaced, if so."""
     t = request.terms

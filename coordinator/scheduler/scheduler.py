@@ -10,9 +10,9 @@ from typing import Any
 
 from coordinator.scheduler.index import Entry, Pool, ShelfKey, pool_keys
 from coordinator.scheduler.model import (
-    Address,
     MAX_GPUS_PER_NODE,
     MAX_LEASE_NODES,
+    Address,
     InvalidNodeView,
     LeaseRequest,
     NodeBusy,
@@ -67,8 +67,9 @@ class Scheduler:
         old = self._nodes.get(view.node_key)
         if old is not None:
             if view.gpu_count < old.gpus_leased:
-                raise InvalidNodeView(f"node {view.node_key}: gpu_count {view.gpu_count} is below its "
-                                      f"{old.gpus_leased} leased GPUs")
+                raise InvalidNodeView(
+                    f"node {view.node_key}: gpu_count {view.gpu_count} is below its {old.gpus_leased} leased GPUs"
+                )
             view.gpus_leased = old.gpus_leased
             self._drop(old)
         self._put(view)
@@ -142,6 +143,7 @@ class Scheduler:
         in_lease = frozenset(placement.node_keys)
         choice = self._choose(placement.request, in_lease, share.gpus, single=True)
         if choice is None:
+
             def reason() -> str:
                 nodes, elsewhere = self._candidates(placement.request)
                 return explain(nodes, placement.request, self.accept_simulated, in_lease, share.gpus, elsewhere)
@@ -161,6 +163,7 @@ class Scheduler:
         in_lease = frozenset(placement.node_keys)
         choice = self._choose(request, in_lease, lost.gpus, single=True)
         if choice is None:
+
             def reason() -> str:
                 nodes, elsewhere = self._candidates(request)
                 return explain(nodes, request, self.accept_simulated, in_lease, lost.gpus, elsewhere)
@@ -211,7 +214,9 @@ class Scheduler:
 
     # -- internals -------------------------------------------------------------------------------
 
-    def _choose(self, request: LeaseRequest, exclude: Collection[Address], gpus: int, single: bool = False) -> Choice | None:
+    def _choose(
+        self, request: LeaseRequest, exclude: Collection[Address], gpus: int, single: bool = False
+    ) -> Choice | None:
         t = request.terms
         pool = self._pools.get((t.gpu_model, t.region))
         if pool is None:
@@ -275,8 +280,9 @@ class Scheduler:
             if eligibility and not (view.is_schedulable(self.accept_simulated) and view.meets(request.terms)):
                 raise StalePlacement(f"lease {lease}: node {share.node_key} no longer qualifies")
             if view.free_gpus < share.gpus:
-                raise StalePlacement(f"lease {lease}: node {share.node_key} has {view.free_gpus} free GPUs, "
-                                     f"the share needs {share.gpus}")
+                raise StalePlacement(
+                    f"lease {lease}: node {share.node_key} has {view.free_gpus} free GPUs, the share needs {share.gpus}"
+                )
 
     def _commit(self, placement: Placement) -> None:
         for share in placement.shares:

@@ -20,7 +20,7 @@ from coordinator.scheduler.model import NodeView
 __all__ = ["QUALITY_CLASS_TOPS", "Scoring"]
 
 # Class c holds factors in [1.25^c, 1.25^(c+1)); the last class catches the rest.
-QUALITY_CLASS_TOPS: tuple[float, ...] = tuple(1.25 ** (c + 1) for c in range(15)) + (float("inf"),)
+QUALITY_CLASS_TOPS: tuple[float, ...] = (*(1.25 ** (c + 1) for c in range(15)), float("inf"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,9 +34,15 @@ class Scoring:
     reliability_floor: float = 0.25
 
     def __post_init__(self) -> None:
-        if not (self.packing_weight >= 0 and self.latency_weight_per_ms >= 0 and self.latency_cap_ms >= 0
-                and self.unknown_latency_ms >= 0 and self.prior_completed >= 1 and self.prior_failed >= 0
-                and 0 < self.reliability_floor <= 1):
+        if not (
+            self.packing_weight >= 0
+            and self.latency_weight_per_ms >= 0
+            and self.latency_cap_ms >= 0
+            and self.unknown_latency_ms >= 0
+            and self.prior_completed >= 1
+            and self.prior_failed >= 0
+            and 0 < self.reliability_floor <= 1
+        ):
             raise ValueError(f"invalid scoring weights: {self}")
 
     def reliability(self, view: NodeView) -> float:

@@ -35,8 +35,11 @@ def _version(asked: bool) -> None:
 
 
 @app.callback()
-def _root(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
-                                                help="Print gpunet's version and exit.")] = False) -> None:
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print gpunet's version and exit.")
+    ] = False,
+) -> None:
     pass
 
 

@@ -4,14 +4,14 @@ seconds or unix timestamps (those stay in --json, for scripts)."""
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 __all__ = ["at", "span", "until"]
 
 
 def at(unix: int) -> str:
     """1764554400 -> '2025-12-01 02:00:00 UTC'."""
-    return datetime.fromtimestamp(unix, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return datetime.fromtimestamp(unix, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def span(seconds: int | None) -> str:

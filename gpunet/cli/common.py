@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -46,11 +46,22 @@ class NotEnoughFunds(GpunetError):
 
 DEFAULT_KEYPAIR = Path("~/.config/solana/id.json")
 
-UrlOpt = Annotated[str | None, typer.Option(
-    "--url", "-u", envvar="GPUNET_RPC_URL", show_envvar=True,
-    help="RPC URL or cluster name (localnet, devnet, testnet, mainnet). Default: Anchor.toml, else localnet.")]
-KeypairOpt = Annotated[Path, typer.Option(
-    "--keypair", "-k", envvar="GPUNET_KEYPAIR", show_envvar=True, help="Wallet keypair file (Solana CLI format).")]
+UrlOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--url",
+        "-u",
+        envvar="GPUNET_RPC_URL",
+        show_envvar=True,
+        help="RPC URL or cluster name (localnet, devnet, testnet, mainnet). Default: Anchor.toml, else localnet.",
+    ),
+]
+KeypairOpt = Annotated[
+    Path,
+    typer.Option(
+        "--keypair", "-k", envvar="GPUNET_KEYPAIR", show_envvar=True, help="Wallet keypair file (Solana CLI format)."
+    ),
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout instead of tables.")]
 
 
@@ -122,8 +133,9 @@ class Session:
             with self.err.status(f"{what}…"):
                 yield
 
-    async def send(self, client: AsyncClient, what: str, instructions: list[Instruction],
-                   signers: list[Keypair] = ()) -> Signature:
+    async def send(
+        self, client: AsyncClient, what: str, instructions: list[Instruction], signers: Sequence[Keypair] = ()
+    ) -> Signature:
         """Sends with the wallet as fee payer, after checking it can pay the fee."""
         await self.check_fee(client)
         with self.waiting(f"{what}: waiting for confirmation"):
@@ -133,8 +145,10 @@ class Session:
         """Before anything is sent: the wallet must hold enough SOL for fees (and a little rent)."""
         lamports = (await client.get_balance(self.wallet.pubkey())).value
         if lamports < 10_000_000:
-            raise NotEnoughFunds(f"wallet {self.wallet.pubkey()} holds {lamports} lamports, not enough for "
-                                 "transaction fees and rent (0.01 SOL); fund it (on localnet: `gpunet airdrop 1`)")
+            raise NotEnoughFunds(
+                f"wallet {self.wallet.pubkey()} holds {lamports} lamports, not enough for "
+                "transaction fees and rent (0.01 SOL); fund it (on localnet: `gpunet airdrop 1`)"
+            )
 
     def show(self, data: Any, render: Callable[[], RenderableType | str]) -> None:
         """JSON for scripts, a table or line for people."""
@@ -153,7 +167,7 @@ class Session:
             self.err.print(f"[red]error:[/] {message}", soft_wrap=True)
         return typer.Exit(int(code))
 
-    def run(self, command: Callable[[Session], Awaitable[Any]]) -> None:
+    def run(self, command: Callable[[Session], Coroutine[Any, Any, Any]]) -> None:
         """Runs one async command and maps every expected failure to its message and exit code."""
         try:
             self.cluster  # noqa: B018 - a bad --url is reported before anything else happens
@@ -173,9 +187,12 @@ class Session:
             raise self.fail(Exit.REFUSED, f"{e}{f' (transaction {sig})' if sig else ''}") from None
         except (SolanaRpcException, httpx.HTTPError, OSError) as e:
             cause = e.__cause__ or e
-            raise self.fail(Exit.UNREACHABLE, f"cannot reach the RPC node at {self.cluster.rpc_url} (from "
-                            f"{self.cluster.source}): {type(cause).__name__}: {cause}. Start a local node with "
-                            "`gpunet localnet`, or pass --url") from None
+            raise self.fail(
+                Exit.UNREACHABLE,
+                f"cannot reach the RPC node at {self.cluster.rpc_url} (from "
+                f"{self.cluster.source}): {type(cause).__name__}: {cause}. Start a local node with "
+                "`gpunet localnet`, or pass --url",
+            ) from None
 
 
 def io_balance_check(what: str, need: int, have: int) -> None:

@@ -7,10 +7,11 @@ from typing import Annotated
 
 import typer
 from rich.table import Table
+from solders.pubkey import Pubkey
 
 from gpunet.amounts import format_io
 from gpunet.audit import audit_lease, audit_provider
-from gpunet.cli.common import key_column, BadInput, Exit, JsonOpt, Session, UrlOpt, pubkey_arg
+from gpunet.cli.common import BadInput, Exit, JsonOpt, Session, UrlOpt, key_column, pubkey_arg
 from gpunet.history import transactions_of
 from gpunet.pda import provider_pda
 
@@ -19,17 +20,19 @@ LeaseOpt = Annotated[str | None, typer.Option("--lease", help="A lease's address
 ProviderOpt = Annotated[str | None, typer.Option("--provider", help="A provider's wallet.")]
 
 
-def _subject(lease: str | None, provider: str | None):
+def _subject(lease: str | None, provider: str | None) -> tuple[str, Pubkey]:
     if (lease is None) == (provider is None):
         raise BadInput("give exactly one of --lease ADDRESS or --provider WALLET")
     if lease is not None:
         return "lease", pubkey_arg(lease, "lease address")
+    assert provider is not None
     return "provider", pubkey_arg(provider, "provider wallet")
 
 
 @settlements_app.command("list")
-def list_settlements(lease: LeaseOpt = None, provider: ProviderOpt = None, url: UrlOpt = None,
-                     json_output: JsonOpt = False) -> None:
+def list_settlements(
+    lease: LeaseOpt = None, provider: ProviderOpt = None, url: UrlOpt = None, json_output: JsonOpt = False
+) -> None:
     """Every usage settlement of a lease or a provider, oldest first, with its transaction."""
 
     async def command(s: Session) -> None:
@@ -38,20 +41,49 @@ def list_settlements(lease: LeaseOpt = None, provider: ProviderOpt = None, url: 
         async with s.client() as client:
             with s.waiting("Reading transactions"):
                 txs = await transactions_of(client, address)
-        rows = [{"signature": tx.signature, "block_time": tx.block_time, "lease": e.data.lease, "node": e.data.node,
-                 "provider": e.data.provider, "seq": e.data.seq, "period_start": e.data.period_start,
-                 "period_end": e.data.period_end, "gpu_seconds": e.data.gpu_seconds, "payout": e.data.payout,
-                 "fee": e.data.fee}
-                for tx in txs for e in tx.events
-                if e.name == "UsageSettled" and address in (e.data.lease, e.data.provider)]
+        rows = [
+            {
+                "signature": tx.signature,
+                "block_time": tx.block_time,
+                "lease": e.data.lease,
+                "node": e.data.node,
+                "provider": e.data.provider,
+                "seq": e.data.seq,
+                "period_start": e.data.period_start,
+                "period_end": e.data.period_end,
+                "gpu_seconds": e.data.gpu_seconds,
+                "payout": e.data.payout,
+                "fee": e.data.fee,
+            }
+            for tx in txs
+            for e in tx.events
+            if e.name == "UsageSettled" and address in (e.data.lease, e.data.provider)
+        ]
 
         def table() -> Table:
-            t = Table("time (UTC)", "lease", "node", "seq", "GPU-s", "payout", "fee", key_column("transaction"),
-                      title=f"{len(rows)} settlements of {kind} {key}")
+            t = Table(
+                "time (UTC)",
+                "lease",
+                "node",
+                "seq",
+                "GPU-s",
+                "payout",
+                "fee",
+                key_column("transaction"),
+                title=f"{len(rows)} settlements of {kind} {key}",
+            )
             for r in rows:
                 when = time.strftime("%H:%M:%S", time.gmtime(r["block_time"])) if r["block_time"] else "-"
-                t.add_row(when, str(r["lease"])[:8], str(r["node"])[:8], str(r["seq"]), str(r["gpu_seconds"]),
-                          format_io(r["payout"]), format_io(r["fee"]), str(r["signature"]))
+                t.add_row(
+                    when,
+                    str(r["lease"])[:8],
+                    str(r["node"])[:8],
+                    str(r["seq"]),
+                    str(r["gpu_seconds"]),
+                    format_io(r["payout"]),
+                    format_io(r["fee"]),
+                    str(r["signature"]),
+                )
             return t
 
         s.show(rows, table)
@@ -59,7 +91,9 @@ def list_settlements(lease: LeaseOpt = None, provider: ProviderOpt = None, url: 
     Session(url, json_output=json_output).run(command)
 
 
-def audit(lease: LeaseOpt = None, provider: ProviderOpt = None, url: UrlOpt = None, json_output: JsonOpt = False) -> None:
+def audit(
+    lease: LeaseOpt = None, provider: ProviderOpt = None, url: UrlOpt = None, json_output: JsonOpt = False
+) -> None:
     """Recompute a lease's or provider's totals from its transactions and compare with its accounts and
     vaults. Exit code 7 when anything differs."""
     mismatch = False
@@ -71,13 +105,30 @@ def audit(lease: LeaseOpt = None, provider: ProviderOpt = None, url: UrlOpt = No
             with s.waiting("Auditing"):
                 report = await (audit_lease(client, key) if kind == "lease" else audit_provider(client, key))
         mismatch = not report.ok
-        data = {"subject": report.subject, "ok": report.ok, "transactions": report.transactions,
-                "checks": [{"what": c.what, "from_events": c.from_events, "on_chain": c.on_chain, "ok": c.ok,
-                            "signatures": [str(x) for x in c.signatures]} for c in report.checks]}
+        data = {
+            "subject": report.subject,
+            "ok": report.ok,
+            "transactions": report.transactions,
+            "checks": [
+                {
+                    "what": c.what,
+                    "from_events": c.from_events,
+                    "on_chain": c.on_chain,
+                    "ok": c.ok,
+                    "signatures": [str(x) for x in c.signatures],
+                }
+                for c in report.checks
+            ],
+        }
 
         def table() -> Table:
-            t = Table("check", "from transactions", "on chain", "", title=f"audit of {report.subject} "
-                      f"({report.transactions} transactions)")
+            t = Table(
+                "check",
+                "from transactions",
+                "on chain",
+                "",
+                title=f"audit of {report.subject} ({report.transactions} transactions)",
+            )
             for c in report.checks:
                 unit = str if c.what.startswith("gpu_seconds") else format_io
                 t.add_row(c.what, unit(c.from_events), unit(c.on_chain), "[green]ok[/]" if c.ok else "[red]DIFFERS[/]")

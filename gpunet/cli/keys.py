@@ -20,11 +20,10 @@ console = Console()
 errors = Console(stderr=True)
 
 
-
 @app.command("new")
 def new(
     path: Path = typer.Argument(..., help="Where to write the new keypair (refuses to overwrite)."),
-    json_output: bool = typer.Option(False, "--json", help="Print {\"pubkey\", \"path\"} as JSON."),
+    json_output: bool = typer.Option(False, "--json", help='Print {"pubkey", "path"} as JSON.'),
 ) -> None:
     """Create a new keypair file with mode 0600 and print its public key."""
     _show(_or_exit(create_keypair_file, path), path, json_output)
@@ -33,28 +32,33 @@ def new(
 @app.command("new-node")
 def new_node(
     name: str = typer.Argument(None, help="The node's name (default: node1, node2, ... whichever is free)."),
-    json_output: bool = typer.Option(False, "--json", help="Print {\"pubkey\", \"path\", \"name\"} as JSON."),
+    json_output: bool = typer.Option(False, "--json", help='Print {"pubkey", "path", "name"} as JSON.'),
 ) -> None:
     """Create a node key (the key a worker signs usage with) under ~/.config/gpunet/nodes/ (or
     $XDG_CONFIG_HOME/gpunet/nodes/), never in the working directory; `node register NAME` finds it."""
     name = name or new_node_name()
     if "/" in name or name.endswith(".json") or name.startswith((".", "~")):
-        errors.print(f"[red]error:[/] {name!r} is a path, not a name: give a name (node1) and the key goes under "
-                     f"{nodes_dir()}, or use `gpunet keys new PATH`")
+        errors.print(
+            f"[red]error:[/] {name!r} is a path, not a name: give a name (node1) and the key goes under "
+            f"{nodes_dir()}, or use `gpunet keys new PATH`"
+        )
         raise typer.Exit(int(Exit.BAD_INPUT))
     path = node_keypair_path(name)
     keypair = _or_exit(create_keypair_file, path)
     if json_output:
         print(json.dumps({"pubkey": str(keypair.pubkey()), "path": str(path), "name": name}))
     else:
-        console.print(f"{keypair.pubkey()}  [dim]{path}[/]\nregister it with `gpunet node register {name} --gpu ...`; "
-                      f"on the GPU machine run the worker with `-k {path}`", soft_wrap=True)
+        console.print(
+            f"{keypair.pubkey()}  [dim]{path}[/]\nregister it with `gpunet node register {name} --gpu ...`; "
+            f"on the GPU machine run the worker with `-k {path}`",
+            soft_wrap=True,
+        )
 
 
 @app.command("show")
 def show(
     path: Path = typer.Argument(..., help="A keypair file."),
-    json_output: bool = typer.Option(False, "--json", help="Print {\"pubkey\", \"path\"} as JSON."),
+    json_output: bool = typer.Option(False, "--json", help='Print {"pubkey", "path"} as JSON.'),
 ) -> None:
     """Print the public key of a keypair file (never its secret)."""
     _show(_or_exit(load_keypair, path), path, json_output)

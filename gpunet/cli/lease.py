@@ -40,8 +40,9 @@ from gpunet.protocol import JobSpec
 from gpunet.tokens import io_account, io_balance
 
 app = typer.Typer(help="Leases: open, job, status, top up, close, show, list.", no_args_is_help=True)
-CoordinatorOpt = Annotated[str, typer.Option("--coordinator", envvar="GPUNET_COORDINATOR_URL", show_envvar=True,
-                                             help="The coordinator's API.")]
+CoordinatorOpt = Annotated[
+    str, typer.Option("--coordinator", envvar="GPUNET_COORDINATOR_URL", show_envvar=True, help="The coordinator's API.")
+]
 DEFAULT_COORDINATOR = "http://127.0.0.1:8080"
 STATUS_LINES = 20  # the latest log lines `lease status` shows (`lease logs` prints them all)
 FOLLOW_SECONDS = 1.0
@@ -65,19 +66,38 @@ async def lease_summary(client: Any, address: Any, lease: Any) -> dict[str, Any]
     # An open lease's end is its duration after it is placed: no date until then.
     to_end = max(e.ends_at - int(time.time()), 0) if status == "Active" else None
     return {
-        "lease": address, "client": lease.client, "lease_id": lease.lease_id, "status": status,
-        "gpu_model": catalog.gpu_model_name(terms.gpu_model), "gpu_count": terms.gpu_count,
-        "min_vram_gb": terms.min_vram_gb, "region": catalog.region_name(terms.region),
-        "max_price_per_gpu_hour": terms.max_price_per_gpu_hour, "duration_seconds": terms.duration_seconds,
-        "deposited": lease.deposited, "paid": lease.paid, "fees": lease.fees, "refunded": lease.refunded,
-        "escrow_balance": e.balance, "burn_per_hour": e.burn_per_hour,
-        "ends_at": e.ends_at if status == "Active" else None, "seconds_to_end": to_end,
+        "lease": address,
+        "client": lease.client,
+        "lease_id": lease.lease_id,
+        "status": status,
+        "gpu_model": catalog.gpu_model_name(terms.gpu_model),
+        "gpu_count": terms.gpu_count,
+        "min_vram_gb": terms.min_vram_gb,
+        "region": catalog.region_name(terms.region),
+        "max_price_per_gpu_hour": terms.max_price_per_gpu_hour,
+        "duration_seconds": terms.duration_seconds,
+        "deposited": lease.deposited,
+        "paid": lease.paid,
+        "fees": lease.fees,
+        "refunded": lease.refunded,
+        "escrow_balance": e.balance,
+        "burn_per_hour": e.burn_per_hour,
+        "ends_at": e.ends_at if status == "Active" else None,
+        "seconds_to_end": to_end,
         "escrow_runway_seconds": e.runway_seconds,
         "billable_until": lease.billable_until if status in ("Closing", "Closed") else None,
         "downtime_tolerance_seconds": lease.downtime_tolerance_seconds,
-        "assignments": [{"node": a.node, "node_key": a.node_key, "gpus": a.gpus,
-                         "price_per_gpu_hour": a.price_per_gpu_hour, "last_seq": a.last_seq,
-                         "gpu_seconds": a.gpu_seconds} for a in list(lease.assignments)[: lease.node_count]],
+        "assignments": [
+            {
+                "node": a.node,
+                "node_key": a.node_key,
+                "gpus": a.gpus,
+                "price_per_gpu_hour": a.price_per_gpu_hour,
+                "last_seq": a.last_seq,
+                "gpu_seconds": a.gpu_seconds,
+            }
+            for a in list(lease.assignments)[: lease.node_count]
+        ],
     }
 
 
@@ -91,31 +111,49 @@ def _end(data: dict[str, Any]) -> str:
 
 
 @app.command("open")
-def open_lease(gpu: Annotated[str, typer.Option("--gpu", help="GPU model (e.g. H100) or 'any'.")],
-               count: Annotated[int, typer.Option("--count", min=1, max=MAX_LEASE_GPUS, help="GPUs in all.")],
-               max_price: Annotated[str, typer.Option("--max-price", help="Most IO per GPU-hour you will pay.")],
-               duration: Annotated[str, typer.Option("--duration", help="e.g. 90m, 2h, 1d.")],
-               vram: Annotated[int, typer.Option("--vram", min=0, help="Least GiB per GPU.")] = 0,
-               region: Annotated[str, typer.Option("--region", help="Region name or 'any'.")] = "any",
-               lease_id: Annotated[int | None, typer.Option("--lease-id", min=0, help="Your id for it (default: now in ms).")] = None,
-               downtime_tolerance: Annotated[str | None, typer.Option(
-                   "--downtime-tolerance",
-                   help=f"How long a node of the lease may be silent before the coordinator moves its share (and "
-                        f"slashes its supplier), e.g. 30s, 5m: {ix.MIN_DOWNTIME_TOLERANCE_SECONDS} s to "
-                        f"{ix.MAX_DOWNTIME_TOLERANCE_SECONDS // 60} min (default: the network's, its coordinator's "
-                        f"lost-after; never shorter than that).")] = None,
-               force: Annotated[bool, typer.Option("--force", help="Open it even when no registered node could take "
-                                                                   "it (its escrow stays locked until it is placed or "
-                                                                   "you close it).")] = False,
-               url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR, json_output: JsonOpt = False) -> None:
+def open_lease(
+    gpu: Annotated[str, typer.Option("--gpu", help="GPU model (e.g. H100) or 'any'.")],
+    count: Annotated[int, typer.Option("--count", min=1, max=MAX_LEASE_GPUS, help="GPUs in all.")],
+    max_price: Annotated[str, typer.Option("--max-price", help="Most IO per GPU-hour you will pay.")],
+    duration: Annotated[str, typer.Option("--duration", help="e.g. 90m, 2h, 1d.")],
+    vram: Annotated[int, typer.Option("--vram", min=0, help="Least GiB per GPU.")] = 0,
+    region: Annotated[str, typer.Option("--region", help="Region name or 'any'.")] = "any",
+    lease_id: Annotated[
+        int | None, typer.Option("--lease-id", min=0, help="Your id for it (default: now in ms).")
+    ] = None,
+    downtime_tolerance: Annotated[
+        str | None,
+        typer.Option(
+            "--downtime-tolerance",
+            help=f"How long a node of the lease may be silent before the coordinator moves its share (and "
+            f"slashes its supplier), e.g. 30s, 5m: {ix.MIN_DOWNTIME_TOLERANCE_SECONDS} s to "
+            f"{ix.MAX_DOWNTIME_TOLERANCE_SECONDS // 60} min (default: the network's, its coordinator's "
+            f"lost-after; never shorter than that).",
+        ),
+    ] = None,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Open it even when no registered node could take "
+            "it (its escrow stays locked until it is placed or "
+            "you close it).",
+        ),
+    ] = False,
+    url: UrlOpt = None,
+    keypair: KeypairOpt = DEFAULT_KEYPAIR,
+    json_output: JsonOpt = False,
+) -> None:
     """Open a lease: escrow max price x GPUs x duration; the coordinator places it on nodes. Refused
     when no registered, active node could ever take it (read from the chain), unless --force."""
 
     async def command(s: Session) -> None:
         tolerance = 0 if downtime_tolerance is None else duration_arg(downtime_tolerance)
         if tolerance and not ix.MIN_DOWNTIME_TOLERANCE_SECONDS <= tolerance <= ix.MAX_DOWNTIME_TOLERANCE_SECONDS:
-            raise BadInput(f"--downtime-tolerance must be between {ix.MIN_DOWNTIME_TOLERANCE_SECONDS} s and "
-                           f"{ix.MAX_DOWNTIME_TOLERANCE_SECONDS} s, got {tolerance} s")
+            raise BadInput(
+                f"--downtime-tolerance must be between {ix.MIN_DOWNTIME_TOLERANCE_SECONDS} s and "
+                f"{ix.MAX_DOWNTIME_TOLERANCE_SECONDS} s, got {tolerance} s"
+            )
         model = catalog.ANY if gpu.lower() == "any" else catalog.gpu_model(gpu).code
         region_code = catalog.ANY if region.lower() == "any" else catalog.region(region)
         terms = ix.LeaseTerms(model, vram, count, region_code, parse_io(max_price), duration_arg(duration))
@@ -126,25 +164,43 @@ def open_lease(gpu: Annotated[str, typer.Option("--gpu", help="GPU model (e.g. H
             io_mint = (await fetch_config(client)).io_mint
             if (await client.get_account_info(address)).value is not None:
                 raise BadInput(f"you already have lease id {ident} ({address}); pick another --lease-id")
-            io_balance_check(f"the escrow of {count} GPUs for {_hms(terms.duration_seconds)} at "
-                             f"{format_io(terms.max_price_per_gpu_hour)}/GPU-hour", deposit,
-                             await io_balance(client, me, io_mint))
+            io_balance_check(
+                f"the escrow of {count} GPUs for {_hms(terms.duration_seconds)} at "
+                f"{format_io(terms.max_price_per_gpu_hour)}/GPU-hour",
+                deposit,
+                await io_balance(client, me, io_mint),
+            )
             # An unplaceable lease locks its escrow until closed, with nothing to say why: refuse it here.
             if not force and not (r := await lease_reach(client, terms)).possible:
-                raise BadInput(f"no registered node could take this lease: {why_not(r)}. To place it, "
-                               f"{what_to_change(r)}; or pass --force to open it anyway (its escrow stays locked "
-                               "until it is placed or you close it)")
-            sig = await s.send(client, f"Opening the lease (escrow {format_io(deposit)})",
-                               [ix.open_lease(me, io_account(me, io_mint), io_mint, ident, terms, tolerance)])
-        s.done(f"lease {address} opened, {format_io(deposit)} in escrow", sig, lease=address, lease_id=ident,
-               deposit=deposit)
+                raise BadInput(
+                    f"no registered node could take this lease: {why_not(r)}. To place it, "
+                    f"{what_to_change(r)}; or pass --force to open it anyway (its escrow stays locked "
+                    "until it is placed or you close it)"
+                )
+            sig = await s.send(
+                client,
+                f"Opening the lease (escrow {format_io(deposit)})",
+                [ix.open_lease(me, io_account(me, io_mint), io_mint, ident, terms, tolerance)],
+            )
+        s.done(
+            f"lease {address} opened, {format_io(deposit)} in escrow",
+            sig,
+            lease=address,
+            lease_id=ident,
+            deposit=deposit,
+        )
 
     Session(url, keypair, json_output).run(command)
 
 
 @app.command("top-up")
-def top_up(lease: LeaseArg, duration: Annotated[str, typer.Option("--duration", help="Extra time, e.g. 1h.")],
-           url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR, json_output: JsonOpt = False) -> None:
+def top_up(
+    lease: LeaseArg,
+    duration: Annotated[str, typer.Option("--duration", help="Extra time, e.g. 1h.")],
+    url: UrlOpt = None,
+    keypair: KeypairOpt = DEFAULT_KEYPAIR,
+    json_output: JsonOpt = False,
+) -> None:
     """Extend a lease, escrowing the extra time at its max price."""
 
     async def command(s: Session) -> None:
@@ -154,12 +210,17 @@ def top_up(lease: LeaseArg, duration: Annotated[str, typer.Option("--duration", 
             io_mint = (await fetch_config(client)).io_mint
             account = await fetch(client, address, "Lease")
             if account.client != me:
-                raise BadInput(f"lease {address} belongs to {account.client}: only the lease's client can top it up "
-                               "(sign with that wallet, -k)")
+                raise BadInput(
+                    f"lease {address} belongs to {account.client}: only the lease's client can top it up "
+                    "(sign with that wallet, -k)"
+                )
             amount = escrow_for(account.terms.max_price_per_gpu_hour, account.terms.gpu_count, extra)
             io_balance_check(f"extending by {_hms(extra)}", amount, await io_balance(client, me, io_mint))
-            sig = await s.send(client, f"Topping up {format_io(amount)}",
-                               [ix.top_up_lease(me, io_account(me, io_mint), address, extra)])
+            sig = await s.send(
+                client,
+                f"Topping up {format_io(amount)}",
+                [ix.top_up_lease(me, io_account(me, io_mint), address, extra)],
+            )
         s.done(f"lease {address} extended by {_hms(extra)} for {format_io(amount)}", sig, amount=amount)
 
     Session(url, keypair, json_output).run(command)
@@ -171,7 +232,9 @@ def _settled(lease: Any) -> bool:
 
 
 @app.command("close")
-def close(lease: LeaseArg, url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR, json_output: JsonOpt = False) -> None:
+def close(
+    lease: LeaseArg, url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR, json_output: JsonOpt = False
+) -> None:
     """Close a lease: its nodes are freed and billing stops now; what their last usage could still
     cost stays in escrow while the coordinator settles it, the rest comes back at once. Run it again
     after the settlement window (or once everything is settled) to get the rest back."""
@@ -187,21 +250,31 @@ def close(lease: LeaseArg, url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEY
                 raise BadInput(f"lease {address} is already closed and finalized")
             if _status(account) in ("Open", "Active"):
                 nodes = [a.node for a in list(account.assignments)[: account.node_count]]
-                sig = await s.send(client, "Closing the lease", [ix.close_lease(
-                    s.wallet.pubkey(), account.client, client_tokens, address, nodes)])
+                sig = await s.send(
+                    client,
+                    "Closing the lease",
+                    [ix.close_lease(s.wallet.pubkey(), account.client, client_tokens, address, nodes)],
+                )
                 account = await fetch(client, address, "Lease")
             if _settled(account) or time.time() > account.settle_deadline:
-                sig = await s.send(client, "Finalizing the lease", [ix.finalize_lease(
-                    s.wallet.pubkey(), account.client, client_tokens, address)])
+                sig = await s.send(
+                    client,
+                    "Finalizing the lease",
+                    [ix.finalize_lease(s.wallet.pubkey(), account.client, client_tokens, address)],
+                )
                 account = await fetch(client, address, "Lease")
             elif sig is None:
-                raise BadInput(f"lease {address} is closing: its nodes' last usage may be settled until "
-                               f"{clock.at(account.settle_deadline)}; run this again after that")
+                raise BadInput(
+                    f"lease {address} is closing: its nodes' last usage may be settled until "
+                    f"{clock.at(account.settle_deadline)}; run this again after that"
+                )
         refunded, kept = account.refunded, account.deposited - account.paid - account.fees - account.refunded
         message = f"lease {address} closed, {format_io(refunded)} refunded"
         if kept:
-            message += (f"; {format_io(kept)} kept for the nodes' last usage until {clock.at(account.settle_deadline)} "
-                        f"(then `gpunet lease close {address}` again returns the rest)")
+            message += (
+                f"; {format_io(kept)} kept for the nodes' last usage until {clock.at(account.settle_deadline)} "
+                f"(then `gpunet lease close {address}` again returns the rest)"
+            )
         s.done(message, sig, refunded=refunded, kept_for_settlement=kept, status=_status(account))
 
     Session(url, keypair, json_output).run(command)
@@ -221,24 +294,37 @@ def show(lease: LeaseArg, url: UrlOpt = None, json_output: JsonOpt = False) -> N
 
         def table() -> Table | Group:
             t = Table("", "", title=f"lease {address}  [{data['status']}]", show_header=False)
-            t.add_row("wants", f"{data['gpu_count']}x {data['gpu_model']} >= {data['min_vram_gb']} GB in {data['region']} "
-                               f"at <= {format_io(data['max_price_per_gpu_hour'])}/GPU-hour for {_hms(data['duration_seconds'])}")
+            t.add_row(
+                "wants",
+                f"{data['gpu_count']}x {data['gpu_model']} >= {data['min_vram_gb']} GB in {data['region']} "
+                f"at <= {format_io(data['max_price_per_gpu_hour'])}/GPU-hour for {_hms(data['duration_seconds'])}",
+            )
             for key in ("deposited", "paid", "fees", "refunded", "escrow_balance"):
                 t.add_row(key.replace("_", " "), format_io(data[key]))
             t.add_row("burn rate", f"{format_io(data['burn_per_hour'])}/hour")
             t.add_row("ends", _end(data))
-            t.add_row("escrow runway", f"{_hms(data['escrow_runway_seconds'])} at this burn rate (lasts past the end: "
-                                       "nothing after it is billed)" if data["escrow_runway_seconds"] is not None
-                      else "- (nothing is burning)")
+            t.add_row(
+                "escrow runway",
+                f"{_hms(data['escrow_runway_seconds'])} at this burn rate (lasts past the end: "
+                "nothing after it is billed)"
+                if data["escrow_runway_seconds"] is not None
+                else "- (nothing is burning)",
+            )
             for a in data["assignments"]:
-                t.add_row(f"node {a['node_key']}", f"{a['gpus']} GPUs at {format_io(a['price_per_gpu_hour'])}/GPU-hour, "
-                                                   f"{a['gpu_seconds']} GPU-s settled (seq {a['last_seq']})")
+                t.add_row(
+                    f"node {a['node_key']}",
+                    f"{a['gpus']} GPUs at {format_io(a['price_per_gpu_hour'])}/GPU-hour, "
+                    f"{a['gpu_seconds']} GPU-s settled (seq {a['last_seq']})",
+                )
             if not (waiting := data.get("waiting")):
                 return t
             # Below the table, unwrapped: a command cut across lines cannot be copied.
-            return Group(t, f"[yellow]waiting:[/] {escape(waiting['reason'])}",
-                         f"to get the escrow back ({format_io(data['escrow_balance'])}), with the client's wallet: "
-                         f"{waiting['close_command']}")
+            return Group(
+                t,
+                f"[yellow]waiting:[/] {escape(waiting['reason'])}",
+                f"to get the escrow back ({format_io(data['escrow_balance'])}), with the client's wallet: "
+                f"{waiting['close_command']}",
+            )
 
         s.show(data, table)
 
@@ -250,33 +336,64 @@ async def _waiting(client: Any, address: Any, lease: Any, escrow_balance: int) -
     it waits for its first job and for matching nodes to be online (only the coordinator sees those)."""
     r = await lease_reach(client, lease.terms, free_now=True)
     if r.possible:
-        reason = (f"{r.gpus} free GPUs on registered nodes match it; it is placed once you give it a job "
-                  f"(`gpunet lease job {address} --command ...`) and the coordinator sees matching nodes online "
-                  f"(`gpunet lease status {address}` says what it waits for)")
+        reason = (
+            f"{r.gpus} free GPUs on registered nodes match it; it is placed once you give it a job "
+            f"(`gpunet lease job {address} --command ...`) and the coordinator sees matching nodes online "
+            f"(`gpunet lease status {address}` says what it waits for)"
+        )
     else:
-        reason = f"no registered node can take it now: {why_not(r)}; to place it, open a new lease and {what_to_change(r)}"
-    return {"reason": reason, "matching_free_gpus": r.gpus,
-            "closest": [{"node_key": f.node.node_key, "misses": [m.text for m in f.misses]} for f in r.closest],
-            "close_command": f"gpunet lease close {address}", "escrow_locked": escrow_balance}
+        reason = (
+            f"no registered node can take it now: {why_not(r)}; to place it, open a new lease and {what_to_change(r)}"
+        )
+    return {
+        "reason": reason,
+        "matching_free_gpus": r.gpus,
+        "closest": [{"node_key": f.node.node_key, "misses": [m.text for m in f.misses]} for f in r.closest],
+        "close_command": f"gpunet lease close {address}",
+        "escrow_locked": escrow_balance,
+    }
 
 
 @app.command("list")
-def list_leases(client_wallet: Annotated[str | None, typer.Option("--client", help="Whose leases (default: yours).")] = None,
-                url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR, json_output: JsonOpt = False) -> None:
+def list_leases(
+    client_wallet: Annotated[str | None, typer.Option("--client", help="Whose leases (default: yours).")] = None,
+    url: UrlOpt = None,
+    keypair: KeypairOpt = DEFAULT_KEYPAIR,
+    json_output: JsonOpt = False,
+) -> None:
     """A client's leases with their escrow balance, burn rate, time to their end and escrow runway."""
 
     async def command(s: Session) -> None:
         owner = pubkey_arg(client_wallet, "client wallet") if client_wallet else s.wallet.pubkey()
         async with s.client() as client:
-            rows = [await lease_summary(client, a, lease) for a, lease in await program_accounts(client, "Lease", client=owner)]
+            rows = [
+                await lease_summary(client, a, lease)
+                for a, lease in await program_accounts(client, "Lease", client=owner)
+            ]
 
         def table() -> Table:
-            t = Table(key_column("lease"), "status", "GPUs", "escrow", "burn/hour", "ends in", "escrow runway", "paid", title=f"leases of {owner}")
+            t = Table(
+                key_column("lease"),
+                "status",
+                "GPUs",
+                "escrow",
+                "burn/hour",
+                "ends in",
+                "escrow runway",
+                "paid",
+                title=f"leases of {owner}",
+            )
             for r in rows:
-                t.add_row(str(r["lease"]), r["status"], f"{r['gpu_count']}x {r['gpu_model']}", format_io(r["escrow_balance"]),
-                          format_io(r["burn_per_hour"]),
-                          _hms(r["seconds_to_end"]) if r["seconds_to_end"] is not None else _end(r),
-                          _hms(r["escrow_runway_seconds"]), format_io(r["paid"]))
+                t.add_row(
+                    str(r["lease"]),
+                    r["status"],
+                    f"{r['gpu_count']}x {r['gpu_model']}",
+                    format_io(r["escrow_balance"]),
+                    format_io(r["burn_per_hour"]),
+                    _hms(r["seconds_to_end"]) if r["seconds_to_end"] is not None else _end(r),
+                    _hms(r["escrow_runway_seconds"]),
+                    format_io(r["paid"]),
+                )
             return t
 
         s.show(rows, table)
@@ -285,15 +402,25 @@ def list_leases(client_wallet: Annotated[str | None, typer.Option("--client", he
 
 
 @app.command("job")
-def job(lease: LeaseArg,
-        command: Annotated[str | None, typer.Option("--command", help="What to run, e.g. 'python train.py --epochs 3'.")] = None,
-        image: Annotated[str | None, typer.Option("--image", help="Run in this container image (docker/podman).")] = None,
-        env: Annotated[list[str] | None, typer.Option("--env", help="NAME=value for the job; repeat for several.")] = None,
-        gpus_per_node: Annotated[int | None, typer.Option("--gpus-per-node", min=1, max=MAX_GPUS_PER_NODE,
-                                                          help="Split into equal shares (a cluster shape).")] = None,
-        time_limit: Annotated[str | None, typer.Option("--time-limit", help="Stop the job after, e.g. 2h.")] = None,
-        coordinator: CoordinatorOpt = DEFAULT_COORDINATOR,
-        url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR, json_output: JsonOpt = False) -> None:
+def job(
+    lease: LeaseArg,
+    command: Annotated[
+        str | None, typer.Option("--command", help="What to run, e.g. 'python train.py --epochs 3'.")
+    ] = None,
+    image: Annotated[str | None, typer.Option("--image", help="Run in this container image (docker/podman).")] = None,
+    env: Annotated[list[str] | None, typer.Option("--env", help="NAME=value for the job; repeat for several.")] = None,
+    gpus_per_node: Annotated[
+        int | None,
+        typer.Option(
+            "--gpus-per-node", min=1, max=MAX_GPUS_PER_NODE, help="Split into equal shares (a cluster shape)."
+        ),
+    ] = None,
+    time_limit: Annotated[str | None, typer.Option("--time-limit", help="Stop the job after, e.g. 2h.")] = None,
+    coordinator: CoordinatorOpt = DEFAULT_COORDINATOR,
+    url: UrlOpt = None,
+    keypair: KeypairOpt = DEFAULT_KEYPAIR,
+    json_output: JsonOpt = False,
+) -> None:
     """Give your lease its next job (signed with your wallet): the first one gets the lease placed; a
     later one runs on the same GPUs once the current job has ended (one job at a time)."""
 
@@ -306,14 +433,23 @@ def job(lease: LeaseArg,
                 raise BadInput(f"--env takes NAME=value, got {item!r}")
             variables[name] = value
         try:
-            spec = JobSpec(command=shlex.split(command or ""), image=image, env=variables,
-                           time_limit_seconds=duration_arg(time_limit) if time_limit else None)
+            spec = JobSpec(
+                command=shlex.split(command or ""),
+                image=image,
+                env=variables,
+                time_limit_seconds=duration_arg(time_limit) if time_limit else None,
+            )
         except ValidationError as e:
             raise BadInput(f"the job: {e.errors()[0]['msg']}") from None
         with s.waiting("Submitting the job"):
             accepted = await submit_job(coordinator, s.wallet, address, spec, gpus_per_node)
-        s.show(accepted, lambda: f"[green]✓[/] job {accepted['job_number']} attached to lease {address}; "
-                                 f"follow it with `gpunet lease status {address}`")
+        s.show(
+            accepted,
+            lambda: (
+                f"[green]✓[/] job {accepted['job_number']} attached to lease {address}; "
+                f"follow it with `gpunet lease status {address}`"
+            ),
+        )
 
     Session(url, keypair, json_output).run(command_)
 
@@ -328,7 +464,9 @@ def status(lease: LeaseArg, coordinator: CoordinatorOpt = DEFAULT_COORDINATOR, j
         def table() -> Table:
             p = view["placement"] or {}
             job = f"job {view['job_number']}" if view.get("job_number") else "job"
-            t = Table("node", job, "detail", title=f"lease {lease}: {p.get('state', 'not seen')}  {p.get('reason', '')}")
+            t = Table(
+                "node", job, "detail", title=f"lease {lease}: {p.get('state', 'not seen')}  {p.get('reason', '')}"
+            )
             for n in view["nodes"]:
                 t.add_row(n["node_key"], n["state"], n.get("detail") or "")
             for line in view["logs"]:
@@ -344,10 +482,13 @@ FINISHED = frozenset({"succeeded", "failed", "cancelled", "timed_out", "refused"
 
 
 @app.command("logs")
-def logs(lease: LeaseArg, coordinator: CoordinatorOpt = DEFAULT_COORDINATOR,
-         follow: Annotated[bool, typer.Option("--follow", "-f", help="keep printing new lines until the job ends")] = False,
-         after: Annotated[int, typer.Option(min=0, help="only lines after this id (ids are printed with --json)")] = 0,
-         json_output: JsonOpt = False) -> None:
+def logs(
+    lease: LeaseArg,
+    coordinator: CoordinatorOpt = DEFAULT_COORDINATOR,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="keep printing new lines until the job ends")] = False,
+    after: Annotated[int, typer.Option(min=0, help="only lines after this id (ids are printed with --json)")] = 0,
+    json_output: JsonOpt = False,
+) -> None:
     """Every log line of the lease's jobs, in order (one JSON object per line with --json)."""
 
     async def command_(s: Session) -> None:
@@ -359,13 +500,20 @@ def logs(lease: LeaseArg, coordinator: CoordinatorOpt = DEFAULT_COORDINATOR,
                 if s.json_output:
                     print(json.dumps(line), flush=True)
                 else:
-                    s.out.print(f"[dim]{line['node_key'][:8]} {line['stream']}[/] {escape(line['line'])}",
-                                soft_wrap=True, highlight=False)  # a job's "[...]" is text, not markup
+                    s.out.print(
+                        f"[dim]{line['node_key'][:8]} {line['stream']}[/] {escape(line['line'])}",
+                        soft_wrap=True,
+                        highlight=False,
+                    )  # a job's "[...]" is text, not markup
             if not follow:
                 return
             view = await job_view(coordinator, address, tail=1)
             states = [n["state"] for n in view["nodes"]]
-            if states and all(state in FINISHED for state in states) and (not view["logs"] or view["logs"][-1]["id"] <= cursor):
+            if (
+                states
+                and all(state in FINISHED for state in states)
+                and (not view["logs"] or view["logs"][-1]["id"] <= cursor)
+            ):
                 return  # the job ended and every line of it is printed
             await asyncio.sleep(FOLLOW_SECONDS)
 

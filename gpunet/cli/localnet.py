@@ -39,19 +39,35 @@ def localnet(
             raise typer.Exit(1) from None
     else:
         deployer = localnet_deployer().pubkey()
-        typer.echo(f"note: no wallet at {keypair}: the program's upgrade authority (the only key that may "
-                   f"`gpunet admin init`) is the local deployer key {deployer}; create your wallet with "
-                   f"`gpunet keys new {keypair}` and restart to make it yours", err=True)
-    args = [str(binary), "--rpc-port", str(rpc_port), "--ws-port", str(ws_port), "--slot-ms", str(slot_ms),
-            "--upgrade-authority", str(deployer)]
+        typer.echo(
+            f"note: no wallet at {keypair}: the program's upgrade authority (the only key that may "
+            f"`gpunet admin init`) is the local deployer key {deployer}; create your wallet with "
+            f"`gpunet keys new {keypair}` and restart to make it yours",
+            err=True,
+        )
+    args = [
+        str(binary),
+        "--rpc-port",
+        str(rpc_port),
+        "--ws-port",
+        str(ws_port),
+        "--slot-ms",
+        str(slot_ms),
+        "--upgrade-authority",
+        str(deployer),
+    ]
     if ledger is not None:
         args += ["--ledger", str(ledger)]
     os.execv(args[0], args)  # the node owns the terminal and its signals from here
 
 
-def airdrop(sol: Annotated[str, typer.Argument(help="SOL to request, e.g. 2.")],
-            to: Annotated[str | None, typer.Option("--to", help="Wallet (default: yours).")] = None,
-            url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR, json_output: JsonOpt = False) -> None:
+def airdrop(
+    sol: Annotated[str, typer.Argument(help="SOL to request, e.g. 2.")],
+    to: Annotated[str | None, typer.Option("--to", help="Wallet (default: yours).")] = None,
+    url: UrlOpt = None,
+    keypair: KeypairOpt = DEFAULT_KEYPAIR,
+    json_output: JsonOpt = False,
+) -> None:
     """Request SOL for transaction fees (local node, devnet and testnet only)."""
 
     async def command(s: Session) -> None:

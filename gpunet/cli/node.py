@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -32,8 +33,10 @@ app = typer.Typer(help="GPU nodes: register, update, drain, undrain, deregister,
 NodeKeyArg = Annotated[str, typer.Argument(help="The node's public key (its worker signs with it).")]
 RegionOpt = Annotated[str | None, typer.Option("--region", help=f"One of: {', '.join(catalog.REGIONS.values())}.")]
 PriceOpt = Annotated[str | None, typer.Option("--price", help="Asking price in IO per GPU-hour, e.g. 2.5.")]
-HashOpt = Annotated[str | None, typer.Option("--inventory-hash", help="SHA-256 (hex) of the node's NVML inventory, "
-                                                                     "as `gpunet worker` prints it.")]
+HashOpt = Annotated[
+    str | None,
+    typer.Option("--inventory-hash", help="SHA-256 (hex) of the node's NVML inventory, as `gpunet worker` prints it."),
+]
 
 
 def _inventory_hash(text: str | None) -> bytes:
@@ -50,30 +53,54 @@ def _inventory_hash(text: str | None) -> bytes:
 
 def node_row(address: Any, n: Any) -> dict[str, Any]:
     spec = n.spec
-    return {"node": address, "node_key": n.node_key, "provider": n.provider,
-            "gpu_model": catalog.gpu_model_name(spec.gpu_model), "gpu_count": spec.gpu_count,
-            "gpus_leased": n.gpus_leased, "vram_gb": spec.vram_gb, "region": catalog.region_name(spec.region),
-            "price_per_gpu_hour": spec.price_per_gpu_hour, "inventory_hash": bytes(spec.inventory_hash),
-            "bonded_stake": n.bonded_stake, "jailed": n.jailed, "jail_ends_at": n.jail_ends_at,
-            "draining": n.draining}
+    return {
+        "node": address,
+        "node_key": n.node_key,
+        "provider": n.provider,
+        "gpu_model": catalog.gpu_model_name(spec.gpu_model),
+        "gpu_count": spec.gpu_count,
+        "gpus_leased": n.gpus_leased,
+        "vram_gb": spec.vram_gb,
+        "region": catalog.region_name(spec.region),
+        "price_per_gpu_hour": spec.price_per_gpu_hour,
+        "inventory_hash": bytes(spec.inventory_hash),
+        "bonded_stake": n.bonded_stake,
+        "jailed": n.jailed,
+        "jail_ends_at": n.jail_ends_at,
+        "draining": n.draining,
+    }
 
 
 @app.command("register")
-def register(node_keypair: Annotated[str, typer.Argument(help="The node's key: a name from `gpunet keys new-node` "
-                                                              "(under ~/.config/gpunet/nodes/) or a keypair file.")],
-             gpu: Annotated[str, typer.Option("--gpu", help="GPU model, e.g. H100, RTX4090.")],
-             count: Annotated[int, typer.Option("--count", min=1, max=MAX_GPUS_PER_NODE, help="GPUs on the node.")],
-             region: Annotated[str, typer.Option("--region", help=f"One of: {', '.join(catalog.REGIONS.values())}.")],
-             price: Annotated[str, typer.Option("--price", help="IO per GPU-hour, e.g. 2.5.")],
-             vram: Annotated[int | None, typer.Option("--vram", min=1, help="GiB per GPU (default: the model's).")] = None,
-             inventory_hash: HashOpt = None,
-             url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR, json_output: JsonOpt = False) -> None:
+def register(
+    node_keypair: Annotated[
+        str,
+        typer.Argument(
+            help="The node's key: a name from `gpunet keys new-node` (under ~/.config/gpunet/nodes/) or a keypair file."
+        ),
+    ],
+    gpu: Annotated[str, typer.Option("--gpu", help="GPU model, e.g. H100, RTX4090.")],
+    count: Annotated[int, typer.Option("--count", min=1, max=MAX_GPUS_PER_NODE, help="GPUs on the node.")],
+    region: Annotated[str, typer.Option("--region", help=f"One of: {', '.join(catalog.REGIONS.values())}.")],
+    price: Annotated[str, typer.Option("--price", help="IO per GPU-hour, e.g. 2.5.")],
+    vram: Annotated[int | None, typer.Option("--vram", min=1, help="GiB per GPU (default: the model's).")] = None,
+    inventory_hash: HashOpt = None,
+    url: UrlOpt = None,
+    keypair: KeypairOpt = DEFAULT_KEYPAIR,
+    json_output: JsonOpt = False,
+) -> None:
     """Register a node; bonds min-stake-per-GPU x GPUs of your free stake."""
 
     async def command(s: Session) -> None:
         model = catalog.gpu_model(gpu)
-        spec = ix.NodeSpec(model.code, count, vram or model.vram_gb, catalog.region(region), parse_io(price),
-                           _inventory_hash(inventory_hash))
+        spec = ix.NodeSpec(
+            model.code,
+            count,
+            vram or model.vram_gb,
+            catalog.region(region),
+            parse_io(price),
+            _inventory_hash(inventory_hash),
+        )
         node_key = load_keypair(node_keypair_path(node_keypair))
         me = s.wallet.pubkey()
         async with s.client() as client:
@@ -81,19 +108,34 @@ def register(node_keypair: Annotated[str, typer.Argument(help="The node's key: a
             p = await fetch(client, provider_pda(me), "Provider")
             need = config.min_stake_per_gpu * count
             if p.staked - p.bonded < need:
-                raise NotEnoughFunds(f"{count} GPUs need {format_io(need)} of free stake, you have "
-                                     f"{format_io(p.staked - p.bonded)} (stake more with `gpunet provider stake`)")
-            sig = await s.send(client, "Registering the node", [ix.register_node(me, node_key.pubkey(), spec)], [node_key])
-        s.done(f"node {node_key.pubkey()}: {count}x {model.name} {spec.vram_gb} GB in {catalog.region_name(spec.region)} "
-               f"at {format_io(spec.price_per_gpu_hour)}/GPU-hour", sig, node=node_pda(node_key.pubkey()),
-               node_key=node_key.pubkey())
+                raise NotEnoughFunds(
+                    f"{count} GPUs need {format_io(need)} of free stake, you have "
+                    f"{format_io(p.staked - p.bonded)} (stake more with `gpunet provider stake`)"
+                )
+            sig = await s.send(
+                client, "Registering the node", [ix.register_node(me, node_key.pubkey(), spec)], [node_key]
+            )
+        s.done(
+            f"node {node_key.pubkey()}: {count}x {model.name} {spec.vram_gb} GB in {catalog.region_name(spec.region)} "
+            f"at {format_io(spec.price_per_gpu_hour)}/GPU-hour",
+            sig,
+            node=node_pda(node_key.pubkey()),
+            node_key=node_key.pubkey(),
+        )
 
     Session(url, keypair, json_output).run(command)
 
 
 @app.command("update")
-def update(node_key: NodeKeyArg, region: RegionOpt = None, price: PriceOpt = None, inventory_hash: HashOpt = None,
-           url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR, json_output: JsonOpt = False) -> None:
+def update(
+    node_key: NodeKeyArg,
+    region: RegionOpt = None,
+    price: PriceOpt = None,
+    inventory_hash: HashOpt = None,
+    url: UrlOpt = None,
+    keypair: KeypairOpt = DEFAULT_KEYPAIR,
+    json_output: JsonOpt = False,
+) -> None:
     """Change a node's region, price or inventory hash."""
 
     async def command(s: Session) -> None:
@@ -105,16 +147,18 @@ def update(node_key: NodeKeyArg, region: RegionOpt = None, price: PriceOpt = Non
             new_region = catalog.region(region) if region is not None else spec.region
             new_price = parse_io(price) if price is not None else spec.price_per_gpu_hour
             new_hash = _inventory_hash(inventory_hash) if inventory_hash is not None else bytes(spec.inventory_hash)
-            sig = await s.send(client, "Updating the node",
-                               [ix.update_node(s.wallet.pubkey(), key, new_region, new_price, new_hash)])
+            sig = await s.send(
+                client, "Updating the node", [ix.update_node(s.wallet.pubkey(), key, new_region, new_price, new_hash)]
+            )
         s.done(f"node {key} updated", sig)
 
     Session(url, keypair, json_output).run(command)
 
 
 @app.command("deregister")
-def deregister(node_key: NodeKeyArg, url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR,
-               json_output: JsonOpt = False) -> None:
+def deregister(
+    node_key: NodeKeyArg, url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR, json_output: JsonOpt = False
+) -> None:
     """Remove an idle node and release its bonded stake."""
 
     async def command(s: Session) -> None:
@@ -124,13 +168,16 @@ def deregister(node_key: NodeKeyArg, url: UrlOpt = None, keypair: KeypairOpt = D
             if n.gpus_leased:
                 raise BadInput(f"node {key} has {n.gpus_leased} GPUs on active leases; deregister it once they end")
             sig = await s.send(client, "Deregistering the node", [ix.deregister_node(s.wallet.pubkey(), key)])
-        s.done(f"node {key} deregistered; {format_io(n.bonded_stake)} of stake released", sig,
-               released_stake=n.bonded_stake)
+        s.done(
+            f"node {key} deregistered; {format_io(n.bonded_stake)} of stake released",
+            sig,
+            released_stake=n.bonded_stake,
+        )
 
     Session(url, keypair, json_output).run(command)
 
 
-def _set_draining(node_key: str, draining: bool, url: str | None, keypair: str, json_output: bool) -> None:
+def _set_draining(node_key: str, draining: bool, url: str | None, keypair: Path, json_output: bool) -> None:
     async def command(s: Session) -> None:
         key = pubkey_arg(node_key, "node key")
         async with s.client() as client:
@@ -139,12 +186,18 @@ def _set_draining(node_key: str, draining: bool, url: str | None, keypair: str, 
                 raise BadInput(f"node {key} belongs to provider {n.provider}, not to your wallet {s.wallet.pubkey()}")
             if n.draining == draining:
                 raise BadInput(f"node {key} is {'already' if draining else 'not'} draining")
-            sig = await s.send(client, "Draining the node" if draining else "Ending the node's maintenance",
-                               [ix.set_node_draining(s.wallet.pubkey(), key, draining)])
+            sig = await s.send(
+                client,
+                "Draining the node" if draining else "Ending the node's maintenance",
+                [ix.set_node_draining(s.wallet.pubkey(), key, draining)],
+            )
         if draining:
-            s.done(f"node {key} is draining: it gets no new leases and the coordinator moves the {n.gpus_leased} GPUs it "
-                   "holds to other nodes (no slash; what it delivered is paid); deregister it once it holds nothing",
-                   sig, gpus_leased=n.gpus_leased)
+            s.done(
+                f"node {key} is draining: it gets no new leases and the coordinator moves the {n.gpus_leased} GPUs it "
+                "holds to other nodes (no slash; what it delivered is paid); deregister it once it holds nothing",
+                sig,
+                gpus_leased=n.gpus_leased,
+            )
         else:
             s.done(f"node {key} takes leases again", sig)
 
@@ -152,8 +205,9 @@ def _set_draining(node_key: str, draining: bool, url: str | None, keypair: str, 
 
 
 @app.command("drain")
-def drain(node_key: NodeKeyArg, url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR,
-          json_output: JsonOpt = False) -> None:
+def drain(
+    node_key: NodeKeyArg, url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR, json_output: JsonOpt = False
+) -> None:
     """Announce a node's maintenance: no new leases; the coordinator moves its running shares to spare
     nodes (resuming their jobs from the latest checkpoint) without any slash. Keep the worker running
     until `gpunet node list` shows it holds nothing. A share with no spare node stays where it is."""
@@ -161,15 +215,17 @@ def drain(node_key: NodeKeyArg, url: UrlOpt = None, keypair: KeypairOpt = DEFAUL
 
 
 @app.command("undrain")
-def undrain(node_key: NodeKeyArg, url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR,
-            json_output: JsonOpt = False) -> None:
+def undrain(
+    node_key: NodeKeyArg, url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR, json_output: JsonOpt = False
+) -> None:
     """End a node's maintenance: it gets new leases again."""
     _set_draining(node_key, False, url, keypair, json_output)
 
 
 @app.command("unjail")
-def unjail(node_key: NodeKeyArg, url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR,
-           json_output: JsonOpt = False) -> None:
+def unjail(
+    node_key: NodeKeyArg, url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR, json_output: JsonOpt = False
+) -> None:
     """Take a node out of jail once its jail time has passed (it can then get leases again)."""
 
     async def command(s: Session) -> None:
@@ -179,8 +235,10 @@ def unjail(node_key: NodeKeyArg, url: UrlOpt = None, keypair: KeypairOpt = DEFAU
             if not n.jailed:
                 raise BadInput(f"node {key} is not jailed")
             if (wait := n.jail_ends_at - int(time.time())) > 0:
-                raise BadInput(f"node {key} stays jailed for {clock.span(wait)} more, until {clock.at(n.jail_ends_at)}; "
-                               "unjail it then")
+                raise BadInput(
+                    f"node {key} stays jailed for {clock.span(wait)} more, until {clock.at(n.jail_ends_at)}; "
+                    "unjail it then"
+                )
             sig = await s.send(client, "Unjailing the node", [ix.unjail_node(s.wallet.pubkey(), key)])
         s.done(f"node {key} unjailed", sig)
 
@@ -188,8 +246,11 @@ def unjail(node_key: NodeKeyArg, url: UrlOpt = None, keypair: KeypairOpt = DEFAU
 
 
 @app.command("list")
-def list_nodes(provider: Annotated[str | None, typer.Option("--provider", help="Only this provider wallet's nodes.")] = None,
-               url: UrlOpt = None, json_output: JsonOpt = False) -> None:
+def list_nodes(
+    provider: Annotated[str | None, typer.Option("--provider", help="Only this provider wallet's nodes.")] = None,
+    url: UrlOpt = None,
+    json_output: JsonOpt = False,
+) -> None:
     """Every registered node (or one provider's)."""
 
     async def command(s: Session) -> None:
@@ -198,11 +259,26 @@ def list_nodes(provider: Annotated[str | None, typer.Option("--provider", help="
             rows = [node_row(a, n) for a, n in await program_accounts(client, "Node", **where)]
 
         def table() -> Table:
-            t = Table(key_column("node key"), "GPUs", "leased", "VRAM", "region", "price/GPU-h", "state", title=f"{len(rows)} nodes")
+            t = Table(
+                key_column("node key"),
+                "GPUs",
+                "leased",
+                "VRAM",
+                "region",
+                "price/GPU-h",
+                "state",
+                title=f"{len(rows)} nodes",
+            )
             for r in rows:
-                t.add_row(str(r["node_key"]), f"{r['gpu_count']}x {r['gpu_model']}", str(r["gpus_leased"]),
-                          f"{r['vram_gb']} GB", r["region"], format_io(r["price_per_gpu_hour"]),
-                          "[red]jailed[/]" if r["jailed"] else "[yellow]draining[/]" if r["draining"] else "ok")
+                t.add_row(
+                    str(r["node_key"]),
+                    f"{r['gpu_count']}x {r['gpu_model']}",
+                    str(r["gpus_leased"]),
+                    f"{r['vram_gb']} GB",
+                    r["region"],
+                    format_io(r["price_per_gpu_hour"]),
+                    "[red]jailed[/]" if r["jailed"] else "[yellow]draining[/]" if r["draining"] else "ok",
+                )
             return t
 
         s.show(rows, table)

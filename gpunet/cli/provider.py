@@ -12,8 +12,17 @@ from gpunet import instructions as ix
 from gpunet.accounts import AccountError, fetch, fetch_config
 from gpunet.amounts import format_io, parse_io
 from gpunet.cli import clock
-from gpunet.cli.common import (DEFAULT_KEYPAIR, BadInput, JsonOpt, KeypairOpt, NotEnoughFunds, Session, UrlOpt,
-                               io_balance_check, pubkey_arg)
+from gpunet.cli.common import (
+    DEFAULT_KEYPAIR,
+    BadInput,
+    JsonOpt,
+    KeypairOpt,
+    NotEnoughFunds,
+    Session,
+    UrlOpt,
+    io_balance_check,
+    pubkey_arg,
+)
 from gpunet.pda import provider_pda, stake_vault_pda
 from gpunet.tokens import create_io_account_if_missing, io_account, io_balance
 
@@ -33,14 +42,19 @@ def register(url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR, json_out
                 raise BadInput(f"wallet {me} is already a registered provider ({provider_pda(me)})")
             payouts = await create_io_account_if_missing(client, me, me, io_mint)
             sig = await s.send(client, "Registering the provider", [*payouts, ix.register_provider(me, io_mint)])
-        s.done(f"provider {provider_pda(me)} registered; payouts go to {io_account(me, io_mint)}", sig,
-               provider=provider_pda(me))
+        s.done(
+            f"provider {provider_pda(me)} registered; payouts go to {io_account(me, io_mint)}",
+            sig,
+            provider=provider_pda(me),
+        )
 
     Session(url, keypair, json_output).run(command)
 
 
 @app.command("stake")
-def stake(amount: AmountArg, url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR, json_output: JsonOpt = False) -> None:
+def stake(
+    amount: AmountArg, url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR, json_output: JsonOpt = False
+) -> None:
     """Move IO from your wallet into your stake vault."""
 
     async def command(s: Session) -> None:
@@ -56,7 +70,9 @@ def stake(amount: AmountArg, url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_K
 
 
 @app.command("unstake")
-def unstake(amount: AmountArg, url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR, json_output: JsonOpt = False) -> None:
+def unstake(
+    amount: AmountArg, url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR, json_output: JsonOpt = False
+) -> None:
     """Start unbonding free stake (stake not backing a node); withdraw it after the unbonding time."""
 
     async def command(s: Session) -> None:
@@ -65,13 +81,20 @@ def unstake(amount: AmountArg, url: UrlOpt = None, keypair: KeypairOpt = DEFAULT
             p = await fetch(client, provider_pda(me), "Provider")
             free = p.staked - p.bonded
             if units > free:
-                raise NotEnoughFunds(f"unstaking {format_io(units)} needs that much free stake, but only "
-                                     f"{format_io(free)} is free ({format_io(p.bonded)} backs your nodes)")
+                raise NotEnoughFunds(
+                    f"unstaking {format_io(units)} needs that much free stake, but only "
+                    f"{format_io(free)} is free ({format_io(p.bonded)} backs your nodes)"
+                )
             sig = await s.send(client, f"Requesting to unstake {format_io(units)}", [ix.request_unstake(me, units)])
             p = await fetch(client, provider_pda(me), "Provider")  # the program set when unbonding ends
-        s.done(f"unbonding {format_io(p.unbonding)} until {clock.until(p.unbonding_ends_at)}; withdraw it then with "
-               "`gpunet provider withdraw`", sig, amount=units, unbonding=p.unbonding,
-               unbonding_ends_at=p.unbonding_ends_at)
+        s.done(
+            f"unbonding {format_io(p.unbonding)} until {clock.until(p.unbonding_ends_at)}; withdraw it then with "
+            "`gpunet provider withdraw`",
+            sig,
+            amount=units,
+            unbonding=p.unbonding,
+            unbonding_ends_at=p.unbonding_ends_at,
+        )
 
     Session(url, keypair, json_output).run(command)
 
@@ -88,19 +111,28 @@ def withdraw(url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR, json_out
             if p.unbonding == 0:
                 raise BadInput("nothing is unbonding: request it first with `gpunet provider unstake AMOUNT`")
             if (wait := p.unbonding_ends_at - int(time.time())) > 0:
-                raise BadInput(f"{format_io(p.unbonding)} is still unbonding for {clock.span(wait)}, until "
-                               f"{clock.at(p.unbonding_ends_at)}; run this again then")
+                raise BadInput(
+                    f"{format_io(p.unbonding)} is still unbonding for {clock.span(wait)}, until "
+                    f"{clock.at(p.unbonding_ends_at)}; run this again then"
+                )
             missing = await create_io_account_if_missing(client, me, me, io_mint)
-            sig = await s.send(client, f"Withdrawing {format_io(p.unbonding)}",
-                               [*missing, ix.withdraw_unstaked(me, io_account(me, io_mint))])
+            sig = await s.send(
+                client,
+                f"Withdrawing {format_io(p.unbonding)}",
+                [*missing, ix.withdraw_unstaked(me, io_account(me, io_mint))],
+            )
         s.done(f"withdrew {format_io(p.unbonding)}", sig, amount=p.unbonding)
 
     Session(url, keypair, json_output).run(command)
 
 
 @app.command("show")
-def show(wallet: Annotated[str | None, typer.Argument(help="Provider wallet (default: yours).")] = None,
-         url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR, json_output: JsonOpt = False) -> None:
+def show(
+    wallet: Annotated[str | None, typer.Argument(help="Provider wallet (default: yours).")] = None,
+    url: UrlOpt = None,
+    keypair: KeypairOpt = DEFAULT_KEYPAIR,
+    json_output: JsonOpt = False,
+) -> None:
     """A provider's stake, bonds, unbonding, slashes and earnings."""
 
     async def command(s: Session) -> None:
@@ -110,11 +142,23 @@ def show(wallet: Annotated[str | None, typer.Argument(help="Provider wallet (def
             try:
                 p = await fetch(client, address, "Provider")
             except AccountError:
-                raise AccountError(f"wallet {authority} is not a provider (register with `gpunet provider register`)") from None
+                raise AccountError(
+                    f"wallet {authority} is not a provider (register with `gpunet provider register`)"
+                ) from None
             vault = int((await client.get_token_account_balance(stake_vault_pda(address))).value.amount)
-        data = {"provider": address, "authority": authority, "staked": p.staked, "bonded": p.bonded,
-                "free": p.staked - p.bonded, "unbonding": p.unbonding, "unbonding_ends_at": p.unbonding_ends_at,
-                "slashed": p.slashed, "earned": p.earned, "nodes": p.node_count, "stake_vault_balance": vault}
+        data = {
+            "provider": address,
+            "authority": authority,
+            "staked": p.staked,
+            "bonded": p.bonded,
+            "free": p.staked - p.bonded,
+            "unbonding": p.unbonding,
+            "unbonding_ends_at": p.unbonding_ends_at,
+            "slashed": p.slashed,
+            "earned": p.earned,
+            "nodes": p.node_count,
+            "stake_vault_balance": vault,
+        }
 
         def table() -> Table:
             t = Table("", "", title=f"provider {address}", show_header=False)

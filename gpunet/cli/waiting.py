@@ -13,8 +13,10 @@ def why_not(r: Reach) -> str:
     if r.nodes == 0:
         return f"{wants}, and no node is registered on this cluster"
     if r.fits:
-        return (f"{wants}; the {len(r.fits)} matching node(s) have {r.gpus} GPUs in all "
-                f"(a lease takes at most {MAX_LEASE_NODES} nodes)")
+        return (
+            f"{wants}; the {len(r.fits)} matching node(s) have {r.gpus} GPUs in all "
+            f"(a lease takes at most {MAX_LEASE_NODES} nodes)"
+        )
     near = "; ".join(f"{describe_node(f)} ({', '.join(m.text for m in f.misses)})" for f in r.closest)
     return f"{wants}; none of the {r.nodes} registered node(s) matches; the closest: {near}"
 

@@ -14,7 +14,16 @@ from spl.token.instructions import TransferCheckedParams, transfer_checked
 from gpunet.accounts import AccountError, escrow, fetch, fetch_config, program_accounts
 from gpunet.amounts import format_io, parse_io
 from gpunet.cli import clock
-from gpunet.cli.common import DEFAULT_KEYPAIR, BadInput, JsonOpt, KeypairOpt, Session, UrlOpt, io_balance_check, pubkey_arg
+from gpunet.cli.common import (
+    DEFAULT_KEYPAIR,
+    BadInput,
+    JsonOpt,
+    KeypairOpt,
+    Session,
+    UrlOpt,
+    io_balance_check,
+    pubkey_arg,
+)
 from gpunet.idl import PROGRAM_ID
 from gpunet.pda import provider_pda
 from gpunet.tokens import IO_DECIMALS, create_io_account_if_missing, io_account, io_balance
@@ -29,8 +38,12 @@ def format_sol(lamports: int) -> str:
     return f"{whole:,}" + (f".{frac:09d}".rstrip("0") if frac else "") + " SOL"
 
 
-def balance(wallet: Annotated[str | None, typer.Argument(help="Any wallet (default: yours).")] = None,
-            url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR, json_output: JsonOpt = False) -> None:
+def balance(
+    wallet: Annotated[str | None, typer.Argument(help="Any wallet (default: yours).")] = None,
+    url: UrlOpt = None,
+    keypair: KeypairOpt = DEFAULT_KEYPAIR,
+    json_output: JsonOpt = False,
+) -> None:
     """A wallet's SOL, IO, stake (if it is a provider) and the escrow locked in its open leases."""
 
     async def command(s: Session) -> None:
@@ -41,15 +54,30 @@ def balance(wallet: Annotated[str | None, typer.Argument(help="Any wallet (defau
             io = await io_balance(client, owner, io_mint)
             try:
                 p = await fetch(client, provider_pda(owner), "Provider")
-                stake: dict[str, Any] | None = {"staked": p.staked, "bonded": p.bonded, "free": p.staked - p.bonded,
-                                                "unbonding": p.unbonding, "unbonding_ends_at": p.unbonding_ends_at}
+                stake: dict[str, Any] | None = {
+                    "staked": p.staked,
+                    "bonded": p.bonded,
+                    "free": p.staked - p.bonded,
+                    "unbonding": p.unbonding,
+                    "unbonding_ends_at": p.unbonding_ends_at,
+                }
             except AccountError:
                 stake = None  # not a provider
-            leases = [(a, lease) for a, lease in await program_accounts(client, "Lease", client=owner)
-                      if type(lease.status).__name__ in LOCKED]
+            leases = [
+                (a, lease)
+                for a, lease in await program_accounts(client, "Lease", client=owner)
+                if type(lease.status).__name__ in LOCKED
+            ]
             locked = sum([(await escrow(client, a, lease)).balance for a, lease in leases])
-        data = {"wallet": owner, "sol_lamports": lamports, "io": io, "io_account": io_account(owner, io_mint),
-                "stake": stake, "escrow_locked": locked, "leases_holding_escrow": len(leases)}
+        data = {
+            "wallet": owner,
+            "sol_lamports": lamports,
+            "io": io,
+            "io_account": io_account(owner, io_mint),
+            "stake": stake,
+            "escrow_locked": locked,
+            "leases_holding_escrow": len(leases),
+        }
 
         def table() -> Table:
             t = Table("", "", title=f"wallet {owner}", show_header=False)
@@ -58,10 +86,15 @@ def balance(wallet: Annotated[str | None, typer.Argument(help="Any wallet (defau
             if stake is None:
                 t.add_row("stake", "- (not a provider)")
             else:
-                t.add_row("stake", f"{format_io(stake['staked'])} ({format_io(stake['bonded'])} bonded to nodes, "
-                                   f"{format_io(stake['free'])} free)")
+                t.add_row(
+                    "stake",
+                    f"{format_io(stake['staked'])} ({format_io(stake['bonded'])} bonded to nodes, "
+                    f"{format_io(stake['free'])} free)",
+                )
                 if stake["unbonding"]:
-                    t.add_row("unbonding", f"{format_io(stake['unbonding'])} until {clock.until(stake['unbonding_ends_at'])}")
+                    t.add_row(
+                        "unbonding", f"{format_io(stake['unbonding'])} until {clock.until(stake['unbonding_ends_at'])}"
+                    )
             t.add_row("escrow locked", f"{format_io(locked)} in {len(leases)} lease(s) not yet finalized")
             return t
 
@@ -70,9 +103,13 @@ def balance(wallet: Annotated[str | None, typer.Argument(help="Any wallet (defau
     Session(url, keypair, json_output).run(command)
 
 
-def transfer(amount: Annotated[str, typer.Argument(help="IO to send, e.g. 12.5 (at most 6 decimals).")],
-             to: Annotated[str, typer.Argument(help="The recipient's wallet (not its token account).")],
-             url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR, json_output: JsonOpt = False) -> None:
+def transfer(
+    amount: Annotated[str, typer.Argument(help="IO to send, e.g. 12.5 (at most 6 decimals).")],
+    to: Annotated[str, typer.Argument(help="The recipient's wallet (not its token account).")],
+    url: UrlOpt = None,
+    keypair: KeypairOpt = DEFAULT_KEYPAIR,
+    json_output: JsonOpt = False,
+) -> None:
     """Send IO to another wallet; creates its IO account (paid by you) if it has none."""
 
     async def command(s: Session) -> None:
@@ -85,12 +122,32 @@ def transfer(amount: Annotated[str, typer.Argument(help="IO to send, e.g. 12.5 (
             await _check_is_wallet(client, recipient)
             io_balance_check(f"sending {format_io(units)}", units, await io_balance(client, me, io_mint))
             created = await create_io_account_if_missing(client, me, recipient, io_mint)
-            sig = await s.send(client, f"Sending {format_io(units)}", [*created, transfer_checked(TransferCheckedParams(
-                program_id=TOKEN_PROGRAM_ID, source=io_account(me, io_mint), mint=io_mint,
-                dest=io_account(recipient, io_mint), owner=me, amount=units, decimals=IO_DECIMALS))])
+            sig = await s.send(
+                client,
+                f"Sending {format_io(units)}",
+                [
+                    *created,
+                    transfer_checked(
+                        TransferCheckedParams(
+                            program_id=TOKEN_PROGRAM_ID,
+                            source=io_account(me, io_mint),
+                            mint=io_mint,
+                            dest=io_account(recipient, io_mint),
+                            owner=me,
+                            amount=units,
+                            decimals=IO_DECIMALS,
+                        )
+                    ),
+                ],
+            )
         note = f" (created its IO account {io_account(recipient, io_mint)}, rent paid by you)" if created else ""
-        s.done(f"sent {format_io(units)} to {recipient}{note}", sig, amount=units, to=recipient,
-               created_io_account=bool(created))
+        s.done(
+            f"sent {format_io(units)} to {recipient}{note}",
+            sig,
+            amount=units,
+            to=recipient,
+            created_io_account=bool(created),
+        )
 
     Session(url, keypair, json_output).run(command)
 
@@ -102,7 +159,9 @@ async def _check_is_wallet(client: Any, address: Pubkey) -> None:
         return
     if info.owner == TOKEN_PROGRAM_ID:
         owner = Pubkey.from_bytes(bytes(info.data)[32:64]) if len(info.data) >= 64 else None
-        raise BadInput(f"{address} is a token account, not a wallet" +
-                       (f": give the wallet that owns it, {owner}" if owner else ""))
+        raise BadInput(
+            f"{address} is a token account, not a wallet"
+            + (f": give the wallet that owns it, {owner}" if owner else "")
+        )
     if info.owner == PROGRAM_ID:
         raise BadInput(f"{address} is a gpunet account (a lease, node, provider or the config), not a wallet")

@@ -28,7 +28,9 @@ class _Process:
 
     def start(self) -> None:
         with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **self.env})
+            self.proc = subprocess.Popen(
+                self.argv, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **self.env}
+            )
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -56,9 +58,14 @@ class _Process:
 class CoordinatorProcess(_Process):
     def __init__(self, workdir: Path, rpc_url: str, ws_url: str, attester_keypair: Path, **settings: object) -> None:
         self.api_port, self.gateway_port = free_ports(2)
-        env = {"GPUNET_RPC_URL": rpc_url, "GPUNET_WS_URL": ws_url, "GPUNET_STATE_DIR": str(workdir / "coordinator"),
-               "GPUNET_API_PORT": str(self.api_port), "GPUNET_GATEWAY_PORT": str(self.gateway_port),
-               "GPUNET_ATTESTER_KEYPAIR": str(attester_keypair)}
+        env = {
+            "GPUNET_RPC_URL": rpc_url,
+            "GPUNET_WS_URL": ws_url,
+            "GPUNET_STATE_DIR": str(workdir / "coordinator"),
+            "GPUNET_API_PORT": str(self.api_port),
+            "GPUNET_GATEWAY_PORT": str(self.gateway_port),
+            "GPUNET_ATTESTER_KEYPAIR": str(attester_keypair),
+        }
         env |= {f"GPUNET_{k.upper()}": str(v) for k, v in settings.items()}
         super().__init__([_gpunet(), "coordinator", "run"], workdir / "coordinator.log", env)
 
@@ -88,8 +95,24 @@ class CoordinatorProcess(_Process):
 class WorkerProcess(_Process):
     def __init__(self, workdir: Path, name: str, node_keypair: Path, gpus: str, gateway_url: str) -> None:
         self.name = name
-        super().__init__([_gpunet(), "worker", "run", "--keypair", str(node_keypair), "--simulate-gpus", gpus,
-                          "--gateway", gateway_url, "--state-dir", str(workdir / f"worker-{name}")],
-                         workdir / f"worker-{name}.log", {"GPUNET_WORKER_STOP_GRACE_SECONDS": "3",
-                          # back within the coordinator's reconnect grace after it restarts
-                          "GPUNET_WORKER_RECONNECT_CAP_SECONDS": "2"})
+        super().__init__(
+            [
+                _gpunet(),
+                "worker",
+                "run",
+                "--keypair",
+                str(node_keypair),
+                "--simulate-gpus",
+                gpus,
+                "--gateway",
+                gateway_url,
+                "--state-dir",
+                str(workdir / f"worker-{name}"),
+            ],
+            workdir / f"worker-{name}.log",
+            {
+                "GPUNET_WORKER_STOP_GRACE_SECONDS": "3",
+                # back within the coordinator's reconnect grace after it restarts
+                "GPUNET_WORKER_RECONNECT_CAP_SECONDS": "2",
+            },
+        )

@@ -31,9 +31,9 @@ from gpunet import instructions as ix
 from gpunet.accounts import fetch
 from gpunet.amounts import IO, format_io
 from gpunet.audit import audit_lease, audit_provider
+from gpunet.demo.processes import CoordinatorProcess, WorkerProcess
 from gpunet.history import transactions_of
 from gpunet.idl import PROGRAM_ID
-from gpunet.demo.processes import CoordinatorProcess, WorkerProcess
 from gpunet.jobs import CoordinatorError, job_view, submit_job
 from gpunet.keys import create_keypair_file
 from gpunet.localnet import LocalnetProcess, program_build
@@ -89,8 +89,14 @@ def short(value: object) -> str:
 
 
 class Demo:
-    def __init__(self, workdir: Path, console: Console | None = None, *, lease_seconds: int = 36,
-                 restart_coordinator: bool = False) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        console: Console | None = None,
+        *,
+        lease_seconds: int = 36,
+        restart_coordinator: bool = False,
+    ) -> None:
         self.workdir, self.console = workdir, console or Console(soft_wrap=True)
         self.lease_seconds, self.restart_coordinator = lease_seconds, restart_coordinator
         self.suppliers: list[Supplier] = []
@@ -123,19 +129,31 @@ class Demo:
 
     async def _initialise(self) -> None:
         self.console.rule("[bold]1. The admin initialises gpunet")
-        self.market = await Market.create(self.chain, usage_period_seconds=PERIOD, min_stake_per_gpu=100 * IO,
-                                          jail_seconds=600)
+        self.market = await Market.create(
+            self.chain, usage_period_seconds=PERIOD, min_stake_per_gpu=100 * IO, jail_seconds=600
+        )
         self.admin, self.mint = self.market.admin, self.market.mint
-        self.say(f"IO mint {self.mint}; fee 5%; min stake {format_io(100 * IO)}/GPU; usage period {PERIOD} s; "
-                 f"the coordinator's key {short(self.admin.pubkey())} is the attester")
+        self.say(
+            f"IO mint {self.mint}; fee 5%; min stake {format_io(100 * IO)}/GPU; usage period {PERIOD} s; "
+            f"the coordinator's key {short(self.admin.pubkey())} is the attester"
+        )
 
     async def _start_coordinator(self, node: LocalnetProcess) -> CoordinatorProcess:
         attester = self.workdir / "attester.json"
         if not attester.exists():
             create_keypair_file(attester, self.admin)
-        coordinator = CoordinatorProcess(self.workdir, node.url, node.ws_url, attester, heartbeat_seconds=0.5,
-                                         lost_after_seconds=3, reconnect_grace_seconds=6, settle_seconds=1,
-                                         close_grace_seconds=5, poll_seconds=1)
+        coordinator = CoordinatorProcess(
+            self.workdir,
+            node.url,
+            node.ws_url,
+            attester,
+            heartbeat_seconds=0.5,
+            lost_after_seconds=3,
+            reconnect_grace_seconds=6,
+            settle_seconds=1,
+            close_grace_seconds=5,
+            poll_seconds=1,
+        )
         with self.console.status("Starting the coordinator (embedded PostgreSQL, indexer, gateway, API)…"):
             coordinator.start()
             await asyncio.to_thread(coordinator.wait_ready)
@@ -148,16 +166,19 @@ class Demo:
             node_key = Keypair()
             inventory = SimulatedGpus.parse(f"H100:{gpus}:80", str(node_key.pubkey())).inventory()
             stake = (gpus + 1) * 100 * IO
-            registered = await self.market.supplier(gpus, PRICE, stake, inventory_hash=inventory.hash(),
-                                                    node_key=node_key)
+            registered = await self.market.supplier(
+                gpus, PRICE, stake, inventory_hash=inventory.hash(), node_key=node_key
+            )
             supplier = Supplier(name, gpus, registered.wallet, node_key)
             keyfile = self.workdir / f"node-{name}.json"
             create_keypair_file(keyfile, node_key)
             supplier.worker = WorkerProcess(self.workdir, name, keyfile, f"H100:{gpus}:80", coordinator.gateway_url)
             supplier.worker.start()
             self.suppliers.append(supplier)
-            self.say(f"{name}: {gpus}x H100 80 GB [yellow](simulated)[/], {format_io(PRICE)}/GPU-hour, "
-                     f"staked {format_io(stake)}, node {short(node_key.pubkey())}")
+            self.say(
+                f"{name}: {gpus}x H100 80 GB [yellow](simulated)[/], {format_io(PRICE)}/GPU-hour, "
+                f"staked {format_io(stake)}, node {short(node_key.pubkey())}"
+            )
         with self.console.status("Waiting for the three workers to prove their node keys…"):
             await self._until(lambda: self._workers_online(coordinator, 3), 90, "three workers online")
         self.say("three workers connected and heartbeating (each labelled simulated)")
@@ -176,15 +197,19 @@ class Demo:
         opened = ix.open_lease(client.wallet.pubkey(), client.tokens, self.mint, 1, terms)
         await self.market.send(client.wallet, [opened])
         deposit = (await fetch(self.chain, lease, "Lease")).deposited
-        self.say(f"lease {lease}: 4 GPUs for {self.lease_seconds} s at <= {format_io(MAX_PRICE)}/GPU-hour, "
-                 f"{format_io(deposit)} escrowed on chain")
+        self.say(
+            f"lease {lease}: 4 GPUs for {self.lease_seconds} s at <= {format_io(MAX_PRICE)}/GPU-hour, "
+            f"{format_io(deposit)} escrowed on chain"
+        )
         spec = JobSpec(command=[sys.executable, TRAIN], env={"STEPS": "100000", "STEP_SECONDS": "0.1"})
         await self._until(lambda: self._submit(coordinator, client.wallet, lease, spec), 60, "the job accepted")
         view = await self._until(lambda: self._placed(coordinator, lease), 60, "the placement")
         names = {str(s.node_key.pubkey()): s.name for s in self.suppliers}
         result.placed_on = [names[k] for k in view["placement"]["nodes"]]
-        self.say(f"placed by the coordinator on {' and '.join(result.placed_on)} (2 GPUs each, ranks 0 and 1)  "
-                 f"[dim]tx {short(view['placement']['signature'])}[/]")
+        self.say(
+            f"placed by the coordinator on {' and '.join(result.placed_on)} (2 GPUs each, ranks 0 and 1)  "
+            f"[dim]tx {short(view['placement']['signature'])}[/]"
+        )
 
         self.console.rule("[bold]4. The job runs; every period each node signs its usage and it is settled on chain")
         await self._watch(coordinator, lease, result, names)
@@ -204,22 +229,28 @@ class Demo:
         view = await job_view(coordinator.api_url, lease)
         return view if view["placement"] and view["placement"]["state"] == "placed" else None
 
-    async def _watch(self, coordinator: CoordinatorProcess, lease: Pubkey, result: DemoResult,
-                     names: dict[str, str]) -> None:
+    async def _watch(
+        self, coordinator: CoordinatorProcess, lease: Pubkey, result: DemoResult, names: dict[str, str]
+    ) -> None:
         by_node = {str(node_pda(s.node_key.pubkey())): s.name for s in self.suppliers}
         seen_settlements, seen_slashes, after_log = 0, 0, 0
         started = time.monotonic()
-        with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=self.console,
-                      transient=True) as progress:
+        with Progress(
+            TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=self.console, transient=True
+        ) as progress:
             bar = progress.add_task("lease running", total=self.lease_seconds + 15)
             async with httpx.AsyncClient(base_url=coordinator.api_url, timeout=10) as http:
                 while True:
                     progress.update(bar, completed=time.monotonic() - started)
-                    settlements = (await http.get("/settlements", params={"lease": str(lease), "limit": 500})).json()["items"]
+                    settlements = (await http.get("/settlements", params={"lease": str(lease), "limit": 500})).json()[
+                        "items"
+                    ]
                     for s in settlements[seen_settlements:]:
                         progress.console.print(
-                            f"  {by_node.get(s['node'], '?')}: seq {s['seq']}, {s['gpu_seconds']} GPU-s signed by its node "
-                            f"→ paid {format_io(s['payout'])}, fee {format_io(s['fee'])}  [dim]tx {short(s['signature'])}[/]")
+                            f"  {by_node.get(s['node'], '?')}: seq {s['seq']}, {s['gpu_seconds']} GPU-s "
+                            f"signed by its node → paid {format_io(s['payout'])}, fee {format_io(s['fee'])}  "
+                            f"[dim]tx {short(s['signature'])}[/]"
+                        )
                     seen_settlements = len(settlements)
                     paid_nodes = [by_node.get(s["node"]) for s in settlements]
                     if not result.killed and all(paid_nodes.count(n) >= 2 for n in result.placed_on):
@@ -227,21 +258,27 @@ class Demo:
                         assert victim.worker is not None
                         victim.worker.kill()
                         result.killed = victim.name
-                        progress.console.print(f"[bold red]  {victim.name}'s worker is killed (SIGKILL): its heartbeats stop[/]")
+                        progress.console.print(
+                            f"[bold red]  {victim.name}'s worker is killed (SIGKILL): its heartbeats stop[/]"
+                        )
                     slashes = (await http.get("/slashes", params={"lease": str(lease)})).json()["items"]
                     for s in slashes[seen_slashes:]:
                         progress.console.print(
-                            f"[yellow]  {by_node.get(s['node'], '?')} slashed {format_io(s['amount'])} for {s['fault']}: "
+                            f"[yellow]  {by_node.get(s['node'], '?')} slashed {format_io(s['amount'])} "
+                            f"for {s['fault']}: "
                             f"{format_io(s['to_client'])} to the client, {format_io(s['to_treasury'])} to the treasury "
-                            f"(evidence {short(s['evidence_hash'])})  [dim]tx {short(s['signature'])}[/]")
+                            f"(evidence {short(s['evidence_hash'])})  [dim]tx {short(s['signature'])}[/]"
+                        )
                     seen_slashes = len(slashes)
                     view = await job_view(coordinator.api_url, lease, after_log)
                     for line in view["logs"]:
                         if "resumed from step" in line["line"] and not result.moved_to:
                             result.moved_to = names.get(line["node_key"], "?")
                             result.resumed_from_step = int(line["line"].rsplit(" ", 1)[-1])
-                            progress.console.print(f"[green]  the share moved to {result.moved_to}; the job resumed there "
-                                                   f"from step {result.resumed_from_step} of its checkpoint[/]")
+                            progress.console.print(
+                                f"[green]  the share moved to {result.moved_to}; the job resumed there "
+                                f"from step {result.resumed_from_step} of its checkpoint[/]"
+                            )
                             if self.restart_coordinator:
                                 await self._restart(coordinator, progress)
                     if view["logs"]:
@@ -250,8 +287,10 @@ class Demo:
                     if state.get("status") == "closed":
                         break
                     await asyncio.sleep(0.5)
-        self.say("[bold]5. The lease reached its end: the coordinator closed it (its nodes freed, billing stopped at "
-                 "the end), settled the last periods and finalized it (the rest of the escrow refunded)[/]")
+        self.say(
+            "[bold]5. The lease reached its end: the coordinator closed it (its nodes freed, billing stopped at "
+            "the end), settled the last periods and finalized it (the rest of the escrow refunded)[/]"
+        )
 
     async def _restart(self, coordinator: CoordinatorProcess, progress: Progress) -> None:
         progress.console.print("[bold]  the coordinator is stopped and started again mid-lease[/]")
@@ -262,33 +301,55 @@ class Demo:
 
     async def _summary(self, lease: Pubkey, result: DemoResult, coordinator: CoordinatorProcess) -> None:
         account = await fetch(self.chain, lease, "Lease")
-        result.deposited, result.paid, result.fees, result.refunded = account.deposited, account.paid, account.fees, account.refunded
+        result.deposited, result.paid, result.fees, result.refunded = (
+            account.deposited,
+            account.paid,
+            account.fees,
+            account.refunded,
+        )
         txs = await transactions_of(self.chain, lease)
         table = Table(title=f"lease {short(lease)} — what moved, with its transactions")
         for column in ("who", "GPU-s", "paid", "fees", "slashed", "settlements"):
             table.add_column(column, justify="left" if column in ("who", "settlements") else "right", no_wrap=True)
         for s in self.suppliers:
             key = str(provider_pda(s.wallet.pubkey()))
-            settled = [(tx.signature, e.data) for tx in txs for e in tx.events
-                       if e.name == "UsageSettled" and str(e.data.provider) == key]
+            settled = [
+                (tx.signature, e.data)
+                for tx in txs
+                for e in tx.events
+                if e.name == "UsageSettled" and str(e.data.provider) == key
+            ]
             slashed = (await fetch(self.chain, provider_pda(s.wallet.pubkey()), "Provider")).slashed
             result.paid_by_supplier[s.name] = sum(d.payout for _, d in settled)
             result.slashed_by_supplier[s.name] = slashed
-            table.add_row(s.name, str(sum(d.gpu_seconds for _, d in settled)), format_io(result.paid_by_supplier[s.name]),
-                          format_io(sum(d.fee for _, d in settled)), format_io(slashed),
-                          f"{len(settled)}, last {short(settled[-1][0])}" if settled else "-")
+            table.add_row(
+                s.name,
+                str(sum(d.gpu_seconds for _, d in settled)),
+                format_io(result.paid_by_supplier[s.name]),
+                format_io(sum(d.fee for _, d in settled)),
+                format_io(slashed),
+                f"{len(settled)}, last {short(settled[-1][0])}" if settled else "-",
+            )
+
         def sig(name: str) -> str:
             return next((short(tx.signature) for tx in txs for e in tx.events if e.name == name), "-")
 
         table.add_row("client", "", f"refund {format_io(result.refunded)}", "", "", f"close {sig('LeaseClosed')}")
         self.console.print(table)
-        self.say(f"the close refunded what the last usage could not cost; the finalization ({sig('LeaseFinalized')}) "
-                 "the rest, once the last periods were settled")
+        self.say(
+            f"the close refunded what the last usage could not cost; the finalization ({sig('LeaseFinalized')}) "
+            "the rest, once the last periods were settled"
+        )
         result.conserved = account.deposited == account.paid + account.fees + account.refunded
-        self.say(f"conservation (base units): deposited {account.deposited} == paid {account.paid} + fees {account.fees} "
-                 f"+ refunded {account.refunded} → {'[green]OK[/]' if result.conserved else '[red]MISMATCH[/]'}")
-        chain_events = [(str(tx.signature), i, e.name) for tx in await transactions_of(self.chain, PROGRAM_ID)
-                        for i, e in enumerate(tx.events)]
+        self.say(
+            f"conservation (base units): deposited {account.deposited} == paid {account.paid} + fees {account.fees} "
+            f"+ refunded {account.refunded} → {'[green]OK[/]' if result.conserved else '[red]MISMATCH[/]'}"
+        )
+        chain_events = [
+            (str(tx.signature), i, e.name)
+            for tx in await transactions_of(self.chain, PROGRAM_ID)
+            for i, e in enumerate(tx.events)
+        ]
         indexed: list[tuple[str, int, str]] = []
         async with httpx.AsyncClient(base_url=coordinator.api_url, timeout=30) as http:
             while True:
@@ -298,16 +359,21 @@ class Demo:
                     break
         result.events_on_chain = len(chain_events)
         result.events_indexed_once = indexed == chain_events
-        self.say(f"ledger: {len(indexed)} events indexed, {len(chain_events)} on chain, same order, none twice → "
-                 f"{'[green]OK[/]' if result.events_indexed_once else '[red]DIFFERENT[/]'}")
+        self.say(
+            f"ledger: {len(indexed)} events indexed, {len(chain_events)} on chain, same order, none twice → "
+            f"{'[green]OK[/]' if result.events_indexed_once else '[red]DIFFERENT[/]'}"
+        )
         reports = [await audit_lease(self.chain, lease)] + [
-            await audit_provider(self.chain, s.wallet.pubkey()) for s in self.suppliers]
+            await audit_provider(self.chain, s.wallet.pubkey()) for s in self.suppliers
+        ]
         async with httpx.AsyncClient(timeout=30) as http:
             ledger = (await http.get(f"{coordinator.api_url}/audit/leases/{lease}")).json()
         result.audits_ok = all(r.ok for r in reports) and bool(ledger.get("ok"))
         checks = sum(len(r.checks) for r in reports)
-        self.say(f"audit: {checks} checks of the lease and the three providers against their transactions, and the "
-                 f"coordinator's ledger against the chain → {'[green]OK[/]' if result.audits_ok else '[red]DIFFERENCES[/]'}")
+        self.say(
+            f"audit: {checks} checks of the lease and the three providers against their transactions, and the "
+            f"coordinator's ledger against the chain → {'[green]OK[/]' if result.audits_ok else '[red]DIFFERENCES[/]'}"
+        )
 
     async def _until(self, check: Any, timeout: float, what: str) -> Any:
         deadline = time.monotonic() + timeout

@@ -11,6 +11,7 @@ import os
 import random
 import time
 from pathlib import Path
+from typing import Any
 
 rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
 steps, pause = int(os.environ.get("STEPS", "1000")), float(os.environ.get("STEP_SECONDS", "0.1"))
@@ -19,7 +20,9 @@ checkpoint = Path(os.environ["GPUNET_CHECKPOINT_DIR"]) / "state.json"
 rng = random.Random(rank)
 data = [(x, 3 * x + 2 + rng.gauss(0, 0.1)) for x in (rng.uniform(-1, 1) for _ in range(256))]
 
-state = json.loads(checkpoint.read_text()) if checkpoint.exists() else {"step": 0, "w": 0.0, "b": 0.0, "loss": None}
+state: dict[str, Any] = (
+    json.loads(checkpoint.read_text()) if checkpoint.exists() else {"step": 0, "w": 0.0, "b": 0.0, "loss": None}
+)
 print(f"rank {rank}/{world}: " + (f"resumed from step {state['step']}" if state["step"] else "fresh start"), flush=True)
 while state["step"] < steps:
     w, b = state["w"], state["b"]

@@ -56,8 +56,17 @@ class Gpunet:
 
         async def send() -> None:
             async with AsyncClient(self.node.url, commitment=Confirmed) as client:
-                await send_and_confirm(client, admin, [ix.assign_lease(admin.pubkey(), Pubkey.from_string(lease), [
-                    ix.Share(node_key.pubkey(), Pubkey.from_string(self.pubkey(supplier)), gpus, price)])])
+                await send_and_confirm(
+                    client,
+                    admin,
+                    [
+                        ix.assign_lease(
+                            admin.pubkey(),
+                            Pubkey.from_string(lease),
+                            [ix.Share(node_key.pubkey(), Pubkey.from_string(self.pubkey(supplier)), gpus, price)],
+                        )
+                    ],
+                )
 
         asyncio.run(send())
 
@@ -88,6 +97,18 @@ def market(gpunet: Gpunet) -> Gpunet:
     gpunet("admin", "mint", gpunet.pubkey("client"), "100", wallet="admin")
     gpunet("provider", "register", wallet="supplier")
     gpunet("provider", "stake", "600", wallet="supplier")
-    gpunet("node", "register", str(gpunet.key("node1")), "--gpu", "H100", "--count", "4", "--region", "us-east",
-           "--price", "2", wallet="supplier")
+    gpunet(
+        "node",
+        "register",
+        str(gpunet.key("node1")),
+        "--gpu",
+        "H100",
+        "--count",
+        "4",
+        "--region",
+        "us-east",
+        "--price",
+        "2",
+        wallet="supplier",
+    )
     return gpunet

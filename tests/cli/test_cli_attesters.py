@@ -40,8 +40,11 @@ def test_the_configured_coordinator_s_key_is_removed_only_with_force(admin) -> N
     g = admin
     g("admin", "update", "--add-attester", g.pubkey("coordinator"), wallet="admin")
     before = g.signatures_of("admin")
-    refused = " ".join(g("admin", "update", "--remove-attester", g.pubkey("coordinator"), wallet="admin",
-                         expect=Exit.BAD_INPUT).stderr.split())
+    refused = " ".join(
+        g(
+            "admin", "update", "--remove-attester", g.pubkey("coordinator"), wallet="admin", expect=Exit.BAD_INPUT
+        ).stderr.split()
+    )
     assert "is the attester key of the coordinator configured here (GPUNET_ATTESTER_KEYPAIR=" in refused
     assert "--force" in refused and g.signatures_of("admin") == before
     g("admin", "update", "--remove-attester", g.pubkey("coordinator"), "--force", wallet="admin")
@@ -51,19 +54,31 @@ def test_the_configured_coordinator_s_key_is_removed_only_with_force(admin) -> N
 def test_the_last_attester_is_never_removed_but_may_be_swapped_in_one_command(admin) -> None:
     g = admin
     before = g.signatures_of("admin")
-    refused = g("admin", "update", "--remove-attester", g.pubkey("admin"), "--force", wallet="admin",
-                expect=Exit.BAD_INPUT)
+    refused = g(
+        "admin", "update", "--remove-attester", g.pubkey("admin"), "--force", wallet="admin", expect=Exit.BAD_INPUT
+    )
     assert "removes the last attester" in refused.stderr and g.signatures_of("admin") == before
     g.wallet("successor", sol="")
-    g("admin", "update", "--add-attester", g.pubkey("successor"), "--remove-attester", g.pubkey("admin"), wallet="admin")
+    g(
+        "admin",
+        "update",
+        "--add-attester",
+        g.pubkey("successor"),
+        "--remove-attester",
+        g.pubkey("admin"),
+        wallet="admin",
+    )
     assert _attesters(g) == [g.pubkey("successor")]
 
 
-@pytest.mark.parametrize(("option", "who", "says"), [
-    ("--add-attester", "admin", "is already an attester"),
-    ("--remove-attester", "client", "is not an attester"),
-    ("--add-attester", "not-a-key", "not a valid attester key"),
-])
+@pytest.mark.parametrize(
+    ("option", "who", "says"),
+    [
+        ("--add-attester", "admin", "is already an attester"),
+        ("--remove-attester", "client", "is not an attester"),
+        ("--add-attester", "not-a-key", "not a valid attester key"),
+    ],
+)
 def test_bad_attester_changes_are_refused_with_nothing_sent(admin, option, who, says) -> None:
     g = admin
     key = who if who == "not-a-key" else g.pubkey(who)

@@ -11,23 +11,65 @@ from gpunet.amounts import IO
 from gpunet.cli.common import Exit
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["node", "register", "node2", "--gpu", "V100", "--count", "1", "--region", "us-east", "--price", "1"],
-     "unknown GPU model 'V100'; known models: H100"),
-    (["node", "register", "node2", "--gpu", "H100", "--count", "1", "--region", "mars", "--price", "1"],
-     "unknown region 'mars'"),
-    (["provider", "stake", "0"], "more than zero"),
-    (["provider", "stake", "1.0000001"], "more than 6 decimals"),
-    (["lease", "open", "--gpu", "H100", "--count", "1", "--max-price", "-1", "--duration", "1h"], "more than zero"),
-    (["lease", "open", "--gpu", "H100", "--count", "1", "--max-price", "1", "--duration", "soon"], "not a duration"),
-    (["lease", "open", "--gpu", "H100", "--count", "1", "--max-price", "1", "--duration", "1h",
-      "--downtime-tolerance", "5s"], "--downtime-tolerance must be between 10 s and 3600 s, got 5 s"),
-    (["lease", "open", "--gpu", "H100", "--count", "1", "--max-price", "1", "--duration", "1h",
-      "--downtime-tolerance", "2h"], "--downtime-tolerance must be between 10 s and 3600 s, got 7200 s"),
-    (["lease", "show", "not-a-key"], "not a valid lease address"),
-    (["audit", "--lease", "11111111111111111111111111111111", "--provider", "11111111111111111111111111111111"],
-     "exactly one of"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["node", "register", "node2", "--gpu", "V100", "--count", "1", "--region", "us-east", "--price", "1"],
+            "unknown GPU model 'V100'; known models: H100",
+        ),
+        (
+            ["node", "register", "node2", "--gpu", "H100", "--count", "1", "--region", "mars", "--price", "1"],
+            "unknown region 'mars'",
+        ),
+        (["provider", "stake", "0"], "more than zero"),
+        (["provider", "stake", "1.0000001"], "more than 6 decimals"),
+        (["lease", "open", "--gpu", "H100", "--count", "1", "--max-price", "-1", "--duration", "1h"], "more than zero"),
+        (
+            ["lease", "open", "--gpu", "H100", "--count", "1", "--max-price", "1", "--duration", "soon"],
+            "not a duration",
+        ),
+        (
+            [
+                "lease",
+                "open",
+                "--gpu",
+                "H100",
+                "--count",
+                "1",
+                "--max-price",
+                "1",
+                "--duration",
+                "1h",
+                "--downtime-tolerance",
+                "5s",
+            ],
+            "--downtime-tolerance must be between 10 s and 3600 s, got 5 s",
+        ),
+        (
+            [
+                "lease",
+                "open",
+                "--gpu",
+                "H100",
+                "--count",
+                "1",
+                "--max-price",
+                "1",
+                "--duration",
+                "1h",
+                "--downtime-tolerance",
+                "2h",
+            ],
+            "--downtime-tolerance must be between 10 s and 3600 s, got 7200 s",
+        ),
+        (["lease", "show", "not-a-key"], "not a valid lease address"),
+        (
+            ["audit", "--lease", "11111111111111111111111111111111", "--provider", "11111111111111111111111111111111"],
+            "exactly one of",
+        ),
+    ],
+)
 def test_bad_arguments_are_refused_before_sending(market, args, message) -> None:
     market.wallet("node2", sol="")
     args = [str(market.key("node2")) if a == "node2" else a for a in args]
@@ -40,8 +82,20 @@ def test_bad_arguments_are_refused_before_sending(market, args, message) -> None
 
 def test_more_than_the_wallet_holds_is_refused_with_the_numbers(market) -> None:
     before = (market.signatures_of("client"), market.json("provider", "show", wallet="supplier"))
-    opened = market("lease", "open", "--gpu", "H100", "--count", "8", "--max-price", "10", "--duration", "2h",
-                    wallet="client", expect=Exit.FUNDS)
+    opened = market(
+        "lease",
+        "open",
+        "--gpu",
+        "H100",
+        "--count",
+        "8",
+        "--max-price",
+        "10",
+        "--duration",
+        "2h",
+        wallet="client",
+        expect=Exit.FUNDS,
+    )
     assert "needs 160 IO but the wallet's IO account holds 100 IO" in opened.stderr
     staked = market("provider", "stake", "400.5", wallet="supplier", expect=Exit.FUNDS)
     assert "needs 400.5 IO but the wallet's IO account holds 400 IO" in staked.stderr
@@ -54,13 +108,15 @@ def test_more_than_the_wallet_holds_is_refused_with_the_numbers(market) -> None:
 
 
 def test_missing_or_malformed_keypair_files(market, tmp_path) -> None:
-    missing = market.runner.invoke(market_app(), ["provider", "stake", "1", "--url", market.node.url,
-                                                  "--keypair", str(tmp_path / "nope.json")])
+    missing = market.runner.invoke(
+        market_app(), ["provider", "stake", "1", "--url", market.node.url, "--keypair", str(tmp_path / "nope.json")]
+    )
     assert missing.exit_code == Exit.KEYPAIR and "no such keypair file" in missing.stderr
     bad = tmp_path / "bad.json"
     bad.write_text('{"not": "a keypair"}')
-    malformed = market.runner.invoke(market_app(), ["provider", "stake", "1", "--url", market.node.url,
-                                                    "--keypair", str(bad)])
+    malformed = market.runner.invoke(
+        market_app(), ["provider", "stake", "1", "--url", market.node.url, "--keypair", str(bad)]
+    )
     assert malformed.exit_code == Exit.KEYPAIR and "gpunet keys new" in malformed.stderr
 
 
@@ -82,8 +138,22 @@ def test_a_refused_transaction_names_the_program_error(market) -> None:
 
 def test_audit_exits_7_and_names_the_transaction_when_history_and_state_differ(market, monkeypatch) -> None:
     """An RPC node that hides a transaction (faked at the history boundary): the audit must notice."""
-    opened = market.json("lease", "open", "--gpu", "H100", "--count", "1", "--max-price", "1", "--duration", "1h",
-                         "--lease-id", "5", "--force", wallet="client")  # below node1's price: no matter here
+    opened = market.json(
+        "lease",
+        "open",
+        "--gpu",
+        "H100",
+        "--count",
+        "1",
+        "--max-price",
+        "1",
+        "--duration",
+        "1h",
+        "--lease-id",
+        "5",
+        "--force",
+        wallet="client",
+    )  # below node1's price: no matter here
     market("lease", "top-up", opened["lease"], "--duration", "1h", wallet="client")
     real = audit_module.transactions_of
 

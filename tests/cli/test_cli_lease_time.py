@@ -16,8 +16,21 @@ def _row(table: str, name: str) -> str:
 
 def test_a_2h_lease_on_nodes_cheaper_than_its_maximum_ends_in_2h_with_a_longer_escrow_runway(market) -> None:
     g = market
-    opened = g.json("lease", "open", "--gpu", "H100", "--count", "2", "--max-price", "2.5", "--duration", "2h",
-                    "--lease-id", "1", wallet="client")
+    opened = g.json(
+        "lease",
+        "open",
+        "--gpu",
+        "H100",
+        "--count",
+        "2",
+        "--max-price",
+        "2.5",
+        "--duration",
+        "2h",
+        "--lease-id",
+        "1",
+        wallet="client",
+    )
     lease = opened["lease"]
     assert opened["deposit"] == 10 * IO  # 2.5 IO x 2 GPUs x 2 h
 

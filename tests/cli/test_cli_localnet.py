@@ -18,9 +18,21 @@ def test_gpunet_localnet_serves_rpc_until_stopped(localnet_bin, tmp_path) -> Non
     rpc_port, ws_port = free_ports(2)
     gpunet = Path(sys.executable).with_name("gpunet")
     env = {**os.environ, "GPUNET_LOCALNET_BIN": str(localnet_bin)}
-    proc = subprocess.Popen([str(gpunet), "localnet", "--rpc-port", str(rpc_port), "--ws-port", str(ws_port),
-                             "--ledger", str(tmp_path / "ledger")], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            str(gpunet),
+            "localnet",
+            "--rpc-port",
+            str(rpc_port),
+            "--ws-port",
+            str(ws_port),
+            "--ledger",
+            str(tmp_path / "ledger"),
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "getHealth"}).encode()
         deadline = time.monotonic() + 60

@@ -34,7 +34,11 @@ def test_new_node_keys_go_under_the_config_directory_with_their_path_printed(con
     second = runner.invoke(app, ["keys", "new-node"])
     named = json.loads(runner.invoke(app, ["keys", "new-node", "rack7", "--json"]).stdout)
     nodes = config_home / "gpunet" / "nodes"
-    assert (first["path"], first["name"], named["path"]) == (str(nodes / "node1.json"), "node1", str(nodes / "rack7.json"))
+    assert (first["path"], first["name"], named["path"]) == (
+        str(nodes / "node1.json"),
+        "node1",
+        str(nodes / "rack7.json"),
+    )
     assert str(nodes / "node2.json") in second.stdout and "gpunet node register node2" in second.stdout
     assert stat.S_IMODE((nodes / "node1.json").stat().st_mode) == 0o600
     assert list(Path.cwd().iterdir()) == [], "nothing written into the working directory"
@@ -46,8 +50,20 @@ def test_new_node_keys_go_under_the_config_directory_with_their_path_printed(con
 
 def test_node_register_finds_a_node_key_by_name(market, config_home) -> None:
     key = json.loads(market.runner.invoke(app, ["keys", "new-node", "rack7", "--json"]).stdout)["pubkey"]
-    market("node", "register", "rack7", "--gpu", "A100", "--count", "1", "--region", "eu-west", "--price", "1",
-           wallet="supplier")
+    market(
+        "node",
+        "register",
+        "rack7",
+        "--gpu",
+        "A100",
+        "--count",
+        "1",
+        "--region",
+        "eu-west",
+        "--price",
+        "1",
+        wallet="supplier",
+    )
     assert key in [n["node_key"] for n in market.json("node", "list")]
 
 

@@ -25,15 +25,28 @@ async def _assign_and_settle(g, lease: Pubkey) -> None:
     admin, supplier, node_key = (load_keypair(g.key(n)) for n in ("admin", "supplier", "node1"))
     async with AsyncClient(g.node.url, commitment=Confirmed) as client:
         config = await fetch_config(client)
-        await send_and_confirm(client, admin, [ix.assign_lease(admin.pubkey(), lease, [
-            ix.Share(node_key.pubkey(), supplier.pubkey(), 2, 2_500_000)])])  # its price after `node update`
+        await send_and_confirm(
+            client,
+            admin,
+            [ix.assign_lease(admin.pubkey(), lease, [ix.Share(node_key.pubkey(), supplier.pubkey(), 2, 2_500_000)])],
+        )  # its price after `node update`
         started = (await fetch(client, lease, "Lease")).started_at
         while (await client.get_block_time((await client.get_slot()).value)).value < started + 2:
             await asyncio.sleep(0.2)
         report = UsageReport(1, started, started + 2, 4)  # 2 GPUs x 2 s
-        await send_and_confirm(client, admin, ix.signed_settlement(
-            admin.pubkey(), config.treasury, lease, node_key, supplier.pubkey(),
-            io_account(supplier.pubkey(), config.io_mint), report))
+        await send_and_confirm(
+            client,
+            admin,
+            ix.signed_settlement(
+                admin.pubkey(),
+                config.treasury,
+                lease,
+                node_key,
+                supplier.pubkey(),
+                io_account(supplier.pubkey(), config.io_mint),
+                report,
+            ),
+        )
 
 
 def test_a_supplier_and_a_client_from_registration_to_audit(market) -> None:
@@ -42,16 +55,41 @@ def test_a_supplier_and_a_client_from_registration_to_audit(market) -> None:
     assert config["attesters"] == [g.pubkey("admin")] and config["min_stake_per_gpu"] == 100 * IO
 
     provider = g.json("provider", "show", wallet="supplier")
-    assert (provider["staked"], provider["bonded"], provider["free"], provider["nodes"]) == (600 * IO, 400 * IO, 200 * IO, 1)
+    assert (provider["staked"], provider["bonded"], provider["free"], provider["nodes"]) == (
+        600 * IO,
+        400 * IO,
+        200 * IO,
+        1,
+    )
     [node] = g.json("node", "list", "--provider", g.pubkey("supplier"))
     assert (node["node_key"], node["gpu_model"], node["gpu_count"], node["vram_gb"], node["region"]) == (
-        g.pubkey("node1"), "H100", 4, 80, "us-east")
+        g.pubkey("node1"),
+        "H100",
+        4,
+        80,
+        "us-east",
+    )
     g("node", "update", g.pubkey("node1"), "--price", "2.5", "--inventory-hash", "ab" * 32, wallet="supplier")
     [node] = g.json("node", "list")
     assert node["price_per_gpu_hour"] == 2_500_000 and node["inventory_hash"] == "ab" * 32
 
-    opened = g.json("lease", "open", "--gpu", "H100", "--count", "2", "--max-price", "3", "--duration", "1h",
-                    "--lease-id", "1", "--downtime-tolerance", "45s", wallet="client")
+    opened = g.json(
+        "lease",
+        "open",
+        "--gpu",
+        "H100",
+        "--count",
+        "2",
+        "--max-price",
+        "3",
+        "--duration",
+        "1h",
+        "--lease-id",
+        "1",
+        "--downtime-tolerance",
+        "45s",
+        wallet="client",
+    )
     assert opened["deposit"] == 6 * IO  # 3 IO x 2 GPUs x 1 h
     lease = opened["lease"]
     g("lease", "top-up", lease, "--duration", "30m", wallet="client")
@@ -83,7 +121,12 @@ def test_a_supplier_and_a_client_from_registration_to_audit(market) -> None:
     withdrawn = g.json("provider", "withdraw", wallet="supplier")
     assert withdrawn["amount"] == 600 * IO
     after = g.json("provider", "show", wallet="supplier")
-    assert (after["staked"], after["unbonding"], after["stake_vault_balance"], after["earned"]) == (0, 0, 0, settled["payout"])
+    assert (after["staked"], after["unbonding"], after["stake_vault_balance"], after["earned"]) == (
+        0,
+        0,
+        0,
+        settled["payout"],
+    )
 
     g("admin", "update", "--fee-bps", "250", "--pause", wallet="admin")
     updated = g.json("admin", "show")
@@ -97,8 +140,20 @@ def test_a_slashed_node_is_unjailed_by_its_provider_after_the_jail_time(market) 
         admin, supplier, node_key = (load_keypair(g.key(n)) for n in ("admin", "supplier", "node1"))
         async with AsyncClient(g.node.url, commitment=Confirmed) as client:
             config = await fetch_config(client)
-            await send_and_confirm(client, admin, [ix.slash_provider(
-                admin.pubkey(), config.treasury, node_key.pubkey(), supplier.pubkey(), "MissedHeartbeats", bytes(32))])
+            await send_and_confirm(
+                client,
+                admin,
+                [
+                    ix.slash_provider(
+                        admin.pubkey(),
+                        config.treasury,
+                        node_key.pubkey(),
+                        supplier.pubkey(),
+                        "MissedHeartbeats",
+                        bytes(32),
+                    )
+                ],
+            )
 
     asyncio.run(slash())
     [node] = g.json("node", "list")

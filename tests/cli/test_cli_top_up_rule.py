@@ -20,8 +20,21 @@ from gpunet.tokens import io_account
 
 @pytest.fixture
 def lease_of_client(market) -> str:
-    return market.json("lease", "open", "--gpu", "H100", "--count", "1", "--max-price", "2", "--duration", "1h",
-                       "--lease-id", "7", wallet="client")["lease"]
+    return market.json(
+        "lease",
+        "open",
+        "--gpu",
+        "H100",
+        "--count",
+        "1",
+        "--max-price",
+        "2",
+        "--duration",
+        "1h",
+        "--lease-id",
+        "7",
+        wallet="client",
+    )["lease"]
 
 
 def test_a_top_up_by_someone_else_is_refused_by_name_before_sending(market, lease_of_client) -> None:
@@ -38,8 +51,18 @@ def test_the_program_refusing_a_stranger_s_top_up_names_the_rule_not_the_constra
         async with AsyncClient(market.node.url, commitment=Confirmed) as client:
             mint = (await fetch_config(client)).io_mint
             with pytest.raises(TransactionFailed) as refused:
-                await send_and_confirm(client, stranger, [ix.top_up_lease(
-                    stranger.pubkey(), io_account(stranger.pubkey(), mint), Pubkey.from_string(lease_of_client), 3600)])
+                await send_and_confirm(
+                    client,
+                    stranger,
+                    [
+                        ix.top_up_lease(
+                            stranger.pubkey(),
+                            io_account(stranger.pubkey(), mint),
+                            Pubkey.from_string(lease_of_client),
+                            3600,
+                        )
+                    ],
+                )
             return refused.value
 
     refused = asyncio.run(top_up())

@@ -14,12 +14,18 @@ from gpunet.cli.common import Exit
 OPEN = ("lease", "open", "--gpu", "H100", "--duration", "1h")
 
 
-@pytest.mark.parametrize(("terms", "says"), [
-    (["--count", "2", "--max-price", "3", "--region", "eu-west"], ["in us-east, not eu-west", "change --region"]),
-    (["--count", "2", "--max-price", "1.5"], ["asks 2 IO/GPU-hour, over 1.5 IO", "change --max-price"]),
-    (["--count", "1", "--max-price", "3", "--vram", "141"], ["80 GB per GPU, under 141 GB", "change --vram"]),
-    (["--count", "5", "--max-price", "3"], ["the 1 matching node(s) have 4 GPUs in all", "ask for --count 4 or fewer"]),
-])
+@pytest.mark.parametrize(
+    ("terms", "says"),
+    [
+        (["--count", "2", "--max-price", "3", "--region", "eu-west"], ["in us-east, not eu-west", "change --region"]),
+        (["--count", "2", "--max-price", "1.5"], ["asks 2 IO/GPU-hour, over 1.5 IO", "change --max-price"]),
+        (["--count", "1", "--max-price", "3", "--vram", "141"], ["80 GB per GPU, under 141 GB", "change --vram"]),
+        (
+            ["--count", "5", "--max-price", "3"],
+            ["the 1 matching node(s) have 4 GPUs in all", "ask for --count 4 or fewer"],
+        ),
+    ],
+)
 def test_a_lease_no_registered_node_could_take_is_refused_before_escrowing(market, terms, says) -> None:
     before = market.signatures_of("client")
     refused = market(*OPEN, *terms, wallet="client", expect=Exit.BAD_INPUT).stderr

@@ -14,11 +14,19 @@ def test_balance_counts_sol_io_stake_and_the_escrow_locked_in_open_leases(market
     g("lease", "open", "--gpu", "H100", "--count", "2", "--max-price", "3", "--duration", "1h", wallet="client")
     client = g.json("balance", wallet="client")
     assert (client["io"], client["escrow_locked"], client["leases_holding_escrow"], client["stake"]) == (
-        94 * IO, 6 * IO, 1, None)
+        94 * IO,
+        6 * IO,
+        1,
+        None,
+    )
     assert 4 * 10**9 < client["sol_lamports"] < 5 * 10**9
     supplier = g.json("balance", g.pubkey("supplier"), wallet="client")  # anyone's, by address
     assert (supplier["io"], supplier["stake"]["staked"], supplier["stake"]["bonded"], supplier["escrow_locked"]) == (
-        400 * IO, 600 * IO, 400 * IO, 0)
+        400 * IO,
+        600 * IO,
+        400 * IO,
+        0,
+    )
     table = " ".join(g("balance", wallet="client").stdout.split())
     assert "94 IO" in table and "6 IO in 1 lease(s)" in table and "not a provider" in table and " SOL" in table
 
@@ -35,20 +43,26 @@ def test_transfer_sends_exact_base_units_and_creates_the_recipient_s_io_account(
     assert g.json("balance", friend, wallet="client")["io"] == 12_345_679
 
 
-@pytest.mark.parametrize(("amount", "to", "code", "says"), [
-    ("1.0000001", "friend", Exit.BAD_INPUT, "more than 6 decimals"),
-    ("0", "friend", Exit.BAD_INPUT, "more than zero"),
-    ("ten", "friend", Exit.BAD_INPUT, "not an amount of IO"),
-    ("1", "not-a-wallet", Exit.BAD_INPUT, "not a valid recipient wallet"),
-    ("1", "client", Exit.BAD_INPUT, "your own wallet"),
-    ("1", "supplier-io-account", Exit.BAD_INPUT, "is a token account, not a wallet: give the wallet that owns it"),
-    ("100.000001", "friend", Exit.FUNDS, "needs 100.000001 IO but the wallet's IO account holds 100 IO"),
-])
+@pytest.mark.parametrize(
+    ("amount", "to", "code", "says"),
+    [
+        ("1.0000001", "friend", Exit.BAD_INPUT, "more than 6 decimals"),
+        ("0", "friend", Exit.BAD_INPUT, "more than zero"),
+        ("ten", "friend", Exit.BAD_INPUT, "not an amount of IO"),
+        ("1", "not-a-wallet", Exit.BAD_INPUT, "not a valid recipient wallet"),
+        ("1", "client", Exit.BAD_INPUT, "your own wallet"),
+        ("1", "supplier-io-account", Exit.BAD_INPUT, "is a token account, not a wallet: give the wallet that owns it"),
+        ("100.000001", "friend", Exit.FUNDS, "needs 100.000001 IO but the wallet's IO account holds 100 IO"),
+    ],
+)
 def test_bad_transfers_are_refused_with_nothing_sent(market, amount, to, code, says) -> None:
     g = market
     g.wallet("friend", sol="")
-    address = {"friend": g.pubkey("friend"), "client": g.pubkey("client"),
-               "supplier-io-account": g.json("balance", g.pubkey("supplier"), wallet="client")["io_account"]}.get(to, to)
+    address = {
+        "friend": g.pubkey("friend"),
+        "client": g.pubkey("client"),
+        "supplier-io-account": g.json("balance", g.pubkey("supplier"), wallet="client")["io_account"],
+    }.get(to, to)
     before = g.signatures_of("client")
     refused = g("transfer", amount, address, wallet="client", expect=code)
     assert says in " ".join(refused.stderr.split())

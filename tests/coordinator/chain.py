@@ -42,11 +42,23 @@ class Cluster:
         lessee = await market.client(100 * IO)
         self.client_wallet, self.client_tokens = lessee.wallet, lessee.tokens
         self.lease = lease_pda(self.client_wallet.pubkey(), 1)
-        await send_and_confirm(client, self.client_wallet, [ix.open_lease(
-            self.client_wallet.pubkey(), self.client_tokens, self.mint, 1, ix.LeaseTerms(1, 80, 4, ix.ANY, 10 * IO, seconds))])
+        await send_and_confirm(
+            client,
+            self.client_wallet,
+            [
+                ix.open_lease(
+                    self.client_wallet.pubkey(),
+                    self.client_tokens,
+                    self.mint,
+                    1,
+                    ix.LeaseTerms(1, 80, 4, ix.ANY, 10 * IO, seconds),
+                )
+            ],
+        )
         if assign:
-            await send_and_confirm(client, self.admin, [ix.assign_lease(self.admin.pubkey(), self.lease, [
-                self.share(0), self.share(1)])])
+            await send_and_confirm(
+                client, self.admin, [ix.assign_lease(self.admin.pubkey(), self.lease, [self.share(0), self.share(1)])]
+            )
             self.started = (await fetch(client, self.lease, "Lease")).started_at
         return self
 

@@ -85,8 +85,9 @@ async def chain(node) -> AsyncIterator[AsyncClient]:
 async def market(chain) -> Market:
     """An attester of its own (the coordinator's key in these tests), and neither jail nor unbonding
     waits, so every kind of event can happen in one test."""
-    return await Market.create(chain, attester=await funded_wallet(chain, 100), usage_period_seconds=60,
-                               jail_seconds=0, unbonding_seconds=0)
+    return await Market.create(
+        chain, attester=await funded_wallet(chain, 100), usage_period_seconds=60, jail_seconds=0, unbonding_seconds=0
+    )
 
 
 @pytest.fixture

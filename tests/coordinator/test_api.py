@@ -10,7 +10,9 @@ from urllib.parse import quote
 import httpx
 import pytest
 import uvicorn
-from hypothesis import HealthCheck, given, settings as hypothesis_settings, strategies as st
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 from solders.keypair import Keypair
 
@@ -37,8 +39,11 @@ def api_url(node, database_url):
         async with pool.acquire() as conn:
             await migrate(conn)
         rpc = ChainRpc(node.url)
-        server = uvicorn.Server(uvicorn.Config(create_app(pool, rpc, settings), host="127.0.0.1", port=port,
-                                               log_level="warning", lifespan="off"))
+        server = uvicorn.Server(
+            uvicorn.Config(
+                create_app(pool, rpc, settings), host="127.0.0.1", port=port, log_level="warning", lifespan="off"
+            )
+        )
         holder["server"] = server
         try:
             await server.serve()
@@ -72,8 +77,10 @@ async def test_resources_filters_and_pagination(node, market: Market, indexer, p
     expected = await chain_events(node, market.signatures)
 
     async with httpx.AsyncClient(base_url=api_url, timeout=30) as http:
+
         async def caught_up() -> bool:
             return (await http.get("/events", params={"limit": 500})).json()["items"].__len__() == len(expected)
+
         await eventually(caught_up, what="the API to show every event")
 
         assert (await http.get("/health")).json()["status"] == "ok"
@@ -92,14 +99,19 @@ async def test_resources_filters_and_pagination(node, market: Market, indexer, p
         settlements = (await http.get("/settlements", params={"lease": str(lease)})).json()["items"]
         assert [(s["node"], s["seq"]) for s in settlements] == [(str(ada.node), 1)]
         assert (await http.get("/settlements", params={"node": str(bob.node)})).json()["items"] == []
-        assert len((await http.get("/nodes", params={"provider": str(bob.provider), "jailed": "false"})).json()["items"]) == 1
+        assert (
+            len((await http.get("/nodes", params={"provider": str(bob.provider), "jailed": "false"})).json()["items"])
+            == 1
+        )
         assert (await http.get("/leases", params={"status": "closed"})).json()["items"] == []
         names = [e["name"] for e in (await http.get("/events", params={"name": "UsageSettled"})).json()["items"]]
         assert names == ["UsageSettled"]
 
         audit = (await http.get(f"/audit/leases/{lease}")).json()
         assert audit["ok"] and audit["events"] == 3
-        metrics = {f.name: f.samples[0].value for f in text_string_to_metric_families((await http.get("/metrics")).text)}
+        metrics = {
+            f.name: f.samples[0].value for f in text_string_to_metric_families((await http.get("/metrics")).text)
+        }
         assert metrics["gpunet_indexer_events_indexed"] == len(expected)  # counters lose "_total" in the parser
         assert metrics["gpunet_indexer_backfill_runs"] >= 1 and metrics["gpunet_indexer_lines_skipped"] == 0
         assert 0 <= metrics["gpunet_indexer_lag_slots"] < 10_000 and metrics["gpunet_indexer_lag_seconds"] >= 0
@@ -107,22 +119,25 @@ async def test_resources_filters_and_pagination(node, market: Market, indexer, p
         assert doc["openapi"].startswith("3.") and "/settlements" in doc["paths"]
 
 
-@pytest.mark.parametrize(("path", "status", "message"), [
-    ("/leases?status=bogus", 400, "status: 'bogus' is not one of open, active, closing, closed"),
-    ("/settlements?limit=0", 400, "limit: 0 is out of range [1, 500]"),
-    ("/settlements?limit=ten", 400, "limit: 'ten' is not an integer"),
-    ("/settlements?offset=-1", 400, "offset: -1 is out of range"),
-    ("/nodes?jailed=maybe", 400, "jailed: expected true or false"),
-    ("/nodes?provider=not-a-key", 400, "provider: 'not-a-key' is not a base58 public key"),
-    ("/providers?colour=blue", 400, "unknown parameter 'colour'"),
-    ("/providers?limit=1&limit=2", 400, "limit: given more than once"),
-    ("/events?signature=abc", 400, "signature: 'abc' is not a base58 transaction signature"),
-    ("/slashes?from_slot=9223372036854775808", 400, "from_slot: 9223372036854775808 is out of range"),
-    ("/leases/xyz", 400, "lease: 'xyz' is not a base58 public key"),
-    ("/audit/providers/0OIl", 400, "provider: '0OIl' is not a base58 public key"),
-    (f"/leases/{Keypair().pubkey()}", 404, "no lease"),
-    ("/no-such-thing", 404, "Not Found"),
-])
+@pytest.mark.parametrize(
+    ("path", "status", "message"),
+    [
+        ("/leases?status=bogus", 400, "status: 'bogus' is not one of open, active, closing, closed"),
+        ("/settlements?limit=0", 400, "limit: 0 is out of range [1, 500]"),
+        ("/settlements?limit=ten", 400, "limit: 'ten' is not an integer"),
+        ("/settlements?offset=-1", 400, "offset: -1 is out of range"),
+        ("/nodes?jailed=maybe", 400, "jailed: expected true or false"),
+        ("/nodes?provider=not-a-key", 400, "provider: 'not-a-key' is not a base58 public key"),
+        ("/providers?colour=blue", 400, "unknown parameter 'colour'"),
+        ("/providers?limit=1&limit=2", 400, "limit: given more than once"),
+        ("/events?signature=abc", 400, "signature: 'abc' is not a base58 transaction signature"),
+        ("/slashes?from_slot=9223372036854775808", 400, "from_slot: 9223372036854775808 is out of range"),
+        ("/leases/xyz", 400, "lease: 'xyz' is not a base58 public key"),
+        ("/audit/providers/0OIl", 400, "provider: '0OIl' is not a base58 public key"),
+        (f"/leases/{Keypair().pubkey()}", 404, "no lease"),
+        ("/no-such-thing", 404, "Not Found"),
+    ],
+)
 def test_bad_parameters_get_a_4xx_with_a_message(api_url, path, status, message):
     response = httpx.get(api_url + path, timeout=30)
     assert response.status_code == status
@@ -133,8 +148,8 @@ def _value(schema: dict) -> st.SearchStrategy:
     """Values for one parameter: mostly what its schema allows, often anything at all."""
     anything = st.text(max_size=90)
     if schema.get("type") == "integer":
-        valid = st.integers(schema.get("minimum", -2**70), schema.get("maximum", 2**70)).map(str)
-        return st.one_of(valid, st.integers(-2**70, 2**70).map(str), anything)
+        valid = st.integers(schema.get("minimum", -(2**70)), schema.get("maximum", 2**70)).map(str)
+        return st.one_of(valid, st.integers(-(2**70), 2**70).map(str), anything)
     if schema.get("type") == "boolean":
         return st.one_of(st.sampled_from(["true", "false"]), anything)
     if "enum" in schema:
@@ -151,7 +166,7 @@ def test_the_openapi_document_runs_without_a_server_error(api_url):
     operations = [(path, op["get"]["parameters"]) for path, op in doc["paths"].items() if "get" in op]
 
     @st.composite
-    def requests(draw):  # noqa: ANN202
+    def requests(draw):
         path, parameters = draw(st.sampled_from(operations))
         query = {}
         for p in parameters:
@@ -163,6 +178,7 @@ def test_the_openapi_document_runs_without_a_server_error(api_url):
         return path, query
 
     with httpx.Client(base_url=api_url, timeout=30) as http:
+
         @hypothesis_settings(max_examples=300, deadline=None, database=None, suppress_health_check=list(HealthCheck))
         @given(requests())
         def run(request) -> None:
@@ -173,7 +189,6 @@ def test_the_openapi_document_runs_without_a_server_error(api_url):
                 assert response.json()["error"]
 
         run()
-
 
 
 def test_schemathesis_finds_no_server_error_or_contract_violation(api_url):
@@ -187,6 +202,7 @@ def test_schemathesis_finds_no_server_error_or_contract_violation(api_url):
     paths = httpx.get(f"{api_url}/openapi.json", timeout=30).json()["paths"]
     assert len(operations) == sum(len(methods) for methods in paths.values())
     for operation in operations:
+
         @hypothesis_settings(max_examples=25, deadline=None, database=None, suppress_health_check=list(HealthCheck))
         @given(operation.as_strategy())
         def run(case) -> None:

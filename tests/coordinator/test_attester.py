@@ -48,7 +48,10 @@ async def test_assign_retried_after_a_lost_reply_lands_once(three_nodes, monkeyp
     assert len(calls) == 1  # the chain showed it landed: nothing resent
     lease = await fetch(c.client, c.lease, "Lease")
     assert type(lease.status).__name__ == "Active"
-    assert [a.node_key for a in list(lease.assignments)[: lease.node_count]] == [c.share(0).node_key, c.share(1).node_key]
+    assert [a.node_key for a in list(lease.assignments)[: lease.node_count]] == [
+        c.share(0).node_key,
+        c.share(1).node_key,
+    ]
     for n in (0, 1):
         assert (await fetch(c.client, node_pda(c.share(n).node_key), "Node")).gpus_leased == 2
 
@@ -68,7 +71,10 @@ async def test_slash_with_evidence_then_reassign(three_nodes) -> None:
 
     sig = await attester.reassign(c.lease, c.share(0).node_key, c.share(2))
     lease = await fetch(c.client, c.lease, "Lease")
-    assert {a.node_key for a in list(lease.assignments)[: lease.node_count]} == {c.share(1).node_key, c.share(2).node_key}
+    assert {a.node_key for a in list(lease.assignments)[: lease.node_count]} == {
+        c.share(1).node_key,
+        c.share(2).node_key,
+    }
     assert sig is not None
 
     # A jailed node cannot be given a share again: the program's refusal is not retried.

@@ -59,11 +59,17 @@ async def test_a_tampered_settlement_row_is_found_and_its_transaction_named(inde
 
 async def test_a_tampered_event_is_found_against_the_chain_and_named(indexed_lease, pool, rpc, settings):
     async with pool.acquire() as conn:
-        data = json.loads(await conn.fetchval(
-            "SELECT data FROM events WHERE signature = $1 AND name = 'UsageSettled'", indexed_lease["first"]))
+        data = json.loads(
+            await conn.fetchval(
+                "SELECT data FROM events WHERE signature = $1 AND name = 'UsageSettled'", indexed_lease["first"]
+            )
+        )
         data["gpu_seconds"] += 1000
-        await conn.execute("UPDATE events SET data = $2::jsonb WHERE signature = $1 AND name = 'UsageSettled'",
-                           indexed_lease["first"], json.dumps(data))
+        await conn.execute(
+            "UPDATE events SET data = $2::jsonb WHERE signature = $1 AND name = 'UsageSettled'",
+            indexed_lease["first"],
+            json.dumps(data),
+        )
         report = await audit_lease(conn, rpc, settings.program, indexed_lease["lease"])
     event = [d for d in report.differences if d.check == "event"]
     assert [d.signatures for d in event] == [[indexed_lease["first"]]]
@@ -91,16 +97,30 @@ async def test_an_event_missing_from_the_ledger_is_reported_as_unindexed(indexed
     assert [(d.what, d.signatures) for d in unindexed] == [("UsageSettled", [indexed_lease["second"]])]
 
 
-async def test_a_slash_reaching_into_unbonding_stake_folds_like_the_program(node, market: Market, indexer, pool, rpc,
-                                                                            settings):
+async def test_a_slash_reaching_into_unbonding_stake_folds_like_the_program(
+    node, market: Market, indexer, pool, rpc, settings
+):
     s = await market.supplier(gpus=2, stake=100_000_000)  # 20 IO bonded to the node, 80 free
     await market.send(s.wallet, [ix.request_unstake(s.wallet.pubkey(), 80_000_000)])
-    await market.send(market.attester, [ix.slash_provider(market.attester.pubkey(), market.treasury, s.node_key.pubkey(),
-                                                          s.wallet.pubkey(), "InvalidUsage", bytes(32))])
+    await market.send(
+        market.attester,
+        [
+            ix.slash_provider(
+                market.attester.pubkey(),
+                market.treasury,
+                s.node_key.pubkey(),
+                s.wallet.pubkey(),
+                "InvalidUsage",
+                bytes(32),
+            )
+        ],
+    )
     expected = await chain_events(node, market.signatures)
     await eventually(lambda: _indexed(pool, len(expected)), what="the slash indexed")
     async with pool.acquire() as conn:
-        row = await conn.fetchrow("SELECT staked, unbonding, slashed FROM providers WHERE provider = $1", str(s.provider))
+        row = await conn.fetchrow(
+            "SELECT staked, unbonding, slashed FROM providers WHERE provider = $1", str(s.provider)
+        )
         report = await audit_provider(conn, rpc, settings.program, str(s.provider))
     # 50% of the 100 IO in the vault: all 20 active, then 30 of the 80 unbonding.
     assert (row["staked"], row["unbonding"], row["slashed"]) == (0, 50_000_000, 50_000_000)

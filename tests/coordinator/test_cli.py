@@ -25,15 +25,24 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def coordinator(*args: str, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "coordinator", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=120, env={**os.environ, **env})
+    return subprocess.run(
+        [sys.executable, "-m", "coordinator", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **env},
+    )
 
 
-@pytest.mark.parametrize(("env", "message"), [
-    ({"GPUNET_API_PORT": "eighty"}, "GPUNET_API_PORT: Input should be a valid integer"),
-    ({"GPUNET_PROGRAM_ID": "not-a-key"}, "GPUNET_PROGRAM_ID: Value error, not a base58 public key"),
-    ({"GPUNET_COMMITMENT": "processed"}, "GPUNET_COMMITMENT: Input should be 'confirmed' or 'finalized'"),
-])
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"GPUNET_API_PORT": "eighty"}, "GPUNET_API_PORT: Input should be a valid integer"),
+        ({"GPUNET_PROGRAM_ID": "not-a-key"}, "GPUNET_PROGRAM_ID: Value error, not a base58 public key"),
+        ({"GPUNET_COMMITMENT": "processed"}, "GPUNET_COMMITMENT: Input should be 'confirmed' or 'finalized'"),
+    ],
+)
 def test_bad_settings_are_refused_with_a_message(env, message):
     out = coordinator("index", **env)
     assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
@@ -90,7 +99,9 @@ def test_resume_slashing_says_what_is_missing_and_sends_nothing(tmp_path):
     assert out.returncode == 5 and "cannot reach the coordinator" in out.stderr and "Traceback" not in out.stderr
 
 
-async def test_run_with_a_key_that_is_no_attester_hints_adding_it_not_replacing_the_list(node, market: Market, tmp_path):
+async def test_run_with_a_key_that_is_no_attester_hints_adding_it_not_replacing_the_list(
+    node, market: Market, tmp_path
+):
     """Following the hint must keep the attesters already working: `--add-attester`, never the old
     `--attester` (which replaced the list and so cut off the running coordinator)."""
     key = tmp_path / "newcomer.json"

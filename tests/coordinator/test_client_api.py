@@ -34,6 +34,7 @@ from .conftest import eventually
 
 GPUNET = Path(sys.executable).with_name("gpunet")
 
+
 @pytest.fixture
 async def api(node, pool, database_url):
     """The API of a running coordinator, a client's lease not placed yet (no worker is online)."""
@@ -52,13 +53,25 @@ async def placed_api(node, pool, database_url):
 async def serving(node, pool, database_url, assign: bool):
     async with AsyncClient(node.url, commitment=Confirmed) as chain:
         world = await Cluster().build(chain, assign=assign)
-        settings = Settings(rpc_url=node.url, ws_url=node.ws_url, database_url=database_url, poll_seconds=1.0,
-                            api_port=free_ports(1)[0], gateway_port=0)
+        settings = Settings(
+            rpc_url=node.url,
+            ws_url=node.ws_url,
+            database_url=database_url,
+            poll_seconds=1.0,
+            api_port=free_ports(1)[0],
+            gateway_port=0,
+        )
         coordinator = await Coordinator(settings, pool, world.admin).start()
         rpc = ChainRpc(settings.rpc_url, settings.commitment)
-        server = uvicorn.Server(uvicorn.Config(create_app(pool, rpc, settings, work_routes(coordinator)),
-                                               host="127.0.0.1", port=settings.api_port, log_level="warning",
-                                               lifespan="off"))
+        server = uvicorn.Server(
+            uvicorn.Config(
+                create_app(pool, rpc, settings, work_routes(coordinator)),
+                host="127.0.0.1",
+                port=settings.api_port,
+                log_level="warning",
+                lifespan="off",
+            )
+        )
         task = asyncio.create_task(server.serve())
         url = f"http://127.0.0.1:{settings.api_port}"
         async with httpx.AsyncClient(base_url=url, timeout=30) as http:
@@ -79,7 +92,12 @@ async def _indexed(http: httpx.AsyncClient, lease: str) -> bool:
 
 def _body(world, spec: JobSpec, per_node: int | None = 2, signer: Keypair | None = None, number: int = 1) -> dict:
     signature = (signer or world.client_wallet).sign_message(job_message(world.lease, spec, per_node, number))
-    return {"job": spec.model_dump(mode="json"), "gpus_per_node": per_node, "job_number": number, "signature": str(signature)}
+    return {
+        "job": spec.model_dump(mode="json"),
+        "gpus_per_node": per_node,
+        "job_number": number,
+        "signature": str(signature),
+    }
 
 
 async def test_bad_job_submissions_are_refused_with_a_reason_and_store_nothing(api) -> None:
@@ -137,13 +155,20 @@ async def test_one_job_at_a_time_the_next_once_the_current_one_ended_on_every_no
 
     async def job_status(node: str, number: int, state: str) -> None:  # as a worker's job_status is recorded
         async with pool.acquire() as conn:
-            await conn.execute("INSERT INTO job_events (lease, job_number, node_key, kind, state) "
-                               "VALUES ($1, $2, $3, 'status', $4)", str(world.lease), number, node, state)
+            await conn.execute(
+                "INSERT INTO job_events (lease, job_number, node_key, kind, state) VALUES ($1, $2, $3, 'status', $4)",
+                str(world.lease),
+                number,
+                node,
+                state,
+            )
 
     async def stored() -> tuple:
         async with pool.acquire() as conn:
-            return (await conn.fetchrow("SELECT number, spec FROM jobs"),
-                    await conn.fetch("SELECT lease, number FROM earlier_jobs"))
+            return (
+                await conn.fetchrow("SELECT number, spec FROM jobs"),
+                await conn.fetch("SELECT lease, number FROM earlier_jobs"),
+            )
 
     # job 1 runs on node 0 and has ended on node 1: job 2 must wait for it
     await job_status(nodes[0], 1, "running")
@@ -157,11 +182,13 @@ async def test_one_job_at_a_time_the_next_once_the_current_one_ended_on_every_no
 
     # bad next jobs are refused whatever the state, and change nothing
     await job_status(nodes[0], 1, "failed")
-    bad = [(_body(world, second, number=3), 400, "job_number 3 is not the lease's next job, 2"),
-           (_body(world, second, per_node=1, number=2), 400, "gpus_per_node must be null or match them"),
-           ({**_body(world, second, number=2), "job": {"command": []}}, 400, "a job needs a command or an image"),
-           (_body(world, first, number=1), 400, "job 1 was submitted already"),
-           ({**_body(world, first, number=1), "job_number": 2}, 401, "not the lease client's")]  # a replayed signature
+    bad = [
+        (_body(world, second, number=3), 400, "job_number 3 is not the lease's next job, 2"),
+        (_body(world, second, per_node=1, number=2), 400, "gpus_per_node must be null or match them"),
+        ({**_body(world, second, number=2), "job": {"command": []}}, 400, "a job needs a command or an image"),
+        (_body(world, first, number=1), 400, "job 1 was submitted already"),
+        ({**_body(world, first, number=1), "job_number": 2}, 401, "not the lease client's"),
+    ]  # a replayed signature
     for body, status, message in bad:
         response = await http.post(url, json=body)
         assert response.status_code == status and message in response.json()["error"], response.text
@@ -213,12 +240,17 @@ async def test_reliability_history_comes_from_the_ledger_and_survives_a_restart(
     node_key = str(world.nodes[0][1].pubkey())
     async with pool.acquire() as conn, conn.transaction():  # one commit: a sync sees all of it or none
         for _ in range(2):
-            await conn.execute("INSERT INTO faults (node_key, kind, evidence, evidence_hash) VALUES ($1, 'MissedHeartbeats', "
-                               "'{}', '00')", node_key)
+            await conn.execute(
+                "INSERT INTO faults (node_key, kind, evidence, evidence_hash) VALUES ($1, 'MissedHeartbeats', "
+                "'{}', '00')",
+                node_key,
+            )
         await conn.execute("INSERT INTO placements (lease, state, nodes) VALUES ('L1', 'ended', $1)", [node_key])
     # 2 faults and 1 ended lease (the scheduler's sync reads faults and placements in two queries,
     # so it waits for both).
-    await eventually(lambda: _true_view(coordinator, node_key), what="the history (2 failed, 1 completed) in the scheduler")
+    await eventually(
+        lambda: _true_view(coordinator, node_key), what="the history (2 failed, 1 completed) in the scheduler"
+    )
     other = coordinator.shared.scheduler.nodes[world.nodes[1][1].pubkey()]
     assert (other.failed_shares, other.completed_shares) == (0, 0)
 
@@ -238,11 +270,21 @@ async def test_logs_page_and_follow_and_status_shows_the_latest_lines(placed_api
         async with pool.acquire() as conn:
             for kind, text in events:
                 if kind == "log":
-                    await conn.execute("INSERT INTO job_events (lease, node_key, kind, stream, line) "
-                                       "VALUES ($1, $2, 'log', 'stdout', $3)", lease, node, text)
+                    await conn.execute(
+                        "INSERT INTO job_events (lease, node_key, kind, stream, line) "
+                        "VALUES ($1, $2, 'log', 'stdout', $3)",
+                        lease,
+                        node,
+                        text,
+                    )
                 else:
-                    await conn.execute("INSERT INTO job_events (lease, node_key, kind, state) VALUES ($1, $2, 'status', $3)",
-                                       lease, node, text)
+                    await conn.execute(
+                        "INSERT INTO job_events (lease, node_key, kind, state) VALUES ($1, $2, 'status', $3)",
+                        lease,
+                        node,
+                        text,
+                    )
+
     await record(("status", "running"), *(("log", f"step {i}") for i in range(1, 301)), ("log", "[red]not markup[/]"))
     url = str(http.base_url)
 
@@ -251,11 +293,20 @@ async def test_logs_page_and_follow_and_status_shows_the_latest_lines(placed_api
     first = (await http.get(f"/leases/{lease}/job")).json()
     assert len(first["logs"]) == 200 and first["more"] is True  # the first page says another follows
     assert [line["line"] async for line in job_logs(url, world.lease)] == [
-        *(f"step {i}" for i in range(1, 301)), "[red]not markup[/]"]
+        *(f"step {i}" for i in range(1, 301)),
+        "[red]not markup[/]",
+    ]
 
     async def gpunet(*args: str) -> tuple[int, str]:
-        proc = await asyncio.create_subprocess_exec(str(GPUNET), "lease", *args, "--coordinator", url,
-                                                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        proc = await asyncio.create_subprocess_exec(
+            str(GPUNET),
+            "lease",
+            *args,
+            "--coordinator",
+            url,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
         out, _ = await asyncio.wait_for(proc.communicate(), 60)
         return proc.returncode, out.decode()
 

@@ -49,9 +49,21 @@ async def test_a_lease_whose_vault_got_a_donation_closes_and_finalizes(chain, do
     cluster = await Cluster().build(chain, seconds=2 * PERIOD)
     if donation:
         stranger = await cluster.market.client(donation)
-        await send_and_confirm(chain, stranger.wallet, [transfer(TransferParams(
-            program_id=TOKEN_PROGRAM_ID, source=stranger.tokens, dest=lease_vault_pda(cluster.lease),
-            owner=stranger.wallet.pubkey(), amount=donation))])
+        await send_and_confirm(
+            chain,
+            stranger.wallet,
+            [
+                transfer(
+                    TransferParams(
+                        program_id=TOKEN_PROGRAM_ID,
+                        source=stranger.tokens,
+                        dest=lease_vault_pda(cluster.lease),
+                        owner=stranger.wallet.pubkey(),
+                        amount=donation,
+                    )
+                )
+            ],
+        )
     await _past_the_end(cluster)
     settled = await Settler(cluster.client, cluster.admin).settle([cluster.report(n, 1) for n in (0, 1)])
     assert {o.status for o in settled} == {Status.SETTLED}
@@ -63,7 +75,10 @@ async def test_a_lease_whose_vault_got_a_donation_closes_and_finalizes(chain, do
     lease = await fetch(chain, cluster.lease, "Lease")
     assert type(lease.status).__name__ == "Closed" and lease.donations == donation
     assert lease.deposited == lease.paid + lease.fees + lease.refunded
-    assert await token_balance(chain, cluster.client_tokens) == before + (lease.deposited - lease.paid - lease.fees) + donation
+    assert (
+        await token_balance(chain, cluster.client_tokens)
+        == before + (lease.deposited - lease.paid - lease.fees) + donation
+    )
     assert (await chain.get_account_info(lease_vault_pda(cluster.lease))).value is None
     for _, node_key in cluster.nodes:  # the nodes are free for other leases
         node = await fetch(chain, node_pda(node_key.pubkey()), "Node")

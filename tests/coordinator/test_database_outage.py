@@ -84,15 +84,26 @@ async def _metric(api: str, line: str) -> bool:
 
 @pytest.mark.timeout(300)
 async def test_a_database_crash_loses_nothing_reruns_nothing_and_the_lease_closes_paid(
-        node, chain, postgres: Postgres, tmp_path, spawned) -> None:
+    node, chain, postgres: Postgres, tmp_path, spawned
+) -> None:
     pool = await connect_pool(postgres.url)
     async with pool.acquire() as conn:
         await migrate(conn)
     world = await World().build(chain, tmp_path)
-    settings = Settings(rpc_url=node.url, ws_url=node.ws_url, database_url=postgres.url, poll_seconds=1.0,
-                        api_port=free_ports(1)[0], gateway_port=0, heartbeat_seconds=0.5, lost_after_seconds=2.0,
-                        settle_seconds=1, close_grace_seconds=4, reconnect_grace_seconds=2,
-                        database_outage_exit_seconds=120)
+    settings = Settings(
+        rpc_url=node.url,
+        ws_url=node.ws_url,
+        database_url=postgres.url,
+        poll_seconds=1.0,
+        api_port=free_ports(1)[0],
+        gateway_port=0,
+        heartbeat_seconds=0.5,
+        lost_after_seconds=2.0,
+        settle_seconds=1,
+        close_grace_seconds=4,
+        reconnect_grace_seconds=2,
+        database_outage_exit_seconds=120,
+    )
     api = f"http://127.0.0.1:{settings.api_port}"
     spec = JobSpec(command=[sys.executable, JOB], env={"STEPS": str(STEPS), "STEP_SECONDS": "0.1"})
     try:
@@ -117,18 +128,32 @@ async def test_a_database_crash_loses_nothing_reruns_nothing_and_the_lease_close
             for assignment in list(account.assignments)[: account.node_count]:
                 assert assignment.settled_until == ends_at, "every second of each share up to the end is paid"
             async with pool.acquire() as conn:
-                reports = [dict(r) for r in await conn.fetch(
-                    "SELECT node_key, seq, period_start, period_end, status, reason FROM usage_reports ORDER BY node_key, seq")]
+                reports = [
+                    dict(r)
+                    for r in await conn.fetch(
+                        "SELECT node_key, seq, period_start, period_end, status, reason FROM usage_reports "
+                        "ORDER BY node_key, seq"
+                    )
+                ]
                 assert {r["status"] for r in reports} <= {"settled", "already_settled"}, "\n".join(map(str, reports))
                 assert await conn.fetchval("SELECT count(*) FROM faults") == 0
                 for node_key in placed:
-                    lines = [r["line"] for r in await conn.fetch(
-                        "SELECT line FROM job_events WHERE node_key = $1 AND kind = 'log' AND stream = 'stdout' "
-                        "ORDER BY id", node_key)]
+                    lines = [
+                        r["line"]
+                        for r in await conn.fetch(
+                            "SELECT line FROM job_events WHERE node_key = $1 AND kind = 'log' AND stream = 'stdout' "
+                            "ORDER BY id",
+                            node_key,
+                        )
+                    ]
                     # every line once, in order, and one run only: the finished job was not started again
                     assert lines == ["fresh start", *(f"step {i}" for i in range(1, STEPS + 1)), "done"], node_key
-                    states = [r["state"] for r in await conn.fetch(
-                        "SELECT state FROM job_events WHERE node_key = $1 AND kind = 'status' ORDER BY id", node_key)]
+                    states = [
+                        r["state"]
+                        for r in await conn.fetch(
+                            "SELECT state FROM job_events WHERE node_key = $1 AND kind = 'status' ORDER BY id", node_key
+                        )
+                    ]
                     assert states[-1] == "succeeded" and states.count("succeeded") == 1
             for wallet, _ in world.suppliers:
                 assert (await fetch(chain, provider_pda(wallet.pubkey()), "Provider")).slashed == 0

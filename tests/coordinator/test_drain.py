@@ -24,8 +24,19 @@ from gpunet.pda import lease_pda, node_pda, provider_pda
 from gpunet.protocol import JobSpec
 
 from .conftest import eventually
-from .world import (JOB, PRICE, World, all_running, placed_view, resumed_on, running, settled_count,
-                    settlement_events, start_workers, submitted)
+from .world import (
+    JOB,
+    PRICE,
+    World,
+    all_running,
+    placed_view,
+    resumed_on,
+    running,
+    settled_count,
+    settlement_events,
+    start_workers,
+    submitted,
+)
 
 
 @pytest.fixture
@@ -35,15 +46,35 @@ async def chain(node):
 
 
 def _settings(node, database_url: str) -> Settings:
-    return Settings(rpc_url=node.url, ws_url=node.ws_url, database_url=database_url, poll_seconds=1.0,
-                    api_port=free_ports(1)[0], gateway_port=0, heartbeat_seconds=0.5, lost_after_seconds=3.0,
-                    settle_seconds=1, close_grace_seconds=4, reconnect_grace_seconds=2)
+    return Settings(
+        rpc_url=node.url,
+        ws_url=node.ws_url,
+        database_url=database_url,
+        poll_seconds=1.0,
+        api_port=free_ports(1)[0],
+        gateway_port=0,
+        heartbeat_seconds=0.5,
+        lost_after_seconds=3.0,
+        settle_seconds=1,
+        close_grace_seconds=4,
+        reconnect_grace_seconds=2,
+    )
 
 
 async def _open(world: World, chain: AsyncClient, lease_id: int, gpus: int, seconds: int) -> Pubkey:
-    await send_and_confirm(chain, world.client, [ix.open_lease(
-        world.client.pubkey(), world.client_tokens, world.mint, lease_id,
-        ix.LeaseTerms(1, 80, gpus, 0, 2 * PRICE, seconds))])
+    await send_and_confirm(
+        chain,
+        world.client,
+        [
+            ix.open_lease(
+                world.client.pubkey(),
+                world.client_tokens,
+                world.mint,
+                lease_id,
+                ix.LeaseTerms(1, 80, gpus, 0, 2 * PRICE, seconds),
+            )
+        ],
+    )
     return lease_pda(world.client.pubkey(), lease_id)
 
 
@@ -54,7 +85,9 @@ async def _nodes_of(chain: AsyncClient, lease: Pubkey) -> list[str]:
 
 async def _set_draining(chain: AsyncClient, world: World, node_key: str, draining: bool) -> None:
     wallet = next(w for w, k in world.suppliers if str(k.pubkey()) == node_key)
-    await send_and_confirm(chain, wallet, [ix.set_node_draining(wallet.pubkey(), Pubkey.from_string(node_key), draining)])
+    await send_and_confirm(
+        chain, wallet, [ix.set_node_draining(wallet.pubkey(), Pubkey.from_string(node_key), draining)]
+    )
 
 
 async def _moved(chain: AsyncClient, lease: Pubkey, gone: str, to: str) -> bool:
@@ -64,7 +97,8 @@ async def _moved(chain: AsyncClient, lease: Pubkey, gone: str, to: str) -> bool:
 
 @pytest.mark.timeout(300)
 async def test_a_drained_node_s_share_moves_without_a_slash_and_it_gets_no_new_lease(
-        node, chain, pool, database_url, tmp_path, spawned) -> None:
+    node, chain, pool, database_url, tmp_path, spawned
+) -> None:
     world = await World().build(chain, tmp_path)
     settings = _settings(node, database_url)
     api = f"http://127.0.0.1:{settings.api_port}"
@@ -113,8 +147,11 @@ async def test_a_drained_node_s_share_moves_without_a_slash_and_it_gets_no_new_l
         # A drained node gets no new lease (the only node with free GPUs is the drained one)...
         second = await _open(world, chain, 2, 2, 60)
         await eventually(lambda: submitted(api, world.client, second, spec), what="the second job accepted")
-        waiting = await eventually(lambda: _reason_mentions(api, second, "1 draining"), timeout=30,
-                                   what="the second lease waiting, a draining node counted")
+        waiting = await eventually(
+            lambda: _reason_mentions(api, second, "1 draining"),
+            timeout=30,
+            what="the second lease waiting, a draining node counted",
+        )
         assert waiting["placement"]["state"] == "waiting"
         assert await _nodes_of(chain, second) == []
         # ...and once its supplier undrains it (the control), it takes the lease.
@@ -131,7 +168,8 @@ async def _reason_mentions(api: str, lease: Pubkey, text: str):
 
 @pytest.mark.timeout(300)
 async def test_without_a_spare_node_a_drained_share_stays_and_the_lease_goes_on(
-        node, chain, pool, database_url, tmp_path, spawned) -> None:
+    node, chain, pool, database_url, tmp_path, spawned
+) -> None:
     world = await World().build(chain, tmp_path)
     settings = _settings(node, database_url)
     api = f"http://127.0.0.1:{settings.api_port}"
@@ -143,13 +181,18 @@ async def test_without_a_spare_node_a_drained_share_stays_and_the_lease_goes_on(
         placed = (await eventually(lambda: placed_view(api, lease), what="the lease placed"))["placement"]["nodes"]
         other = await _open(world, chain, 2, 2, 180)  # takes the third node: no spare is left
         await eventually(lambda: submitted(api, world.client, other, spec), what="the other job accepted")
-        [third] = (await eventually(lambda: placed_view(api, other), what="the other lease placed"))["placement"]["nodes"]
+        [third] = (await eventually(lambda: placed_view(api, other), what="the other lease placed"))["placement"][
+            "nodes"
+        ]
         await eventually(lambda: all_running(api, lease, placed), what="the job running on both nodes")
         drained = placed[0]
 
         await _set_draining(chain, world, drained, True)
-        view = await eventually(lambda: _reason_mentions(api, lease, "its share stays there"), timeout=30,
-                                what="the reason saying the share stays")
+        view = await eventually(
+            lambda: _reason_mentions(api, lease, "its share stays there"),
+            timeout=30,
+            what="the reason saying the share stays",
+        )
         assert f"node {drained} is draining" in view["placement"]["reason"]
         before = await settled_count(pool, drained)
         await eventually(lambda: _more(settled_count(pool, drained), before), what="the drained node still billed")
@@ -158,10 +201,22 @@ async def test_without_a_spare_node_a_drained_share_stays_and_the_lease_goes_on(
 
         # The control: once a spare frees up (the other lease closes), the share moves, unslashed.
         other_account = await fetch(chain, other, "Lease")
-        await send_and_confirm(chain, world.client, [ix.close_lease(
-            world.client.pubkey(), world.client.pubkey(), world.client_tokens, other,
-            [a.node for a in list(other_account.assignments)[: other_account.node_count]])])
-        await eventually(lambda: _moved(chain, lease, drained, third), timeout=90, what="the share moved once a spare freed")
+        await send_and_confirm(
+            chain,
+            world.client,
+            [
+                ix.close_lease(
+                    world.client.pubkey(),
+                    world.client.pubkey(),
+                    world.client_tokens,
+                    other,
+                    [a.node for a in list(other_account.assignments)[: other_account.node_count]],
+                )
+            ],
+        )
+        await eventually(
+            lambda: _moved(chain, lease, drained, third), timeout=90, what="the share moved once a spare freed"
+        )
         for wallet, _ in world.suppliers:
             assert (await fetch(chain, provider_pda(wallet.pubkey()), "Provider")).slashed == 0
         async with pool.acquire() as conn:

@@ -157,9 +157,11 @@ def test_a_lease_s_downtime_tolerance_lengthens_lost_after_and_never_shortens_it
     assert fleet.silent(node, 30)
 
     # Per share: only the shares whose lease's tolerance the silence exceeds are lost.
-    shares = [SimpleNamespace(lease="default", downtime_tolerance_seconds=0),
-              SimpleNamespace(lease="patient", downtime_tolerance_seconds=30),
-              SimpleNamespace(lease="hasty", downtime_tolerance_seconds=5)]
+    shares = [
+        SimpleNamespace(lease="default", downtime_tolerance_seconds=0),
+        SimpleNamespace(lease="patient", downtime_tolerance_seconds=30),
+        SimpleNamespace(lease="hasty", downtime_tolerance_seconds=5),
+    ]
     names = lambda rows: [r.lease for r in rows]  # noqa: E731
     lost, tolerated = due_shares(shares, 15, 10)
     assert (names(lost), names(tolerated)) == (["default", "hasty"], ["patient"])

@@ -44,6 +44,7 @@ class Recorder:
     def __getattr__(self, name):
         async def record(node_key, message=None):
             self.events.append((name, node_key, message))
+
         return record
 
     def kinds(self) -> list[str]:
@@ -51,8 +52,14 @@ class Recorder:
 
 
 def hello(node: Keypair, simulated: bool = True, version: int = PROTOCOL_VERSION) -> str:
-    return encode(Hello(simulated=simulated, version=version, node_key=str(node.pubkey()),
-                        inventory=Inventory(driver_version="", cuda_version="", simulated=simulated, gpus=[])))
+    return encode(
+        Hello(
+            simulated=simulated,
+            version=version,
+            node_key=str(node.pubkey()),
+            inventory=Inventory(driver_version="", cuda_version="", simulated=simulated, gpus=[]),
+        )
+    )
 
 
 @pytest.fixture
@@ -86,9 +93,20 @@ async def test_a_registered_node_is_admitted_and_its_signed_usage_is_recorded_th
     assert gw.online(node.pubkey()) and recorder.kinds() == ["connected"]
     lease = Pubkey.new_unique()
     report = UsageReport(1, 100, 160, 120)
-    await ws.send(json.dumps({"type": "usage_report", "simulated": True, "lease": str(lease), "seq": 1,
-                              "period_start": 100, "period_end": 160, "gpu_seconds": 120,
-                              "signature": str(node.sign_message(report.message(lease, node.pubkey())))}))
+    await ws.send(
+        json.dumps(
+            {
+                "type": "usage_report",
+                "simulated": True,
+                "lease": str(lease),
+                "seq": 1,
+                "period_start": 100,
+                "period_end": 160,
+                "gpu_seconds": 120,
+                "signature": str(node.sign_message(report.message(lease, node.pubkey()))),
+            }
+        )
+    )
     ack = parse_coordinator_message(await ws.recv())
     assert (ack.type, ack.lease, ack.seq) == ("ack", str(lease), 1)
     assert recorder.kinds() == ["connected", "usage"]  # recorded before the ack was sent
@@ -127,13 +145,20 @@ async def test_an_unregistered_node_a_wrong_answer_and_another_version_are_refus
     assert recorder.events == [] and not gw.online(node.pubkey())
 
 
-@pytest.mark.parametrize(("frame", "code", "reason"), [
-    ("not json", CLOSE_MALFORMED, "not JSON"),
-    ('{"type": "teleport", "simulated": true}', CLOSE_MALFORMED, "unknown worker message type"),
-    ('{"type": "heartbeat", "simulated": true, "healthy": "yes", "gpus": []}', CLOSE_MALFORMED, "healthy"),
-    ('{"type": "heartbeat", "simulated": false, "healthy": true, "gpus": []}', CLOSE_MALFORMED, "simulated flag"),
-    ('{"type": "challenge_answer", "simulated": true, "signature": "' + "1" * 64 + '"}', CLOSE_MALFORMED, "handshake"),
-])
+@pytest.mark.parametrize(
+    ("frame", "code", "reason"),
+    [
+        ("not json", CLOSE_MALFORMED, "not JSON"),
+        ('{"type": "teleport", "simulated": true}', CLOSE_MALFORMED, "unknown worker message type"),
+        ('{"type": "heartbeat", "simulated": true, "healthy": "yes", "gpus": []}', CLOSE_MALFORMED, "healthy"),
+        ('{"type": "heartbeat", "simulated": false, "healthy": true, "gpus": []}', CLOSE_MALFORMED, "simulated flag"),
+        (
+            '{"type": "challenge_answer", "simulated": true, "signature": "' + "1" * 64 + '"}',
+            CLOSE_MALFORMED,
+            "handshake",
+        ),
+    ],
+)
 async def test_bad_messages_close_the_session_with_their_code_and_reach_nothing(gateway, frame, code, reason) -> None:
     gw, recorder, node = gateway
     ws = await _admitted(gw, node)
@@ -149,15 +174,27 @@ async def test_a_usage_report_the_node_did_not_sign_is_refused_and_not_recorded(
     ws = await _admitted(gw, node)
     lease = Pubkey.new_unique()
     forged = Keypair().sign_message(UsageReport(1, 0, 60, 60).message(lease, node.pubkey()))
-    await ws.send(json.dumps({"type": "usage_report", "simulated": True, "lease": str(lease), "seq": 1,
-                              "period_start": 0, "period_end": 60, "gpu_seconds": 60, "signature": str(forged)}))
+    await ws.send(
+        json.dumps(
+            {
+                "type": "usage_report",
+                "simulated": True,
+                "lease": str(lease),
+                "seq": 1,
+                "period_start": 0,
+                "period_end": 60,
+                "gpu_seconds": 60,
+                "signature": str(forged),
+            }
+        )
+    )
     code, reason = await _closed_with(ws)
     assert code == CLOSE_UNAUTHORISED and "not signed by this node" in reason
     assert "usage" not in recorder.kinds()
 
 
 async def test_a_second_session_of_the_same_node_replaces_the_first(gateway) -> None:
-    gw, recorder, node = gateway
+    gw, _, node = gateway
     first = await _admitted(gw, node)
     second = await _admitted(gw, node)
     assert (await _closed_with(first))[0] == CLOSE_UNAUTHORISED
@@ -172,12 +209,22 @@ async def test_a_message_the_coordinator_cannot_record_keeps_the_session_and_is_
     ws = await _admitted(gw, node)
     lease = Pubkey.new_unique()
     report = UsageReport(1, 100, 160, 120)
-    frame = json.dumps({"type": "usage_report", "simulated": True, "lease": str(lease), "seq": 1,
-                        "period_start": 100, "period_end": 160, "gpu_seconds": 120,
-                        "signature": str(node.sign_message(report.message(lease, node.pubkey())))})
+    frame = json.dumps(
+        {
+            "type": "usage_report",
+            "simulated": True,
+            "lease": str(lease),
+            "seq": 1,
+            "period_start": 100,
+            "period_end": 160,
+            "gpu_seconds": 120,
+            "signature": str(node.sign_message(report.message(lease, node.pubkey()))),
+        }
+    )
 
     async def database_down(node_key, message=None):
         raise OSError("connection refused")
+
     recorder.usage = database_down  # the coordinator's database is down
     await ws.send(frame)
     error = parse_coordinator_message(await ws.recv())
@@ -207,6 +254,7 @@ async def test_numbered_messages_are_recorded_once_and_in_order_even_when_one_ca
 
     async def database_down(node_key, message=None):
         raise OSError("connection refused")
+
     recorder.job_log = database_down
     await ws.send(line(2))
     error = await answer()

@@ -19,9 +19,26 @@ async def test_every_event_lands_exactly_once_and_in_chain_order(node, market: M
     story = await market.every_event_kind()
     expected = await chain_events(node, market.signatures)
     assert {e[2] for e in expected} >= {
-        "ConfigInitialized", "ConfigUpdated", "ProviderRegistered", "Staked", "NodeRegistered", "NodeUpdated",
-        "LeaseOpened", "LeaseAssigned", "LeaseToppedUp", "UsageSettled", "ProviderSlashed", "LeaseReassigned",
-        "LeaseClosed", "LeaseFinalized", "NodeUnjailed", "NodeDeregistered", "UnstakeRequested", "UnstakeWithdrawn", "NodeDrainingSet"}
+        "ConfigInitialized",
+        "ConfigUpdated",
+        "ProviderRegistered",
+        "Staked",
+        "NodeRegistered",
+        "NodeUpdated",
+        "LeaseOpened",
+        "LeaseAssigned",
+        "LeaseToppedUp",
+        "UsageSettled",
+        "ProviderSlashed",
+        "LeaseReassigned",
+        "LeaseClosed",
+        "LeaseFinalized",
+        "NodeUnjailed",
+        "NodeDeregistered",
+        "UnstakeRequested",
+        "UnstakeWithdrawn",
+        "NodeDrainingSet",
+    }
 
     await eventually(lambda: _count_is(pool, len(expected)), what="every event indexed")
     assert await indexed_events(pool) == expected
@@ -54,8 +71,13 @@ async def test_failed_transactions_are_skipped_and_counted(node, market: Market,
     supplier = await market.supplier()
     # Staking more than the supplier holds fails on chain (preflight skipped, so it lands failed).
     blockhash = (await chain.get_latest_blockhash()).value.blockhash
-    tx = Transaction([supplier.wallet], Message.new_with_blockhash(
-        [ix.stake(supplier.wallet.pubkey(), supplier.tokens, 10**9 * IO)], supplier.wallet.pubkey(), blockhash), blockhash)
+    tx = Transaction(
+        [supplier.wallet],
+        Message.new_with_blockhash(
+            [ix.stake(supplier.wallet.pubkey(), supplier.tokens, 10**9 * IO)], supplier.wallet.pubkey(), blockhash
+        ),
+        blockhash,
+    )
     failed = (await chain.send_raw_transaction(bytes(tx), opts=TxOpts(skip_preflight=True))).value
     await eventually(lambda: _landed(chain, failed), what="the failed transaction to land")
     await market.send(supplier.wallet, [ix.stake(supplier.wallet.pubkey(), supplier.tokens, IO)])

@@ -28,8 +28,21 @@ from gpunet.pda import lease_pda, lease_vault_pda, node_pda
 from gpunet.protocol import JobSpec
 
 from .conftest import eventually
-from .world import (JOB, PRICE, World, all_running, closed, placed_view, resumed_on, running, settled_count,
-                    settlement_events, start_workers, submitted, truly)
+from .world import (
+    JOB,
+    PRICE,
+    World,
+    all_running,
+    closed,
+    placed_view,
+    resumed_on,
+    running,
+    settled_count,
+    settlement_events,
+    start_workers,
+    submitted,
+    truly,
+)
 
 
 @pytest.fixture
@@ -39,19 +52,36 @@ async def chain(node):
 
 
 @pytest.mark.timeout(300)
-async def test_a_cluster_lease_survives_a_lost_worker_and_every_token_is_accounted_for(node, chain, pool, database_url,
-                                                                                      tmp_path, spawned) -> None:
+async def test_a_cluster_lease_survives_a_lost_worker_and_every_token_is_accounted_for(
+    node, chain, pool, database_url, tmp_path, spawned
+) -> None:
     world = await World().build(chain, tmp_path)
-    settings = Settings(rpc_url=node.url, ws_url=node.ws_url, database_url=database_url, poll_seconds=1.0,
-                        api_port=free_ports(1)[0], gateway_port=0, heartbeat_seconds=0.5, lost_after_seconds=3,
-                        settle_seconds=1, close_grace_seconds=4)
+    settings = Settings(
+        rpc_url=node.url,
+        ws_url=node.ws_url,
+        database_url=database_url,
+        poll_seconds=1.0,
+        api_port=free_ports(1)[0],
+        gateway_port=0,
+        heartbeat_seconds=0.5,
+        lost_after_seconds=3,
+        settle_seconds=1,
+        close_grace_seconds=4,
+    )
     api = f"http://127.0.0.1:{settings.api_port}"
     async with running(settings, pool, world.admin) as coordinator:
         workers = await start_workers(world, coordinator, tmp_path, spawned)
 
         lease = lease_pda(world.client.pubkey(), 1)
-        await send_and_confirm(chain, world.client, [ix.open_lease(
-            world.client.pubkey(), world.client_tokens, world.mint, 1, ix.LeaseTerms(1, 80, 4, 0, 2 * PRICE, 40))])
+        await send_and_confirm(
+            chain,
+            world.client,
+            [
+                ix.open_lease(
+                    world.client.pubkey(), world.client_tokens, world.mint, 1, ix.LeaseTerms(1, 80, 4, 0, 2 * PRICE, 40)
+                )
+            ],
+        )
         spec = JobSpec(command=[sys.executable, JOB], env={"STEPS": "100000", "STEP_SECONDS": "0.2"})
         await eventually(lambda: submitted(api, world.client, lease, spec), what="the job accepted")
 
@@ -64,14 +94,18 @@ async def test_a_cluster_lease_survives_a_lost_worker_and_every_token_is_account
         # A worker dies mid-lease: no goodbye, no more heartbeats.
         victim, spare = placed[0], next(k for k in world.node_keys() if k not in placed)
         workers[victim].send_signal(signal.SIGKILL)
-        resumed = await eventually(lambda: resumed_on(api, lease, spare), timeout=90, what="the job resumed on the spare")
+        resumed = await eventually(
+            lambda: resumed_on(api, lease, spare), timeout=90, what="the job resumed on the spare"
+        )
         assert int(resumed.split()[-1]) > 0  # from its checkpoint, not from scratch
         account = await fetch(chain, lease, "Lease")
         assert {str(a.node_key) for a in list(account.assignments)[: account.node_count]} == {placed[1], spare}
         assert (await fetch(chain, node_pda(Pubkey.from_string(victim)), "Node")).jailed
         # The gateway's keepalive pings (every 5 s) give the scheduler each live worker's latency.
-        await eventually(lambda: truly(coordinator.shared.scheduler.nodes[Pubkey.from_string(spare)].latency_ms is not None),
-                         what="the spare's measured latency")
+        await eventually(
+            lambda: truly(coordinator.shared.scheduler.nodes[Pubkey.from_string(spare)].latency_ms is not None),
+            what="the spare's measured latency",
+        )
         async with pool.acquire() as conn:
             fault = await conn.fetchrow("SELECT * FROM faults WHERE node_key = $1", victim)
         assert fault["kind"] == "MissedHeartbeats" and fault["slash_signature"]

@@ -42,16 +42,21 @@ async def test_a_database_newer_than_the_code_is_refused_and_left_alone(database
 
     # The command line says so and exits non-zero, without a traceback.
     env = {**os.environ, "GPUNET_DATABASE_URL": database_url}
-    out = subprocess.run([sys.executable, "-m", "coordinator", "migrate"], cwd=REPO, env=env,
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "coordinator", "migrate"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 2
     assert f"schema is at version {newer}" in out.stderr and "Traceback" not in out.stderr
 
 
 async def test_a_failing_migration_changes_nothing(database_url, monkeypatch):
     module = importlib.import_module("coordinator.db.migrate")  # the package re-exports a function of that name
-    broken = [*migrations(), Migration(len(migrations()) + 1, "9999_broken.sql",
-                                              "CREATE TABLE half_done (x int); SELECT no_such_function();")]
+    broken = [
+        *migrations(),
+        Migration(
+            len(migrations()) + 1, "9999_broken.sql", "CREATE TABLE half_done (x int); SELECT no_such_function();"
+        ),
+    ]
     monkeypatch.setattr(module, "migrations", lambda: broken)
     conn = await asyncpg.connect(database_url)
     try:

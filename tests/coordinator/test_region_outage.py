@@ -33,13 +33,22 @@ class Clock:
 
 
 def _view(key: Pubkey, region: int) -> NodeView:
-    return NodeView(node=Pubkey.new_unique(), node_key=key, provider_authority=Pubkey.new_unique(),
-                    gpu_model=1, gpu_count=2, vram_gb=80, region=region, price_per_gpu_hour=1)
+    return NodeView(
+        node=Pubkey.new_unique(),
+        node_key=key,
+        provider_authority=Pubkey.new_unique(),
+        gpu_model=1,
+        gpu_count=2,
+        vram_gb=80,
+        region=region,
+        price_per_gpu_hour=1,
+    )
 
 
 async def test_a_region_s_correlated_outage_pauses_slashing_there_only(node, database_url, pool) -> None:
-    settings = Settings(rpc_url=node.url, ws_url=node.ws_url, database_url=database_url, lost_after_seconds=2.0,
-                        region_min_nodes=3)
+    settings = Settings(
+        rpc_url=node.url, ws_url=node.ws_url, database_url=database_url, lost_after_seconds=2.0, region_min_nodes=3
+    )
     clock = Clock()
     coordinator = Coordinator(settings, pool, Keypair(), clock=clock)
     fleet, outages, failover = coordinator.fleet, coordinator.outages, coordinator.failover
@@ -74,8 +83,9 @@ async def test_a_region_s_correlated_outage_pauses_slashing_there_only(node, dat
 
 
 async def test_the_operator_ends_a_pause_with_the_attester_key_and_nobody_else_can(node, database_url, pool) -> None:
-    settings = Settings(rpc_url=node.url, ws_url=node.ws_url, database_url=database_url, lost_after_seconds=2.0,
-                        region_min_nodes=3)
+    settings = Settings(
+        rpc_url=node.url, ws_url=node.ws_url, database_url=database_url, lost_after_seconds=2.0, region_min_nodes=3
+    )
     attester = Keypair()
     clock = Clock()
     coordinator = Coordinator(settings, pool, attester, clock=clock)
@@ -95,10 +105,13 @@ async def test_the_operator_ends_a_pause_with_the_attester_key_and_nobody_else_c
         assert EAST in outages.paused_regions
 
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://coordinator") as http:
+
             async def resume(key: Keypair, region: str | None, at: int | None = None) -> httpx.Response:
                 at = int(time.time()) if at is None else at
                 signature = key.sign_message(operator_message("resume-slashing", region, at))
-                return await http.post("/slashing/resume", json={"region": region, "at": at, "signature": str(signature)})
+                return await http.post(
+                    "/slashing/resume", json={"region": region, "at": at, "signature": str(signature)}
+                )
 
             stranger = await resume(Keypair(), "us-east")
             assert stranger.status_code == 401 and EAST in outages.paused_regions

@@ -40,8 +40,13 @@ GPUNET = str(Path(sys.executable).with_name("gpunet"))
 async def _lease_job(api: str, keyfile: Path, lease: Pubkey, command: str) -> subprocess.CompletedProcess[str]:
     """`gpunet lease job` as a client runs it."""
     return await asyncio.to_thread(
-        subprocess.run, [GPUNET, "lease", "job", str(lease), "--command", command, "--coordinator", api,
-                         "-k", str(keyfile), "--json"], capture_output=True, text=True, timeout=60, check=False)
+        subprocess.run,
+        [GPUNET, "lease", "job", str(lease), "--command", command, "--coordinator", api, "-k", str(keyfile), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 async def _job_state(api: str, lease: Pubkey, number: int) -> str | None:
@@ -59,29 +64,51 @@ async def _settled_gpu_seconds(chain, lease: Pubkey) -> int:
 
 
 @pytest.mark.timeout(300)
-async def test_a_lease_pays_for_its_reserved_gpus_whether_or_not_a_job_runs(node, chain, pool, database_url,
-                                                                             tmp_path) -> None:
+async def test_a_lease_pays_for_its_reserved_gpus_whether_or_not_a_job_runs(
+    node, chain, pool, database_url, tmp_path
+) -> None:
     world = await World().build(chain, tmp_path)
-    settings = Settings(rpc_url=node.url, ws_url=node.ws_url, database_url=database_url, poll_seconds=1.0,
-                        api_port=free_ports(1)[0], gateway_port=0, heartbeat_seconds=0.5, settle_seconds=1,
-                        close_grace_seconds=4)
+    settings = Settings(
+        rpc_url=node.url,
+        ws_url=node.ws_url,
+        database_url=database_url,
+        poll_seconds=1.0,
+        api_port=free_ports(1)[0],
+        gateway_port=0,
+        heartbeat_seconds=0.5,
+        settle_seconds=1,
+        close_grace_seconds=4,
+    )
     api = f"http://127.0.0.1:{settings.api_port}"
     async with running(settings, pool, world.admin) as coordinator:
         worker = start_worker(world, 0, coordinator.gateway.url, tmp_path / "worker0.log")  # the only node online
         try:
             await eventually(lambda: truly(len(coordinator.gateway.sessions) == 1), what="the worker connected")
             lease = lease_pda(world.client.pubkey(), 1)
-            await send_and_confirm(chain, world.client, [ix.open_lease(
-                world.client.pubkey(), world.client_tokens, world.mint, 1,
-                ix.LeaseTerms(1, 80, GPUS, 0, 2 * PRICE, DURATION))])
+            await send_and_confirm(
+                chain,
+                world.client,
+                [
+                    ix.open_lease(
+                        world.client.pubkey(),
+                        world.client_tokens,
+                        world.mint,
+                        1,
+                        ix.LeaseTerms(1, 80, GPUS, 0, 2 * PRICE, DURATION),
+                    )
+                ],
+            )
             first = JobSpec(command=["sh", "-c", "echo first job on $CUDA_VISIBLE_DEVICES"])
             await eventually(lambda: submitted(api, world.client, lease, first), what="job 1 accepted")
             await eventually(lambda: _succeeded(api, lease, 1), what="job 1 exited")
             started = (await fetch(chain, lease, "Lease")).started_at
 
             # Nothing runs, yet the GPUs are reserved: whole periods are settled on chain.
-            await eventually(lambda: _at_least(chain, lease, 3 * 3 * GPUS), timeout=60,
-                             what="three periods' GPU-seconds settled after the job exited")
+            await eventually(
+                lambda: _at_least(chain, lease, 3 * 3 * GPUS),
+                timeout=60,
+                what="three periods' GPU-seconds settled after the job exited",
+            )
 
             # The lease's next job runs on the same GPUs; a third while it runs is refused.
             keyfile = tmp_path / "client.json"
@@ -101,8 +128,9 @@ async def test_a_lease_pays_for_its_reserved_gpus_whether_or_not_a_job_runs(node
             assert one.startswith("first job on ") and two == "second job on " + one.removeprefix("first job on ")
 
             # A top-up moves the end: the node is told, and bills until the new end.
-            await send_and_confirm(chain, world.client, [ix.top_up_lease(world.client.pubkey(), world.client_tokens,
-                                                                         lease, TOP_UP)])
+            await send_and_confirm(
+                chain, world.client, [ix.top_up_lease(world.client.pubkey(), world.client_tokens, lease, TOP_UP)]
+            )
             await eventually(lambda: closed(chain, lease), timeout=120, what="the lease closed by the coordinator")
         finally:
             worker.send_signal(signal.SIGTERM)

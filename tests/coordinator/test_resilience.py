@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -48,22 +49,30 @@ async def stake_stream(market: Market, stop: asyncio.Event, senders: int = 3) ->
 
 
 def start_indexer(settings, log: Path) -> subprocess.Popen:
-    env = {**os.environ, "GPUNET_RPC_URL": settings.rpc_url, "GPUNET_WS_URL": settings.ws_url,
-           "GPUNET_DATABASE_URL": settings.database_url, "GPUNET_POLL_SECONDS": "1", "GPUNET_BATCH_SIZE": "7"}
+    env = {
+        **os.environ,
+        "GPUNET_RPC_URL": settings.rpc_url,
+        "GPUNET_WS_URL": settings.ws_url,
+        "GPUNET_DATABASE_URL": settings.database_url,
+        "GPUNET_POLL_SECONDS": "1",
+        "GPUNET_BATCH_SIZE": "7",
+    }
     with log.open("ab") as out:
-        return subprocess.Popen([sys.executable, "-m", "coordinator", "index"], cwd=REPO, env=env,
-                                stdout=out, stderr=subprocess.STDOUT)
+        return subprocess.Popen(
+            [sys.executable, "-m", "coordinator", "index"], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT
+        )
 
 
 async def test_indexer_killed_mid_stream_and_restarted_leaves_no_gap_and_no_duplicate(
-        node, market: Market, pool, settings, tmp_path):
+    node, market: Market, pool, settings, tmp_path
+):
     stop = asyncio.Event()
     stream = asyncio.create_task(stake_stream(market, stop))
     proc = start_indexer(settings, tmp_path / "indexer.log")
     try:
         for round_ in range(3):
             target = (await state(pool))["events_indexed"] + 20
-            await eventually(lambda: _count_at_least(pool, target), what=f"indexing before kill {round_}")
+            await eventually(partial(_count_at_least, pool, target), what=f"indexing before kill {round_}")
             proc.send_signal(signal.SIGKILL)
             assert proc.wait(timeout=30) == -signal.SIGKILL
             await asyncio.sleep(0.5)  # the chain moves on while the indexer is dead
@@ -89,8 +98,7 @@ def node(start_node, tmp_path):
     return start_node(ledger=tmp_path / "ledger")
 
 
-async def test_node_restarted_with_its_ledger_the_indexer_reconnects_and_backfills(
-        node, market: Market, indexer, pool):
+async def test_node_restarted_with_its_ledger_the_indexer_reconnects_and_backfills(node, market: Market, indexer, pool):
     first = await market.supplier()
     before = await chain_events(node, await program_history(node))
     await eventually(lambda: _count_at_least(pool, len(before)), what="indexing before the restart")
@@ -113,7 +121,8 @@ async def _reconnected(pool) -> bool:
 
 
 async def test_indexer_killed_inside_its_database_transaction_leaves_nothing_half_written(
-        node, market: Market, pool, settings, tmp_path):
+    node, market: Market, pool, settings, tmp_path
+):
     """Deterministic variant: the test holds the cursor row, so the indexer's write blocks on its
     last statement with the batch's events and derived rows already inserted; it is killed there."""
     await market.supplier()
@@ -125,11 +134,17 @@ async def test_indexer_killed_inside_its_database_transaction_leaves_nothing_hal
         await holder.execute("SELECT * FROM indexer_state FOR UPDATE")
         proc = start_indexer(settings, tmp_path / "indexer.log")
         try:
+
             async def blocked_mid_write() -> bool:
                 async with pool.acquire() as conn:
-                    return await conn.fetchval(
-                        "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid)"
-                        " WHERE NOT l.granted AND a.query LIKE 'UPDATE indexer_state SET cursor_signature%'") > 0
+                    return (
+                        await conn.fetchval(
+                            "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid)"
+                            " WHERE NOT l.granted AND a.query LIKE 'UPDATE indexer_state SET cursor_signature%'"
+                        )
+                        > 0
+                    )
+
             await eventually(blocked_mid_write, what="the indexer to block on its cursor update")
             proc.send_signal(signal.SIGKILL)
             assert proc.wait(timeout=30) == -signal.SIGKILL

@@ -11,9 +11,9 @@ from solana.rpc.commitment import Confirmed
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
+from coordinator.attester import Attester
 from coordinator.db import jobs
 from coordinator.db import leases as ledger
-from coordinator.attester import Attester
 from coordinator.service import Coordinator
 from gpunet.accounts import fetch
 from gpunet.pda import node_pda
@@ -50,17 +50,27 @@ async def three_nodes(node):
 
 
 def _hello(node_key: Pubkey) -> Hello:
-    return Hello(simulated=True, version=1, node_key=str(node_key), inventory=Inventory(
-        simulated=True, driver_version="sim", cuda_version="sim", gpus=[]))
+    return Hello(
+        simulated=True,
+        version=1,
+        node_key=str(node_key),
+        inventory=Inventory(simulated=True, driver_version="sim", cuda_version="sim", gpus=[]),
+    )
 
 
 def _beat(*running: Pubkey, held: list[Pubkey] = ()) -> Heartbeat:
-    return Heartbeat(simulated=True, healthy=True, gpus=[], running=[str(lease) for lease in running],
-                     held=[str(lease) for lease in held])
+    return Heartbeat(
+        simulated=True,
+        healthy=True,
+        gpus=[],
+        running=[str(lease) for lease in running],
+        held=[str(lease) for lease in held],
+    )
 
 
 async def test_a_slashed_node_that_comes_back_is_admitted_and_told_to_cancel_the_moved_job(
-        three_nodes, settings, pool, indexer) -> None:
+    three_nodes, settings, pool, indexer
+) -> None:
     c = three_nodes
     lost, stays, spare = (c.share(i).node_key for i in range(3))
     attester = Attester(c.client, c.admin)
@@ -73,6 +83,7 @@ async def test_a_slashed_node_that_comes_back_is_admitted_and_told_to_cancel_the
         async with pool.acquire() as conn:
             holders = {s.node_key for s in await ledger.active_shares(conn, lease=str(c.lease))}
         return holders == {stays, spare}
+
     await eventually(moved, what="the ledger to show the share moved")
 
     coordinator = Coordinator(settings, pool, c.admin)  # not started: only what workers say is handled
@@ -107,10 +118,12 @@ async def test_a_slashed_node_that_comes_back_is_admitted_and_told_to_cancel_the
         assert gateway.sent == []
 
         # One job, one place: the returning node's stale checkpoint never replaces the holders' one.
-        await workers.checkpoint(spare, Checkpoint(simulated=True, lease=str(c.lease),
-                                                       files=[CheckpointFile.of("step", b"42")]))
-        await workers.checkpoint(lost, Checkpoint(simulated=True, lease=str(c.lease),
-                                                      files=[CheckpointFile.of("step", b"7")]))
+        await workers.checkpoint(
+            spare, Checkpoint(simulated=True, lease=str(c.lease), files=[CheckpointFile.of("step", b"42")])
+        )
+        await workers.checkpoint(
+            lost, Checkpoint(simulated=True, lease=str(c.lease), files=[CheckpointFile.of("step", b"7")])
+        )
         async with pool.acquire() as conn:
             assert [f.content() for f in await jobs.checkpoint_of(conn, str(c.lease))] == [b"42"]
         assert [(key, type(m)) for key, m in gateway.sent] == [(lost, Error)]
@@ -127,8 +140,12 @@ async def test_job_messages_of_an_earlier_assignment_epoch_are_refused(three_nod
 
     async def epoch_of(node_key: Pubkey) -> str | None:
         async with pool.acquire() as conn:
-            return await conn.fetchval("SELECT assigned_by FROM assignments WHERE lease = $1 AND node_key = $2 AND active",
-                                       lease, str(node_key))
+            return await conn.fetchval(
+                "SELECT assigned_by FROM assignments WHERE lease = $1 AND node_key = $2 AND active",
+                lease,
+                str(node_key),
+            )
+
     old_epoch = await eventually(lambda: epoch_of(lost), what="the assignment indexed with its epoch")
     await attester.slash(lost, "MissedHeartbeats", {"node": str(lost), "lease": lease}, lease=c.lease)
     await attester.reassign(c.lease, lost, c.share(2))
@@ -141,22 +158,29 @@ async def test_job_messages_of_an_earlier_assignment_epoch_are_refused(three_nod
     workers, gateway = coordinator.workers, Gateway()
     workers.link = gateway
     try:
+
         def line(text: str, epoch: str | None) -> JobLog:
             return JobLog(simulated=True, lease=lease, stream="stdout", line=text, epoch=epoch)
+
         await workers.job_log(lost, line("step 8 (the old copy)", old_epoch))
         await workers.job_status(lost, JobStatus(simulated=True, lease=lease, state="running", epoch=old_epoch))
-        await workers.checkpoint(lost, Checkpoint(simulated=True, lease=lease, files=[CheckpointFile.of("s", b"8")],
-                                                      epoch=old_epoch))
+        await workers.checkpoint(
+            lost, Checkpoint(simulated=True, lease=lease, files=[CheckpointFile.of("s", b"8")], epoch=old_epoch)
+        )
         # the control: the holders, each under its own epoch, are recorded
         await workers.job_log(spare, line("resumed from 7", new_epoch))
         await workers.job_log(stays, line("step 8", stays_epoch))
-        await workers.checkpoint(spare, Checkpoint(simulated=True, lease=lease, files=[CheckpointFile.of("s", b"7")],
-                                                       epoch=new_epoch))
+        await workers.checkpoint(
+            spare, Checkpoint(simulated=True, lease=lease, files=[CheckpointFile.of("s", b"7")], epoch=new_epoch)
+        )
         # a holder naming another node's epoch is not of its share either
         await workers.job_log(stays, line("confused", new_epoch))
         async with pool.acquire() as conn:
             rows = await conn.fetch("SELECT node_key, kind, line FROM job_events WHERE lease = $1 ORDER BY id", lease)
-            assert [(r["node_key"], r["line"]) for r in rows] == [(str(spare), "resumed from 7"), (str(stays), "step 8")]
+            assert [(r["node_key"], r["line"]) for r in rows] == [
+                (str(spare), "resumed from 7"),
+                (str(stays), "step 8"),
+            ]
             assert [f.content() for f in await jobs.checkpoint_of(conn, lease)] == [b"7"]
         told = [(key, type(m)) for key, m in gateway.sent]
         assert told.count((lost, Error)) == 2 and (stays, Error) in told  # once per share and epoch, and the checkpoint

@@ -30,24 +30,33 @@ async def test_run_with_embedded_postgres_indexes_serves_and_stops_cleanly(node,
     port, gateway_port = free_ports(2)
     attester = state / "attester.json"
     create_keypair_file(attester, market.attester)
-    env = {**os.environ, "GPUNET_RPC_URL": node.url, "GPUNET_WS_URL": node.ws_url, "GPUNET_STATE_DIR": str(state),
-           "GPUNET_API_PORT": str(port), "GPUNET_GATEWAY_PORT": str(gateway_port),
-           "GPUNET_ATTESTER_KEYPAIR": str(attester)}
+    env = {
+        **os.environ,
+        "GPUNET_RPC_URL": node.url,
+        "GPUNET_WS_URL": node.ws_url,
+        "GPUNET_STATE_DIR": str(state),
+        "GPUNET_API_PORT": str(port),
+        "GPUNET_GATEWAY_PORT": str(gateway_port),
+        "GPUNET_ATTESTER_KEYPAIR": str(attester),
+    }
     env.pop("GPUNET_DATABASE_URL", None)
     log = state / "coordinator.log"
     with log.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "coordinator", "run"], cwd=REPO, env=env,
-                                stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "coordinator", "run"], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT
+        )
     try:
         await market.supplier()
         expected = await chain_events(node, market.signatures)
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as http:
+
             async def served() -> bool:
                 try:
                     items = (await http.get("/events", params={"limit": 500})).json()["items"]
                 except httpx.HTTPError:
                     return False
                 return [(e["signature"], e["event_index"], e["name"], e["data"]) for e in items] == expected
+
             await eventually(served, what=f"the events through the API (log: {log})")
         assert (state / "postgres" / "PG_VERSION").exists()
         assert (state / "postgres" / "postmaster.pid").exists()
@@ -69,8 +78,9 @@ async def test_after_a_sigkill_the_next_coordinator_reuses_and_then_stops_its_po
 
     def start() -> subprocess.Popen:
         with (state / "coordinator.log").open("ab") as out:
-            return subprocess.Popen([sys.executable, "-m", "coordinator", "index"], cwd=REPO, env=env,
-                                    stdout=out, stderr=subprocess.STDOUT)
+            return subprocess.Popen(
+                [sys.executable, "-m", "coordinator", "index"], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT
+            )
 
     try:
         proc = start()
@@ -86,8 +96,11 @@ async def test_after_a_sigkill_the_next_coordinator_reuses_and_then_stops_its_po
         assert not pid_file.exists()  # the second coordinator stopped it
     finally:
         if pid_file.exists():  # leave nothing running, whatever happened
-            subprocess.run([str(_pg_ctl()), "-D", str(state / "postgres"), "stop", "-m", "immediate"],
-                           capture_output=True, user="embedded_postgres" if os.geteuid() == 0 else None)
+            subprocess.run(
+                [str(_pg_ctl()), "-D", str(state / "postgres"), "stop", "-m", "immediate"],
+                capture_output=True,
+                user="embedded_postgres" if os.geteuid() == 0 else None,
+            )
         shutil.rmtree(state, ignore_errors=True)
 
 
@@ -109,13 +122,20 @@ async def test_run_refuses_an_attester_key_the_config_does_not_list(node, market
     stranger = state / "stranger.json"
     key = create_keypair_file(stranger).pubkey()
     api_port, gateway_port = free_ports(2)
-    env = {**os.environ, "GPUNET_RPC_URL": node.url, "GPUNET_WS_URL": node.ws_url, "GPUNET_STATE_DIR": str(state),
-           "GPUNET_API_PORT": str(api_port), "GPUNET_GATEWAY_PORT": str(gateway_port),
-           "GPUNET_ATTESTER_KEYPAIR": str(stranger)}
+    env = {
+        **os.environ,
+        "GPUNET_RPC_URL": node.url,
+        "GPUNET_WS_URL": node.ws_url,
+        "GPUNET_STATE_DIR": str(state),
+        "GPUNET_API_PORT": str(api_port),
+        "GPUNET_GATEWAY_PORT": str(gateway_port),
+        "GPUNET_ATTESTER_KEYPAIR": str(stranger),
+    }
     env.pop("GPUNET_DATABASE_URL", None)
     try:
-        done = subprocess.run([sys.executable, "-m", "coordinator", "run"], cwd=REPO, env=env, capture_output=True,
-                              text=True, timeout=120)
+        done = subprocess.run(
+            [sys.executable, "-m", "coordinator", "run"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+        )
         assert done.returncode == 2, done.stderr[-2000:]
         assert f"the attester key {key} is not one of the config's attesters" in done.stderr
         assert not (state / "postgres" / "postmaster.pid").exists()  # PostgreSQL stopped on the way out
@@ -128,21 +148,31 @@ async def test_a_database_killed_for_good_stops_the_coordinator_with_a_clear_err
     port, gateway_port = free_ports(2)
     attester = state / "attester.json"
     create_keypair_file(attester, market.attester)
-    env = {**os.environ, "GPUNET_RPC_URL": node.url, "GPUNET_WS_URL": node.ws_url, "GPUNET_STATE_DIR": str(state),
-           "GPUNET_API_PORT": str(port), "GPUNET_GATEWAY_PORT": str(gateway_port),
-           "GPUNET_ATTESTER_KEYPAIR": str(attester), "GPUNET_DATABASE_OUTAGE_EXIT_SECONDS": "3"}
+    env = {
+        **os.environ,
+        "GPUNET_RPC_URL": node.url,
+        "GPUNET_WS_URL": node.ws_url,
+        "GPUNET_STATE_DIR": str(state),
+        "GPUNET_API_PORT": str(port),
+        "GPUNET_GATEWAY_PORT": str(gateway_port),
+        "GPUNET_ATTESTER_KEYPAIR": str(attester),
+        "GPUNET_DATABASE_OUTAGE_EXIT_SECONDS": "3",
+    }
     env.pop("GPUNET_DATABASE_URL", None)
     pid_file = state / "postgres" / "postmaster.pid"
     log = state / "coordinator.log"
     with log.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "coordinator", "run"], cwd=REPO, env=env,
-                                stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "coordinator", "run"], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT
+        )
     try:
+
         async def healthy() -> bool:
             try:
                 return httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200
             except httpx.HTTPError:
                 return False
+
         await eventually(healthy, what=f"the coordinator up (log: {log})")
         await asyncio.sleep(2)
         assert proc.poll() is None  # the control: running while its database answers

@@ -82,8 +82,9 @@ async def test_a_refused_report_never_blocks_the_share_s_later_usage(cluster) ->
     [settled] = await settler.settle([cluster.report(0, 2)], refused={(cluster.lease, node_key, 1)})
     assert settled.status is Status.SETTLED, settled.reason
     # within one batch, node 1's refused seq 1 does not hold its seq 2 back either
-    outcomes = await settler.settle([cluster.report(1, 1), cluster.report(1, 2)],
-                                    observed=lambda u: 1 if u.report.seq == 1 else None)
+    outcomes = await settler.settle(
+        [cluster.report(1, 1), cluster.report(1, 2)], observed=lambda u: 1 if u.report.seq == 1 else None
+    )
     assert [o.status for o in outcomes] == [Status.REFUSED, Status.SETTLED]
     lease = await fetch(cluster.client, cluster.lease, "Lease")
     assert [(a.last_seq, a.gpu_seconds) for a in list(lease.assignments)[:2]] == [(2, 4), (2, 4)]

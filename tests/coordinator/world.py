@@ -64,8 +64,15 @@ class World:
 async def running(settings: Settings, pool, attester: Keypair):
     coordinator = await Coordinator(settings, pool, attester).start()
     rpc = ChainRpc(settings.rpc_url, settings.commitment)
-    server = uvicorn.Server(uvicorn.Config(create_app(pool, rpc, settings, work_routes(coordinator), coordinator),
-                                           host="127.0.0.1", port=settings.api_port, log_level="warning", lifespan="off"))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(pool, rpc, settings, work_routes(coordinator), coordinator),
+            host="127.0.0.1",
+            port=settings.api_port,
+            log_level="warning",
+            lifespan="off",
+        )
+    )
     api = asyncio.create_task(server.serve())
     try:
         yield coordinator
@@ -79,18 +86,35 @@ async def running(settings: Settings, pool, attester: Keypair):
 def start_worker(world: World, i: int, gateway: str, log: Path) -> subprocess.Popen:
     gpunet = Path(sys.executable).with_name("gpunet")
     with log.open("ab") as out:
-        return subprocess.Popen([str(gpunet), "worker", "run", "--keypair", str(world.home / f"node{i}.json"),
-                                 "--simulate-gpus", "H100:2:80", "--gateway", gateway,
-                                 "--state-dir", str(world.home / f"worker{i}")],
-                                stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "GPUNET_WORKER_STOP_GRACE_SECONDS": "2"})
+        return subprocess.Popen(
+            [
+                str(gpunet),
+                "worker",
+                "run",
+                "--keypair",
+                str(world.home / f"node{i}.json"),
+                "--simulate-gpus",
+                "H100:2:80",
+                "--gateway",
+                gateway,
+                "--state-dir",
+                str(world.home / f"worker{i}"),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "GPUNET_WORKER_STOP_GRACE_SECONDS": "2"},
+        )
 
 
-async def start_workers(world: World, coordinator: Coordinator, home: Path,
-                        spawned: list[subprocess.Popen]) -> dict[str, subprocess.Popen]:
+async def start_workers(
+    world: World, coordinator: Coordinator, home: Path, spawned: list[subprocess.Popen]
+) -> dict[str, subprocess.Popen]:
     """A worker per node of the world, connected to the coordinator's gateway; by node key. Each is
     also added to `spawned` (the `spawned` fixture kills what is left at teardown)."""
-    workers = {key: start_worker(world, i, coordinator.gateway.url, home / f"worker{i}.log")
-               for i, key in enumerate(world.node_keys())}
+    workers = {
+        key: start_worker(world, i, coordinator.gateway.url, home / f"worker{i}.log")
+        for i, key in enumerate(world.node_keys())
+    }
     spawned.extend(workers.values())
     deadline = asyncio.get_running_loop().time() + 60
     while len(coordinator.gateway.sessions) < len(workers):
@@ -100,13 +124,25 @@ async def start_workers(world: World, coordinator: Coordinator, home: Path,
     return workers
 
 
-async def running_lease(world: World, api: str, chain: AsyncClient, seconds: int,
-                        spec: JobSpec | None = None) -> tuple[Pubkey, list[str]]:
+async def running_lease(
+    world: World, api: str, chain: AsyncClient, seconds: int, spec: JobSpec | None = None
+) -> tuple[Pubkey, list[str]]:
     """The world's client opens a 4-GPU lease (two nodes) for `seconds` and gives it `spec` (by
     default the steps job, long enough to outlast any test); returns it once the job runs on both."""
     lease = lease_pda(world.client.pubkey(), 1)
-    await send_and_confirm(chain, world.client, [ix.open_lease(
-        world.client.pubkey(), world.client_tokens, world.mint, 1, ix.LeaseTerms(1, 80, 4, 0, 2 * PRICE, seconds))])
+    await send_and_confirm(
+        chain,
+        world.client,
+        [
+            ix.open_lease(
+                world.client.pubkey(),
+                world.client_tokens,
+                world.mint,
+                1,
+                ix.LeaseTerms(1, 80, 4, 0, 2 * PRICE, seconds),
+            )
+        ],
+    )
     spec = spec or JobSpec(command=[sys.executable, JOB], env={"STEPS": "100000", "STEP_SECONDS": "0.2"})
     await eventually(lambda: submitted(api, world.client, lease, spec), what="the job accepted")
     placed = (await eventually(lambda: placed_view(api, lease), what="the lease placed"))["placement"]["nodes"]
@@ -151,8 +187,9 @@ async def resumed_on(api: str, lease: Pubkey, node_key: str) -> str | None:
 
 async def settled_count(pool, node_key: str) -> int:
     async with pool.acquire() as conn:
-        return await conn.fetchval("SELECT count(*) FROM usage_reports WHERE node_key = $1 AND status = 'settled'",
-                                   node_key)
+        return await conn.fetchval(
+            "SELECT count(*) FROM usage_reports WHERE node_key = $1 AND status = 'settled'", node_key
+        )
 
 
 async def closed(chain: AsyncClient, lease: Pubkey) -> bool:

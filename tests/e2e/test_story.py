@@ -12,7 +12,9 @@ from gpunet.demo.story import Demo
 
 
 @pytest.mark.timeout(420)
-async def test_the_whole_story_with_a_lost_worker_and_a_coordinator_restart(localnet_bin, monkeypatch, tmp_path) -> None:
+async def test_the_whole_story_with_a_lost_worker_and_a_coordinator_restart(
+    localnet_bin, monkeypatch, tmp_path
+) -> None:
     monkeypatch.setenv("GPUNET_LOCALNET_BIN", str(localnet_bin))
     out = io.StringIO()
     result = await Demo(tmp_path, Console(file=out, width=200), restart_coordinator=True).run()

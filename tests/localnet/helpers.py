@@ -33,8 +33,13 @@ async def confirm(client: AsyncClient, sig: Signature, timeout: float = 10.0) ->
         await asyncio.sleep(0.05)
 
 
-async def signed(client: AsyncClient, payer: Keypair, ixs: list[Instruction], signers: list[Keypair] = (),
-                 blockhash: Hash | None = None) -> Transaction:
+async def signed(
+    client: AsyncClient,
+    payer: Keypair,
+    ixs: list[Instruction],
+    signers: list[Keypair] = (),
+    blockhash: Hash | None = None,
+) -> Transaction:
     """A signed transaction, not sent: the test chooses how (and how often) to send it."""
     if blockhash is None:
         blockhash = (await client.get_latest_blockhash()).value.blockhash

@@ -14,8 +14,8 @@ from solders.keypair import Keypair
 from solders.system_program import TransferParams, transfer
 
 from gpunet.testbed import funded_wallet
-
 from tests.conftest import rpc
+
 from .helpers import SOL, confirm, signed
 
 
@@ -31,8 +31,11 @@ def req(method, params=None, id_=1):
 
 def test_protocol_errors(node):
     before = state(node)
-    assert rpc(node.url, b"{not json") == {"jsonrpc": "2.0", "error": {"code": -32700, "message": "Parse error"},
-                                          "id": None}
+    assert rpc(node.url, b"{not json") == {
+        "jsonrpc": "2.0",
+        "error": {"code": -32700, "message": "Parse error"},
+        "id": None,
+    }
     assert rpc(node.url, b"[]")["error"]["code"] == -32600
     assert rpc(node.url, b"42")["error"] == {"code": -32600, "message": "Invalid request"}
     assert rpc(node.url, {"id": 1, "method": "getSlot"})["error"]["code"] == -32600  # no "jsonrpc": "2.0"
@@ -52,27 +55,38 @@ def test_oversized_body_is_refused(node):
     assert node.call("getHealth")["result"] == "ok"
 
 
-@pytest.mark.parametrize(("method", "params", "code", "message"), [
-    ("getBalance", [], -32602, "`params` should have at least 1 argument(s)"),
-    ("getBalance", [1], -32602, "Invalid params: invalid type: integer `1`, expected a string."),
-    ("getBalance", ["not-a-key"], -32602, "Invalid param: Invalid"),
-    ("getBalance", ["abc"], -32602, "Invalid param: WrongSize"),
-    ("getAccountInfo", ["11111111111111111111111111111111", {"encoding": "base64+zstd"}], -32602, None),
-    ("getAccountInfo", ["11111111111111111111111111111111", {"encoding": "nope"}], -32602, None),
-    ("getAccountInfo", ["11111111111111111111111111111111", {"commitment": "nope"}], -32602, None),
-    ("getSlot", [{"minContextSlot": 10**12}], -32016, "Minimum context slot has not been reached"),
-    ("sendTransaction", ["!!!", {"encoding": "base64"}], -32602, "invalid base64 encoding: InvalidByte(0, 33)"),
-    ("sendTransaction", [base64.b64encode(b"\x01garbage").decode(), {"encoding": "base64"}], -32602, None),
-    ("sendTransaction", ["abc", {"encoding": "hex"}], -32602,
-     "unsupported encoding: hex. Supported encodings: base58, base64"),
-    ("getSignatureStatuses", [["x"]], -32602, None),
-    ("getSignaturesForAddress", ["11111111111111111111111111111111", {"limit": 1001}], -32602,
-     "Invalid limit; max 1000"),
-    ("getBlockTime", [10**12], -32004, "Block not available for slot 1000000000000"),
-    ("getMultipleAccounts", [["11111111111111111111111111111111"] * 101], -32602, None),
-    ("requestAirdrop", ["11111111111111111111111111111111"], -32602, None),
-    ("getTransaction", ["1" * 88, {"encoding": "yaml"}], -32602, None),
-])
+@pytest.mark.parametrize(
+    ("method", "params", "code", "message"),
+    [
+        ("getBalance", [], -32602, "`params` should have at least 1 argument(s)"),
+        ("getBalance", [1], -32602, "Invalid params: invalid type: integer `1`, expected a string."),
+        ("getBalance", ["not-a-key"], -32602, "Invalid param: Invalid"),
+        ("getBalance", ["abc"], -32602, "Invalid param: WrongSize"),
+        ("getAccountInfo", ["11111111111111111111111111111111", {"encoding": "base64+zstd"}], -32602, None),
+        ("getAccountInfo", ["11111111111111111111111111111111", {"encoding": "nope"}], -32602, None),
+        ("getAccountInfo", ["11111111111111111111111111111111", {"commitment": "nope"}], -32602, None),
+        ("getSlot", [{"minContextSlot": 10**12}], -32016, "Minimum context slot has not been reached"),
+        ("sendTransaction", ["!!!", {"encoding": "base64"}], -32602, "invalid base64 encoding: InvalidByte(0, 33)"),
+        ("sendTransaction", [base64.b64encode(b"\x01garbage").decode(), {"encoding": "base64"}], -32602, None),
+        (
+            "sendTransaction",
+            ["abc", {"encoding": "hex"}],
+            -32602,
+            "unsupported encoding: hex. Supported encodings: base58, base64",
+        ),
+        ("getSignatureStatuses", [["x"]], -32602, None),
+        (
+            "getSignaturesForAddress",
+            ["11111111111111111111111111111111", {"limit": 1001}],
+            -32602,
+            "Invalid limit; max 1000",
+        ),
+        ("getBlockTime", [10**12], -32004, "Block not available for slot 1000000000000"),
+        ("getMultipleAccounts", [["11111111111111111111111111111111"] * 101], -32602, None),
+        ("requestAirdrop", ["11111111111111111111111111111111"], -32602, None),
+        ("getTransaction", ["1" * 88, {"encoding": "yaml"}], -32602, None),
+    ],
+)
 def test_wrong_params(node, method, params, code, message):
     before = state(node)
     resp = node.call(method, params)
@@ -98,8 +112,9 @@ async def test_rejected_transactions_change_nothing(node):
         sim = node.call("simulateTransaction", [base64.b64encode(bytes(stale)).decode(), {"encoding": "base64"}])
         assert sim["result"]["value"]["err"] == "BlockhashNotFound"
         # skipPreflight: accepted and dropped, as a validator drops it.
-        resp = node.call("sendTransaction", [base64.b64encode(bytes(stale)).decode(),
-                                             {"encoding": "base64", "skipPreflight": True}])
+        resp = node.call(
+            "sendTransaction", [base64.b64encode(bytes(stale)).decode(), {"encoding": "base64", "skipPreflight": True}]
+        )
         assert resp["result"] == str(stale.signatures[0])
         assert (await client.get_signature_statuses([stale.signatures[0]])).value[0] is None
 
@@ -111,8 +126,11 @@ async def test_rejected_transactions_change_nothing(node):
         assert resp["error"] == {"code": -32003, "message": "Transaction signature verification failure"}
 
         # Too many lamports: the instruction error and the logs come back in the preflight error.
-        greedy = await signed(client, alice, [transfer(TransferParams(
-            from_pubkey=alice.pubkey(), to_pubkey=bob.pubkey(), lamports=100 * SOL))])
+        greedy = await signed(
+            client,
+            alice,
+            [transfer(TransferParams(from_pubkey=alice.pubkey(), to_pubkey=bob.pubkey(), lamports=100 * SOL))],
+        )
         with pytest.raises(RPCException) as e:
             await client.send_raw_transaction(bytes(greedy))
         resp = node.call("sendTransaction", [base64.b64encode(bytes(greedy)).decode(), {"encoding": "base64"}])
@@ -143,9 +161,27 @@ async def test_rejected_transactions_change_nothing(node):
         assert (await client.get_balance(bob.pubkey())).value == 101 * SOL
 
         # A failing transaction sent with skipPreflight is recorded with its error and pays the fee.
-        sig = node.call("sendTransaction", [base64.b64encode(bytes(await signed(client, alice, [transfer(
-            TransferParams(from_pubkey=alice.pubkey(), to_pubkey=bob.pubkey(), lamports=10_000 * SOL))]))).decode(),
-            {"encoding": "base64", "skipPreflight": True}])["result"]
+        sig = node.call(
+            "sendTransaction",
+            [
+                base64.b64encode(
+                    bytes(
+                        await signed(
+                            client,
+                            alice,
+                            [
+                                transfer(
+                                    TransferParams(
+                                        from_pubkey=alice.pubkey(), to_pubkey=bob.pubkey(), lamports=10_000 * SOL
+                                    )
+                                )
+                            ],
+                        )
+                    )
+                ).decode(),
+                {"encoding": "base64", "skipPreflight": True},
+            ],
+        )["result"]
         tx = node.call("getTransaction", [sig, {"encoding": "json"}])["result"]
         assert tx["meta"]["err"] == {"InstructionError": [0, {"Custom": 1}]}
         assert tx["meta"]["fee"] == 5000
@@ -159,22 +195,42 @@ def test_simulate_transaction(node):
         async with AsyncClient(node.url) as client:
             alice = await funded_wallet(client, 2)
             bob = Keypair()
-            tx = await signed(client, alice, [transfer(TransferParams(
-                from_pubkey=alice.pubkey(), to_pubkey=bob.pubkey(), lamports=SOL))])
+            tx = await signed(
+                client,
+                alice,
+                [transfer(TransferParams(from_pubkey=alice.pubkey(), to_pubkey=bob.pubkey(), lamports=SOL))],
+            )
             enc = base64.b64encode(bytes(tx)).decode()
             before = state(node)
-            sim = node.call("simulateTransaction", [enc, {"encoding": "base64", "sigVerify": True, "accounts": {
-                "encoding": "base64", "addresses": [str(bob.pubkey())]}}])["result"]
+            sim = node.call(
+                "simulateTransaction",
+                [
+                    enc,
+                    {
+                        "encoding": "base64",
+                        "sigVerify": True,
+                        "accounts": {"encoding": "base64", "addresses": [str(bob.pubkey())]},
+                    },
+                ],
+            )["result"]
             assert sim["value"]["err"] is None
             assert sim["value"]["accounts"][0]["lamports"] == SOL
             assert state(node) == before
             assert (await client.get_balance(bob.pubkey())).value == 0
-            stale = await signed(client, alice, [transfer(TransferParams(
-                from_pubkey=alice.pubkey(), to_pubkey=bob.pubkey(), lamports=SOL))], blockhash=Hash.new_unique())
-            sim = node.call("simulateTransaction", [base64.b64encode(bytes(stale)).decode(), {
-                "encoding": "base64", "replaceRecentBlockhash": True}])["result"]["value"]
+            stale = await signed(
+                client,
+                alice,
+                [transfer(TransferParams(from_pubkey=alice.pubkey(), to_pubkey=bob.pubkey(), lamports=SOL))],
+                blockhash=Hash.new_unique(),
+            )
+            sim = node.call(
+                "simulateTransaction",
+                [base64.b64encode(bytes(stale)).decode(), {"encoding": "base64", "replaceRecentBlockhash": True}],
+            )["result"]["value"]
             assert sim["err"] is None and sim["replacementBlockhash"]["blockhash"]
+
     import asyncio
+
     asyncio.run(go())
 
 
@@ -187,8 +243,10 @@ async def test_pubsub_bad_requests(node):
         await ws.send(json.dumps(req("fooSubscribe")))
         assert json.loads(await ws.recv())["error"]["code"] == -32601
         await ws.send(json.dumps(req("accountSubscribe", ["not-a-key"])))
-        assert json.loads(await ws.recv())["error"] == {"code": -32602,
-                                                        "message": "Invalid Request: Invalid pubkey provided"}
+        assert json.loads(await ws.recv())["error"] == {
+            "code": -32602,
+            "message": "Invalid Request: Invalid pubkey provided",
+        }
         await ws.send(json.dumps(req("logsSubscribe", [{"mentions": ["11111111111111111111111111111111"] * 2}])))
         assert json.loads(await ws.recv())["error"]["message"] == "Invalid Request: Only 1 address supported"
         await ws.send(json.dumps(req("slotUnsubscribe", [987654])))

@@ -31,9 +31,16 @@ async def initialize_config(client: AsyncClient):
     mint = await create_mint(client, admin)
     treasury = await ensure_io_account(client, admin, admin.pubkey(), mint)
     params = ix.ConfigParams(
-        treasury=treasury, protocol_fee_bps=100, min_stake_per_gpu=1_000, unbonding_seconds=60,
-        usage_period_seconds=60, jail_seconds=60, slash_bps=(1_000, 1_000, 1_000), slash_client_share_bps=5_000,
-        attesters=[admin.pubkey()])
+        treasury=treasury,
+        protocol_fee_bps=100,
+        min_stake_per_gpu=1_000,
+        unbonding_seconds=60,
+        usage_period_seconds=60,
+        jail_seconds=60,
+        slash_bps=(1_000, 1_000, 1_000),
+        slash_client_share_bps=5_000,
+        attesters=[admin.pubkey()],
+    )
     sig = await send_and_confirm(client, admin, [ix.initialize(admin.pubkey(), mint, params)])
     return admin, mint, sig
 
@@ -55,18 +62,31 @@ async def test_initialize_event_arrives_through_logs_subscribe(node):
         # The account decodes with the IDL, and getProgramAccounts filters it by memcmp.
         cfg = await fetch(client, config, "Config")
         assert cfg.admin == admin.pubkey() and cfg.protocol_fee_bps == 100
-        found = (await client.get_program_accounts(PROGRAM_ID, encoding="base64", filters=[
-            MemcmpOpts(offset=8, bytes=str(admin.pubkey()))])).value
+        found = (
+            await client.get_program_accounts(
+                PROGRAM_ID, encoding="base64", filters=[MemcmpOpts(offset=8, bytes=str(admin.pubkey()))]
+            )
+        ).value
         assert [a.pubkey for a in found] == [config]
-        none = (await client.get_program_accounts(PROGRAM_ID, encoding="base64", filters=[
-            MemcmpOpts(offset=8, bytes=str(mint))])).value
+        none = (
+            await client.get_program_accounts(
+                PROGRAM_ID, encoding="base64", filters=[MemcmpOpts(offset=8, bytes=str(mint))]
+            )
+        ).value
         assert none == []
-        by_disc = (await client.get_program_accounts(PROGRAM_ID, encoding="base64", filters=[
-            MemcmpOpts(offset=0, bytes=based58.b58encode(discriminator("Config")).decode())])).value
+        by_disc = (
+            await client.get_program_accounts(
+                PROGRAM_ID,
+                encoding="base64",
+                filters=[MemcmpOpts(offset=0, bytes=based58.b58encode(discriminator("Config")).decode())],
+            )
+        ).value
         assert [a.pubkey for a in by_disc] == [config]
         size = len((await client.get_account_info(config)).value.data)
-        with_size = node.call("getProgramAccounts", [str(PROGRAM_ID), {
-            "encoding": "base64", "withContext": True, "filters": [{"dataSize": size}]}])
+        with_size = node.call(
+            "getProgramAccounts",
+            [str(PROGRAM_ID), {"encoding": "base64", "withContext": True, "filters": [{"dataSize": size}]}],
+        )
         assert [a["pubkey"] for a in with_size["result"]["value"]] == [str(config)]
         # withContext: the slot the answer was read at (0 is a real slot: this test may finish inside it)
         assert 0 <= with_size["result"]["context"]["slot"] <= node.call("getSlot")["result"]

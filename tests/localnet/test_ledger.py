@@ -25,8 +25,13 @@ async def test_restart_with_ledger_finds_every_account_and_transaction(start_nod
     async with AsyncClient(node.url) as client:
         alice = await funded_wallet(client)
         bob = Keypair()
-        sigs = [await send_and_confirm(client, alice, [transfer(TransferParams(
-            from_pubkey=alice.pubkey(), to_pubkey=bob.pubkey(), lamports=SOL))])]
+        sigs = [
+            await send_and_confirm(
+                client,
+                alice,
+                [transfer(TransferParams(from_pubkey=alice.pubkey(), to_pubkey=bob.pubkey(), lamports=SOL))],
+            )
+        ]
         mint = await create_mint(client, alice)
         ata = await ensure_io_account(client, alice, bob.pubkey(), mint)
         sigs.append(await mint_io(client, alice, mint, ata, 42))
@@ -55,8 +60,9 @@ async def test_restart_with_ledger_finds_every_account_and_transaction(start_nod
             assert again.call("getTransaction", [s, "json"])["result"] == tx
             assert again.call("getBlockTime", [tx["slot"]])["result"] == tx["blockTime"]
         # The chain goes on: new transactions, and no replay of old ones.
-        await send_and_confirm(client, alice, [transfer(TransferParams(
-            from_pubkey=alice.pubkey(), to_pubkey=bob.pubkey(), lamports=1))])
+        await send_and_confirm(
+            client, alice, [transfer(TransferParams(from_pubkey=alice.pubkey(), to_pubkey=bob.pubkey(), lamports=1))]
+        )
         assert (await client.get_balance(bob.pubkey())).value == balances[bob.pubkey()] + 1
 
 
@@ -73,10 +79,14 @@ async def test_without_ledger_state_is_in_memory(start_node):
 async def test_genesis_file_funds_accounts_and_creates_the_io_mint(start_node, tmp_path):
     rich, authority, mint = Keypair(), Keypair(), Keypair()
     genesis = tmp_path / "genesis.json"
-    genesis.write_text(json.dumps({
-        "accounts": [{"pubkey": str(rich.pubkey()), "lamports": 123 * SOL}],
-        "ioMint": {"pubkey": str(mint.pubkey()), "mintAuthority": str(authority.pubkey()), "decimals": 9},
-    }))
+    genesis.write_text(
+        json.dumps(
+            {
+                "accounts": [{"pubkey": str(rich.pubkey()), "lamports": 123 * SOL}],
+                "ioMint": {"pubkey": str(mint.pubkey()), "mintAuthority": str(authority.pubkey()), "decimals": 9},
+            }
+        )
+    )
     node = start_node(genesis=genesis)
     async with AsyncClient(node.url) as client:
         assert (await client.get_balance(rich.pubkey())).value == 123 * SOL
@@ -93,6 +103,10 @@ async def test_genesis_file_funds_accounts_and_creates_the_io_mint(start_node, t
 def test_bad_genesis_file_fails_to_start(localnet_bin, tmp_path):
     bad = tmp_path / "genesis.json"
     bad.write_text('{"accounts": [{"pubkey": "nope", "lamports": 1}]}')
-    out = subprocess.run([str(localnet_bin), "--rpc-port", "0", "--ws-port", "0", "--genesis", str(bad)],
-                         capture_output=True, text=True, timeout=30)
+    out = subprocess.run(
+        [str(localnet_bin), "--rpc-port", "0", "--ws-port", "0", "--genesis", str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert out.returncode == 1 and "invalid pubkey" in out.stderr

@@ -16,7 +16,6 @@ from spl.token.constants import ASSOCIATED_TOKEN_PROGRAM_ID, TOKEN_PROGRAM_ID
 from gpunet.testbed import funded_wallet
 from gpunet.tokens import create_mint, ensure_io_account, mint_io
 
-
 pytestmark = pytest.mark.filterwarnings("ignore:websockets.legacy is deprecated:DeprecationWarning")
 
 
@@ -60,8 +59,11 @@ async def test_io_mint_token_accounts_and_balances(node):
 
         by_owner = (await client.get_token_accounts_by_owner(holder.pubkey(), TokenAccountOpts(mint=mint))).value
         assert [a.pubkey for a in by_owner] == [ata]
-        by_prog = (await client.get_token_accounts_by_owner_json_parsed(
-            holder.pubkey(), TokenAccountOpts(program_id=TOKEN_PROGRAM_ID))).value
+        by_prog = (
+            await client.get_token_accounts_by_owner_json_parsed(
+                holder.pubkey(), TokenAccountOpts(program_id=TOKEN_PROGRAM_ID)
+            )
+        ).value
         assert by_prog[0].account.data.parsed["info"]["tokenAmount"]["amount"] == "1500000"
 
         meta = (await client.get_transaction(sig)).value.transaction.meta
@@ -89,8 +91,9 @@ async def test_account_subscribe_default_encoding_and_large_accounts(node):
         async with websockets.connect(node.ws_url) as ws:
             subs = {}
             for key in (mint, ata):
-                await ws.send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "accountSubscribe",
-                                          "params": [str(key)]}))
+                await ws.send(
+                    json.dumps({"jsonrpc": "2.0", "id": 1, "method": "accountSubscribe", "params": [str(key)]})
+                )
                 subs[json.loads(await ws.recv())["result"]] = key
             await mint_io(client, authority, mint, ata, 7)
             notes = {}

@@ -24,8 +24,9 @@ async def test_airdrop_and_transfer_confirmed_by_signature_subscribe(node):
         bob = Keypair()
         assert (await client.get_balance(alice.pubkey())).value == 5 * SOL
 
-        tx = await signed(client, alice, [transfer(TransferParams(from_pubkey=alice.pubkey(), to_pubkey=bob.pubkey(),
-                                                                  lamports=SOL))])
+        tx = await signed(
+            client, alice, [transfer(TransferParams(from_pubkey=alice.pubkey(), to_pubkey=bob.pubkey(), lamports=SOL))]
+        )
         sig = tx.signatures[0]
         async with connect(node.ws_url) as ws:
             await ws.signature_subscribe(sig)
@@ -115,8 +116,9 @@ async def test_epoch_info_blockhash_and_fees(node):
         assert node.call("isBlockhashValid", [str(bh.blockhash)])["result"]["value"] is True
         assert node.call("isBlockhashValid", [str(Keypair().pubkey())])["result"]["value"] is False
         kp = Keypair()
-        tx = await signed(client, kp, [transfer(TransferParams(from_pubkey=kp.pubkey(), to_pubkey=kp.pubkey(),
-                                                               lamports=1))])
+        tx = await signed(
+            client, kp, [transfer(TransferParams(from_pubkey=kp.pubkey(), to_pubkey=kp.pubkey(), lamports=1))]
+        )
         assert (await client.get_fee_for_message(tx.message)).value == 5000
         assert (await client.get_minimum_balance_for_rent_exemption(0)).value == 890_880
         assert (await client.get_genesis_hash()).value

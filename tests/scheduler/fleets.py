@@ -25,19 +25,51 @@ H100, A100 = 1, 3
 US_EAST, EU_WEST = 1, 3
 
 
-def node(name: str, *, model: int = H100, gpus: int = 8, leased: int = 0, vram: int = 80, region: int = EU_WEST,
-         price: float = 2.0, online: bool = True, **extra: object) -> NodeView:
+def node(
+    name: str,
+    *,
+    model: int = H100,
+    gpus: int = 8,
+    leased: int = 0,
+    vram: int = 80,
+    region: int = EU_WEST,
+    price: float = 2.0,
+    online: bool = True,
+    **extra: object,
+) -> NodeView:
     """A staked, online node whose node key is `name` (its account and provider derive from it)."""
-    fields: dict[str, object] = {"node": f"pda-{name}", "provider_authority": f"wallet-{name}",
-                                 "provider_staked": 100 * IO, "provider_bonded": 8 * IO, "bonded_stake": 8 * IO}
+    fields: dict[str, object] = {
+        "node": f"pda-{name}",
+        "provider_authority": f"wallet-{name}",
+        "provider_staked": 100 * IO,
+        "provider_bonded": 8 * IO,
+        "bonded_stake": 8 * IO,
+    }
     fields.update(extra)
-    return NodeView(node_key=name, gpu_model=model,
-                    gpu_count=gpus, gpus_leased=leased, vram_gb=vram, region=region,
-                    price_per_gpu_hour=int(price * IO), online=online, **fields)  # type: ignore[arg-type]
+    return NodeView(
+        node_key=name,
+        gpu_model=model,
+        gpu_count=gpus,
+        gpus_leased=leased,
+        vram_gb=vram,
+        region=region,
+        price_per_gpu_hour=int(price * IO),
+        online=online,
+        **fields,
+    )  # type: ignore[arg-type]
 
 
-def request(lease: str = "lease-1", *, model: int = H100, vram: int = 80, gpus: int = 4, region: int = EU_WEST,
-            max_price: float = 2.0, max_nodes: int = MAX_LEASE_NODES, gpus_per_node: int | None = None) -> LeaseRequest:
+def request(
+    lease: str = "lease-1",
+    *,
+    model: int = H100,
+    vram: int = 80,
+    gpus: int = 4,
+    region: int = EU_WEST,
+    max_price: float = 2.0,
+    max_nodes: int = MAX_LEASE_NODES,
+    gpus_per_node: int | None = None,
+) -> LeaseRequest:
     terms = LeaseTerms(model, vram, gpus, region, int(max_price * IO), 3_600)
     return LeaseRequest(lease, terms, max_nodes=max_nodes, gpus_per_node=gpus_per_node)
 
@@ -55,12 +87,15 @@ def leased(scheduler: Scheduler) -> dict[str, int]:
 
 # -- hypothesis strategies -------------------------------------------------------------------------
 
+
 @st.composite
 def node_views(draw: st.DrawFn, name: str) -> NodeView:
     gpus = draw(st.sampled_from([1, 2, 4, 8, 8, 16]))
     bonded = draw(st.integers(0, 4)) * IO
     return NodeView(
-        node=f"pda-{name}", node_key=name, provider_authority=f"wallet-{name}",
+        node=f"pda-{name}",
+        node_key=name,
+        provider_authority=f"wallet-{name}",
         gpu_model=draw(st.sampled_from([H100, A100])),
         gpu_count=gpus,
         gpus_leased=draw(st.integers(0, gpus)),
@@ -93,22 +128,36 @@ def lease_requests(draw: st.DrawFn, lease: str = "lease-1") -> LeaseRequest:
     count = draw(st.integers(1, min(40, 16 * max_nodes)))
     splits = [g for g in range(1, 17) if count % g == 0 and count // g <= max_nodes]
     per_node = draw(st.one_of(st.none(), st.sampled_from(splits))) if splits else None
-    terms = LeaseTerms(draw(st.sampled_from([0, H100, A100])), draw(st.sampled_from([0, 40, 80])), count,
-                       draw(st.sampled_from([0, US_EAST, EU_WEST])), draw(st.sampled_from([1, 2, 3])) * IO, 3_600)
+    terms = LeaseTerms(
+        draw(st.sampled_from([0, H100, A100])),
+        draw(st.sampled_from([0, 40, 80])),
+        count,
+        draw(st.sampled_from([0, US_EAST, EU_WEST])),
+        draw(st.sampled_from([1, 2, 3])) * IO,
+        3_600,
+    )
     return LeaseRequest(lease, terms, max_nodes=max_nodes, gpus_per_node=per_node)
 
 
 # -- the oracle ------------------------------------------------------------------------------------
 
+
 def qualifies(view: NodeView, req: LeaseRequest, accept_simulated: bool = True) -> bool:
     """Would assign_lease accept this node for some share of the lease, and is it live?"""
     t = req.terms
-    return (view.online and view.healthy and not view.jailed and not view.draining
-            and view.provider_staked >= view.provider_bonded
-            and (accept_simulated or not view.simulated)
-            and t.gpu_model in (0, view.gpu_model) and t.region in (0, view.region)
-            and view.vram_gb >= t.min_vram_gb and view.price_per_gpu_hour <= t.max_price_per_gpu_hour
-            and view.gpu_count - view.gpus_leased > 0)
+    return (
+        view.online
+        and view.healthy
+        and not view.jailed
+        and not view.draining
+        and view.provider_staked >= view.provider_bonded
+        and (accept_simulated or not view.simulated)
+        and t.gpu_model in (0, view.gpu_model)
+        and t.region in (0, view.region)
+        and view.vram_gb >= t.min_vram_gb
+        and view.price_per_gpu_hour <= t.max_price_per_gpu_hour
+        and view.gpu_count - view.gpus_leased > 0
+    )
 
 
 def fewest_nodes(nodes: Iterable[NodeView], req: LeaseRequest, exclude: Iterable[str] = ()) -> int | None:
@@ -145,8 +194,11 @@ def violations(placement: Placement, fleet: dict[str, NodeView]) -> list[str]:
             found.append(f"{s.node_key} does not qualify")
         if req.gpus_per_node is not None and s.gpus != req.gpus_per_node:
             found.append(f"{s.node_key}: share of {s.gpus}, not {req.gpus_per_node}")
-        if (s.node_key, s.provider_authority, s.price_per_gpu_hour) != (view.node_key, view.provider_authority,
-                                                                         view.price_per_gpu_hour):
+        if (s.node_key, s.provider_authority, s.price_per_gpu_hour) != (
+            view.node_key,
+            view.provider_authority,
+            view.price_per_gpu_hour,
+        ):
             found.append(f"{s.node_key}: share names the wrong key, provider or price")
     return found
 
@@ -159,10 +211,16 @@ def cluster_cases(draw: st.DrawFn) -> tuple[list[NodeView], LeaseRequest]:
     fleet = []
     for i in range(size):
         gpus = draw(st.sampled_from([2, 4, 8, 16]))
-        fleet.append(node(f"node-{i:02d}", gpus=gpus, leased=draw(st.integers(0, gpus)),
-                          price=draw(st.sampled_from([1.0, 1.5, 2.0])),
-                          latency_ms=draw(st.one_of(st.none(), st.sampled_from([5.0, 80.0]))),
-                          failed_shares=draw(st.integers(0, 3))))
+        fleet.append(
+            node(
+                f"node-{i:02d}",
+                gpus=gpus,
+                leased=draw(st.integers(0, gpus)),
+                price=draw(st.sampled_from([1.0, 1.5, 2.0])),
+                latency_ms=draw(st.one_of(st.none(), st.sampled_from([5.0, 80.0]))),
+                failed_shares=draw(st.integers(0, 3)),
+            )
+        )
     free = sum(v.gpu_count - v.gpus_leased for v in fleet)
     max_nodes = draw(st.integers(1, MAX_LEASE_NODES))
     count = draw(st.integers(1, max(1, min(free + 2, 16 * max_nodes))))

@@ -22,17 +22,20 @@ from gpunet.instructions import LeaseTerms
 from tests.scheduler.fleets import node, request, scheduler_of
 
 
-@pytest.mark.parametrize("changes, message", [
-    ({"gpu_model": 0}, "gpu_model=0"),  # ANY is never a node's model (NodeSpec::is_valid)
-    ({"region": 0}, "region=0"),
-    ({"gpu_count": 17}, "gpu_count=17"),
-    ({"bonded_stake": -1}, "bonded_stake=-1"),
-    ({"price_per_gpu_hour": 0}, "price_per_gpu_hour=0"),
-    ({"vram_gb": 2.5}, "vram_gb=2.5"),
-    ({"online": 1}, "online must be a bool"),
-    ({"latency_ms": -1.0}, "latency_ms=-1.0"),
-    ({"provider_authority": ""}, "provider_authority must be"),
-])
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"gpu_model": 0}, "gpu_model=0"),  # ANY is never a node's model (NodeSpec::is_valid)
+        ({"region": 0}, "region=0"),
+        ({"gpu_count": 17}, "gpu_count=17"),
+        ({"bonded_stake": -1}, "bonded_stake=-1"),
+        ({"price_per_gpu_hour": 0}, "price_per_gpu_hour=0"),
+        ({"vram_gb": 2.5}, "vram_gb=2.5"),
+        ({"online": 1}, "online must be a bool"),
+        ({"latency_ms": -1.0}, "latency_ms=-1.0"),
+        ({"provider_authority": ""}, "provider_authority must be"),
+    ],
+)
 def test_a_node_the_chain_could_not_hold_is_refused(changes: dict[str, Any], message: str) -> None:
     with pytest.raises(InvalidNodeView, match=message):
         dataclasses.replace(node("a"), **changes)
@@ -64,17 +67,20 @@ def test_updates_that_would_break_the_books_are_refused() -> None:
     assert dict(scheduler.nodes) == before
 
 
-@pytest.mark.parametrize("terms, shape, message", [
-    (LeaseTerms(1, 80, 0, 3, 1, 60), {}, "gpu_count=0"),
-    (LeaseTerms(1, 80, 129, 3, 1, 60), {}, "gpu_count=129"),
-    (LeaseTerms(1, 80, 4, 3, 0, 60), {}, "max_price_per_gpu_hour=0"),
-    (LeaseTerms(1, 80, 4, 3, 1, 0), {}, "duration_seconds=0"),
-    (LeaseTerms(1, 2**16, 4, 3, 1, 60), {}, "min_vram_gb=65536"),
-    (LeaseTerms(1, 80, 4, 3, 1, 60), {"max_nodes": 9}, "max_nodes=9"),
-    (LeaseTerms(1, 80, 17, 3, 1, 60), {"max_nodes": 1}, "17 GPUs cannot fit on 1 node"),
-    (LeaseTerms(1, 80, 12, 3, 1, 60), {"gpus_per_node": 5}, "gpus_per_node=5 must"),
-    (LeaseTerms(1, 80, 12, 3, 1, 60), {"gpus_per_node": 2, "max_nodes": 4}, "6 shares of 2 GPUs exceed"),
-])
+@pytest.mark.parametrize(
+    "terms, shape, message",
+    [
+        (LeaseTerms(1, 80, 0, 3, 1, 60), {}, "gpu_count=0"),
+        (LeaseTerms(1, 80, 129, 3, 1, 60), {}, "gpu_count=129"),
+        (LeaseTerms(1, 80, 4, 3, 0, 60), {}, "max_price_per_gpu_hour=0"),
+        (LeaseTerms(1, 80, 4, 3, 1, 0), {}, "duration_seconds=0"),
+        (LeaseTerms(1, 2**16, 4, 3, 1, 60), {}, "min_vram_gb=65536"),
+        (LeaseTerms(1, 80, 4, 3, 1, 60), {"max_nodes": 9}, "max_nodes=9"),
+        (LeaseTerms(1, 80, 17, 3, 1, 60), {"max_nodes": 1}, "17 GPUs cannot fit on 1 node"),
+        (LeaseTerms(1, 80, 12, 3, 1, 60), {"gpus_per_node": 5}, "gpus_per_node=5 must"),
+        (LeaseTerms(1, 80, 12, 3, 1, 60), {"gpus_per_node": 2, "max_nodes": 4}, "6 shares of 2 GPUs exceed"),
+    ],
+)
 def test_a_lease_the_chain_would_refuse_is_refused(terms: LeaseTerms, shape: dict[str, int], message: str) -> None:
     with pytest.raises(InvalidLeaseRequest, match=message):
         LeaseRequest("lease-1", terms, **shape)

@@ -53,8 +53,10 @@ def test_a_cluster_lease_is_all_or_nothing() -> None:
     scheduler = scheduler_of([node(f"m{i}") for i in range(3)] + [node("busy", leased=1)])
     before = leased(scheduler)
     reason = refused(scheduler.place(request(gpus=32, gpus_per_node=8)))
-    assert reason == ("cannot place 32 H100 GPUs with >= 80 GB in eu-west at <= 2 IO/GPU-hour as 4 nodes x 8 GPUs: "
-                      "of 4 H100 nodes, 4 qualify, 3 with >= 8 free GPUs (4 needed)")
+    assert reason == (
+        "cannot place 32 H100 GPUs with >= 80 GB in eu-west at <= 2 IO/GPU-hour as 4 nodes x 8 GPUs: "
+        "of 4 H100 nodes, 4 qualify, 3 with >= 8 free GPUs (4 needed)"
+    )
     assert leased(scheduler) == before
     scheduler.upsert_node(node("m3"))
     decision = scheduler.place(request(gpus=32, gpus_per_node=8))
@@ -72,18 +74,28 @@ def test_a_cluster_lease_is_all_or_nothing() -> None:
 
 def test_the_reason_counts_why_nodes_of_the_model_do_not_qualify() -> None:
     fleet = [
-        node("off-1", online=False), node("off-2", online=False), node("off-3", online=False),
-        node("jailed", jailed=True), node("slashed", provider_staked=1 * IO),  # staked below its bond
-        node("sick", healthy=False), node("small", vram=40), node("dear", price=3.0),
-        node("full", leased=8), node("elsewhere", region=US_EAST), node("a100", model=A100),
+        node("off-1", online=False),
+        node("off-2", online=False),
+        node("off-3", online=False),
+        node("jailed", jailed=True),
+        node("slashed", provider_staked=1 * IO),  # staked below its bond
+        node("sick", healthy=False),
+        node("small", vram=40),
+        node("dear", price=3.0),
+        node("full", leased=8),
+        node("elsewhere", region=US_EAST),
+        node("a100", model=A100),
     ]
     reason = refused(scheduler_of(fleet).place(request(gpus=4)))
-    assert reason == ("cannot place 4 H100 GPUs with >= 80 GB in eu-west at <= 2 IO/GPU-hour on up to 8 nodes: "
-                      "of 10 H100 nodes, 1 in another region, 3 offline, 1 unhealthy, 1 jailed, "
-                      "1 under-collateralised, 1 short of VRAM, 1 above the price, 1 fully leased; none qualifies")
+    assert reason == (
+        "cannot place 4 H100 GPUs with >= 80 GB in eu-west at <= 2 IO/GPU-hour on up to 8 nodes: "
+        "of 10 H100 nodes, 1 in another region, 3 offline, 1 unhealthy, 1 jailed, "
+        "1 under-collateralised, 1 short of VRAM, 1 above the price, 1 fully leased; none qualifies"
+    )
     assert refused(Scheduler().place(request(model=A100, max_price=1.5))) == (
         "cannot place 4 A100 GPUs with >= 80 GB in eu-west at <= 1.5 IO/GPU-hour on up to 8 nodes: "
-        "no A100 node is registered")
+        "no A100 node is registered"
+    )
 
 
 def test_simulated_gpus_only_where_accepted() -> None:
@@ -104,8 +116,10 @@ def test_reserve_release_and_failover_keep_the_books() -> None:
     assert placed(moved) == [("b", 8), ("a", 8)]  # the share keeps its index, as on chain
     assert leased(scheduler) == {"a": 8, "b": 8, "c": 4, "d": 0}
     reason = refused(scheduler.replace("lease-1", "b"))
-    assert reason == ("cannot place 8 H100 GPUs with >= 80 GB in eu-west at <= 2 IO/GPU-hour: of 4 H100 nodes, "
-                      "2 already in the lease, 1 offline; 1 qualifies, the most free GPUs on one is 4")
+    assert reason == (
+        "cannot place 8 H100 GPUs with >= 80 GB in eu-west at <= 2 IO/GPU-hour: of 4 H100 nodes, "
+        "2 already in the lease, 1 offline; 1 qualifies, the most free GPUs on one is 4"
+    )
     assert scheduler.reservation("lease-1") == moved and leased(scheduler)["b"] == 8
     scheduler.release("lease-1")
     assert leased(scheduler) == {"a": 0, "b": 0, "c": 4, "d": 0}
@@ -153,12 +167,14 @@ def test_a_node_that_changes_model_and_region_or_leaves_is_found_only_where_it_i
     scheduler.upsert_node(node("a", region=US_EAST, model=A100))
     assert refused(scheduler.place(request(gpus=8))) == (
         "cannot place 8 H100 GPUs with >= 80 GB in eu-west at <= 2 IO/GPU-hour on up to 8 nodes: "
-        "of 1 H100 node, 1 in another region; none qualifies")
+        "of 1 H100 node, 1 in another region; none qualifies"
+    )
     assert placed(scheduler.place(request(gpus=16, model=ANY, region=US_EAST))) == [("a", 8), ("b", 8)]
     scheduler.remove_node("b")
     assert refused(scheduler.place(request(gpus=8, region=US_EAST))) == (
         "cannot place 8 H100 GPUs with >= 80 GB in us-east at <= 2 IO/GPU-hour on up to 8 nodes: "
-        "no H100 node is registered")
+        "no H100 node is registered"
+    )
     assert sorted(scheduler.nodes) == ["a"]
     scheduler.check_consistency()
 
@@ -167,8 +183,9 @@ def test_a_draining_node_gets_no_new_share_and_undraining_restores_it() -> None:
     scheduler = scheduler_of([node("a-draining", draining=True), node("b-control")])
     # the cheaper-by-address draining node would win; it is skipped, the control takes the lease
     assert placed(scheduler.place(request(gpus=8))) == [("b-control", 8)]
-    assert refused(scheduler.place(request(gpus=16))).endswith("1 draining; 1 qualifies with 8 free GPUs in all, "
-                                                               "8 on the best 8 nodes")
+    assert refused(scheduler.place(request(gpus=16))).endswith(
+        "1 draining; 1 qualifies with 8 free GPUs in all, 8 on the best 8 nodes"
+    )
     # nor is it a failover target: a share leaving the control finds no spare
     decision = scheduler.place(request(gpus=8))
     scheduler.reserve(decision)

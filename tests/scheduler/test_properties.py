@@ -124,16 +124,22 @@ def test_failover_picks_a_qualifying_node_outside_the_lease(case, data: st.DataO
     fleet_now = copy.deepcopy(dict(scheduler.nodes))
     moved = scheduler.replace(req.lease, lost.node_key)
     if isinstance(moved, NotPlaced):
-        able = [v for v in fleet_now.values() if qualifies(v, req) and v.node_key not in decision.node_keys
-                and v.gpu_count - v.gpus_leased >= lost.gpus]
+        able = [
+            v
+            for v in fleet_now.values()
+            if qualifies(v, req) and v.node_key not in decision.node_keys and v.gpu_count - v.gpus_leased >= lost.gpus
+        ]
         assert able == [], f"{[v.node_key for v in able]} could take the share; scheduler said: {moved.reason}"
         assert leased(scheduler) == {n: v.gpus_leased for n, v in fleet_now.items()}
         assert scheduler.reservation(req.lease) == decision
         return
     new = moved.shares[index]
     assert new.node_key not in decision.node_keys and new.gpus == lost.gpus
-    assert moved.shares[:index] + moved.shares[index + 1:] == decision.shares[:index] + decision.shares[index + 1:]
-    assert qualifies(fleet_now[new.node_key], req) and fleet_now[new.node_key].gpu_count - fleet_now[new.node_key].gpus_leased >= lost.gpus
+    assert moved.shares[:index] + moved.shares[index + 1 :] == decision.shares[:index] + decision.shares[index + 1 :]
+    assert (
+        qualifies(fleet_now[new.node_key], req)
+        and fleet_now[new.node_key].gpu_count - fleet_now[new.node_key].gpus_leased >= lost.gpus
+    )
     assert scheduler.nodes[lost.node_key].gpus_leased == fleet_now[lost.node_key].gpus_leased - lost.gpus
     assert scheduler.nodes[new.node_key].gpus_leased == fleet_now[new.node_key].gpus_leased + lost.gpus
     scheduler.check_consistency()
@@ -187,8 +193,9 @@ class FleetLifecycle(RuleBasedStateMachine):
         assert leased(self.scheduler) == expected
 
 
-FleetLifecycle.TestCase.settings = settings(max_examples=100, stateful_step_count=30, deadline=None,
-                                             suppress_health_check=[HealthCheck.too_slow])
+FleetLifecycle.TestCase.settings = settings(
+    max_examples=100, stateful_step_count=30, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 test_fleet_lifecycle = FleetLifecycle.TestCase
 
 

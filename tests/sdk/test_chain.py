@@ -47,28 +47,50 @@ async def test_a_lease_from_opening_to_settlement_through_the_sdk(node) -> None:
         for account in (supplier_tokens, client_tokens):
             await mint_io(client, admin, mint, account, 1_000 * IO)
 
-        params = ix.ConfigParams(treasury=treasury, protocol_fee_bps=500, min_stake_per_gpu=100 * IO,
-                                 unbonding_seconds=60, usage_period_seconds=60, jail_seconds=60,
-                                 slash_bps=(1_000, 2_000, 5_000), slash_client_share_bps=5_000,
-                                 attesters=[attester.pubkey()])
+        params = ix.ConfigParams(
+            treasury=treasury,
+            protocol_fee_bps=500,
+            min_stake_per_gpu=100 * IO,
+            unbonding_seconds=60,
+            usage_period_seconds=60,
+            jail_seconds=60,
+            slash_bps=(1_000, 2_000, 5_000),
+            slash_client_share_bps=5_000,
+            attesters=[attester.pubkey()],
+        )
         await send_and_confirm(client, admin, [ix.initialize(admin.pubkey(), mint, params)])
 
         # a program error in preflight comes back by name, and nothing is sent
         with pytest.raises(TransactionFailed) as failed:
-            await send_and_confirm(client, admin, [ix.update_config(admin.pubkey(), dataclasses.replace(params, protocol_fee_bps=2_001))])
+            await send_and_confirm(
+                client, admin, [ix.update_config(admin.pubkey(), dataclasses.replace(params, protocol_fee_bps=2_001))]
+            )
         assert failed.value.program_error is not None and failed.value.program_error.name == "FeeTooHigh"
 
         node_key = Keypair()
-        await send_and_confirm(client, supplier, [
-            ix.register_provider(supplier.pubkey(), mint),
-            ix.stake(supplier.pubkey(), supplier_tokens, 200 * IO),
-            ix.register_node(supplier.pubkey(), node_key.pubkey(), ix.NodeSpec(1, 2, 80, 1, 2 * IO)),
-        ], [node_key])
+        await send_and_confirm(
+            client,
+            supplier,
+            [
+                ix.register_provider(supplier.pubkey(), mint),
+                ix.stake(supplier.pubkey(), supplier_tokens, 200 * IO),
+                ix.register_node(supplier.pubkey(), node_key.pubkey(), ix.NodeSpec(1, 2, 80, 1, 2 * IO)),
+            ],
+            [node_key],
+        )
         assert await token_balance(client, stake_vault_pda(provider_pda(supplier.pubkey()))) == 200 * IO
 
-        terms = ix.LeaseTerms(gpu_model=ix.ANY, min_vram_gb=24, gpu_count=2, region=ix.ANY,
-                              max_price_per_gpu_hour=3 * IO, duration_seconds=3_600)
-        await send_and_confirm(client, client_wallet, [ix.open_lease(client_wallet.pubkey(), client_tokens, mint, 1, terms)])
+        terms = ix.LeaseTerms(
+            gpu_model=ix.ANY,
+            min_vram_gb=24,
+            gpu_count=2,
+            region=ix.ANY,
+            max_price_per_gpu_hour=3 * IO,
+            duration_seconds=3_600,
+        )
+        await send_and_confirm(
+            client, client_wallet, [ix.open_lease(client_wallet.pubkey(), client_tokens, mint, 1, terms)]
+        )
         lease = lease_pda(client_wallet.pubkey(), 1)
         assert await token_balance(client, lease_vault_pda(lease)) == 6 * IO
         share = ix.Share(node_key.pubkey(), supplier.pubkey(), 2, 2 * IO)
@@ -77,8 +99,9 @@ async def test_a_lease_from_opening_to_settlement_through_the_sdk(node) -> None:
 
         await asyncio.sleep(2.2)  # the node's clock follows wall time
         report = UsageReport(seq=1, period_start=start, period_end=start + 2, gpu_seconds=4)
-        settle = ix.settle_usage(attester.pubkey(), treasury, lease, node_key.pubkey(), supplier.pubkey(),
-                                 supplier_tokens, report)
+        settle = ix.settle_usage(
+            attester.pubkey(), treasury, lease, node_key.pubkey(), supplier.pubkey(), supplier_tokens, report
+        )
 
         # one byte changed in the signed message: validly signed, but not this report
         tampered = bytearray(report.message(lease, node_key.pubkey()))
@@ -108,16 +131,27 @@ async def test_a_lease_from_opening_to_settlement_through_the_sdk(node) -> None:
 
         state = await fetch(client, "Lease", lease)
         await asyncio.sleep(1.5)  # the node holds its GPUs on: a second or more of it unsettled at the close
-        await send_and_confirm(client, client_wallet, [
-            ix.close_lease(client_wallet.pubkey(), client_wallet.pubkey(), client_tokens, lease,
-                           [a.node for a in state.assignments[: state.node_count]])])
+        await send_and_confirm(
+            client,
+            client_wallet,
+            [
+                ix.close_lease(
+                    client_wallet.pubkey(),
+                    client_wallet.pubkey(),
+                    client_tokens,
+                    lease,
+                    [a.node for a in state.assignments[: state.node_count]],
+                )
+            ],
+        )
         closing = await fetch(client, "Lease", lease)
         kept = closing.deposited - closing.paid - closing.fees - closing.refunded  # the node's unsettled seconds
         assert type(closing.status).__name__ == "Closing" and kept > 0
         assert await token_balance(client, client_tokens) == 1_000 * IO - amount - kept
         # the attester declares its settlement done: the rest comes back and the vault is closed
-        await send_and_confirm(client, attester, [ix.finalize_lease(attester.pubkey(), client_wallet.pubkey(),
-                                                                    client_tokens, lease)])
+        await send_and_confirm(
+            client, attester, [ix.finalize_lease(attester.pubkey(), client_wallet.pubkey(), client_tokens, lease)]
+        )
         assert await token_balance(client, client_tokens) == 1_000 * IO - amount
         assert (await client.get_account_info(lease_vault_pda(lease))).value is None
         assert node_pda(node_key.pubkey()) == state.assignments[0].node

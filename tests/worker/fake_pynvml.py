@@ -58,7 +58,13 @@ class FakeNvml:
 
     def module(self) -> types.ModuleType:
         m = types.ModuleType("pynvml")
-        for cls in (NVMLError, NVMLError_NotSupported, NVMLError_LibraryNotFound, NVMLError_GpuIsLost, NVMLError_FunctionNotFound):
+        for cls in (
+            NVMLError,
+            NVMLError_NotSupported,
+            NVMLError_LibraryNotFound,
+            NVMLError_GpuIsLost,
+            NVMLError_FunctionNotFound,
+        ):
             setattr(m, cls.__name__, cls)
         m.NVML_TEMPERATURE_GPU, m.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, m.NVML_VOLATILE_ECC = 0, 1, 0
 
@@ -99,8 +105,9 @@ class FakeNvml:
             "nvmlDeviceGetHandleByIndex": handle_by_index,
             "nvmlDeviceGetName": lambda h: gpu(h).name,
             "nvmlDeviceGetUUID": lambda h: gpu(h).uuid,
-            "nvmlDeviceGetMemoryInfo": lambda h: types.SimpleNamespace(total=gpu(h).total, used=gpu(h).used,
-                                                                        free=gpu(h).total - gpu(h).used),
+            "nvmlDeviceGetMemoryInfo": lambda h: types.SimpleNamespace(
+                total=gpu(h).total, used=gpu(h).used, free=gpu(h).total - gpu(h).used
+            ),
             "nvmlDeviceGetCudaComputeCapability": lambda h: gpu(h).cc,
             "nvmlDeviceGetMaxPcieLinkGeneration": lambda h: pcie(h, 0),
             "nvmlDeviceGetMaxPcieLinkWidth": lambda h: pcie(h, 1),

@@ -78,8 +78,10 @@ class FakeGateway:
         nonce = os.urandom(32).hex()
         await ws.send(encode(Challenge(nonce=nonce)))
         answer = parse_worker_message(await ws.recv())
-        if not (isinstance(answer, ChallengeAnswer)
-                and verify_challenge_answer(Pubkey.from_string(hello.node_key), nonce, answer)):
+        if not (
+            isinstance(answer, ChallengeAnswer)
+            and verify_challenge_answer(Pubkey.from_string(hello.node_key), nonce, answer)
+        ):
             await ws.close(CLOSE_UNAUTHORISED, "bad challenge answer")
             return
         await ws.send(encode(self.welcome))
@@ -122,16 +124,19 @@ class FakeGateway:
         return [m for m in self.recorded if isinstance(m, kind)]
 
     def messages(self, kind: type | None = None, session: int | None = None) -> list[Any]:
-        return [m for s, m in self.received
-                if (kind is None or isinstance(m, kind)) and (session is None or s == session)]
+        return [
+            m for s, m in self.received if (kind is None or isinstance(m, kind)) and (session is None or s == session)
+        ]
 
     async def wait_for(self, predicate: Callable[[], Any], timeout: float = 60.0, what: str = "") -> Any:
         """Waits until predicate() is truthy (re-checked on every message); returns its value."""
+
         async def check() -> Any:
             async with self._changed:
                 while not (value := predicate()):
                     await self._changed.wait()
                 return value
+
         try:
             return await asyncio.wait_for(check(), timeout)
         except TimeoutError:

@@ -44,12 +44,19 @@ def job(steps: int, step_seconds: float = 0.1, **spec: object) -> JobSpec:
 
 
 @contextlib.asynccontextmanager
-async def running_agent(gateway: FakeGateway, state_dir: Path, node: Keypair | None = None,
-                        **settings_: object) -> AsyncIterator[Agent]:
+async def running_agent(
+    gateway: FakeGateway, state_dir: Path, node: Keypair | None = None, **settings_: object
+) -> AsyncIterator[Agent]:
     node = node or Keypair()
-    settings = WorkerSettings(gateway_url=gateway.url, state_dir=state_dir, meter_tick_seconds=0.2,
-                              stop_grace_seconds=2, reconnect_base_seconds=0.1, reconnect_cap_seconds=1,
-                              **settings_)
+    settings = WorkerSettings(
+        gateway_url=gateway.url,
+        state_dir=state_dir,
+        meter_tick_seconds=0.2,
+        stop_grace_seconds=2,
+        reconnect_base_seconds=0.1,
+        reconnect_cap_seconds=1,
+        **settings_,
+    )
     agent = Agent(settings, node, SimulatedGpus.parse("H100:2:80", str(node.pubkey())))
     task = asyncio.create_task(agent.run())
     try:
@@ -62,8 +69,16 @@ async def running_agent(gateway: FakeGateway, state_dir: Path, node: Keypair | N
 
 
 def final_status(gateway: FakeGateway, lease: str, job_number: int = 1):
-    return next((m for m in gateway.messages(JobStatus) if m.lease == lease and m.job_number == job_number
-                 and m.state in ("succeeded", "failed", "cancelled", "timed_out", "refused")), None)
+    return next(
+        (
+            m
+            for m in gateway.messages(JobStatus)
+            if m.lease == lease
+            and m.job_number == job_number
+            and m.state in ("succeeded", "failed", "cancelled", "timed_out", "refused")
+        ),
+        None,
+    )
 
 
 def script(code: str) -> JobSpec:
@@ -72,8 +87,9 @@ def script(code: str) -> JobSpec:
 
 def contiguous(usage: list[UsageReportMessage]) -> bool:
     """One unbroken run of billing: seqs 1, 2, ... and each period starting where the last one ended."""
-    return ([r.seq for r in usage] == list(range(1, len(usage) + 1))
-            and all(b.period_start == a.period_end for a, b in itertools.pairwise(usage)))
+    return [r.seq for r in usage] == list(range(1, len(usage) + 1)) and all(
+        b.period_start == a.period_end for a, b in itertools.pairwise(usage)
+    )
 
 
 def reports(gateway: FakeGateway, lease: str, session: int | None = None) -> list[UsageReportMessage]:
@@ -95,8 +111,10 @@ async def test_a_dispatched_job_runs_and_its_usage_is_signed_reported_and_acked(
 
         # usage: every report signed by the node key, contiguous, never over wall time x GPUs
         # (the share stays held, so reports go on after the job: wait for those of its 3 s or more on 2 GPUs)
-        await gateway.wait_for(lambda: agent.journal.unacked() == [] and sum(r.gpu_seconds for r in reports(gateway, lease))
-                               >= 2 * 2, what="acks")
+        await gateway.wait_for(
+            lambda: agent.journal.unacked() == [] and sum(r.gpu_seconds for r in reports(gateway, lease)) >= 2 * 2,
+            what="acks",
+        )
         usage = reports(gateway, lease)
         assert contiguous(usage) and all(r.verify(node.pubkey()) for r in usage)
         assert all(0 < r.gpu_seconds <= 2 * (r.period_end - r.period_start) for r in usage)
@@ -109,15 +127,18 @@ async def test_bad_coordinator_input_is_refused_and_reported_and_the_agent_keeps
     lease = str(Pubkey.new_unique())
     async with FakeGateway() as gateway, running_agent(gateway, tmp_path) as agent:
         await gateway.wait_for(lambda: gateway.messages(Heartbeat), what="a heartbeat")
+
         def dispatch(job: dict) -> str:
             return json.dumps({"type": "dispatch", "lease": lease, "gpus": 1, "job": job})
 
         bad = [
             "this is not json",
             '{"type": "reboot", "now": true}',
-            f'{{"type": "dispatch", "lease": "{lease}", "gpus": 1, "job": {{"command": ["x"], "env": {{"CUDA_VISIBLE_DEVICES": "0"}}}}}}',
+            f'{{"type": "dispatch", "lease": "{lease}", "gpus": 1, '
+            '"job": {"command": ["x"], "env": {"CUDA_VISIBLE_DEVICES": "0"}}}',
             f'{{"type": "dispatch", "lease": "{lease}", "gpus": 1, "job": {{"command": []}}}}',
-            f'{{"type": "dispatch", "lease": "{lease}", "gpus": 1, "job": {{"command": ["x"], "checkpoint_dir": "../../etc"}}}}',
+            f'{{"type": "dispatch", "lease": "{lease}", "gpus": 1, '
+            '"job": {"command": ["x"], "checkpoint_dir": "../../etc"}}',
             '{"type": "cancel", "lease": "not-a-key"}',
         ]
         for raw in bad:
@@ -204,7 +225,10 @@ async def test_a_share_assigned_again_stops_the_old_job_before_the_new_one_start
     spec = job(steps=1000, step_seconds=0.05)
 
     def stepping(epoch: str):
-        return lambda: sum(m.line.startswith("step ") and m.epoch == epoch for m in gateway.messages(JobLog)) >= 3 or None
+        return lambda: (
+            sum(m.line.startswith("step ") and m.epoch == epoch for m in gateway.messages(JobLog)) >= 3 or None
+        )
+
     async with FakeGateway() as gateway, running_agent(gateway, tmp_path):
         await gateway.send(Dispatch(lease=lease, gpus=1, job=spec, epoch=old))
         await gateway.wait_for(stepping(old), what="the job stepping under the first assignment")
@@ -214,11 +238,13 @@ async def test_a_share_assigned_again_stops_the_old_job_before_the_new_one_start
 
         statuses = [(m.epoch, m.state) for m in gateway.messages(JobStatus)]
         ended_old = statuses.index((old, "cancelled"))
-        assert all(epoch == old for epoch, _ in statuses[:ended_old + 1]), "the old copy stopped before the new started"
-        assert {epoch for epoch, _ in statuses[ended_old + 1:]} == {new}
+        assert all(epoch == old for epoch, _ in statuses[: ended_old + 1]), (
+            "the old copy stopped before the new started"
+        )
+        assert {epoch for epoch, _ in statuses[ended_old + 1 :]} == {new}
         lines = [(m.epoch, m.line) for m in gateway.messages(JobLog)]
         last_old = max(i for i, (epoch, _) in enumerate(lines) if epoch == old)
-        assert all(epoch == new for epoch, _ in lines[last_old + 1:])  # never interleaved: one copy at a time
+        assert all(epoch == new for epoch, _ in lines[last_old + 1 :])  # never interleaved: one copy at a time
         # the control: the same assignment dispatched again is a repeat, never a second copy
         await gateway.send(Dispatch(lease=lease, gpus=1, job=spec, epoch=new))
         await gateway.wait_for(lambda: len(gateway.messages(Ack)) >= 3 or None, what="the repeat acknowledged")
@@ -251,7 +277,9 @@ async def test_a_held_share_is_billed_after_its_job_exits_and_the_next_job_runs_
     async with FakeGateway() as gateway, running_agent(gateway, tmp_path) as agent:
         await gateway.wait_for(lambda: gateway.messages(Heartbeat), what="a heartbeat")
         await gateway.send(Dispatch(lease=lease, gpus=1, job=script(f"import time; {gpus}; time.sleep(1.5)")))
-        await gateway.wait_for(lambda: any(m.state == "running" for m in gateway.messages(JobStatus)), what="job 1 running")
+        await gateway.wait_for(
+            lambda: any(m.state == "running" for m in gateway.messages(JobStatus)), what="job 1 running"
+        )
         # a new job while one runs is refused, and the running one goes on
         await gateway.send(Dispatch(lease=lease, gpus=1, job=script("print('too early')"), job_number=2))
         refusal = await gateway.wait_for(lambda: [a for a in gateway.messages(Ack) if a.error], what="the refusal")
@@ -265,6 +293,7 @@ async def test_a_held_share_is_billed_after_its_job_exits_and_the_next_job_runs_
 
         def idle() -> list[UsageReportMessage]:
             return [r for r in reports(gateway, lease) if r.period_start >= ended and r.seq > 1]
+
         await gateway.wait_for(lambda: len(idle()) >= 2, what="two periods billed with no job running")
         assert all(r.gpu_seconds == r.period_end - r.period_start for r in idle())  # every second x 1 GPU
         beat = gateway.messages(Heartbeat)[-1]
@@ -296,7 +325,8 @@ async def test_a_repeated_dispatch_never_starts_a_second_copy_even_after_the_job
         await gateway.send(first)  # an older job than the current one
         acks = await gateway.wait_for(lambda: len(gateway.messages(Ack)) >= 5 and gateway.messages(Ack), what="5 acks")
         assert [(a.of, a.error) for a in acks] == [("dispatch", None)] * 4 + [
-            ("dispatch", "job 1 is older than job 2, which this node has for this lease")]
+            ("dispatch", "job 1 is older than job 2, which this node has for this lease")
+        ]
         lines = [m.line for m in gateway.messages(JobLog)]
         assert lines.count("job 1 ran") == 1 and lines.count("job 2 ran") == 1  # the control: a new number runs
 
@@ -316,7 +346,9 @@ async def test_billing_stops_at_the_cancel_or_at_the_lease_end_which_a_top_up_mo
         await asyncio.sleep(max(0.0, now + 8 - time.time()))  # past the end; no cancel for `ending`
 
         # the cancelled lease: no report after the cancel; its GPU is free and no longer held
-        late = [m for _, m in gateway.received[cancel_ack:] if isinstance(m, UsageReportMessage) and m.lease == cancelled]
+        late = [
+            m for _, m in gateway.received[cancel_ack:] if isinstance(m, UsageReportMessage) and m.lease == cancelled
+        ]
         assert late == [] and cancelled not in gateway.messages(Heartbeat)[-1].held and cancelled not in agent.shares
         # the ended lease: billed up to its moved end exactly, then no more, though its share is still held
         usage = reports(gateway, ending)
@@ -324,8 +356,10 @@ async def test_billing_stops_at_the_cancel_or_at_the_lease_end_which_a_top_up_mo
         assert sum(r.gpu_seconds for r in usage) >= 4  # the whole seconds from the dispatch to the end
         assert ending in gateway.messages(Heartbeat)[-1].held
         await gateway.send(LeaseEnd(lease=cancelled, ends_at=now + 100))
-        refusal = await gateway.wait_for(lambda: [a for a in gateway.messages(Ack) if a.of == "lease_end" and a.error],
-                                         what="the refusal of a lease_end for a share not held")
+        refusal = await gateway.wait_for(
+            lambda: [a for a in gateway.messages(Ack) if a.of == "lease_end" and a.error],
+            what="the refusal of a lease_end for a share not held",
+        )
         assert refusal[0].error == "this node holds no share of this lease"
         assert [a.error for a in gateway.messages(Ack) if a.of == "lease_end"] == [None, refusal[0].error]
 
@@ -366,8 +400,10 @@ async def test_an_unhealthy_gpu_shows_in_heartbeats_and_takes_no_job(tmp_path) -
         try:
             await gateway.wait_for(lambda: gateway.messages(Heartbeat), what="a heartbeat")
             gpus.lost = True
-            beat = await gateway.wait_for(lambda: next((b for b in gateway.messages(Heartbeat) if not b.healthy), None),
-                                          what="an unhealthy heartbeat")
+            beat = await gateway.wait_for(
+                lambda: next((b for b in gateway.messages(Heartbeat) if not b.healthy), None),
+                what="an unhealthy heartbeat",
+            )
             assert beat.gpus[0].problems == ["NVML: GpuIsLost"] and beat.gpus[1].healthy
             await gateway.send(Dispatch(lease=lease, gpus=2, job=job(steps=1)))
             ack = await gateway.wait_for(lambda: gateway.messages(Ack), what="the refusal")
@@ -383,8 +419,11 @@ async def test_one_state_directory_serves_one_agent(tmp_path) -> None:
     async with FakeGateway() as gateway, running_agent(gateway, tmp_path):
         with pytest.raises(StateDirBusy, match="another worker agent is running with this state directory"):
             node = Keypair()
-            Agent(WorkerSettings(gateway_url=gateway.url, state_dir=tmp_path), node,
-                  SimulatedGpus.parse("H100:1:80", str(node.pubkey())))
+            Agent(
+                WorkerSettings(gateway_url=gateway.url, state_dir=tmp_path),
+                node,
+                SimulatedGpus.parse("H100:1:80", str(node.pubkey())),
+            )
 
 
 async def test_a_refused_session_is_retried_with_backoff_until_admitted(tmp_path) -> None:

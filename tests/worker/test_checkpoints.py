@@ -23,7 +23,8 @@ async def test_the_checkpoint_travels_to_the_coordinator_and_a_new_node_resumes_
             await gateway.send(Dispatch(lease=lease, gpus=1, job=job(steps=4, step_seconds=0.3)))
             await gateway.wait_for(lambda: final_status(gateway, lease), what="the first run's end")
             last = await gateway.wait_for(
-                lambda: [c for c in gateway.messages(Checkpoint) if c.files[0].content() == b"4"], what="step 4")
+                lambda: [c for c in gateway.messages(Checkpoint) if c.files[0].content() == b"4"], what="step 4"
+            )
         files = last[-1].files
         assert [f.path for f in files] == ["step"]
 

@@ -63,6 +63,7 @@ async def until(condition, what: str, timeout: float = 60.0):
         while not (value := condition()):
             await asyncio.sleep(0.05)
         return value
+
     try:
         return await asyncio.wait_for(poll(), timeout)
     except TimeoutError:
@@ -71,8 +72,13 @@ async def until(condition, what: str, timeout: float = 60.0):
 
 @contextlib.asynccontextmanager
 async def agent_on(gateway: Gateway, node: Keypair, state_dir: Path):
-    settings = WorkerSettings(gateway_url=gateway.url, state_dir=state_dir, meter_tick_seconds=0.2,
-                              reconnect_base_seconds=0.1, reconnect_cap_seconds=0.5)
+    settings = WorkerSettings(
+        gateway_url=gateway.url,
+        state_dir=state_dir,
+        meter_tick_seconds=0.2,
+        reconnect_base_seconds=0.1,
+        reconnect_cap_seconds=0.5,
+    )
     agent = Agent(settings, node, SimulatedGpus.parse("H100:2:80", str(node.pubkey())))
     task = asyncio.create_task(agent.run())
     try:
@@ -95,13 +101,17 @@ async def test_the_worker_and_the_coordinators_gateway_speak_the_same_protocol(t
             job = JobSpec(command=[sys.executable, JOB], env={"STEPS": "25", "STEP_SECONDS": "0.1"})
             await gateway.send(node.pubkey(), Dispatch(lease=lease, gpus=2, job=job))
             await until(lambda: any(s.state == "succeeded" for s in coordinator.of(JobStatus)), "the job's end")
-            await until(lambda: coordinator.of(UsageReportMessage) and not agent.journal.unacked(), "every report acked")
+            await until(
+                lambda: coordinator.of(UsageReportMessage) and not agent.journal.unacked(), "every report acked"
+            )
             usage = coordinator.of(UsageReportMessage)
             assert [r.seq for r in usage] == list(range(1, len(usage) + 1))
             assert [line.line for line in coordinator.of(JobLog)][-1] == "done"
             # the job's last checkpoint reaches the coordinator, so another node could resume it
-            await until(lambda: any(f.content() == b"25" for c in coordinator.of(Checkpoint) for f in c.files),
-                        "the last checkpoint")
+            await until(
+                lambda: any(f.content() == b"25" for c in coordinator.of(Checkpoint) for f in c.files),
+                "the last checkpoint",
+            )
             assert [a.of for a in coordinator.of(Ack)] == ["dispatch"]
             assert gateway.refused == {}
     finally:

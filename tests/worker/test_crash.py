@@ -29,12 +29,33 @@ JOB = str(Path(__file__).parent / "jobs" / "steps.py")
 
 
 def start_agent(gateway: FakeGateway, keyfile: Path, state: Path, log: Path, *extra: str) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "GPUNET_WORKER_METER_TICK_SECONDS": "0.2", "GPUNET_WORKER_RECONNECT_BASE_SECONDS": "0.1",
-           "GPUNET_WORKER_RECONNECT_CAP_SECONDS": "1", "GPUNET_WORKER_STOP_GRACE_SECONDS": "5"}
+    env = {
+        **os.environ,
+        "GPUNET_WORKER_METER_TICK_SECONDS": "0.2",
+        "GPUNET_WORKER_RECONNECT_BASE_SECONDS": "0.1",
+        "GPUNET_WORKER_RECONNECT_CAP_SECONDS": "1",
+        "GPUNET_WORKER_STOP_GRACE_SECONDS": "5",
+    }
     with open(log, "ab") as out:
-        return subprocess.Popen([GPUNET, "worker", "run", "-k", str(keyfile), "--gateway", gateway.url,
-                                 "--simulate-gpus", "H100:2:80", "--state-dir", str(state), *extra],
-                                stdout=out, stderr=subprocess.STDOUT, env=env)
+        return subprocess.Popen(
+            [
+                GPUNET,
+                "worker",
+                "run",
+                "-k",
+                str(keyfile),
+                "--gateway",
+                gateway.url,
+                "--simulate-gpus",
+                "H100:2:80",
+                "--state-dir",
+                str(state),
+                *extra,
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
 
 
 def is_gone(pid: int) -> bool:
@@ -89,7 +110,9 @@ async def test_sigkill_loses_no_report_and_restart_sends_each_once(tmp_path) -> 
         try:
             await gateway.wait_for(lambda: gateway.sessions == 2 or None, what="the second session")
             expected = len(unacked) + recovers
-            await gateway.wait_for(lambda: len(gateway.messages(UsageReportMessage, 2)) >= expected, what="resent reports")
+            await gateway.wait_for(
+                lambda: len(gateway.messages(UsageReportMessage, 2)) >= expected, what="resent reports"
+            )
             # a few heartbeats later: nothing sent twice
             beats = len(gateway.messages(Heartbeat, 2))
             await gateway.wait_for(lambda: len(gateway.messages(Heartbeat, 2)) >= beats + 3, what="heartbeats")
@@ -106,11 +129,17 @@ async def test_sigkill_loses_no_report_and_restart_sends_each_once(tmp_path) -> 
             # the coordinator dispatches the lease again: the job resumes from its checkpoint and
             # metering continues after the last reported second
             await gateway.send(Dispatch(lease=lease, gpus=2, job=spec))
-            await gateway.wait_for(lambda: any(m.line.startswith("resumed from") for m in gateway.messages(JobLog, 2)),
-                                   what="the job resuming")
-            await gateway.wait_for(lambda: len(gateway.messages(UsageReportMessage, 2)) >= expected + 2, what="new reports")
+            await gateway.wait_for(
+                lambda: any(m.line.startswith("resumed from") for m in gateway.messages(JobLog, 2)),
+                what="the job resuming",
+            )
+            await gateway.wait_for(
+                lambda: len(gateway.messages(UsageReportMessage, 2)) >= expected + 2, what="new reports"
+            )
             await gateway.send(Cancel(lease=lease, reason="lease closed"))
-            await gateway.wait_for(lambda: any(m.state == "cancelled" for m in gateway.messages(JobStatus, 2)), what="cancel")
+            await gateway.wait_for(
+                lambda: any(m.state == "cancelled" for m in gateway.messages(JobStatus, 2)), what="cancel"
+            )
             await gateway.wait_for(lambda: len(gateway.messages(Heartbeat, 2)) >= beats + 6, what="heartbeats")
 
             agent.send_signal(signal.SIGTERM)  # a graceful stop
@@ -136,18 +165,52 @@ def test_without_a_driver_the_worker_refuses_to_start_and_says_why(tmp_path) -> 
         pass
     keyfile = tmp_path / "node.json"
     create_keypair_file(keyfile)
-    out = subprocess.run([GPUNET, "worker", "run", "-k", str(keyfile), "--gateway", "ws://127.0.0.1:9/worker",
-                          "--state-dir", str(tmp_path / "state")], capture_output=True, text=True, timeout=60, check=False,
-                         env={**os.environ, "COLUMNS": "300"})
+    out = subprocess.run(
+        [
+            GPUNET,
+            "worker",
+            "run",
+            "-k",
+            str(keyfile),
+            "--gateway",
+            "ws://127.0.0.1:9/worker",
+            "--state-dir",
+            str(tmp_path / "state"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, "COLUMNS": "300"},
+    )
     assert out.returncode == 10
     assert "no NVIDIA driver" in out.stderr and "--simulate-gpus MODEL:COUNT:VRAM_GB" in out.stderr
     assert not (tmp_path / "state").exists()  # refused before touching anything
 
 
 def test_a_bad_gateway_url_is_refused_before_anything_starts(tmp_path) -> None:
-    out = subprocess.run([GPUNET, "worker", "run", "-k", str(tmp_path / "missing.json"), "--gateway", "http://x/worker",
-                          "--simulate-gpus", "H100:1:80", "--state-dir", str(tmp_path / "state")],
-                         capture_output=True, text=True, timeout=60, check=False, env={**os.environ, "COLUMNS": "300"})
+    out = subprocess.run(
+        [
+            GPUNET,
+            "worker",
+            "run",
+            "-k",
+            str(tmp_path / "missing.json"),
+            "--gateway",
+            "http://x/worker",
+            "--simulate-gpus",
+            "H100:1:80",
+            "--state-dir",
+            str(tmp_path / "state"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, "COLUMNS": "300"},
+    )
     assert out.returncode == 2
-    assert "gateway_url: Value error, the gateway URL must start with ws:// or wss://, got 'http://x/worker'" in out.stderr
+    assert (
+        "gateway_url: Value error, the gateway URL must start with ws:// or wss://, got 'http://x/worker'" in out.stderr
+    )
     assert not (tmp_path / "state").exists()

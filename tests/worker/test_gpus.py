@@ -12,8 +12,15 @@ from worker.nvml import NvmlGpus
 from worker.simulate import SimulatedGpus, SimulationSpecError
 
 H100 = FakeGpu()
-RTX4090 = FakeGpu(name="NVIDIA GeForce RTX 4090", uuid="GPU-aaaaaaaa-0000-0000-0000-000000000001", total=24564 << 20,
-                  cc=(8, 9), pcie=None, power_limit_mw=450_000, ecc=None)
+RTX4090 = FakeGpu(
+    name="NVIDIA GeForce RTX 4090",
+    uuid="GPU-aaaaaaaa-0000-0000-0000-000000000001",
+    total=24564 << 20,
+    cc=(8, 9),
+    pcie=None,
+    power_limit_mw=450_000,
+    ecc=None,
+)
 
 
 def test_inventory_reads_every_field_from_nvml() -> None:
@@ -21,11 +28,25 @@ def test_inventory_reads_every_field_from_nvml() -> None:
     inventory = NvmlGpus(fake.module()).inventory()
     assert (inventory.driver_version, inventory.cuda_version, inventory.simulated) == ("550.54.15", "12.4", False)
     h100, rtx = inventory.gpus
-    assert h100.model_dump() == {"index": 0, "uuid": H100.uuid, "name": "NVIDIA H100 80GB HBM3", "model": "H100",
-                                 "vram_mib": 81559, "compute_capability": "9.0", "pcie_gen": 5, "pcie_width": 16,
-                                 "power_limit_w": 700}
+    assert h100.model_dump() == {
+        "index": 0,
+        "uuid": H100.uuid,
+        "name": "NVIDIA H100 80GB HBM3",
+        "model": "H100",
+        "vram_mib": 81559,
+        "compute_capability": "9.0",
+        "pcie_gen": 5,
+        "pcie_width": 16,
+        "power_limit_w": 700,
+    }
     # a consumer card: no PCIe limits reported (NotSupported) becomes 0, not a failure
-    assert (rtx.model, rtx.vram_mib, rtx.compute_capability, rtx.pcie_gen, rtx.pcie_width) == ("RTX4090", 24564, "8.9", 0, 0)
+    assert (rtx.model, rtx.vram_mib, rtx.compute_capability, rtx.pcie_gen, rtx.pcie_width) == (
+        "RTX4090",
+        24564,
+        "8.9",
+        0,
+        0,
+    )
 
 
 def test_a_gpu_gpunet_does_not_list_is_inventoried_without_a_model() -> None:
@@ -40,11 +61,13 @@ def test_inventory_hash_is_canonical_and_differences_are_named() -> None:
     swapped = FakeGpu(name="NVIDIA H100 80GB HBM3", uuid=H100.uuid, total=40000 << 20)
     b = NvmlGpus(FakeNvml(gpus=[swapped], driver="560.1").module()).inventory()
     assert a.hash() != b.hash()
-    assert sorted(b.differences(a)) == sorted([
-        "driver_version: '550.54.15' -> '560.1'",
-        f"GPU {RTX4090.uuid} missing",
-        f"GPU {H100.uuid} vram_mib: 81559 -> 40000",
-    ])
+    assert sorted(b.differences(a)) == sorted(
+        [
+            "driver_version: '550.54.15' -> '560.1'",
+            f"GPU {RTX4090.uuid} missing",
+            f"GPU {H100.uuid} vram_mib: 81559 -> 40000",
+        ]
+    )
     assert a.differences(again) == []
 
 
@@ -52,8 +75,13 @@ def test_health_sample_reports_telemetry_and_throttling() -> None:
     gpu = FakeGpu(reasons=0x4 | 0x40 | 0x1)  # power cap, hw thermal, idle (not shown)
     [sample] = NvmlGpus(FakeNvml(gpus=[gpu]).module()).sample()
     assert sample.healthy and sample.problems == []
-    assert (sample.utilization_pct, sample.memory_used_mib, sample.temperature_c, sample.power_w, sample.ecc_uncorrected) \
-        == (87, 1024, 61, 312.5, 0)
+    assert (
+        sample.utilization_pct,
+        sample.memory_used_mib,
+        sample.temperature_c,
+        sample.power_w,
+        sample.ecc_uncorrected,
+    ) == (87, 1024, 61, 312.5, 0)
     assert sample.throttle_reasons == ["sw_power_cap", "hw_thermal"]
 
 
@@ -118,13 +146,16 @@ def test_simulated_gpus_are_marked_and_stable() -> None:
     assert all(s.healthy for s in a.sample())
 
 
-@pytest.mark.parametrize(("spec", "error"), [
-    ("H100:2", "expected MODEL:COUNT:VRAM_GB"),
-    ("Z9:1:8", "unknown GPU model 'Z9'"),
-    ("H100:two:80", "whole numbers"),
-    ("H100:0:80", "COUNT must be 1-16"),
-    ("H100:17:80", "COUNT must be 1-16"),
-])
+@pytest.mark.parametrize(
+    ("spec", "error"),
+    [
+        ("H100:2", "expected MODEL:COUNT:VRAM_GB"),
+        ("Z9:1:8", "unknown GPU model 'Z9'"),
+        ("H100:two:80", "whole numbers"),
+        ("H100:0:80", "COUNT must be 1-16"),
+        ("H100:17:80", "COUNT must be 1-16"),
+    ],
+)
 def test_bad_simulation_specs_are_refused(spec: str, error: str) -> None:
     with pytest.raises(SimulationSpecError, match=error):
         SimulatedGpus.parse(spec, "node")

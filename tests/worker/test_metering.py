@@ -55,7 +55,9 @@ def test_a_held_share_is_billed_for_the_held_time_whether_a_job_runs_or_not(tmp_
     assert [r.seq for r in journal.unacked()] == [1, 2, 3, 4] and journal.open_periods == {}
 
 
-def test_cancel_stops_billing_at_once_and_a_share_released_right_away_bills_nothing(tmp_path: Path, open_journal) -> None:
+def test_cancel_stops_billing_at_once_and_a_share_released_right_away_bills_nothing(
+    tmp_path: Path, open_journal
+) -> None:
     journal = open_journal(tmp_path / "usage.jsonl")
     m = meter(journal, Keypair())
     m.hold(1000.0)
@@ -66,8 +68,9 @@ def test_cancel_stops_billing_at_once_and_a_share_released_right_away_bills_noth
     assert journal.open_periods == {}
 
 
-def test_a_close_that_reaches_the_node_late_still_ends_the_last_period_at_the_close(tmp_path: Path,
-                                                                                   open_journal) -> None:
+def test_a_close_that_reaches_the_node_late_still_ends_the_last_period_at_the_close(
+    tmp_path: Path, open_journal
+) -> None:
     # the client closed at 1014 (billing ended there on chain); the cancel arrives at 1016.5
     m = meter(open_journal(tmp_path / "usage.jsonl"), Keypair())
     m.hold(1000.0)
@@ -125,8 +128,9 @@ def test_no_period_ends_in_the_future(tmp_path: Path, open_journal) -> None:
     assert last.period_end == 1003 <= 1003.999  # rounded down: the program refuses a period ending after its clock
 
 
-def test_gpu_seconds_are_whole_held_seconds_so_never_over_what_the_coordinator_saw_online(tmp_path: Path,
-                                                                                          open_journal) -> None:
+def test_gpu_seconds_are_whole_held_seconds_so_never_over_what_the_coordinator_saw_online(
+    tmp_path: Path, open_journal
+) -> None:
     # The coordinator caps a report at the whole seconds it saw the node online (which began before
     # the dispatch) x GPUs: 2.6 s held on 4 GPUs may claim 8, never floor(10.4) = 10.
     journal = open_journal(tmp_path / "usage.jsonl")
@@ -152,7 +156,8 @@ def test_acks_are_journaled_and_unknown_acks_refused(tmp_path: Path, open_journa
 
 
 def test_a_crash_mid_hold_closes_the_open_period_at_its_last_journaled_instant_and_never_re_meters(
-        tmp_path: Path, open_journal) -> None:
+    tmp_path: Path, open_journal
+) -> None:
     path, node = tmp_path / "usage.jsonl", Keypair()
     journal = open_journal(path)
     m = meter(journal, node)

@@ -50,10 +50,16 @@ def worker_messages() -> list:
     return [
         Hello(simulated=True, version=PROTOCOL_VERSION, node_key=str(NODE.pubkey()), inventory=inventory),
         answer_challenge(NODE, Challenge(nonce=os.urandom(32).hex()), simulated=True),
-        Heartbeat(simulated=False, healthy=False, gpus=[GpuTelemetry(uuid="GPU-1", healthy=False, problems=["lost"])],
-                  running=[LEASE], held=[LEASE]),
-        JobStatus(simulated=False, lease=LEASE, job_number=2, state="failed", exit_code=1, restarts=2,
-                  detail="exited with 1"),
+        Heartbeat(
+            simulated=False,
+            healthy=False,
+            gpus=[GpuTelemetry(uuid="GPU-1", healthy=False, problems=["lost"])],
+            running=[LEASE],
+            held=[LEASE],
+        ),
+        JobStatus(
+            simulated=False, lease=LEASE, job_number=2, state="failed", exit_code=1, restarts=2, detail="exited with 1"
+        ),
         JobLog(simulated=False, lease=LEASE, job_number=2, stream="stderr", line="CUDA out of memory"),
         sign_report(NODE, LEASE, UsageReport(1, 100, 160, 120), simulated=False),
         Ack(simulated=False, of="dispatch", lease=LEASE),
@@ -64,9 +70,17 @@ def coordinator_messages() -> list:
     return [
         Challenge(nonce=os.urandom(32).hex()),
         Welcome(heartbeat_seconds=2, usage_period_seconds=60),
-        Dispatch(lease=LEASE, gpus=8, job=JobSpec(image="nvcr.io/nvidia/pytorch:24.05-py3", command=["torchrun", "t.py"]),
-                 rank=1, world_size=2, peers=["10.0.0.1:29500", "[fd00::2]:29500"], job_number=3, job_ended=True,
-                 ends_at=1_700_003_600),
+        Dispatch(
+            lease=LEASE,
+            gpus=8,
+            job=JobSpec(image="nvcr.io/nvidia/pytorch:24.05-py3", command=["torchrun", "t.py"]),
+            rank=1,
+            world_size=2,
+            peers=["10.0.0.1:29500", "[fd00::2]:29500"],
+            job_number=3,
+            job_ended=True,
+            ends_at=1_700_003_600,
+        ),
         Cancel(lease=LEASE, reason="lease closed"),
         LeaseEnd(lease=LEASE, ends_at=1_700_007_200),
         UsageAck(lease=LEASE, seq=3),
@@ -91,17 +105,20 @@ def test_each_direction_knows_only_its_own_types() -> None:
         parse_coordinator_message(encode(worker_messages()[2]))
 
 
-@pytest.mark.parametrize(("change", "error"), [
-    (lambda m: m | {"simulated": "false"}, "simulated: Input should be a valid boolean"),
-    (lambda m: m | {"simulated": 0}, "simulated: Input should be a valid boolean"),
-    (lambda m: {k: v for k, v in m.items() if k != "simulated"}, "simulated: Field required"),
-    (lambda m: m | {"gpu_seconds": -1}, "gpu_seconds: Input should be greater than or equal to 0"),
-    (lambda m: m | {"gpu_seconds": 2**64}, "gpu_seconds: Input should be less than"),
-    (lambda m: m | {"seq": 0}, "seq: Input should be greater than or equal to 1"),
-    (lambda m: m | {"signature": "abc"}, "signature: Value error, not a base58 Ed25519 signature"),
-    (lambda m: m | {"lease": "0" * 44}, "lease: Value error, not a base58 public key"),
-    (lambda m: m | {"extra": 1}, "extra: Extra inputs are not permitted"),
-])
+@pytest.mark.parametrize(
+    ("change", "error"),
+    [
+        (lambda m: m | {"simulated": "false"}, "simulated: Input should be a valid boolean"),
+        (lambda m: m | {"simulated": 0}, "simulated: Input should be a valid boolean"),
+        (lambda m: {k: v for k, v in m.items() if k != "simulated"}, "simulated: Field required"),
+        (lambda m: m | {"gpu_seconds": -1}, "gpu_seconds: Input should be greater than or equal to 0"),
+        (lambda m: m | {"gpu_seconds": 2**64}, "gpu_seconds: Input should be less than"),
+        (lambda m: m | {"seq": 0}, "seq: Input should be greater than or equal to 1"),
+        (lambda m: m | {"signature": "abc"}, "signature: Value error, not a base58 Ed25519 signature"),
+        (lambda m: m | {"lease": "0" * 44}, "lease: Value error, not a base58 public key"),
+        (lambda m: m | {"extra": 1}, "extra: Extra inputs are not permitted"),
+    ],
+)
 def test_a_bad_field_is_named_in_the_error(change, error) -> None:
     usage = json.loads(encode(worker_messages()[5]))
     with pytest.raises(ProtocolError, match=error) as refused:
@@ -110,8 +127,13 @@ def test_a_bad_field_is_named_in_the_error(change, error) -> None:
 
 
 def test_unreadable_and_oversized_messages() -> None:
-    for raw, error in [("{", "not JSON"), ("[1]", "must be a JSON object"), ('{"lease": 1}', "has no 'type'"),
-                       (b"\xff\xfe", "not JSON"), ("x" * (MAX_MESSAGE_BYTES + 1), "over the")]:
+    for raw, error in [
+        ("{", "not JSON"),
+        ("[1]", "must be a JSON object"),
+        ('{"lease": 1}', "has no 'type'"),
+        (b"\xff\xfe", "not JSON"),
+        ("x" * (MAX_MESSAGE_BYTES + 1), "over the"),
+    ]:
         with pytest.raises(ProtocolError, match=error):
             parse_worker_message(raw)
 
@@ -140,18 +162,27 @@ def test_a_usage_report_verifies_only_for_its_node_and_content() -> None:
     assert not tampered.verify(NODE.pubkey())
 
 
-@pytest.mark.parametrize(("dispatch", "error"), [
-    ({"rank": 2, "world_size": 2, "peers": ["a:1", "b:1"]}, "rank 2 is not below world_size 2"),
-    ({"world_size": 2, "peers": ["a:1"]}, "a cluster of 2 needs 2 peers, got 1"),
-    ({"gpus": 0}, "gpus: Input should be greater than or equal to 1"),
-    ({"job": {"command": ["x"], "env": {"GPUNET_LEASE": "x"}}}, "GPUNET_LEASE is set by the worker"),
-    ({"job": {"command": ["x"], "env": {"1BAD": "x"}}}, "env name '1BAD' is not a valid variable name"),
-    ({"job": {"image": "x; rm -rf /"}}, "job.image: String should match pattern"),
-    ({"job": {"command": ["x"], "restart_policy": "always"}}, "job.restart_policy: Input should be 'never' or 'on-failure'"),
-    ({"job": {"command": ["x"], "inputs": [{"path": "../x", "url": "https://e/x", "sha256": "0" * 64}]}}, "path"),
-    ({"job": {"command": ["x"], "inputs": [{"path": "x", "url": "file:///etc/passwd", "sha256": "0" * 64}]}}, "url"),
-    ({"job": {"command": ["x"], "time_limit_seconds": 0}}, "time_limit_seconds: Input should be greater than 0"),
-])
+@pytest.mark.parametrize(
+    ("dispatch", "error"),
+    [
+        ({"rank": 2, "world_size": 2, "peers": ["a:1", "b:1"]}, "rank 2 is not below world_size 2"),
+        ({"world_size": 2, "peers": ["a:1"]}, "a cluster of 2 needs 2 peers, got 1"),
+        ({"gpus": 0}, "gpus: Input should be greater than or equal to 1"),
+        ({"job": {"command": ["x"], "env": {"GPUNET_LEASE": "x"}}}, "GPUNET_LEASE is set by the worker"),
+        ({"job": {"command": ["x"], "env": {"1BAD": "x"}}}, "env name '1BAD' is not a valid variable name"),
+        ({"job": {"image": "x; rm -rf /"}}, "job.image: String should match pattern"),
+        (
+            {"job": {"command": ["x"], "restart_policy": "always"}},
+            "job.restart_policy: Input should be 'never' or 'on-failure'",
+        ),
+        ({"job": {"command": ["x"], "inputs": [{"path": "../x", "url": "https://e/x", "sha256": "0" * 64}]}}, "path"),
+        (
+            {"job": {"command": ["x"], "inputs": [{"path": "x", "url": "file:///etc/passwd", "sha256": "0" * 64}]}},
+            "url",
+        ),
+        ({"job": {"command": ["x"], "time_limit_seconds": 0}}, "time_limit_seconds: Input should be greater than 0"),
+    ],
+)
 def test_bad_job_specs_are_refused(dispatch, error) -> None:
     raw = {"type": "dispatch", "lease": LEASE, "gpus": 1, "job": {"command": ["python", "train.py"]}} | dispatch
     with pytest.raises(ProtocolError, match=error):
@@ -159,13 +190,18 @@ def test_bad_job_specs_are_refused(dispatch, error) -> None:
 
 
 def test_older_messages_without_the_job_number_or_the_lease_end_still_parse() -> None:
-    dispatch = parse_coordinator_message(json.dumps({"type": "dispatch", "lease": LEASE, "gpus": 1, "job": {"command": ["x"]}}))
+    dispatch = parse_coordinator_message(
+        json.dumps({"type": "dispatch", "lease": LEASE, "gpus": 1, "job": {"command": ["x"]}})
+    )
     assert (dispatch.job_number, dispatch.job_ended, dispatch.ends_at) == (1, False, None)
-    status = parse_worker_message(json.dumps({"type": "job_status", "simulated": True, "lease": LEASE, "state": "running"}))
+    status = parse_worker_message(
+        json.dumps({"type": "job_status", "simulated": True, "lease": LEASE, "state": "running"})
+    )
     assert status.job_number == 1
     with pytest.raises(ProtocolError, match="job_number: Input should be greater than or equal to 1"):
-        parse_coordinator_message(json.dumps({"type": "dispatch", "lease": LEASE, "gpus": 1, "job": {"command": ["x"]},
-                                              "job_number": 0}))
+        parse_coordinator_message(
+            json.dumps({"type": "dispatch", "lease": LEASE, "gpus": 1, "job": {"command": ["x"]}, "job_number": 0})
+        )
 
 
 def test_a_job_signature_is_bound_to_its_job_number() -> None:

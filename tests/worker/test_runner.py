@@ -34,12 +34,27 @@ class Recorder:
         return [m.state for m in self.messages if isinstance(m, JobStatus)]
 
 
-def runner(tmp_path: Path, rec: Recorder, env: dict[str, str], *, grace: float = 10.0, job_number: int = 1,
-           **spec: object) -> JobRunner:
-    dispatch = Dispatch(lease=LEASE, gpus=2, job=JobSpec(command=[sys.executable, JOB], env=env, **spec),
-                        job_number=job_number, rank=1, world_size=2, peers=["10.0.0.1:29500", "10.0.0.2:29500"])
-    return JobRunner(dispatch, UUIDS, JobDirs.of(tmp_path / "state", dispatch), simulated=True, send=rec.send,
-                     grace_seconds=grace, restart_delay=0.1)
+def runner(
+    tmp_path: Path, rec: Recorder, env: dict[str, str], *, grace: float = 10.0, job_number: int = 1, **spec: object
+) -> JobRunner:
+    dispatch = Dispatch(
+        lease=LEASE,
+        gpus=2,
+        job=JobSpec(command=[sys.executable, JOB], env=env, **spec),
+        job_number=job_number,
+        rank=1,
+        world_size=2,
+        peers=["10.0.0.1:29500", "10.0.0.2:29500"],
+    )
+    return JobRunner(
+        dispatch,
+        UUIDS,
+        JobDirs.of(tmp_path / "state", dispatch),
+        simulated=True,
+        send=rec.send,
+        grace_seconds=grace,
+        restart_delay=0.1,
+    )
 
 
 async def wait_for_line(rec: Recorder, prefix: str) -> None:
@@ -56,8 +71,10 @@ async def test_a_failed_job_restarts_from_its_checkpoint_with_the_contract_env(t
     final = await runner(tmp_path, rec, {"STEPS": "5", "FAIL_AT": "2", "MODE": "train"}).run()
     assert (final.state, final.exit_code, final.restarts) == ("succeeded", 0, 1)
     assert rec.lines() == ["fresh start", "step 1", "step 2", "resumed from 2", "step 3", "step 4", "step 5", "done"]
-    assert rec.lines("stderr")[0] == (f"env CUDA_VISIBLE_DEVICES=GPU-sim-a,GPU-sim-b GPUNET_LEASE={LEASE} RANK=1 "
-                                      "WORLD_SIZE=2 MASTER_ADDR=10.0.0.1 MASTER_PORT=29500 MODE=train SECRET_OF_THE_AGENT=-")
+    assert rec.lines("stderr")[0] == (
+        f"env CUDA_VISIBLE_DEVICES=GPU-sim-a,GPU-sim-b GPUNET_LEASE={LEASE} RANK=1 "
+        "WORLD_SIZE=2 MASTER_ADDR=10.0.0.1 MASTER_PORT=29500 MODE=train SECRET_OF_THE_AGENT=-"
+    )
     assert "failing on purpose" in rec.lines("stderr")
     assert rec.states() == ["starting", "running", "restarting", "running", "succeeded"]
     checkpoint = tmp_path / "state" / "jobs" / LEASE / "checkpoints" / "step"
@@ -86,8 +103,9 @@ async def test_restarts_stop_at_max_restarts(tmp_path) -> None:
     rec = Recorder()
     spec = JobSpec(command=[sys.executable, "-c", "import sys; sys.exit(3)"], max_restarts=2)
     dispatch = Dispatch(lease=LEASE, gpus=1, job=spec)
-    final = await JobRunner(dispatch, UUIDS[:1], JobDirs.of(tmp_path, dispatch), simulated=False, send=rec.send,
-                            restart_delay=0.05).run()
+    final = await JobRunner(
+        dispatch, UUIDS[:1], JobDirs.of(tmp_path, dispatch), simulated=False, send=rec.send, restart_delay=0.05
+    ).run()
     assert (final.state, final.exit_code, final.restarts) == ("failed", 3, 2)
     assert rec.states().count("running") == 3
 
@@ -124,21 +142,26 @@ async def test_cancel_kills_a_job_that_ignores_sigterm_after_the_grace_period(tm
 async def test_an_image_without_docker_or_podman_is_refused(tmp_path) -> None:
     rec = Recorder()
     dispatch = Dispatch(lease=LEASE, gpus=1, job=JobSpec(image="pytorch/pytorch:2.4.0"))
-    final = await JobRunner(dispatch, UUIDS[:1], JobDirs.of(tmp_path, dispatch), simulated=True, send=rec.send,
-                            container_engine=None).run()
+    final = await JobRunner(
+        dispatch, UUIDS[:1], JobDirs.of(tmp_path, dispatch), simulated=True, send=rec.send, container_engine=None
+    ).run()
     assert final.state == "refused" and "neither docker nor podman is installed" in final.detail
     assert "running" not in rec.states() and not (tmp_path / "jobs").exists()
 
 
 async def test_a_container_job_gets_the_same_contract(tmp_path) -> None:
     """The argv handed to the engine (the engine itself is not run here: no daemon in CI)."""
-    dispatch = Dispatch(lease=LEASE, gpus=2, job=JobSpec(image="pytorch/pytorch:2.4.0", command=["python", "train.py"],
-                                                         env={"MODE": "train"}))
-    job = JobRunner(dispatch, UUIDS, JobDirs.of(tmp_path, dispatch), simulated=False, send=print,
-                    container_engine="/usr/bin/docker")
+    dispatch = Dispatch(
+        lease=LEASE,
+        gpus=2,
+        job=JobSpec(image="pytorch/pytorch:2.4.0", command=["python", "train.py"], env={"MODE": "train"}),
+    )
+    job = JobRunner(
+        dispatch, UUIDS, JobDirs.of(tmp_path, dispatch), simulated=False, send=print, container_engine="/usr/bin/docker"
+    )
     argv = job._argv()
     assert argv[:3] == ["/usr/bin/docker", "run", "--rm"]
-    assert ["--gpus", '"device=GPU-sim-a,GPU-sim-b"'] == argv[argv.index("--gpus"):argv.index("--gpus") + 2]
+    assert ["--gpus", '"device=GPU-sim-a,GPU-sim-b"'] == argv[argv.index("--gpus") : argv.index("--gpus") + 2]
     assert f"{tmp_path}/jobs/{LEASE}/checkpoints:/checkpoint" in argv
     assert "GPUNET_CHECKPOINT_DIR=/checkpoint" in argv and "MODE=train" in argv
     assert argv[-3:] == ["pytorch/pytorch:2.4.0", "python", "train.py"]
@@ -179,15 +202,25 @@ async def test_inputs_are_fetched_and_checked_before_the_job_starts(tmp_path, fi
     (root / "train.txt").write_text("hello gpus\n")
     digest = hashlib.sha256(b"hello gpus\n").hexdigest()
     rec = Recorder()
-    spec = JobSpec(command=[sys.executable, "-c", "print(open('data/train.txt').read().strip())"],
-                   inputs=[InputFile(path="data/train.txt", url=f"{url}/train.txt", sha256=digest)])
+    spec = JobSpec(
+        command=[sys.executable, "-c", "print(open('data/train.txt').read().strip())"],
+        inputs=[InputFile(path="data/train.txt", url=f"{url}/train.txt", sha256=digest)],
+    )
     dispatch = Dispatch(lease=LEASE, gpus=1, job=spec)
-    final = await JobRunner(dispatch, UUIDS[:1], JobDirs.of(tmp_path / "s", dispatch), simulated=True, send=rec.send).run()
+    final = await JobRunner(
+        dispatch, UUIDS[:1], JobDirs.of(tmp_path / "s", dispatch), simulated=True, send=rec.send
+    ).run()
     assert final.state == "succeeded" and rec.lines() == ["hello gpus"]
 
     rec = Recorder()
     bad = spec.model_copy(update={"inputs": [InputFile(path="other.txt", url=f"{url}/train.txt", sha256="0" * 64)]})
     dispatch = Dispatch(lease=LEASE, gpus=1, job=bad)
-    final = await JobRunner(dispatch, UUIDS[:1], JobDirs.of(tmp_path / "s", dispatch), simulated=True, send=rec.send).run()
-    assert final.state == "failed" and "other.txt: the content of" in final.detail and "does not match its sha256" in final.detail
+    final = await JobRunner(
+        dispatch, UUIDS[:1], JobDirs.of(tmp_path / "s", dispatch), simulated=True, send=rec.send
+    ).run()
+    assert (
+        final.state == "failed"
+        and "other.txt: the content of" in final.detail
+        and "does not match its sha256" in final.detail
+    )
     assert "running" not in rec.states() and not (tmp_path / "s" / "jobs" / LEASE / "work" / "other.txt").exists()

@@ -39,15 +39,41 @@ GPUNET = str(Path(sys.executable).parent / "gpunet")
 
 async def worker_status(keyfile: Path, state: Path, rpc_url: str, *, as_json: bool = True) -> Any:
     out = await asyncio.to_thread(
-        subprocess.run, [GPUNET, "worker", "status", "-k", str(keyfile), "--simulate-gpus", "H100:2:80",
-                         "--state-dir", str(state), "--url", rpc_url, *(["--json"] if as_json else [])],
-        capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "250"}, check=False)
+        subprocess.run,
+        [
+            GPUNET,
+            "worker",
+            "status",
+            "-k",
+            str(keyfile),
+            "--simulate-gpus",
+            "H100:2:80",
+            "--state-dir",
+            str(state),
+            "--url",
+            rpc_url,
+            *(["--json"] if as_json else []),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "250"},
+        check=False,
+    )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout) if as_json else out.stdout
 
 
-async def settle(client: AsyncClient, attester: Keypair, treasury: Pubkey, lease: Pubkey, node_key: Pubkey,
-                 supplier: Pubkey, supplier_tokens: Pubkey, message: UsageReportMessage):
+async def settle(
+    client: AsyncClient,
+    attester: Keypair,
+    treasury: Pubkey,
+    lease: Pubkey,
+    node_key: Pubkey,
+    supplier: Pubkey,
+    supplier_tokens: Pubkey,
+    message: UsageReportMessage,
+):
     """What the coordinator will do: the node's own signature, carried into the Ed25519 instruction."""
     report = message.report()
     verify = report.signed_instruction(lease, node_key, message.signature_bytes())
@@ -73,17 +99,32 @@ async def test_the_workers_signed_reports_settle_on_chain(node, tmp_path, capsys
         client_tokens = await create_token_account(client, admin, mint, client_wallet.pubkey())
         for account in (supplier_tokens, client_tokens):
             await mint_io(client, admin, mint, account, 1_000 * IO)
-        params = ix.ConfigParams(treasury=treasury, protocol_fee_bps=500, min_stake_per_gpu=100 * IO,
-                                 unbonding_seconds=60, usage_period_seconds=60, jail_seconds=60,
-                                 slash_bps=(1_000, 2_000, 5_000), slash_client_share_bps=5_000,
-                                 attesters=[attester.pubkey()])
+        params = ix.ConfigParams(
+            treasury=treasury,
+            protocol_fee_bps=500,
+            min_stake_per_gpu=100 * IO,
+            unbonding_seconds=60,
+            usage_period_seconds=60,
+            jail_seconds=60,
+            slash_bps=(1_000, 2_000, 5_000),
+            slash_client_share_bps=5_000,
+            attesters=[attester.pubkey()],
+        )
         await send_and_confirm(client, admin, [ix.initialize(admin.pubkey(), mint, params)])
-        await send_and_confirm(client, supplier, [
-            ix.register_provider(supplier.pubkey(), mint),
-            ix.stake(supplier.pubkey(), supplier_tokens, 200 * IO),
-            ix.register_node(supplier.pubkey(), node_key.pubkey(),
-                             ix.NodeSpec(1, 2, 80, 1, PRICE, inventory_hash=inventory.hash())),
-        ], [node_key])
+        await send_and_confirm(
+            client,
+            supplier,
+            [
+                ix.register_provider(supplier.pubkey(), mint),
+                ix.stake(supplier.pubkey(), supplier_tokens, 200 * IO),
+                ix.register_node(
+                    supplier.pubkey(),
+                    node_key.pubkey(),
+                    ix.NodeSpec(1, 2, 80, 1, PRICE, inventory_hash=inventory.hash()),
+                ),
+            ],
+            [node_key],
+        )
         # the agent's start-up check: the registered inventory matches; then a GPU goes missing
         await _check_registration(node.url, node_key, inventory, tmp_path / "check")
         assert capsys.readouterr().err == ""
@@ -95,16 +136,37 @@ async def test_the_workers_signed_reports_settle_on_chain(node, tmp_path, capsys
         await _check_registration(node.url, Keypair(), inventory, tmp_path / "check")
         assert "is not registered on chain" in " ".join(capsys.readouterr().err.split())
 
-        terms = ix.LeaseTerms(gpu_model=1, min_vram_gb=80, gpu_count=2, region=ix.ANY,
-                              max_price_per_gpu_hour=PRICE, duration_seconds=3_600)
-        await send_and_confirm(client, client_wallet, [ix.open_lease(client_wallet.pubkey(), client_tokens, mint, 1, terms)])
+        terms = ix.LeaseTerms(
+            gpu_model=1,
+            min_vram_gb=80,
+            gpu_count=2,
+            region=ix.ANY,
+            max_price_per_gpu_hour=PRICE,
+            duration_seconds=3_600,
+        )
+        await send_and_confirm(
+            client, client_wallet, [ix.open_lease(client_wallet.pubkey(), client_tokens, mint, 1, terms)]
+        )
         lease = lease_pda(client_wallet.pubkey(), 1)
-        await send_and_confirm(client, attester, [ix.assign_lease(attester.pubkey(), lease, [
-            ix.Share(node_key.pubkey(), supplier.pubkey(), 2, PRICE)])])
+        await send_and_confirm(
+            client,
+            attester,
+            [ix.assign_lease(attester.pubkey(), lease, [ix.Share(node_key.pubkey(), supplier.pubkey(), 2, PRICE)])],
+        )
         status = await worker_status(keyfile, tmp_path / "state", node.url)  # placed, nothing run yet
-        assert status["leases"] == {str(lease): {"reports": 0, "acked": 0, "reported_gpu_seconds": 0, "status": "Active",
-                                                 "gpus": 2, "price_per_gpu_hour": PRICE, "settled_seq": 0,
-                                                 "settled_gpu_seconds": 0, "settled_gross": 0}}
+        assert status["leases"] == {
+            str(lease): {
+                "reports": 0,
+                "acked": 0,
+                "reported_gpu_seconds": 0,
+                "status": "Active",
+                "gpus": 2,
+                "price_per_gpu_hour": PRICE,
+                "settled_seq": 0,
+                "settled_gpu_seconds": 0,
+                "settled_gross": 0,
+            }
+        }
         await asyncio.sleep(1.1)  # the job starts in a later second than the assignment
 
         state = tmp_path / "state"
@@ -112,17 +174,23 @@ async def test_the_workers_signed_reports_settle_on_chain(node, tmp_path, capsys
             spec = JobSpec(command=[sys.executable, JOB], env={"STEPS": "35", "STEP_SECONDS": "0.1"})
             await gateway.send(Dispatch(lease=str(lease), gpus=2, job=spec))
             await gateway.wait_for(lambda: final_status(gateway, str(lease)), what="the job's end")
-            await gateway.wait_for(lambda: final_status(gateway, str(lease)) and len(reports(gateway, str(lease))) >= 2,
-                                   what="the reports")
+            await gateway.wait_for(
+                lambda: final_status(gateway, str(lease)) and len(reports(gateway, str(lease))) >= 2, what="the reports"
+            )
             usage = reports(gateway, str(lease))
 
         before = await token_balance(client, supplier_tokens)
         settled_payout = 0
         for message in usage:
             assert message.verify(node_key.pubkey())
-            event = await settle(client, attester, treasury, lease, node_key.pubkey(), supplier.pubkey(),
-                                 supplier_tokens, message)
-            assert (event.seq, event.gpu_seconds, event.period_end) == (message.seq, message.gpu_seconds, message.period_end)
+            event = await settle(
+                client, attester, treasury, lease, node_key.pubkey(), supplier.pubkey(), supplier_tokens, message
+            )
+            assert (event.seq, event.gpu_seconds, event.period_end) == (
+                message.seq,
+                message.gpu_seconds,
+                message.period_end,
+            )
             settled_payout += event.payout
         total = sum(m.gpu_seconds for m in usage)
         assert total >= 2 * 3  # 3.5 s of steps on 2 GPUs

@@ -19,9 +19,24 @@ if os.environ.get("IGNORE_TERM") == "1":
 
 step = int(checkpoint.read_text()) if checkpoint.exists() else 0
 print(f"resumed from {step}" if step else "fresh start", flush=True)
-print("env " + " ".join(f"{k}={os.environ.get(k, '-')}" for k in
-                        ("CUDA_VISIBLE_DEVICES", "GPUNET_LEASE", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "MODE",
-                         "SECRET_OF_THE_AGENT")), file=sys.stderr, flush=True)
+print(
+    "env "
+    + " ".join(
+        f"{k}={os.environ.get(k, '-')}"
+        for k in (
+            "CUDA_VISIBLE_DEVICES",
+            "GPUNET_LEASE",
+            "RANK",
+            "WORLD_SIZE",
+            "MASTER_ADDR",
+            "MASTER_PORT",
+            "MODE",
+            "SECRET_OF_THE_AGENT",
+        )
+    ),
+    file=sys.stderr,
+    flush=True,
+)
 print(f"pid {os.getpid()}", file=sys.stderr, flush=True)
 while step < steps:
     time.sleep(pause)
