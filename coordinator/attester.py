@@ -21,14 +21,24 @@ from solders.pubkey import Pubkey
 from solders.signature import Signature
 
 from gpunet import instructions as ix
-from gpunet.accounts import fetch, fetch_config
+from gpunet.accounts import AccountError, fetch, fetch_config
 from gpunet.client import TransactionExpired, send_and_confirm
 from gpunet.pda import node_pda
 from gpunet.tokens import io_account
 
-__all__ = ["Attester", "evidence_hash"]
+__all__ = ["Attester", "evidence_hash", "require_listed"]
 
 TRANSIENT = (SolanaRpcException, httpx.HTTPError, OSError, TransactionExpired)
+
+
+def require_listed(config: Any, key: Pubkey, keypair_path: object) -> None:
+    """Raises AccountError unless `key` is one of the config's attesters. The hint adds it to the
+    others (`--add-attester`): replacing the list would cut off a coordinator already running."""
+    if key not in list(config.attesters)[: config.attester_count]:
+        raise AccountError(
+            f"the attester key {key} ({keypair_path}) is not one of the config's attesters; the admin adds it, "
+            f"keeping the others, with `gpunet admin update --add-attester {key}`"
+        )
 
 
 def evidence_hash(evidence: dict[str, Any]) -> bytes:

@@ -19,11 +19,12 @@ import asyncpg
 from anchorpy import Coder
 from solders.pubkey import Pubkey
 
+from coordinator.db import chain as ledger
+from coordinator.db.chain import plain_row
 from coordinator.db.connection import Connection
 from coordinator.indexer.decode import decode_transaction, plain
 from coordinator.indexer.projection import IndexedEvent, Ledger
 from coordinator.indexer.rpc import ChainRpc
-from coordinator.indexer.store import plain_row
 from gpunet.idl import load_idl
 from gpunet.pda import lease_vault_pda, stake_vault_pda
 
@@ -87,9 +88,7 @@ def _signatures(events: list[IndexedEvent], names: tuple[str, ...] | None = None
 
 
 async def _indexed_events(conn: Connection, key: str, subject: str) -> list[IndexedEvent]:
-    rows = await conn.fetch(
-        f"SELECT signature, event_index, slot, block_time, name, data FROM events WHERE {key} = $1 ORDER BY id", subject
-    )
+    rows = await ledger.indexed_events(conn, key, subject)
     return [
         IndexedEvent(r["signature"], r["event_index"], r["slot"], r["block_time"], r["name"], json.loads(r["data"]))
         for r in rows
@@ -124,10 +123,7 @@ async def _check_unindexed(
     conn: Connection, rpc: ChainRpc, program: Pubkey, address: str, key: str, report: LedgerAuditReport
 ) -> None:
     listed = [s["signature"] for s in await rpc.signatures_since(address, None) if s.get("err") is None]
-    known = {
-        r["signature"]
-        for r in await conn.fetch("SELECT signature FROM transactions WHERE signature = ANY($1::text[])", listed)
-    }
+    known = await ledger.known_signatures(conn, listed)
     missing = [s for s in listed if s not in known]
     for signature, tx in zip(missing, await rpc.transactions(missing) if missing else [], strict=True):
         events = decode_transaction(signature, tx, program).events if tx else []
@@ -214,9 +210,9 @@ async def audit_lease(conn: Connection, rpc: ChainRpc, program: Pubkey, lease: s
     folded = Ledger()
     for e in events:
         folded.apply(e)
-    row = await conn.fetchrow("SELECT * FROM leases WHERE lease = $1", lease)
+    row = await ledger.row(conn, "leases", "lease", lease)
     _compare_rows(report, "lease", plain_row(row) if row else None, folded.leases.get(lease), _signatures(events))
-    for r in await conn.fetch("SELECT * FROM assignments WHERE lease = $1", lease):
+    for r in await ledger.rows(conn, "assignments", "lease", lease):
         key = (lease, r["node"])
         _compare_rows(
             report,
@@ -225,9 +221,7 @@ async def audit_lease(conn: Connection, rpc: ChainRpc, program: Pubkey, lease: s
             folded.assignments.get(key),
             _signatures([e for e in events if r["node"] in json.dumps(e.data)]),
         )
-    _compare_appended(
-        report, "settlements", await conn.fetch("SELECT * FROM settlements WHERE lease = $1", lease), folded.settlements
-    )
+    _compare_appended(report, "settlements", await ledger.rows(conn, "settlements", "lease", lease), folded.settlements)
 
     account = await _account(rpc, program, lease, "Lease", report, events)
     mine = folded.leases.get(lease)
@@ -282,7 +276,7 @@ async def audit_provider(conn: Connection, rpc: ChainRpc, program: Pubkey, provi
     folded = Ledger()
     for e in events:
         folded.apply(e)
-    row = await conn.fetchrow("SELECT * FROM providers WHERE provider = $1", provider)
+    row = await ledger.row(conn, "providers", "provider", provider)
     _compare_rows(
         report, "provider", plain_row(row) if row else None, folded.providers.get(provider), _signatures(events)
     )
@@ -290,7 +284,7 @@ async def audit_provider(conn: Connection, rpc: ChainRpc, program: Pubkey, provi
         _compare_appended(
             report,
             table,
-            await conn.fetch(f"SELECT * FROM {table} WHERE provider = $1", provider),
+            await ledger.rows(conn, table, "provider", provider),
             getattr(folded, table),
         )
 

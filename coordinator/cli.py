@@ -21,6 +21,7 @@ from solders.keypair import Keypair
 from coordinator.api import create_app
 from coordinator.api.params import BadRequest, parse_pubkey
 from coordinator.api.work import work_routes
+from coordinator.attester import require_listed
 from coordinator.audit import audit_lease, audit_provider
 from coordinator.db import SchemaTooNew, open_database
 from coordinator.indexer import Indexer
@@ -91,13 +92,7 @@ async def _check_attester(settings: Settings, attester: Keypair) -> None:
             config = await fetch_config(client)
     except (SolanaRpcException, httpx.HTTPError, OSError):
         return  # the coordinator reports an unreachable node itself, as it always has
-    key = attester.pubkey()
-    if key not in list(config.attesters)[: config.attester_count]:
-        raise AccountError(
-            f"the attester key {key} ({settings.attester_keypair}) is not one of the config's "
-            f"attesters; the admin adds it, keeping the others, with "
-            f"`gpunet admin update --add-attester {key}`"
-        )
+    require_listed(config, attester.pubkey(), settings.attester_keypair)
 
 
 @app.command()

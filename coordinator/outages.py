@@ -15,6 +15,7 @@ from collections.abc import Callable
 import asyncpg
 from solana.rpc.async_api import AsyncClient
 
+from coordinator.db import ping
 from coordinator.fleet import Fleet
 from coordinator.keys import NodeKey
 from coordinator.settings import Settings
@@ -66,8 +67,7 @@ class Outages:
         now = time.time()
         try:
             async with asyncio.timeout(3):
-                async with self.pool.acquire() as conn:
-                    await conn.fetchval("SELECT 1")
+                await ping(self.pool)
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as e:
             if self._database_down_since is None:
                 self._database_down_since = now

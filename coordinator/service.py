@@ -25,7 +25,7 @@ from solana.rpc.async_api import AsyncClient
 from solana.rpc.commitment import Confirmed
 from solders.keypair import Keypair
 
-from coordinator.attester import Attester
+from coordinator.attester import Attester, require_listed
 from coordinator.db import leases as ledger
 from coordinator.fleet import Fleet
 from coordinator.gateway import Gateway
@@ -103,11 +103,7 @@ class Coordinator:
     async def start(self) -> Coordinator:
         # Workers meter in the protocol's usage period (the most one report may cover).
         config = await self._config()
-        if self.attester_key.pubkey() not in list(config.attesters)[: config.attester_count]:
-            raise AccountError(
-                f"the attester key {self.attester_key.pubkey()} is not one of the config's attesters; "
-                f"the admin adds it with `gpunet admin update --add-attester {self.attester_key.pubkey()}`"
-            )
+        require_listed(config, self.attester_key.pubkey(), self.settings.attester_keypair)
         period = config.usage_period_seconds
         self.gateway.welcome = Welcome(heartbeat_seconds=self.settings.heartbeat_seconds, usage_period_seconds=period)
         await self.gateway.start(self.settings.gateway_host, self.settings.gateway_port)

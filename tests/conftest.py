@@ -23,7 +23,7 @@ from gpunet.localnet import LocalnetProcess
 # DeprecationWarning ignored (see docs/architecture.md, the Python chain stack).
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", message="websockets.legacy is deprecated", category=DeprecationWarning)
-    import solana.rpc.websocket_api  # noqa: F401
+    import solana.rpc.websocket_api  # noqa: F401 - imported for its one warning, here and not in a test
 
 REPO = Path(__file__).resolve().parents[1]
 # The slot time used by the tests: short, so blockhash expiry and confirmations are quick.

@@ -20,6 +20,7 @@ from coordinator.api.openapi import openapi_document
 from coordinator.api.params import BadRequest, parse_pubkey, parse_query
 from coordinator.api.resources import PAGE, RESOURCES, Resource
 from coordinator.audit import audit_lease, audit_provider
+from coordinator.db import chain as ledger
 from coordinator.indexer.rpc import ChainRpc, RpcError
 from coordinator.settings import Settings
 
@@ -62,18 +63,10 @@ def create_app(
     def listing(resource: Resource) -> Callable[[Request], Awaitable[Response]]:
         async def handler(request: Request) -> Response:
             values = parse_query(request.query_params, (*resource.filters, *PAGE))
-            where, args = [], []
-            for p in resource.filters:
-                if p.name in values:
-                    args.append(values[p.name])
-                    where.append(f"r.{p.column} {p.op} ${len(args)}")
-            sql = f"SELECT r.* FROM {resource.table} r"
-            if where:
-                sql += " WHERE " + " AND ".join(where)
+            filters = [(p.column, p.op, values[p.name]) for p in resource.filters if p.name in values and p.column]
             limit, offset = values["limit"], values["offset"]
-            sql += f" ORDER BY {resource.order} LIMIT {limit + 1} OFFSET {offset}"
             async with pool.acquire() as conn:
-                rows = [_row(r) for r in await conn.fetch(sql, *args)]
+                rows = [_row(r) for r in await ledger.page(conn, resource.table, filters, limit, offset)]
             more = len(rows) > limit
             return JSONResponse(
                 {
@@ -87,21 +80,19 @@ def create_app(
         return handler
 
     def item(resource: Resource) -> Callable[[Request], Awaitable[Response]]:
+        column = resource.key
+        assert column is not None, "an item route needs the resource's key column"
+
         async def handler(request: Request) -> Response:
             parse_query(request.query_params, ())
-            key = parse_pubkey(resource.key or "key", request.path_params["key"])
+            key = parse_pubkey(column, request.path_params["key"])
             async with pool.acquire() as conn:
-                row = await conn.fetchrow(f"SELECT * FROM {resource.table} WHERE {resource.key} = $1", key)
+                row = await ledger.row(conn, resource.table, column, key)
                 if row is None:
                     return _error(404, f"no {resource.key} {key} in the ledger")
                 body = _row(row)
                 if resource.name == "leases":
-                    body["assignments"] = [
-                        _row(r)
-                        for r in await conn.fetch(
-                            "SELECT * FROM assignments WHERE lease = $1 ORDER BY active DESC, node", key
-                        )
-                    ]
+                    body["assignments"] = [_row(r) for r in await ledger.lease_assignments(conn, key)]
             return JSONResponse(body)
 
         return handler
@@ -124,18 +115,18 @@ def create_app(
     async def health(request: Request) -> Response:
         try:
             async with pool.acquire() as conn:
-                state = await conn.fetchrow("SELECT cursor_signature, cursor_slot, synced_slot FROM indexer_state")
+                state = await ledger.indexer_state(conn)
         except (OSError, asyncpg.PostgresError) as e:
             return JSONResponse({"status": "unavailable", "database": str(e)}, status_code=503)
-        return JSONResponse({"status": "ok", **dict(state or {})})
+        return JSONResponse(
+            {"status": "ok", **{k: state[k] for k in ("cursor_signature", "cursor_slot", "synced_slot")}}
+        )
 
     async def metrics(request: Request) -> Response:
         text = coordinator_metrics(coordinator) if coordinator else ""
         try:
             async with pool.acquire() as conn:
-                state = await conn.fetchrow(
-                    "SELECT *, extract(epoch FROM now() - synced_at) AS synced_age FROM indexer_state"
-                )
+                state = await ledger.indexer_state(conn)
         except (OSError, asyncpg.PostgresError) as e:
             if not text:
                 return _error(503, f"the ledger could not be read: {e}")

@@ -18,15 +18,13 @@ _SLOTS = (
     Param("from_slot", "integer", "slot", ">=", description="only rows at or after this slot"),
     Param("to_slot", "integer", "slot", "<=", description="only rows at or before this slot"),
 )
-_CHAIN_ORDER = "(SELECT seq FROM transactions t WHERE t.signature = r.signature), r.event_index"
 
 
 @dataclass(frozen=True)
 class Resource:
     name: str
     table: str
-    key: str | None  # the column /{name}/{key} looks up; None: no item route
-    order: str
+    key: str | None  # the column /{name}/{key} looks up; None: no item route (pages come in chain order)
     filters: tuple[Param, ...]
     description: str
 
@@ -38,7 +36,6 @@ RESOURCES = {
             "providers",
             "providers",
             "provider",
-            "r.provider",
             (Param("authority", "pubkey", "authority", description="the supplier's wallet"),),
             "Suppliers: stake position, earnings, slashes.",
         ),
@@ -46,7 +43,6 @@ RESOURCES = {
             "nodes",
             "nodes",
             "node",
-            "r.node",
             (
                 Param("provider", "pubkey", "provider"),
                 Param("gpu_model", "integer", "gpu_model", maximum=65535),
@@ -61,7 +57,6 @@ RESOURCES = {
             "leases",
             "leases",
             "lease",
-            "r.lease",
             (
                 Param("client", "pubkey", "client"),
                 Param("status", "choice", "status", choices=("open", "active", "closing", "closed")),
@@ -72,7 +67,6 @@ RESOURCES = {
             "settlements",
             "settlements",
             None,
-            _CHAIN_ORDER,
             (
                 Param("lease", "pubkey", "lease"),
                 Param("node", "pubkey", "node"),
@@ -85,7 +79,6 @@ RESOURCES = {
             "slashes",
             "slashes",
             None,
-            _CHAIN_ORDER,
             (
                 Param("provider", "pubkey", "provider"),
                 Param("node", "pubkey", "node"),
@@ -98,7 +91,6 @@ RESOURCES = {
             "stake_changes",
             "stake_changes",
             None,
-            _CHAIN_ORDER,
             (
                 Param("provider", "pubkey", "provider"),
                 Param(
@@ -112,7 +104,6 @@ RESOURCES = {
             "events",
             "events",
             None,
-            "r.id",
             (
                 Param("name", "choice", "name", choices=EVENT_NAMES),
                 Param("signature", "signature", "signature"),

@@ -14,7 +14,7 @@ from coordinator.db.embedded import EmbeddedPostgres
 from coordinator.db.migrate import SchemaTooNew, migrate
 from coordinator.settings import Settings
 
-__all__ = ["SchemaTooNew", "connect_pool", "open_database"]
+__all__ = ["SchemaTooNew", "connect_pool", "open_database", "ping"]
 
 CLOSE_SECONDS = 10.0
 
@@ -46,3 +46,9 @@ async def open_database(settings: Settings) -> AsyncIterator[asyncpg.Pool]:
     finally:
         if embedded is not None:
             await embedded.stop()
+
+
+async def ping(pool: asyncpg.Pool) -> None:
+    """Raises unless the database answers a query now."""
+    async with pool.acquire() as conn:
+        await conn.fetchval("SELECT 1")

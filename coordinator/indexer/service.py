@@ -23,9 +23,9 @@ import asyncpg
 from solana.rpc.commitment import Commitment
 from solders.rpc.config import RpcTransactionLogsFilterMentions
 
+from coordinator.db import chain as ledger
 from coordinator.indexer.decode import DecodedTransaction, decode_transaction
 from coordinator.indexer.rpc import ChainRpc, RpcError
-from coordinator.indexer.store import write_batch
 from coordinator.settings import Settings
 
 with warnings.catch_warnings():
@@ -101,11 +101,10 @@ class Indexer:
         genesis = await self.rpc.call("getGenesisHash", [])
         head = await self.rpc.slot()  # everything up to here is indexed once this pass ends
         async with self.pool.acquire() as conn:
-            state = await conn.fetchrow("SELECT genesis_hash, cursor_signature FROM indexer_state")
-            assert state is not None, "indexer_state has its one row from the first migration on"
-            known, cursor = state
+            state = await ledger.indexer_state(conn)
+            known, cursor = state["genesis_hash"], state["cursor_signature"]
             if known is None:
-                await conn.execute("UPDATE indexer_state SET genesis_hash = $1", genesis)
+                await ledger.set_genesis(conn, genesis)
             elif known != genesis:
                 # Its signatures would not find our cursor and its history would mix with ours.
                 raise ChainMismatch(
@@ -125,17 +124,13 @@ class Indexer:
                     ahead.append(asyncio.create_task(self._fetch(batches[i + len(ahead)])))
                 txs = await ahead.popleft()
                 async with self.pool.acquire() as conn:
-                    written += await write_batch(conn, txs)
+                    written += await ledger.write_batch(conn, txs)
         finally:
             for task in ahead:
                 task.cancel()
             await asyncio.gather(*ahead, return_exceptions=True)
         async with self.pool.acquire() as conn:
-            await conn.execute(
-                "UPDATE indexer_state SET synced_slot = greatest(coalesce(synced_slot, 0), $1),"
-                " synced_at = now(), backfill_runs = backfill_runs + 1",
-                head,
-            )
+            await ledger.mark_synced(conn, head)
         if signatures:
             log.info("backfill_done transactions=%d events=%d head_slot=%d", len(signatures), written, head)
         return written
@@ -185,4 +180,4 @@ class Indexer:
 
     async def _count_reconnect(self) -> Any:
         async with self.pool.acquire() as conn:
-            await conn.execute("UPDATE indexer_state SET reconnects = reconnects + 1")
+            await ledger.count_reconnect(conn)

@@ -162,7 +162,10 @@ def test_a_lease_s_downtime_tolerance_lengthens_lost_after_and_never_shortens_it
         SimpleNamespace(lease="patient", downtime_tolerance_seconds=30),
         SimpleNamespace(lease="hasty", downtime_tolerance_seconds=5),
     ]
-    names = lambda rows: [r.lease for r in rows]  # noqa: E731
+
+    def names(rows: list[SimpleNamespace]) -> list[str]:
+        return [r.lease for r in rows]
+
     lost, tolerated = due_shares(shares, 15, 10)
     assert (names(lost), names(tolerated)) == (["default", "hasty"], ["patient"])
     assert names(due_shares(shares, 8, 10)[0]) == [], "nobody is lost before lost_after, whatever the lease asked"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import copy
 
+from coordinator.db.chain import write_batch
 from coordinator.indexer.decode import decode_transaction
-from coordinator.indexer.store import write_batch
 from gpunet.idl import PROGRAM_ID
 from gpunet.testbed import Market
 

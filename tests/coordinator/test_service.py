@@ -137,7 +137,8 @@ async def test_run_refuses_an_attester_key_the_config_does_not_list(node, market
             [sys.executable, "-m", "coordinator", "run"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
         )
         assert done.returncode == 2, done.stderr[-2000:]
-        assert f"the attester key {key} is not one of the config's attesters" in done.stderr
+        assert f"the attester key {key} ({stranger}) is not one of the config's attesters" in done.stderr
+        assert f"gpunet admin update --add-attester {key}" in done.stderr
         assert not (state / "postgres" / "postmaster.pid").exists()  # PostgreSQL stopped on the way out
     finally:
         shutil.rmtree(state, ignore_errors=True)

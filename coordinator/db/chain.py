@@ -1,5 +1,8 @@
-"""Writing decoded transactions to the ledger: events, derived rows and the cursor in one
-database transaction, so a crash at any point leaves either all of a batch or none of it."""
+"""The chain's record in PostgreSQL (migration 0001 on): transactions, events, the accounts they
+project (providers, nodes, leases, assignments) and the histories (stake changes, settlements,
+slashes), and the indexer's own state. The indexer writes it (`write_batch`: a batch's events,
+derived rows and the cursor in one database transaction, so a crash at any point leaves either
+all of a batch or none of it); the read API and the audit read it through the functions below."""
 
 from __future__ import annotations
 
@@ -13,7 +16,22 @@ from coordinator.db.connection import Connection
 from coordinator.indexer.decode import DecodedTransaction
 from coordinator.indexer.projection import TABLE_KEYS, IndexedEvent, Ledger
 
-__all__ = ["load_rows", "plain_row", "write_batch"]
+__all__ = [
+    "LEDGER_TABLES",
+    "count_reconnect",
+    "indexed_events",
+    "indexer_state",
+    "known_signatures",
+    "lease_assignments",
+    "load_rows",
+    "mark_synced",
+    "page",
+    "plain_row",
+    "row",
+    "rows",
+    "set_genesis",
+    "write_batch",
+]
 
 _COLUMNS = {
     "providers": (
@@ -240,3 +258,102 @@ async def write_batch(conn: Connection, txs: list[DecodedTransaction]) -> int:
             sum(t.lines_skipped for t in fresh),
         )
     return len(events)
+
+
+# The tables the read API and the audit may select from, and the columns they may select by.
+LEDGER_TABLES = {
+    "providers": {"provider", "authority"},
+    "nodes": {"node", "provider", "node_key"},
+    "leases": {"lease", "client"},
+    "assignments": {"lease", "node", "provider"},
+    "settlements": {"lease", "node", "provider"},
+    "slashes": {"provider", "node", "lease"},
+    "stake_changes": {"provider"},
+    "events": {"lease", "provider"},
+}
+
+
+def _checked(table: str, column: str) -> None:
+    if column not in LEDGER_TABLES.get(table, ()):
+        raise ValueError(f"{table}.{column} is not a ledger key")  # a programming error, never user input
+
+
+async def row(conn: Connection, table: str, column: str, value: str) -> asyncpg.Record | None:
+    """The row of `table` whose `column` is `value` (a key column)."""
+    _checked(table, column)
+    return await conn.fetchrow(f"SELECT * FROM {table} WHERE {column} = $1", value)
+
+
+async def rows(conn: Connection, table: str, column: str, value: str) -> list[asyncpg.Record]:
+    """Every row of `table` whose `column` is `value`."""
+    _checked(table, column)
+    return await conn.fetch(f"SELECT * FROM {table} WHERE {column} = $1", value)
+
+
+# How a page of each table is ordered: accounts by address, histories in chain order.
+_CHAIN_ORDER = "(SELECT seq FROM transactions t WHERE t.signature = r.signature), r.event_index"
+_PAGE_ORDER = {
+    "providers": "r.provider",
+    "nodes": "r.node",
+    "leases": "r.lease",
+    "settlements": _CHAIN_ORDER,
+    "slashes": _CHAIN_ORDER,
+    "stake_changes": _CHAIN_ORDER,
+    "events": "r.id",
+}
+
+
+async def page(
+    conn: Connection, table: str, filters: list[tuple[str, str, Any]], limit: int, offset: int
+) -> list[asyncpg.Record]:
+    """A page of `table` under `filters` ((column, operator, value), all of them): `limit` + 1 rows,
+    so the caller knows whether another page follows."""
+    where = [f"r.{column} {op} ${i}" for i, (column, op, _) in enumerate(filters, 1)]
+    sql = f"SELECT r.* FROM {table} r" + (" WHERE " + " AND ".join(where) if where else "")
+    sql += f" ORDER BY {_PAGE_ORDER[table]} LIMIT {int(limit) + 1} OFFSET {int(offset)}"
+    return await conn.fetch(sql, *(value for _, _, value in filters))
+
+
+async def lease_assignments(conn: Connection, lease: str) -> list[asyncpg.Record]:
+    """A lease's assignments, the active ones first."""
+    return await conn.fetch("SELECT * FROM assignments WHERE lease = $1 ORDER BY active DESC, node", lease)
+
+
+async def indexed_events(conn: Connection, column: str, subject: str) -> list[asyncpg.Record]:
+    """The events of a lease or provider (`column`), in the order they were indexed."""
+    _checked("events", column)
+    return await conn.fetch(
+        f"SELECT signature, event_index, slot, block_time, name, data FROM events WHERE {column} = $1 ORDER BY id",
+        subject,
+    )
+
+
+async def known_signatures(conn: Connection, signatures: list[str]) -> set[str]:
+    """Which of these transactions are indexed."""
+    found = await conn.fetch("SELECT signature FROM transactions WHERE signature = ANY($1::text[])", signatures)
+    return {r["signature"] for r in found}
+
+
+async def indexer_state(conn: Connection) -> asyncpg.Record:
+    """The indexer's one state row (from the first migration on), with `synced_age`: seconds since
+    it last proved itself caught up with the chain head."""
+    state = await conn.fetchrow("SELECT *, extract(epoch FROM now() - synced_at) AS synced_age FROM indexer_state")
+    assert state is not None, "indexer_state has its one row from the first migration on"
+    return state
+
+
+async def set_genesis(conn: Connection, genesis: str) -> None:
+    await conn.execute("UPDATE indexer_state SET genesis_hash = $1", genesis)
+
+
+async def mark_synced(conn: Connection, head: int) -> None:
+    """Every program transaction up to slot `head` is indexed (one more backfill pass done)."""
+    await conn.execute(
+        "UPDATE indexer_state SET synced_slot = greatest(coalesce(synced_slot, 0), $1),"
+        " synced_at = now(), backfill_runs = backfill_runs + 1",
+        head,
+    )
+
+
+async def count_reconnect(conn: Connection) -> None:
+    await conn.execute("UPDATE indexer_state SET reconnects = reconnects + 1")
