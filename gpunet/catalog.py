@@ -19,20 +19,27 @@ class GpuModel:
     name: str  # the CLI name, e.g. "H100"
     vram_gb: int  # the usual memory per GPU, a default for the CLI
     nvml_pattern: str  # a regex matched against nvmlDeviceGetName()
+    # Peak dense FP16 tensor throughput with FP32 accumulation, in TFLOP/s (no sparsity): what GPU
+    # verification's deadline is derived from (gpunet.verification). From NVIDIA's datasheets and
+    # architecture whitepapers: H100/H200 SXM 989; A100 312; L40S 362; B200 2,250 (HGX B200 per GPU);
+    # the GeForce cards' "FP16 Tensor TFLOPS with FP32 accumulate" (Ampere, Ada and Blackwell
+    # whitepapers): RTX 3090 71, RTX 4090 165, RTX 5090 210; A10 125 (A10G: the A10's datasheet);
+    # T4 65; L4 121.
+    fp16_tflops: float
 
 
 GPU_MODELS: tuple[GpuModel, ...] = (
-    GpuModel(1, "H100", 80, r"\bH100\b"),
-    GpuModel(2, "H200", 141, r"\bH200\b"),
-    GpuModel(3, "A100", 80, r"\bA100\b"),
-    GpuModel(4, "L40S", 48, r"\bL40S\b"),
-    GpuModel(5, "RTX4090", 24, r"RTX 4090\b"),
-    GpuModel(6, "RTX3090", 24, r"RTX 3090\b"),
-    GpuModel(7, "A10G", 24, r"\bA10G\b"),
-    GpuModel(8, "T4", 16, r"\bT4\b"),
-    GpuModel(9, "B200", 180, r"\bB200\b"),
-    GpuModel(10, "RTX5090", 32, r"RTX 5090\b"),
-    GpuModel(11, "L4", 24, r"\bL4\b"),
+    GpuModel(1, "H100", 80, r"\bH100\b", 989),
+    GpuModel(2, "H200", 141, r"\bH200\b", 989),
+    GpuModel(3, "A100", 80, r"\bA100\b", 312),
+    GpuModel(4, "L40S", 48, r"\bL40S\b", 362),
+    GpuModel(5, "RTX4090", 24, r"RTX 4090\b", 165),
+    GpuModel(6, "RTX3090", 24, r"RTX 3090\b", 71),
+    GpuModel(7, "A10G", 24, r"\bA10G\b", 125),
+    GpuModel(8, "T4", 16, r"\bT4\b", 65),
+    GpuModel(9, "B200", 180, r"\bB200\b", 2250),
+    GpuModel(10, "RTX5090", 32, r"RTX 5090\b", 210),
+    GpuModel(11, "L4", 24, r"\bL4\b", 121),
 )
 
 REGIONS: dict[int, str] = {

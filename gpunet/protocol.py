@@ -84,8 +84,13 @@ __all__ = [
     "LeaseEnd",
     "ProtocolError",
     "Recorded",
+    "RowOpening",
     "UsageAck",
     "UsageReportMessage",
+    "Verify",
+    "VerifyCommit",
+    "VerifyOpen",
+    "VerifyOpenings",
     "Welcome",
     "WorkerMessage",
     "challenge_message",
@@ -98,6 +103,7 @@ __all__ = [
 
 PROTOCOL_VERSION = 1
 MAX_MESSAGE_BYTES = 1 << 20
+VERIFY_CHUNK = 256  # row digests per Merkle leaf of a GPU verification (gpunet.verification.CHUNK)
 
 # WebSocket close codes (4000-4999 are the application's).
 CLOSE_MALFORMED = 4400  # not JSON, unknown type, or a field out of its schema
@@ -185,6 +191,11 @@ class GpuInfo(_Model):
     pcie_gen: Annotated[int, Field(ge=0, le=16)]
     pcie_width: Annotated[int, Field(ge=0, le=64)]
     power_limit_w: Annotated[int, Field(ge=0)]
+    # The GPU's identity beyond its UUID, where NVML has it (None: not supported, or simulated): one
+    # physical GPU counts once across the network (GPU verification checks it).
+    serial: Annotated[str, Field(max_length=64)] | None = None
+    pci_bus_id: Annotated[str, Field(max_length=32)] | None = None
+    board_id: Annotated[int, Field(ge=0)] | None = None
 
 
 class Inventory(_Model):
@@ -196,8 +207,11 @@ class Inventory(_Model):
     gpus: Annotated[list[GpuInfo], Field(max_length=64)]
 
     def canonical_json(self) -> bytes:
-        """Sorted keys, no whitespace: the bytes `hash` covers (stable across Python versions)."""
-        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":")).encode()
+        """Sorted keys, no whitespace, no unknown identity fields (None): the bytes `hash` covers
+        (stable across Python versions, and across the identity fields' addition)."""
+        return json.dumps(
+            self.model_dump(mode="json", exclude_none=True), sort_keys=True, separators=(",", ":")
+        ).encode()
 
     def hash(self) -> bytes:
         """SHA-256 of the canonical JSON: what NodeSpec.inventory_hash records on chain."""
@@ -411,8 +425,44 @@ class Ack(_FromWorker):
     error: ShortText | None = None
 
 
+ChallengeId = Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")]
+Hash32Hex = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+
+
+class VerifyCommit(_FromWorker):
+    """The Merkle root over the row digests of GPU verification challenge `id` (gpunet.verification)."""
+
+    type: Literal["verify_commit"] = "verify_commit"
+    id: ChallengeId
+    root: Hash32Hex
+
+
+class RowOpening(_Model):
+    product: Annotated[int, Field(ge=0, lt=2**31)]
+    row: Annotated[int, Field(ge=0, lt=2**31)]
+    chunk: Annotated[list[Annotated[int, Field(ge=0, lt=2**32)]], Field(max_length=VERIFY_CHUNK)]
+    path: Annotated[list[Hash32Hex], Field(max_length=48)]
+
+
+class VerifyOpenings(_FromWorker):
+    """The rows the verifier asked for (`verify_open`), each with its chunk of digests and Merkle path."""
+
+    type: Literal["verify_openings"] = "verify_openings"
+    id: ChallengeId
+    openings: Annotated[list[RowOpening], Field(max_length=64)]
+
+
 WorkerMessage = Annotated[
-    Hello | ChallengeAnswer | Heartbeat | JobStatus | JobLog | UsageReportMessage | Checkpoint | Ack,
+    Hello
+    | ChallengeAnswer
+    | Heartbeat
+    | JobStatus
+    | JobLog
+    | UsageReportMessage
+    | Checkpoint
+    | Ack
+    | VerifyCommit
+    | VerifyOpenings,
     Field(discriminator="type"),
 ]
 
@@ -512,8 +562,32 @@ class Error(_Model):
     resend_from: Annotated[int, Field(ge=1, lt=2**63)] | None = None
 
 
+class Verify(_Model):
+    """Prove GPU `gpu` (its inventory index) can run this workload (gpunet.verification): answer with
+    `verify_commit` before the deadline, then open the rows asked for. Sent only for a GPU no lease
+    holds; a worker refuses (an `ack` with an error) when one does meanwhile."""
+
+    type: Literal["verify"] = "verify"
+    id: ChallengeId
+    gpu: Annotated[int, Field(ge=0, lt=64)]
+    seed: Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")]
+    n: Annotated[int, Field(ge=1, le=16384)]
+    depth: Annotated[int, Field(ge=1, le=262144)]
+    products: Annotated[int, Field(ge=1, le=1_000_000)]
+    expected_seconds: Annotated[float, Field(gt=0, le=3600)]
+
+
+class VerifyOpen(_Model):
+    """The (product, row) pairs of challenge `id` to open, chosen after its commitment."""
+
+    type: Literal["verify_open"] = "verify_open"
+    id: ChallengeId
+    rows: Annotated[list[tuple[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=0)]]], Field(max_length=64)]
+
+
 CoordinatorMessage = Annotated[
-    Challenge | Welcome | Dispatch | Cancel | LeaseEnd | UsageAck | Recorded | Error, Field(discriminator="type")
+    Challenge | Welcome | Dispatch | Cancel | LeaseEnd | UsageAck | Recorded | Error | Verify | VerifyOpen,
+    Field(discriminator="type"),
 ]
 
 _worker_messages: TypeAdapter[Any] = TypeAdapter(WorkerMessage)

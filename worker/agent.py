@@ -27,6 +27,8 @@ from gpunet.protocol import (
     Hello,
     LeaseEnd,
     UsageAck,
+    Verify,
+    VerifyOpen,
     Welcome,
 )
 from worker.checkpoints import CheckpointTooLarge, fingerprint, snapshot
@@ -35,6 +37,7 @@ from worker.journal import Journal
 from worker.metering import LeaseMeter, recover_open_periods
 from worker.runner import JobDirs, JobRunner, find_container_engine
 from worker.session import Backoff, Session
+from worker.verify import ChallengeRefused, Prover
 
 __all__ = ["Agent", "StateDirBusy", "WorkerSettings"]
 
@@ -56,6 +59,9 @@ class WorkerSettings(BaseSettings):
     stop_grace_seconds: float = 10.0  # SIGTERM -> SIGKILL
     reconnect_base_seconds: float = 0.5
     reconnect_cap_seconds: float = 30.0
+    # Simulated GPUs only: how much slower than their model they answer GPU verification challenges
+    # (1: as fast as the model; more plays a GPU that is not what it claims, to see it caught).
+    simulate_slowdown: float = 1.0
 
     @field_validator("gateway_url")
     @classmethod
@@ -105,6 +111,8 @@ class Agent:
         self.settings, self.node, self.gpus = settings, node, gpus
         self.simulated = gpus.simulated
         self.inventory = gpus.inventory()
+        self.prover = Prover(self.inventory, slowdown=settings.simulate_slowdown)
+        self._verifications: set[asyncio.Task[None]] = set()
         self._lock = _lock_state_dir(settings.state_dir)
         try:
             self.journal = Journal(settings.state_dir / "usage.jsonl")
@@ -199,6 +207,27 @@ class Agent:
                 self._refuse("ack", message.lease, f"no usage report {message.seq} of this lease was sent by this node")
         elif isinstance(message, Error):
             log.warning("coordinator.error code=%s message=%s", message.code, message.message)
+        elif isinstance(message, Verify):
+            task = asyncio.create_task(self._verify(message))
+            self._verifications.add(task)  # kept referenced until done
+            task.add_done_callback(self._verifications.discard)
+        elif isinstance(message, VerifyOpen):
+            try:
+                self.session.send(self.prover.open(message, self.simulated))
+            except ChallengeRefused as e:
+                self._refuse("verify_open", None, str(e))
+
+    # --- GPU verification
+
+    async def _verify(self, challenge: Verify) -> None:
+        """A challenge on a GPU no lease holds (one a lease took meanwhile is refused)."""
+        try:
+            gpu = self.inventory.gpus[challenge.gpu].uuid if challenge.gpu < len(self.inventory.gpus) else None
+            if gpu is not None and any(gpu in share.gpu_uuids for share in self.shares.values()):
+                raise ChallengeRefused(f"GPU {challenge.gpu} is leased: it is verified once it is free")
+            self.session.send(await self.prover.commit(challenge, self.simulated))
+        except ChallengeRefused as e:
+            self._refuse("verify", None, str(e))
 
     # --- jobs
 
