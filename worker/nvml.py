@@ -95,6 +95,9 @@ class NvmlGpus:
                     pcie_gen=self._optional(n.nvmlDeviceGetMaxPcieLinkGeneration, handle) or 0,
                     pcie_width=self._optional(n.nvmlDeviceGetMaxPcieLinkWidth, handle) or 0,
                     power_limit_w=(power_mw or 0) // 1000,
+                    serial=_text(serial) if (serial := self._optional(n.nvmlDeviceGetSerial, handle)) else None,
+                    pci_bus_id=_text(n.nvmlDeviceGetPciInfo(handle).busId),
+                    board_id=self._optional(n.nvmlDeviceGetBoardId, handle),
                 )
             )
         return Inventory(

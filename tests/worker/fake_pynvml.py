@@ -46,6 +46,9 @@ class FakeGpu:
     ecc: int | None = 0  # None: not supported
     reasons: int = 0
     lost: bool = False  # every call on it raises GpuIsLost
+    serial: str | None = "1654922012345"  # None: not supported (consumer cards)
+    bus_id: str = "00000000:3B:00.0"
+    board_id: int = 15104
 
 
 @dataclass
@@ -91,6 +94,11 @@ class FakeNvml:
                 raise NVMLError_NotSupported()
             return gpu(handle).ecc
 
+        def serial(handle: int) -> str:
+            if gpu(handle).serial is None:
+                raise NVMLError_NotSupported()
+            return gpu(handle).serial
+
         def handle_by_index(i: int) -> int:
             if i >= len(self.gpus):
                 raise NVMLError(f"no GPU {i}")
@@ -117,6 +125,9 @@ class FakeNvml:
             "nvmlDeviceGetTemperature": lambda h, sensor: gpu(h).temp,
             "nvmlDeviceGetTotalEccErrors": ecc,
             "nvmlDeviceGetCurrentClocksEventReasons": lambda h: gpu(h).reasons,
+            "nvmlDeviceGetSerial": serial,
+            "nvmlDeviceGetPciInfo": lambda h: types.SimpleNamespace(busId=gpu(h).bus_id),
+            "nvmlDeviceGetBoardId": lambda h: gpu(h).board_id,
         }
         for name, fn in calls.items():
             setattr(m, name, fn)

@@ -20,6 +20,7 @@ RTX4090 = FakeGpu(
     pcie=None,
     power_limit_mw=450_000,
     ecc=None,
+    serial=None,
 )
 
 
@@ -38,7 +39,11 @@ def test_inventory_reads_every_field_from_nvml() -> None:
         "pcie_gen": 5,
         "pcie_width": 16,
         "power_limit_w": 700,
+        "serial": "1654922012345",
+        "pci_bus_id": "00000000:3B:00.0",
+        "board_id": 15104,
     }
+    assert rtx.serial is None  # not supported there: no identity field, not a failure
     # a consumer card: no PCIe limits reported (NotSupported) becomes 0, not a failure
     assert (rtx.model, rtx.vram_mib, rtx.compute_capability, rtx.pcie_gen, rtx.pcie_width) == (
         "RTX4090",
@@ -69,6 +74,18 @@ def test_inventory_hash_is_canonical_and_differences_are_named() -> None:
         ]
     )
     assert a.differences(again) == []
+    # The identity fields count when known, and leave hashes taken before they existed unchanged.
+    without = Inventory.model_validate(
+        {
+            **a.model_dump(),
+            "gpus": [
+                {k: v for k, v in g.model_dump().items() if k not in ("serial", "pci_bus_id", "board_id")}
+                for g in a.gpus
+            ],
+        }
+    )
+    assert without.hash() != a.hash()
+    assert b"serial" not in without.canonical_json() and b"null" not in without.canonical_json()
 
 
 def test_health_sample_reports_telemetry_and_throttling() -> None:
