@@ -10,6 +10,7 @@ import asyncio
 import hashlib
 import json
 import random
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -142,6 +143,33 @@ class Attester:
                 [
                     ix.close_lease(
                         self.key.pubkey(), account.client, io_account(account.client, config.io_mint), lease, nodes
+                    )
+                ],
+            ),
+            landed,
+        )
+
+    async def record_verification(
+        self, node_key: Pubkey, tier: int, valid_seconds: float, evidence: dict[str, Any]
+    ) -> Signature | None:
+        """Records on chain that the node's GPUs passed verification at `tier`, valid for
+        `valid_seconds` (at most the config's maximum), with the evidence's hash."""
+        config = await fetch_config(self.client)
+        node = await fetch(self.client, node_pda(node_key), "Node")
+        # a minute short of the maximum: the chain's clock may run a little ahead of this one
+        valid_until = int(time.time() + min(valid_seconds, config.max_verification_seconds - 60))
+        digest = evidence_hash(evidence)
+
+        async def landed() -> bool:
+            return (await fetch(self.client, node_pda(node_key), "Node")).verified_until == valid_until
+
+        return await self._retry(
+            lambda: send_and_confirm(
+                self.client,
+                self.key,
+                [
+                    ix.record_verification(
+                        self.key.pubkey(), node_key, tier, valid_until, digest, bytes(node.spec.inventory_hash)
                     )
                 ],
             ),

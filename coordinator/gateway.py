@@ -46,6 +46,8 @@ from gpunet.protocol import (
     Recorded,
     UsageAck,
     UsageReportMessage,
+    VerifyCommit,
+    VerifyOpenings,
     Welcome,
     encode,
     parse_worker_message,
@@ -82,6 +84,10 @@ class GatewayHandler(Protocol):
     async def checkpoint(self, node_key: Pubkey, checkpoint: Checkpoint) -> None: ...
 
     async def worker_ack(self, node_key: Pubkey, ack: Ack) -> None: ...
+
+    async def verify_commit(self, node_key: Pubkey, commit: VerifyCommit) -> None: ...
+
+    async def verify_openings(self, node_key: Pubkey, openings: VerifyOpenings) -> None: ...
 
     async def disconnected(self, node_key: Pubkey) -> None: ...
 
@@ -264,5 +270,9 @@ class Gateway:
                 await h.checkpoint(node_key, message)
             case Ack():
                 await h.worker_ack(node_key, message)
+            case VerifyCommit():
+                await h.verify_commit(node_key, message)
+            case VerifyOpenings():
+                await h.verify_openings(node_key, message)
             case _:
                 raise _Refused(CLOSE_MALFORMED, f"{message.type} is only valid during the handshake")

@@ -36,6 +36,7 @@ from coordinator.loops.failover import Failover
 from coordinator.loops.lease_end import LeaseEnd
 from coordinator.loops.placement import Placement
 from coordinator.loops.settlement import Settlement
+from coordinator.loops.verification import Verification
 from coordinator.loops.workers import WorkerMessages
 from coordinator.outages import WATCH_EVERY_SECONDS, DatabaseLost, Outages
 from coordinator.scheduler import LeaseRequest, NotPlaced, Scheduler
@@ -94,8 +95,17 @@ class Coordinator:
             settle,
             close_grace_seconds=settings.close_grace_seconds,
         )
+        self.verification = Verification(settings, pool, self.chain, self.shared, self.gateway, chain_writer)
         self.gateway.handler = self.workers = WorkerMessages(
-            pool, self.chain, self.shared, self.fleet, self.gateway, self.outages, self.dispatch, self.drain
+            pool,
+            self.chain,
+            self.shared,
+            self.fleet,
+            self.gateway,
+            self.outages,
+            self.dispatch,
+            self.drain,
+            self.verification,
         )
         self.indexer = Indexer(settings, pool)
         self._tasks: list[asyncio.Task[Any]] = []
@@ -119,6 +129,7 @@ class Coordinator:
             ("database-watch", self.outages.watch_database, 1.0),
             ("failover", self.failover.step, 0.5),
             ("drain", self.drain.step, 0.5),
+            ("verification", self.verification.step, 1.0),
             ("settlement", self.settlement.step, self.settings.settle_seconds),
         ):
             self._tasks.append(asyncio.create_task(self._every(name, step, every), name=name))

@@ -73,6 +73,18 @@ class Settings(BaseSettings):
     # MASTER_PORT given to cluster jobs (rank 0's node listens on it).
     cluster_port: int = Field(default=29500, ge=1, le=65535)
 
+    # --- GPU verification (gpunet.verification; README, "Verified supply")
+    # A verification holds this long (recorded on chain as valid-until); nodes are verified again
+    # before it runs out, jittered so they do not all come at once, and after any inventory change.
+    verify_every_seconds: float = Field(default=86_400.0, gt=0)
+    # How long a challenge takes at the claimed model's speed: real GPUs, simulated ones.
+    verify_seconds: float = Field(default=8.0, gt=0, le=600)
+    verify_simulated_seconds: float = Field(default=1.5, gt=0, le=600)
+    # Slash (fault FailedVerification, which jails the node) a node that fails a challenge it took:
+    # a missed deadline or a wrong result. A refused challenge or an inventory that differs from the
+    # registration only leaves the node unverified.
+    slash_failed_verification: bool = True
+
     @field_validator("program_id")
     @classmethod
     def _program_id_is_a_pubkey(cls, value: str) -> str:

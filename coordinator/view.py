@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 
+import asyncpg
 from solders.pubkey import Pubkey
 
 from coordinator.db import leases as ledger
@@ -27,7 +29,7 @@ class FleetView:
         self.shared, self.fleet, self.link = shared, fleet, link
 
     async def refresh(self, conn: Connection) -> None:
-        scheduler, fleet = self.shared.scheduler, self.fleet
+        scheduler, fleet, now = self.shared.scheduler, self.fleet, time.time()
         rows = await registered_nodes(conn)
         for r in rows:
             key = Pubkey.from_string(r["node_key"])
@@ -50,6 +52,7 @@ class FleetView:
                     draining=r["draining"],
                     online=fleet.online(key),
                     healthy=fleet.healthy(key),
+                    verified=self._verified(key, r, now),
                     simulated=bool(seen and seen.simulated),
                     latency_ms=self.link.latency_ms(key),
                     completed_shares=r["completed"],
@@ -72,6 +75,14 @@ class FleetView:
                 scheduler.restore(Placement(LeaseRequest(lease, shares[0].terms), placed))
             except (KeyError, SchedulerError) as e:
                 log.warning("placement.restore_failed lease=%s %s", lease, e)
+
+    def _verified(self, key: Pubkey, node: asyncpg.Record, now: float) -> bool:
+        """The node's GPUs are verified as the cluster requires (its config's tier, recorded on chain
+        and not run out), and nothing this process found since says otherwise."""
+        if key in self.shared.unverified:
+            return False
+        required = self.shared.required_tier
+        return required == 0 or (node["verification_tier"] >= required and node["verified_until"] > now)
 
     def mark_offline(self, node_key: Pubkey) -> None:
         if node_key in self.shared.scheduler.nodes:

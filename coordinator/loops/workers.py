@@ -18,11 +18,24 @@ from coordinator.fleet import Fleet
 from coordinator.keys import NodeKey
 from coordinator.loops.dispatch import Dispatch
 from coordinator.loops.drain import Drain
+from coordinator.loops.verification import Verification
 from coordinator.outages import Outages
 from coordinator.state import Shared, WorkerLink
 from gpunet.accounts import fetch
 from gpunet.pda import node_pda
-from gpunet.protocol import Ack, Cancel, Checkpoint, Error, Heartbeat, Hello, JobLog, JobStatus, UsageReportMessage
+from gpunet.protocol import (
+    Ack,
+    Cancel,
+    Checkpoint,
+    Error,
+    Heartbeat,
+    Hello,
+    JobLog,
+    JobStatus,
+    UsageReportMessage,
+    VerifyCommit,
+    VerifyOpenings,
+)
 
 __all__ = ["WorkerMessages"]
 
@@ -40,9 +53,10 @@ class WorkerMessages:
         outages: Outages,
         dispatch: Dispatch,
         drain: Drain,
+        verification: Verification,
     ) -> None:
         self.pool, self.chain, self.shared, self.fleet, self.link = pool, chain, shared, fleet, link
-        self.outages, self.dispatch, self.drain = outages, dispatch, drain
+        self.outages, self.dispatch, self.drain, self.verification = outages, dispatch, drain, verification
         self._stale_told: set[tuple[NodeKey, str, str | None]] = set()  # (node, lease, epoch) told it moved
 
     async def admit(self, node_key: NodeKey, hello: Hello) -> str | None:
@@ -63,6 +77,7 @@ class WorkerMessages:
 
     async def connected(self, node_key: NodeKey, hello: Hello) -> None:
         self.fleet.connected(node_key, hello.simulated)
+        self.verification.connected(node_key, hello.inventory)
         self.shared.running_checked.pop(node_key, None)
         self.dispatch.reconnected(node_key)
         log.info("worker.connected node=%s simulated=%s gpus=%d", node_key, hello.simulated, len(hello.inventory.gpus))
@@ -141,6 +156,13 @@ class WorkerMessages:
     async def worker_ack(self, node_key: NodeKey, ack: Ack) -> None:
         if ack.error:
             log.warning("worker.refused node=%s of=%s lease=%s error=%s", node_key, ack.of, ack.lease, ack.error)
+            self.verification.refused(node_key, ack)
+
+    async def verify_commit(self, node_key: NodeKey, commit: VerifyCommit) -> None:
+        self.verification.committed(node_key, commit)
+
+    async def verify_openings(self, node_key: NodeKey, openings: VerifyOpenings) -> None:
+        self.verification.opened(node_key, openings)
 
     async def disconnected(self, node_key: NodeKey) -> None:
         self.fleet.disconnected(node_key)

@@ -112,6 +112,9 @@ class NodeView:
     draining: bool = False  # its supplier's announced maintenance: no new shares (its own may move away)
     online: bool = False  # a worker session with fresh heartbeats
     healthy: bool = True  # the worker's last NVML health report
+    # Its GPUs verified as the cluster requires, and what runs there is what was registered
+    # (the coordinator's GPU verification says; False: it gets no new work).
+    verified: bool = True
     simulated: bool = False  # the worker runs simulated GPUs (labelled everywhere)
     latency_ms: float | None = None  # measured coordinator <-> worker round trip; None = not yet
     completed_shares: int = 0  # lease shares it ran to the end
@@ -143,7 +146,7 @@ class NodeView:
             value = getattr(self, name)
             if type(value) is not int or not low <= value < end:
                 raise InvalidNodeView(f"node {self.node_key}: {name}={value!r} is not an integer in [{low}, {end - 1}]")
-        for name in ("jailed", "draining", "online", "healthy", "simulated"):
+        for name in ("jailed", "draining", "online", "healthy", "simulated", "verified"):
             if type(getattr(self, name)) is not bool:
                 raise InvalidNodeView(f"node {self.node_key}: {name} must be a bool")
         latency = self.latency_ms
@@ -176,6 +179,7 @@ class NodeView:
             and self.healthy
             and not self.jailed
             and not self.draining
+            and self.verified
             and self.is_collateralised()
             and (accept_simulated or not self.simulated)
         )

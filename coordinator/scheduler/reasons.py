@@ -21,6 +21,7 @@ _GROUPS = (
     "unhealthy",
     "jailed",
     "draining",
+    "not verified",
     "under-collateralised",
     "simulated",
     "short of VRAM",
@@ -70,6 +71,8 @@ def _group(view: NodeView, request: LeaseRequest, accept_simulated: bool, exclud
         return "jailed"
     if view.draining:
         return "draining"
+    if not view.verified:
+        return "not verified"
     if not view.is_collateralised():
         return "under-collateralised"
     if view.simulated and not accept_simulated:

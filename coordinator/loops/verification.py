@@ -1,0 +1,295 @@
+"""Verification: the coordinator checks that each node's GPUs are what its supplier registered
+before the node gets leases (when the cluster's config requires it) and again every
+`verify_every_seconds` (jittered), after any inventory change, never on a leased GPU.
+
+A node is checked in this order, and the first finding is its verdict (every one stored as
+evidence, `coordinator/db/verifications.py`, served by the API):
+1. its live inventory (the worker's hello) hashes to the inventory hash registered on chain, and
+   has the registered count of GPUs of the registered model — else *unfit*: no leases until the
+   supplier fixes one or the other (no slash);
+2. none of its GPUs' identities (UUID, serial) is claimed by another node — else both are *unfit*
+   until one stops claiming it (the fault is recorded, no slash);
+3. each registered GPU answers a challenge (gpunet.verification) in time and right — else
+   *failed*: slashed with fault FailedVerification (which jails the node), unless the worker
+   *refused* the challenge (no GPU backend, a lease took the GPU): then it stays unverified.
+A node whose every GPU passed is recorded on chain as verified (tier 1 for simulated GPUs, which
+only clusters that accept simulated nodes take; tier 2 for real ones) until the verification runs out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import secrets
+import time
+from dataclasses import dataclass, field, replace
+
+import asyncpg
+from solana.rpc.async_api import AsyncClient
+
+from coordinator.attester import Attester, evidence_hash
+from coordinator.db import leases as ledger
+from coordinator.db import nodes, verifications
+from coordinator.db.verifications import Verdict
+from coordinator.gateway import NodeOffline
+from coordinator.keys import NodeKey
+from coordinator.settings import Settings
+from coordinator.state import Shared, WorkerLink
+from gpunet import verification as v
+from gpunet.accounts import AccountError, fetch, fetch_config
+from gpunet.catalog import CatalogError, GpuModel, gpu_model
+from gpunet.pda import node_pda
+from gpunet.protocol import Ack, Inventory, Verify, VerifyCommit, VerifyOpen, VerifyOpenings
+
+__all__ = ["SIMULATED_TIER", "VERIFIED_TIER", "Verification"]
+
+log = logging.getLogger("gpunet.coordinator.verification")
+
+SIMULATED_TIER = 1  # the reference path on simulated GPUs (clusters that accept simulated nodes)
+VERIFIED_TIER = 2  # compute challenges passed on real GPUs
+OPEN_TIMEOUT_SECONDS = 30.0  # for the openings, once committed (they cost the prover little)
+RETRY_SECONDS = 300.0  # a node left unverified (refused, unfit, failed) is looked at again after this
+
+
+class _Refused(Exception):
+    """The worker refused the challenge (its reason)."""
+
+
+class _Failed(Exception):
+    """The node took the challenge and failed it (its reason)."""
+
+
+@dataclass
+class _Challenge:
+    id: str
+    node_key: NodeKey
+    workload: v.Workload
+    committed: asyncio.Future[VerifyCommit] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+    opened: asyncio.Future[VerifyOpenings] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+
+
+class Verification:
+    def __init__(
+        self,
+        settings: Settings,
+        pool: asyncpg.Pool,
+        chain: AsyncClient,
+        shared: Shared,
+        link: WorkerLink,
+        attester: Attester,
+    ) -> None:
+        self.settings, self.pool, self.chain, self.shared, self.link = settings, pool, chain, shared, link
+        self.attester = attester
+        self.inventories: dict[NodeKey, Inventory] = {}  # from each worker's hello
+        self.due: dict[NodeKey, float] = {}  # node -> when it is verified next
+        self._running: dict[NodeKey, asyncio.Task[None]] = {}
+        self._challenges: dict[NodeKey, _Challenge] = {}  # one at a time per node
+        self._config_read = 0.0
+
+    # --- what the workers say (from the worker messages)
+
+    def connected(self, node_key: NodeKey, inventory: Inventory) -> None:
+        """A worker's hello: a node never seen, or whose inventory changed, is verified now."""
+        if self.inventories.get(node_key) != inventory:
+            self.inventories[node_key] = inventory
+            self.due[node_key] = 0.0
+
+    def committed(self, node_key: NodeKey, message: VerifyCommit) -> None:
+        c = self._challenges.get(node_key)
+        if c is not None and c.id == message.id and not c.committed.done():
+            c.committed.set_result(message)
+
+    def opened(self, node_key: NodeKey, message: VerifyOpenings) -> None:
+        c = self._challenges.get(node_key)
+        if c is not None and c.id == message.id and not c.opened.done():
+            c.opened.set_result(message)
+
+    def refused(self, node_key: NodeKey, ack: Ack) -> None:
+        c = self._challenges.get(node_key)
+        if c is None or ack.of not in ("verify", "verify_open"):
+            return
+        for future in (c.committed, c.opened):
+            if not future.done():
+                future.set_exception(_Refused(ack.error or "refused"))
+
+    # --- the loop
+
+    async def step(self) -> None:
+        now = time.time()
+        await self._read_config(now)
+        for node_key, due in list(self.due.items()):
+            if due > now or node_key in self._running or not self.link.online(node_key):
+                continue
+            async with self.pool.acquire() as conn:
+                if await ledger.active_shares(conn, node_key=node_key):
+                    continue  # a challenge never interrupts a leased GPU: verified once it is free
+            self._running[node_key] = asyncio.create_task(self._verify(node_key), name=f"verify-{node_key}")
+
+    async def _read_config(self, now: float) -> None:
+        """The verification tier the cluster requires to assign a node (read every 30 s)."""
+        if now - self._config_read < 30:
+            return
+        self._config_read = now
+        with contextlib.suppress(AccountError):
+            self.shared.required_tier = int(getattr(await fetch_config(self.chain), "min_verification_tier", 0))
+
+    async def _verify(self, node_key: NodeKey) -> None:
+        try:
+            verdict = await self._judge(node_key)
+        except Exception:
+            log.exception("verification.error node=%s", node_key)
+            verdict = "an error (logged)"
+        finally:
+            self._running.pop(node_key, None)
+        self.due[node_key] = time.time() + (
+            self.settings.verify_every_seconds * random.uniform(0.8, 0.9) if verdict is None else RETRY_SECONDS
+        )
+
+    async def _judge(self, node_key: NodeKey) -> str | None:
+        """Verifies the node; None when it passed, else why not (recorded, and acted on)."""
+        node = await fetch(self.chain, node_pda(node_key), "Node")
+        inventory = self.inventories[node_key]
+        try:
+            model = gpu_model(int(node.spec.gpu_model))
+        except CatalogError as e:
+            return await self._unfit(node_key, inventory, "?", f"its registered model is not listed: {e}")
+        if inventory.hash() != bytes(node.spec.inventory_hash):
+            return await self._unfit(
+                node_key,
+                inventory,
+                model.name,
+                "its GPUs differ from its registration (the inventory hash on chain): register the machine as it "
+                "is (gpunet node update --inventory-hash, see gpunet worker status) or restore it",
+            )
+        gpus = [g for g in inventory.gpus if g.model == model.name]
+        if len(gpus) < node.spec.gpu_count:
+            return await self._unfit(
+                node_key,
+                inventory,
+                model.name,
+                f"it runs {len(gpus)} {model.name} GPUs, registered {node.spec.gpu_count}",
+            )
+        if inventory.simulated and not self.settings.accept_simulated:
+            return await self._unfit(node_key, inventory, model.name, "simulated GPUs are not accepted on this cluster")
+        if (reason := await self._claim_identities(node_key, inventory, model)) is not None:
+            return reason
+        for gpu in gpus[: node.spec.gpu_count]:
+            try:
+                await self._challenge(node_key, inventory, model, gpu.index, gpu.uuid)
+            except _Refused as e:
+                return self._unverified(node_key, f"GPU {gpu.index} refused its challenge: {e}")
+            except _Failed as e:
+                await self._failed(node_key, str(e))
+                return str(e)
+        tier = SIMULATED_TIER if inventory.simulated else VERIFIED_TIER
+        self.shared.unverified.pop(node_key, None)
+        await self._record_pass(node_key, tier)
+        log.info("verification.passed node=%s tier=%d gpus=%d", node_key, tier, node.spec.gpu_count)
+        return None
+
+    async def _claim_identities(self, node_key: NodeKey, inventory: Inventory, model: GpuModel) -> str | None:
+        identities = [f"uuid:{g.uuid}" for g in inventory.gpus] + [
+            f"serial:{g.serial}" for g in inventory.gpus if g.serial
+        ]
+        async with self.pool.acquire() as conn:
+            also = await verifications.claim_identities(conn, node_key, identities, self.settings.verify_every_seconds)
+        if not also:
+            return None
+        identity, other = next(iter(also.items()))
+        reason = f"GPU {identity} is also claimed by node {other}: one GPU counts once (both stay unverified)"
+        evidence = {"fault": "DuplicateGpu", "node_key": str(node_key), "identity": identity, "also": str(other)}
+        async with self.pool.acquire() as conn:
+            await nodes.record_fault(conn, node_key, None, "DuplicateGpu", evidence, evidence_hash(evidence))
+        self.shared.unverified[other] = reason
+        return await self._unfit(node_key, inventory, model.name, reason)
+
+    async def _challenge(self, node_key: NodeKey, inventory: Inventory, model: GpuModel, gpu: int, uuid: str) -> None:
+        """One GPU's challenge; raises _Refused or _Failed (its reason), recording the evidence either way."""
+        seconds = self.settings.verify_simulated_seconds if inventory.simulated else self.settings.verify_seconds
+        workload = v.workload_for(model, v.new_seed(), simulated=inventory.simulated, seconds=seconds)
+        c = self._challenges[node_key] = _Challenge(secrets.token_hex(16), node_key, workload)
+        evidence = Verdict(
+            node_key, model.name, inventory.simulated, "passed", gpu_index=gpu, gpu_uuid=uuid, challenge=c.id,
+            seed=workload.seed.hex(), n=workload.n, depth=workload.depth, products=workload.products,
+            expected_seconds=workload.expected_seconds, deadline_seconds=workload.deadline,
+        )  # fmt: skip
+        sent = time.monotonic()
+        try:
+            try:
+                await self.link.send(node_key, Verify(
+                    id=c.id, gpu=gpu, seed=workload.seed.hex(), n=workload.n, depth=workload.depth,
+                    products=workload.products, expected_seconds=workload.expected_seconds,
+                ))  # fmt: skip
+                commit = await asyncio.wait_for(asyncio.shield(c.committed), workload.deadline)
+            except NodeOffline:
+                raise _Refused("the worker disconnected") from None
+            except TimeoutError:
+                raise _Failed(f"GPU {gpu} missed the deadline of {workload.deadline:.1f} s "
+                              f"(a {model.name} needs about {workload.expected_seconds:.1f} s)") from None  # fmt: skip
+            elapsed = time.monotonic() - sent
+            evidence = replace(evidence, committed_seconds=round(elapsed, 3))
+            rows = v.choose_rows(workload)
+            try:
+                await self.link.send(node_key, VerifyOpen(id=c.id, rows=rows))
+                answer = await asyncio.wait_for(asyncio.shield(c.opened), OPEN_TIMEOUT_SECONDS)
+            except (NodeOffline, TimeoutError):
+                raise _Failed(f"GPU {gpu} committed but did not open the rows asked for") from None
+            openings = [
+                v.Opening(o.product, o.row, o.chunk, [bytes.fromhex(p) for p in o.path]) for o in answer.openings
+            ]
+            wrong = await asyncio.to_thread(v.check_all, workload, bytes.fromhex(commit.root), openings, rows)
+            if wrong is not None:
+                raise _Failed(f"GPU {gpu}: {wrong}")
+            await self._store(evidence)
+        except _Refused as e:
+            await self._store(replace(evidence, verdict="refused", reason=str(e)))
+            raise
+        except _Failed as e:
+            await self._store(replace(evidence, verdict="failed", reason=str(e)))
+            raise
+        finally:
+            self._challenges.pop(node_key, None)
+
+    async def _store(self, verdict: Verdict) -> None:
+        async with self.pool.acquire() as conn:
+            await verifications.record(conn, verdict)
+
+    def _unverified(self, node_key: NodeKey, reason: str) -> str:
+        self.shared.unverified[node_key] = reason
+        log.warning("verification.unverified node=%s %s", node_key, reason)
+        return reason
+
+    async def _unfit(self, node_key: NodeKey, inventory: Inventory, model: str, reason: str) -> str:
+        await self._store(Verdict(node_key, model, inventory.simulated, "unfit", reason))
+        return self._unverified(node_key, reason)
+
+    async def _failed(self, node_key: NodeKey, reason: str) -> None:
+        self._unverified(node_key, reason)
+        async with self.pool.acquire() as conn:
+            rows = await verifications.of_node(conn, str(node_key), limit=16)
+        evidence = {"fault": "FailedVerification", "node_key": str(node_key), "reason": reason,
+                    "challenges": [{k: r[k] for k in ("challenge", "gpu_index", "seed", "n", "depth", "products",
+                                                      "deadline_seconds", "committed_seconds", "verdict", "reason")}
+                                   for r in rows]}  # fmt: skip
+        async with self.pool.acquire() as conn:
+            fault = await nodes.record_fault(
+                conn, node_key, None, "FailedVerification", evidence, evidence_hash(evidence)
+            )
+        if not self.settings.slash_failed_verification:
+            return
+        try:
+            sig = await self.attester.slash(node_key, "FailedVerification", evidence)
+            async with self.pool.acquire() as conn:
+                await nodes.set_slash_signature(conn, fault, str(sig) if sig else None)
+        except Exception:
+            log.exception("verification.slash_failed node=%s", node_key)
+
+    async def _record_pass(self, node_key: NodeKey, tier: int) -> None:
+        """Records the pass on chain: valid for `verify_every_seconds` (or the config's maximum)."""
+        async with self.pool.acquire() as conn:
+            rows = await verifications.of_node(conn, str(node_key), limit=64)
+        evidence = {"node_key": str(node_key), "tier": tier,
+                    "challenges": [r["challenge"] for r in rows if r["verdict"] == "passed"]}  # fmt: skip
+        await self.attester.record_verification(node_key, tier, self.settings.verify_every_seconds, evidence)
