@@ -423,6 +423,8 @@ class Ack(_FromWorker):
     of: Annotated[str, Field(max_length=64)]  # the type of the message answered ("?" if unreadable)
     lease: PubkeyStr | None = None
     error: ShortText | None = None
+    # A refused dispatch the node could never take (it lacks the GPUs): the coordinator moves the share.
+    unable: bool = False
 
 
 ChallengeId = Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")]

@@ -231,9 +231,9 @@ class Agent:
 
     # --- jobs
 
-    def _refuse(self, of: str, lease: str | None, error: str) -> None:
+    def _refuse(self, of: str, lease: str | None, error: str, *, unable: bool = False) -> None:
         log.warning("coordinator.refused of=%s lease=%s error=%s", of, lease, error)
-        self.session.send(Ack(simulated=self.simulated, of=of, lease=lease, error=error))
+        self.session.send(Ack(simulated=self.simulated, of=of, lease=lease, error=error, unable=unable))
 
     def _held(self, lease: str) -> _Share | None:
         share = self.shares.get(lease)
@@ -286,7 +286,9 @@ class Agent:
             if g.uuid not in busy and samples.get(g.uuid, None) is not None and samples[g.uuid].healthy
         ]
         if d.gpus > len(free):
-            self._refuse("dispatch", d.lease, f"{d.gpus} GPUs asked for, {len(free)} free and healthy on this node")
+            self._refuse(
+                "dispatch", d.lease, f"{d.gpus} GPUs asked for, {len(free)} free and healthy on this node", unable=True
+            )
             return
         uuids = free[: d.gpus]
         meter = LeaseMeter(

@@ -21,6 +21,7 @@ from coordinator.api.params import BadRequest, parse_pubkey, parse_query
 from coordinator.api.resources import PAGE, RESOURCES, Resource
 from coordinator.audit import audit_lease, audit_provider
 from coordinator.db import chain as ledger
+from coordinator.db import verifications
 from coordinator.indexer.rpc import ChainRpc, RpcError
 from coordinator.settings import Settings
 
@@ -112,6 +113,17 @@ def create_app(
 
         return handler
 
+    async def node_verifications(request: Request) -> Response:
+        """The evidence behind a node's verification status: its challenges and verdicts, newest first."""
+        parse_query(request.query_params, ())
+        key = parse_pubkey("key", request.path_params["key"])
+        async with pool.acquire() as conn:
+            node = await ledger.row(conn, "nodes", "node", key) or await ledger.row(conn, "nodes", "node_key", key)
+            if node is None:
+                return _error(404, f"no node with node account or node key {key} in the ledger")
+            rows = await verifications.of_node(conn, node["node_key"])
+        return JSONResponse({"node": node["node"], "node_key": node["node_key"], "items": [_row(r) for r in rows]})
+
     async def health(request: Request) -> Response:
         try:
             async with pool.acquire() as conn:
@@ -148,6 +160,7 @@ def create_app(
         if resource.key:
             routes.append(Route(f"/{resource.name}/{{key}}", item(resource)))
     routes += [Route("/audit/leases/{key}", audit("lease")), Route("/audit/providers/{key}", audit("provider"))]
+    routes.append(Route("/nodes/{key}/verifications", node_verifications))
     routes += list(extra_routes)
 
     async def bad_request(request: Request, exc: Exception) -> Response:

@@ -60,6 +60,9 @@ def openapi_document() -> dict[str, Any]:
     paths["/audit/providers/{key}"] = _op(
         "Check a provider's events, rows, account and stake vault against the chain.", [_KEY]
     )
+    paths["/nodes/{key}/verifications"] = _op(
+        "A node's GPU verification challenges and verdicts, newest first (by node account or node key).", [_KEY]
+    )
     # A running coordinator's client routes (coordinator.api.work).
     from coordinator.api.work import JOB_VIEW_PARAMS, QUOTE_PARAMS
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 
 import asyncpg
 from solana.rpc.async_api import AsyncClient
+from solders.pubkey import Pubkey
 
 from coordinator.attester import Attester, evidence_hash
 from coordinator.db import leases as ledger
@@ -113,6 +114,15 @@ class Verification:
         for future in (c.committed, c.opened):
             if not future.done():
                 future.set_exception(_Refused(ack.error or "refused"))
+
+    async def refused_dispatch(self, node_key: NodeKey, lease: str, error: str) -> None:
+        """The node cannot take a share it was given (it lacks the GPUs it registered): the fault is
+        recorded, the node slashed for it (FailedVerification, which jails it, so the program lets its
+        share move) and the share moves at once (the failover loop); it gets no leases until verified."""
+        reason = f"refused its share of lease {lease}: {error}"
+        self.due[node_key] = 0.0
+        await self._failed(node_key, reason, lease=lease)
+        self.shared.failovers.setdefault(lease, set()).add(node_key)
 
     # --- the loop
 
@@ -265,7 +275,7 @@ class Verification:
         await self._store(Verdict(node_key, model, inventory.simulated, "unfit", reason))
         return self._unverified(node_key, reason)
 
-    async def _failed(self, node_key: NodeKey, reason: str) -> None:
+    async def _failed(self, node_key: NodeKey, reason: str, lease: str | None = None) -> None:
         self._unverified(node_key, reason)
         async with self.pool.acquire() as conn:
             rows = await verifications.of_node(conn, str(node_key), limit=16)
@@ -275,12 +285,13 @@ class Verification:
                                    for r in rows]}  # fmt: skip
         async with self.pool.acquire() as conn:
             fault = await nodes.record_fault(
-                conn, node_key, None, "FailedVerification", evidence, evidence_hash(evidence)
+                conn, node_key, lease, "FailedVerification", evidence, evidence_hash(evidence)
             )
         if not self.settings.slash_failed_verification:
             return
         try:
-            sig = await self.attester.slash(node_key, "FailedVerification", evidence)
+            victim = Pubkey.from_string(lease) if lease else None  # the client whose share it refused
+            sig = await self.attester.slash(node_key, "FailedVerification", evidence, lease=victim)
             async with self.pool.acquire() as conn:
                 await nodes.set_slash_signature(conn, fault, str(sig) if sig else None)
         except Exception:

@@ -157,6 +157,8 @@ class WorkerMessages:
         if ack.error:
             log.warning("worker.refused node=%s of=%s lease=%s error=%s", node_key, ack.of, ack.lease, ack.error)
             self.verification.refused(node_key, ack)
+            if ack.unable and ack.of == "dispatch" and ack.lease is not None:
+                await self.verification.refused_dispatch(node_key, ack.lease, ack.error)
 
     async def verify_commit(self, node_key: NodeKey, commit: VerifyCommit) -> None:
         self.verification.committed(node_key, commit)
