@@ -2,8 +2,9 @@
 of what it costs the prover.
 
 The verifier (the coordinator) sends a fresh random seed and a workload sized from the claimed
-model (`workload_for`): `products` integer matrix products C_k = A_k · B_k, A_k of n x depth and
-B_k of depth x n, their entries in [-8, 7] derived from the seed (`matrix`). Integer entries make
+model (`workload_for`): `products` integer matrix products C_k = A_k · B, each A_k of n x depth and
+one B of depth x n, their entries in [-8, 7] derived from the seed (`matrix`). (One B: the
+verifier derives it once per challenge, not once per row it checks.) Integer entries make
 the answer exact on any hardware: |C| <= 64 · depth < 2**24, so FP16 inputs with FP32
 accumulation (tensor cores), FP32, FP64 or integer arithmetic all give the same integers, in any
 summation order. An honest GPU never fails on rounding: the tolerance is zero.
@@ -27,6 +28,7 @@ speed (`simulated_seconds`), so their verdicts are labelled simulated everywhere
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import secrets
@@ -52,6 +54,7 @@ __all__ = [
     "open_row",
     "product",
     "row_digests",
+    "shared_b",
     "simulated_seconds",
     "workload_for",
 ]
@@ -130,7 +133,7 @@ def _words(seed: bytes) -> tuple[np.uint64, np.uint64]:
 def matrix(
     seed: bytes, k: int, which: int, rows: int, cols: int, first_row: int = 0, count: int | None = None
 ) -> np.ndarray:
-    """Rows `first_row`.. (`count` of them, all by default) of matrix `which` (0: A_k, 1: B_k) of
+    """Rows `first_row`.. (`count` of them, all by default) of matrix `which` (0: A_k, 1: B with k = 0) of
     product k, a `rows` x `cols` matrix of integers in [-8, 7] (float64: exact, and fast in BLAS)."""
     count = rows - first_row if count is None else count
     s0, s1 = _words(seed)
@@ -141,12 +144,16 @@ def matrix(
     return (h >> np.uint64(28)).astype(np.float64) - 8.0
 
 
+@functools.lru_cache(maxsize=1)
+def shared_b(workload: Workload) -> np.ndarray:
+    """B, the right-hand matrix of every product of the workload."""
+    return matrix(workload.seed, 0, 1, workload.depth, workload.n)
+
+
 def product(workload: Workload, k: int) -> np.ndarray:
     """C_k, exactly (int64), on the CPU: the reference path."""
     w = workload
-    a = matrix(w.seed, k, 0, w.n, w.depth)
-    b = matrix(w.seed, k, 1, w.depth, w.n)
-    return (a @ b).astype(np.int64)
+    return (matrix(w.seed, k, 0, w.n, w.depth) @ shared_b(w)).astype(np.int64)
 
 
 def row_digests(workload: Workload, k: int, c: np.ndarray, first_row: int = 0) -> np.ndarray:
@@ -228,7 +235,7 @@ def check_opening(workload: Workload, root: bytes, opening: Opening) -> str | No
     if len(opening.chunk) != min(CHUNK, w.products * w.n - index * CHUNK):
         return f"the chunk of product {k}'s row {row} has {len(opening.chunk)} digests"
     a_row = matrix(w.seed, k, 0, w.n, w.depth, first_row=row, count=1)
-    true_row = (a_row @ matrix(w.seed, k, 1, w.depth, w.n)).astype(np.int64)
+    true_row = (a_row @ shared_b(w)).astype(np.int64)
     digest = int(row_digests(w, k, true_row, first_row=row)[0])
     if opening.chunk[position % CHUNK] != digest:
         return f"product {k} row {row}: the committed digest is not the row's (a wrong or skipped result)"
