@@ -14,7 +14,15 @@ from solders.pubkey import Pubkey
 from gpunet.errors import GpunetError
 from gpunet.protocol import JobSpec, job_message, operator_message
 
-__all__ = ["CoordinatorError", "job_logs", "job_view", "next_job_number", "resume_slashing", "submit_job"]
+__all__ = [
+    "CoordinatorError",
+    "job_logs",
+    "job_view",
+    "next_job_number",
+    "node_verifications",
+    "resume_slashing",
+    "submit_job",
+]
 
 
 class CoordinatorError(GpunetError):
@@ -105,3 +113,8 @@ async def resume_slashing(coordinator_url: str, attester: Keypair, region: str |
         f"{coordinator_url.rstrip('/')}/slashing/resume",
         json={"region": region, "at": at, "signature": str(signature)},
     )
+
+
+async def node_verifications(coordinator_url: str, node: Pubkey) -> Any:
+    """A node's GPU verification challenges and verdicts (by node account or node key), newest first."""
+    return await _call("GET", f"{coordinator_url.rstrip('/')}/nodes/{node}/verifications")

@@ -25,11 +25,15 @@ from gpunet.cli.common import (
     key_column,
     pubkey_arg,
 )
+from gpunet.cli.lease import DEFAULT_COORDINATOR, CoordinatorOpt
+from gpunet.jobs import node_verifications
 from gpunet.keys import load_keypair, node_keypair_path
 from gpunet.limits import MAX_GPUS_PER_NODE
 from gpunet.pda import node_pda, provider_pda
 
-app = typer.Typer(help="GPU nodes: register, update, drain, undrain, deregister, unjail, list.", no_args_is_help=True)
+app = typer.Typer(
+    help="GPU nodes: register, update, drain, undrain, deregister, unjail, list, verifications.", no_args_is_help=True
+)
 NodeKeyArg = Annotated[str, typer.Argument(help="The node's public key (its worker signs with it).")]
 RegionOpt = Annotated[str | None, typer.Option("--region", help=f"One of: {', '.join(catalog.REGIONS.values())}.")]
 PriceOpt = Annotated[str | None, typer.Option("--price", help="Asking price in IO per GPU-hour, e.g. 2.5.")]
@@ -284,3 +288,33 @@ def list_nodes(
         s.show(rows, table)
 
     Session(url, json_output=json_output).run(command)
+
+
+@app.command("verifications")
+def verifications(
+    node: Annotated[str, typer.Argument(help="The node's key or its node account.")],
+    coordinator: CoordinatorOpt = DEFAULT_COORDINATOR,
+    json_output: JsonOpt = False,
+) -> None:
+    """A node's GPU verification history, newest first: each challenge (model it was sized for,
+    deadline, how long the node took) and its verdict, with why. The coordinator keeps it."""
+
+    async def command(s: Session) -> None:
+        key = pubkey_arg(node, "node key or node account")
+        found = await node_verifications(coordinator, key)
+        rows = found["items"]
+
+        def table() -> Table:
+            t = Table("when", "GPU", "model", "deadline", "took", "verdict", "why", title=f"node {found['node_key']}")
+            for r in rows:
+                took = "-" if r["committed_seconds"] is None else f"{r['committed_seconds']:.2f} s"
+                deadline = "-" if r["deadline_seconds"] is None else f"{r['deadline_seconds']:.2f} s"
+                colour = {"passed": "green", "failed": "red"}.get(r["verdict"], "yellow")
+                sim = " (simulated)" if r["simulated"] else ""
+                t.add_row(r["at"], "-" if r["gpu_index"] is None else str(r["gpu_index"]), r["model"] + sim,
+                          deadline, took, f"[{colour}]{r['verdict']}[/]", r["reason"])  # fmt: skip
+            return t
+
+        s.show(rows, table)
+
+    Session(None, json_output=json_output).run(command)
