@@ -58,10 +58,11 @@ class Shared:
     # node -> the leases its last checked heartbeat claimed and it holds (worker messages; failover clears a lost node)
     running_checked: dict[NodeKey, frozenset[str]] = field(default_factory=dict)
     # GPU verification (verification; the fleet view turns these into the scheduler's `verified`):
-    # the tier the cluster's config requires to assign a node (0: none), and the nodes found unfit,
-    # failed or refusing, with why.
+    # the tier the cluster's config requires to assign a node (0: none), and the nodes found unfit
+    # (what runs is not what was registered, a GPU claimed twice) or failing, with why: those get no
+    # leases whatever the tier.
     required_tier: int = 0
-    unverified: dict[NodeKey, str] = field(default_factory=dict)
+    unfit: dict[NodeKey, str] = field(default_factory=dict)
 
     def region(self, node_key: NodeKey) -> int | None:
         view = self.scheduler.nodes.get(node_key)

@@ -79,7 +79,7 @@ class FleetView:
     def _verified(self, key: Pubkey, node: asyncpg.Record, now: float) -> bool:
         """The node's GPUs are verified as the cluster requires (its config's tier, recorded on chain
         and not run out), and nothing this process found since says otherwise."""
-        if key in self.shared.unverified:
+        if key in self.shared.unfit:
             return False
         required = self.shared.required_tier
         return required == 0 or (node["verification_tier"] >= required and node["verified_until"] > now)

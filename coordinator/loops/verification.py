@@ -165,6 +165,11 @@ class Verification:
             model = gpu_model(int(node.spec.gpu_model))
         except CatalogError as e:
             return await self._unfit(node_key, inventory, "?", f"its registered model is not listed: {e}")
+        if not any(node.spec.inventory_hash):
+            reason = "no inventory hash is registered: register the one `gpunet worker inventory` prints"
+            await self._store(Verdict(node_key, model.name, inventory.simulated, "unverified", reason))
+            log.info("verification.unverified node=%s %s", node_key, reason)
+            return reason
         if inventory.hash() != bytes(node.spec.inventory_hash):
             return await self._unfit(
                 node_key,
@@ -183,18 +188,19 @@ class Verification:
             )
         if inventory.simulated and not self.settings.accept_simulated:
             return await self._unfit(node_key, inventory, model.name, "simulated GPUs are not accepted on this cluster")
-        if (reason := await self._claim_identities(node_key, inventory, model)) is not None:
-            return reason
+        if (duplicate := await self._claim_identities(node_key, inventory, model)) is not None:
+            return duplicate
         for gpu in gpus[: node.spec.gpu_count]:
             try:
                 await self._challenge(node_key, inventory, model, gpu.index, gpu.uuid)
             except _Refused as e:
-                return self._unverified(node_key, f"GPU {gpu.index} refused its challenge: {e}")
+                log.warning("verification.refused node=%s gpu=%d %s", node_key, gpu.index, e)
+                return f"GPU {gpu.index} refused its challenge: {e}"
             except _Failed as e:
                 await self._failed(node_key, str(e))
                 return str(e)
         tier = SIMULATED_TIER if inventory.simulated else VERIFIED_TIER
-        self.shared.unverified.pop(node_key, None)
+        self.shared.unfit.pop(node_key, None)
         await self._record_pass(node_key, tier)
         log.info("verification.passed node=%s tier=%d gpus=%d", node_key, tier, node.spec.gpu_count)
         return None
@@ -212,7 +218,7 @@ class Verification:
         evidence = {"fault": "DuplicateGpu", "node_key": str(node_key), "identity": identity, "also": str(other)}
         async with self.pool.acquire() as conn:
             await nodes.record_fault(conn, node_key, None, "DuplicateGpu", evidence, evidence_hash(evidence))
-        self.shared.unverified[other] = reason
+        self.shared.unfit[other] = reason
         return await self._unfit(node_key, inventory, model.name, reason)
 
     async def _challenge(self, node_key: NodeKey, inventory: Inventory, model: GpuModel, gpu: int, uuid: str) -> None:
@@ -266,17 +272,15 @@ class Verification:
         async with self.pool.acquire() as conn:
             await verifications.record(conn, verdict)
 
-    def _unverified(self, node_key: NodeKey, reason: str) -> str:
-        self.shared.unverified[node_key] = reason
-        log.warning("verification.unverified node=%s %s", node_key, reason)
-        return reason
-
     async def _unfit(self, node_key: NodeKey, inventory: Inventory, model: str, reason: str) -> str:
         await self._store(Verdict(node_key, model, inventory.simulated, "unfit", reason))
-        return self._unverified(node_key, reason)
+        self.shared.unfit[node_key] = reason
+        log.warning("verification.unfit node=%s %s", node_key, reason)
+        return reason
 
     async def _failed(self, node_key: NodeKey, reason: str, lease: str | None = None) -> None:
-        self._unverified(node_key, reason)
+        self.shared.unfit[node_key] = reason
+        log.warning("verification.failed node=%s %s", node_key, reason)
         async with self.pool.acquire() as conn:
             rows = await verifications.of_node(conn, str(node_key), limit=16)
         evidence = {"fault": "FailedVerification", "node_key": str(node_key), "reason": reason,

@@ -17,7 +17,8 @@ CREATE TABLE verifications (
     expected_seconds   double precision,
     deadline_seconds   double precision,
     committed_seconds  double precision,     -- from sending the challenge to the commitment (NULL: none)
-    verdict            text NOT NULL CHECK (verdict IN ('passed', 'failed', 'refused', 'unfit')),
+        -- passed; failed (slashed); unfit (no leases until fixed); refused or unverified (not held against it)
+    verdict            text NOT NULL CHECK (verdict IN ('passed', 'failed', 'refused', 'unfit', 'unverified')),
     reason             text NOT NULL DEFAULT '',
     at                 timestamptz NOT NULL DEFAULT clock_timestamp()
 );
