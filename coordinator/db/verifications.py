@@ -1,4 +1,4 @@
-"""GPU verification's records (migration 0009_gpu_verifications): every challenge and its verdict,
+"""GPU verification's records (migration 0010_gpu_verifications): every challenge and its verdict,
 and the GPU identities seen on each node."""
 
 from __future__ import annotations
