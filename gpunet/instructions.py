@@ -24,6 +24,8 @@ from gpunet.idl import PROGRAM_ID, load_idl
 from gpunet.limits import (
     ANY,
     MAX_DOWNTIME_TOLERANCE_SECONDS,
+    MAX_VERIFICATION_SECONDS,
+    MAX_VERIFICATION_TIER,
     MIN_DOWNTIME_TOLERANCE_SECONDS,
 )
 from gpunet.pda import (
@@ -40,8 +42,15 @@ from gpunet.usage import UsageReport
 
 __all__ = [
     "ANY",
+    "FAULT_KINDS",
     "MAX_DOWNTIME_TOLERANCE_SECONDS",
+    "MAX_VERIFICATION_SECONDS",
+    "MAX_VERIFICATION_TIER",
     "MIN_DOWNTIME_TOLERANCE_SECONDS",
+    "TIER_CONFIDENTIAL",
+    "TIER_GPU",
+    "TIER_SIMULATED",
+    "TIER_UNVERIFIED",
     "TOKEN_PROGRAM_ID",
     "ConfigParams",
     "LeaseTerms",
@@ -55,6 +64,7 @@ __all__ = [
     "open_lease",
     "reassign_lease",
     "reclaim_lease",
+    "record_verification",
     "register_node",
     "register_provider",
     "request_unstake",
@@ -70,6 +80,17 @@ __all__ = [
 ]
 
 FAULT_KINDS = ("MissedHeartbeats", "FailedVerification", "InvalidUsage")
+"""The program's FaultKind variants, in order. A "FailedVerification" slash also clears the node's verification."""
+
+# A node's verification tier (the Node account's `verification_tier`, record_verification's `tier`).
+TIER_UNVERIFIED = 0
+"""Never verified, or the verification was cleared (a failed verification, a changed inventory)."""
+TIER_SIMULATED = 1
+"""Verified against a simulated reference: local clusters only."""
+TIER_GPU = 2
+"""Compute and memory verified on a real GPU."""
+TIER_CONFIDENTIAL = 3
+"""Reserved for confidential-computing attestation."""
 
 
 @dataclass(frozen=True)
@@ -89,6 +110,11 @@ class ConfigParams:
     close_grace_seconds: int = 60
     settle_window_seconds: int = 300
     lease_retention_seconds: int = 7 * 86_400
+    # The least verification tier a node needs to be assigned (0: verification not required).
+    min_verification_tier: int = TIER_UNVERIFIED
+    # The longest an attester may record a verification valid for (<= MAX_VERIFICATION_SECONDS;
+    # 0, nothing can be verified, only while no tier is required).
+    max_verification_seconds: int = 7 * 86_400
 
 
 @dataclass(frozen=True)
@@ -272,6 +298,32 @@ def set_node_draining(authority: Pubkey, node_key: Pubkey, draining: bool) -> In
     """Starts (`draining=True`) or ends the node's announced maintenance: while draining it gets
     no new leases and the coordinator moves its shares to other nodes without a slash."""
     return _ix("set_node_draining", draining, accounts=_node_owner_accounts(authority, node_key))
+
+
+def record_verification(
+    attester: Pubkey,
+    node_key: Pubkey,
+    tier: int,
+    valid_until: int,
+    evidence_hash: bytes,
+    inventory_hash: bytes,
+) -> Instruction:
+    """The attester records that it verified the node at `tier` (TIER_SIMULATED..TIER_CONFIDENTIAL)
+    until `valid_until` (unix seconds: in the future, at most the config's `max_verification_seconds`
+    ahead). `evidence_hash`: SHA-256 of the challenge evidence the attester keeps; `inventory_hash`:
+    the inventory verified, which must be the node's registered one. The node must not be jailed."""
+    if not 1 <= tier <= MAX_VERIFICATION_TIER:
+        raise ValueError(f"verification tier must be 1..{MAX_VERIFICATION_TIER}, not {tier}")
+    if len(evidence_hash) != 32 or len(inventory_hash) != 32:
+        raise ValueError("evidence and inventory hashes must be 32 bytes (SHA-256)")
+    return _ix(
+        "record_verification",
+        tier,
+        valid_until,
+        list(evidence_hash),
+        list(inventory_hash),
+        accounts={"attester": attester, "config": config_pda(), "node": node_pda(node_key)},
+    )
 
 
 # --- leases

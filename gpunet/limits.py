@@ -17,6 +17,8 @@ __all__ = [
     "MAX_LEASE_GPUS",
     "MAX_LEASE_NODES",
     "MAX_PROTOCOL_FEE_BPS",
+    "MAX_VERIFICATION_SECONDS",
+    "MAX_VERIFICATION_TIER",
     "MIN_DOWNTIME_TOLERANCE_SECONDS",
 ]
 
@@ -47,3 +49,7 @@ MIN_DOWNTIME_TOLERANCE_SECONDS = _limit("MIN_DOWNTIME_TOLERANCE_SECONDS")
 """The least downtime tolerance a lease may choose (0 means the network's default)."""
 MAX_DOWNTIME_TOLERANCE_SECONDS = _limit("MAX_DOWNTIME_TOLERANCE_SECONDS")
 """The most downtime tolerance a lease may choose."""
+MAX_VERIFICATION_TIER = _limit("MAX_VERIFICATION_TIER")
+"""The highest verification tier a node may be recorded at (and the config may require)."""
+MAX_VERIFICATION_SECONDS = _limit("MAX_VERIFICATION_SECONDS")
+"""The longest a recorded verification may be valid (and the most `max_verification_seconds` may be)."""

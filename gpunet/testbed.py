@@ -7,6 +7,8 @@ through `Market.send`, which records its signature: tests hold an indexer to wha
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -205,6 +207,25 @@ class Market:
             ],
         )
 
+    async def verify(self, s: Supplier, tier: int = ix.TIER_SIMULATED, seconds: int = 3_600) -> Signature:
+        """The attester records `s`'s node verified at `tier` for `seconds` from now (the local node's
+        clock follows the wall clock), for its registered inventory."""
+        node = await fetch(self.chain, s.node, "Node")
+        evidence = hashlib.sha256(b"testbed verification " + bytes(s.node)).digest()
+        return await self.send(
+            self.attester,
+            [
+                ix.record_verification(
+                    self.attester.pubkey(),
+                    s.node_key.pubkey(),
+                    tier,
+                    int(time.time()) + seconds,
+                    evidence,
+                    bytes(node.spec.inventory_hash),
+                )
+            ],
+        )
+
     async def close(self, c: Client, lease: Pubkey) -> None:
         """The client closes; the attester, with nothing more to settle, finalizes at once."""
         state = await fetch(self.chain, lease, "Lease")
@@ -230,6 +251,7 @@ class Market:
         await self.send(
             cyd.wallet, [ix.update_node(cyd.wallet.pubkey(), cyd.node_key.pubkey(), 2, 2 * IO, bytes([7] * 32))]
         )
+        await self.verify(ada)
         dev = await self.client()
         lease = await self.open_lease(dev, 1, gpus=4)
         await self.assign(lease, [(ada, 2), (bob, 2)])

@@ -35,6 +35,7 @@ INSTRUCTIONS = {
     "deregister_node",
     "unjail_node",
     "set_node_draining",
+    "record_verification",
     "open_lease",
     "assign_lease",
     "top_up_lease",
@@ -58,6 +59,7 @@ EVENTS = {
     "NodeDeregistered",
     "NodeUnjailed",
     "NodeDrainingSet",
+    "NodeVerified",
     "LeaseOpened",
     "LeaseAssigned",
     "LeaseToppedUp",
@@ -78,6 +80,8 @@ CONSTANTS = {
     "MAX_LEASE_GPUS": 128,
     "MAX_LEASE_NODES": 8,
     "MAX_PROTOCOL_FEE_BPS": 2_000,
+    "MAX_VERIFICATION_SECONDS": 30 * 86_400,
+    "MAX_VERIFICATION_TIER": 3,
     "MIN_DOWNTIME_TOLERANCE_SECONDS": 10,
 }
 

@@ -133,6 +133,8 @@ fn per_instruction() -> Vec<(String, Vec<u64>)> {
     }
     let spare_supplier = h.supplier(1_000 * IO);
     let spare = h.node(&spare_supplier, h100_spec(2));
+    let valid_until = h.now() + 3_600;
+    record("record_verification", consumed(h.verify(&spare, 2, valid_until), "record_verification"));
 
     let client = h.client(1_000_000 * IO);
     let single = LeaseRef::new(client.wallet.pubkey(), 1);

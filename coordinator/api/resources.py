@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from coordinator.api.params import Param
 from gpunet.events import EVENT_NAMES
+from gpunet.limits import MAX_VERIFICATION_TIER
 
 __all__ = ["PAGE", "RESOURCES", "Resource"]
 
@@ -50,8 +51,9 @@ RESOURCES = {
                 Param("jailed", "boolean", "jailed"),
                 Param("draining", "boolean", "draining"),
                 Param("registered", "boolean", "registered"),
+                Param("verification_tier", "integer", "verification_tier", maximum=MAX_VERIFICATION_TIER),
             ),
-            "GPU nodes and their offer.",
+            "GPU nodes and their offer, with how each was last verified (tier, until when, evidence hash).",
         ),
         Resource(
             "leases",

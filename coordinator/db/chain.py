@@ -62,6 +62,9 @@ _COLUMNS = {
         "jail_ends_at",
         "registered",
         "draining",
+        "verification_tier",
+        "verified_until",
+        "verification_evidence",
         "signature",
     ),
     "leases": (

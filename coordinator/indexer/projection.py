@@ -18,6 +18,9 @@ __all__ = ["TABLE_KEYS", "IndexedEvent", "Ledger"]
 
 Row = dict[str, Any]
 
+# A node's verification as the chain has it before any, or once cleared (the 32-byte evidence hash in hex).
+_UNVERIFIED: Row = {"verification_tier": 0, "verified_until": 0, "verification_evidence": "00" * 32}
+
 # Primary key columns of the tables the fold keeps rows of.
 TABLE_KEYS: dict[str, tuple[str, ...]] = {
     "providers": ("provider",),
@@ -175,6 +178,7 @@ def _node_registered(ledger: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None
             "jail_ends_at": 0,
             "registered": True,
             "draining": False,
+            **_UNVERIFIED,
         },
         e,
     )
@@ -185,6 +189,8 @@ def _node_registered(ledger: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None
 
 def _node_updated(ledger: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None:
     if (n := ledger._get("nodes", d["node"], e)) is not None:
+        if d["inventory_hash"] != n["inventory_hash"]:  # the program clears a changed inventory's verification
+            n.update(_UNVERIFIED)
         n.update(region=d["region"], price_per_gpu_hour=d["price_per_gpu_hour"], inventory_hash=d["inventory_hash"])
 
 
@@ -204,6 +210,11 @@ def _node_unjailed(ledger: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None:
 def _node_draining_set(ledger: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None:
     if (n := ledger._get("nodes", d["node"], e)) is not None:
         n["draining"] = d["draining"]
+
+
+def _node_verified(ledger: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None:
+    if (n := ledger._get("nodes", d["node"], e)) is not None:
+        n.update(verification_tier=d["tier"], verified_until=d["valid_until"], verification_evidence=d["evidence_hash"])
 
 
 def _lease_opened(ledger: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None:
@@ -299,6 +310,8 @@ def _provider_slashed(ledger: Ledger, e: IndexedEvent, d: dict[str, Any]) -> Non
         ledger._stake_change(e, p, "slashed", amount)
     if (n := ledger._get("nodes", d["node"], e)) is not None:
         n.update(jailed=True, jail_ends_at=d["jail_ends_at"])
+        if d["fault"] == "FailedVerification":  # the program clears the failed node's verification
+            n.update(_UNVERIFIED)
     ledger.slashes.append(
         {
             "signature": e.signature,
@@ -346,6 +359,7 @@ _HANDLERS: dict[str, Callable[[Ledger, IndexedEvent, dict[str, Any]], None]] = {
     "NodeDeregistered": _node_deregistered,
     "NodeUnjailed": _node_unjailed,
     "NodeDrainingSet": _node_draining_set,
+    "NodeVerified": _node_verified,
     "LeaseOpened": _lease_opened,
     "LeaseAssigned": _lease_assigned,
     "LeaseToppedUp": _lease_topped_up,

@@ -178,6 +178,8 @@ def params_of(config: Any) -> ix.ConfigParams:
         close_grace_seconds=config.close_grace_seconds,
         settle_window_seconds=config.settle_window_seconds,
         lease_retention_seconds=config.lease_retention_seconds,
+        min_verification_tier=config.min_verification_tier,
+        max_verification_seconds=config.max_verification_seconds,
     )
 
 
@@ -383,6 +385,8 @@ def show(url: UrlOpt = None, json_output: JsonOpt = False) -> None:
             "close_grace_seconds": c.close_grace_seconds,
             "settle_window_seconds": c.settle_window_seconds,
             "lease_retention_seconds": c.lease_retention_seconds,
+            "min_verification_tier": c.min_verification_tier,
+            "max_verification_seconds": c.max_verification_seconds,
         }
 
         def table() -> Table:

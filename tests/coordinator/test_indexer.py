@@ -9,6 +9,7 @@ from solders.transaction import Transaction
 from coordinator.audit import audit_lease, audit_provider
 from coordinator.indexer.rpc import ChainRpc
 from gpunet import instructions as ix
+from gpunet.accounts import fetch
 from gpunet.amounts import IO
 from gpunet.testbed import Market
 
@@ -38,6 +39,7 @@ async def test_every_event_lands_exactly_once_and_in_chain_order(node, market: M
         "UnstakeRequested",
         "UnstakeWithdrawn",
         "NodeDrainingSet",
+        "NodeVerified",
     }
 
     await eventually(lambda: _count_is(pool, len(expected)), what="every event indexed")
@@ -58,8 +60,53 @@ async def test_every_event_lands_exactly_once_and_in_chain_order(node, market: M
             assert lease["status"] == "closed"
             assert lease["deposited"] == lease["paid"] + lease["fees"] + lease["refunded"]
             assert await conn.fetchval("SELECT count(*) FROM settlements") == 4
+            # ada was verified (simulated reference), as its account says; cyd was not (bob left)
+            ada_s, _, cyd_s = story["suppliers"]
+            for supplier in (ada_s, cyd_s):
+                node = await fetch(market.chain, supplier.node, "Node")
+                row = await conn.fetchrow("SELECT * FROM nodes WHERE node = $1", str(supplier.node))
+                assert (row["verification_tier"], row["verified_until"], row["verification_evidence"]) == (
+                    node.verification_tier,
+                    node.verified_until,
+                    bytes(node.verification_evidence).hex(),
+                )
+            ada = await conn.fetchrow("SELECT * FROM nodes WHERE node = $1", str(ada_s.node))
+            assert ada["verification_tier"] == ix.TIER_SIMULATED and ada["verified_until"] > 0
     finally:
         await rpc.close()
+
+
+async def test_a_failed_verification_or_a_new_inventory_clears_the_indexed_verification(
+    node, market: Market, indexer, pool
+):
+    ada, bob = await market.supplier(), await market.supplier()
+    await market.verify(ada, ix.TIER_GPU)
+    await market.verify(bob, ix.TIER_GPU)
+    await market.send(
+        ada.wallet, [ix.update_node(ada.wallet.pubkey(), ada.node_key.pubkey(), 1, ada.price, bytes([7] * 32))]
+    )
+    await market.send(
+        market.attester,
+        [
+            ix.slash_provider(
+                market.attester.pubkey(),
+                market.treasury,
+                bob.node_key.pubkey(),
+                bob.wallet.pubkey(),
+                "FailedVerification",
+                bytes([3] * 32),
+            )
+        ],
+    )
+    expected = await chain_events(node, market.signatures)
+    await eventually(lambda: _count_is(pool, len(expected)), what="every event indexed")
+    async with pool.acquire() as conn:
+        for s in (ada, bob):
+            row = await conn.fetchrow("SELECT * FROM nodes WHERE node = $1", str(s.node))
+            assert (row["verification_tier"], row["verified_until"], row["verification_evidence"]) == (0, 0, "00" * 32)
+            n = await fetch(market.chain, s.node, "Node")
+            assert (n.verification_tier, n.verified_until) == (0, 0)
+        assert (await conn.fetchrow("SELECT jailed FROM nodes WHERE node = $1", str(bob.node)))["jailed"]
 
 
 async def _count_is(pool, n: int) -> bool:

@@ -12,7 +12,7 @@ pub enum GpunetError {
     FeeTooHigh,
     #[msg("A basis-point value exceeds 10,000")]
     InvalidBasisPoints,
-    #[msg("Durations must not be negative; the usage period and the settlement window must be positive")]
+    #[msg("Durations must not be negative; the usage period and the settlement window must be positive; the verification validity at most 30 days, and positive when a tier is required")]
     InvalidDuration,
     #[msg("Give between 1 and 4 attester keys")]
     InvalidAttesters,
@@ -126,4 +126,14 @@ pub enum GpunetError {
     // --- per-lease downtime tolerance (appended, so earlier codes stay stable)
     #[msg("The downtime tolerance must be 0 (the network's default) or between 10 and 3,600 seconds")]
     InvalidDowntimeTolerance,
+
+    // --- verified supply (appended, so earlier codes stay stable)
+    #[msg("The node has no valid verification at the tier the config requires")]
+    NodeNotVerified,
+    #[msg("The verification tier must be between 1 and 3 (a config's minimum: between 0 and 3)")]
+    InvalidVerificationTier,
+    #[msg("A verification must be valid until a time in the future, at most max_verification_seconds ahead")]
+    InvalidVerificationExpiry,
+    #[msg("The verified inventory is not the node's registered inventory")]
+    InventoryMismatch,
 }

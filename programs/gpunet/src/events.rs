@@ -183,3 +183,13 @@ pub struct NodeDrainingSet {
     pub provider: Pubkey,
     pub draining: bool,
 }
+
+#[event]
+pub struct NodeVerified {
+    pub node: Pubkey,
+    pub node_key: Pubkey,
+    pub provider: Pubkey,
+    pub tier: u8,
+    pub valid_until: i64,
+    pub evidence_hash: [u8; 32],
+}

@@ -76,6 +76,16 @@ pub mod gpunet {
         SetNodeDraining::handler(ctx, draining)
     }
 
+    pub fn record_verification(
+        ctx: Context<RecordVerification>,
+        tier: u8,
+        valid_until: i64,
+        evidence_hash: [u8; 32],
+        inventory_hash: [u8; 32],
+    ) -> Result<()> {
+        RecordVerification::handler(ctx, tier, valid_until, evidence_hash, inventory_hash)
+    }
+
     // --- leases
     pub fn open_lease(
         ctx: Context<OpenLease>,

@@ -26,6 +26,7 @@ fn initialize_records_every_parameter_and_emits_an_event() {
     assert_eq!(config.attester_count, 1);
     assert!(config.is_attester(&h.attester.pubkey()));
     assert!(!config.paused);
+    assert_eq!((config.min_verification_tier, config.max_verification_seconds), (0, MAX_VERIFICATION_SECONDS));
 
     let ev: ConfigInitialized = event(&meta);
     assert_eq!(ev.io_mint, h.mint);

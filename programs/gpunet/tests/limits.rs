@@ -46,6 +46,8 @@ fn every_idl_constant_is_checked_here() {
             "MAX_LEASE_GPUS",
             "MAX_LEASE_NODES",
             "MAX_PROTOCOL_FEE_BPS",
+            "MAX_VERIFICATION_SECONDS",
+            "MAX_VERIFICATION_TIER",
             "MIN_DOWNTIME_TOLERANCE_SECONDS",
         ],
         "a new constant in the IDL needs its check in this file"
@@ -75,6 +77,34 @@ fn config_limits() {
     let keys = move |n: usize| std::iter::once(attester).chain((1..n).map(|_| Pubkey::new_unique())).collect();
     assert_error(h.update_config(|p| p.attesters = keys(max_attesters + 1)), GpunetError::InvalidAttesters);
     h.update_config(|p| p.attesters = keys(max_attesters)).unwrap();
+}
+
+#[test]
+fn verification_limits() {
+    let limits = Limits(idl_constants());
+    let mut h = Harness::new();
+    let s = h.supplier(500 * IO);
+    let node = h.node(&s, h100_spec(1));
+
+    // The config's longest validity, and so a verification's.
+    let max_seconds: i64 = limits.get("MAX_VERIFICATION_SECONDS");
+    assert_error(h.update_config(|p| p.max_verification_seconds = max_seconds + 1), GpunetError::InvalidDuration);
+    h.update_config(|p| p.max_verification_seconds = max_seconds).unwrap();
+    let now = h.now();
+    assert_error(h.verify(&node, 1, now + max_seconds + 1), GpunetError::InvalidVerificationExpiry);
+    h.verify(&node, 1, now + max_seconds).unwrap();
+    assert_eq!(h.account::<Node>(&node.node).verified_until, now + max_seconds);
+
+    // The highest tier, recorded and required.
+    let max_tier: u8 = limits.get("MAX_VERIFICATION_TIER");
+    assert_error(h.verify(&node, max_tier + 1, now + 60), GpunetError::InvalidVerificationTier);
+    h.verify(&node, max_tier, now + 60).unwrap();
+    assert_eq!(h.account::<Node>(&node.node).verification_tier, max_tier);
+    assert_error(h.update_config(|p| p.min_verification_tier = max_tier + 1), GpunetError::InvalidVerificationTier);
+    h.update_config(|p| p.min_verification_tier = max_tier).unwrap();
+    let client = h.client(1_000 * IO);
+    let lease = h.open_lease(&client, 1, terms(1, 1));
+    h.assign(&lease, &[(&node, 1)]).unwrap();
 }
 
 #[test]

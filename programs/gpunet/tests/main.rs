@@ -19,6 +19,7 @@ mod slashing;
 mod stake;
 mod tolerance;
 mod usage_vector;
+mod verification;
 
 /// Without auto-discovery a test file left out of the list above would silently never run.
 #[test]

@@ -29,19 +29,23 @@ pub(crate) fn load_node<'info>(info: &'info AccountInfo<'info>) -> Result<Accoun
     Account::try_from(info)
 }
 
-/// Checks that `node` (of `provider`) may take `gpus` GPUs of a lease with `terms` at `price`.
+/// Checks that `node` (of `provider`) may take `gpus` GPUs of a lease with `terms` at `price` at
+/// `now`, under `config`'s verification requirement.
 pub(crate) fn check_candidate(
     node: &Account<Node>,
     provider: &Account<Provider>,
     terms: &LeaseTerms,
     gpus: u8,
     price: u64,
+    config: &Config,
+    now: i64,
 ) -> Result<()> {
     require_keys_eq!(node.provider, provider.key(), GpunetError::AccountMismatch);
     require_eq!(node.spec.price_per_gpu_hour, price, GpunetError::PriceChanged);
     require!(!node.jailed, GpunetError::NodeJailed);
     // Its supplier announced maintenance: nothing new goes there (a move away from it is fine).
     require!(!node.draining, GpunetError::NodeDraining);
+    require!(node.is_verified_for(config.min_verification_tier, now), GpunetError::NodeNotVerified);
     require!(provider.is_collateralised(), GpunetError::ProviderUndercollateralised);
     require!(node.meets(terms), GpunetError::NodeDoesNotQualify);
     require!(node.free_gpus() >= gpus, GpunetError::NotEnoughFreeGpus);
@@ -90,7 +94,7 @@ impl<'info> AssignLease<'info> {
             let mut node = load_node(&pair[0])?;
             let provider: Account<Provider> = Account::try_from(&pair[1])?;
             require!(assignments.iter().all(|a: &Assignment| a.node != node.key()), GpunetError::DuplicateNode);
-            check_candidate(&node, &provider, &terms, share, price)?;
+            check_candidate(&node, &provider, &terms, share, price, &ctx.accounts.config, now)?;
             assignments.push(take_gpus(&mut node, share, now)?);
         }
 

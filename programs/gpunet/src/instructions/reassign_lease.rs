@@ -2,7 +2,8 @@
 //!
 //! The node must have been found lost on chain (slashed, so jailed), or be draining (its provider
 //! announced maintenance, so the move is graceful and nobody is slashed): an attester cannot take
-//! a healthy node's share away. The target may be neither jailed nor draining. `expected_price` is the new node's price the move was
+//! a healthy node's share away. The target may be neither jailed nor draining, and must be verified
+//! where the config requires it. `expected_price` is the new node's price the move was
 //! decided at; a different one is refused. A lease past its end is not moved (the new node would be
 //! booked for time nobody can bill).
 //! Usage the lost node delivered must be settled before: its reports cannot be settled
@@ -42,11 +43,12 @@ impl<'info> ReassignLease<'info> {
         require!(self.lease.status == LeaseStatus::Active, GpunetError::LeaseNotActive);
         require!(self.from_node.jailed || self.from_node.draining, GpunetError::NodeNotLost);
         let ends_at = self.lease.ends_at().ok_or(GpunetError::ArithmeticOverflow)?;
-        require!(Clock::get()?.unix_timestamp < ends_at, GpunetError::LeaseExpired);
+        let now = Clock::get()?.unix_timestamp;
+        require!(now < ends_at, GpunetError::LeaseExpired);
         let index = self.lease.assignment_index(&self.from_node.key()).ok_or(GpunetError::NodeNotInLease)?;
         require!(self.lease.assignment_index(&self.to_node.key()).is_none(), GpunetError::DuplicateNode);
         let gpus = self.lease.assignments[index].gpus;
-        check_candidate(&self.to_node, &self.to_provider, &self.lease.terms, gpus, expected_price)
+        check_candidate(&self.to_node, &self.to_provider, &self.lease.terms, gpus, expected_price, &self.config, now)
     }
 
     #[access_control(ctx.accounts.validate(expected_price))]

@@ -1,5 +1,6 @@
 //! `slash_provider`: an attester takes the configured fraction of a provider's stake for a
-//! fault of one of its nodes, and jails that node.
+//! fault of one of its nodes, and jails that node. A `FailedVerification` also clears the node's
+//! verification (it must pass a new one, once unjailed, wherever the config requires it).
 //!
 //! The fraction applies to all the provider's stake in the vault, active first, then
 //! unbonding (unbonding stake stays slashable). Each piece of evidence slashes once (its
@@ -112,6 +113,9 @@ impl<'info> SlashProvider<'info> {
         let node = &mut ctx.accounts.node;
         node.jailed = true;
         node.jail_ends_at = jail_ends_at;
+        if fault == FaultKind::FailedVerification {
+            node.clear_verification();
+        }
         let evidence = &mut ctx.accounts.evidence;
         evidence.node = node.key();
         evidence.fault = fault;

@@ -1,5 +1,6 @@
 //! `update_node`: a provider changes a node's region, price or inventory hash.
-//! Running leases keep the price fixed at their assignment.
+//! Running leases keep the price fixed at their assignment. A changed inventory hash clears the
+//! node's verification: the hardware verified is no longer the hardware offered.
 use anchor_lang::prelude::*;
 
 use crate::errors::GpunetError;
@@ -24,6 +25,9 @@ impl<'info> UpdateNode<'info> {
         let node = &mut ctx.accounts.node;
         node.spec.region = region;
         node.spec.price_per_gpu_hour = price_per_gpu_hour;
+        if node.spec.inventory_hash != inventory_hash {
+            node.clear_verification();
+        }
         node.spec.inventory_hash = inventory_hash;
         emit!(NodeUpdated { node: node.key(), region, price_per_gpu_hour, inventory_hash });
         Ok(())

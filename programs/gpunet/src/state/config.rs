@@ -15,6 +15,13 @@ pub const MAX_PROTOCOL_FEE_BPS: u16 = 2_000;
 /// Basis points in a whole: no slash fraction or client share may exceed it.
 #[constant]
 pub const BPS_DENOMINATOR: u64 = 10_000;
+/// The highest verification tier (see `Node::verification_tier`).
+#[constant]
+pub const MAX_VERIFICATION_TIER: u8 = 3;
+/// The longest a recorded verification may stay valid, and so the most `max_verification_seconds`
+/// may be: 30 days.
+#[constant]
+pub const MAX_VERIFICATION_SECONDS: i64 = 30 * 86_400;
 
 /// Why a provider is slashed; each kind has its own configured fraction.
 #[derive(AnchorSerialize, AnchorDeserialize, Clone, Copy, Debug, PartialEq, Eq, InitSpace)]
@@ -66,6 +73,11 @@ pub struct ConfigParams {
     pub settle_window_seconds: i64,
     /// Seconds a finalized lease account is kept before its rent may be reclaimed.
     pub lease_retention_seconds: i64,
+    /// The least verification tier a node needs to be assigned a lease (0: verification not required).
+    pub min_verification_tier: u8,
+    /// The longest an attester may declare a verification valid, in seconds (<= MAX_VERIFICATION_SECONDS;
+    /// 0, no verification can be recorded, only while `min_verification_tier` is 0).
+    pub max_verification_seconds: i64,
 }
 
 impl ConfigParams {
@@ -83,6 +95,12 @@ impl ConfigParams {
                 && self.close_grace_seconds >= 0
                 && self.settle_window_seconds > 0
                 && self.lease_retention_seconds >= 0,
+            GpunetError::InvalidDuration
+        );
+        require!(self.min_verification_tier <= MAX_VERIFICATION_TIER, GpunetError::InvalidVerificationTier);
+        require!(
+            (0..=MAX_VERIFICATION_SECONDS).contains(&self.max_verification_seconds)
+                && (self.min_verification_tier == 0 || self.max_verification_seconds > 0),
             GpunetError::InvalidDuration
         );
         require!(
@@ -131,6 +149,11 @@ pub struct Config {
     pub settle_window_seconds: i64,
     /// Seconds a finalized lease is kept before its rent may be reclaimed.
     pub lease_retention_seconds: i64,
+    /// The least verification tier a node needs to be assigned (0: not required). Appended last
+    /// with `max_verification_seconds` so earlier fields keep their offsets.
+    pub min_verification_tier: u8,
+    /// The longest a recorded verification may be valid, in seconds.
+    pub max_verification_seconds: i64,
 }
 
 impl Config {
@@ -150,6 +173,8 @@ impl Config {
         self.close_grace_seconds = params.close_grace_seconds;
         self.settle_window_seconds = params.settle_window_seconds;
         self.lease_retention_seconds = params.lease_retention_seconds;
+        self.min_verification_tier = params.min_verification_tier;
+        self.max_verification_seconds = params.max_verification_seconds;
     }
 
     pub fn is_attester(&self, key: &Pubkey) -> bool {

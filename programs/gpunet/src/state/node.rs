@@ -48,11 +48,36 @@ pub struct Node {
     /// Announced maintenance: its provider drains it, so it takes no new leases and the attester
     /// may move its shares away without a slash. Appended last so earlier fields keep their offsets.
     pub draining: bool,
+    /// How the node's hardware was last verified by an attester (`record_verification`): 0 never
+    /// (or cleared: a failed verification, a changed inventory); 1 against a simulated reference
+    /// (local clusters only); 2 compute and memory verified on a real GPU; 3 reserved for
+    /// confidential-computing attestation. The three verification fields are appended last so
+    /// earlier fields keep their offsets.
+    pub verification_tier: u8,
+    /// Until when the verification holds (unix seconds; 0: none).
+    pub verified_until: i64,
+    /// Hash of the challenge evidence the attester keeps for that verification (zero: none).
+    pub verification_evidence: [u8; 32],
 }
 
 impl Node {
     pub fn free_gpus(&self) -> u8 {
         self.spec.gpu_count.saturating_sub(self.gpus_leased)
+    }
+}
+
+impl Node {
+    /// Whether the node may be assigned under a config requiring `min_tier` (0: nothing required):
+    /// verified at that tier or above, and still valid at `now`.
+    pub fn is_verified_for(&self, min_tier: u8, now: i64) -> bool {
+        min_tier == 0 || (self.verification_tier >= min_tier && self.verified_until > now)
+    }
+
+    /// Forgets the node's verification: it must be verified again before it needs to be.
+    pub fn clear_verification(&mut self) {
+        self.verification_tier = 0;
+        self.verified_until = 0;
+        self.verification_evidence = [0; 32];
     }
 }
 

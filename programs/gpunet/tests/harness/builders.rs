@@ -162,9 +162,20 @@ impl Harness {
     }
 
     pub fn update_node_ix(&self, s: &Supplier, node: &Pubkey, region: u16, price: u64) -> Instruction {
+        self.update_node_inventory_ix(s, node, region, price, [9; 32])
+    }
+
+    pub fn update_node_inventory_ix(
+        &self,
+        s: &Supplier,
+        node: &Pubkey,
+        region: u16,
+        price: u64,
+        inventory_hash: [u8; 32],
+    ) -> Instruction {
         program_ix(
             acc::UpdateNode { authority: s.wallet.pubkey(), provider: s.provider, node: *node },
-            ix::UpdateNode { region, price_per_gpu_hour: price, inventory_hash: [9; 32] },
+            ix::UpdateNode { region, price_per_gpu_hour: price, inventory_hash },
         )
     }
 
@@ -187,6 +198,29 @@ impl Harness {
             acc::SetNodeDraining { authority: s.wallet.pubkey(), provider: s.provider, node: *node },
             ix::SetNodeDraining { draining },
         )
+    }
+
+    pub fn record_verification_ix(
+        &self,
+        attester: &Pubkey,
+        node: &Pubkey,
+        tier: u8,
+        valid_until: i64,
+        evidence_hash: [u8; 32],
+        inventory_hash: [u8; 32],
+    ) -> Instruction {
+        program_ix(
+            acc::RecordVerification { attester: *attester, config: config_pda(), node: *node },
+            ix::RecordVerification { tier, valid_until, evidence_hash, inventory_hash },
+        )
+    }
+
+    /// The attester verifies `node` at `tier` until `valid_until`, for its registered inventory.
+    pub fn verify(&mut self, node: &GpuNode, tier: u8, valid_until: i64) -> TxResult {
+        let attester = self.attester.insecure_clone();
+        let inventory = self.account::<Node>(&node.node).spec.inventory_hash;
+        let ix = self.record_verification_ix(&attester.pubkey(), &node.node, tier, valid_until, [tier; 32], inventory);
+        self.send(&[ix], &[&attester])
     }
 
     pub fn node(&mut self, s: &Supplier, spec: NodeSpec) -> GpuNode {

@@ -39,6 +39,8 @@ pub const SLASH_CLIENT_SHARE_BPS: u16 = 5_000;
 pub const CLOSE_GRACE_SECONDS: i64 = 120;
 pub const SETTLE_WINDOW_SECONDS: i64 = 300;
 pub const LEASE_RETENTION_SECONDS: i64 = 86_400;
+/// The longest a verification may be recorded for (verification is not required by default).
+pub const MAX_VERIFICATION_SECONDS: i64 = 7 * 86_400;
 
 pub struct Harness {
     pub svm: LiteSVM,
@@ -98,6 +100,8 @@ impl Harness {
             close_grace_seconds: CLOSE_GRACE_SECONDS,
             settle_window_seconds: SETTLE_WINDOW_SECONDS,
             lease_retention_seconds: LEASE_RETENTION_SECONDS,
+            min_verification_tier: 0,
+            max_verification_seconds: MAX_VERIFICATION_SECONDS,
         }
     }
 
