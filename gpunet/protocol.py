@@ -584,7 +584,11 @@ class VerifyOpen(_Model):
 
     type: Literal["verify_open"] = "verify_open"
     id: ChallengeId
-    rows: Annotated[list[tuple[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=0)]]], Field(max_length=64)]
+    # [product, row] pairs
+    rows: Annotated[
+        list[Annotated[list[Annotated[int, Field(ge=0, lt=2**31)]], Field(min_length=2, max_length=2)]],
+        Field(max_length=64),
+    ]
 
 
 CoordinatorMessage = Annotated[

@@ -98,6 +98,7 @@ class Market:
         jail_seconds: int = 3_600,
         unbonding_seconds: int = 3_600,
         protocol_fee_bps: int = 500,
+        min_verification_tier: int = ix.TIER_UNVERIFIED,
     ) -> Market:
         admin = admin or await funded_deployer(chain)
         attester = attester or admin
@@ -112,6 +113,7 @@ class Market:
             slash_bps=(1_000, 2_000, 5_000),
             slash_client_share_bps=5_000,
             attesters=[attester.pubkey()],
+            min_verification_tier=min_verification_tier,
         )
         market = cls(chain, admin, attester, mint, params)
         await market.send(admin, [ix.initialize(admin.pubkey(), mint, params)])

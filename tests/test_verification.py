@@ -122,7 +122,7 @@ async def _round_trip(prover: Prover, w: v.Workload) -> tuple[float, str | None]
     commit = await prover.commit(challenge, True)
     elapsed = time.monotonic() - started
     rows = v.choose_rows(w)
-    answer = prover.open(VerifyOpen(id=challenge.id, rows=rows), True)
+    answer = prover.open(VerifyOpen(id=challenge.id, rows=[[k, r] for k, r in rows]), True)
     openings = [v.Opening(o.product, o.row, o.chunk, [bytes.fromhex(p) for p in o.path]) for o in answer.openings]
     return elapsed, v.check_all(w, bytes.fromhex(commit.root), openings, rows)
 
@@ -145,7 +145,7 @@ async def test_the_prover_refuses_what_it_cannot_answer() -> None:
     with pytest.raises(ChallengeRefused, match="no GPU 3"):
         await prover.commit(_challenge(w).model_copy(update={"gpu": 3}), True)
     with pytest.raises(ChallengeRefused, match="no commitment"):
-        prover.open(VerifyOpen(id="0" * 32, rows=[(0, 0)]), True)
+        prover.open(VerifyOpen(id="0" * 32, rows=[[0, 0]]), True)
     real = Prover(_inventory().model_copy(update={"simulated": False}))
     with pytest.raises(ChallengeRefused, match="no GPU backend"):
         await real.commit(_challenge(w), False)

@@ -83,7 +83,7 @@ async def _round_trip(claimed: str, actual: str, seconds: float) -> tuple[float,
     commit = await prover.commit(challenge, True)
     elapsed = time.monotonic() - started
     rows = v.choose_rows(w)
-    answer = prover.open(VerifyOpen(id=challenge.id, rows=rows), True)
+    answer = prover.open(VerifyOpen(id=challenge.id, rows=[[k, r] for k, r in rows]), True)
     openings = [v.Opening(o.product, o.row, o.chunk, [bytes.fromhex(p) for p in o.path]) for o in answer.openings]
     return elapsed, w.deadline, v.check_all(w, bytes.fromhex(commit.root), openings, rows) is None
 

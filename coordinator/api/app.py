@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +37,8 @@ def _json_value(value: Any) -> Any:
         return int(value)  # numeric(20, 0): token amounts in base units
     if isinstance(value, tuple):
         return list(value)
+    if isinstance(value, datetime):
+        return value.isoformat()
     return value
 
 

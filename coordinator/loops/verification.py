@@ -248,7 +248,7 @@ class Verification:
             evidence = replace(evidence, committed_seconds=round(elapsed, 3))
             rows = v.choose_rows(workload)
             try:
-                await self.link.send(node_key, VerifyOpen(id=c.id, rows=rows))
+                await self.link.send(node_key, VerifyOpen(id=c.id, rows=[[k, r] for k, r in rows]))
                 answer = await asyncio.wait_for(asyncio.shield(c.opened), OPEN_TIMEOUT_SECONDS)
             except (NodeOffline, TimeoutError):
                 raise _Failed(f"GPU {gpu} committed but did not open the rows asked for") from None

@@ -32,6 +32,7 @@ from gpunet.keys import create_keypair_file
 from gpunet.pda import lease_pda
 from gpunet.protocol import JobSpec
 from gpunet.testbed import Market
+from worker.simulate import SimulatedGpus
 
 from .conftest import eventually
 
@@ -43,13 +44,21 @@ PERIOD = 3
 class World:
     """Config (admin = the coordinator's attester), three suppliers with a 2-GPU H100 node each, a client."""
 
-    async def build(self, chain: AsyncClient, home: Path) -> World:
+    async def build(
+        self, chain: AsyncClient, home: Path, *, min_verification_tier: int = 0, inventories: list[int] | None = None
+    ) -> World:
+        """`inventories`: per node, register the inventory hash of its worker's simulated H100s (this
+        many of them; GPU verification checks it against the worker's), else none."""
         self.chain, self.home = chain, home
-        market = await Market.create(chain, usage_period_seconds=PERIOD)
+        market = await Market.create(chain, usage_period_seconds=PERIOD, min_verification_tier=min_verification_tier)
         self.admin, self.mint = market.admin, market.mint
         self.suppliers: list[tuple[Keypair, Keypair]] = []
         for i in range(3):
-            s = await market.supplier(2, PRICE, 50 * IO)
+            node_key = Keypair()
+            registered = bytes(32)
+            if inventories is not None:
+                registered = SimulatedGpus("H100", inventories[i], 80, str(node_key.pubkey())).inventory().hash()
+            s = await market.supplier(2, PRICE, 50 * IO, inventory_hash=registered, node_key=node_key)
             create_keypair_file(home / f"node{i}.json", s.node_key)
             self.suppliers.append((s.wallet, s.node_key))
         client = await market.client(100 * IO)
@@ -83,7 +92,7 @@ async def running(settings: Settings, pool, attester: Keypair):
         await coordinator.stop()
 
 
-def start_worker(world: World, i: int, gateway: str, log: Path) -> subprocess.Popen:
+def start_worker(world: World, i: int, gateway: str, log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
     gpunet = Path(sys.executable).with_name("gpunet")
     with log.open("ab") as out:
         return subprocess.Popen(
@@ -102,7 +111,7 @@ def start_worker(world: World, i: int, gateway: str, log: Path) -> subprocess.Po
             ],
             stdout=out,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "GPUNET_WORKER_STOP_GRACE_SECONDS": "2"},
+            env={**os.environ, "GPUNET_WORKER_STOP_GRACE_SECONDS": "2", **(env or {})},
         )
 
 

@@ -28,7 +28,12 @@ from gpunet.protocol import (
     JobStatus,
     LeaseEnd,
     ProtocolError,
+    RowOpening,
     UsageAck,
+    Verify,
+    VerifyCommit,
+    VerifyOpen,
+    VerifyOpenings,
     Welcome,
     answer_challenge,
     encode,
@@ -62,7 +67,13 @@ def worker_messages() -> list:
         ),
         JobLog(simulated=False, lease=LEASE, job_number=2, stream="stderr", line="CUDA out of memory"),
         sign_report(NODE, LEASE, UsageReport(1, 100, 160, 120), simulated=False),
-        Ack(simulated=False, of="dispatch", lease=LEASE),
+        Ack(simulated=False, of="dispatch", lease=LEASE, error="8 GPUs asked for, 2 free", unable=True),
+        VerifyCommit(simulated=True, id="ab" * 16, root="cd" * 32),
+        VerifyOpenings(
+            simulated=True,
+            id="ab" * 16,
+            openings=[RowOpening(product=3, row=17, chunk=[0, 2**32 - 1], path=["ef" * 32])],
+        ),
     ]
 
 
@@ -85,6 +96,8 @@ def coordinator_messages() -> list:
         LeaseEnd(lease=LEASE, ends_at=1_700_007_200),
         UsageAck(lease=LEASE, seq=3),
         Error(message="node is jailed", code=4401),
+        Verify(id="ab" * 16, gpu=1, seed="01" * 16, n=4096, depth=8192, products=14392, expected_seconds=8.0),
+        VerifyOpen(id="ab" * 16, rows=[[3, 17], [0, 0]]),
     ]
 
 

@@ -1,0 +1,123 @@
+"""GPU verification with real processes (gpunet-localnet, PostgreSQL, the coordinator, three
+workers with simulated H100s) on a cluster that requires verified nodes: the honest node passes
+and is recorded verified on chain; a node whose GPUs are slower than the H100s it registered
+misses the deadline, is slashed and jailed with its evidence; a node whose machine is not what
+it registered is unfit (no slash, no lease); a lease is placed on the verified node only, and
+waits, saying why, while none is; the evidence is served."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import httpx
+import pytest
+from solders.pubkey import Pubkey
+
+from coordinator.settings import Settings
+from gpunet import instructions as ix
+from gpunet.accounts import fetch
+from gpunet.client import send_and_confirm
+from gpunet.jobs import job_view, node_verifications
+from gpunet.localnet import free_ports
+from gpunet.pda import lease_pda, node_pda
+from gpunet.protocol import JobSpec
+
+from .conftest import eventually
+from .world import JOB, PRICE, World, placed_view, running, start_worker, submitted
+
+
+def _settings(node, database_url: str) -> Settings:
+    return Settings(
+        rpc_url=node.url,
+        ws_url=node.ws_url,
+        database_url=database_url,
+        poll_seconds=1.0,
+        api_port=free_ports(1)[0],
+        gateway_port=0,
+        heartbeat_seconds=0.5,
+        lost_after_seconds=5.0,
+        settle_seconds=1,
+        reconnect_grace_seconds=2,
+        verify_simulated_seconds=3.0,  # long enough to see the lease wait for it
+    )
+
+
+async def _verdicts(pool, node_key: Pubkey) -> list[tuple[str, str]]:
+    async with pool.acquire() as conn:
+        rows = await conn.fetch(
+            "SELECT verdict, reason FROM verifications WHERE node_key = $1 ORDER BY id", str(node_key)
+        )
+    return [(r["verdict"], r["reason"]) for r in rows]
+
+
+@pytest.mark.timeout(300)
+async def test_only_nodes_whose_gpus_prove_what_was_registered_are_verified_and_get_leases(
+    node, chain, database_url, pool, tmp_path, spawned
+) -> None:
+    # node 0 honest; node 1 registered 2 H100s but its GPUs answer 4x slower; node 2 registered one
+    # H100 while its machine has two.
+    world = await World().build(chain, tmp_path, min_verification_tier=ix.TIER_SIMULATED, inventories=[2, 2, 1])
+    honest, slow, misregistered = (k.pubkey() for _, k in world.suppliers)
+    settings = _settings(node, database_url)
+    api = f"http://127.0.0.1:{settings.api_port}"
+
+    # A lease opened before any node is verified waits, and says why.
+    lease = lease_pda(world.client.pubkey(), 1)
+    terms = ix.LeaseTerms(1, 80, 2, 0, 2 * PRICE, 600)
+    await send_and_confirm(
+        chain, world.client, [ix.open_lease(world.client.pubkey(), world.client_tokens, world.mint, 1, terms)]
+    )
+    async with running(settings, pool, world.admin) as coordinator:
+        spec = JobSpec(command=[sys.executable, JOB], env={"STEPS": "100000", "STEP_SECONDS": "0.2"})
+        await eventually(lambda: submitted(api, world.client, lease, spec), what="the job accepted")
+        gateway = coordinator.gateway.url
+        for i, env in enumerate(({}, {"GPUNET_WORKER_SIMULATE_SLOWDOWN": "4"}, {})):
+            spawned.append(start_worker(world, i, gateway, tmp_path / f"worker{i}.log", env))
+
+        async def waits_for_verification() -> bool:
+            placement = (await job_view(api, lease))["placement"]
+            return placement["state"] == "waiting" and "not verified" in placement["reason"]
+
+        await eventually(waits_for_verification, timeout=30, what="the lease waiting for verified nodes")
+
+        async def verified(key: Pubkey) -> bool:
+            n = await fetch(chain, node_pda(key), "Node")
+            return n.verification_tier == ix.TIER_SIMULATED and n.verified_until > time.time()
+
+        await eventually(lambda: verified(honest), timeout=90, what="the honest node verified on chain")
+        assert [v for v, _ in await _verdicts(pool, honest)] == ["passed", "passed"]  # one challenge per GPU
+
+        # The slower node: past the deadline, slashed with the evidence, jailed; its verification is none.
+        async def jailed(key: Pubkey) -> bool:
+            return (await fetch(chain, node_pda(key), "Node")).jailed
+
+        await eventually(lambda: jailed(slow), timeout=90, what="the slow node slashed")
+        failed = await _verdicts(pool, slow)
+        assert failed[-1][0] == "failed" and "missed the deadline" in failed[-1][1]
+        async with pool.acquire() as conn:
+            fault = await conn.fetchrow("SELECT * FROM faults WHERE node_key = $1", str(slow))
+        assert fault["kind"] == "FailedVerification" and fault["slash_signature"]
+        assert (await fetch(chain, node_pda(slow), "Node")).verification_tier == 0
+
+        # The misregistered node: unfit, not slashed (the supplier fixes the registration or the machine).
+        async def unfit(key: Pubkey) -> list:
+            return [r for v, r in await _verdicts(pool, key) if v == "unfit"]
+
+        reasons = await eventually(lambda: unfit(misregistered), timeout=60, what="the misregistered node found unfit")
+        assert "differ from its registration" in reasons[0]
+        assert not await jailed(misregistered)
+
+        # The lease goes to the verified node alone.
+        view = await eventually(lambda: placed_view(api, lease), timeout=60, what="the lease placed")
+        assert view["placement"]["nodes"] == [str(honest)]
+
+        # Anyone can read the evidence, by node key or node account.
+        evidence = await node_verifications(api, node_pda(slow))
+        assert evidence["node_key"] == str(slow) and evidence["items"][0]["verdict"] == "failed"
+        latest = evidence["items"][0]
+        assert latest["committed_seconds"] is None or latest["committed_seconds"] > latest["deadline_seconds"]
+        assert latest["seed"] and latest["products"] >= 1 and latest["model"] == "H100" and latest["simulated"]
+        async with httpx.AsyncClient() as http:
+            missing = await http.get(f"{api}/nodes/{Pubkey.new_unique()}/verifications")
+        assert missing.status_code == 404
