@@ -22,7 +22,7 @@ from coordinator.api import create_app
 from coordinator.api.params import BadRequest, parse_pubkey
 from coordinator.api.work import work_routes
 from coordinator.attester import require_listed
-from coordinator.audit import audit_lease, audit_provider
+from coordinator.audit import NotFound, audit_lease, audit_provider
 from coordinator.db import SchemaTooNew, open_database
 from coordinator.indexer import Indexer
 from coordinator.indexer.rpc import ChainRpc
@@ -72,6 +72,9 @@ def _serve(main: Callable[[Settings], Awaitable[object]]) -> None:
     except DatabaseLost as e:
         typer.echo(f"coordinator: {e}", err=True)
         raise typer.Exit(int(Exit.UNREACHABLE)) from None
+    except NotFound as e:
+        typer.echo(f"coordinator: {e}", err=True)
+        raise typer.Exit(int(Exit.NOT_FOUND)) from None
 
 
 async def _api_server(settings: Settings, pool: asyncpg.Pool, coordinator: Coordinator | None = None) -> None:
@@ -158,9 +161,11 @@ def migrate() -> None:
 
 @app.command()
 def audit(
-    lease: str = typer.Option(None, help="lease account"), provider: str = typer.Option(None, help="provider account")
+    lease: str = typer.Option(None, help="lease account"),
+    provider: str = typer.Option(None, help="provider: its supplier's wallet or its provider account"),
 ) -> None:
-    """Check a lease or a provider against the chain; exit 1 on any difference."""
+    """Check a lease or a provider against the chain; exit 1 on any difference, 6 when neither the
+    ledger nor the chain knows it."""
     if (lease is None) == (provider is None):
         typer.echo("coordinator audit: give exactly one of --lease or --provider", err=True)
         raise typer.Exit(int(Exit.BAD_INPUT))

@@ -11,9 +11,9 @@ from solana.rpc.async_api import AsyncClient
 from solders.pubkey import Pubkey
 from solders.signature import Signature
 
-from gpunet.accounts import fetch
+from gpunet.accounts import fetch, resolve_provider
 from gpunet.history import ChainTransaction, transactions_of
-from gpunet.pda import lease_vault_pda, provider_pda, stake_vault_pda
+from gpunet.pda import lease_vault_pda, stake_vault_pda
 from gpunet.tokens import token_balance
 
 __all__ = ["ChainAuditReport", "Check", "audit_lease", "audit_provider"]
@@ -115,9 +115,11 @@ async def audit_lease(client: AsyncClient, lease: Pubkey) -> ChainAuditReport:
     return report
 
 
-async def audit_provider(client: AsyncClient, authority: Pubkey) -> ChainAuditReport:
-    provider = provider_pda(authority)
-    account = await fetch(client, provider, "Provider")
+async def audit_provider(client: AsyncClient, key: Pubkey) -> ChainAuditReport:
+    """`key` is the supplier's wallet or its provider account (the subject says which was given);
+    AccountError when it is neither."""
+    resolved = await resolve_provider(client, key)
+    provider, account = resolved.account, resolved.decoded
     txs = await transactions_of(client, provider)
     sums = _Sums()
     for tx in txs:
@@ -133,7 +135,7 @@ async def audit_provider(client: AsyncClient, authority: Pubkey) -> ChainAuditRe
                 sums.add("slashed", d.amount, tx.signature)
             elif ev.name == "UsageSettled":
                 sums.add("earned", d.payout, tx.signature)
-    report = ChainAuditReport(f"provider {provider} (wallet {authority})", len(txs))
+    report = ChainAuditReport(resolved.describe(), len(txs))
     report.checks.append(sums.check("slashed", account.slashed))
     report.checks.append(sums.check("earned", account.earned))
     held = sums.total["stake in"] - sums.total["withdrawn"] - sums.total["slashed"]

@@ -19,7 +19,7 @@ from coordinator.api.metrics import coordinator_metrics, render_metrics
 from coordinator.api.openapi import openapi_document
 from coordinator.api.params import BadRequest, parse_pubkey, parse_query
 from coordinator.api.resources import PAGE, RESOURCES, Resource
-from coordinator.audit import audit_lease, audit_provider
+from coordinator.audit import NotFound, audit_lease, audit_provider
 from coordinator.db import chain as ledger
 from coordinator.indexer.rpc import ChainRpc, RpcError
 from coordinator.settings import Settings
@@ -106,6 +106,8 @@ def create_app(
             try:
                 async with pool.acquire() as conn:
                     report = await check(conn, rpc, program, subject)
+            except NotFound as e:
+                return _error(404, str(e))
             except RpcError as e:
                 return _error(503, f"the chain could not be read for the audit: {e}")
             return JSONResponse(report.to_json())

@@ -9,24 +9,26 @@ import typer
 from rich.table import Table
 from solders.pubkey import Pubkey
 
+from gpunet.accounts import resolve_provider
 from gpunet.amounts import format_io
 from gpunet.audit import audit_lease, audit_provider
 from gpunet.cli.common import BadInput, Exit, JsonOpt, Session, UrlOpt, key_column, pubkey_arg
 from gpunet.history import transactions_of
-from gpunet.pda import provider_pda
 
 settlements_app = typer.Typer(help="Usage settlements, from the chain.", no_args_is_help=True)
 LeaseOpt = Annotated[str | None, typer.Option("--lease", help="A lease's address.")]
-ProviderOpt = Annotated[str | None, typer.Option("--provider", help="A provider's wallet.")]
+ProviderOpt = Annotated[
+    str | None, typer.Option("--provider", help="A provider: its supplier's wallet or its provider account.")
+]
 
 
 def _subject(lease: str | None, provider: str | None) -> tuple[str, Pubkey]:
     if (lease is None) == (provider is None):
-        raise BadInput("give exactly one of --lease ADDRESS or --provider WALLET")
+        raise BadInput("give exactly one of --lease ADDRESS or --provider WALLET|PROVIDER_ACCOUNT")
     if lease is not None:
         return "lease", pubkey_arg(lease, "lease address")
     assert provider is not None
-    return "provider", pubkey_arg(provider, "provider wallet")
+    return "provider", pubkey_arg(provider, "provider wallet or account")
 
 
 @settlements_app.command("list")
@@ -37,8 +39,12 @@ def list_settlements(
 
     async def command(s: Session) -> None:
         kind, key = _subject(lease, provider)
-        address = key if kind == "lease" else provider_pda(key)
         async with s.client() as client:
+            if kind == "lease":
+                address, subject = key, f"lease {key}"
+            else:
+                resolved = await resolve_provider(client, key)
+                address, subject = resolved.account, resolved.describe()
             with s.waiting("Reading transactions"):
                 txs = await transactions_of(client, address)
         rows = [
@@ -70,7 +76,7 @@ def list_settlements(
                 "payout",
                 "fee",
                 key_column("transaction"),
-                title=f"{len(rows)} settlements of {kind} {key}",
+                title=f"{len(rows)} settlements of {subject}",
             )
             for r in rows:
                 when = time.strftime("%H:%M:%S", time.gmtime(r["block_time"])) if r["block_time"] else "-"

@@ -109,6 +109,10 @@ async def test_resources_filters_and_pagination(node, market: Market, indexer, p
 
         audit = (await http.get(f"/audit/leases/{lease}")).json()
         assert audit["ok"] and audit["events"] == 3
+        by_wallet = (await http.get(f"/audit/providers/{ada.wallet.pubkey()}")).json()
+        assert (by_wallet["subject"], by_wallet["given"], by_wallet["ok"]) == (str(ada.provider), "wallet", True)
+        by_account = (await http.get(f"/audit/providers/{ada.provider}")).json()
+        assert (by_account["given"], by_account["events"]) == ("provider account", by_wallet["events"])
         metrics = {
             f.name: f.samples[0].value for f in text_string_to_metric_families((await http.get("/metrics")).text)
         }
@@ -135,6 +139,9 @@ async def test_resources_filters_and_pagination(node, market: Market, indexer, p
         ("/leases/xyz", 400, "lease: 'xyz' is not a base58 public key"),
         ("/audit/providers/0OIl", 400, "provider: '0OIl' is not a base58 public key"),
         (f"/leases/{Keypair().pubkey()}", 404, "no lease"),
+        # not found is no failed audit ("ok": false): a 404 that says so
+        (f"/audit/leases/{Keypair().pubkey()}", 404, "neither the ledger nor the chain has it"),
+        (f"/audit/providers/{Keypair().pubkey()}", 404, "is neither a provider account nor the wallet"),
         ("/no-such-thing", 404, "Not Found"),
     ],
 )

@@ -61,6 +61,12 @@ async def test_audit_command_exit_code_is_the_verdict(node, market: Market, inde
     out = coordinator("audit", "--provider", str(supplier.provider), **env)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["ok"] is True
+    by_wallet = coordinator("audit", "--provider", str(supplier.wallet.pubkey()), **env)
+    assert by_wallet.returncode == 0 and json.loads(by_wallet.stdout)["given"] == "wallet", by_wallet.stderr
+    stranger = str(Keypair().pubkey())
+    unknown = coordinator("audit", "--provider", stranger, **env)
+    assert unknown.returncode == 6 and f"{stranger} is neither a provider account" in unknown.stderr
+    assert unknown.stdout == "" and "Traceback" not in unknown.stderr
     async with pool.acquire() as conn:
         await conn.execute("UPDATE providers SET staked = staked + 1")
     out = coordinator("audit", "--provider", str(supplier.provider), **env)
