@@ -17,10 +17,11 @@ from starlette.routing import Route
 
 from coordinator.api.metrics import coordinator_metrics, render_metrics
 from coordinator.api.openapi import openapi_document
-from coordinator.api.params import BadRequest, parse_pubkey, parse_query
+from coordinator.api.params import BadRequest, parse_pubkey, parse_query, parse_signature
 from coordinator.api.resources import PAGE, RESOURCES, Resource
 from coordinator.audit import NotFound, audit_lease, audit_provider
 from coordinator.db import chain as ledger
+from coordinator.db import nodes as faults
 from coordinator.indexer.rpc import ChainRpc, RpcError
 from coordinator.settings import Settings
 
@@ -114,6 +115,17 @@ def create_app(
 
         return handler
 
+    async def slash_evidence(request: Request) -> Response:
+        parse_query(request.query_params, ())
+        signature = parse_signature("signature", request.path_params["signature"])
+        async with pool.acquire() as conn:
+            items = await faults.slash_evidence(conn, signature)
+        if not items:
+            return _error(404, f"no slash in transaction {signature} in the ledger")
+        return JSONResponse(
+            {"signature": signature, "items": [{k: _json_value(v) for k, v in i.items()} for i in items]}
+        )
+
     async def health(request: Request) -> Response:
         try:
             async with pool.acquire() as conn:
@@ -149,6 +161,7 @@ def create_app(
         routes.append(Route(f"/{resource.name}", listing(resource)))
         if resource.key:
             routes.append(Route(f"/{resource.name}/{{key}}", item(resource)))
+    routes.append(Route("/slashes/{signature}/evidence", slash_evidence))
     routes += [Route("/audit/leases/{key}", audit("lease")), Route("/audit/providers/{key}", audit("provider"))]
     routes += list(extra_routes)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from coordinator.api.params import PUBKEY_SCHEMA, Param
+from coordinator.api.params import PUBKEY_SCHEMA, SIGNATURE_SCHEMA, Param
 from coordinator.api.resources import PAGE, RESOURCES
 
 __all__ = ["openapi_document"]
@@ -56,6 +56,12 @@ def openapi_document() -> dict[str, Any]:
         paths[f"/{r.name}"] = _op(r.description, [_query(p) for p in (*r.filters, *PAGE)])
         if r.key:
             paths[f"/{r.name}/{{key}}"] = _op(f"One of {r.name}, by {r.key} account.", [_KEY])
+    paths["/slashes/{signature}/evidence"] = _op(
+        "The slashes of one transaction, each with the evidence the coordinator recorded for it (null when it "
+        "holds none): its canonical JSON (sorted keys, no spaces) hashes (SHA-256) to the slash's evidence_hash "
+        "on chain.",
+        [{"name": "signature", "in": "path", "required": True, "schema": SIGNATURE_SCHEMA}],
+    )
     paths["/audit/leases/{key}"] = _op("Check a lease's events, rows, account and vault against the chain.", [_KEY])
     paths["/audit/providers/{key}"] = _op(
         "Check a provider's events, rows, account and stake vault against the chain.", [_KEY]

@@ -6,6 +6,7 @@ import time
 from typing import Annotated
 
 import typer
+from rich.console import Group
 from rich.table import Table
 from solders.pubkey import Pubkey
 
@@ -98,22 +99,52 @@ def list_settlements(
 
 
 def audit(
-    lease: LeaseOpt = None, provider: ProviderOpt = None, url: UrlOpt = None, json_output: JsonOpt = False
+    lease: LeaseOpt = None,
+    provider: ProviderOpt = None,
+    coordinator: Annotated[
+        str | None,
+        typer.Option(
+            "--coordinator",
+            envvar="GPUNET_COORDINATOR_URL",
+            show_envvar=True,
+            help="A coordinator's API: fetch each slash's evidence from it and check it hashes to the chain's.",
+        ),
+    ] = None,
+    url: UrlOpt = None,
+    json_output: JsonOpt = False,
 ) -> None:
     """Recompute a lease's or provider's totals from its transactions and compare with its accounts and
-    vaults. Exit code 7 when anything differs."""
-    mismatch = False
+    vaults; with --coordinator, check each slash's evidence against the hash on chain. Exit code 7 when
+    a figure differs, 9 when only a slash's evidence is missing or differs."""
+    verdict = Exit.OK
 
     async def command(s: Session) -> None:
-        nonlocal mismatch
+        nonlocal verdict
         kind, key = _subject(lease, provider)
         async with s.client() as client:
             with s.waiting("Auditing"):
-                report = await (audit_lease(client, key) if kind == "lease" else audit_provider(client, key))
-        mismatch = not report.ok
+                report = await (
+                    audit_lease(client, key, coordinator)
+                    if kind == "lease"
+                    else audit_provider(client, key, coordinator)
+                )
+        verdict = Exit.AUDIT_MISMATCH if not report.ok else Exit.EVIDENCE if not report.evidence_ok else Exit.OK
         data = {
             "subject": report.subject,
             "ok": report.ok,
+            "evidence_ok": report.evidence_ok,
+            "evidence": [
+                {
+                    "signature": str(e.signature),
+                    "node": str(e.node),
+                    "fault": e.fault,
+                    "on_chain": e.on_chain,
+                    "status": e.status,
+                    "served_hash": e.served_hash,
+                    "evidence": e.evidence,
+                }
+                for e in report.evidence
+            ],
             "transactions": report.transactions,
             "checks": [
                 {
@@ -142,9 +173,29 @@ def audit(
                 t.add_row(f"  {c.what}: from", ", ".join(str(x) for x in c.signatures) or "no transaction", "", "")
             return t
 
-        s.show(data, table)
+        def tables() -> Group:
+            if not report.evidence:
+                return Group(table())
+            e = Table(
+                key_column("slash transaction"),
+                "node account",
+                "fault",
+                "evidence",
+                title="slash evidence (SHA-256 of the evidence a coordinator serves, against the hash on chain)",
+            )
+            shown = {
+                "matches": "[green]matches the hash on chain[/]",
+                "differs": "[red]DIFFERS from the hash on chain[/]",
+                "missing": "[red]MISSING: the coordinator serves none[/]",
+                "unchecked": "not checked (give --coordinator URL)",
+            }
+            for x in report.evidence:
+                e.add_row(str(x.signature), str(x.node), x.fault, shown[x.status])
+            return Group(table(), e)
+
+        s.show(data, tables)
 
     session = Session(url, json_output=json_output)
     session.run(command)
-    if mismatch:
-        raise typer.Exit(int(Exit.AUDIT_MISMATCH))
+    if verdict != Exit.OK:
+        raise typer.Exit(int(verdict))
