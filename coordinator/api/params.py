@@ -40,6 +40,7 @@ class Param:
     choices: tuple[str, ...] = ()
     default: Any = None
     description: str = ""
+    required: bool = False  # a request without it is refused (400), and the OpenAPI document says so
 
     def schema(self) -> dict[str, Any]:
         """Its OpenAPI schema."""
@@ -107,4 +108,7 @@ def parse_query(query: Mapping[str, str] | Any, params: Iterable[Param]) -> dict
             raise BadRequest(f"{name}: given more than once")
         seen.add(name)
         values[name] = _parse(known[name], raw)
+    for p in known.values():
+        if p.required and p.name not in values:
+            raise BadRequest(f"{p.name} is required")
     return values
