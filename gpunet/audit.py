@@ -21,7 +21,7 @@ from solders.pubkey import Pubkey
 from solders.signature import Signature
 
 from gpunet.accounts import fetch, resolve_provider
-from gpunet.history import ChainTransaction, transactions_of
+from gpunet.history import ChainTransaction, node_keys, transactions_of
 from gpunet.jobs import CoordinatorError
 from gpunet.pda import lease_vault_pda, stake_vault_pda
 from gpunet.tokens import token_balance
@@ -41,6 +41,7 @@ class Check:
     from_events: int
     on_chain: int
     signatures: tuple[Signature, ...] = ()
+    node: Pubkey | None = None  # the node account a per-node check is of
 
     @property
     def ok(self) -> bool:
@@ -75,6 +76,7 @@ class ChainAuditReport:
     transactions: int = 0
     checks: list[Check] = field(default_factory=list)
     evidence: list[EvidenceCheck] = field(default_factory=list)  # one per slash among the transactions
+    node_keys: dict[Pubkey, Pubkey] = field(default_factory=dict)  # node account -> node key, for the nodes named
 
     @property
     def ok(self) -> bool:
@@ -102,8 +104,8 @@ class _Sums:
         self.total[what] += amount
         self.sources[what].append(sig)
 
-    def check(self, what: str, on_chain: int) -> Check:
-        return Check(what, self.total[what], on_chain, tuple(self.sources[what]))
+    def check(self, what: str, on_chain: int, node: Pubkey | None = None) -> Check:
+        return Check(what, self.total[what], on_chain, tuple(self.sources[what]), node)
 
 
 def _lease_sums(lease: Pubkey, txs: list[ChainTransaction]) -> _Sums:
@@ -197,8 +199,10 @@ async def audit_lease(client: AsyncClient, lease: Pubkey, coordinator: str | Non
     for share in list(account.assignments)[: account.node_count]:
         # A share's GPU-seconds restart when it is reassigned: check the shares that never moved.
         if share.node not in sums.moved:
-            report.checks.append(sums.check(f"gpu_seconds {share.node}", share.gpu_seconds))
+            report.checks.append(sums.check(f"gpu_seconds {share.node}", share.gpu_seconds, share.node))
     await _check_evidence(txs, lambda d: d.lease == lease, coordinator, report)
+    named = [c.node for c in report.checks if c.node] + [e.node for e in report.evidence]
+    report.node_keys = await node_keys(client, named, txs)
     return report
 
 
@@ -233,4 +237,5 @@ async def audit_provider(client: AsyncClient, key: Pubkey, coordinator: str | No
     )
     report.checks.append(Check("staked + unbonding", held, account.staked + account.unbonding, sources))
     await _check_evidence(txs, lambda d: d.provider == provider, coordinator, report)
+    report.node_keys = await node_keys(client, [e.node for e in report.evidence], txs)
     return report

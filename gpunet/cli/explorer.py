@@ -14,13 +14,23 @@ from gpunet.accounts import resolve_provider
 from gpunet.amounts import format_io
 from gpunet.audit import audit_lease, audit_provider
 from gpunet.cli.common import BadInput, Exit, JsonOpt, Session, UrlOpt, key_column, pubkey_arg
-from gpunet.history import transactions_of
+from gpunet.history import node_keys, transactions_of
 
 settlements_app = typer.Typer(help="Usage settlements, from the chain.", no_args_is_help=True)
 LeaseOpt = Annotated[str | None, typer.Option("--lease", help="A lease's address.")]
 ProviderOpt = Annotated[
     str | None, typer.Option("--provider", help="A provider: its supplier's wallet or its provider account.")
 ]
+
+
+def _str(value: object | None) -> str | None:
+    return None if value is None else str(value)
+
+
+def node_label(account: Pubkey, key: Pubkey | None) -> str:
+    """A node in a table: its key (what `gpunet node` commands and the coordinator's answers name),
+    or, for a node whose key the chain no longer tells, its account, labelled so."""
+    return str(key) if key is not None else f"(account) {account}"
 
 
 def _subject(lease: str | None, provider: str | None) -> tuple[str, Pubkey]:
@@ -48,12 +58,15 @@ def list_settlements(
                 address, subject = resolved.account, resolved.describe()
             with s.waiting("Reading transactions"):
                 txs = await transactions_of(client, address)
+                settled = [e.data.node for tx in txs for e in tx.events if e.name == "UsageSettled"]
+                keys = await node_keys(client, settled, txs)
         rows = [
             {
                 "signature": tx.signature,
                 "block_time": tx.block_time,
                 "lease": e.data.lease,
-                "node": e.data.node,
+                "node": e.data.node,  # the node's account (what the event names)
+                "node_key": keys.get(e.data.node),  # its worker's key (what `gpunet node` commands take)
                 "provider": e.data.provider,
                 "seq": e.data.seq,
                 "period_start": e.data.period_start,
@@ -71,7 +84,7 @@ def list_settlements(
             t = Table(
                 "time (UTC)",
                 "lease",
-                "node",
+                key_column("node key"),
                 "seq",
                 "GPU-s",
                 "payout",
@@ -84,7 +97,7 @@ def list_settlements(
                 t.add_row(
                     when,
                     str(r["lease"])[:8],
-                    str(r["node"])[:8],
+                    node_label(r["node"], r["node_key"]),
                     str(r["seq"]),
                     str(r["gpu_seconds"]),
                     format_io(r["payout"]),
@@ -137,6 +150,7 @@ def audit(
                 {
                     "signature": str(e.signature),
                     "node": str(e.node),
+                    "node_key": _str(report.node_keys.get(e.node)),
                     "fault": e.fault,
                     "on_chain": e.on_chain,
                     "status": e.status,
@@ -153,6 +167,7 @@ def audit(
                     "on_chain": c.on_chain,
                     "ok": c.ok,
                     "signatures": [str(x) for x in c.signatures],
+                    **({"node": str(c.node), "node_key": _str(report.node_keys.get(c.node))} if c.node else {}),
                 }
                 for c in report.checks
             ],
@@ -168,7 +183,15 @@ def audit(
             )
             for c in report.checks:
                 unit = str if c.what.startswith("gpu_seconds") else format_io
-                t.add_row(c.what, unit(c.from_events), unit(c.on_chain), "[green]ok[/]" if c.ok else "[red]DIFFERS[/]")
+                key = report.node_keys.get(c.node) if c.node else None
+                what = (
+                    c.what
+                    if c.node is None
+                    else f"GPU-seconds of node key {key}"
+                    if key
+                    else f"GPU-seconds of node account {c.node}"
+                )
+                t.add_row(what, unit(c.from_events), unit(c.on_chain), "[green]ok[/]" if c.ok else "[red]DIFFERS[/]")
             for c in report.differences():
                 t.add_row(f"  {c.what}: from", ", ".join(str(x) for x in c.signatures) or "no transaction", "", "")
             return t
@@ -178,7 +201,7 @@ def audit(
                 return Group(table())
             e = Table(
                 key_column("slash transaction"),
-                "node account",
+                key_column("node key"),
                 "fault",
                 "evidence",
                 title="slash evidence (SHA-256 of the evidence a coordinator serves, against the hash on chain)",
@@ -190,7 +213,7 @@ def audit(
                 "unchecked": "not checked (give --coordinator URL)",
             }
             for x in report.evidence:
-                e.add_row(str(x.signature), str(x.node), x.fault, shown[x.status])
+                e.add_row(str(x.signature), node_label(x.node, report.node_keys.get(x.node)), x.fault, shown[x.status])
             return Group(table(), e)
 
         s.show(data, tables)
