@@ -151,3 +151,9 @@ def test_run_with_the_rpc_node_down_says_so_in_one_line(tmp_path):
     [line] = out.stderr.strip().splitlines()
     assert f"cannot reach the chain's RPC node at http://127.0.0.1:{port} (GPUNET_RPC_URL)" in line
     assert "gpunet localnet" in line
+
+
+def test_the_readme_lists_every_setting():
+    readme = (REPO / "README.md").read_text()
+    missing = [name for name in Settings.model_fields if f"`GPUNET_{name.upper()}`" not in readme]
+    assert not missing, f"README's coordinator settings lack {missing}"
