@@ -12,7 +12,7 @@ from solders.pubkey import Pubkey
 
 from gpunet.accounts import resolve_provider
 from gpunet.amounts import format_io
-from gpunet.audit import audit_lease, audit_provider
+from gpunet.audit import Check, audit_lease, audit_provider
 from gpunet.cli.common import BadInput, Exit, JsonOpt, Session, UrlOpt, key_column, pubkey_arg
 from gpunet.history import node_keys, transactions_of
 
@@ -181,19 +181,21 @@ def audit(
                 "",
                 title=f"audit of {report.subject} ({report.transactions} transactions)",
             )
+
+            def label(c: Check) -> str:
+                """A per-node check names the node by its key (its account when the chain no longer tells it)."""
+                if c.node is None:
+                    return c.what
+                key = report.node_keys.get(c.node)
+                return f"GPU-seconds of node key {key}" if key else f"GPU-seconds of node account {c.node}"
+
             for c in report.checks:
                 unit = str if c.what.startswith("gpu_seconds") else format_io
-                key = report.node_keys.get(c.node) if c.node else None
-                what = (
-                    c.what
-                    if c.node is None
-                    else f"GPU-seconds of node key {key}"
-                    if key
-                    else f"GPU-seconds of node account {c.node}"
+                t.add_row(
+                    label(c), unit(c.from_events), unit(c.on_chain), "[green]ok[/]" if c.ok else "[red]DIFFERS[/]"
                 )
-                t.add_row(what, unit(c.from_events), unit(c.on_chain), "[green]ok[/]" if c.ok else "[red]DIFFERS[/]")
             for c in report.differences():
-                t.add_row(f"  {c.what}: from", ", ".join(str(x) for x in c.signatures) or "no transaction", "", "")
+                t.add_row(f"  {label(c)}: from", ", ".join(str(x) for x in c.signatures) or "no transaction", "", "")
             return t
 
         def tables() -> Group:

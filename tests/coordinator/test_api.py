@@ -178,6 +178,10 @@ async def test_each_slash_serves_its_evidence_and_the_audit_checks_it_against_th
 
     code, shown = await asyncio.to_thread(cli_audit)
     assert (code, shown["ok"], shown["evidence"][0]["status"]) == (0, True, "matches")
+    assert (shown["evidence"][0]["fault"], shown["evidence"][0]["node_key"]) == (
+        "MissedHeartbeats",
+        str(ada.node_key.pubkey()),
+    )
 
     # Evidence that does not hash to the chain's value: the payments still agree, the evidence does not.
     async with pool.acquire() as conn:
