@@ -7,8 +7,6 @@ with backoff, and before any resend the chain is read to see whether the first a
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -23,6 +21,7 @@ from solders.signature import Signature
 
 from gpunet import instructions as ix
 from gpunet.accounts import AccountError, fetch, fetch_config
+from gpunet.audit import evidence_hash  # the auditors' hash: what goes on chain for a slash
 from gpunet.client import TransactionExpired, send_and_confirm
 from gpunet.pda import node_pda
 from gpunet.tokens import io_account
@@ -40,12 +39,6 @@ def require_listed(config: Any, key: Pubkey, keypair_path: object) -> None:
             f"the attester key {key} ({keypair_path}) is not one of the config's attesters; the admin adds it, "
             f"keeping the others, with `gpunet admin update --add-attester {key}`"
         )
-
-
-def evidence_hash(evidence: dict[str, Any]) -> bytes:
-    """SHA-256 of the evidence as canonical JSON (sorted keys, no spaces): what goes on chain,
-    while the evidence itself is kept in the coordinator's ledger for anyone to recompute."""
-    return hashlib.sha256(json.dumps(evidence, sort_keys=True, separators=(",", ":")).encode()).digest()
 
 
 class Attester:

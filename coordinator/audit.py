@@ -25,10 +25,15 @@ from coordinator.db.connection import Connection
 from coordinator.indexer.decode import decode_transaction, plain
 from coordinator.indexer.projection import IndexedEvent, Ledger
 from coordinator.indexer.rpc import ChainRpc
+from gpunet.accounts import discriminator
 from gpunet.idl import load_idl
-from gpunet.pda import lease_vault_pda, stake_vault_pda
+from gpunet.pda import lease_vault_pda, provider_pda, stake_vault_pda
 
-__all__ = ["Difference", "LedgerAuditReport", "audit_lease", "audit_provider"]
+__all__ = ["Difference", "LedgerAuditReport", "NotFound", "audit_lease", "audit_provider", "resolve_provider"]
+
+
+class NotFound(Exception):
+    """Nothing to audit: neither the ledger nor the chain knows the subject (never a failed audit)."""
 
 
 @dataclass
@@ -49,6 +54,7 @@ class LedgerAuditReport:
     kind: str
     events: int
     differences: list[Difference] = field(default_factory=list)
+    given: str | None = None  # a provider named by "wallet" or by "provider account"
 
     @property
     def ok(self) -> bool:
@@ -59,6 +65,7 @@ class LedgerAuditReport:
             "subject": self.subject,
             "kind": self.kind,
             "ok": self.ok,
+            **({"given": self.given} if self.given else {}),
             "events": self.events,
             "differences": [asdict(d) for d in self.differences],
         }
@@ -201,8 +208,33 @@ async def _account(
     return plain(decoded)
 
 
+async def resolve_provider(conn: Connection, rpc: ChainRpc, program: Pubkey, key: str) -> tuple[str, str]:
+    """(the provider account, "provider account" or "wallet"): `key` is a provider account when the
+    chain holds a gpunet Provider there or the ledger indexed one, else a wallet whose provider (its
+    PDA) the chain or the ledger knows. NotFound when it is neither."""
+
+    async def is_provider(address: str) -> bool:
+        found = await rpc.account(address)
+        if found is not None and found[0] == str(program) and found[1][:8] == discriminator("Provider"):
+            return True
+        return await ledger.row(conn, "providers", "provider", address) is not None
+
+    if await is_provider(key):
+        return key, "provider account"
+    pda = str(provider_pda(Pubkey.from_string(key), program))
+    if await is_provider(pda):
+        return pda, "wallet"
+    raise NotFound(
+        f"{key} is neither a provider account nor the wallet of a registered provider "
+        f"(no Provider at it or at its provider address {pda}, on chain or in the ledger)"
+    )
+
+
 async def audit_lease(conn: Connection, rpc: ChainRpc, program: Pubkey, lease: str) -> LedgerAuditReport:
+    """NotFound when neither the ledger nor the chain knows the lease."""
     events = await _indexed_events(conn, "lease", lease)
+    if not events and await rpc.account(lease) is None and await ledger.row(conn, "leases", "lease", lease) is None:
+        raise NotFound(f"no lease {lease}: neither the ledger nor the chain has it")
     report = LedgerAuditReport(lease, "lease", len(events))
     await _check_events(rpc, program, events, report)
     await _check_unindexed(conn, rpc, program, lease, "lease", report)
@@ -267,9 +299,12 @@ async def audit_lease(conn: Connection, rpc: ChainRpc, program: Pubkey, lease: s
     return report
 
 
-async def audit_provider(conn: Connection, rpc: ChainRpc, program: Pubkey, provider: str) -> LedgerAuditReport:
+async def audit_provider(conn: Connection, rpc: ChainRpc, program: Pubkey, key: str) -> LedgerAuditReport:
+    """`key` is the supplier's wallet or its provider account (the report's `given` says which);
+    NotFound when it is neither."""
+    provider, given = await resolve_provider(conn, rpc, program, key)
     events = await _indexed_events(conn, "provider", provider)
-    report = LedgerAuditReport(provider, "provider", len(events))
+    report = LedgerAuditReport(provider, "provider", len(events), given=given)
     await _check_events(rpc, program, events, report)
     await _check_unindexed(conn, rpc, program, provider, "provider", report)
 

@@ -22,13 +22,13 @@ from coordinator.api import create_app
 from coordinator.api.params import BadRequest, parse_pubkey
 from coordinator.api.work import work_routes
 from coordinator.attester import require_listed
-from coordinator.audit import audit_lease, audit_provider
+from coordinator.audit import NotFound, audit_lease, audit_provider
 from coordinator.db import SchemaTooNew, open_database
 from coordinator.indexer import Indexer
-from coordinator.indexer.rpc import ChainRpc
+from coordinator.indexer.rpc import ChainRpc, RpcError
 from coordinator.indexer.service import ChainMismatch
 from coordinator.service import Coordinator, DatabaseLost
-from coordinator.settings import Settings
+from coordinator.settings import Settings, settings_help
 from gpunet.accounts import AccountError, fetch_config
 from gpunet.exits import Exit
 from gpunet.jobs import CoordinatorError, resume_slashing
@@ -40,6 +40,19 @@ app = typer.Typer(
     help="The coordinator: chain indexer, PostgreSQL ledger, worker gateway, scheduler, settlement and API "
     "(settings: GPUNET_* variables).",
 )
+
+
+log = logging.getLogger("coordinator")
+
+# `--help` of each command that runs the service lists every setting, generated from Settings.
+_SETTINGS_EPILOG = "Settings (environment variables, all optional):\n\n" + settings_help()
+
+
+def _rpc_unreachable(e: BaseException) -> bool:
+    """The chain's RPC node did not answer (connection refused, timed out, DNS), as opposed to an answer."""
+    if isinstance(e, (SolanaRpcException, httpx.HTTPError)):
+        return True
+    return isinstance(e, RpcError) and isinstance(e.__cause__, httpx.HTTPError)
 
 
 def _serve(main: Callable[[Settings], Awaitable[object]]) -> None:
@@ -72,12 +85,27 @@ def _serve(main: Callable[[Settings], Awaitable[object]]) -> None:
     except DatabaseLost as e:
         typer.echo(f"coordinator: {e}", err=True)
         raise typer.Exit(int(Exit.UNREACHABLE)) from None
+    except NotFound as e:
+        typer.echo(f"coordinator: {e}", err=True)
+        raise typer.Exit(int(Exit.NOT_FOUND)) from None
+    except (SolanaRpcException, httpx.HTTPError, RpcError) as e:
+        if not _rpc_unreachable(e):
+            raise
+        cause = e.__cause__ or e
+        typer.echo(
+            f"coordinator: cannot reach the chain's RPC node at {settings.rpc_url} (GPUNET_RPC_URL): "
+            f"{type(cause).__name__}: {cause}. Start a local node (`gpunet localnet`) or set GPUNET_RPC_URL "
+            "and GPUNET_WS_URL to a node that answers.",
+            err=True,
+        )
+        raise typer.Exit(int(Exit.UNREACHABLE)) from None
 
 
 async def _api_server(settings: Settings, pool: asyncpg.Pool, coordinator: Coordinator | None = None) -> None:
     rpc = ChainRpc(settings.rpc_url, settings.commitment)
     app = create_app(pool, rpc, settings, work_routes(coordinator) if coordinator else (), coordinator)
     config = uvicorn.Config(app, host=settings.api_host, port=settings.api_port, log_level="warning", lifespan="off")
+    log.info("api.serving url=http://%s:%s", settings.api_host, settings.api_port)
     try:
         await uvicorn.Server(config).serve()
     finally:
@@ -95,7 +123,7 @@ async def _check_attester(settings: Settings, attester: Keypair) -> None:
     require_listed(config, attester.pubkey(), settings.attester_keypair)
 
 
-@app.command()
+@app.command(epilog=_SETTINGS_EPILOG)
 def run() -> None:
     """The whole coordinator: indexer, worker gateway, scheduler, failover, settlement and the API."""
     settings_path = Settings().attester_keypair.expanduser()
@@ -123,7 +151,7 @@ def run() -> None:
     _serve(main)
 
 
-@app.command()
+@app.command(epilog=_SETTINGS_EPILOG)
 def index() -> None:
     """Index the chain into the ledger only (no placement, no settlement)."""
 
@@ -134,7 +162,7 @@ def index() -> None:
     _serve(main)
 
 
-@app.command()
+@app.command(epilog=_SETTINGS_EPILOG)
 def api() -> None:
     """Serve the read API only (over a ledger another process indexes)."""
 
@@ -145,7 +173,7 @@ def api() -> None:
     _serve(main)
 
 
-@app.command()
+@app.command(epilog=_SETTINGS_EPILOG)
 def migrate() -> None:
     """Apply the schema migrations and exit."""
 
@@ -158,9 +186,11 @@ def migrate() -> None:
 
 @app.command()
 def audit(
-    lease: str = typer.Option(None, help="lease account"), provider: str = typer.Option(None, help="provider account")
+    lease: str = typer.Option(None, help="lease account"),
+    provider: str = typer.Option(None, help="provider: its supplier's wallet or its provider account"),
 ) -> None:
-    """Check a lease or a provider against the chain; exit 1 on any difference."""
+    """Check a lease or a provider against the chain; exit 1 on any difference, 6 when neither the
+    ledger nor the chain knows it."""
     if (lease is None) == (provider is None):
         typer.echo("coordinator audit: give exactly one of --lease or --provider", err=True)
         raise typer.Exit(int(Exit.BAD_INPUT))

@@ -11,7 +11,7 @@ from solders.pubkey import Pubkey
 
 from gpunet.idl import PROGRAM_ID
 
-__all__ = ["Settings"]
+__all__ = ["Settings", "settings_help"]
 
 
 class Settings(BaseSettings):
@@ -19,59 +19,86 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="GPUNET_", extra="ignore")
 
-    rpc_url: str = "http://127.0.0.1:8899"
-    ws_url: str = "ws://127.0.0.1:8900"
-    # None: an embedded PostgreSQL with its data under `state_dir`/postgres.
-    database_url: str | None = None
-    state_dir: Path = Path(".state/coordinator")
-    program_id: str = str(PROGRAM_ID)
+    rpc_url: str = Field(default="http://127.0.0.1:8899", description="JSON-RPC of the cluster")
+    ws_url: str = Field(default="ws://127.0.0.1:8900", description="its PubSub WebSocket")
+    database_url: str | None = Field(
+        default=None,
+        description="PostgreSQL, e.g. postgresql://gpunet:secret@db.example:5432/gpunet; "
+        "unset: an embedded PostgreSQL with its data under the state dir's postgres/",
+    )
+    state_dir: Path = Field(default=Path(".state/coordinator"), description="the embedded PostgreSQL's data lives here")
+    program_id: str = Field(default=str(PROGRAM_ID), description="the gpunet program's address")
     # `confirmed` is what the issue asks for; `finalized` trades latency for never seeing a rollback.
-    commitment: Literal["confirmed", "finalized"] = "confirmed"
-    api_host: str = "127.0.0.1"
-    api_port: int = Field(default=8080, ge=0, le=65535)
-    # The live subscription only wakes the indexer; this poll is the safety net when it is down.
-    poll_seconds: float = Field(default=5.0, gt=0)
-    # Chain transactions written per database transaction during a backfill.
-    batch_size: int = Field(default=250, ge=1, le=1000)
+    commitment: Literal["confirmed", "finalized"] = Field(default="confirmed", description="confirmed or finalized")
+    api_host: str = Field(default="127.0.0.1", description="the API's address")
+    api_port: int = Field(default=8080, ge=0, le=65535, description="the API's port")
+    poll_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        description="backfill safety poll (the live subscription only wakes the indexer; this is the net "
+        "when it is down)",
+    )
+    batch_size: int = Field(
+        default=250, ge=1, le=1000, description="chain transactions per database transaction in a backfill"
+    )
 
     # --- the coordinator's work (gateway, scheduler, failover, settlement)
-    # The attester key: must be one of the config's attesters to assign, settle and slash.
-    attester_keypair: Path = Path("~/.config/solana/id.json")
-    gateway_host: str = "127.0.0.1"
-    gateway_port: int = Field(default=8910, ge=0, le=65535)
-    heartbeat_seconds: float = Field(default=2.0, gt=0, le=300)
-    # A node silent this long is lost: its shares move to other nodes.
-    lost_after_seconds: float = Field(default=10.0, gt=0)
-    # After the coordinator starts, workers get this long to reconnect (they back off up to 30 s)
-    # before a node holding a share counts as lost; usage in that window is not held against them.
-    reconnect_grace_seconds: float = Field(default=30.0, ge=0)
-    # How often pending usage reports are settled on chain.
-    settle_seconds: float = Field(default=5.0, gt=0)
-    # Slash a provider whose node is lost while it holds a lease share (fault: MissedHeartbeats). The
-    # program moves only the shares of nodes found lost on chain (slashed, so jailed): without this,
+    attester_keypair: Path = Field(
+        default=Path("~/.config/solana/id.json"),
+        description="the coordinator's key (`run` only): one of the config's attesters, to assign, settle and slash",
+    )
+    gateway_host: str = Field(default="127.0.0.1", description="the worker gateway's address")
+    gateway_port: int = Field(default=8910, ge=0, le=65535, description="the worker gateway's port")
+    heartbeat_seconds: float = Field(default=2.0, gt=0, le=300, description="heartbeat interval asked of every worker")
+    lost_after_seconds: float = Field(
+        default=10.0, gt=0, description="a node silent this long is lost: its shares move to other nodes"
+    )
+    reconnect_grace_seconds: float = Field(
+        default=30.0,
+        ge=0,
+        description="after a coordinator start, workers get this long to reconnect (they back off up to 30 s) "
+        "before a node holding a share counts as lost; usage in that window is not held against them",
+    )
+    settle_seconds: float = Field(default=5.0, gt=0, description="how often pending usage reports are settled")
+    # The program moves only the shares of nodes found lost on chain (slashed, so jailed): without this,
     # lost nodes' shares stay put. To move shares without taking stake, set that fault's slash to 0 bps.
-    slash_lost_nodes: bool = True
-    # Place leases on workers with simulated GPUs (they are labelled simulated everywhere).
-    accept_simulated: bool = True
-    # A failover loop late by more than this was a stall of this process (it saw nothing meanwhile):
-    # that time is never counted as a node's silence.
-    stall_after_seconds: float = Field(default=1.0, gt=0)
-    # More than this fraction of the fleet silent at once is a correlated outage (the network, a
-    # region, this process): slashing and moving shares pause until enough of the fleet is heard.
-    # 1 never pauses.
-    max_lost_fraction: float = Field(default=0.5, gt=0, le=1)
-    # The fleet, for that fraction: nodes heard within this many seconds.
-    fleet_window_seconds: float = Field(default=120.0, gt=0)
-    # The same fraction of one region's nodes silent at once pauses slashing in that region only
-    # (a regional power cut or network partition); regions with fewer nodes than this are not
-    # judged on their own (two silent nodes of two say little).
-    region_min_nodes: int = Field(default=3, ge=1)
-    # A database unreachable this long stops the coordinator (exit code 5) for a supervisor to restart it.
-    database_outage_exit_seconds: float = Field(default=60.0, gt=0)
-    # After a lease's end: seconds for the workers' last usage reports before it is closed.
-    close_grace_seconds: float = Field(default=8.0, ge=0)
-    # MASTER_PORT given to cluster jobs (rank 0's node listens on it).
-    cluster_port: int = Field(default=29500, ge=1, le=65535)
+    slash_lost_nodes: bool = Field(
+        default=True, description="slash a provider whose node is lost holding a lease share (MissedHeartbeats)"
+    )
+    accept_simulated: bool = Field(
+        default=True, description="place leases on simulated GPUs (labelled so everywhere; false in production)"
+    )
+    stall_after_seconds: float = Field(
+        default=1.0,
+        gt=0,
+        description="the coordinator's own loop late by more than this was a stall: nobody's silence",
+    )
+    max_lost_fraction: float = Field(
+        default=0.5,
+        gt=0,
+        le=1,
+        description="more of the fleet silent at once is a correlated outage: slashing pauses (1: never pause)",
+    )
+    fleet_window_seconds: float = Field(
+        default=120.0, gt=0, description="the fleet, for that fraction: nodes heard within this long"
+    )
+    region_min_nodes: int = Field(
+        default=3,
+        ge=1,
+        description="a region with at least this many nodes is checked for a correlated outage on its own",
+    )
+    database_outage_exit_seconds: float = Field(
+        default=60.0, gt=0, description="a database unreachable this long stops the coordinator (exit 5)"
+    )
+    close_grace_seconds: float = Field(
+        default=8.0,
+        ge=0,
+        description="after a lease's end, before it is closed; after a close, before it is finalized "
+        "(the workers' last reports)",
+    )
+    cluster_port: int = Field(
+        default=29500, ge=1, le=65535, description="MASTER_PORT given to cluster jobs (rank 0's node listens on it)"
+    )
 
     # --- GPU verification (gpunet.verification; README, "Verified supply")
     # A verification holds this long (recorded on chain as valid-until); nodes are verified again
@@ -97,3 +124,14 @@ class Settings(BaseSettings):
     @property
     def program(self) -> Pubkey:
         return Pubkey.from_string(self.program_id)
+
+
+def settings_help() -> str:
+    """Every setting as its environment variable, default and meaning: what `--help` lists (generated
+    here, so it never drifts from the settings themselves)."""
+    prefix = Settings.model_config.get("env_prefix", "")
+    lines = []
+    for name, info in Settings.model_fields.items():
+        default = "unset" if info.default is None else str(info.default)
+        lines.append(f"{prefix}{name.upper()} (default {default}): {info.description}")
+    return "\n\n".join(lines)

@@ -14,18 +14,20 @@ from solders.pubkey import Pubkey
 
 from gpunet.errors import GpunetError
 from gpunet.idl import PROGRAM_ID, load_idl
-from gpunet.pda import config_pda, lease_vault_pda
+from gpunet.pda import config_pda, lease_vault_pda, provider_pda
 from gpunet.tokens import token_balance
 
 __all__ = [
     "AccountError",
     "Escrow",
+    "ProviderKey",
     "decode_account",
     "escrow",
     "fetch",
     "fetch_config",
     "lease_end",
     "program_accounts",
+    "resolve_provider",
 ]
 
 _DISCRIMINATOR = 8
@@ -70,6 +72,38 @@ async def fetch_config(client: AsyncClient) -> Any:
         return await fetch(client, config_pda(), "Config")
     except AccountError:
         raise AccountError("gpunet is not initialised on this cluster (run `gpunet admin init` first)") from None
+
+
+@dataclass(frozen=True)
+class ProviderKey:
+    """A provider, however it was named: its account (the PDA every event and API row names) and
+    its supplier's wallet, and which of the two the user gave."""
+
+    account: Pubkey
+    wallet: Pubkey
+    given: str  # "wallet" or "provider account"
+    decoded: Any
+
+    def describe(self) -> str:
+        return f"provider {self.account} (wallet {self.wallet}; given the {self.given})"
+
+
+async def resolve_provider(client: AsyncClient, key: Pubkey) -> ProviderKey:
+    """`key` as either a supplier's wallet or its provider account: a gpunet Provider account at
+    `key` is the provider itself, otherwise `key` is a wallet whose provider account is its PDA.
+    AccountError (not found) when neither exists."""
+    info = (await client.get_account_info(key)).value
+    if info is not None and info.owner == PROGRAM_ID and bytes(info.data)[:_DISCRIMINATOR] == discriminator("Provider"):
+        account = decode_account(bytes(info.data), "Provider", key)
+        return ProviderKey(key, account.authority, "provider account", account)
+    pda = provider_pda(key)
+    found = (await client.get_account_info(pda)).value
+    if found is None or found.owner != PROGRAM_ID:
+        raise AccountError(
+            f"{key} is neither a provider account nor the wallet of a registered provider "
+            f"(no Provider account at {key}, nor at that wallet's provider address {pda})"
+        )
+    return ProviderKey(pda, key, "wallet", decode_account(bytes(found.data), "Provider", pda))
 
 
 async def program_accounts(rpc: AsyncClient, name: str, **equals: Pubkey) -> list[tuple[Pubkey, Any]]:

@@ -1,22 +1,38 @@
 """Audit from the chain alone: recompute a lease's or a provider's totals from the events of its
 transactions and compare them with its account and its vault. Every difference names the
-transactions the recomputed figure came from, so an explorer can check them one by one."""
+transactions the recomputed figure came from, so an explorer can check them one by one.
+
+A slash puts only its evidence's SHA-256 on chain; given a coordinator's API, the audit also fetches
+each slash's evidence (`GET /slashes/{signature}/evidence`) and checks that it hashes to the chain's
+value. Those checks are reported apart from the payments' (`evidence_ok`, not `ok`)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
+import httpx
 from solana.rpc.async_api import AsyncClient
 from solders.pubkey import Pubkey
 from solders.signature import Signature
 
-from gpunet.accounts import fetch
-from gpunet.history import ChainTransaction, transactions_of
-from gpunet.pda import lease_vault_pda, provider_pda, stake_vault_pda
+from gpunet.accounts import fetch, resolve_provider
+from gpunet.history import ChainTransaction, node_keys, transactions_of
+from gpunet.jobs import CoordinatorError
+from gpunet.pda import lease_vault_pda, stake_vault_pda
 from gpunet.tokens import token_balance
 
-__all__ = ["ChainAuditReport", "Check", "audit_lease", "audit_provider"]
+__all__ = ["ChainAuditReport", "Check", "EvidenceCheck", "audit_lease", "audit_provider", "evidence_hash"]
+
+
+def evidence_hash(evidence: dict[str, Any]) -> bytes:
+    """SHA-256 of a slash's evidence as canonical JSON (sorted keys, no spaces): what goes on chain,
+    while the evidence itself is kept in the coordinator's ledger for anyone to recompute."""
+    return hashlib.sha256(json.dumps(evidence, sort_keys=True, separators=(",", ":")).encode()).digest()
 
 
 @dataclass(frozen=True)
@@ -25,10 +41,30 @@ class Check:
     from_events: int
     on_chain: int
     signatures: tuple[Signature, ...] = ()
+    node: Pubkey | None = None  # the node account a per-node check is of
 
     @property
     def ok(self) -> bool:
         return self.from_events == self.on_chain
+
+
+@dataclass(frozen=True)
+class EvidenceCheck:
+    """One slash's evidence against the hash on chain: "matches", "differs" (the evidence served
+    hashes to something else), "missing" (the coordinator serves none) or "unchecked" (no coordinator
+    was given)."""
+
+    signature: Signature
+    node: Pubkey
+    fault: str
+    on_chain: str  # the evidence hash in the slash, hex
+    status: str
+    served_hash: str | None = None  # what the served evidence hashes to, hex
+    evidence: dict[str, Any] | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("matches", "unchecked")
 
 
 @dataclass
@@ -39,10 +75,18 @@ class ChainAuditReport:
     subject: str  # "lease <address>" or "provider <address>"
     transactions: int = 0
     checks: list[Check] = field(default_factory=list)
+    evidence: list[EvidenceCheck] = field(default_factory=list)  # one per slash among the transactions
+    node_keys: dict[Pubkey, Pubkey] = field(default_factory=dict)  # node account -> node key, for the nodes named
 
     @property
     def ok(self) -> bool:
+        """The payments and stake: every figure recomputed from the events equals the chain's."""
         return all(c.ok for c in self.checks)
+
+    @property
+    def evidence_ok(self) -> bool:
+        """No slash's evidence is missing or hashes to anything but what is on chain."""
+        return all(e.ok for e in self.evidence)
 
     def differences(self) -> list[Check]:
         return [c for c in self.checks if not c.ok]
@@ -60,8 +104,8 @@ class _Sums:
         self.total[what] += amount
         self.sources[what].append(sig)
 
-    def check(self, what: str, on_chain: int) -> Check:
-        return Check(what, self.total[what], on_chain, tuple(self.sources[what]))
+    def check(self, what: str, on_chain: int, node: Pubkey | None = None) -> Check:
+        return Check(what, self.total[what], on_chain, tuple(self.sources[what]), node)
 
 
 def _lease_sums(lease: Pubkey, txs: list[ChainTransaction]) -> _Sums:
@@ -88,7 +132,51 @@ def _lease_sums(lease: Pubkey, txs: list[ChainTransaction]) -> _Sums:
     return sums
 
 
-async def audit_lease(client: AsyncClient, lease: Pubkey) -> ChainAuditReport:
+async def _served_evidence(coordinator: str, signature: Signature) -> list[dict[str, Any]]:
+    """The evidence a coordinator serves for the slashes of one transaction; [] when it has none."""
+    url = f"{coordinator.rstrip('/')}/slashes/{signature}/evidence"
+    try:
+        async with httpx.AsyncClient(timeout=30) as http:
+            response = await http.get(url)
+    except httpx.HTTPError as e:
+        raise CoordinatorError(f"cannot reach the coordinator at {url}: {type(e).__name__}: {e}") from None
+    if response.status_code == 404:
+        return []
+    try:
+        body = response.json()
+    except ValueError:
+        body = {"error": response.text[:200]}
+    if response.status_code >= 400 or not isinstance(body.get("items"), list):
+        raise CoordinatorError(f"the coordinator refused ({response.status_code}): {body.get('error', body)}")
+    return list(body["items"])
+
+
+async def _check_evidence(
+    txs: list[ChainTransaction], mine: Callable[[Any], bool], coordinator: str | None, report: ChainAuditReport
+) -> None:
+    """One EvidenceCheck per ProviderSlashed event that `mine(event data)` selects."""
+    for tx in txs:
+        slashes = [e.data for e in tx.events if e.name == "ProviderSlashed" and mine(e.data)]
+        if not slashes:
+            continue
+        served = await _served_evidence(coordinator, tx.signature) if coordinator else []
+        for d in slashes:
+            on_chain = bytes(d.evidence_hash).hex()
+            fault = type(d.fault).__name__
+            if coordinator is None:
+                report.evidence.append(EvidenceCheck(tx.signature, d.node, fault, on_chain, "unchecked"))
+                continue
+            found = [s["evidence"] for s in served if s.get("node") == str(d.node) and s.get("evidence") is not None]
+            if not found:
+                report.evidence.append(EvidenceCheck(tx.signature, d.node, fault, on_chain, "missing"))
+                continue
+            served_hash = evidence_hash(found[0]).hex()
+            status = "matches" if served_hash == on_chain else "differs"
+            report.evidence.append(EvidenceCheck(tx.signature, d.node, fault, on_chain, status, served_hash, found[0]))
+
+
+async def audit_lease(client: AsyncClient, lease: Pubkey, coordinator: str | None = None) -> ChainAuditReport:
+    """With `coordinator` (its API's URL), each slash with this lease as victim has its evidence checked."""
     account = await fetch(client, lease, "Lease")
     txs = await transactions_of(client, lease)
     sums = _lease_sums(lease, txs)
@@ -111,13 +199,19 @@ async def audit_lease(client: AsyncClient, lease: Pubkey) -> ChainAuditReport:
     for share in list(account.assignments)[: account.node_count]:
         # A share's GPU-seconds restart when it is reassigned: check the shares that never moved.
         if share.node not in sums.moved:
-            report.checks.append(sums.check(f"gpu_seconds {share.node}", share.gpu_seconds))
+            report.checks.append(sums.check(f"gpu_seconds {share.node}", share.gpu_seconds, share.node))
+    await _check_evidence(txs, lambda d: d.lease == lease, coordinator, report)
+    named = [c.node for c in report.checks if c.node] + [e.node for e in report.evidence]
+    report.node_keys = await node_keys(client, named, txs)
     return report
 
 
-async def audit_provider(client: AsyncClient, authority: Pubkey) -> ChainAuditReport:
-    provider = provider_pda(authority)
-    account = await fetch(client, provider, "Provider")
+async def audit_provider(client: AsyncClient, key: Pubkey, coordinator: str | None = None) -> ChainAuditReport:
+    """`key` is the supplier's wallet or its provider account (the subject says which was given);
+    AccountError when it is neither. With `coordinator` (its API's URL), each of its slashes has its
+    evidence checked."""
+    resolved = await resolve_provider(client, key)
+    provider, account = resolved.account, resolved.decoded
     txs = await transactions_of(client, provider)
     sums = _Sums()
     for tx in txs:
@@ -133,7 +227,7 @@ async def audit_provider(client: AsyncClient, authority: Pubkey) -> ChainAuditRe
                 sums.add("slashed", d.amount, tx.signature)
             elif ev.name == "UsageSettled":
                 sums.add("earned", d.payout, tx.signature)
-    report = ChainAuditReport(f"provider {provider} (wallet {authority})", len(txs))
+    report = ChainAuditReport(resolved.describe(), len(txs))
     report.checks.append(sums.check("slashed", account.slashed))
     report.checks.append(sums.check("earned", account.earned))
     held = sums.total["stake in"] - sums.total["withdrawn"] - sums.total["slashed"]
@@ -142,4 +236,6 @@ async def audit_provider(client: AsyncClient, authority: Pubkey) -> ChainAuditRe
         Check("stake vault balance", held, await token_balance(client, stake_vault_pda(provider)), sources)
     )
     report.checks.append(Check("staked + unbonding", held, account.staked + account.unbonding, sources))
+    await _check_evidence(txs, lambda d: d.provider == provider, coordinator, report)
+    report.node_keys = await node_keys(client, [e.node for e in report.evidence], txs)
     return report

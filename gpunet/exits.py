@@ -19,5 +19,6 @@ class Exit(IntEnum):
     NOT_FOUND = 6  # the account does not exist (or gpunet is not initialised there)
     AUDIT_MISMATCH = 7  # an audit found a difference
     NOT_INSTALLED = 8  # `gpunet coordinator|worker` without its extra (pip install 'gpunet[coordinator]')
+    EVIDENCE = 9  # the audit's figures agree, but a slash's evidence is missing or hashes to another value
     NO_GPUS = 10  # `gpunet worker`: no usable GPUs (no NVIDIA driver, NVML failing) and no --simulate-gpus
     WORKER_STATE = 11  # `gpunet worker`: the state directory is unusable (damaged journal, another agent on it)

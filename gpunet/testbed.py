@@ -192,9 +192,11 @@ class Market:
                 await asyncio.sleep(0.25)
         raise TimeoutError("the chain clock never passed the period end")
 
-    async def slash(self, s: Supplier, victim: tuple[Pubkey, Client] | None = None) -> None:
+    async def slash(
+        self, s: Supplier, victim: tuple[Pubkey, Client] | None = None, evidence_hash: bytes = bytes(range(32))
+    ) -> Signature:
         """Slashes `s` for missed heartbeats; `victim`: the lease and client that get the client share."""
-        await self.send(
+        return await self.send(
             self.attester,
             [
                 ix.slash_provider(
@@ -203,7 +205,7 @@ class Market:
                     s.node_key.pubkey(),
                     s.wallet.pubkey(),
                     "MissedHeartbeats",
-                    bytes(range(32)),
+                    evidence_hash,
                     victim=(victim[0], victim[1].tokens) if victim else None,
                 )
             ],

@@ -18,10 +18,11 @@ from starlette.routing import Route
 
 from coordinator.api.metrics import coordinator_metrics, render_metrics
 from coordinator.api.openapi import openapi_document
-from coordinator.api.params import BadRequest, parse_pubkey, parse_query
+from coordinator.api.params import BadRequest, parse_pubkey, parse_query, parse_signature
 from coordinator.api.resources import PAGE, RESOURCES, Resource
-from coordinator.audit import audit_lease, audit_provider
+from coordinator.audit import NotFound, audit_lease, audit_provider
 from coordinator.db import chain as ledger
+from coordinator.db import nodes as faults
 from coordinator.db import verifications
 from coordinator.indexer.rpc import ChainRpc, RpcError
 from coordinator.settings import Settings
@@ -110,6 +111,8 @@ def create_app(
             try:
                 async with pool.acquire() as conn:
                     report = await check(conn, rpc, program, subject)
+            except NotFound as e:
+                return _error(404, str(e))
             except RpcError as e:
                 return _error(503, f"the chain could not be read for the audit: {e}")
             return JSONResponse(report.to_json())
@@ -126,6 +129,17 @@ def create_app(
                 return _error(404, f"no node with node account or node key {key} in the ledger")
             rows = await verifications.of_node(conn, node["node_key"])
         return JSONResponse({"node": node["node"], "node_key": node["node_key"], "items": [_row(r) for r in rows]})
+
+    async def slash_evidence(request: Request) -> Response:
+        parse_query(request.query_params, ())
+        signature = parse_signature("signature", request.path_params["signature"])
+        async with pool.acquire() as conn:
+            items = await faults.slash_evidence(conn, signature)
+        if not items:
+            return _error(404, f"no slash in transaction {signature} in the ledger")
+        return JSONResponse(
+            {"signature": signature, "items": [{k: _json_value(v) for k, v in i.items()} for i in items]}
+        )
 
     async def health(request: Request) -> Response:
         try:
@@ -162,6 +176,7 @@ def create_app(
         routes.append(Route(f"/{resource.name}", listing(resource)))
         if resource.key:
             routes.append(Route(f"/{resource.name}/{{key}}", item(resource)))
+    routes.append(Route("/slashes/{signature}/evidence", slash_evidence))
     routes += [Route("/audit/leases/{key}", audit("lease")), Route("/audit/providers/{key}", audit("provider"))]
     routes.append(Route("/nodes/{key}/verifications", node_verifications))
     routes += list(extra_routes)

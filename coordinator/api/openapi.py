@@ -5,104 +5,171 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from coordinator.api.params import PUBKEY_SCHEMA, Param
+from coordinator.api import schemas
+from coordinator.api.params import PUBKEY_SCHEMA, SIGNATURE_SCHEMA, Param
 from coordinator.api.resources import PAGE, RESOURCES
 
 __all__ = ["openapi_document"]
 
-_ERROR = {
-    "description": "bad parameter",
-    "content": {
-        "application/json": {
-            "schema": {"type": "object", "properties": {"error": {"type": "string"}}, "required": ["error"]}
-        }
-    },
-}
 _KEY = {"name": "key", "in": "path", "required": True, "schema": PUBKEY_SCHEMA}
+_WHY = {
+    400: "a bad parameter or body (the message says which and why)",
+    401: "not signed by whom it must be",
+    404: "not found (or no such route on this server)",
+    409: "refused in the current state",
+    413: "too large",
+    503: "the database or the chain could not be read",
+}
+
+
+def _json(description: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _errors(*statuses: int) -> dict[str, Any]:
+    return {str(status): _json(_WHY[status], schemas.ERROR) for status in statuses}
 
 
 def _query(p: Param) -> dict[str, Any]:
     return {
         "name": p.name,
         "in": "query",
-        "required": False,
+        "required": p.required,
         "schema": p.schema(),
         **({"description": p.description} if p.description else {}),
     }
 
 
-def _op(summary: str, parameters: list[dict[str, Any]], json_body: bool = True) -> dict[str, Any]:
-    content = (
-        {"application/json": {"schema": {"type": "object"}}}
-        if json_body
-        else {"text/plain": {"schema": {"type": "string"}}}
-    )
+def _op(
+    summary: str, parameters: list[dict[str, Any]], ok: dict[str, Any], *errors: int, status: int = 200
+) -> dict[str, Any]:
+    """One operation: its answer `ok` (a response object) and its documented errors (400 and 404 always:
+    any route refuses unknown parameters, and a read-only API has no client routes)."""
     return {
-        "get": {
-            "summary": summary,
-            "parameters": parameters,
-            "responses": {"200": {"description": "ok", "content": content}, "400": _ERROR, "404": _ERROR},
-        }
+        "summary": summary,
+        "parameters": parameters,
+        "responses": {str(status): ok, **_errors(400, 404, *errors)},
     }
 
 
 @cache
 def openapi_document() -> dict[str, Any]:
     paths: dict[str, Any] = {
-        "/health": _op("Database reachable; where the indexer stands.", []),
-        "/metrics": _op("Prometheus metrics (gpunet_indexer_*).", [], json_body=False),
+        "/health": {
+            "get": {
+                **_op("Database reachable; where the indexer stands.", [], _json("ok", schemas.HEALTH)),
+                "responses": {
+                    "200": _json("ok", schemas.HEALTH),
+                    "400": _json(_WHY[400], schemas.ERROR),
+                    "503": _json(
+                        "the database is unreachable",
+                        {
+                            "type": "object",
+                            "properties": {"status": {"enum": ["unavailable"]}, "database": {"type": "string"}},
+                            "required": ["status", "database"],
+                            "additionalProperties": False,
+                        },
+                    ),
+                },
+            }
+        },
+        "/metrics": {
+            "get": _op(
+                "Prometheus metrics (gpunet_indexer_*, gpunet_coordinator_*).",
+                [],
+                {"description": "ok", "content": {"text/plain": {"schema": {"type": "string"}}}},
+                503,
+            )
+        },
     }
     for r in RESOURCES.values():
-        paths[f"/{r.name}"] = _op(r.description, [_query(p) for p in (*r.filters, *PAGE)])
+        paths[f"/{r.name}"] = {
+            "get": _op(
+                r.description, [_query(p) for p in (*r.filters, *PAGE)], _json("a page", schemas.page_schema(r.table))
+            )
+        }
         if r.key:
-            paths[f"/{r.name}/{{key}}"] = _op(f"One of {r.name}, by {r.key} account.", [_KEY])
-    paths["/audit/leases/{key}"] = _op("Check a lease's events, rows, account and vault against the chain.", [_KEY])
-    paths["/audit/providers/{key}"] = _op(
-        "Check a provider's events, rows, account and stake vault against the chain.", [_KEY]
-    )
-    paths["/nodes/{key}/verifications"] = _op(
-        "A node's GPU verification challenges and verdicts, newest first (by node account or node key).", [_KEY]
-    )
+            paths[f"/{r.name}/{{key}}"] = {
+                "get": _op(f"One of {r.name}, by {r.key} account.", [_KEY], _json("ok", schemas.item_schema(r.table)))
+            }
+    paths["/slashes/{signature}/evidence"] = {
+        "get": _op(
+            "The slashes of one transaction, each with the evidence the coordinator recorded for it (null when it "
+            "holds none): its canonical JSON (sorted keys, no spaces) hashes (SHA-256) to the slash's evidence_hash "
+            "on chain.",
+            [{"name": "signature", "in": "path", "required": True, "schema": SIGNATURE_SCHEMA}],
+            _json("ok", schemas.SLASH_EVIDENCE),
+        )
+    }
+    audit = _json("the audit's verdict (ok) and every difference", schemas.AUDIT)
+    paths["/audit/leases/{key}"] = {
+        "get": _op("Check a lease's events, rows, account and vault against the chain.", [_KEY], audit, 503)
+    }
+    paths["/audit/providers/{key}"] = {
+        "get": _op(
+            "Check a provider's events, rows, account and stake vault against the chain; the key is its "
+            "supplier's wallet or its provider account (`given` says which).",
+            [_KEY],
+            audit,
+            503,
+        )
+    }
+    paths["/nodes/{key}/verifications"] = {
+        "get": _op(
+            "A node's GPU verification challenges and verdicts, newest first (by node account or node key).",
+            [_KEY],
+            _json("ok", schemas.NODE_VERIFICATIONS),
+        )
+    }
     # A running coordinator's client routes (coordinator.api.work).
     from coordinator.api.work import JOB_VIEW_PARAMS, QUOTE_PARAMS
 
-    job = _op(
-        "A lease's placement, its current job and number, the job's state per node and log lines: a page "
-        "after ?after= (`more` says whether another follows), or the last ?tail= lines.",
-        [_KEY, *(_query(p) for p in JOB_VIEW_PARAMS)],
-    )
-    job["post"] = {
-        "summary": "Give a lease its next job (number 1, 2, ...; one at a time: the current one must have "
-        "ended), signed by the lease's client (gpunet.protocol.job_message).",
-        "parameters": [_KEY],
-        "requestBody": {
-            "required": True,
-            "content": {
-                "application/json": {
-                    "schema": {
-                        "type": "object",
-                        "required": ["job", "signature"],
-                        "properties": {
-                            "job": {"type": "object"},
-                            "gpus_per_node": {"type": ["integer", "null"]},
-                            "job_number": {"type": "integer", "minimum": 1, "default": 1},
-                            "signature": {"type": "string"},
-                        },
+    paths["/leases/{key}/job"] = {
+        "get": _op(
+            "A lease's placement, its current job and number, the job's state per node and log lines: a page "
+            "after ?after= (`more` says whether another follows), or the last ?tail= lines.",
+            [_KEY, *(_query(p) for p in JOB_VIEW_PARAMS)],
+            _json("ok", schemas.JOB_VIEW),
+        ),
+        "post": {
+            "summary": "Give a lease its next job (number 1, 2, ...; one at a time: the current one must have "
+            "ended), signed by the lease's client (gpunet.protocol.job_message).",
+            "parameters": [_KEY],
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {
+                        "schema": {
+                            "type": "object",
+                            "required": ["job", "signature"],
+                            "properties": {
+                                "job": {"type": "object"},
+                                "gpus_per_node": {"type": ["integer", "null"]},
+                                "job_number": {"type": "integer", "minimum": 1, "default": 1},
+                                "signature": {"type": "string"},
+                            },
+                        }
                     }
-                }
+                },
             },
+            "responses": {"201": _json("accepted", schemas.JOB_ACCEPTED), **_errors(400, 401, 404, 409, 413)},
         },
-        "responses": {"201": {"description": "accepted"}, "400": _ERROR, "401": _ERROR, "404": _ERROR, "409": _ERROR},
     }
-    paths["/leases/{key}/job"] = job
-    paths["/quote"] = _op(
-        "Which nodes a lease would get now, at what burn rate, or why none.", [_query(p) for p in QUOTE_PARAMS]
-    )
-    paths["/workers"] = _op(
-        "Workers connected to the gateway now (simulated ones say so), and whether a "
-        "correlated outage pauses slashing (for the fleet, or per region).",
-        [],
-    )
+    paths["/quote"] = {
+        "get": _op(
+            "Which nodes a lease would get now, at what burn rate, or why none.",
+            [_query(p) for p in QUOTE_PARAMS],
+            _json("the placement, or why none", schemas.QUOTE),
+        )
+    }
+    paths["/workers"] = {
+        "get": _op(
+            "Workers connected to the gateway now (simulated ones say so), and whether a "
+            "correlated outage pauses slashing (for the fleet, or per region).",
+            [],
+            _json("ok", schemas.WORKERS),
+        )
+    }
     paths["/slashing/resume"] = {
         "post": {
             "summary": "The operator ends a correlated-outage pause of slashing (the fleet's, or one region's): "
@@ -124,13 +191,7 @@ def openapi_document() -> dict[str, Any]:
                 },
             },
             # 404: an API without a running coordinator (`coordinator api`) has no such route
-            "responses": {
-                "200": {"description": "resumed"},
-                "400": _ERROR,
-                "401": _ERROR,
-                "404": _ERROR,
-                "409": _ERROR,
-            },
+            "responses": {"200": _json("resumed", schemas.SLASHING_RESUMED), **_errors(400, 401, 404, 409, 413)},
         }
     }
     return {"openapi": "3.1.0", "info": {"title": "gpunet coordinator API", "version": "1"}, "paths": paths}

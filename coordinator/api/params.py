@@ -7,8 +7,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from solders.pubkey import Pubkey
+from solders.signature import Signature
 
-__all__ = ["PUBKEY_SCHEMA", "SIGNATURE_SCHEMA", "BadRequest", "Param", "parse_pubkey", "parse_query"]
+__all__ = [
+    "PUBKEY_SCHEMA",
+    "SIGNATURE_SCHEMA",
+    "BadRequest",
+    "Param",
+    "parse_pubkey",
+    "parse_query",
+    "parse_signature",
+]
 
 _MAX_I64 = 2**63 - 1
 # Custom formats: no regex says "base58 of exactly 32 (64) bytes", so the formats name it.
@@ -31,6 +40,7 @@ class Param:
     choices: tuple[str, ...] = ()
     default: Any = None
     description: str = ""
+    required: bool = False  # a request without it is refused (400), and the OpenAPI document says so
 
     def schema(self) -> dict[str, Any]:
         """Its OpenAPI schema."""
@@ -57,16 +67,18 @@ def parse_pubkey(name: str, raw: str) -> str:
         raise BadRequest(f"{name}: {raw[:60]!r} is not a base58 public key") from None
 
 
+def parse_signature(name: str, raw: str) -> str:
+    try:
+        return str(Signature.from_string(raw))
+    except ValueError:
+        raise BadRequest(f"{name}: {raw[:100]!r} is not a base58 transaction signature") from None
+
+
 def _parse(p: Param, raw: str) -> Any:
     if p.kind == "pubkey":
         return parse_pubkey(p.name, raw)
     if p.kind == "signature":
-        from solders.signature import Signature
-
-        try:
-            return str(Signature.from_string(raw))
-        except ValueError:
-            raise BadRequest(f"{p.name}: {raw[:100]!r} is not a base58 transaction signature") from None
+        return parse_signature(p.name, raw)
     if p.kind == "integer":
         try:
             value = int(raw, 10)
@@ -96,4 +108,7 @@ def parse_query(query: Mapping[str, str] | Any, params: Iterable[Param]) -> dict
             raise BadRequest(f"{name}: given more than once")
         seen.add(name)
         values[name] = _parse(known[name], raw)
+    for p in known.values():
+        if p.required and p.name not in values:
+            raise BadRequest(f"{p.name} is required")
     return values

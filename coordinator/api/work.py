@@ -35,11 +35,13 @@ MAX_BODY = 256 * 1024
 OPERATOR_CLOCK_SKEW_SECONDS = 120  # a signed operator request older (or newer) than this is refused
 LOG_LINES = 200
 QUOTE_PARAMS = (
-    Param("gpu_count", "integer", minimum=1, maximum=MAX_LEASE_GPUS, description="GPUs in all"),
+    Param("gpu_count", "integer", minimum=1, maximum=MAX_LEASE_GPUS, description="GPUs in all", required=True),
     Param("gpu_model", "integer", minimum=0, maximum=65535, default=0, description="catalog code, 0 = any"),
     Param("min_vram_gb", "integer", minimum=0, maximum=65535, default=0, description="least GiB per GPU"),
     Param("region", "integer", minimum=0, maximum=65535, default=0, description="catalog code, 0 = any"),
-    Param("max_price_per_gpu_hour", "integer", minimum=1, maximum=2**64 - 1, description="IO base units"),
+    Param(
+        "max_price_per_gpu_hour", "integer", minimum=1, maximum=2**64 - 1, description="IO base units", required=True
+    ),
     Param(
         "gpus_per_node", "integer", minimum=1, maximum=MAX_GPUS_PER_NODE, description="equal shares of this many GPUs"
     ),

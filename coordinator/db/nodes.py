@@ -11,7 +11,7 @@ import asyncpg
 from coordinator.db.connection import Connection
 from coordinator.keys import NodeKey
 
-__all__ = ["is_draining", "record_fault", "registered_nodes", "set_slash_signature"]
+__all__ = ["is_draining", "record_fault", "registered_nodes", "set_slash_signature", "slash_evidence"]
 
 
 async def registered_nodes(conn: Connection) -> list[asyncpg.Record]:
@@ -50,3 +50,24 @@ async def record_fault(
 
 async def set_slash_signature(conn: Connection, fault: int, signature: str | None) -> None:
     await conn.execute("UPDATE faults SET slash_signature = $2 WHERE id = $1", fault, signature)
+
+
+async def slash_evidence(conn: Connection, signature: str) -> list[dict[str, Any]]:
+    """The slashes of one transaction (from the ledger), each with the evidence this coordinator
+    recorded for it (None when it has none: another coordinator's slash, or one it did not record),
+    found by the evidence's hash, else by the transaction it was sent in."""
+    rows = await conn.fetch(
+        """SELECT s.event_index, s.provider, s.node, s.attester, s.fault, s.evidence_hash, s.lease, s.slot,
+                  f.evidence, f.node_key
+           FROM slashes s
+           LEFT JOIN LATERAL (
+               SELECT evidence, node_key FROM faults f
+               WHERE f.evidence_hash = s.evidence_hash OR f.slash_signature = s.signature
+               ORDER BY (f.evidence_hash = s.evidence_hash) DESC, f.id
+               LIMIT 1
+           ) f ON true
+           WHERE s.signature = $1
+           ORDER BY s.event_index""",
+        signature,
+    )
+    return [{**dict(r), "evidence": json.loads(r["evidence"]) if r["evidence"] is not None else None} for r in rows]

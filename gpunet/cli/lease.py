@@ -312,9 +312,9 @@ def show(lease: LeaseArg, url: UrlOpt = None, json_output: JsonOpt = False) -> N
             )
             for a in data["assignments"]:
                 t.add_row(
-                    f"node {a['node_key']}",
+                    f"node key {a['node_key']}",
                     f"{a['gpus']} GPUs at {format_io(a['price_per_gpu_hour'])}/GPU-hour, "
-                    f"{a['gpu_seconds']} GPU-s settled (seq {a['last_seq']})",
+                    f"{a['gpu_seconds']} GPU-s settled (seq {a['last_seq']}); node account {a['node']}",
                 )
             if not (waiting := data.get("waiting")):
                 return t
@@ -465,7 +465,10 @@ def status(lease: LeaseArg, coordinator: CoordinatorOpt = DEFAULT_COORDINATOR, j
             p = view["placement"] or {}
             job = f"job {view['job_number']}" if view.get("job_number") else "job"
             t = Table(
-                "node", job, "detail", title=f"lease {lease}: {p.get('state', 'not seen')}  {p.get('reason', '')}"
+                key_column("node key"),
+                job,
+                "detail",
+                title=f"lease {lease}: {p.get('state', 'not seen')}  {p.get('reason', '')}",
             )
             for n in view["nodes"]:
                 t.add_row(n["node_key"], n["state"], n.get("detail") or "")

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from gpunet import catalog
 from gpunet import instructions as ix
-from gpunet.accounts import fetch, fetch_config, program_accounts
+from gpunet.accounts import fetch, fetch_config, program_accounts, resolve_provider
 from gpunet.amounts import format_io, parse_io
 from gpunet.cli import clock
 from gpunet.cli.common import (
@@ -251,15 +251,20 @@ def unjail(
 
 @app.command("list")
 def list_nodes(
-    provider: Annotated[str | None, typer.Option("--provider", help="Only this provider wallet's nodes.")] = None,
+    provider: Annotated[
+        str | None, typer.Option("--provider", help="Only this provider's nodes (its wallet or provider account).")
+    ] = None,
     url: UrlOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
     """Every registered node (or one provider's)."""
 
     async def command(s: Session) -> None:
-        where = {"provider": provider_pda(pubkey_arg(provider, "provider wallet"))} if provider else {}
         async with s.client() as client:
+            of = (
+                await resolve_provider(client, pubkey_arg(provider, "provider wallet or account")) if provider else None
+            )
+            where = {"provider": of.account} if of else {}
             rows = [node_row(a, n) for a, n in await program_accounts(client, "Node", **where)]
 
         def table() -> Table:
@@ -271,7 +276,7 @@ def list_nodes(
                 "region",
                 "price/GPU-h",
                 "state",
-                title=f"{len(rows)} nodes",
+                title=f"{len(rows)} nodes" + (f" of {of.describe()}" if of else ""),
             )
             for r in rows:
                 t.add_row(

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from gpunet import instructions as ix
-from gpunet.accounts import AccountError, fetch, fetch_config
+from gpunet.accounts import AccountError, fetch, fetch_config, resolve_provider
 from gpunet.amounts import format_io, parse_io
 from gpunet.cli import clock
 from gpunet.cli.common import (
@@ -128,7 +128,9 @@ def withdraw(url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR, json_out
 
 @app.command("show")
 def show(
-    wallet: Annotated[str | None, typer.Argument(help="Provider wallet (default: yours).")] = None,
+    wallet: Annotated[
+        str | None, typer.Argument(help="A provider's wallet or provider account (default: your wallet).")
+    ] = None,
     url: UrlOpt = None,
     keypair: KeypairOpt = DEFAULT_KEYPAIR,
     json_output: JsonOpt = False,
@@ -136,15 +138,19 @@ def show(
     """A provider's stake, bonds, unbonding, slashes and earnings."""
 
     async def command(s: Session) -> None:
-        authority = pubkey_arg(wallet, "wallet") if wallet else s.wallet.pubkey()
-        address = provider_pda(authority)
         async with s.client() as client:
-            try:
-                p = await fetch(client, address, "Provider")
-            except AccountError:
-                raise AccountError(
-                    f"wallet {authority} is not a provider (register with `gpunet provider register`)"
-                ) from None
+            if wallet:
+                resolved = await resolve_provider(client, pubkey_arg(wallet, "provider wallet or account"))
+                authority, address, p = resolved.wallet, resolved.account, resolved.decoded
+            else:
+                authority = s.wallet.pubkey()
+                address = provider_pda(authority)
+                try:
+                    p = await fetch(client, address, "Provider")
+                except AccountError:
+                    raise AccountError(
+                        f"wallet {authority} is not a provider (register with `gpunet provider register`)"
+                    ) from None
             vault = int((await client.get_token_account_balance(stake_vault_pda(address))).value.amount)
         data = {
             "provider": address,

@@ -108,6 +108,8 @@ def test_a_supplier_and_a_client_from_registration_to_audit(market) -> None:
     assert (settled["seq"], settled["gpu_seconds"], settled["node"]) == (1, 4, shown["assignments"][0]["node"])
     assert settled["payout"] + settled["fee"] == 4 * 2_500_000 // 3600  # floor(GPU-s x price / 3600)
     assert g.json("settlements", "list", "--provider", g.pubkey("supplier")) == [settled]
+    # the provider account (what the rows show) names the same provider as its wallet
+    assert g.json("settlements", "list", "--provider", settled["provider"]) == [settled]
 
     closed = g.json("lease", "close", lease, wallet="client")
     assert closed["refunded"] == 9 * IO - settled["payout"] - settled["fee"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from urllib.parse import quote
@@ -14,13 +15,18 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
+from solana.rpc.async_api import AsyncClient
 from solders.keypair import Keypair
+from typer.testing import CliRunner
 
 from coordinator.api import create_app
-from coordinator.db import connect_pool
+from coordinator.db import connect_pool, nodes
 from coordinator.db.migrate import migrate
 from coordinator.indexer.rpc import ChainRpc
 from coordinator.settings import Settings
+from gpunet.audit import audit_lease, audit_provider, evidence_hash
+from gpunet.cli import app as gpunet_app
+from gpunet.exits import Exit
 from gpunet.localnet import free_ports
 from gpunet.testbed import Market
 
@@ -109,6 +115,10 @@ async def test_resources_filters_and_pagination(node, market: Market, indexer, p
 
         audit = (await http.get(f"/audit/leases/{lease}")).json()
         assert audit["ok"] and audit["events"] == 3
+        by_wallet = (await http.get(f"/audit/providers/{ada.wallet.pubkey()}")).json()
+        assert (by_wallet["subject"], by_wallet["given"], by_wallet["ok"]) == (str(ada.provider), "wallet", True)
+        by_account = (await http.get(f"/audit/providers/{ada.provider}")).json()
+        assert (by_account["given"], by_account["events"]) == ("provider account", by_wallet["events"])
         metrics = {
             f.name: f.samples[0].value for f in text_string_to_metric_families((await http.get("/metrics")).text)
         }
@@ -117,6 +127,74 @@ async def test_resources_filters_and_pagination(node, market: Market, indexer, p
         assert 0 <= metrics["gpunet_indexer_lag_slots"] < 10_000 and metrics["gpunet_indexer_lag_seconds"] >= 0
         doc = (await http.get("/openapi.json")).json()
         assert doc["openapi"].startswith("3.") and "/settlements" in doc["paths"]
+
+
+async def test_each_slash_serves_its_evidence_and_the_audit_checks_it_against_the_chain(
+    node, market: Market, indexer, pool, api_url
+):
+    ada = await market.supplier()
+    dev = await market.client()
+    lease = await market.open_lease(dev, 5, gpus=2)
+    await market.assign(lease, [(ada, 2)])
+    evidence = {"fault": "MissedHeartbeats", "node_key": str(ada.node_key.pubkey()), "silent_seconds": 12.5}
+    digest = evidence_hash(evidence)
+    slash = str(await market.slash(ada, victim=(lease, dev), evidence_hash=digest))
+    async with pool.acquire() as conn:
+        fault = await nodes.record_fault(conn, ada.node_key.pubkey(), str(lease), "MissedHeartbeats", evidence, digest)
+        await nodes.set_slash_signature(conn, fault, slash)
+
+    async with httpx.AsyncClient(base_url=api_url, timeout=30) as http:
+
+        async def indexed() -> bool:
+            return bool((await http.get("/slashes", params={"provider": str(ada.provider)})).json()["items"])
+
+        await eventually(indexed, what="the slash indexed")
+        served = (await http.get(f"/slashes/{slash}/evidence")).json()
+        assert served["signature"] == slash
+        [item] = served["items"]
+        assert (item["evidence"], item["evidence_hash"], item["node"]) == (evidence, digest.hex(), str(ada.node))
+        unknown = await http.get(f"/slashes/{Keypair().sign_message(b'x')}/evidence")
+        assert unknown.status_code == 404 and "no slash in transaction" in unknown.json()["error"]
+        assert (await http.get("/slashes/nope/evidence")).status_code == 400
+
+    async def audited() -> tuple[list[tuple[str, str]], bool, bool]:
+        async with AsyncClient(node.url) as client:
+            reports = [
+                await audit_provider(client, ada.wallet.pubkey(), api_url),
+                await audit_lease(client, lease, api_url),
+            ]
+        [statuses] = {tuple((str(e.signature), e.status) for e in r.evidence) for r in reports}
+        return list(statuses), all(r.ok for r in reports), all(r.evidence_ok for r in reports)
+
+    assert await audited() == ([(slash, "matches")], True, True)
+    async with AsyncClient(node.url) as client:
+        unchecked = await audit_provider(client, ada.wallet.pubkey())  # no coordinator: nothing to fetch
+    assert [e.status for e in unchecked.evidence] == ["unchecked"] and unchecked.evidence_ok
+
+    def cli_audit() -> tuple[int, dict]:
+        args = ["audit", "--provider", str(ada.wallet.pubkey()), "--coordinator", api_url, "--url", node.url, "--json"]
+        result = CliRunner().invoke(gpunet_app, args)
+        return result.exit_code, json.loads(result.stdout)
+
+    code, shown = await asyncio.to_thread(cli_audit)
+    assert (code, shown["ok"], shown["evidence"][0]["status"]) == (0, True, "matches")
+    assert (shown["evidence"][0]["fault"], shown["evidence"][0]["node_key"]) == (
+        "MissedHeartbeats",
+        str(ada.node_key.pubkey()),
+    )
+
+    # Evidence that does not hash to the chain's value: the payments still agree, the evidence does not.
+    async with pool.acquire() as conn:
+        await conn.execute("UPDATE faults SET evidence = jsonb_set(evidence, '{silent_seconds}', '3')")
+    assert await audited() == ([(slash, "differs")], True, False)
+    code, shown = await asyncio.to_thread(cli_audit)
+    assert (code, shown["ok"], shown["evidence_ok"]) == (Exit.EVIDENCE, True, False)
+    assert shown["evidence"][0]["served_hash"] != shown["evidence"][0]["on_chain"] == digest.hex()
+
+    # No evidence at all for the slash: missing, not a failed payment check.
+    async with pool.acquire() as conn:
+        await conn.execute("DELETE FROM faults")
+    assert await audited() == ([(slash, "missing")], True, False)
 
 
 @pytest.mark.parametrize(
@@ -135,6 +213,9 @@ async def test_resources_filters_and_pagination(node, market: Market, indexer, p
         ("/leases/xyz", 400, "lease: 'xyz' is not a base58 public key"),
         ("/audit/providers/0OIl", 400, "provider: '0OIl' is not a base58 public key"),
         (f"/leases/{Keypair().pubkey()}", 404, "no lease"),
+        # not found is no failed audit ("ok": false): a 404 that says so
+        (f"/audit/leases/{Keypair().pubkey()}", 404, "neither the ledger nor the chain has it"),
+        (f"/audit/providers/{Keypair().pubkey()}", 404, "is neither a provider account nor the wallet"),
         ("/no-such-thing", 404, "Not Found"),
     ],
 )
@@ -172,7 +253,7 @@ def test_the_openapi_document_runs_without_a_server_error(api_url):
         for p in parameters:
             if p["in"] == "path":
                 key = draw(_value(p["schema"]).filter(lambda v: v.strip(".") != ""))
-                path = path.replace("{key}", quote(key, safe=""))
+                path = path.replace("{" + p["name"] + "}", quote(key, safe=""))
             elif draw(st.booleans()):
                 query[p["name"]] = draw(_value(p["schema"]))
         return path, query

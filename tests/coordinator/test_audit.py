@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from solders.keypair import Keypair
 
-from coordinator.audit import audit_lease, audit_provider
+from coordinator.audit import NotFound, audit_lease, audit_provider
 from coordinator.indexer.rpc import ChainRpc
 from gpunet import instructions as ix
 from gpunet.testbed import Market
@@ -46,6 +47,24 @@ async def test_an_untouched_ledger_audits_clean(indexed_lease, pool, rpc, settin
         assert (await audit_lease(conn, rpc, settings.program, indexed_lease["lease"])).ok
         report = await audit_provider(conn, rpc, settings.program, indexed_lease["provider"])
     assert report.ok and report.events >= 4
+
+
+async def test_a_provider_is_audited_by_its_wallet_or_its_account_and_an_unknown_key_is_not_found(
+    indexed_lease, pool, rpc, settings
+):
+    provider = indexed_lease["provider"]
+    async with pool.acquire() as conn:
+        wallet = await conn.fetchval("SELECT authority FROM providers WHERE provider = $1", provider)
+        by_account = await audit_provider(conn, rpc, settings.program, provider)
+        by_wallet = await audit_provider(conn, rpc, settings.program, wallet)
+        stranger = str(Keypair().pubkey())
+        with pytest.raises(NotFound, match=f"{stranger} is neither a provider account nor the wallet"):
+            await audit_provider(conn, rpc, settings.program, stranger)
+        with pytest.raises(NotFound, match=f"no lease {stranger}"):
+            await audit_lease(conn, rpc, settings.program, stranger)
+    assert (by_wallet.subject, by_wallet.given, by_wallet.ok) == (provider, "wallet", True)
+    assert (by_account.subject, by_account.given, by_account.events) == (provider, "provider account", by_wallet.events)
+    assert by_wallet.to_json()["given"] == "wallet"
 
 
 async def test_a_tampered_settlement_row_is_found_and_its_transaction_named(indexed_lease, pool, rpc, settings):

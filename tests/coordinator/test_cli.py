@@ -6,8 +6,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ from solders.keypair import Keypair
 
 from coordinator.indexer import Indexer
 from coordinator.indexer.service import ChainMismatch
+from coordinator.settings import Settings
 from gpunet.keys import create_keypair_file
 from gpunet.localnet import free_ports
 from gpunet.testbed import Market
@@ -61,6 +64,12 @@ async def test_audit_command_exit_code_is_the_verdict(node, market: Market, inde
     out = coordinator("audit", "--provider", str(supplier.provider), **env)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["ok"] is True
+    by_wallet = coordinator("audit", "--provider", str(supplier.wallet.pubkey()), **env)
+    assert by_wallet.returncode == 0 and json.loads(by_wallet.stdout)["given"] == "wallet", by_wallet.stderr
+    stranger = str(Keypair().pubkey())
+    unknown = coordinator("audit", "--provider", stranger, **env)
+    assert unknown.returncode == 6 and f"{stranger} is neither a provider account" in unknown.stderr
+    assert unknown.stdout == "" and "Traceback" not in unknown.stderr
     async with pool.acquire() as conn:
         await conn.execute("UPDATE providers SET staked = staked + 1")
     out = coordinator("audit", "--provider", str(supplier.provider), **env)
@@ -111,3 +120,40 @@ async def test_run_with_a_key_that_is_no_attester_hints_adding_it_not_replacing_
     assert "is not one of the config's attesters" in out.stderr
     assert f"gpunet admin update --add-attester {newcomer}`" in out.stderr
     assert "--attester " not in out.stderr.replace("--add-attester ", "")
+
+
+@pytest.mark.parametrize("command", ["run", "index", "api", "migrate"])
+def test_help_lists_every_setting_with_its_variable(command):
+    out = coordinator(command, "--help", COLUMNS="200")
+    assert out.returncode == 0, out.stderr
+    for name, info in Settings.model_fields.items():
+        assert info.description, f"setting {name} has no description for --help"
+        assert f"GPUNET_{name.upper()} " in out.stdout, (name, out.stdout)
+
+
+def test_run_with_the_rpc_node_down_says_so_in_one_line(tmp_path):
+    key = tmp_path / "attester.json"
+    create_keypair_file(key, Keypair())
+    [port] = free_ports(1)  # nothing listens there
+    state = Path(tempfile.mkdtemp(prefix="gpunet-coordinator-norpc-"))  # see the pg_server fixture
+    try:
+        out = coordinator(
+            "run",
+            GPUNET_RPC_URL=f"http://127.0.0.1:{port}",
+            GPUNET_WS_URL=f"ws://127.0.0.1:{port}",
+            GPUNET_ATTESTER_KEYPAIR=str(key),
+            GPUNET_STATE_DIR=str(state),
+            GPUNET_DATABASE_URL="",
+        )
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
+    assert out.returncode == 5, out.stderr[-3000:]
+    [line] = out.stderr.strip().splitlines()
+    assert f"cannot reach the chain's RPC node at http://127.0.0.1:{port} (GPUNET_RPC_URL)" in line
+    assert "gpunet localnet" in line
+
+
+def test_the_readme_lists_every_setting():
+    readme = (REPO / "README.md").read_text()
+    missing = [name for name in Settings.model_fields if f"`GPUNET_{name.upper()}`" not in readme]
+    assert not missing, f"README's coordinator settings lack {missing}"

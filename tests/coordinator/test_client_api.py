@@ -312,6 +312,7 @@ async def test_logs_page_and_follow_and_status_shows_the_latest_lines(placed_api
 
     code, status = await gpunet("status", lease)
     assert code == 0 and "step 300" in status and "step 199" not in status  # the latest lines, not the first page's
+    assert "node key" in status  # the node column says which of a node's two addresses it shows
     code, printed = await gpunet("logs", lease)
     lines = [line.split(maxsplit=2)[2] for line in printed.splitlines()]
     assert code == 0 and lines == [*(f"step {i}" for i in range(1, 301)), "[red]not markup[/]"]

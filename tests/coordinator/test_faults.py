@@ -19,6 +19,7 @@ from solders.pubkey import Pubkey
 
 from coordinator.settings import Settings
 from gpunet.accounts import fetch
+from gpunet.audit import audit_provider
 from gpunet.localnet import free_ports
 from gpunet.pda import node_pda, provider_pda
 from gpunet.protocol import JobSpec
@@ -101,6 +102,15 @@ async def test_the_coordinator_s_own_stall_slashes_nobody_and_a_real_loss_is_sla
         assert [k for k, amount in slashed.items() if amount] == [lost], "nobody else is slashed"
         async with pool.acquire() as conn:
             assert await conn.fetchval("SELECT count(*) FROM faults") == 1
+        # The evidence the coordinator recorded and serves hashes to what the slash put on chain.
+        provider = (await fetch(chain, node_pda(Pubkey.from_string(lost)), "Node")).provider
+
+        async def evidence_matches() -> bool:
+            statuses = [e.status for e in (await audit_provider(chain, provider, api)).evidence]
+            assert "differs" not in statuses, statuses
+            return statuses == ["matches"]
+
+        await eventually(evidence_matches, what="the slash's evidence served and checked")
         assert not (await fetch(chain, node_pda(Pubkey.from_string(survivor)), "Node")).jailed
         # the survivor's usage across the stall is paid: nothing of it was refused as an over-claim
         before = await settled_count(pool, survivor)

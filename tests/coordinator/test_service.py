@@ -66,6 +66,10 @@ async def test_run_with_embedded_postgres_indexes_serves_and_stops_cleanly(node,
     try:
         assert code == 0, log.read_text()[-2000:]
         assert not (state / "postgres" / "postmaster.pid").exists()  # PostgreSQL stopped with it
+        # where to reach it is in its log from the start
+        text = log.read_text()
+        assert f"api.serving url=http://127.0.0.1:{port}" in text, text[-2000:]
+        assert f"gateway=ws://127.0.0.1:{gateway_port}/worker" in text, text[-2000:]
     finally:
         shutil.rmtree(state, ignore_errors=True)
 

@@ -1,0 +1,391 @@
+"""The JSON schema of every API answer, in one place: each ledger table's columns as the API serves
+them (`SELECT *`, amounts as integers), and the shape of every other route's answer. The OpenAPI
+document (coordinator/api/openapi.py) is built from these, and a test holds the answers the routes
+actually send to them (tests/coordinator/test_openapi_responses.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from coordinator.api.params import PUBKEY_SCHEMA, SIGNATURE_SCHEMA
+
+__all__ = [
+    "AUDIT",
+    "ERROR",
+    "HEALTH",
+    "JOB_ACCEPTED",
+    "JOB_VIEW",
+    "NODE_VERIFICATIONS",
+    "QUOTE",
+    "SLASHING_RESUMED",
+    "SLASH_EVIDENCE",
+    "TABLE_COLUMNS",
+    "WORKERS",
+    "item_schema",
+    "page_schema",
+]
+
+Schema = dict[str, Any]
+
+_INT: Schema = {"type": "integer"}
+_AMOUNT: Schema = {"type": "integer", "minimum": 0, "description": "IO base units"}
+_MAYBE_INT: Schema = {"type": ["integer", "null"]}
+_BOOL: Schema = {"type": "boolean"}
+_TEXT: Schema = {"type": "string"}
+_MAYBE_TEXT: Schema = {"type": ["string", "null"]}
+_KEY: Schema = PUBKEY_SCHEMA
+_MAYBE_KEY: Schema = {**PUBKEY_SCHEMA, "type": ["string", "null"]}
+_SIG: Schema = SIGNATURE_SCHEMA
+_MAYBE_SIG: Schema = {**SIGNATURE_SCHEMA, "type": ["string", "null"]}
+_HEX: Schema = {"type": "string", "pattern": "^[0-9a-f]*$", "description": "hex"}
+_TIME: Schema = {"type": "string", "format": "date-time"}
+_ANY: Schema = {}
+
+
+def _object(properties: dict[str, Schema], optional: tuple[str, ...] = ()) -> Schema:
+    """An object with exactly these properties, all required but `optional`."""
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": [name for name in properties if name not in optional],
+        "additionalProperties": False,
+    }
+
+
+# Each ledger table's columns (the migrations' types, as JSON): what /{resource} pages and items hold.
+TABLE_COLUMNS: dict[str, dict[str, Schema]] = {
+    "providers": {
+        "provider": _KEY,
+        "authority": _KEY,
+        "staked": _AMOUNT,
+        "bonded": _AMOUNT,
+        "unbonding": _AMOUNT,
+        "unbonding_ends_at": _INT,
+        "slashed": _AMOUNT,
+        "earned": _AMOUNT,
+        "node_count": _INT,
+        "signature": _SIG,
+    },
+    "nodes": {
+        "node": _KEY,
+        "provider": _KEY,
+        "node_key": _KEY,
+        "gpu_model": _INT,
+        "gpu_count": _INT,
+        "vram_gb": _INT,
+        "region": _INT,
+        "price_per_gpu_hour": _AMOUNT,
+        "inventory_hash": _HEX,
+        "bonded_stake": _AMOUNT,
+        "gpus_leased": _INT,
+        "jailed": _BOOL,
+        "jail_ends_at": _INT,
+        "registered": _BOOL,
+        "draining": _BOOL,
+        "signature": _SIG,
+        "verification_tier": {"type": "integer", "minimum": 0, "maximum": 3, "description": "0: not verified"},
+        "verified_until": {**_INT, "description": "unix seconds; 0: never verified"},
+        "verification_evidence": {**_HEX, "description": "hash of the challenges' evidence (zeros: none)"},
+    },
+    "leases": {
+        "lease": _KEY,
+        "client": _KEY,
+        "lease_id": _INT,
+        "gpu_model": _INT,
+        "min_vram_gb": _INT,
+        "gpu_count": _INT,
+        "region": _INT,
+        "max_price_per_gpu_hour": _AMOUNT,
+        "duration_seconds": _INT,
+        "status": {"type": "string", "enum": ["open", "active", "closing", "closed"]},
+        "started_at": _INT,
+        "deposited": _AMOUNT,
+        "paid": _AMOUNT,
+        "fees": _AMOUNT,
+        "refunded": _AMOUNT,
+        "donations": _AMOUNT,
+        "nodes": {"type": "array", "items": _KEY, "description": "node accounts in assignment order"},
+        "downtime_tolerance_seconds": _INT,
+        "signature": _SIG,
+    },
+    "assignments": {
+        "lease": _KEY,
+        "node": _KEY,
+        "node_key": _KEY,
+        "provider": _KEY,
+        "gpus": _INT,
+        "price_per_gpu_hour": _AMOUNT,
+        "last_seq": _INT,
+        "settled_until": _INT,
+        "gpu_seconds": _INT,
+        "active": _BOOL,
+        "assigned_by": _MAYBE_SIG,
+        "signature": _SIG,
+    },
+    "settlements": {
+        "signature": _SIG,
+        "event_index": _INT,
+        "lease": _KEY,
+        "node": _KEY,
+        "provider": _KEY,
+        "seq": _INT,
+        "period_start": _INT,
+        "period_end": _INT,
+        "gpu_seconds": _INT,
+        "amount": _AMOUNT,
+        "payout": _AMOUNT,
+        "fee": _AMOUNT,
+        "escrow_left": _AMOUNT,
+        "slot": _INT,
+        "block_time": _MAYBE_INT,
+    },
+    "slashes": {
+        "signature": _SIG,
+        "event_index": _INT,
+        "provider": _KEY,
+        "node": _KEY,
+        "attester": _KEY,
+        "fault": _TEXT,
+        "evidence_hash": _HEX,
+        "amount": _AMOUNT,
+        "to_treasury": _AMOUNT,
+        "to_client": _AMOUNT,
+        "lease": _MAYBE_KEY,
+        "jail_ends_at": _INT,
+        "slot": _INT,
+        "block_time": _MAYBE_INT,
+    },
+    "stake_changes": {
+        "signature": _SIG,
+        "event_index": _INT,
+        "provider": _KEY,
+        "kind": {"type": "string", "enum": ["staked", "unstake_requested", "unstake_withdrawn", "slashed"]},
+        "amount": _AMOUNT,
+        "staked": _AMOUNT,
+        "unbonding": _AMOUNT,
+        "slot": _INT,
+    },
+    "events": {
+        "id": _INT,
+        "signature": _SIG,
+        "event_index": _INT,
+        "slot": _INT,
+        "block_time": _MAYBE_INT,
+        "name": _TEXT,
+        "data": {"type": "object", "description": "the event's fields, as the program emitted them"},
+        "lease": _MAYBE_KEY,
+        "provider": _MAYBE_KEY,
+    },
+}
+
+
+def _row(table: str) -> Schema:
+    return _object(TABLE_COLUMNS[table])
+
+
+def page_schema(table: str) -> Schema:
+    """A page of `table`: its rows, and where the next page starts (null: none)."""
+    return _object(
+        {
+            "items": {"type": "array", "items": _row(table)},
+            "limit": _INT,
+            "offset": _INT,
+            "next_offset": _MAYBE_INT,
+        }
+    )
+
+
+def item_schema(table: str) -> Schema:
+    """One row of `table` (a lease also lists its assignments)."""
+    if table == "leases":
+        return _object({**TABLE_COLUMNS[table], "assignments": {"type": "array", "items": _row("assignments")}})
+    return _row(table)
+
+
+ERROR = _object({"error": _TEXT})
+
+HEALTH = _object(
+    {
+        "status": {"type": "string", "enum": ["ok"]},
+        "cursor_signature": _MAYBE_SIG,
+        "cursor_slot": _MAYBE_INT,
+        "synced_slot": _MAYBE_INT,
+    }
+)
+
+AUDIT = _object(
+    {
+        "subject": {**_KEY, "description": "the lease or provider account audited"},
+        "kind": {"type": "string", "enum": ["lease", "provider"]},
+        "ok": {"type": "boolean", "description": "no difference found"},
+        "given": {
+            "type": "string",
+            "enum": ["wallet", "provider account"],
+            "description": "a provider: which key named it",
+        },
+        "events": _INT,
+        "differences": {
+            "type": "array",
+            "items": _object(
+                {
+                    "check": {"type": "string", "enum": ["event", "row", "account", "vault", "unindexed"]},
+                    "what": _TEXT,
+                    "indexed": _ANY,
+                    "chain": _ANY,
+                    "signatures": {"type": "array", "items": _SIG},
+                }
+            ),
+        },
+    },
+    optional=("given",),
+)
+
+SLASH_EVIDENCE = _object(
+    {
+        "signature": _SIG,
+        "items": {
+            "type": "array",
+            "items": _object(
+                {
+                    "event_index": _INT,
+                    "provider": _KEY,
+                    "node": _KEY,
+                    "attester": _KEY,
+                    "fault": _TEXT,
+                    "evidence_hash": {**_HEX, "description": "on chain: SHA-256 of the evidence's canonical JSON"},
+                    "lease": _MAYBE_KEY,
+                    "slot": _INT,
+                    "evidence": {
+                        "type": ["object", "null"],
+                        "description": "what the coordinator recorded; null when it holds none",
+                    },
+                    "node_key": _MAYBE_KEY,
+                }
+            ),
+        },
+    }
+)
+
+_MAYBE_NUMBER: Schema = {"type": ["number", "null"]}
+NODE_VERIFICATIONS = _object(
+    {
+        "node": _KEY,
+        "node_key": _KEY,
+        "items": {
+            "type": "array",
+            "items": _object(
+                {
+                    "id": _INT,
+                    "node_key": _KEY,
+                    "gpu_index": {**_MAYBE_INT, "description": "null: a verdict on the node's inventory"},
+                    "gpu_uuid": _MAYBE_TEXT,
+                    "model": {**_TEXT, "description": "the registered model the challenge was sized for"},
+                    "simulated": _BOOL,
+                    "challenge": _MAYBE_TEXT,
+                    "seed": _MAYBE_TEXT,
+                    "n": _MAYBE_INT,
+                    "depth": _MAYBE_INT,
+                    "products": _MAYBE_INT,
+                    "expected_seconds": _MAYBE_NUMBER,
+                    "deadline_seconds": _MAYBE_NUMBER,
+                    "committed_seconds": {**_MAYBE_NUMBER, "description": "null: no commitment came in time"},
+                    "verdict": {"type": "string", "enum": ["passed", "failed", "refused", "unfit", "unverified"]},
+                    "reason": _TEXT,
+                    "at": _TIME,
+                }
+            ),
+        },
+    }
+)
+
+JOB_VIEW = _object(
+    {
+        "lease": _KEY,
+        "job_number": _MAYBE_INT,
+        "job": {"type": ["object", "null"], "description": "the current job's spec (gpunet.protocol.JobSpec)"},
+        "gpus_per_node": _MAYBE_INT,
+        "placement": {
+            "oneOf": [
+                {"type": "null"},
+                _object(
+                    {
+                        "state": {"type": "string", "enum": ["waiting", "assigning", "placed", "failed", "ended"]},
+                        "reason": _TEXT,
+                        "nodes": {"type": "array", "items": _KEY, "description": "node keys in rank order"},
+                        "signature": _MAYBE_SIG,
+                        "updated_at": _TIME,
+                    }
+                ),
+            ]
+        },
+        "nodes": {
+            "type": "array",
+            "items": _object(
+                {
+                    "node_key": _KEY,
+                    "state": _MAYBE_TEXT,
+                    "exit_code": _MAYBE_INT,
+                    "detail": _MAYBE_TEXT,
+                    "at": _TIME,
+                }
+            ),
+        },
+        "logs": {
+            "type": "array",
+            "items": _object(
+                {"id": _INT, "node_key": _KEY, "job_number": _INT, "stream": _MAYBE_TEXT, "line": _MAYBE_TEXT}
+            ),
+        },
+        "more": _BOOL,
+    }
+)
+
+JOB_ACCEPTED = _object({"lease": _KEY, "job_number": _INT, "accepted": {"type": "boolean", "enum": [True]}})
+
+QUOTE = {
+    "oneOf": [
+        _object(
+            {
+                "placeable": {"type": "boolean", "enum": [True]},
+                "shares": {
+                    "type": "array",
+                    "items": _object(
+                        {"node_key": _KEY, "gpus": _INT, "price_per_gpu_hour": _AMOUNT, "simulated": _BOOL}
+                    ),
+                },
+                "burn_per_hour": _AMOUNT,
+            }
+        ),
+        _object({"placeable": {"type": "boolean", "enum": [False]}, "reason": _TEXT}),
+    ]
+}
+
+WORKERS = _object(
+    {
+        "items": {
+            "type": "array",
+            "items": _object(
+                {
+                    "node_key": _KEY,
+                    "connected": _BOOL,
+                    "online": _BOOL,
+                    "healthy": _BOOL,
+                    "simulated": _BOOL,
+                    "last_heartbeat": {"type": "number"},
+                }
+            ),
+        },
+        "slashing": _object(
+            {
+                "paused": _BOOL,
+                "reason": _MAYBE_TEXT,
+                "paused_regions": {
+                    "type": "array",
+                    "items": _object({"region": _TEXT, "since": {"type": "number"}}),
+                },
+            }
+        ),
+    }
+)
+
+SLASHING_RESUMED = _object({"resumed": _TEXT})

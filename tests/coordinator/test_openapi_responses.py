@@ -1,0 +1,179 @@
+"""The OpenAPI document holds to what the API sends: every route's real answers (over a ledger with
+every kind of event, and a running coordinator's client routes) validate against the schema the
+document gives for that status, every GET route of the document is exercised, and required
+parameters are marked required."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+import httpx
+import jsonschema_rs
+import pytest
+import uvicorn
+from solders.keypair import Keypair
+
+from coordinator.api import create_app
+from coordinator.api.work import work_routes
+from coordinator.db import nodes, verifications
+from coordinator.db.verifications import Verdict
+from coordinator.indexer.rpc import ChainRpc
+from coordinator.service import Coordinator
+from coordinator.settings import Settings
+from gpunet.localnet import free_ports
+from gpunet.protocol import JobSpec, job_message
+from gpunet.testbed import Market
+
+from .conftest import eventually
+
+_PAGES = ("/providers", "/nodes", "/leases", "/settlements", "/slashes", "/stake_changes", "/events")
+
+
+@pytest.fixture
+async def served(node, market: Market, pool, database_url):
+    """A running coordinator's API over a ledger holding every kind of event, a recorded slash evidence
+    and an open lease with a job (no worker online: it waits)."""
+    world = await market.every_event_kind()
+    client = await market.client()
+    waiting = await market.open_lease(client, 2, gpus=2)
+    settings = Settings(
+        rpc_url=node.url,
+        ws_url=node.ws_url,
+        database_url=database_url,
+        poll_seconds=1.0,
+        api_port=free_ports(1)[0],
+        gateway_port=0,
+    )
+    coordinator = await Coordinator(settings, pool, market.attester).start()
+    rpc = ChainRpc(settings.rpc_url, settings.commitment)
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(pool, rpc, settings, work_routes(coordinator), coordinator),
+            host="127.0.0.1",
+            port=settings.api_port,
+            log_level="warning",
+            lifespan="off",
+        )
+    )
+    task = asyncio.create_task(server.serve())
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{settings.api_port}", timeout=30) as http:
+
+            async def indexed() -> bool:
+                with contextlib.suppress(httpx.HTTPError):
+                    return (await http.get(f"/leases/{waiting}")).status_code == 200
+                return False
+
+            await eventually(indexed, what="the ledger indexed")
+            [slash] = (await http.get("/slashes")).json()["items"]
+            bob = world["suppliers"][1]
+            async with pool.acquire() as conn:
+                await nodes.record_fault(
+                    conn, bob.node_key.pubkey(), str(world["lease"]), "MissedHeartbeats", {"x": 1}, bytes(range(32))
+                )
+            yield http, world, {"lease": waiting, "client": client, "slash": slash["signature"]}
+    finally:
+        server.should_exit = True
+        await task
+        await rpc.close()
+        await coordinator.stop()
+
+
+def _check(doc: dict[str, Any], path: str, method: str, response: httpx.Response) -> None:
+    """The answer validates against the document's schema for its status (which must be documented)."""
+    documented = doc["paths"][path][method]["responses"]
+    assert str(response.status_code) in documented, (path, response.status_code, response.text)
+    content = documented[str(response.status_code)]["content"]
+    if "text/plain" in content:
+        assert response.headers["content-type"].startswith("text/plain")
+        return
+    schema = content["application/json"]["schema"]
+    errors = [
+        f"{'/'.join(map(str, e.instance_path))}: {e.message}"
+        for e in jsonschema_rs.Draft202012Validator(schema).iter_errors(response.json())
+    ]
+    assert not errors, (path, response.status_code, errors[:5])
+
+
+async def test_every_answer_holds_to_the_documented_schema(served, pool) -> None:
+    http, world, extra = served
+    doc = (await http.get("/openapi.json")).json()
+    ada, bob, _ = world["suppliers"]
+    lease, waiting = str(world["lease"]), str(extra["lease"])
+
+    # The waiting lease gets a job: the POST's answer is documented too.
+    client = extra["client"]
+    spec = JobSpec(command=["python", "train.py"])
+    signature = client.wallet.sign_message(job_message(extra["lease"], spec, None, 1))
+    body = {"job": spec.model_dump(mode="json"), "gpus_per_node": None, "job_number": 1, "signature": str(signature)}
+    accepted = await http.post(f"/leases/{waiting}/job", json=body)
+    assert accepted.status_code == 201
+    _check(doc, "/leases/{key}/job", "post", accepted)
+
+    # GPU verification's evidence for bob's node: a challenge passed, and a verdict on its inventory.
+    challenge = Verdict(bob.node_key.pubkey(), "H100", True, "passed", gpu_index=0, gpu_uuid="GPU-sim-1",
+                        challenge="ab" * 16, seed="01" * 16, n=64, depth=256, products=15, expected_seconds=1.5,
+                        deadline_seconds=2.9, committed_seconds=1.6)  # fmt: skip
+    async with pool.acquire() as conn:
+        await verifications.record(conn, challenge)
+        await verifications.record(conn, Verdict(bob.node_key.pubkey(), "H100", True, "unfit", "its GPUs differ"))
+
+    stranger = str(Keypair().pubkey())
+    requests: list[tuple[str, str, dict[str, Any], int]] = [  # (document path, URL, query, expected status)
+        ("/health", "/health", {}, 200),
+        ("/metrics", "/metrics", {}, 200),
+        ("/providers/{key}", f"/providers/{ada.provider}", {}, 200),
+        ("/providers/{key}", f"/providers/{stranger}", {}, 404),
+        ("/nodes/{key}", f"/nodes/{bob.node}", {}, 200),
+        ("/nodes/{key}/verifications", f"/nodes/{bob.node}/verifications", {}, 200),
+        ("/nodes/{key}/verifications", f"/nodes/{bob.node_key.pubkey()}/verifications", {}, 200),
+        ("/nodes/{key}/verifications", f"/nodes/{stranger}/verifications", {}, 404),
+        ("/leases/{key}", f"/leases/{lease}", {}, 200),
+        ("/leases/{key}", "/leases/nope", {}, 400),
+        ("/slashes/{signature}/evidence", f"/slashes/{extra['slash']}/evidence", {}, 200),
+        ("/slashes/{signature}/evidence", f"/slashes/{Keypair().sign_message(b'x')}/evidence", {}, 404),
+        ("/audit/leases/{key}", f"/audit/leases/{lease}", {}, 200),
+        ("/audit/providers/{key}", f"/audit/providers/{ada.wallet.pubkey()}", {}, 200),
+        ("/audit/providers/{key}", f"/audit/providers/{stranger}", {}, 404),
+        ("/leases/{key}/job", f"/leases/{waiting}/job", {}, 200),
+        ("/leases/{key}/job", f"/leases/{waiting}/job", {"tail": 5}, 200),
+        ("/leases/{key}/job", f"/leases/{stranger}/job", {}, 404),
+        ("/quote", "/quote", {"gpu_count": 1, "max_price_per_gpu_hour": 10**9}, 200),
+        ("/quote", "/quote", {"max_price_per_gpu_hour": 10**9}, 400),
+        ("/workers", "/workers", {}, 200),
+    ]
+    for path in _PAGES:
+        requests += [(path, path, {}, 200), (path, path, {"limit": 1}, 200)]
+    requests.append(("/events", "/events", {"colour": "blue"}, 400))
+
+    for path, url, query, status in requests:
+        response = await http.get(url, params=query)
+        assert response.status_code == status, (url, query, response.text)
+        _check(doc, path, "get", response)
+        if path in _PAGES and status == 200:
+            assert response.json()["items"], f"{path} served no rows: its row schema went unchecked"
+
+    exercised = {path for path, *_ in requests}
+    gets = {path for path, operations in doc["paths"].items() if "get" in operations}
+    assert gets <= exercised, f"GET routes no answer of which is checked: {sorted(gets - exercised)}"
+
+
+async def test_required_parameters_are_marked_required(served) -> None:
+    http, _, _ = served
+    doc = (await http.get("/openapi.json")).json()
+    quote = {p["name"]: p["required"] for p in doc["paths"]["/quote"]["get"]["parameters"]}
+    assert quote["gpu_count"] and quote["max_price_per_gpu_hour"]
+    assert not quote["gpu_model"] and not quote["region"]
+    for path, operations in doc["paths"].items():
+        for operation in operations.values():
+            for p in operation.get("parameters", []):
+                assert p["required"] or p["in"] != "path", (path, p)
+            for status, response in operation["responses"].items():
+                schema = response.get("content", {}).get("application/json", {}).get("schema")
+                if status.startswith("2") and schema is not None:
+                    # a schema that names the answer's fields, not an empty object any answer passes
+                    assert "properties" in schema or "oneOf" in schema, (path, status, schema)
+    missing = await http.get("/quote", params={"max_price_per_gpu_hour": 1})
+    assert missing.status_code == 400 and missing.json()["error"] == "gpu_count is required"
