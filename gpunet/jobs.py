@@ -14,7 +14,15 @@ from solders.pubkey import Pubkey
 from gpunet.errors import GpunetError
 from gpunet.protocol import JobSpec, job_message, operator_message
 
-__all__ = ["CoordinatorError", "job_logs", "job_view", "next_job_number", "resume_slashing", "submit_job"]
+__all__ = [
+    "CoordinatorError",
+    "job_logs",
+    "job_view",
+    "next_job_number",
+    "quote",
+    "resume_slashing",
+    "submit_job",
+]
 
 
 class CoordinatorError(GpunetError):
@@ -93,6 +101,30 @@ async def job_logs(coordinator_url: str, lease: Pubkey, after: int = 0) -> Async
             after = line["id"]
         if not view.get("more"):
             return
+
+
+async def quote(
+    coordinator_url: str,
+    gpu_count: int,
+    gpu_model: str = "any",
+    region: str = "any",
+    min_vram_gb: int = 0,
+    max_price_per_gpu_hour: int | None = None,
+    gpus_per_node: int | None = None,
+    duration_seconds: int | None = None,
+) -> Any:
+    """Which nodes a lease of these terms would get now (or why none), the matching nodes with their
+    price, region, reliability and online state, and, given a duration, the escrow `lease open` needs.
+    Models and regions by name."""
+    params: dict[str, Any] = {"gpu_count": gpu_count, "gpu_model": gpu_model, "region": region}
+    optional = {
+        "min_vram_gb": min_vram_gb or None,
+        "max_price_per_gpu_hour": max_price_per_gpu_hour,
+        "gpus_per_node": gpus_per_node,
+        "duration_seconds": duration_seconds,
+    }
+    params.update({k: v for k, v in optional.items() if v is not None})
+    return await _call("GET", f"{coordinator_url.rstrip('/')}/quote", params=params)
 
 
 async def resume_slashing(coordinator_url: str, attester: Keypair, region: str | None = None) -> Any:

@@ -93,7 +93,10 @@ def openapi_document() -> dict[str, Any]:
     }
     paths["/leases/{key}/job"] = job
     paths["/quote"] = _op(
-        "Which nodes a lease would get now, at what burn rate, or why none.", [_query(p) for p in QUOTE_PARAMS]
+        "Which nodes a lease would get now, at what burn rate, or why none; the matching nodes (price, region, "
+        "reliability, online state); with ?duration_seconds= the escrow `lease open` needs. GPU models and "
+        "regions by name (or catalog code), answered by name.",
+        [_query(p) for p in QUOTE_PARAMS],
     )
     paths["/workers"] = _op(
         "Workers connected to the gateway now (simulated ones say so), and whether a "

@@ -20,10 +20,11 @@ from coordinator.api.params import BadRequest, Param, parse_pubkey, parse_query
 from coordinator.db import jobs
 from coordinator.db import leases as ledger
 from coordinator.jobs import job_over, job_progress
-from coordinator.scheduler import LeaseRequest, NotPlaced, Placement, SchedulerError
+from coordinator.scheduler import LeaseRequest, NotPlaced, Placement, Scheduler, SchedulerError
 from gpunet import instructions as ix
-from gpunet.catalog import CatalogError, region, region_name
-from gpunet.limits import MAX_GPUS_PER_NODE, MAX_LEASE_GPUS
+from gpunet.amounts import escrow_for
+from gpunet.catalog import CatalogError, gpu_model_name, region, region_name
+from gpunet.limits import ANY, MAX_GPUS_PER_NODE, MAX_LEASE_GPUS
 from gpunet.protocol import JobSpec, job_message, operator_message
 
 if TYPE_CHECKING:
@@ -36,14 +37,28 @@ OPERATOR_CLOCK_SKEW_SECONDS = 120  # a signed operator request older (or newer) 
 LOG_LINES = 200
 QUOTE_PARAMS = (
     Param("gpu_count", "integer", minimum=1, maximum=MAX_LEASE_GPUS, description="GPUs in all"),
-    Param("gpu_model", "integer", minimum=0, maximum=65535, default=0, description="catalog code, 0 = any"),
+    Param("gpu_model", "gpu_model", default=ANY, description="a GPU model's name (H100, ...) or catalog code; any"),
     Param("min_vram_gb", "integer", minimum=0, maximum=65535, default=0, description="least GiB per GPU"),
-    Param("region", "integer", minimum=0, maximum=65535, default=0, description="catalog code, 0 = any"),
-    Param("max_price_per_gpu_hour", "integer", minimum=1, maximum=2**64 - 1, description="IO base units"),
+    Param("region", "region", default=ANY, description="a region's name (eu-west, ...) or catalog code; any"),
+    Param(
+        "max_price_per_gpu_hour",
+        "integer",
+        minimum=1,
+        maximum=2**64 - 1,
+        description="IO base units; default: no ceiling (the escrow is then sized at the dearest node chosen)",
+    ),
     Param(
         "gpus_per_node", "integer", minimum=1, maximum=MAX_GPUS_PER_NODE, description="equal shares of this many GPUs"
     ),
+    Param(
+        "duration_seconds",
+        "integer",
+        minimum=1,
+        maximum=2**40,
+        description="the lease's duration: the answer adds the escrow `lease open` would need for it",
+    ),
 )
+QUOTE_CANDIDATES = 20  # the matching nodes a quote lists at most, cheapest first
 JOB_VIEW_PARAMS = (
     Param("after", "integer", minimum=0, default=0, description="only log lines after this id (pages forward)"),
     Param("tail", "integer", minimum=1, maximum=LOG_LINES, description="the last this many log lines instead"),
@@ -65,6 +80,52 @@ def _describe(placement: Placement | NotPlaced) -> dict[str, Any]:
             for s in placement.shares
         ],
         "burn_per_hour": sum(s.gpus * s.price_per_gpu_hour for s in placement.shares),
+    }
+
+
+def _candidates(scheduler: Scheduler, terms: ix.LeaseTerms, placement: Placement | NotPlaced) -> list[dict[str, Any]]:
+    """The registered nodes whose hardware, region and price meet the terms, chosen ones first, then
+    the cheapest, with what decides whether they can take it now (online, free GPUs, standing)."""
+    chosen = {str(s.node_key): s.gpus for s in placement.shares} if isinstance(placement, Placement) else {}
+    views = [v for v in scheduler.nodes.values() if v.meets(terms)]
+    views.sort(key=lambda v: (str(v.node_key) not in chosen, v.price_per_gpu_hour, str(v.node_key)))
+    return [
+        {
+            "node_key": str(v.node_key),
+            "gpu_model": gpu_model_name(v.gpu_model),
+            "gpu_count": v.gpu_count,
+            "free_gpus": v.free_gpus,
+            "vram_gb": v.vram_gb,
+            "region": region_name(v.region),
+            "price_per_gpu_hour": v.price_per_gpu_hour,
+            "reliability": round(scheduler.scoring.reliability(v), 4),
+            "online": v.online,
+            "healthy": v.healthy,
+            "jailed": v.jailed,
+            "draining": v.draining,
+            "simulated": v.simulated,
+            "chosen_gpus": chosen.get(str(v.node_key), 0),
+        }
+        for v in views[:QUOTE_CANDIDATES]
+    ]
+
+
+def _escrow(
+    terms: ix.LeaseTerms, given_max_price: bool, placement: Placement | NotPlaced, seconds: int
+) -> dict[str, Any]:
+    """What `lease open` would escrow for `seconds`: at the maximum price asked, or else at the dearest
+    chosen node's price (the least maximum price this placement needs); and the placement's own cost."""
+    shares = placement.shares if isinstance(placement, Placement) else ()
+    price: int | None = terms.max_price_per_gpu_hour
+    if not given_max_price:
+        price = max((s.price_per_gpu_hour for s in shares), default=None)
+    return {
+        "duration_seconds": seconds,
+        "max_price_per_gpu_hour": price,
+        "needed": None if price is None else escrow_for(price, terms.gpu_count, seconds),
+        "cost_at_quoted_prices": sum(escrow_for(s.price_per_gpu_hour, s.gpus, seconds) for s in shares)
+        if shares
+        else None,
     }
 
 
@@ -172,22 +233,37 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
 
     async def quote(request: Request) -> Response:
         values = parse_query(request.query_params, QUOTE_PARAMS)
-        for required in ("gpu_count", "max_price_per_gpu_hour"):
-            if required not in values:
-                raise BadRequest(f"{required} is required")
+        if "gpu_count" not in values:
+            raise BadRequest("gpu_count is required")
         terms = ix.LeaseTerms(
             values["gpu_model"],
             values["min_vram_gb"],
             values["gpu_count"],
             values["region"],
-            values["max_price_per_gpu_hour"],
-            3600,
+            values.get("max_price_per_gpu_hour", 2**64 - 1),
+            values.get("duration_seconds", 3600),
         )
         try:
             lease_request = LeaseRequest("quote", terms, gpus_per_node=values.get("gpus_per_node"))
         except SchedulerError as e:
             raise BadRequest(str(e)) from None
-        return JSONResponse(_describe(coordinator.quote(lease_request)))
+        placement = coordinator.quote(lease_request)
+        answer = {
+            "terms": {
+                "gpu_model": gpu_model_name(terms.gpu_model),
+                "gpu_count": terms.gpu_count,
+                "min_vram_gb": terms.min_vram_gb,
+                "region": region_name(terms.region),
+                "max_price_per_gpu_hour": values.get("max_price_per_gpu_hour"),
+                "gpus_per_node": values.get("gpus_per_node"),
+            },
+            **_describe(placement),
+            "candidates": _candidates(coordinator.shared.scheduler, terms, placement),
+        }
+        if "duration_seconds" in values:
+            given = "max_price_per_gpu_hour" in values
+            answer["escrow"] = _escrow(terms, given, placement, values["duration_seconds"])
+        return JSONResponse(answer)
 
     async def workers(request: Request) -> Response:
         parse_query(request.query_params, ())

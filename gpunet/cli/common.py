@@ -62,6 +62,10 @@ KeypairOpt = Annotated[
         "--keypair", "-k", envvar="GPUNET_KEYPAIR", show_envvar=True, help="Wallet keypair file (Solana CLI format)."
     ),
 ]
+CoordinatorOpt = Annotated[
+    str, typer.Option("--coordinator", envvar="GPUNET_COORDINATOR_URL", show_envvar=True, help="The coordinator's API.")
+]
+DEFAULT_COORDINATOR = "http://127.0.0.1:8080"
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout instead of tables.")]
 
 

@@ -20,8 +20,10 @@ from gpunet.accounts import escrow, fetch, fetch_config, program_accounts
 from gpunet.amounts import escrow_for, format_io, parse_io
 from gpunet.cli import clock
 from gpunet.cli.common import (
+    DEFAULT_COORDINATOR,
     DEFAULT_KEYPAIR,
     BadInput,
+    CoordinatorOpt,
     JsonOpt,
     KeypairOpt,
     Session,
@@ -40,10 +42,6 @@ from gpunet.protocol import JobSpec
 from gpunet.tokens import io_account, io_balance
 
 app = typer.Typer(help="Leases: open, job, status, top up, close, show, list.", no_args_is_help=True)
-CoordinatorOpt = Annotated[
-    str, typer.Option("--coordinator", envvar="GPUNET_COORDINATOR_URL", show_envvar=True, help="The coordinator's API.")
-]
-DEFAULT_COORDINATOR = "http://127.0.0.1:8080"
 STATUS_LINES = 20  # the latest log lines `lease status` shows (`lease logs` prints them all)
 FOLLOW_SECONDS = 1.0
 LeaseArg = Annotated[str, typer.Argument(help="The lease's address.")]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -118,7 +119,9 @@ async def test_bad_job_submissions_are_refused_with_a_reason_and_store_nothing(a
         (http.post(url, json=_body(world, spec, per_node=3)), 400, "does not divide"),
         (http.post(f"/leases/{Keypair().pubkey()}/job", json=_body(world, spec)), 404, "not indexed"),
         (http.post("/leases/xyz/job", json=_body(world, spec)), 400, "not a base58 public key"),
-        (http.get("/quote", params={"gpu_count": 4}), 400, "max_price_per_gpu_hour is required"),
+        (http.get("/quote", params={"gpu_model": "H100"}), 400, "gpu_count is required"),
+        (http.get("/quote", params={"gpu_count": 2, "gpu_model": "H999"}), 400, "unknown GPU model 'H999'"),
+        (http.get("/quote", params={"gpu_count": 2, "region": "mars"}), 400, "unknown region 'mars'"),
         (http.get("/quote", params={"gpu_count": 0, "max_price_per_gpu_hour": 1}), 400, "gpu_count"),
     ]
     for request, status, message in cases:
@@ -144,6 +147,81 @@ async def test_bad_job_submissions_are_refused_with_a_reason_and_store_nothing(a
 
     quote = await eventually(quoted, what="a quote with the reason")
     assert quote["placeable"] is False
+
+
+async def test_quote_takes_names_and_lists_candidates_with_their_state_and_the_escrow(api) -> None:
+    http, world, _, coordinator = api
+    keys = [str(k.pubkey()) for _, k in world.nodes]  # two H100 nodes of 2 GPUs in us-east, offline
+    terms = {"gpu_count": 2, "gpu_model": "H100", "region": "us-east", "duration_seconds": 7200}
+
+    async def listed() -> dict | None:
+        quote = (await http.get("/quote", params=terms)).json()
+        return quote if len(quote.get("candidates", [])) == 2 else None
+
+    offline = await eventually(listed, what="both nodes quoted")
+    assert offline["terms"]["gpu_model"] == "H100" and offline["terms"]["region"] == "us-east"
+    assert offline["placeable"] is False and "offline" in offline["reason"]
+    assert {c["node_key"] for c in offline["candidates"]} == set(keys)
+    for c in offline["candidates"]:
+        assert (c["gpu_model"], c["region"], c["online"], c["chosen_gpus"]) == ("H100", "us-east", False, 0)
+        assert c["price_per_gpu_hour"] == Cluster.PRICE and c["reliability"] == 0.9 and c["free_gpus"] == 2
+    # no maximum price and nothing placeable: nothing to size the escrow at
+    assert offline["escrow"]["needed"] is None
+    # codes are still taken; the answer names them
+    by_code = (await http.get("/quote", params={**terms, "gpu_model": "1", "region": "1"})).json()
+    assert by_code["terms"]["gpu_model"] == "H100" and by_code["candidates"] == offline["candidates"]
+    # another model or region matches nothing
+    assert (await http.get("/quote", params={**terms, "region": "eu-west"})).json()["candidates"] == []
+
+    for key in keys:  # the workers connect
+        coordinator.fleet.connected(Pubkey.from_string(key), simulated=True)
+        coordinator.fleet.heartbeat(Pubkey.from_string(key), healthy=True)
+
+    async def placeable() -> dict | None:
+        quote = (await http.get("/quote", params=terms)).json()
+        return quote if quote["placeable"] else None
+
+    online = await eventually(placeable, what="a placeable quote")
+    assert [c["online"] for c in online["candidates"]] == [True, True]
+    assert sorted(c["chosen_gpus"] for c in online["candidates"]) == [0, 2]
+    assert online["candidates"][0]["chosen_gpus"] == 2  # the chosen node first
+    # sized at the dearest chosen node's price, for 2 h
+    assert online["escrow"] == {
+        "duration_seconds": 7200,
+        "max_price_per_gpu_hour": Cluster.PRICE,
+        "needed": 2 * 2 * Cluster.PRICE,
+        "cost_at_quoted_prices": 2 * 2 * Cluster.PRICE,
+    }
+    mine = (await http.get("/quote", params={**terms, "max_price_per_gpu_hour": 5 * Cluster.PRICE})).json()
+    assert mine["escrow"]["needed"] == 2 * 2 * 5 * Cluster.PRICE and mine["escrow"]["max_price_per_gpu_hour"] == (
+        5 * Cluster.PRICE
+    )
+    assert (await http.get("/quote", params={**terms, "max_price_per_gpu_hour": 1})).json()["placeable"] is False
+
+    # the command prints the table, the escrow and the command that opens the lease
+    url = str(http.base_url)
+    proc = await asyncio.create_subprocess_exec(
+        str(GPUNET),
+        "quote",
+        *("--gpu", "h100", "--count", "2", "--region", "us-east", "--duration", "2h", "--coordinator", url),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        env={**os.environ, "COLUMNS": "250"},
+    )
+    out = (await asyncio.wait_for(proc.communicate(), 60))[0].decode()
+    assert proc.returncode == 0, out
+    assert all(key in out for key in keys) and "us-east" in out and "90%" in out and "online" in out
+    price = Cluster.PRICE / 10**6
+    assert f"escrow needed for 2h00m: {4 * price:g} IO" in out
+    assert f"gpunet lease open --gpu H100 --count 2 --region us-east --max-price {price:g} --duration 2h" in out
+    proc = await asyncio.create_subprocess_exec(
+        str(GPUNET),
+        "quote",
+        *("--count", "2", "--duration", "1h", "--max-price", "10", "--json", "--coordinator", url),
+        stdout=asyncio.subprocess.PIPE,
+    )
+    printed = json.loads((await asyncio.wait_for(proc.communicate(), 60))[0])
+    assert printed["terms"]["gpu_model"] == "any" and printed["escrow"]["needed"] == 2 * 10 * 10**6
 
 
 async def test_one_job_at_a_time_the_next_once_the_current_one_ended_on_every_node(placed_api) -> None:
