@@ -176,6 +176,9 @@ class Session:
         try:
             self.cluster  # noqa: B018 - a bad --url is reported before anything else happens
             asyncio.run(command(self))
+        except KeyboardInterrupt:  # Ctrl-C: ends a --follow, or gives up waiting
+            self.err.print("interrupted")
+            raise typer.Exit(130) from None
         except (BadInput, AmountError, CatalogError, ClusterError) as e:
             raise self.fail(Exit.BAD_INPUT, str(e)) from None
         except KeypairFileError as e:

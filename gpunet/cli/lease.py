@@ -452,12 +452,86 @@ def job(
     Session(url, keypair, json_output).run(command_)
 
 
+FINISHED = frozenset({"succeeded", "failed", "cancelled", "timed_out", "refused"})  # a job's last states
+
+
+def _ended(view: dict[str, Any], cursor: int) -> bool:
+    """The job ended on every node it reached, and every log line up to the last is printed."""
+    states = [n["state"] for n in view["nodes"]]
+    return (
+        bool(states) and all(s in FINISHED for s in states) and (not view["logs"] or view["logs"][-1]["id"] <= cursor)
+    )
+
+
+def _print_line(s: Session, line: dict[str, Any]) -> None:
+    if s.json_output:
+        print(json.dumps(line), flush=True)
+    else:  # a job's "[...]" is text, not markup
+        s.out.print(
+            f"[dim]{line['node_key'][:8]} {line['stream']}[/] {escape(line['line'])}", soft_wrap=True, highlight=False
+        )
+
+
+def _changes(before: dict[str, Any] | None, view: dict[str, Any]) -> list[dict[str, Any]]:
+    """What changed from one view of the lease to the next: its placement, its job, each node's state."""
+    events: list[dict[str, Any]] = []
+    p, q = (before or {}).get("placement") or {}, view["placement"] or {}
+    if (p.get("state"), p.get("reason")) != (q.get("state"), q.get("reason")):
+        events.append({"event": "placement", "state": q.get("state"), "reason": q.get("reason")})
+    if before is not None and before.get("job_number") != view.get("job_number"):
+        events.append({"event": "job", "job_number": view.get("job_number")})
+    old = {n["node_key"]: n for n in (before or {}).get("nodes", [])}
+    for n in view["nodes"]:
+        was = old.get(n["node_key"])
+        if was is None or (was["state"], was.get("detail")) != (n["state"], n.get("detail")):
+            events.append(
+                {
+                    "event": "node",
+                    "node_key": n["node_key"],
+                    "state": n["state"],
+                    "was": was["state"] if was else None,
+                    "detail": n.get("detail"),
+                }
+            )
+    return events
+
+
+def _print_change(s: Session, event: dict[str, Any]) -> None:
+    if s.json_output:
+        print(json.dumps(event), flush=True)
+        return
+    when = time.strftime("%H:%M:%S", time.gmtime())
+    if event["event"] == "placement":
+        text = f"lease {event['state'] or 'not seen'}" + (f": {event['reason']}" if event["reason"] else "")
+    elif event["event"] == "job":
+        text = f"job {event['job_number']} is the lease's job now"
+    else:
+        arrow = f"{event['was']} -> {event['state']}" if event["was"] else event["state"]
+        text = f"node {event['node_key']}: {arrow}" + (f" ({event['detail']})" if event["detail"] else "")
+    s.out.print(f"[cyan]{when} {escape(text)}[/]", soft_wrap=True, highlight=False)
+
+
 @app.command("status")
-def status(lease: LeaseArg, coordinator: CoordinatorOpt = DEFAULT_COORDINATOR, json_output: JsonOpt = False) -> None:
-    """Where the coordinator placed the lease, its job on each node, and the latest log lines."""
+def status(
+    lease: LeaseArg,
+    coordinator: CoordinatorOpt = DEFAULT_COORDINATOR,
+    follow: Annotated[
+        bool,
+        typer.Option(
+            "--follow",
+            "-f",
+            help="Then keep printing new log lines and status changes until the job ends (or Ctrl-C).",
+        ),
+    ] = False,
+    json_output: JsonOpt = False,
+) -> None:
+    """Where the coordinator placed the lease, its job on each node, and the latest log lines; with
+    --follow, then every new log line and change of state as it comes, until the job ends (--json:
+    one JSON object per line, the status first, then each line and each change with its "event")."""
 
     async def command_(s: Session) -> None:
-        view = await job_view(coordinator, pubkey_arg(lease, "lease address"), tail=STATUS_LINES)
+        address = pubkey_arg(lease, "lease address")
+        view = await job_view(coordinator, address, tail=STATUS_LINES)
 
         def table() -> Table:
             p = view["placement"] or {}
@@ -468,15 +542,31 @@ def status(lease: LeaseArg, coordinator: CoordinatorOpt = DEFAULT_COORDINATOR, j
             for n in view["nodes"]:
                 t.add_row(n["node_key"], n["state"], n.get("detail") or "")
             for line in view["logs"]:
-                t.add_row(line["node_key"][:8], line["stream"], line["line"])
+                t.add_row(line["node_key"][:8], line["stream"], escape(line["line"]))
             return t
 
-        s.show(view, table)
+        if not follow:
+            s.show(view, table)
+            return
+        if s.json_output:
+            print(json.dumps(view), flush=True)
+        else:
+            s.out.print(table(), soft_wrap=True)
+        cursor = view["logs"][-1]["id"] if view["logs"] else 0
+        while not _ended(view, cursor):
+            await asyncio.sleep(FOLLOW_SECONDS)
+            async for line in job_logs(coordinator, address, cursor):
+                cursor = line["id"]
+                _print_line(s, line)
+            latest = await job_view(coordinator, address, tail=1)
+            for event in _changes(view, latest):
+                _print_change(s, event)
+            view = latest
+        if not s.json_output:
+            states = ", ".join(sorted({n["state"] for n in view["nodes"]}))
+            s.out.print(f"job {view.get('job_number') or ''} ended: {states}", highlight=False)
 
     Session(None, json_output=json_output).run(command_)
-
-
-FINISHED = frozenset({"succeeded", "failed", "cancelled", "timed_out", "refused"})  # a job's last states
 
 
 @app.command("logs")
@@ -495,23 +585,10 @@ def logs(
         while True:
             async for line in job_logs(coordinator, address, cursor):
                 cursor = line["id"]
-                if s.json_output:
-                    print(json.dumps(line), flush=True)
-                else:
-                    s.out.print(
-                        f"[dim]{line['node_key'][:8]} {line['stream']}[/] {escape(line['line'])}",
-                        soft_wrap=True,
-                        highlight=False,
-                    )  # a job's "[...]" is text, not markup
+                _print_line(s, line)
             if not follow:
                 return
-            view = await job_view(coordinator, address, tail=1)
-            states = [n["state"] for n in view["nodes"]]
-            if (
-                states
-                and all(state in FINISHED for state in states)
-                and (not view["logs"] or view["logs"][-1]["id"] <= cursor)
-            ):
+            if _ended(await job_view(coordinator, address, tail=1), cursor):
                 return  # the job ended and every line of it is printed
             await asyncio.sleep(FOLLOW_SECONDS)
 

@@ -403,3 +403,69 @@ async def test_logs_page_and_follow_and_status_shows_the_latest_lines(placed_api
     assert code == 0 and [line.split(maxsplit=2)[2] for line in printed.splitlines()] == ["step 301", "done"]
     bad, message = await gpunet("logs", "not-a-lease")
     assert bad == 2 and "lease address" in message
+
+
+async def _event(pool, lease: str, node: str, kind: str, text: str) -> None:
+    """As a worker's log line ('log') or job status ('status') is recorded."""
+    async with pool.acquire() as conn:
+        if kind == "log":
+            await conn.execute(
+                "INSERT INTO job_events (lease, node_key, kind, stream, line) VALUES ($1, $2, 'log', 'stdout', $3)",
+                lease,
+                node,
+                text,
+            )
+        else:
+            await conn.execute(
+                "INSERT INTO job_events (lease, node_key, kind, state) VALUES ($1, $2, 'status', $3)", lease, node, text
+            )
+
+
+async def test_status_follow_prints_new_lines_and_state_changes_until_the_job_ends(placed_api) -> None:
+    http, world, pool, _ = placed_api
+    lease = str(world.lease)
+    nodes = [str(k.pubkey()) for _, k in world.nodes]
+    assert (await http.post(f"/leases/{lease}/job", json=_body(world, JobSpec(command=["train"])))).status_code == 201
+    await _event(pool, lease, nodes[0], "status", "running")
+    await _event(pool, lease, nodes[0], "log", "epoch 0")
+
+    async def follow(*extra: str) -> tuple[int, str]:
+        proc = await asyncio.create_subprocess_exec(
+            str(GPUNET),
+            *("lease", "status", lease, "--follow", "--coordinator", str(http.base_url), *extra),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            env={**os.environ, "COLUMNS": "250"},
+        )
+        out, _ = await asyncio.wait_for(proc.communicate(), 60)
+        return proc.returncode, out.decode()
+
+    followed = asyncio.create_task(follow())
+    as_json = asyncio.create_task(follow("--json"))
+    await asyncio.sleep(3)
+    assert not followed.done() and not as_json.done(), "a running job is followed"
+    await _event(pool, lease, nodes[1], "status", "running")
+    await _event(pool, lease, nodes[0], "log", "epoch 1 [not markup]")
+    await asyncio.sleep(2)
+    assert not followed.done(), "node 1 still runs"
+    await _event(pool, lease, nodes[0], "status", "succeeded")
+    await _event(pool, lease, nodes[1], "log", "saved")
+    await _event(pool, lease, nodes[1], "status", "succeeded")
+    code, out = await asyncio.wait_for(followed, 30)
+    assert code == 0, out
+    assert "epoch 0" in out  # the status first
+    assert f"node {nodes[1]}: running" in out and "epoch 1 [not markup]" in out
+    assert f"node {nodes[0]}: running -> succeeded" in out and f"node {nodes[1]}: running -> succeeded" in out
+    assert out.index("epoch 1") < out.index("saved") and out.rstrip().endswith("job 1 ended: succeeded")
+    assert out.count("epoch 0") == 1  # each line once
+    code, out = await asyncio.wait_for(as_json, 30)
+    objects = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and objects[0]["job_number"] == 1 and [line["line"] for line in objects[0]["logs"]] == ["epoch 0"]
+    assert [o["line"] for o in objects[1:] if "line" in o] == ["epoch 1 [not markup]", "saved"]
+    changes = [(o["node_key"], o["was"], o["state"]) for o in objects if o.get("event") == "node"]
+    assert changes[0] == (nodes[1], None, "running")  # in the order they came; the last two in one poll maybe
+    assert sorted(changes[1:]) == sorted([(nodes[0], "running", "succeeded"), (nodes[1], "running", "succeeded")])
+
+    # a job that has ended: the status, then at once the end
+    code, out = await follow()
+    assert code == 0 and out.rstrip().endswith("job 1 ended: succeeded") and "saved" in out
