@@ -12,12 +12,21 @@ from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
 from gpunet.errors import GpunetError
-from gpunet.protocol import JobSpec, job_message, operator_message
+from gpunet.protocol import (
+    FILES_AT_HEADER,
+    FILES_SIGNATURE_HEADER,
+    CheckpointFile,
+    JobSpec,
+    files_message,
+    job_message,
+    operator_message,
+)
 
 __all__ = [
     "CoordinatorError",
     "job_logs",
     "job_view",
+    "lease_files",
     "next_job_number",
     "quote",
     "resume_slashing",
@@ -101,6 +110,23 @@ async def job_logs(coordinator_url: str, lease: Pubkey, after: int = 0) -> Async
             after = line["id"]
         if not view.get("more"):
             return
+
+
+async def lease_files(
+    coordinator_url: str, client: Keypair, lease: Pubkey
+) -> tuple[dict[str, Any], list[CheckpointFile]]:
+    """The lease's latest checkpoint as the coordinator keeps it: ({lease, node_key, received_at}, its
+    files, each checked against its sha256 when read with .content()). A GET signed with the lease
+    client's wallet (gpunet.protocol.files_message, fresh each call); anyone else is refused (401)."""
+    at_ms = time.time_ns() // 1_000_000
+    signature = client.sign_message(files_message(lease, at_ms))
+    headers = {FILES_AT_HEADER: str(at_ms), FILES_SIGNATURE_HEADER: str(signature)}
+    body = await _call("GET", f"{coordinator_url.rstrip('/')}/leases/{lease}/files", headers=headers)
+    try:
+        files = [CheckpointFile.model_validate(f) for f in body["files"]]
+    except (KeyError, TypeError, ValueError) as e:
+        raise CoordinatorError(f"the coordinator's answer is not a checkpoint: {e}") from None
+    return {k: body.get(k) for k in ("lease", "node_key", "received_at")}, files
 
 
 async def quote(

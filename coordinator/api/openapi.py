@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from coordinator.api.params import PUBKEY_SCHEMA, Param
+from coordinator.api.params import PUBKEY_SCHEMA, SIGNATURE_SCHEMA, Param
 from coordinator.api.resources import PAGE, RESOURCES
 
 __all__ = ["openapi_document"]
@@ -92,6 +92,21 @@ def openapi_document() -> dict[str, Any]:
         "responses": {"201": {"description": "accepted"}, "400": _ERROR, "401": _ERROR, "404": _ERROR, "409": _ERROR},
     }
     paths["/leases/{key}/job"] = job
+    from gpunet.protocol import FILES_AT_HEADER, FILES_SIGNATURE_HEADER
+
+    files = _op(
+        "The lease's latest checkpoint files (path, sha256, base64 content), the node that sent them and "
+        "when: the only job outputs the coordinator keeps. Readable only by the lease's client: headers "
+        f"{FILES_AT_HEADER} (unix milliseconds, within 120 s of the coordinator's clock) and {FILES_SIGNATURE_HEADER} "
+        "(its wallet's signature over gpunet.protocol.files_message, each used once); 401 otherwise.",
+        [
+            _KEY,
+            {"name": FILES_AT_HEADER, "in": "header", "required": True, "schema": {"type": "string"}},
+            {"name": FILES_SIGNATURE_HEADER, "in": "header", "required": True, "schema": SIGNATURE_SCHEMA},
+        ],
+    )
+    files["get"]["responses"]["401"] = _ERROR
+    paths["/leases/{key}/files"] = files
     paths["/quote"] = _op(
         "Which nodes a lease would get now, at what burn rate, or why none; the matching nodes (price, region, "
         "reliability, online state); with ?duration_seconds= the escrow `lease open` needs. GPU models and "

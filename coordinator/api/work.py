@@ -1,7 +1,8 @@
 """The client API of a running coordinator: give a lease its jobs (numbered 1, 2, ..., one at a
-time, each signed by the lease's client), follow its placement, job status and logs, ask for a
-quote, and see the workers connected now (simulated ones say so). Errors are JSON
-`{"error": message}` with a 4xx status, like the read API; a refused request changes nothing."""
+time, each signed by the lease's client), follow its placement, job status and logs, read its
+latest checkpoint (a GET signed by the lease's client), ask for a quote, and see the workers
+connected now (simulated ones say so). Errors are JSON `{"error": message}` with a 4xx status,
+like the read API; a refused request changes nothing."""
 
 from __future__ import annotations
 
@@ -25,15 +26,23 @@ from gpunet import instructions as ix
 from gpunet.amounts import escrow_for
 from gpunet.catalog import CatalogError, gpu_model_name, region, region_name
 from gpunet.limits import ANY, MAX_GPUS_PER_NODE, MAX_LEASE_GPUS
-from gpunet.protocol import JobSpec, job_message, operator_message
+from gpunet.protocol import (
+    FILES_AT_HEADER,
+    FILES_SIGNATURE_HEADER,
+    JobSpec,
+    files_message,
+    job_message,
+    operator_message,
+)
 
 if TYPE_CHECKING:
     from coordinator.service import Coordinator
 
-__all__ = ["JOB_VIEW_PARAMS", "QUOTE_PARAMS", "work_routes"]
+__all__ = ["FILES_CLOCK_SKEW_SECONDS", "JOB_VIEW_PARAMS", "QUOTE_PARAMS", "work_routes"]
 
 MAX_BODY = 256 * 1024
 OPERATOR_CLOCK_SKEW_SECONDS = 120  # a signed operator request older (or newer) than this is refused
+FILES_CLOCK_SKEW_SECONDS = 120  # a signed files request older (or newer) than this is refused
 LOG_LINES = 200
 QUOTE_PARAMS = (
     Param("gpu_count", "integer", minimum=1, maximum=MAX_LEASE_GPUS, description="GPUs in all"),
@@ -294,6 +303,61 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
             }
         )
 
+    read: dict[str, float] = {}  # files signatures already answered -> their time in s (pruned past the window)
+
+    async def files(request: Request) -> Response:
+        """The lease's latest checkpoint files, for the lease's client only (a signed GET)."""
+        parse_query(request.query_params, ())
+        lease = parse_pubkey("lease", request.path_params["key"])
+        raw_at, raw_signature = request.headers.get(FILES_AT_HEADER), request.headers.get(FILES_SIGNATURE_HEADER)
+        if raw_at is None or raw_signature is None:
+            return _error(
+                401,
+                f"sign the request with the lease client's wallet: headers {FILES_AT_HEADER} (unix milliseconds) and "
+                f"{FILES_SIGNATURE_HEADER} (over gpunet.protocol.files_message; `gpunet lease files` does it)",
+            )
+        try:
+            at_ms = int(raw_at, 10)
+        except ValueError:
+            raise BadRequest(f"{FILES_AT_HEADER}: {raw_at[:40]!r} is not an integer (unix milliseconds)") from None
+        try:
+            signature = Signature.from_string(raw_signature)
+        except ValueError:
+            raise BadRequest(f"{FILES_SIGNATURE_HEADER}: not a base58 Ed25519 signature") from None
+        async with pool.acquire() as conn:
+            row = await ledger.lease_row(conn, lease)
+            if row is None:
+                return _error(404, f"lease {lease} is not indexed (yet): retry in a moment")
+            if not signature.verify(Pubkey.from_string(row["client"]), files_message(Pubkey.from_string(lease), at_ms)):
+                return _error(401, "the signature is not the lease client's over this lease and time")
+            now = time.time()
+            for seen in [s for s, t in read.items() if t < now - FILES_CLOCK_SKEW_SECONDS]:
+                del read[seen]  # older requests are refused as stale anyway
+            at = at_ms / 1000
+            if abs(now - at) > FILES_CLOCK_SKEW_SECONDS or str(signature) in read:
+                return _error(
+                    401,
+                    f"a stale or replayed request (sign a fresh one: {FILES_AT_HEADER} within "
+                    f"{FILES_CLOCK_SKEW_SECONDS} s of the coordinator's clock)",
+                )
+            read[str(signature)] = at
+            latest = await jobs.latest_checkpoint(conn, lease)
+        if latest is None:
+            return _error(
+                404,
+                f"lease {lease} has no checkpoint yet: a job's checkpoint is what it writes to "
+                "$GPUNET_CHECKPOINT_DIR, sent by its node as it runs",
+            )
+        node_key, received_at, checkpoint = latest
+        return JSONResponse(
+            {
+                "lease": lease,
+                "node_key": node_key,
+                "received_at": received_at.isoformat(),
+                "files": [f.model_dump() for f in checkpoint],
+            }
+        )
+
     used: dict[str, int] = {}  # operator signatures already acted on -> their 'at' (pruned past the window)
 
     async def resume_slashing(request: Request) -> Response:
@@ -338,6 +402,7 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
     return [
         Route("/leases/{key}/job", submit_job, methods=["POST"]),
         Route("/leases/{key}/job", job_view),
+        Route("/leases/{key}/files", files),
         Route("/quote", quote),
         Route("/workers", workers),
         Route("/slashing/resume", resume_slashing, methods=["POST"]),

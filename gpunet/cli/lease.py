@@ -1,11 +1,15 @@
-"""`gpunet lease open|top-up|close|show|list`: a client's leases and their escrow."""
+"""`gpunet lease open|top-up|close|show|list`: a client's leases and their escrow; `job|status|logs|files`:
+their jobs, through the coordinator."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 import shlex
 import time
+import urllib.parse
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -34,11 +38,11 @@ from gpunet.cli.common import (
     pubkey_arg,
 )
 from gpunet.cli.waiting import what_to_change, why_not
-from gpunet.jobs import job_logs, job_view, submit_job
+from gpunet.jobs import CoordinatorError, job_logs, job_view, lease_files, submit_job
 from gpunet.limits import MAX_GPUS_PER_NODE, MAX_LEASE_GPUS
 from gpunet.market import lease_reach
 from gpunet.pda import lease_pda
-from gpunet.protocol import JobSpec
+from gpunet.protocol import InputFile, JobSpec
 from gpunet.tokens import io_account, io_balance
 
 app = typer.Typer(help="Leases: open, job, status, top up, close, show, list.", no_args_is_help=True)
@@ -399,6 +403,36 @@ def list_leases(
     Session(url, keypair, json_output).run(command)
 
 
+_SHA256 = re.compile(r"[0-9a-fA-F]{64}")
+
+
+def input_arg(text: str) -> InputFile:
+    """'[PATH=]URL#SHA256' -> the job's input file; refuses a URL that is not http(s) with a host, a
+    digest that is not 64 hex digits, and a path that would leave the working directory."""
+    head, sep, rest = text.strip().partition("://")
+    path = None
+    if sep and "=" in head:
+        path, head = head.rsplit("=", 1)
+    url, hashed, digest = (head + sep + rest).rpartition("#")
+    if not hashed or not _SHA256.fullmatch(digest):
+        raise BadInput(f"--input {text!r}: end it with #SHA256, the file's 64-hex SHA-256 (`sha256sum FILE`)")
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname or any(c.isspace() for c in url):
+        raise BadInput(f"--input {text!r}: {url!r} is not an http:// or https:// URL with a host")
+    if path is None:
+        path = urllib.parse.unquote(parts.path.rsplit("/", 1)[-1])
+        if not path:
+            raise BadInput(f"--input {text!r}: the URL names no file; name it with PATH=URL#SHA256")
+    try:
+        return InputFile(path=path, url=url, sha256=digest.lower())
+    except ValidationError as e:
+        first = e.errors()[0]
+        why = str(first["msg"]).removeprefix("Value error, ")
+        if first["loc"] == ("path",):
+            raise BadInput(f"--input {text!r}: the file's PATH {path!r} {why}; name it with PATH=URL#SHA256") from None
+        raise BadInput(f"--input {text!r}: {why}") from None
+
+
 @app.command("job")
 def job(
     lease: LeaseArg,
@@ -414,6 +448,15 @@ def job(
         ),
     ] = None,
     time_limit: Annotated[str | None, typer.Option("--time-limit", help="Stop the job after, e.g. 2h.")] = None,
+    inputs: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--input",
+            help="[PATH=]URL#SHA256: a file each node fetches (http/https) into the job's working directory "
+            "before it starts, checked against its 64-hex SHA-256 (PATH default: the URL's file name); repeat "
+            "for several.",
+        ),
+    ] = None,
     coordinator: CoordinatorOpt = DEFAULT_COORDINATOR,
     url: UrlOpt = None,
     keypair: KeypairOpt = DEFAULT_KEYPAIR,
@@ -430,11 +473,15 @@ def job(
             if not sep or not name:
                 raise BadInput(f"--env takes NAME=value, got {item!r}")
             variables[name] = value
+        files = [input_arg(item) for item in inputs or []]
+        if len({f.path for f in files}) < len(files):
+            raise BadInput("two --input files have the same PATH; name them apart with PATH=URL#SHA256")
         try:
             spec = JobSpec(
                 command=shlex.split(command or ""),
                 image=image,
                 env=variables,
+                inputs=files,
                 time_limit_seconds=duration_arg(time_limit) if time_limit else None,
             )
         except ValidationError as e:
@@ -567,6 +614,61 @@ def status(
             s.out.print(f"job {view.get('job_number') or ''} ended: {states}", highlight=False)
 
     Session(None, json_output=json_output).run(command_)
+
+
+@app.command("files")
+def files(
+    lease: LeaseArg,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Write the files under this directory (default: ./LEASE-checkpoint).")
+    ] = None,
+    coordinator: CoordinatorOpt = DEFAULT_COORDINATOR,
+    url: UrlOpt = None,
+    keypair: KeypairOpt = DEFAULT_KEYPAIR,
+    json_output: JsonOpt = False,
+) -> None:
+    """Download the lease's latest checkpoint: the files its job last wrote to $GPUNET_CHECKPOINT_DIR,
+    as the coordinator keeps them (each checked against its SHA-256). Only the lease's client may
+    read them (the request is signed with your wallet). Nothing else a job writes (its working
+    directory, other outputs) reaches the coordinator: have the job upload what it must keep, or
+    write it as a checkpoint."""
+
+    async def command_(s: Session) -> None:
+        address = pubkey_arg(lease, "lease address")
+        wallet = s.wallet  # a missing keypair file is said before anything is asked
+        target = (out or Path(f"{address}-checkpoint")).expanduser()
+        if target.exists() and not target.is_dir():
+            raise BadInput(f"--out {target}: not a directory")
+        with s.waiting("Downloading the lease's latest checkpoint"):
+            meta, checkpoint = await lease_files(coordinator, wallet, address)
+        contents = []
+        for f in checkpoint:  # all checked before anything is written
+            try:
+                contents.append((f, f.content()))
+            except ValueError as e:
+                raise CoordinatorError(f"the coordinator sent a damaged file: {e}; nothing was written") from None
+        written: list[dict[str, Any]] = []
+        for f, content in contents:
+            path = target.joinpath(*f.path.split("/"))
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(content)
+            written.append({"path": str(path), "bytes": len(content), "sha256": f.sha256})
+        data = {**meta, "directory": str(target), "files": written}
+
+        def table() -> Table:
+            t = Table(
+                "file",
+                "bytes",
+                "sha256",
+                title=f"checkpoint of lease {address} from node {meta['node_key']} at {meta['received_at']}",
+            )
+            for w in written:
+                t.add_row(escape(w["path"]), str(w["bytes"]), w["sha256"])
+            return t
+
+        s.show(data, table)
+
+    Session(url, keypair, json_output).run(command_)
 
 
 @app.command("logs")

@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from gpunet.cli import app
 from gpunet.exits import Exit
+from gpunet.keys import create_keypair_file
 
 
 def _closed_port() -> str:
@@ -42,3 +43,60 @@ def test_quote_names_an_unreachable_coordinator() -> None:
     url = _closed_port()
     code, out = _run("quote", "--gpu", "h100", "--count", "2", "--duration", "1h", "--coordinator", url)
     assert code == Exit.UNREACHABLE and f"cannot reach the coordinator at {url}/quote" in out, out
+
+
+DIGEST = "ab" * 32
+LEASE = "11111111111111111111111111111112"
+
+
+@pytest.mark.parametrize(
+    ("text", "path", "url"),
+    [
+        (f"https://example.com/data/train.csv#{DIGEST}", "train.csv", "https://example.com/data/train.csv"),
+        (f"cfg/a.yaml=http://h:8000/get?name=a#{DIGEST.upper()}", "cfg/a.yaml", "http://h:8000/get?name=a"),
+        (f"https://h/v1/model_2.safetensors#{DIGEST}", "model_2.safetensors", "https://h/v1/model_2.safetensors"),
+    ],
+)
+def test_job_inputs_parse(text, path, url) -> None:
+    from gpunet.cli.lease import input_arg
+
+    item = input_arg(text)
+    assert (item.path, item.url, item.sha256) == (path, url, DIGEST)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("https://example.com/train.csv", "64-hex SHA-256"),
+        (f"https://example.com/train.csv#{DIGEST[:-1]}", "64-hex SHA-256"),
+        (f"https://example.com/train.csv#{'g' * 64}", "64-hex SHA-256"),
+        (f"ftp://example.com/train.csv#{DIGEST}", "not an http:// or https:// URL"),
+        (f"example.com/train.csv#{DIGEST}", "not an http:// or https:// URL"),
+        (f"https:///train.csv#{DIGEST}", "not an http:// or https:// URL"),
+        (f"https://example.com/#{DIGEST}", "the URL names no file"),
+        (f"../up=https://example.com/x#{DIGEST}", "PATH '../up' must be"),
+        (f"/etc/x=https://example.com/x#{DIGEST}", "PATH '/etc/x' must be"),
+        (f"https://h/a%20b.bin#{DIGEST}", "PATH 'a b.bin' must be one file name"),
+    ],
+)
+def test_bad_job_inputs_are_refused_with_nothing_sent(value, message) -> None:
+    code, out = _run("lease", "job", LEASE, "--command", "true", "--input", value, "--coordinator", _closed_port())
+    assert code == Exit.BAD_INPUT and message in out, out
+
+
+def test_two_inputs_of_one_path_are_refused() -> None:
+    a, b = f"https://a/x.bin#{DIGEST}", f"https://b/x.bin#{DIGEST}"
+    code, out = _run("lease", "job", LEASE, "--command", "true", "--input", a, "--input", b)
+    assert code == Exit.BAD_INPUT and "the same PATH" in out, out
+
+
+def test_lease_files_needs_the_wallet_before_asking(tmp_path) -> None:
+    code, out = _run("lease", "files", LEASE, "-k", str(tmp_path / "none.json"), "--coordinator", _closed_port())
+    assert code == Exit.KEYPAIR and "none.json" in out, out
+    create_keypair_file(tmp_path / "wallet.json")
+    (tmp_path / "file").write_text("")
+    code, out = _run(
+        *("lease", "files", LEASE, "--out", str(tmp_path / "file"), "-k", str(tmp_path / "wallet.json")),
+        *("--coordinator", _closed_port()),
+    )
+    assert code == Exit.BAD_INPUT and "not a directory" in out, out

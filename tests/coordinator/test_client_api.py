@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -22,13 +24,21 @@ from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
 from coordinator.api import create_app
-from coordinator.api.work import work_routes
+from coordinator.api.work import FILES_CLOCK_SKEW_SECONDS, work_routes
 from coordinator.indexer.rpc import ChainRpc
 from coordinator.service import Coordinator
 from coordinator.settings import Settings
 from gpunet.jobs import job_logs
+from gpunet.keys import create_keypair_file
 from gpunet.localnet import free_ports
-from gpunet.protocol import JobSpec, job_message
+from gpunet.protocol import (
+    FILES_AT_HEADER,
+    FILES_SIGNATURE_HEADER,
+    CheckpointFile,
+    JobSpec,
+    files_message,
+    job_message,
+)
 
 from .chain import Cluster
 from .conftest import eventually
@@ -300,7 +310,7 @@ def _fuzz(base: str) -> None:
     schema = schemathesis.openapi.from_url(f"{base}/openapi.json")
     for result in schema.get_all_operations():
         operation = result.ok()
-        if operation.path not in ("/leases/{key}/job", "/quote", "/workers"):
+        if operation.path not in ("/leases/{key}/job", "/leases/{key}/files", "/quote", "/workers"):
             continue  # the ledger routes have their own run in test_api
 
         @hypothesis_settings(max_examples=25, deadline=None, database=None, suppress_health_check=list(HealthCheck))
@@ -469,3 +479,99 @@ async def test_status_follow_prints_new_lines_and_state_changes_until_the_job_en
     # a job that has ended: the status, then at once the end
     code, out = await follow()
     assert code == 0 and out.rstrip().endswith("job 1 ended: succeeded") and "saved" in out
+
+
+def _signed_files(lease: Pubkey, signer: Keypair, at: int | None = None) -> dict[str, str]:
+    at = time.time_ns() // 1_000_000 if at is None else at  # unix milliseconds
+    return {FILES_AT_HEADER: str(at), FILES_SIGNATURE_HEADER: str(signer.sign_message(files_message(lease, at)))}
+
+
+async def test_the_latest_checkpoint_is_read_by_the_lease_client_alone_and_downloaded(api, tmp_path) -> None:
+    http, world, pool, _ = api
+    lease, url = world.lease, f"/leases/{world.lease}/files"
+    client = world.client_wallet
+    fresh = _signed_files(lease, client)
+    refused = [
+        ({}, 401, "sign the request with the lease client's wallet"),
+        ({**fresh, FILES_AT_HEADER: "soon"}, 400, "is not an integer"),
+        ({**fresh, FILES_SIGNATURE_HEADER: "nope"}, 400, "not a base58 Ed25519 signature"),
+        (_signed_files(lease, Keypair()), 401, "not the lease client's"),  # anyone else
+        (_signed_files(Pubkey.default(), client), 401, "not the lease client's"),  # signed for another lease
+        ({**fresh, FILES_AT_HEADER: str(int(fresh[FILES_AT_HEADER]) + 1)}, 401, "not the lease client's"),  # time
+        (
+            _signed_files(lease, client, time.time_ns() // 1_000_000 - (FILES_CLOCK_SKEW_SECONDS + 5) * 1000),
+            401,
+            "stale or replayed",
+        ),
+    ]
+    for headers, status, message in refused:
+        response = await http.get(url, headers=headers)
+        assert response.status_code == status and message in response.json()["error"], response.text
+    other = await http.get(f"/leases/{Keypair().pubkey()}/files", headers=_signed_files(lease, client))
+    assert other.status_code == 404 and "not indexed" in other.json()["error"]
+
+    none = await http.get(url, headers=fresh)
+    assert none.status_code == 404 and "has no checkpoint yet" in none.json()["error"]
+    replayed = await http.get(url, headers=fresh)  # the same signature again
+    assert replayed.status_code == 401 and "stale or replayed" in replayed.json()["error"]
+
+    node = str(world.nodes[0][1].pubkey())
+    files = [CheckpointFile.of("model.pt", b"\x00weights\xff"), CheckpointFile.of("logs/step.txt", b"step 42\n")]
+    async with pool.acquire() as conn:  # as the dispatch loop records a worker's checkpoint
+        await conn.execute(
+            "INSERT INTO checkpoints (lease, node_key, files) VALUES ($1, $2, $3)",
+            str(lease),
+            node,
+            json.dumps([f.model_dump() for f in files]),
+        )
+    got = await http.get(url, headers=_signed_files(lease, client))
+    assert got.status_code == 200, got.text
+    assert got.json()["node_key"] == node and got.json()["files"] == [f.model_dump() for f in files]
+    stranger = await http.get(url, headers=_signed_files(lease, Keypair()))
+    assert stranger.status_code == 401  # still the client's alone once there is something to read
+
+    # the command signs, checks each file's sha256 and writes them under --out
+    wallet, other_wallet = tmp_path / "client.json", tmp_path / "other.json"
+    create_keypair_file(wallet, client)
+    create_keypair_file(other_wallet, Keypair())
+
+    async def gpunet(*args: str) -> tuple[int, str]:
+        proc = await asyncio.create_subprocess_exec(
+            str(GPUNET),
+            *args,
+            "--coordinator",
+            str(http.base_url),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            env={**os.environ, "COLUMNS": "250"},
+        )
+        out, _ = await asyncio.wait_for(proc.communicate(), 60)
+        return proc.returncode, out.decode()
+
+    out_dir = tmp_path / "out"
+    code, printed = await gpunet("lease", "files", str(lease), "--out", str(out_dir), "-k", str(wallet))
+    assert code == 0, printed
+    assert (out_dir / "model.pt").read_bytes() == b"\x00weights\xff"
+    assert (out_dir / "logs" / "step.txt").read_bytes() == b"step 42\n"
+    assert "model.pt" in printed and node in printed
+    code, printed = await gpunet("lease", "files", str(lease), "--out", str(tmp_path / "no"), "-k", str(other_wallet))
+    assert code == 1 and "(401)" in printed and "not the lease client's" in printed
+    assert not (tmp_path / "no").exists()
+
+    # a job's inputs: given as [PATH=]URL#SHA256, signed and stored with the job
+    digest = hashlib.sha256(b"data").hexdigest()
+    code, printed = await gpunet(
+        *("lease", "job", str(lease), "--command", "python train.py", "--gpus-per-node", "2", "-k", str(wallet)),
+        *(
+            "--input",
+            f"https://example.com/d/train.csv#{digest}",
+            "--input",
+            f"cfg/a.yaml=http://h:8000/x?y=1#{digest}",
+        ),
+    )
+    assert code == 0, printed
+    job = (await http.get(f"/leases/{lease}/job")).json()["job"]
+    assert job["inputs"] == [
+        {"path": "train.csv", "url": "https://example.com/d/train.csv", "sha256": digest},
+        {"path": "cfg/a.yaml", "url": "http://h:8000/x?y=1", "sha256": digest},
+    ]
