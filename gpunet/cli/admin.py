@@ -18,6 +18,7 @@ from gpunet.cli import clock
 from gpunet.cli.common import (
     DEFAULT_KEYPAIR,
     BadInput,
+    CommitmentOpt,
     JsonOpt,
     KeypairOpt,
     Session,
@@ -361,7 +362,7 @@ def _coordinator_key() -> Pubkey | None:
 
 
 @app.command("show")
-def show(url: UrlOpt = None, json_output: JsonOpt = False) -> None:
+def show(url: UrlOpt = None, commitment: CommitmentOpt = None, json_output: JsonOpt = False) -> None:
     """The protocol configuration on this cluster."""
 
     async def command(s: Session) -> None:
@@ -400,7 +401,7 @@ def show(url: UrlOpt = None, json_output: JsonOpt = False) -> None:
 
         s.show(data, table)
 
-    Session(url, json_output=json_output).run(command)
+    Session(url, json_output=json_output, commitment_flag=commitment).run(command)
 
 
 @app.command("mint")

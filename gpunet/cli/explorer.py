@@ -11,7 +11,7 @@ from solders.pubkey import Pubkey
 
 from gpunet.amounts import format_io
 from gpunet.audit import audit_lease, audit_provider
-from gpunet.cli.common import BadInput, Exit, JsonOpt, Session, UrlOpt, key_column, pubkey_arg
+from gpunet.cli.common import BadInput, CommitmentOpt, Exit, JsonOpt, Session, UrlOpt, key_column, pubkey_arg
 from gpunet.history import transactions_of
 from gpunet.pda import provider_pda
 
@@ -31,7 +31,11 @@ def _subject(lease: str | None, provider: str | None) -> tuple[str, Pubkey]:
 
 @settlements_app.command("list")
 def list_settlements(
-    lease: LeaseOpt = None, provider: ProviderOpt = None, url: UrlOpt = None, json_output: JsonOpt = False
+    lease: LeaseOpt = None,
+    provider: ProviderOpt = None,
+    url: UrlOpt = None,
+    commitment: CommitmentOpt = None,
+    json_output: JsonOpt = False,
 ) -> None:
     """Every usage settlement of a lease or a provider, oldest first, with its transaction."""
 
@@ -88,11 +92,15 @@ def list_settlements(
 
         s.show(rows, table)
 
-    Session(url, json_output=json_output).run(command)
+    Session(url, json_output=json_output, commitment_flag=commitment).run(command)
 
 
 def audit(
-    lease: LeaseOpt = None, provider: ProviderOpt = None, url: UrlOpt = None, json_output: JsonOpt = False
+    lease: LeaseOpt = None,
+    provider: ProviderOpt = None,
+    url: UrlOpt = None,
+    commitment: CommitmentOpt = None,
+    json_output: JsonOpt = False,
 ) -> None:
     """Recompute a lease's or provider's totals from its transactions and compare with its accounts and
     vaults. Exit code 7 when anything differs."""
@@ -138,7 +146,7 @@ def audit(
 
         s.show(data, table)
 
-    session = Session(url, json_output=json_output)
+    session = Session(url, json_output=json_output, commitment_flag=commitment)
     session.run(command)
     if mismatch:
         raise typer.Exit(int(Exit.AUDIT_MISMATCH))

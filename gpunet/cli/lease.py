@@ -27,6 +27,7 @@ from gpunet.cli.common import (
     DEFAULT_COORDINATOR,
     DEFAULT_KEYPAIR,
     BadInput,
+    CommitmentOpt,
     CoordinatorOpt,
     JsonOpt,
     KeypairOpt,
@@ -283,7 +284,7 @@ def close(
 
 
 @app.command("show")
-def show(lease: LeaseArg, url: UrlOpt = None, json_output: JsonOpt = False) -> None:
+def show(lease: LeaseArg, url: UrlOpt = None, commitment: CommitmentOpt = None, json_output: JsonOpt = False) -> None:
     """A lease's terms, escrow balance, burn rate, end, escrow runway and nodes."""
 
     async def command(s: Session) -> None:
@@ -330,7 +331,7 @@ def show(lease: LeaseArg, url: UrlOpt = None, json_output: JsonOpt = False) -> N
 
         s.show(data, table)
 
-    Session(url, json_output=json_output).run(command)
+    Session(url, json_output=json_output, commitment_flag=commitment).run(command)
 
 
 async def _waiting(client: Any, address: Any, lease: Any, escrow_balance: int) -> dict[str, Any]:
@@ -361,6 +362,7 @@ def list_leases(
     client_wallet: Annotated[str | None, typer.Option("--client", help="Whose leases (default: yours).")] = None,
     url: UrlOpt = None,
     keypair: KeypairOpt = DEFAULT_KEYPAIR,
+    commitment: CommitmentOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
     """A client's leases with their escrow balance, burn rate, time to their end and escrow runway."""
@@ -400,7 +402,7 @@ def list_leases(
 
         s.show(rows, table)
 
-    Session(url, keypair, json_output).run(command)
+    Session(url, keypair, json_output, commitment_flag=commitment).run(command)
 
 
 _SHA256 = re.compile(r"[0-9a-fA-F]{64}")

@@ -17,6 +17,7 @@ from gpunet.cli import clock
 from gpunet.cli.common import (
     DEFAULT_KEYPAIR,
     BadInput,
+    CommitmentOpt,
     JsonOpt,
     KeypairOpt,
     NotEnoughFunds,
@@ -177,7 +178,7 @@ def deregister(
     Session(url, keypair, json_output).run(command)
 
 
-def _set_draining(node_key: str, draining: bool, url: str | None, keypair: Path, json_output: bool) -> None:
+def _set_draining(node_key: str, draining: bool, url: str | None, keypair: Path | None, json_output: bool) -> None:
     async def command(s: Session) -> None:
         key = pubkey_arg(node_key, "node key")
         async with s.client() as client:
@@ -249,6 +250,7 @@ def unjail(
 def list_nodes(
     provider: Annotated[str | None, typer.Option("--provider", help="Only this provider wallet's nodes.")] = None,
     url: UrlOpt = None,
+    commitment: CommitmentOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
     """Every registered node (or one provider's)."""
@@ -283,4 +285,4 @@ def list_nodes(
 
         s.show(rows, table)
 
-    Session(url, json_output=json_output).run(command)
+    Session(url, json_output=json_output, commitment_flag=commitment).run(command)

@@ -15,6 +15,7 @@ from gpunet.cli import clock
 from gpunet.cli.common import (
     DEFAULT_KEYPAIR,
     BadInput,
+    CommitmentOpt,
     JsonOpt,
     KeypairOpt,
     NotEnoughFunds,
@@ -131,6 +132,7 @@ def show(
     wallet: Annotated[str | None, typer.Argument(help="Provider wallet (default: yours).")] = None,
     url: UrlOpt = None,
     keypair: KeypairOpt = DEFAULT_KEYPAIR,
+    commitment: CommitmentOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
     """A provider's stake, bonds, unbonding, slashes and earnings."""
@@ -172,4 +174,4 @@ def show(
 
         s.show(data, table)
 
-    Session(url, keypair, json_output).run(command)
+    Session(url, keypair, json_output, commitment_flag=commitment).run(command)

@@ -17,6 +17,7 @@ from gpunet.cli import clock
 from gpunet.cli.common import (
     DEFAULT_KEYPAIR,
     BadInput,
+    CommitmentOpt,
     JsonOpt,
     KeypairOpt,
     Session,
@@ -42,6 +43,7 @@ def balance(
     wallet: Annotated[str | None, typer.Argument(help="Any wallet (default: yours).")] = None,
     url: UrlOpt = None,
     keypair: KeypairOpt = DEFAULT_KEYPAIR,
+    commitment: CommitmentOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
     """A wallet's SOL, IO, stake (if it is a provider) and the escrow locked in its open leases."""
@@ -100,7 +102,7 @@ def balance(
 
         s.show(data, table)
 
-    Session(url, keypair, json_output).run(command)
+    Session(url, keypair, json_output, commitment_flag=commitment).run(command)
 
 
 def transfer(

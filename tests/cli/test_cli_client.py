@@ -100,3 +100,13 @@ def test_lease_files_needs_the_wallet_before_asking(tmp_path) -> None:
         *("--coordinator", _closed_port()),
     )
     assert code == Exit.BAD_INPUT and "not a directory" in out, out
+
+
+def test_read_commands_read_at_the_commitment_asked(market) -> None:
+    for level in ("processed", "confirmed", "finalized"):
+        assert len(market.json("node", "list", "--commitment", level)) == 1
+        assert market.json("balance", "--commitment", level, wallet="supplier")["io"] >= 0
+    # history is not served at processed: read at confirmed, not refused
+    supplier = market.pubkey("supplier")
+    assert market.json("settlements", "list", "--provider", supplier, "--commitment", "processed") == []
+    market("audit", "--provider", supplier, "--commitment", "finalized")
