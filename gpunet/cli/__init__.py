@@ -24,7 +24,7 @@ app = typer.Typer(
     name="gpunet",
     help="gpunet: decentralized GPU compute marketplace on Solana.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion, --show-completion (bash, zsh, fish, PowerShell)
 )
 
 

@@ -28,7 +28,7 @@ from solders.signature import Signature
 
 from gpunet.accounts import AccountError
 from gpunet.amounts import AmountError, format_io
-from gpunet.catalog import CatalogError
+from gpunet.catalog import GPU_MODELS, REGIONS, CatalogError
 from gpunet.client import TransactionExpired, TransactionFailed, send_and_confirm
 from gpunet.cluster import Cluster, ClusterError, resolve_cluster
 from gpunet.errors import GpunetError
@@ -86,6 +86,16 @@ CoordinatorOpt = Annotated[
 ]
 DEFAULT_COORDINATOR = "http://127.0.0.1:8080"
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout instead of tables.")]
+
+
+def complete_gpu(incomplete: str) -> list[str]:
+    """Shell completion of --gpu: the catalog's model names (and 'any')."""
+    return [n for n in ("any", *(m.name for m in GPU_MODELS)) if n.lower().startswith(incomplete.lower())]
+
+
+def complete_region(incomplete: str) -> list[str]:
+    """Shell completion of --region: the catalog's region names (and 'any')."""
+    return [n for n in ("any", *REGIONS.values()) if n.startswith(incomplete.lower())]
 
 
 def pubkey_arg(text: str, what: str = "public key") -> Pubkey:

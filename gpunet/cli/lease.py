@@ -33,6 +33,8 @@ from gpunet.cli.common import (
     KeypairOpt,
     Session,
     UrlOpt,
+    complete_gpu,
+    complete_region,
     duration_arg,
     io_balance_check,
     key_column,
@@ -115,12 +117,14 @@ def _end(data: dict[str, Any]) -> str:
 
 @app.command("open")
 def open_lease(
-    gpu: Annotated[str, typer.Option("--gpu", help="GPU model (e.g. H100) or 'any'.")],
+    gpu: Annotated[str, typer.Option("--gpu", autocompletion=complete_gpu, help="GPU model (e.g. H100) or 'any'.")],
     count: Annotated[int, typer.Option("--count", min=1, max=MAX_LEASE_GPUS, help="GPUs in all.")],
     max_price: Annotated[str, typer.Option("--max-price", help="Most IO per GPU-hour you will pay.")],
     duration: Annotated[str, typer.Option("--duration", help="e.g. 90m, 2h, 1d.")],
     vram: Annotated[int, typer.Option("--vram", min=0, help="Least GiB per GPU.")] = 0,
-    region: Annotated[str, typer.Option("--region", help="Region name or 'any'.")] = "any",
+    region: Annotated[
+        str, typer.Option("--region", autocompletion=complete_region, help="Region name or 'any'.")
+    ] = "any",
     lease_id: Annotated[
         int | None, typer.Option("--lease-id", min=0, help="Your id for it (default: now in ms).")
     ] = None,

@@ -23,6 +23,8 @@ from gpunet.cli.common import (
     NotEnoughFunds,
     Session,
     UrlOpt,
+    complete_gpu,
+    complete_region,
     key_column,
     pubkey_arg,
 )
@@ -32,7 +34,10 @@ from gpunet.pda import node_pda, provider_pda
 
 app = typer.Typer(help="GPU nodes: register, update, drain, undrain, deregister, unjail, list.", no_args_is_help=True)
 NodeKeyArg = Annotated[str, typer.Argument(help="The node's public key (its worker signs with it).")]
-RegionOpt = Annotated[str | None, typer.Option("--region", help=f"One of: {', '.join(catalog.REGIONS.values())}.")]
+RegionOpt = Annotated[
+    str | None,
+    typer.Option("--region", autocompletion=complete_region, help=f"One of: {', '.join(catalog.REGIONS.values())}."),
+]
 PriceOpt = Annotated[str | None, typer.Option("--price", help="Asking price in IO per GPU-hour, e.g. 2.5.")]
 HashOpt = Annotated[
     str | None,
@@ -80,9 +85,14 @@ def register(
             help="The node's key: a name from `gpunet keys new-node` (under ~/.config/gpunet/nodes/) or a keypair file."
         ),
     ],
-    gpu: Annotated[str, typer.Option("--gpu", help="GPU model, e.g. H100, RTX4090.")],
+    gpu: Annotated[str, typer.Option("--gpu", autocompletion=complete_gpu, help="GPU model, e.g. H100, RTX4090.")],
     count: Annotated[int, typer.Option("--count", min=1, max=MAX_GPUS_PER_NODE, help="GPUs on the node.")],
-    region: Annotated[str, typer.Option("--region", help=f"One of: {', '.join(catalog.REGIONS.values())}.")],
+    region: Annotated[
+        str,
+        typer.Option(
+            "--region", autocompletion=complete_region, help=f"One of: {', '.join(catalog.REGIONS.values())}."
+        ),
+    ],
     price: Annotated[str, typer.Option("--price", help="IO per GPU-hour, e.g. 2.5.")],
     vram: Annotated[int | None, typer.Option("--vram", min=1, help="GiB per GPU (default: the model's).")] = None,
     inventory_hash: HashOpt = None,

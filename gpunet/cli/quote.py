@@ -20,6 +20,8 @@ from gpunet.cli.common import (
     CoordinatorOpt,
     JsonOpt,
     Session,
+    complete_gpu,
+    complete_region,
     duration_arg,
     key_column,
 )
@@ -53,8 +55,12 @@ def _open_command(terms: dict[str, Any], price: int, duration: str) -> str:
 def quote(
     count: Annotated[int, typer.Option("--count", min=1, max=MAX_LEASE_GPUS, help="GPUs in all.")],
     duration: Annotated[str, typer.Option("--duration", help="How long, e.g. 90m, 2h, 1d: sizes the escrow.")],
-    gpu: Annotated[str, typer.Option("--gpu", help="GPU model (e.g. H100) or 'any'.")] = "any",
-    region: Annotated[str, typer.Option("--region", help="Region name (e.g. eu-west) or 'any'.")] = "any",
+    gpu: Annotated[
+        str, typer.Option("--gpu", autocompletion=complete_gpu, help="GPU model (e.g. H100) or 'any'.")
+    ] = "any",
+    region: Annotated[
+        str, typer.Option("--region", autocompletion=complete_region, help="Region name (e.g. eu-west) or 'any'.")
+    ] = "any",
     vram: Annotated[int, typer.Option("--vram", min=0, max=65535, help="Least GiB per GPU.")] = 0,
     max_price: Annotated[
         str | None,

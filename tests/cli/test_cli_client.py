@@ -1,9 +1,14 @@
-"""A client's commands that need no node: bad input is refused with exit code 2 before anything is
-asked or sent (the coordinator named is unreachable, so a request would end in exit code 5)."""
+"""A client's commands: bad input is refused with exit code 2 before anything is asked or sent (the
+coordinator named is unreachable, so a request would end in exit code 5); job inputs; reads at each
+commitment; shell completion."""
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -11,6 +16,8 @@ from typer.testing import CliRunner
 from gpunet.cli import app
 from gpunet.exits import Exit
 from gpunet.keys import create_keypair_file
+
+GPUNET = str(Path(sys.executable).with_name("gpunet"))
 
 
 def _closed_port() -> str:
@@ -110,3 +117,20 @@ def test_read_commands_read_at_the_commitment_asked(market) -> None:
     supplier = market.pubkey("supplier")
     assert market.json("settlements", "list", "--provider", supplier, "--commitment", "processed") == []
     market("audit", "--provider", supplier, "--commitment", "finalized")
+
+
+def _complete(words: str) -> list[str]:
+    """What bash completion offers for the last of `words`, as `gpunet --install-completion` sets it up."""
+    env = {**os.environ, "_GPUNET_COMPLETE": "complete_bash", "COMP_WORDS": words}
+    env["COMP_CWORD"] = str(len(words.split()) - 1)
+    done = subprocess.run([GPUNET], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()
+
+
+def test_shell_completion_is_offered_and_completes_commands_and_catalog_names() -> None:
+    code, out = _run("--help")
+    assert code == 0 and "--install-completion" in out and "--show-completion" in out
+    assert _complete("gpunet lease st") == ["status"]
+    assert _complete("gpunet quote --region eu") == ["eu-west", "eu-central"]
+    assert _complete("gpunet lease open --gpu RTX") == ["RTX4090", "RTX3090", "RTX5090"]
