@@ -19,6 +19,7 @@ from gpunet.cli.common import (
     DEFAULT_KEYPAIR,
     BadInput,
     CommitmentOpt,
+    ExplorerOpt,
     JsonOpt,
     KeypairOpt,
     Session,
@@ -362,7 +363,9 @@ def _coordinator_key() -> Pubkey | None:
 
 
 @app.command("show")
-def show(url: UrlOpt = None, commitment: CommitmentOpt = None, json_output: JsonOpt = False) -> None:
+def show(
+    url: UrlOpt = None, commitment: CommitmentOpt = None, explorer: ExplorerOpt = None, json_output: JsonOpt = False
+) -> None:
     """The protocol configuration on this cluster."""
 
     async def command(s: Session) -> None:
@@ -396,12 +399,13 @@ def show(url: UrlOpt = None, commitment: CommitmentOpt = None, json_output: Json
                     if key.endswith("_seconds")
                     else value
                 )  # seconds stay in --json
-                t.add_row(key, ", ".join(map(str, shown)) if isinstance(shown, list) else str(shown))
+                values = shown if isinstance(shown, list) else [shown]
+                t.add_row(key, ", ".join(s.link("address", v) if isinstance(v, Pubkey) else str(v) for v in values))
             return t
 
         s.show(data, table)
 
-    Session(url, json_output=json_output, commitment_flag=commitment).run(command)
+    Session(url, json_output=json_output, commitment_flag=commitment, explorer_flag=explorer).run(command)
 
 
 @app.command("mint")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from contextlib import contextmanager
@@ -29,6 +30,7 @@ from solders.signature import Signature
 from gpunet.accounts import AccountError
 from gpunet.amounts import AmountError, format_io
 from gpunet.catalog import GPU_MODELS, REGIONS, CatalogError
+from gpunet.cli.links import Explorer, ExplorerError, Kind, explorer_for
 from gpunet.client import TransactionExpired, TransactionFailed, send_and_confirm
 from gpunet.cluster import Cluster, ClusterError, resolve_cluster
 from gpunet.errors import GpunetError
@@ -69,6 +71,17 @@ KeypairOpt = Annotated[
         show_envvar=True,
         help="Wallet keypair file (Solana CLI format). Default: the Solana CLI's config "
         "(~/.config/solana/cli/config.yml keypair_path), else ~/.config/solana/id.json.",
+    ),
+]
+ExplorerOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--explorer",
+        envvar="GPUNET_EXPLORER_URL",
+        show_envvar=True,
+        help="Explorer URL template for links to transactions and accounts, with {kind} (tx or address), {id}, "
+        "{cluster} (?cluster=... for the Solana Explorer) and {rpc_url}; 'none' for no links. Default: "
+        "https://explorer.solana.com/{kind}/{id}{cluster}.",
     ),
 ]
 CommitmentLevel = StrEnum("CommitmentLevel", {name: name for name in COMMITMENTS})  # type: ignore[misc]
@@ -158,10 +171,25 @@ class Session:
     out: Console = field(default_factory=Console)
     err: Console = field(default_factory=lambda: Console(stderr=True))
     commitment_flag: str | None = None  # --commitment of a read command
+    explorer_flag: str | None = None  # --explorer (else $GPUNET_EXPLORER_URL)
 
     @cached_property
     def cluster(self) -> Cluster:
         return resolve_cluster(self.url)
+
+    @cached_property
+    def explorer(self) -> Explorer | None:
+        """Where links to transactions and accounts point; None: no links."""
+        if self.explorer_flag is not None:
+            return explorer_for(self.explorer_flag, self.cluster.rpc_url)
+        return explorer_for(os.environ.get("GPUNET_EXPLORER_URL"), self.cluster.rpc_url, "GPUNET_EXPLORER_URL")
+
+    def link(self, kind: Kind, ident: object, text: str | None = None) -> str:
+        """`text` (default: the id) linked to the explorer in rich markup (plain without an explorer)."""
+        return self.explorer.link(kind, ident, text) if self.explorer else str(text if text is not None else ident)
+
+    def explorer_url(self, kind: Kind, ident: object) -> str | None:
+        return self.explorer.url(kind, ident) if self.explorer else None
 
     @cached_property
     def solana_config(self) -> SolanaConfig | None:
@@ -217,7 +245,10 @@ class Session:
             self.out.print(render(), soft_wrap=True)  # never break a key or signature across lines
 
     def done(self, what: str, signature: Signature, **details: Any) -> None:
-        self.show({"signature": signature, **details}, lambda: f"[green]✓[/] {what}  [dim]{signature}[/]")
+        data = {"signature": signature, **details}
+        if url := self.explorer_url("tx", signature):
+            data["explorer"] = url
+        self.show(data, lambda: f"[green]✓[/] {what}  [dim]{self.link('tx', signature)}[/]")
 
     def fail(self, code: Exit, message: str) -> typer.Exit:
         if self.json_output:
@@ -230,11 +261,12 @@ class Session:
         """Runs one async command and maps every expected failure to its message and exit code."""
         try:
             self.cluster  # noqa: B018 - a bad --url (or config file) is reported before anything else happens
+            self.explorer  # noqa: B018 - and so is a bad --explorer
             asyncio.run(command(self))
         except KeyboardInterrupt:  # Ctrl-C: ends a --follow, or gives up waiting
             self.err.print("interrupted")
             raise typer.Exit(130) from None
-        except (BadInput, AmountError, CatalogError, ClusterError, SolanaConfigError) as e:
+        except (BadInput, AmountError, CatalogError, ClusterError, SolanaConfigError, ExplorerError) as e:
             raise self.fail(Exit.BAD_INPUT, str(e)) from None
         except KeypairFileError as e:
             raise self.fail(Exit.KEYPAIR, f"{e} (create one with `gpunet keys new PATH`, or pass --keypair)") from None

@@ -11,7 +11,17 @@ from solders.pubkey import Pubkey
 
 from gpunet.amounts import format_io
 from gpunet.audit import audit_lease, audit_provider
-from gpunet.cli.common import BadInput, CommitmentOpt, Exit, JsonOpt, Session, UrlOpt, key_column, pubkey_arg
+from gpunet.cli.common import (
+    BadInput,
+    CommitmentOpt,
+    Exit,
+    ExplorerOpt,
+    JsonOpt,
+    Session,
+    UrlOpt,
+    key_column,
+    pubkey_arg,
+)
 from gpunet.history import transactions_of
 from gpunet.pda import provider_pda
 
@@ -35,6 +45,7 @@ def list_settlements(
     provider: ProviderOpt = None,
     url: UrlOpt = None,
     commitment: CommitmentOpt = None,
+    explorer: ExplorerOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
     """Every usage settlement of a lease or a provider, oldest first, with its transaction."""
@@ -58,6 +69,7 @@ def list_settlements(
                 "gpu_seconds": e.data.gpu_seconds,
                 "payout": e.data.payout,
                 "fee": e.data.fee,
+                "explorer": s.explorer_url("tx", tx.signature),
             }
             for tx in txs
             for e in tx.events
@@ -80,19 +92,19 @@ def list_settlements(
                 when = time.strftime("%H:%M:%S", time.gmtime(r["block_time"])) if r["block_time"] else "-"
                 t.add_row(
                     when,
-                    str(r["lease"])[:8],
-                    str(r["node"])[:8],
+                    s.link("address", r["lease"], str(r["lease"])[:8]),
+                    s.link("address", r["node"], str(r["node"])[:8]),
                     str(r["seq"]),
                     str(r["gpu_seconds"]),
                     format_io(r["payout"]),
                     format_io(r["fee"]),
-                    str(r["signature"]),
+                    s.link("tx", r["signature"]),
                 )
             return t
 
         s.show(rows, table)
 
-    Session(url, json_output=json_output, commitment_flag=commitment).run(command)
+    Session(url, json_output=json_output, commitment_flag=commitment, explorer_flag=explorer).run(command)
 
 
 def audit(
@@ -100,6 +112,7 @@ def audit(
     provider: ProviderOpt = None,
     url: UrlOpt = None,
     commitment: CommitmentOpt = None,
+    explorer: ExplorerOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
     """Recompute a lease's or provider's totals from its transactions and compare with its accounts and
@@ -141,12 +154,14 @@ def audit(
                 unit = str if c.what.startswith("gpu_seconds") else format_io
                 t.add_row(c.what, unit(c.from_events), unit(c.on_chain), "[green]ok[/]" if c.ok else "[red]DIFFERS[/]")
             for c in report.differences():
-                t.add_row(f"  {c.what}: from", ", ".join(str(x) for x in c.signatures) or "no transaction", "", "")
+                t.add_row(
+                    f"  {c.what}: from", ", ".join(s.link("tx", x) for x in c.signatures) or "no transaction", "", ""
+                )
             return t
 
         s.show(data, table)
 
-    session = Session(url, json_output=json_output, commitment_flag=commitment)
+    session = Session(url, json_output=json_output, commitment_flag=commitment, explorer_flag=explorer)
     session.run(command)
     if mismatch:
         raise typer.Exit(int(Exit.AUDIT_MISMATCH))

@@ -29,6 +29,7 @@ from gpunet.cli.common import (
     BadInput,
     CommitmentOpt,
     CoordinatorOpt,
+    ExplorerOpt,
     JsonOpt,
     KeypairOpt,
     Session,
@@ -288,7 +289,13 @@ def close(
 
 
 @app.command("show")
-def show(lease: LeaseArg, url: UrlOpt = None, commitment: CommitmentOpt = None, json_output: JsonOpt = False) -> None:
+def show(
+    lease: LeaseArg,
+    url: UrlOpt = None,
+    commitment: CommitmentOpt = None,
+    explorer: ExplorerOpt = None,
+    json_output: JsonOpt = False,
+) -> None:
     """A lease's terms, escrow balance, burn rate, end, escrow runway and nodes."""
 
     async def command(s: Session) -> None:
@@ -298,9 +305,10 @@ def show(lease: LeaseArg, url: UrlOpt = None, commitment: CommitmentOpt = None, 
             data = await lease_summary(client, address, account)
             if data["status"] == "Open":
                 data["waiting"] = await _waiting(client, address, account, data["escrow_balance"])
+        data["explorer"] = s.explorer_url("address", address)
 
         def table() -> Table | Group:
-            t = Table("", "", title=f"lease {address}  [{data['status']}]", show_header=False)
+            t = Table("", "", title=f"lease {s.link('address', address)}  \\[{data['status']}]", show_header=False)
             t.add_row(
                 "wants",
                 f"{data['gpu_count']}x {data['gpu_model']} >= {data['min_vram_gb']} GB in {data['region']} "
@@ -319,7 +327,7 @@ def show(lease: LeaseArg, url: UrlOpt = None, commitment: CommitmentOpt = None, 
             )
             for a in data["assignments"]:
                 t.add_row(
-                    f"node {a['node_key']}",
+                    f"node {s.link('address', a['node_key'])}",
                     f"{a['gpus']} GPUs at {format_io(a['price_per_gpu_hour'])}/GPU-hour, "
                     f"{a['gpu_seconds']} GPU-s settled (seq {a['last_seq']})",
                 )
@@ -335,7 +343,7 @@ def show(lease: LeaseArg, url: UrlOpt = None, commitment: CommitmentOpt = None, 
 
         s.show(data, table)
 
-    Session(url, json_output=json_output, commitment_flag=commitment).run(command)
+    Session(url, json_output=json_output, commitment_flag=commitment, explorer_flag=explorer).run(command)
 
 
 async def _waiting(client: Any, address: Any, lease: Any, escrow_balance: int) -> dict[str, Any]:
@@ -367,6 +375,7 @@ def list_leases(
     url: UrlOpt = None,
     keypair: KeypairOpt = DEFAULT_KEYPAIR,
     commitment: CommitmentOpt = None,
+    explorer: ExplorerOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
     """A client's leases with their escrow balance, burn rate, time to their end and escrow runway."""
@@ -393,7 +402,7 @@ def list_leases(
             )
             for r in rows:
                 t.add_row(
-                    str(r["lease"]),
+                    s.link("address", r["lease"]),
                     r["status"],
                     f"{r['gpu_count']}x {r['gpu_model']}",
                     format_io(r["escrow_balance"]),
@@ -406,7 +415,7 @@ def list_leases(
 
         s.show(rows, table)
 
-    Session(url, keypair, json_output, commitment_flag=commitment).run(command)
+    Session(url, keypair, json_output, commitment_flag=commitment, explorer_flag=explorer).run(command)
 
 
 _SHA256 = re.compile(r"[0-9a-fA-F]{64}")
@@ -593,7 +602,7 @@ def status(
                 "node", job, "detail", title=f"lease {lease}: {p.get('state', 'not seen')}  {p.get('reason', '')}"
             )
             for n in view["nodes"]:
-                t.add_row(n["node_key"], n["state"], n.get("detail") or "")
+                t.add_row(s.link("address", n["node_key"]), n["state"], n.get("detail") or "")
             for line in view["logs"]:
                 t.add_row(line["node_key"][:8], line["stream"], escape(line["line"]))
             return t
@@ -666,7 +675,8 @@ def files(
                 "file",
                 "bytes",
                 "sha256",
-                title=f"checkpoint of lease {address} from node {meta['node_key']} at {meta['received_at']}",
+                title=f"checkpoint of lease {s.link('address', address)} from node "
+                f"{s.link('address', meta['node_key'])} at {meta['received_at']}",
             )
             for w in written:
                 t.add_row(escape(w["path"]), str(w["bytes"]), w["sha256"])

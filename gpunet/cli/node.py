@@ -18,6 +18,7 @@ from gpunet.cli.common import (
     DEFAULT_KEYPAIR,
     BadInput,
     CommitmentOpt,
+    ExplorerOpt,
     JsonOpt,
     KeypairOpt,
     NotEnoughFunds,
@@ -261,6 +262,7 @@ def list_nodes(
     provider: Annotated[str | None, typer.Option("--provider", help="Only this provider wallet's nodes.")] = None,
     url: UrlOpt = None,
     commitment: CommitmentOpt = None,
+    explorer: ExplorerOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
     """Every registered node (or one provider's)."""
@@ -283,7 +285,7 @@ def list_nodes(
             )
             for r in rows:
                 t.add_row(
-                    str(r["node_key"]),
+                    s.link("address", r["node_key"]),
                     f"{r['gpu_count']}x {r['gpu_model']}",
                     str(r["gpus_leased"]),
                     f"{r['vram_gb']} GB",
@@ -295,4 +297,4 @@ def list_nodes(
 
         s.show(rows, table)
 
-    Session(url, json_output=json_output, commitment_flag=commitment).run(command)
+    Session(url, json_output=json_output, commitment_flag=commitment, explorer_flag=explorer).run(command)

@@ -119,7 +119,7 @@ def quote(
             )
             for c in answer["candidates"]:
                 t.add_row(
-                    c["node_key"],
+                    s.link("address", c["node_key"]),
                     f"{c['free_gpus']}/{c['gpu_count']}",
                     c["gpu_model"],
                     f"{c['vram_gb']} GB",

@@ -18,6 +18,7 @@ from gpunet.cli.common import (
     DEFAULT_KEYPAIR,
     BadInput,
     CommitmentOpt,
+    ExplorerOpt,
     JsonOpt,
     KeypairOpt,
     Session,
@@ -44,6 +45,7 @@ def balance(
     url: UrlOpt = None,
     keypair: KeypairOpt = DEFAULT_KEYPAIR,
     commitment: CommitmentOpt = None,
+    explorer: ExplorerOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
     """A wallet's SOL, IO, stake (if it is a provider) and the escrow locked in its open leases."""
@@ -82,9 +84,9 @@ def balance(
         }
 
         def table() -> Table:
-            t = Table("", "", title=f"wallet {owner}", show_header=False)
+            t = Table("", "", title=f"wallet {s.link('address', owner)}", show_header=False)
             t.add_row("SOL", format_sol(lamports))
-            t.add_row("IO", format_io(io))
+            t.add_row("IO", f"{format_io(io)} (account {s.link('address', data['io_account'])})")
             if stake is None:
                 t.add_row("stake", "- (not a provider)")
             else:
@@ -102,7 +104,7 @@ def balance(
 
         s.show(data, table)
 
-    Session(url, keypair, json_output, commitment_flag=commitment).run(command)
+    Session(url, keypair, json_output, commitment_flag=commitment, explorer_flag=explorer).run(command)
 
 
 def transfer(

@@ -12,6 +12,7 @@ every payment with its transaction, the conservation check and the audit.
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from typing import Any
 import httpx
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from solana.rpc.async_api import AsyncClient
@@ -32,6 +34,7 @@ from gpunet import instructions as ix
 from gpunet.accounts import fetch
 from gpunet.amounts import IO, format_io
 from gpunet.audit import audit_lease, audit_provider
+from gpunet.cli.links import Explorer, ExplorerError, explorer_for
 from gpunet.demo.processes import CoordinatorProcess, WorkerProcess
 from gpunet.history import transactions_of
 from gpunet.idl import PROGRAM_ID
@@ -136,9 +139,15 @@ class Demo:
         self.workdir, self.console = workdir, console or Console(soft_wrap=True)
         self.lease_seconds, self.restart_coordinator = lease_seconds, restart_coordinator
         self.suppliers: list[Supplier] = []
+        self.explorer: Explorer | None = None
 
     def say(self, text: str) -> None:
         self.console.print(text)
+
+    def _tx(self, signature: object) -> str:
+        """A transaction, short, linked to the explorer ($GPUNET_EXPLORER_URL, default the Solana
+        Explorer on this local node) where the terminal draws links."""
+        return self.explorer.link("tx", signature, short(signature)) if self.explorer else short(signature)
 
     def _section(self, number: int) -> None:
         self.console.rule(f"[bold]{SECTIONS[number - 1]}")
@@ -147,6 +156,11 @@ class Demo:
         node = LocalnetProcess(self.workdir / "localnet.log", slot_ms=100)
         with self.console.status("Starting gpunet-localnet…"):
             node.start()
+        try:  # the node's port is known once it runs
+            self.explorer = explorer_for(os.environ.get("GPUNET_EXPLORER_URL"), node.url, "GPUNET_EXPLORER_URL")
+        except ExplorerError as e:
+            self.say(f"[yellow]{escape(str(e))}: no explorer links[/]")
+            self.explorer = None
         self.say(f"[dim]gpunet-localnet on {node.url} (gpunet program: {program_build()}); logs in {self.workdir}[/]")
         coordinator: CoordinatorProcess | None = None
         try:
@@ -382,11 +396,11 @@ class Demo:
                 )
             )
             if settled:
-                transactions.append((s.name, f"{len(settled)} settlements, the last", short(settled[-1][0])))
-            transactions += [(s.name, f"slashed {format_io(d.amount)}", short(sig)) for sig, d in mine]
+                transactions.append((s.name, f"{len(settled)} settlements, the last", self._tx(settled[-1][0])))
+            transactions += [(s.name, f"slashed {format_io(d.amount)}", self._tx(sig)) for sig, d in mine]
 
         def sig(name: str) -> str:
-            return next((short(tx.signature) for tx in txs for e in tx.events if e.name == name), "-")
+            return next((self._tx(tx.signature) for tx in txs for e in tx.events if e.name == name), "-")
 
         rows.append(("client", "", "", "", "", f"+{format_io(result.compensated)}", format_io(result.refunded)))
         transactions += [("client", "close", sig("LeaseClosed")), ("client", "finalize", sig("LeaseFinalized"))]

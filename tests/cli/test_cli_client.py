@@ -5,15 +5,18 @@ commitment; shell completion."""
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 from typer.testing import CliRunner
 
 from gpunet.cli import app
+from gpunet.cli.links import ExplorerError, explorer_for
 from gpunet.exits import Exit
 from gpunet.keys import create_keypair_file
 
@@ -26,8 +29,8 @@ def _closed_port() -> str:
         return f"http://127.0.0.1:{s.getsockname()[1]}"
 
 
-def _run(*args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(app, list(args), env={"COLUMNS": "200"})
+def _run(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
+    result = CliRunner().invoke(app, list(args), env={"COLUMNS": "200", **(env or {})})
     return result.exit_code, result.output
 
 
@@ -134,3 +137,70 @@ def test_shell_completion_is_offered_and_completes_commands_and_catalog_names() 
     assert _complete("gpunet lease st") == ["status"]
     assert _complete("gpunet quote --region eu") == ["eu-west", "eu-central"]
     assert _complete("gpunet lease open --gpu RTX") == ["RTX4090", "RTX3090", "RTX5090"]
+
+
+SIGNATURE = "5" * 88
+
+
+@pytest.mark.parametrize(
+    ("template", "rpc_url", "url"),
+    [
+        (
+            None,
+            "http://127.0.0.1:8899",
+            f"https://explorer.solana.com/tx/{SIGNATURE}?cluster=custom&customUrl=http%3A%2F%2F127.0.0.1%3A8899",
+        ),
+        (None, "https://api.devnet.solana.com", f"https://explorer.solana.com/tx/{SIGNATURE}?cluster=devnet"),
+        (None, "https://api.mainnet-beta.solana.com", f"https://explorer.solana.com/tx/{SIGNATURE}"),
+        (
+            "https://solscan.io/{kind}/{id}?cluster=devnet",
+            "https://x",
+            f"https://solscan.io/tx/{SIGNATURE}?cluster=devnet",
+        ),
+        (
+            "http://my.explorer/{id}?rpc={rpc_url}",
+            "http://h:1",
+            f"http://my.explorer/{SIGNATURE}?rpc=http%3A%2F%2Fh%3A1",
+        ),
+    ],
+)
+def test_explorer_links_name_the_cluster(template, rpc_url, url) -> None:
+    explorer = explorer_for(template, rpc_url)
+    assert explorer is not None and explorer.url("tx", SIGNATURE) == url
+    assert explorer.link("tx", SIGNATURE, "short") == f"[link={url}]short[/link]"
+    assert explorer_for("none", rpc_url) is None
+
+
+@pytest.mark.parametrize(
+    ("template", "message"),
+    [
+        ("explorer.solana.com/{id}", "not an http(s) URL template with {id}"),
+        ("https://explorer.solana.com/tx/", "not an http(s) URL template with {id}"),
+        ("https://x/{id}/{slot}", "unknown field 'slot'"),
+        ("https://x/{id}/[a]", "bracket"),
+    ],
+)
+def test_bad_explorer_templates_are_refused_before_anything_is_sent(template, message) -> None:
+    with pytest.raises(ExplorerError, match=re.escape(message)):
+        explorer_for(template, "http://127.0.0.1:8899")
+    code, out = _run("provider", "stake", "1", "--url", _closed_port(), env={"GPUNET_EXPLORER_URL": template})
+    assert code == Exit.BAD_INPUT and message in out, out
+    code, out = _run("node", "list", "--explorer", template, "--url", _closed_port())
+    assert code == Exit.BAD_INPUT and message in out, out
+
+
+def test_tables_and_json_link_transactions_and_accounts_to_the_explorer(market) -> None:
+    done = market.json("provider", "stake", "1", wallet="supplier")
+    query = "?cluster=custom&customUrl=" + quote(market.node.url, safe="")
+    assert done["explorer"] == f"https://explorer.solana.com/tx/{done['signature']}{query}"
+    assert market.json("lease", "list", wallet="client") == []
+    node_key = market.pubkey("node1")
+    runner = CliRunner(env={"FORCE_COLOR": "1", "COLUMNS": "250"})  # a terminal: links are drawn
+    nodes = runner.invoke(app, ["node", "list", "--url", market.node.url])
+    assert nodes.exit_code == 0 and "\x1b]8;id=" in nodes.output
+    assert f"https://explorer.solana.com/address/{node_key}{query}" in nodes.output
+    solscan = "https://solscan.io/account/{id}"
+    nodes = runner.invoke(app, ["node", "list", "--url", market.node.url, "--explorer", solscan])
+    assert f"https://solscan.io/account/{node_key}" in nodes.output
+    plain = runner.invoke(app, ["node", "list", "--url", market.node.url, "--explorer", "none"])
+    assert plain.exit_code == 0 and node_key in plain.output and "\x1b]8;id=" not in plain.output
