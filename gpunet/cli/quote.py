@@ -38,7 +38,7 @@ def _state(c: dict[str, Any]) -> str:
     if not c["healthy"]:
         words.append("unhealthy")
     if c["simulated"]:
-        words.append("simulated GPUs")
+        words.append("simulated")
     return ", ".join(words)
 
 
@@ -107,11 +107,10 @@ def quote(
             )
             t = Table(
                 key_column("node"),
-                "GPUs free",
-                "model",
-                "VRAM",
+                "free",
+                "GPU",
                 "region",
-                "price/GPU-hour",
+                "price/GPU-h",
                 "reliability",
                 "state",
                 "chosen",
@@ -121,8 +120,7 @@ def quote(
                 t.add_row(
                     s.link("address", c["node_key"]),
                     f"{c['free_gpus']}/{c['gpu_count']}",
-                    c["gpu_model"],
-                    f"{c['vram_gb']} GB",
+                    f"{c['gpu_model']} {c['vram_gb']} GB",
                     c["region"],
                     format_io(c["price_per_gpu_hour"]),
                     f"{c['reliability']:.0%}",
