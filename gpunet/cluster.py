@@ -1,5 +1,6 @@
 """Which cluster to talk to: a `--url` flag, else $GPUNET_RPC_URL, else Anchor.toml's provider
-cluster, else localnet. Names follow the Solana CLI and Anchor (localnet, devnet, testnet, mainnet)."""
+cluster, else the Solana CLI's config file (json_rpc_url), else localnet. Names follow the Solana CLI
+and Anchor (localnet, devnet, testnet, mainnet)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from gpunet.errors import GpunetError
+from gpunet.solana_config import SolanaConfig, SolanaConfigError, load_solana_config
 
 __all__ = ["CLUSTERS", "Cluster", "ClusterError", "resolve_cluster"]
 
@@ -70,17 +72,31 @@ def _anchor_toml_cluster(start: Path) -> str | None:
     return None
 
 
-def resolve_cluster(flag: str | None = None, *, cwd: Path | None = None, ws_flag: str | None = None) -> Cluster:
-    """The cluster from the first of: flag, $GPUNET_RPC_URL, Anchor.toml (cwd or a parent), localnet.
-    The PubSub URL comes from `ws_flag` or $GPUNET_WS_URL, else the RPC URL's port + 1."""
+def resolve_cluster(
+    flag: str | None = None, *, cwd: Path | None = None, ws_flag: str | None = None, solana_config: Path | None = None
+) -> Cluster:
+    """The cluster from the first of: flag, $GPUNET_RPC_URL, Anchor.toml (cwd or a parent), the Solana
+    CLI's config file (`solana_config`, default ~/.config/solana/cli/config.yml: json_rpc_url), localnet.
+    The PubSub URL comes from `ws_flag` or $GPUNET_WS_URL, else the config file's websocket_url when
+    its json_rpc_url was taken, else the RPC URL's port + 1."""
+    config_ws = None
     if flag:
         value, source = flag, "--url"
     elif env := os.environ.get("GPUNET_RPC_URL"):
         value, source = env, "GPUNET_RPC_URL"
     elif toml := _anchor_toml_cluster(cwd or Path.cwd()):
         value, source = toml, "Anchor.toml"
+    elif (config := _solana_config(solana_config)) and config.json_rpc_url:
+        value, source, config_ws = config.json_rpc_url, f"{config.path} (json_rpc_url)", config.websocket_url
     else:
         value, source = "localnet", "default"
     rpc_url = _url(value, source)
-    ws = ws_flag or os.environ.get("GPUNET_WS_URL") or _ws_url(rpc_url)
+    ws = ws_flag or os.environ.get("GPUNET_WS_URL") or config_ws or _ws_url(rpc_url)
     return Cluster(rpc_url=rpc_url, ws_url=ws, source=source)
+
+
+def _solana_config(path: Path | None) -> SolanaConfig | None:
+    try:
+        return load_solana_config(path)
+    except SolanaConfigError as e:
+        raise ClusterError(str(e)) from None

@@ -25,6 +25,7 @@ class GpunetError(Exception):
     - `catalog.CatalogError` (ValueError): an unknown GPU model or region
     - `cli.common.BadInput` (ValueError): a command argument that makes no sense; nothing sent
     - `cli.common.NotEnoughFunds`: the wallet cannot pay, checked before sending
+    - `cli.links.ExplorerError` (ValueError): an explorer URL template that cannot make links
     - `client.TransactionFailed`: the transaction was refused; `.program_error` is the `ProgramError`
       when the program refused it (its error codes are `ProgramError` values, not exceptions)
     - `client.TransactionExpired`: no attempt landed before its blockhash expired
@@ -34,6 +35,8 @@ class GpunetError(Exception):
     - `keys.KeypairFileError`: a keypair file missing, unreadable or malformed
     - `localnet.LocalnetError`: the local node's binary is missing or the node did not come up
     - `protocol.ProtocolError` (ValueError): a worker-protocol message that is not valid
+    - `solana_config.SolanaConfigError` (ValueError): the Solana CLI's config file is unreadable or
+      malformed (the message names it)
 
     tests/test_errors.py fails when an exception class under gpunet/ does not derive from it.
     """

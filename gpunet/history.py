@@ -9,7 +9,7 @@ from typing import Any
 
 from anchorpy import Event
 from solana.rpc.async_api import AsyncClient
-from solana.rpc.commitment import Confirmed
+from solana.rpc.commitment import Confirmed, Finalized
 from solders.pubkey import Pubkey
 from solders.signature import Signature
 
@@ -30,12 +30,14 @@ class ChainTransaction:
 
 
 async def transactions_of(client: AsyncClient, address: Pubkey, *, limit: int | None = None) -> list[ChainTransaction]:
-    """Every successful transaction that mentions `address` (failed ones change nothing), oldest first."""
+    """Every successful transaction that mentions `address` (failed ones change nothing), oldest first,
+    at the client's commitment when it is finalized, else confirmed (history is not served at processed)."""
+    commitment = Finalized if client.commitment == Finalized else Confirmed
     signatures: list[Any] = []
     before: Signature | None = None
     while True:
         page = (
-            await client.get_signatures_for_address(address, before=before, limit=_PAGE, commitment=Confirmed)
+            await client.get_signatures_for_address(address, before=before, limit=_PAGE, commitment=commitment)
         ).value
         signatures.extend(page)
         if len(page) < _PAGE or (limit is not None and len(signatures) >= limit):
@@ -46,7 +48,7 @@ async def transactions_of(client: AsyncClient, address: Pubkey, *, limit: int | 
         if info.err is not None:
             continue
         tx = (
-            await client.get_transaction(info.signature, commitment=Confirmed, max_supported_transaction_version=0)
+            await client.get_transaction(info.signature, commitment=commitment, max_supported_transaction_version=0)
         ).value
         logs = tx.transaction.meta.log_messages if tx and tx.transaction.meta else None
         found.append(ChainTransaction(info.signature, info.slot, info.block_time, decode_events(logs or [])))

@@ -12,14 +12,24 @@ from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
 from gpunet.errors import GpunetError
-from gpunet.protocol import JobSpec, job_message, operator_message
+from gpunet.protocol import (
+    FILES_AT_HEADER,
+    FILES_SIGNATURE_HEADER,
+    CheckpointFile,
+    JobSpec,
+    files_message,
+    job_message,
+    operator_message,
+)
 
 __all__ = [
     "CoordinatorError",
     "job_logs",
     "job_view",
+    "lease_files",
     "next_job_number",
     "node_verifications",
+    "quote",
     "resume_slashing",
     "submit_job",
 ]
@@ -101,6 +111,47 @@ async def job_logs(coordinator_url: str, lease: Pubkey, after: int = 0) -> Async
             after = line["id"]
         if not view.get("more"):
             return
+
+
+async def lease_files(
+    coordinator_url: str, client: Keypair, lease: Pubkey
+) -> tuple[dict[str, Any], list[CheckpointFile]]:
+    """The lease's latest checkpoint as the coordinator keeps it: ({lease, node_key, received_at}, its
+    files, each checked against its sha256 when read with .content()). A GET signed with the lease
+    client's wallet (gpunet.protocol.files_message, fresh each call); anyone else is refused (401)."""
+    at_ms = time.time_ns() // 1_000_000
+    signature = client.sign_message(files_message(lease, at_ms))
+    headers = {FILES_AT_HEADER: str(at_ms), FILES_SIGNATURE_HEADER: str(signature)}
+    body = await _call("GET", f"{coordinator_url.rstrip('/')}/leases/{lease}/files", headers=headers)
+    try:
+        files = [CheckpointFile.model_validate(f) for f in body["files"]]
+    except (KeyError, TypeError, ValueError) as e:
+        raise CoordinatorError(f"the coordinator's answer is not a checkpoint: {e}") from None
+    return {k: body.get(k) for k in ("lease", "node_key", "received_at")}, files
+
+
+async def quote(
+    coordinator_url: str,
+    gpu_count: int,
+    gpu_model: str = "any",
+    region: str = "any",
+    min_vram_gb: int = 0,
+    max_price_per_gpu_hour: int | None = None,
+    gpus_per_node: int | None = None,
+    duration_seconds: int | None = None,
+) -> Any:
+    """Which nodes a lease of these terms would get now (or why none), the matching nodes with their
+    price, region, reliability and online state, and, given a duration, the escrow `lease open` needs.
+    Models and regions by name."""
+    params: dict[str, Any] = {"gpu_count": gpu_count, "gpu_model": gpu_model, "region": region}
+    optional = {
+        "min_vram_gb": min_vram_gb or None,
+        "max_price_per_gpu_hour": max_price_per_gpu_hour,
+        "gpus_per_node": gpus_per_node,
+        "duration_seconds": duration_seconds,
+    }
+    params.update({k: v for k, v in optional.items() if v is not None})
+    return await _call("GET", f"{coordinator_url.rstrip('/')}/quote", params=params)
 
 
 async def resume_slashing(coordinator_url: str, attester: Keypair, region: str | None = None) -> Any:

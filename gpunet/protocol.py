@@ -661,6 +661,19 @@ def operator_message(action: str, region: str | None, at: int) -> bytes:
     return OPERATOR_DOMAIN_TAG + json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
 
 
+FILES_DOMAIN_TAG = b"gpunet-files-v1\x00"
+FILES_AT_HEADER = "X-Gpunet-Time-Ms"  # unix time in milliseconds the request was signed at
+FILES_SIGNATURE_HEADER = "X-Gpunet-Signature"  # base58, the lease client's over files_message
+
+
+def files_message(lease: Pubkey, at_ms: int) -> bytes:
+    """The bytes a lease's client signs with its wallet to read the lease's files (its latest
+    checkpoint) from the coordinator at unix time `at_ms` (milliseconds: two requests a moment apart
+    sign apart): domain tag, then "gpunet:files:<lease>:<at_ms>". The time bounds a replay; the
+    coordinator also refuses a signature it has seen."""
+    return FILES_DOMAIN_TAG + f"gpunet:files:{lease}:{at_ms}".encode()
+
+
 def challenge_message(nonce_hex: str, node_key: Pubkey) -> bytes:
     """The bytes a worker signs to prove it holds `node_key`: domain tag, node key, nonce.
     The domain tag keeps this signature from ever being a valid usage report or transaction."""

@@ -5,3 +5,17 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/gpu
 VENV="${GPUNET_VENV:-$GPUNET_ROOT/.venv}"
 PYTHON="$VENV/bin/python"
 export GPUNET_ROOT VENV PYTHON
+
+# quietly CMD...: runs CMD with its output kept back, shown (on stderr) only when it fails, with
+# its exit status: an install's warnings (setuptools prints dozens) do not bury what follows.
+quietly() {
+    local log status=0
+    log="$(mktemp)"
+    "$@" >"$log" 2>&1 || status=$?
+    if [[ $status -ne 0 ]]; then
+        cat "$log" >&2
+        echo "setup: '$*' failed (exit $status); its output is above" >&2
+    fi
+    rm -f "$log"
+    return "$status"
+}

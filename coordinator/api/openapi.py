@@ -155,9 +155,28 @@ def openapi_document() -> dict[str, Any]:
             "responses": {"201": _json("accepted", schemas.JOB_ACCEPTED), **_errors(400, 401, 404, 409, 413)},
         },
     }
+    from gpunet.protocol import FILES_AT_HEADER, FILES_SIGNATURE_HEADER
+
+    paths["/leases/{key}/files"] = {
+        "get": _op(
+            "The lease's latest checkpoint files (path, sha256, base64 content), the node that sent them and "
+            "when: the only job outputs the coordinator keeps. Readable only by the lease's client: headers "
+            f"{FILES_AT_HEADER} (unix milliseconds, within 120 s of the coordinator's clock) and "
+            f"{FILES_SIGNATURE_HEADER} (its wallet's signature over gpunet.protocol.files_message, each used once).",
+            [
+                _KEY,
+                {"name": FILES_AT_HEADER, "in": "header", "required": True, "schema": {"type": "string"}},
+                {"name": FILES_SIGNATURE_HEADER, "in": "header", "required": True, "schema": SIGNATURE_SCHEMA},
+            ],
+            _json("the checkpoint", schemas.LEASE_FILES),
+            401,
+        )
+    }
     paths["/quote"] = {
         "get": _op(
-            "Which nodes a lease would get now, at what burn rate, or why none.",
+            "Which nodes a lease would get now, at what burn rate, or why none; the matching nodes (price, region, "
+            "reliability, online state); with ?duration_seconds= the escrow `lease open` needs. GPU models and "
+            "regions by name (or catalog code), answered by name.",
             [_query(p) for p in QUOTE_PARAMS],
             _json("the placement, or why none", schemas.QUOTE),
         )

@@ -9,6 +9,9 @@ from typing import Any
 from solders.pubkey import Pubkey
 from solders.signature import Signature
 
+from gpunet.catalog import GPU_MODELS, REGIONS, CatalogError, gpu_model, region
+from gpunet.limits import ANY
+
 __all__ = [
     "PUBKEY_SCHEMA",
     "SIGNATURE_SCHEMA",
@@ -32,7 +35,7 @@ class BadRequest(Exception):
 @dataclass(frozen=True)
 class Param:
     name: str
-    kind: str  # "pubkey", "signature", "integer", "boolean" or "choice"
+    kind: str  # "pubkey", "signature", "integer", "boolean", "choice", "gpu_model" or "region"
     column: str | None = None  # the SQL filter it becomes; None for paging
     op: str = "="
     minimum: int = 0
@@ -57,6 +60,10 @@ class Param:
             return {"type": "string", "enum": list(self.choices)}
         if self.kind == "signature":
             return SIGNATURE_SCHEMA
+        if self.kind in _CATALOG:
+            # a name (case-insensitive) or its catalog code; "any" or 0 for any
+            names = [m.name for m in GPU_MODELS] if self.kind == "gpu_model" else list(REGIONS.values())
+            return {"type": "string", "examples": [*names, "any"], "default": "any"}
         return PUBKEY_SCHEMA
 
 
@@ -74,7 +81,22 @@ def parse_signature(name: str, raw: str) -> str:
         raise BadRequest(f"{name}: {raw[:100]!r} is not a base58 transaction signature") from None
 
 
+def _catalog_code(kind: str, name: str, raw: str) -> int:
+    """A GPU model's or region's catalog code from its name or code; "any" (or 0) is ANY."""
+    if raw.strip().lower() in ("any", str(ANY)):
+        return ANY
+    try:
+        return gpu_model(raw.strip()).code if kind == "gpu_model" else region(raw.strip())
+    except CatalogError as e:
+        raise BadRequest(f"{name}: {e}") from None
+
+
+_CATALOG = ("gpu_model", "region")
+
+
 def _parse(p: Param, raw: str) -> Any:
+    if p.kind in _CATALOG:
+        return _catalog_code(p.kind, p.name, raw)
     if p.kind == "pubkey":
         return parse_pubkey(p.name, raw)
     if p.kind == "signature":

@@ -15,6 +15,7 @@ __all__ = [
     "HEALTH",
     "JOB_ACCEPTED",
     "JOB_VIEW",
+    "LEASE_FILES",
     "NODE_VERIFICATIONS",
     "QUOTE",
     "SLASHING_RESUMED",
@@ -342,10 +343,48 @@ JOB_VIEW = _object(
 
 JOB_ACCEPTED = _object({"lease": _KEY, "job_number": _INT, "accepted": {"type": "boolean", "enum": [True]}})
 
+_QUOTE_TERMS = _object(
+    {
+        "gpu_model": _TEXT,
+        "gpu_count": _INT,
+        "min_vram_gb": _INT,
+        "region": _TEXT,
+        "max_price_per_gpu_hour": {**_MAYBE_INT, "description": "IO base units; null: no ceiling given"},
+        "gpus_per_node": _MAYBE_INT,
+    }
+)
+_CANDIDATE = _object(
+    {
+        "node_key": _KEY,
+        "gpu_model": _TEXT,
+        "gpu_count": _INT,
+        "free_gpus": _INT,
+        "vram_gb": _INT,
+        "region": _TEXT,
+        "price_per_gpu_hour": _AMOUNT,
+        "reliability": {"type": "number"},
+        "online": _BOOL,
+        "healthy": _BOOL,
+        "jailed": _BOOL,
+        "draining": _BOOL,
+        "simulated": _BOOL,
+        "chosen_gpus": _INT,
+    }
+)
+_ESCROW = _object(
+    {
+        "duration_seconds": _INT,
+        "max_price_per_gpu_hour": _MAYBE_INT,
+        "needed": {**_MAYBE_INT, "description": "IO base units lease open escrows (null: no node to price it)"},
+        "cost_at_quoted_prices": _MAYBE_INT,
+    }
+)
+_QUOTED = {"terms": _QUOTE_TERMS, "candidates": {"type": "array", "items": _CANDIDATE}, "escrow": _ESCROW}
 QUOTE = {
     "oneOf": [
         _object(
             {
+                **_QUOTED,
                 "placeable": {"type": "boolean", "enum": [True]},
                 "shares": {
                     "type": "array",
@@ -354,11 +393,24 @@ QUOTE = {
                     ),
                 },
                 "burn_per_hour": _AMOUNT,
-            }
+            },
+            optional=("escrow",),
         ),
-        _object({"placeable": {"type": "boolean", "enum": [False]}, "reason": _TEXT}),
+        _object({**_QUOTED, "placeable": {"type": "boolean", "enum": [False]}, "reason": _TEXT}, optional=("escrow",)),
     ]
 }
+
+LEASE_FILES = _object(
+    {
+        "lease": _KEY,
+        "node_key": _KEY,
+        "received_at": _TIME,
+        "files": {
+            "type": "array",
+            "items": _object({"path": _TEXT, "sha256": {**_HEX, "minLength": 64, "maxLength": 64}, "data_b64": _TEXT}),
+        },
+    }
+)
 
 WORKERS = _object(
     {

@@ -1,7 +1,8 @@
 """The client API of a running coordinator: give a lease its jobs (numbered 1, 2, ..., one at a
-time, each signed by the lease's client), follow its placement, job status and logs, ask for a
-quote, and see the workers connected now (simulated ones say so). Errors are JSON
-`{"error": message}` with a 4xx status, like the read API; a refused request changes nothing."""
+time, each signed by the lease's client), follow its placement, job status and logs, read its
+latest checkpoint (a GET signed by the lease's client), ask for a quote, and see the workers
+connected now (simulated ones say so). Errors are JSON `{"error": message}` with a 4xx status,
+like the read API; a refused request changes nothing."""
 
 from __future__ import annotations
 
@@ -20,32 +21,53 @@ from coordinator.api.params import BadRequest, Param, parse_pubkey, parse_query
 from coordinator.db import jobs
 from coordinator.db import leases as ledger
 from coordinator.jobs import job_over, job_progress
-from coordinator.scheduler import LeaseRequest, NotPlaced, Placement, SchedulerError
+from coordinator.scheduler import LeaseRequest, NotPlaced, Placement, Scheduler, SchedulerError
 from gpunet import instructions as ix
-from gpunet.catalog import CatalogError, region, region_name
-from gpunet.limits import MAX_GPUS_PER_NODE, MAX_LEASE_GPUS
-from gpunet.protocol import JobSpec, job_message, operator_message
+from gpunet.amounts import escrow_for
+from gpunet.catalog import CatalogError, gpu_model_name, region, region_name
+from gpunet.limits import ANY, MAX_GPUS_PER_NODE, MAX_LEASE_GPUS
+from gpunet.protocol import (
+    FILES_AT_HEADER,
+    FILES_SIGNATURE_HEADER,
+    JobSpec,
+    files_message,
+    job_message,
+    operator_message,
+)
 
 if TYPE_CHECKING:
     from coordinator.service import Coordinator
 
-__all__ = ["JOB_VIEW_PARAMS", "QUOTE_PARAMS", "work_routes"]
+__all__ = ["FILES_CLOCK_SKEW_SECONDS", "JOB_VIEW_PARAMS", "QUOTE_PARAMS", "work_routes"]
 
 MAX_BODY = 256 * 1024
 OPERATOR_CLOCK_SKEW_SECONDS = 120  # a signed operator request older (or newer) than this is refused
+FILES_CLOCK_SKEW_SECONDS = 120  # a signed files request older (or newer) than this is refused
 LOG_LINES = 200
 QUOTE_PARAMS = (
     Param("gpu_count", "integer", minimum=1, maximum=MAX_LEASE_GPUS, description="GPUs in all", required=True),
-    Param("gpu_model", "integer", minimum=0, maximum=65535, default=0, description="catalog code, 0 = any"),
+    Param("gpu_model", "gpu_model", default=ANY, description="a GPU model's name (H100, ...) or catalog code; any"),
     Param("min_vram_gb", "integer", minimum=0, maximum=65535, default=0, description="least GiB per GPU"),
-    Param("region", "integer", minimum=0, maximum=65535, default=0, description="catalog code, 0 = any"),
+    Param("region", "region", default=ANY, description="a region's name (eu-west, ...) or catalog code; any"),
     Param(
-        "max_price_per_gpu_hour", "integer", minimum=1, maximum=2**64 - 1, description="IO base units", required=True
+        "max_price_per_gpu_hour",
+        "integer",
+        minimum=1,
+        maximum=2**64 - 1,
+        description="IO base units; default: no ceiling (the escrow is then sized at the dearest node chosen)",
     ),
     Param(
         "gpus_per_node", "integer", minimum=1, maximum=MAX_GPUS_PER_NODE, description="equal shares of this many GPUs"
     ),
+    Param(
+        "duration_seconds",
+        "integer",
+        minimum=1,
+        maximum=2**40,
+        description="the lease's duration: the answer adds the escrow `lease open` would need for it",
+    ),
 )
+QUOTE_CANDIDATES = 20  # the matching nodes a quote lists at most, cheapest first
 JOB_VIEW_PARAMS = (
     Param("after", "integer", minimum=0, default=0, description="only log lines after this id (pages forward)"),
     Param("tail", "integer", minimum=1, maximum=LOG_LINES, description="the last this many log lines instead"),
@@ -67,6 +89,52 @@ def _describe(placement: Placement | NotPlaced) -> dict[str, Any]:
             for s in placement.shares
         ],
         "burn_per_hour": sum(s.gpus * s.price_per_gpu_hour for s in placement.shares),
+    }
+
+
+def _candidates(scheduler: Scheduler, terms: ix.LeaseTerms, placement: Placement | NotPlaced) -> list[dict[str, Any]]:
+    """The registered nodes whose hardware, region and price meet the terms, chosen ones first, then
+    the cheapest, with what decides whether they can take it now (online, free GPUs, standing)."""
+    chosen = {str(s.node_key): s.gpus for s in placement.shares} if isinstance(placement, Placement) else {}
+    views = [v for v in scheduler.nodes.values() if v.meets(terms)]
+    views.sort(key=lambda v: (str(v.node_key) not in chosen, v.price_per_gpu_hour, str(v.node_key)))
+    return [
+        {
+            "node_key": str(v.node_key),
+            "gpu_model": gpu_model_name(v.gpu_model),
+            "gpu_count": v.gpu_count,
+            "free_gpus": v.free_gpus,
+            "vram_gb": v.vram_gb,
+            "region": region_name(v.region),
+            "price_per_gpu_hour": v.price_per_gpu_hour,
+            "reliability": round(scheduler.scoring.reliability(v), 4),
+            "online": v.online,
+            "healthy": v.healthy,
+            "jailed": v.jailed,
+            "draining": v.draining,
+            "simulated": v.simulated,
+            "chosen_gpus": chosen.get(str(v.node_key), 0),
+        }
+        for v in views[:QUOTE_CANDIDATES]
+    ]
+
+
+def _escrow(
+    terms: ix.LeaseTerms, given_max_price: bool, placement: Placement | NotPlaced, seconds: int
+) -> dict[str, Any]:
+    """What `lease open` would escrow for `seconds`: at the maximum price asked, or else at the dearest
+    chosen node's price (the least maximum price this placement needs); and the placement's own cost."""
+    shares = placement.shares if isinstance(placement, Placement) else ()
+    price: int | None = terms.max_price_per_gpu_hour
+    if not given_max_price:
+        price = max((s.price_per_gpu_hour for s in shares), default=None)
+    return {
+        "duration_seconds": seconds,
+        "max_price_per_gpu_hour": price,
+        "needed": None if price is None else escrow_for(price, terms.gpu_count, seconds),
+        "cost_at_quoted_prices": sum(escrow_for(s.price_per_gpu_hour, s.gpus, seconds) for s in shares)
+        if shares
+        else None,
     }
 
 
@@ -174,22 +242,37 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
 
     async def quote(request: Request) -> Response:
         values = parse_query(request.query_params, QUOTE_PARAMS)
-        for required in ("gpu_count", "max_price_per_gpu_hour"):
-            if required not in values:
-                raise BadRequest(f"{required} is required")
+        if "gpu_count" not in values:
+            raise BadRequest("gpu_count is required")
         terms = ix.LeaseTerms(
             values["gpu_model"],
             values["min_vram_gb"],
             values["gpu_count"],
             values["region"],
-            values["max_price_per_gpu_hour"],
-            3600,
+            values.get("max_price_per_gpu_hour", 2**64 - 1),
+            values.get("duration_seconds", 3600),
         )
         try:
             lease_request = LeaseRequest("quote", terms, gpus_per_node=values.get("gpus_per_node"))
         except SchedulerError as e:
             raise BadRequest(str(e)) from None
-        return JSONResponse(_describe(coordinator.quote(lease_request)))
+        placement = coordinator.quote(lease_request)
+        answer = {
+            "terms": {
+                "gpu_model": gpu_model_name(terms.gpu_model),
+                "gpu_count": terms.gpu_count,
+                "min_vram_gb": terms.min_vram_gb,
+                "region": region_name(terms.region),
+                "max_price_per_gpu_hour": values.get("max_price_per_gpu_hour"),
+                "gpus_per_node": values.get("gpus_per_node"),
+            },
+            **_describe(placement),
+            "candidates": _candidates(coordinator.shared.scheduler, terms, placement),
+        }
+        if "duration_seconds" in values:
+            given = "max_price_per_gpu_hour" in values
+            answer["escrow"] = _escrow(terms, given, placement, values["duration_seconds"])
+        return JSONResponse(answer)
 
     async def workers(request: Request) -> Response:
         parse_query(request.query_params, ())
@@ -217,6 +300,61 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
                         for r, since in sorted(outages.paused_regions.items())
                     ],
                 },
+            }
+        )
+
+    read: dict[str, float] = {}  # files signatures already answered -> their time in s (pruned past the window)
+
+    async def files(request: Request) -> Response:
+        """The lease's latest checkpoint files, for the lease's client only (a signed GET)."""
+        parse_query(request.query_params, ())
+        lease = parse_pubkey("lease", request.path_params["key"])
+        raw_at, raw_signature = request.headers.get(FILES_AT_HEADER), request.headers.get(FILES_SIGNATURE_HEADER)
+        if raw_at is None or raw_signature is None:
+            return _error(
+                401,
+                f"sign the request with the lease client's wallet: headers {FILES_AT_HEADER} (unix milliseconds) and "
+                f"{FILES_SIGNATURE_HEADER} (over gpunet.protocol.files_message; `gpunet lease files` does it)",
+            )
+        try:
+            at_ms = int(raw_at, 10)
+        except ValueError:
+            raise BadRequest(f"{FILES_AT_HEADER}: {raw_at[:40]!r} is not an integer (unix milliseconds)") from None
+        try:
+            signature = Signature.from_string(raw_signature)
+        except ValueError:
+            raise BadRequest(f"{FILES_SIGNATURE_HEADER}: not a base58 Ed25519 signature") from None
+        async with pool.acquire() as conn:
+            row = await ledger.lease_row(conn, lease)
+            if row is None:
+                return _error(404, f"lease {lease} is not indexed (yet): retry in a moment")
+            if not signature.verify(Pubkey.from_string(row["client"]), files_message(Pubkey.from_string(lease), at_ms)):
+                return _error(401, "the signature is not the lease client's over this lease and time")
+            now = time.time()
+            for seen in [s for s, t in read.items() if t < now - FILES_CLOCK_SKEW_SECONDS]:
+                del read[seen]  # older requests are refused as stale anyway
+            at = at_ms / 1000
+            if abs(now - at) > FILES_CLOCK_SKEW_SECONDS or str(signature) in read:
+                return _error(
+                    401,
+                    f"a stale or replayed request (sign a fresh one: {FILES_AT_HEADER} within "
+                    f"{FILES_CLOCK_SKEW_SECONDS} s of the coordinator's clock)",
+                )
+            read[str(signature)] = at
+            latest = await jobs.latest_checkpoint(conn, lease)
+        if latest is None:
+            return _error(
+                404,
+                f"lease {lease} has no checkpoint yet: a job's checkpoint is what it writes to "
+                "$GPUNET_CHECKPOINT_DIR, sent by its node as it runs",
+            )
+        node_key, received_at, checkpoint = latest
+        return JSONResponse(
+            {
+                "lease": lease,
+                "node_key": node_key,
+                "received_at": received_at.isoformat(),
+                "files": [f.model_dump() for f in checkpoint],
             }
         )
 
@@ -264,6 +402,7 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
     return [
         Route("/leases/{key}/job", submit_job, methods=["POST"]),
         Route("/leases/{key}/job", job_view),
+        Route("/leases/{key}/files", files),
         Route("/quote", quote),
         Route("/workers", workers),
         Route("/slashing/resume", resume_slashing, methods=["POST"]),

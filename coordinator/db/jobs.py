@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import asyncpg
@@ -21,6 +22,7 @@ __all__ = [
     "current_job",
     "job_states",
     "job_view",
+    "latest_checkpoint",
     "of_current_share",
     "record_checkpoint",
     "record_job_event",
@@ -166,6 +168,14 @@ async def record_checkpoint(conn: Connection, node_key: NodeKey, checkpoint: Che
 async def checkpoint_of(conn: Connection, lease: str) -> list[CheckpointFile]:
     raw = await conn.fetchval("SELECT files FROM checkpoints WHERE lease = $1", lease)
     return [] if raw is None else [CheckpointFile.model_validate(f) for f in json.loads(raw)]
+
+
+async def latest_checkpoint(conn: Connection, lease: str) -> tuple[str, datetime, list[CheckpointFile]] | None:
+    """The lease's latest checkpoint: (the node that sent it, when it came, its files); None if none came."""
+    row = await conn.fetchrow("SELECT node_key, received_at, files FROM checkpoints WHERE lease = $1", lease)
+    if row is None:
+        return None
+    return row["node_key"], row["received_at"], [CheckpointFile.model_validate(f) for f in json.loads(row["files"])]
 
 
 async def job_view(

@@ -30,6 +30,9 @@ _GROUPS = (
 )
 
 
+_NO_CEILING = 2**64 - 1
+
+
 def io_amount(base_units: int) -> str:
     """Base units as IO, exactly: 2_000_000 -> '2', 1_500_000 -> '1.5'."""
     return format(Decimal(base_units).scaleb(-IO_DECIMALS).normalize(), "f")
@@ -45,7 +48,8 @@ def describe(request: LeaseRequest, gpus: int | None = None) -> str:
         text += f" with >= {t.min_vram_gb} GB"
     if t.region != ANY:
         text += f" in {region_name(t.region)}"
-    text += f" at <= {io_amount(t.max_price_per_gpu_hour)} IO/GPU-hour"
+    if t.max_price_per_gpu_hour < _NO_CEILING:  # a quote without a maximum price asks none
+        text += f" at <= {io_amount(t.max_price_per_gpu_hour)} IO/GPU-hour"
     if gpus is None:
         if request.gpus_per_node is not None:
             text += f" as {t.gpu_count // request.gpus_per_node} nodes x {request.gpus_per_node} GPUs"

@@ -1,5 +1,5 @@
 """The `gpunet` command line: one sub-app per noun (keys, admin, provider, node, lease, settlements,
-worker, coordinator), plus audit, airdrop, balance, transfer and localnet (and --version).
+worker, coordinator), plus quote, audit, airdrop, balance, transfer and localnet (and --version).
 Exit codes: gpunet.exits.Exit (listed in the README).
 
 The command line is the floor on top: it mounts the coordinator's and the worker's commands when
@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from gpunet.cli import admin, explorer, keys, lease, localnet, node, provider, wallet
+from gpunet.cli import admin, explorer, keys, lease, localnet, node, provider, quote, wallet
 from gpunet.exits import Exit
 from gpunet.extras import ExtraMissing
 
@@ -24,7 +24,7 @@ app = typer.Typer(
     name="gpunet",
     help="gpunet: decentralized GPU compute marketplace on Solana.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion, --show-completion (bash, zsh, fish, PowerShell)
 )
 
 
@@ -75,6 +75,7 @@ _mount_service("coordinator")
 app.add_typer(explorer.settlements_app, name="settlements")
 app.command("audit")(explorer.audit)
 app.command("airdrop")(localnet.airdrop)
+app.command("quote")(quote.quote)
 app.command("balance")(wallet.balance)
 app.command("transfer")(wallet.transfer)
 app.command("localnet")(localnet.localnet)

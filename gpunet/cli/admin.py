@@ -18,6 +18,8 @@ from gpunet.cli import clock
 from gpunet.cli.common import (
     DEFAULT_KEYPAIR,
     BadInput,
+    CommitmentOpt,
+    ExplorerOpt,
     JsonOpt,
     KeypairOpt,
     Session,
@@ -363,7 +365,9 @@ def _coordinator_key() -> Pubkey | None:
 
 
 @app.command("show")
-def show(url: UrlOpt = None, json_output: JsonOpt = False) -> None:
+def show(
+    url: UrlOpt = None, commitment: CommitmentOpt = None, explorer: ExplorerOpt = None, json_output: JsonOpt = False
+) -> None:
     """The protocol configuration on this cluster."""
 
     async def command(s: Session) -> None:
@@ -399,12 +403,13 @@ def show(url: UrlOpt = None, json_output: JsonOpt = False) -> None:
                     if key.endswith("_seconds")
                     else value
                 )  # seconds stay in --json
-                t.add_row(key, ", ".join(map(str, shown)) if isinstance(shown, list) else str(shown))
+                values = shown if isinstance(shown, list) else [shown]
+                t.add_row(key, ", ".join(s.link("address", v) if isinstance(v, Pubkey) else str(v) for v in values))
             return t
 
         s.show(data, table)
 
-    Session(url, json_output=json_output).run(command)
+    Session(url, json_output=json_output, commitment_flag=commitment, explorer_flag=explorer).run(command)
 
 
 @app.command("mint")

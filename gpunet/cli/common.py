@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from enum import StrEnum
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any
@@ -19,7 +21,7 @@ from rich.console import Console, RenderableType
 from rich.table import Column
 from solana.exceptions import SolanaRpcException
 from solana.rpc.async_api import AsyncClient
-from solana.rpc.commitment import Confirmed
+from solana.rpc.commitment import Commitment
 from solders.instruction import Instruction
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
@@ -27,13 +29,15 @@ from solders.signature import Signature
 
 from gpunet.accounts import AccountError
 from gpunet.amounts import AmountError, format_io
-from gpunet.catalog import CatalogError
+from gpunet.catalog import GPU_MODELS, REGIONS, CatalogError
+from gpunet.cli.links import Explorer, ExplorerError, Kind, explorer_for
 from gpunet.client import TransactionExpired, TransactionFailed, send_and_confirm
 from gpunet.cluster import Cluster, ClusterError, resolve_cluster
 from gpunet.errors import GpunetError
 from gpunet.exits import Exit
 from gpunet.jobs import CoordinatorError
 from gpunet.keys import KeypairFileError, load_keypair
+from gpunet.solana_config import COMMITMENTS, SolanaConfig, SolanaConfigError, load_solana_config
 
 
 class BadInput(GpunetError, ValueError):
@@ -44,7 +48,8 @@ class NotEnoughFunds(GpunetError):
     """Checked before sending: the wallet cannot pay; nothing was sent."""
 
 
-DEFAULT_KEYPAIR = Path("~/.config/solana/id.json")
+DEFAULT_KEYPAIR: Path | None = None  # no --keypair: $GPUNET_KEYPAIR, the Solana CLI's keypair_path, SOLANA_KEYPAIR
+SOLANA_KEYPAIR = Path("~/.config/solana/id.json")
 
 UrlOpt = Annotated[
     str | None,
@@ -53,16 +58,57 @@ UrlOpt = Annotated[
         "-u",
         envvar="GPUNET_RPC_URL",
         show_envvar=True,
-        help="RPC URL or cluster name (localnet, devnet, testnet, mainnet). Default: Anchor.toml, else localnet.",
+        help="RPC URL or cluster name (localnet, devnet, testnet, mainnet). Default: Anchor.toml, else the Solana "
+        "CLI's config (~/.config/solana/cli/config.yml json_rpc_url), else localnet.",
     ),
 ]
 KeypairOpt = Annotated[
-    Path,
+    Path | None,
     typer.Option(
-        "--keypair", "-k", envvar="GPUNET_KEYPAIR", show_envvar=True, help="Wallet keypair file (Solana CLI format)."
+        "--keypair",
+        "-k",
+        envvar="GPUNET_KEYPAIR",
+        show_envvar=True,
+        help="Wallet keypair file (Solana CLI format). Default: the Solana CLI's config "
+        "(~/.config/solana/cli/config.yml keypair_path), else ~/.config/solana/id.json.",
     ),
 ]
+ExplorerOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--explorer",
+        envvar="GPUNET_EXPLORER_URL",
+        show_envvar=True,
+        help="Explorer URL template for links to transactions and accounts, with {kind} (tx or address), {id}, "
+        "{cluster} (?cluster=... for the Solana Explorer) and {rpc_url}; 'none' for no links. Default: "
+        "https://explorer.solana.com/{kind}/{id}{cluster}.",
+    ),
+]
+CommitmentLevel = StrEnum("CommitmentLevel", {name: name for name in COMMITMENTS})  # type: ignore[misc]
+CommitmentOpt = Annotated[
+    CommitmentLevel | None,
+    typer.Option(
+        "--commitment",
+        case_sensitive=False,
+        help="How settled the state read must be: processed, confirmed or finalized. Default: the Solana CLI's "
+        "config (commitment), else confirmed. Transaction history is read at confirmed at least.",
+    ),
+]
+CoordinatorOpt = Annotated[
+    str, typer.Option("--coordinator", envvar="GPUNET_COORDINATOR_URL", show_envvar=True, help="The coordinator's API.")
+]
+DEFAULT_COORDINATOR = "http://127.0.0.1:8080"
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout instead of tables.")]
+
+
+def complete_gpu(incomplete: str) -> list[str]:
+    """Shell completion of --gpu: the catalog's model names (and 'any')."""
+    return [n for n in ("any", *(m.name for m in GPU_MODELS)) if n.lower().startswith(incomplete.lower())]
+
+
+def complete_region(incomplete: str) -> list[str]:
+    """Shell completion of --region: the catalog's region names (and 'any')."""
+    return [n for n in ("any", *REGIONS.values()) if n.startswith(incomplete.lower())]
 
 
 def pubkey_arg(text: str, what: str = "public key") -> Pubkey:
@@ -104,26 +150,67 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def wallet_path(flag: Path | None, config: SolanaConfig | None = None) -> Path:
+    """--keypair (or $GPUNET_KEYPAIR), else the Solana CLI config's keypair_path, else
+    ~/.config/solana/id.json. `config` default: the Solana CLI's config file, read now."""
+    if flag is not None:
+        return flag.expanduser()
+    config = config or load_solana_config()
+    if config is not None and config.keypair_path:
+        return Path(config.keypair_path).expanduser()
+    return SOLANA_KEYPAIR.expanduser()
+
+
 @dataclass
 class Session:
     """One command's view of the world: where to connect, whose wallet, how to print."""
 
     url: str | None
-    keypair_path: Path = DEFAULT_KEYPAIR
+    keypair_path: Path | None = DEFAULT_KEYPAIR
     json_output: bool = False
     out: Console = field(default_factory=Console)
     err: Console = field(default_factory=lambda: Console(stderr=True))
+    commitment_flag: str | None = None  # --commitment of a read command
+    explorer_flag: str | None = None  # --explorer (else $GPUNET_EXPLORER_URL)
 
     @cached_property
     def cluster(self) -> Cluster:
         return resolve_cluster(self.url)
 
     @cached_property
+    def explorer(self) -> Explorer | None:
+        """Where links to transactions and accounts point; None: no links."""
+        if self.explorer_flag is not None:
+            return explorer_for(self.explorer_flag, self.cluster.rpc_url)
+        return explorer_for(os.environ.get("GPUNET_EXPLORER_URL"), self.cluster.rpc_url, "GPUNET_EXPLORER_URL")
+
+    def link(self, kind: Kind, ident: object, text: str | None = None) -> str:
+        """`text` (default: the id) linked to the explorer in rich markup (plain without an explorer)."""
+        return self.explorer.link(kind, ident, text) if self.explorer else str(text if text is not None else ident)
+
+    def explorer_url(self, kind: Kind, ident: object) -> str | None:
+        return self.explorer.url(kind, ident) if self.explorer else None
+
+    @cached_property
+    def solana_config(self) -> SolanaConfig | None:
+        return load_solana_config()
+
+    @cached_property
+    def wallet_path(self) -> Path:
+        return wallet_path(self.keypair_path, self.solana_config)
+
+    @cached_property
     def wallet(self) -> Keypair:
-        return load_keypair(self.keypair_path.expanduser())
+        return load_keypair(self.wallet_path)
+
+    @cached_property
+    def commitment(self) -> Commitment:
+        """--commitment, else the Solana CLI config's commitment, else confirmed."""
+        name = self.commitment_flag or (self.solana_config.commitment if self.solana_config else None) or "confirmed"
+        return Commitment(str(name))
 
     def client(self) -> AsyncClient:
-        return AsyncClient(self.cluster.rpc_url, commitment=Confirmed, timeout=30)
+        return AsyncClient(self.cluster.rpc_url, commitment=self.commitment, timeout=30)
 
     @contextmanager
     def waiting(self, what: str) -> Iterator[None]:
@@ -158,7 +245,10 @@ class Session:
             self.out.print(render(), soft_wrap=True)  # never break a key or signature across lines
 
     def done(self, what: str, signature: Signature, **details: Any) -> None:
-        self.show({"signature": signature, **details}, lambda: f"[green]✓[/] {what}  [dim]{signature}[/]")
+        data = {"signature": signature, **details}
+        if url := self.explorer_url("tx", signature):
+            data["explorer"] = url
+        self.show(data, lambda: f"[green]✓[/] {what}  [dim]{self.link('tx', signature)}[/]")
 
     def fail(self, code: Exit, message: str) -> typer.Exit:
         if self.json_output:
@@ -170,9 +260,13 @@ class Session:
     def run(self, command: Callable[[Session], Coroutine[Any, Any, Any]]) -> None:
         """Runs one async command and maps every expected failure to its message and exit code."""
         try:
-            self.cluster  # noqa: B018 - a bad --url is reported before anything else happens
+            self.cluster  # noqa: B018 - a bad --url (or config file) is reported before anything else happens
+            self.explorer  # noqa: B018 - and so is a bad --explorer
             asyncio.run(command(self))
-        except (BadInput, AmountError, CatalogError, ClusterError) as e:
+        except KeyboardInterrupt:  # Ctrl-C: ends a --follow, or gives up waiting
+            self.err.print("interrupted")
+            raise typer.Exit(130) from None
+        except (BadInput, AmountError, CatalogError, ClusterError, SolanaConfigError, ExplorerError) as e:
             raise self.fail(Exit.BAD_INPUT, str(e)) from None
         except KeypairFileError as e:
             raise self.fail(Exit.KEYPAIR, f"{e} (create one with `gpunet keys new PATH`, or pass --keypair)") from None

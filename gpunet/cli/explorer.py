@@ -13,7 +13,17 @@ from solders.pubkey import Pubkey
 from gpunet.accounts import resolve_provider
 from gpunet.amounts import format_io
 from gpunet.audit import Check, audit_lease, audit_provider
-from gpunet.cli.common import BadInput, Exit, JsonOpt, Session, UrlOpt, key_column, pubkey_arg
+from gpunet.cli.common import (
+    BadInput,
+    CommitmentOpt,
+    Exit,
+    ExplorerOpt,
+    JsonOpt,
+    Session,
+    UrlOpt,
+    key_column,
+    pubkey_arg,
+)
 from gpunet.history import node_keys, transactions_of
 
 settlements_app = typer.Typer(help="Usage settlements, from the chain.", no_args_is_help=True)
@@ -44,7 +54,12 @@ def _subject(lease: str | None, provider: str | None) -> tuple[str, Pubkey]:
 
 @settlements_app.command("list")
 def list_settlements(
-    lease: LeaseOpt = None, provider: ProviderOpt = None, url: UrlOpt = None, json_output: JsonOpt = False
+    lease: LeaseOpt = None,
+    provider: ProviderOpt = None,
+    url: UrlOpt = None,
+    commitment: CommitmentOpt = None,
+    explorer: ExplorerOpt = None,
+    json_output: JsonOpt = False,
 ) -> None:
     """Every usage settlement of a lease or a provider, oldest first, with its transaction."""
 
@@ -74,6 +89,7 @@ def list_settlements(
                 "gpu_seconds": e.data.gpu_seconds,
                 "payout": e.data.payout,
                 "fee": e.data.fee,
+                "explorer": s.explorer_url("tx", tx.signature),
             }
             for tx in txs
             for e in tx.events
@@ -96,19 +112,19 @@ def list_settlements(
                 when = time.strftime("%H:%M:%S", time.gmtime(r["block_time"])) if r["block_time"] else "-"
                 t.add_row(
                     when,
-                    str(r["lease"])[:8],
+                    s.link("address", r["lease"], str(r["lease"])[:8]),
                     node_label(r["node"], r["node_key"]),
                     str(r["seq"]),
                     str(r["gpu_seconds"]),
                     format_io(r["payout"]),
                     format_io(r["fee"]),
-                    str(r["signature"]),
+                    s.link("tx", r["signature"]),
                 )
             return t
 
         s.show(rows, table)
 
-    Session(url, json_output=json_output).run(command)
+    Session(url, json_output=json_output, commitment_flag=commitment, explorer_flag=explorer).run(command)
 
 
 def audit(
@@ -124,6 +140,8 @@ def audit(
         ),
     ] = None,
     url: UrlOpt = None,
+    commitment: CommitmentOpt = None,
+    explorer: ExplorerOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
     """Recompute a lease's or provider's totals from its transactions and compare with its accounts and
@@ -195,7 +213,9 @@ def audit(
                     label(c), unit(c.from_events), unit(c.on_chain), "[green]ok[/]" if c.ok else "[red]DIFFERS[/]"
                 )
             for c in report.differences():
-                t.add_row(f"  {label(c)}: from", ", ".join(str(x) for x in c.signatures) or "no transaction", "", "")
+                t.add_row(
+                    f"  {label(c)}: from", ", ".join(s.link("tx", x) for x in c.signatures) or "no transaction", "", ""
+                )
             return t
 
         def tables() -> Group:
@@ -220,7 +240,7 @@ def audit(
 
         s.show(data, tables)
 
-    session = Session(url, json_output=json_output)
+    session = Session(url, json_output=json_output, commitment_flag=commitment, explorer_flag=explorer)
     session.run(command)
     if verdict != Exit.OK:
         raise typer.Exit(int(verdict))

@@ -1,11 +1,15 @@
-"""`gpunet lease open|top-up|close|show|list`: a client's leases and their escrow."""
+"""`gpunet lease open|top-up|close|show|list`: a client's leases and their escrow; `job|status|logs|files`:
+their jobs, through the coordinator."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 import shlex
 import time
+import urllib.parse
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -20,30 +24,32 @@ from gpunet.accounts import escrow, fetch, fetch_config, program_accounts
 from gpunet.amounts import escrow_for, format_io, parse_io
 from gpunet.cli import clock
 from gpunet.cli.common import (
+    DEFAULT_COORDINATOR,
     DEFAULT_KEYPAIR,
     BadInput,
+    CommitmentOpt,
+    CoordinatorOpt,
+    ExplorerOpt,
     JsonOpt,
     KeypairOpt,
     Session,
     UrlOpt,
+    complete_gpu,
+    complete_region,
     duration_arg,
     io_balance_check,
     key_column,
     pubkey_arg,
 )
 from gpunet.cli.waiting import what_to_change, why_not
-from gpunet.jobs import job_logs, job_view, submit_job
+from gpunet.jobs import CoordinatorError, job_logs, job_view, lease_files, submit_job
 from gpunet.limits import MAX_GPUS_PER_NODE, MAX_LEASE_GPUS
 from gpunet.market import lease_reach
 from gpunet.pda import lease_pda
-from gpunet.protocol import JobSpec
+from gpunet.protocol import InputFile, JobSpec
 from gpunet.tokens import io_account, io_balance
 
 app = typer.Typer(help="Leases: open, job, status, top up, close, show, list.", no_args_is_help=True)
-CoordinatorOpt = Annotated[
-    str, typer.Option("--coordinator", envvar="GPUNET_COORDINATOR_URL", show_envvar=True, help="The coordinator's API.")
-]
-DEFAULT_COORDINATOR = "http://127.0.0.1:8080"
 STATUS_LINES = 20  # the latest log lines `lease status` shows (`lease logs` prints them all)
 FOLLOW_SECONDS = 1.0
 LeaseArg = Annotated[str, typer.Argument(help="The lease's address.")]
@@ -112,12 +118,14 @@ def _end(data: dict[str, Any]) -> str:
 
 @app.command("open")
 def open_lease(
-    gpu: Annotated[str, typer.Option("--gpu", help="GPU model (e.g. H100) or 'any'.")],
+    gpu: Annotated[str, typer.Option("--gpu", autocompletion=complete_gpu, help="GPU model (e.g. H100) or 'any'.")],
     count: Annotated[int, typer.Option("--count", min=1, max=MAX_LEASE_GPUS, help="GPUs in all.")],
     max_price: Annotated[str, typer.Option("--max-price", help="Most IO per GPU-hour you will pay.")],
     duration: Annotated[str, typer.Option("--duration", help="e.g. 90m, 2h, 1d.")],
     vram: Annotated[int, typer.Option("--vram", min=0, help="Least GiB per GPU.")] = 0,
-    region: Annotated[str, typer.Option("--region", help="Region name or 'any'.")] = "any",
+    region: Annotated[
+        str, typer.Option("--region", autocompletion=complete_region, help="Region name or 'any'.")
+    ] = "any",
     lease_id: Annotated[
         int | None, typer.Option("--lease-id", min=0, help="Your id for it (default: now in ms).")
     ] = None,
@@ -281,7 +289,13 @@ def close(
 
 
 @app.command("show")
-def show(lease: LeaseArg, url: UrlOpt = None, json_output: JsonOpt = False) -> None:
+def show(
+    lease: LeaseArg,
+    url: UrlOpt = None,
+    commitment: CommitmentOpt = None,
+    explorer: ExplorerOpt = None,
+    json_output: JsonOpt = False,
+) -> None:
     """A lease's terms, escrow balance, burn rate, end, escrow runway and nodes."""
 
     async def command(s: Session) -> None:
@@ -291,9 +305,10 @@ def show(lease: LeaseArg, url: UrlOpt = None, json_output: JsonOpt = False) -> N
             data = await lease_summary(client, address, account)
             if data["status"] == "Open":
                 data["waiting"] = await _waiting(client, address, account, data["escrow_balance"])
+        data["explorer"] = s.explorer_url("address", address)
 
         def table() -> Table | Group:
-            t = Table("", "", title=f"lease {address}  [{data['status']}]", show_header=False)
+            t = Table("", "", title=f"lease {s.link('address', address)}  \\[{data['status']}]", show_header=False)
             t.add_row(
                 "wants",
                 f"{data['gpu_count']}x {data['gpu_model']} >= {data['min_vram_gb']} GB in {data['region']} "
@@ -312,7 +327,7 @@ def show(lease: LeaseArg, url: UrlOpt = None, json_output: JsonOpt = False) -> N
             )
             for a in data["assignments"]:
                 t.add_row(
-                    f"node key {a['node_key']}",
+                    f"node key {s.link('address', a['node_key'])}",
                     f"{a['gpus']} GPUs at {format_io(a['price_per_gpu_hour'])}/GPU-hour, "
                     f"{a['gpu_seconds']} GPU-s settled (seq {a['last_seq']}); node account {a['node']}",
                 )
@@ -328,7 +343,7 @@ def show(lease: LeaseArg, url: UrlOpt = None, json_output: JsonOpt = False) -> N
 
         s.show(data, table)
 
-    Session(url, json_output=json_output).run(command)
+    Session(url, json_output=json_output, commitment_flag=commitment, explorer_flag=explorer).run(command)
 
 
 async def _waiting(client: Any, address: Any, lease: Any, escrow_balance: int) -> dict[str, Any]:
@@ -359,6 +374,8 @@ def list_leases(
     client_wallet: Annotated[str | None, typer.Option("--client", help="Whose leases (default: yours).")] = None,
     url: UrlOpt = None,
     keypair: KeypairOpt = DEFAULT_KEYPAIR,
+    commitment: CommitmentOpt = None,
+    explorer: ExplorerOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
     """A client's leases with their escrow balance, burn rate, time to their end and escrow runway."""
@@ -385,7 +402,7 @@ def list_leases(
             )
             for r in rows:
                 t.add_row(
-                    str(r["lease"]),
+                    s.link("address", r["lease"]),
                     r["status"],
                     f"{r['gpu_count']}x {r['gpu_model']}",
                     format_io(r["escrow_balance"]),
@@ -398,7 +415,37 @@ def list_leases(
 
         s.show(rows, table)
 
-    Session(url, keypair, json_output).run(command)
+    Session(url, keypair, json_output, commitment_flag=commitment, explorer_flag=explorer).run(command)
+
+
+_SHA256 = re.compile(r"[0-9a-fA-F]{64}")
+
+
+def input_arg(text: str) -> InputFile:
+    """'[PATH=]URL#SHA256' -> the job's input file; refuses a URL that is not http(s) with a host, a
+    digest that is not 64 hex digits, and a path that would leave the working directory."""
+    head, sep, rest = text.strip().partition("://")
+    path = None
+    if sep and "=" in head:
+        path, head = head.rsplit("=", 1)
+    url, hashed, digest = (head + sep + rest).rpartition("#")
+    if not hashed or not _SHA256.fullmatch(digest):
+        raise BadInput(f"--input {text!r}: end it with #SHA256, the file's 64-hex SHA-256 (`sha256sum FILE`)")
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname or any(c.isspace() for c in url):
+        raise BadInput(f"--input {text!r}: {url!r} is not an http:// or https:// URL with a host")
+    if path is None:
+        path = urllib.parse.unquote(parts.path.rsplit("/", 1)[-1])
+        if not path:
+            raise BadInput(f"--input {text!r}: the URL names no file; name it with PATH=URL#SHA256")
+    try:
+        return InputFile(path=path, url=url, sha256=digest.lower())
+    except ValidationError as e:
+        first = e.errors()[0]
+        why = str(first["msg"]).removeprefix("Value error, ")
+        if first["loc"] == ("path",):
+            raise BadInput(f"--input {text!r}: the file's PATH {path!r} {why}; name it with PATH=URL#SHA256") from None
+        raise BadInput(f"--input {text!r}: {why}") from None
 
 
 @app.command("job")
@@ -416,6 +463,15 @@ def job(
         ),
     ] = None,
     time_limit: Annotated[str | None, typer.Option("--time-limit", help="Stop the job after, e.g. 2h.")] = None,
+    inputs: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--input",
+            help="[PATH=]URL#SHA256: a file each node fetches (http/https) into the job's working directory "
+            "before it starts, checked against its 64-hex SHA-256 (PATH default: the URL's file name); repeat "
+            "for several.",
+        ),
+    ] = None,
     coordinator: CoordinatorOpt = DEFAULT_COORDINATOR,
     url: UrlOpt = None,
     keypair: KeypairOpt = DEFAULT_KEYPAIR,
@@ -432,11 +488,15 @@ def job(
             if not sep or not name:
                 raise BadInput(f"--env takes NAME=value, got {item!r}")
             variables[name] = value
+        files = [input_arg(item) for item in inputs or []]
+        if len({f.path for f in files}) < len(files):
+            raise BadInput("two --input files have the same PATH; name them apart with PATH=URL#SHA256")
         try:
             spec = JobSpec(
                 command=shlex.split(command or ""),
                 image=image,
                 env=variables,
+                inputs=files,
                 time_limit_seconds=duration_arg(time_limit) if time_limit else None,
             )
         except ValidationError as e:
@@ -454,12 +514,86 @@ def job(
     Session(url, keypair, json_output).run(command_)
 
 
+FINISHED = frozenset({"succeeded", "failed", "cancelled", "timed_out", "refused"})  # a job's last states
+
+
+def _ended(view: dict[str, Any], cursor: int) -> bool:
+    """The job ended on every node it reached, and every log line up to the last is printed."""
+    states = [n["state"] for n in view["nodes"]]
+    return (
+        bool(states) and all(s in FINISHED for s in states) and (not view["logs"] or view["logs"][-1]["id"] <= cursor)
+    )
+
+
+def _print_line(s: Session, line: dict[str, Any]) -> None:
+    if s.json_output:
+        print(json.dumps(line), flush=True)
+    else:  # a job's "[...]" is text, not markup
+        s.out.print(
+            f"[dim]{line['node_key'][:8]} {line['stream']}[/] {escape(line['line'])}", soft_wrap=True, highlight=False
+        )
+
+
+def _changes(before: dict[str, Any] | None, view: dict[str, Any]) -> list[dict[str, Any]]:
+    """What changed from one view of the lease to the next: its placement, its job, each node's state."""
+    events: list[dict[str, Any]] = []
+    p, q = (before or {}).get("placement") or {}, view["placement"] or {}
+    if (p.get("state"), p.get("reason")) != (q.get("state"), q.get("reason")):
+        events.append({"event": "placement", "state": q.get("state"), "reason": q.get("reason")})
+    if before is not None and before.get("job_number") != view.get("job_number"):
+        events.append({"event": "job", "job_number": view.get("job_number")})
+    old = {n["node_key"]: n for n in (before or {}).get("nodes", [])}
+    for n in view["nodes"]:
+        was = old.get(n["node_key"])
+        if was is None or (was["state"], was.get("detail")) != (n["state"], n.get("detail")):
+            events.append(
+                {
+                    "event": "node",
+                    "node_key": n["node_key"],
+                    "state": n["state"],
+                    "was": was["state"] if was else None,
+                    "detail": n.get("detail"),
+                }
+            )
+    return events
+
+
+def _print_change(s: Session, event: dict[str, Any]) -> None:
+    if s.json_output:
+        print(json.dumps(event), flush=True)
+        return
+    when = time.strftime("%H:%M:%S", time.gmtime())
+    if event["event"] == "placement":
+        text = f"lease {event['state'] or 'not seen'}" + (f": {event['reason']}" if event["reason"] else "")
+    elif event["event"] == "job":
+        text = f"job {event['job_number']} is the lease's job now"
+    else:
+        arrow = f"{event['was']} -> {event['state']}" if event["was"] else event["state"]
+        text = f"node {event['node_key']}: {arrow}" + (f" ({event['detail']})" if event["detail"] else "")
+    s.out.print(f"[cyan]{when} {escape(text)}[/]", soft_wrap=True, highlight=False)
+
+
 @app.command("status")
-def status(lease: LeaseArg, coordinator: CoordinatorOpt = DEFAULT_COORDINATOR, json_output: JsonOpt = False) -> None:
-    """Where the coordinator placed the lease, its job on each node, and the latest log lines."""
+def status(
+    lease: LeaseArg,
+    coordinator: CoordinatorOpt = DEFAULT_COORDINATOR,
+    follow: Annotated[
+        bool,
+        typer.Option(
+            "--follow",
+            "-f",
+            help="Then keep printing new log lines and status changes until the job ends (or Ctrl-C).",
+        ),
+    ] = False,
+    json_output: JsonOpt = False,
+) -> None:
+    """Where the coordinator placed the lease, its job on each node, and the latest log lines; with
+    --follow, then every new log line and change of state as it comes, until the job ends (--json:
+    one JSON object per line, the status first, then each line and each change with its "event")."""
 
     async def command_(s: Session) -> None:
-        view = await job_view(coordinator, pubkey_arg(lease, "lease address"), tail=STATUS_LINES)
+        address = pubkey_arg(lease, "lease address")
+        view = await job_view(coordinator, address, tail=STATUS_LINES)
 
         def table() -> Table:
             p = view["placement"] or {}
@@ -471,17 +605,89 @@ def status(lease: LeaseArg, coordinator: CoordinatorOpt = DEFAULT_COORDINATOR, j
                 title=f"lease {lease}: {p.get('state', 'not seen')}  {p.get('reason', '')}",
             )
             for n in view["nodes"]:
-                t.add_row(n["node_key"], n["state"], n.get("detail") or "")
+                t.add_row(s.link("address", n["node_key"]), n["state"], n.get("detail") or "")
             for line in view["logs"]:
-                t.add_row(line["node_key"][:8], line["stream"], line["line"])
+                t.add_row(line["node_key"][:8], line["stream"], escape(line["line"]))
             return t
 
-        s.show(view, table)
+        if not follow:
+            s.show(view, table)
+            return
+        if s.json_output:
+            print(json.dumps(view), flush=True)
+        else:
+            s.out.print(table(), soft_wrap=True)
+        cursor = view["logs"][-1]["id"] if view["logs"] else 0
+        while not _ended(view, cursor):
+            await asyncio.sleep(FOLLOW_SECONDS)
+            async for line in job_logs(coordinator, address, cursor):
+                cursor = line["id"]
+                _print_line(s, line)
+            latest = await job_view(coordinator, address, tail=1)
+            for event in _changes(view, latest):
+                _print_change(s, event)
+            view = latest
+        if not s.json_output:
+            states = ", ".join(sorted({n["state"] for n in view["nodes"]}))
+            s.out.print(f"job {view.get('job_number') or ''} ended: {states}", highlight=False)
 
     Session(None, json_output=json_output).run(command_)
 
 
-FINISHED = frozenset({"succeeded", "failed", "cancelled", "timed_out", "refused"})  # a job's last states
+@app.command("files")
+def files(
+    lease: LeaseArg,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Write the files under this directory (default: ./LEASE-checkpoint).")
+    ] = None,
+    coordinator: CoordinatorOpt = DEFAULT_COORDINATOR,
+    url: UrlOpt = None,
+    keypair: KeypairOpt = DEFAULT_KEYPAIR,
+    json_output: JsonOpt = False,
+) -> None:
+    """Download the lease's latest checkpoint: the files its job last wrote to $GPUNET_CHECKPOINT_DIR,
+    as the coordinator keeps them (each checked against its SHA-256). Only the lease's client may
+    read them (the request is signed with your wallet). Nothing else a job writes (its working
+    directory, other outputs) reaches the coordinator: have the job upload what it must keep, or
+    write it as a checkpoint."""
+
+    async def command_(s: Session) -> None:
+        address = pubkey_arg(lease, "lease address")
+        wallet = s.wallet  # a missing keypair file is said before anything is asked
+        target = (out or Path(f"{address}-checkpoint")).expanduser()
+        if target.exists() and not target.is_dir():
+            raise BadInput(f"--out {target}: not a directory")
+        with s.waiting("Downloading the lease's latest checkpoint"):
+            meta, checkpoint = await lease_files(coordinator, wallet, address)
+        contents = []
+        for f in checkpoint:  # all checked before anything is written
+            try:
+                contents.append((f, f.content()))
+            except ValueError as e:
+                raise CoordinatorError(f"the coordinator sent a damaged file: {e}; nothing was written") from None
+        written: list[dict[str, Any]] = []
+        for f, content in contents:
+            path = target.joinpath(*f.path.split("/"))
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(content)
+            written.append({"path": str(path), "bytes": len(content), "sha256": f.sha256})
+        data = {**meta, "directory": str(target), "files": written}
+
+        def table() -> Table:
+            t = Table(
+                "file",
+                "bytes",
+                "sha256",
+                title=f"checkpoint of lease {s.link('address', address)} from node "
+                f"{s.link('address', meta['node_key'])} at {meta['received_at']}",
+            )
+            for w in written:
+                t.add_row(escape(w["path"]), str(w["bytes"]), w["sha256"])
+            return t
+
+        s.show(data, table)
+
+    Session(url, keypair, json_output).run(command_)
 
 
 @app.command("logs")
@@ -500,23 +706,10 @@ def logs(
         while True:
             async for line in job_logs(coordinator, address, cursor):
                 cursor = line["id"]
-                if s.json_output:
-                    print(json.dumps(line), flush=True)
-                else:
-                    s.out.print(
-                        f"[dim]{line['node_key'][:8]} {line['stream']}[/] {escape(line['line'])}",
-                        soft_wrap=True,
-                        highlight=False,
-                    )  # a job's "[...]" is text, not markup
+                _print_line(s, line)
             if not follow:
                 return
-            view = await job_view(coordinator, address, tail=1)
-            states = [n["state"] for n in view["nodes"]]
-            if (
-                states
-                and all(state in FINISHED for state in states)
-                and (not view["logs"] or view["logs"][-1]["id"] <= cursor)
-            ):
+            if _ended(await job_view(coordinator, address, tail=1), cursor):
                 return  # the job ended and every line of it is printed
             await asyncio.sleep(FOLLOW_SECONDS)
 

@@ -9,9 +9,20 @@ from typing import Annotated
 
 import typer
 
-from gpunet.cli.common import DEFAULT_KEYPAIR, BadInput, JsonOpt, KeypairOpt, Session, UrlOpt, pubkey_arg
+from gpunet.cli.common import (
+    DEFAULT_KEYPAIR,
+    BadInput,
+    JsonOpt,
+    KeypairOpt,
+    Session,
+    UrlOpt,
+    pubkey_arg,
+    wallet_path,
+)
+from gpunet.exits import Exit
 from gpunet.keys import KeypairFileError, load_keypair
 from gpunet.localnet import LocalnetError, localnet_binary, localnet_deployer
+from gpunet.solana_config import SolanaConfigError
 
 LAMPORTS_PER_SOL = 10**9
 
@@ -31,7 +42,12 @@ def localnet(
     except LocalnetError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(1) from None
-    if keypair.expanduser().exists():
+    try:
+        keypair = wallet_path(keypair)
+    except SolanaConfigError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(int(Exit.BAD_INPUT)) from None
+    if keypair.exists():
         try:
             deployer = load_keypair(keypair).pubkey()
         except KeypairFileError as e:

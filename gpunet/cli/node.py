@@ -17,11 +17,15 @@ from gpunet.cli import clock
 from gpunet.cli.common import (
     DEFAULT_KEYPAIR,
     BadInput,
+    CommitmentOpt,
+    ExplorerOpt,
     JsonOpt,
     KeypairOpt,
     NotEnoughFunds,
     Session,
     UrlOpt,
+    complete_gpu,
+    complete_region,
     key_column,
     pubkey_arg,
 )
@@ -35,7 +39,10 @@ app = typer.Typer(
     help="GPU nodes: register, update, drain, undrain, deregister, unjail, list, verifications.", no_args_is_help=True
 )
 NodeKeyArg = Annotated[str, typer.Argument(help="The node's public key (its worker signs with it).")]
-RegionOpt = Annotated[str | None, typer.Option("--region", help=f"One of: {', '.join(catalog.REGIONS.values())}.")]
+RegionOpt = Annotated[
+    str | None,
+    typer.Option("--region", autocompletion=complete_region, help=f"One of: {', '.join(catalog.REGIONS.values())}."),
+]
 PriceOpt = Annotated[str | None, typer.Option("--price", help="Asking price in IO per GPU-hour, e.g. 2.5.")]
 HashOpt = Annotated[
     str | None,
@@ -83,9 +90,14 @@ def register(
             help="The node's key: a name from `gpunet keys new-node` (under ~/.config/gpunet/nodes/) or a keypair file."
         ),
     ],
-    gpu: Annotated[str, typer.Option("--gpu", help="GPU model, e.g. H100, RTX4090.")],
+    gpu: Annotated[str, typer.Option("--gpu", autocompletion=complete_gpu, help="GPU model, e.g. H100, RTX4090.")],
     count: Annotated[int, typer.Option("--count", min=1, max=MAX_GPUS_PER_NODE, help="GPUs on the node.")],
-    region: Annotated[str, typer.Option("--region", help=f"One of: {', '.join(catalog.REGIONS.values())}.")],
+    region: Annotated[
+        str,
+        typer.Option(
+            "--region", autocompletion=complete_region, help=f"One of: {', '.join(catalog.REGIONS.values())}."
+        ),
+    ],
     price: Annotated[str, typer.Option("--price", help="IO per GPU-hour, e.g. 2.5.")],
     vram: Annotated[int | None, typer.Option("--vram", min=1, help="GiB per GPU (default: the model's).")] = None,
     inventory_hash: HashOpt = None,
@@ -181,7 +193,7 @@ def deregister(
     Session(url, keypair, json_output).run(command)
 
 
-def _set_draining(node_key: str, draining: bool, url: str | None, keypair: Path, json_output: bool) -> None:
+def _set_draining(node_key: str, draining: bool, url: str | None, keypair: Path | None, json_output: bool) -> None:
     async def command(s: Session) -> None:
         key = pubkey_arg(node_key, "node key")
         async with s.client() as client:
@@ -255,6 +267,8 @@ def list_nodes(
         str | None, typer.Option("--provider", help="Only this provider's nodes (its wallet or provider account).")
     ] = None,
     url: UrlOpt = None,
+    commitment: CommitmentOpt = None,
+    explorer: ExplorerOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
     """Every registered node (or one provider's)."""
@@ -280,7 +294,7 @@ def list_nodes(
             )
             for r in rows:
                 t.add_row(
-                    str(r["node_key"]),
+                    s.link("address", r["node_key"]),
                     f"{r['gpu_count']}x {r['gpu_model']}",
                     str(r["gpus_leased"]),
                     f"{r['vram_gb']} GB",
@@ -292,7 +306,7 @@ def list_nodes(
 
         s.show(rows, table)
 
-    Session(url, json_output=json_output).run(command)
+    Session(url, json_output=json_output, commitment_flag=commitment, explorer_flag=explorer).run(command)
 
 
 @app.command("verifications")

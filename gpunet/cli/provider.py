@@ -15,6 +15,8 @@ from gpunet.cli import clock
 from gpunet.cli.common import (
     DEFAULT_KEYPAIR,
     BadInput,
+    CommitmentOpt,
+    ExplorerOpt,
     JsonOpt,
     KeypairOpt,
     NotEnoughFunds,
@@ -133,6 +135,8 @@ def show(
     ] = None,
     url: UrlOpt = None,
     keypair: KeypairOpt = DEFAULT_KEYPAIR,
+    commitment: CommitmentOpt = None,
+    explorer: ExplorerOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
     """A provider's stake, bonds, unbonding, slashes and earnings."""
@@ -167,8 +171,8 @@ def show(
         }
 
         def table() -> Table:
-            t = Table("", "", title=f"provider {address}", show_header=False)
-            t.add_row("wallet", str(authority))
+            t = Table("", "", title=f"provider {s.link('address', address)}", show_header=False)
+            t.add_row("wallet", s.link("address", authority))
             for key in ("staked", "bonded", "free", "unbonding", "slashed", "earned", "stake_vault_balance"):
                 t.add_row(key.replace("_", " "), format_io(data[key]))
             if p.unbonding:
@@ -178,4 +182,4 @@ def show(
 
         s.show(data, table)
 
-    Session(url, keypair, json_output).run(command)
+    Session(url, keypair, json_output, commitment_flag=commitment, explorer_flag=explorer).run(command)

@@ -17,6 +17,8 @@ from gpunet.cli import clock
 from gpunet.cli.common import (
     DEFAULT_KEYPAIR,
     BadInput,
+    CommitmentOpt,
+    ExplorerOpt,
     JsonOpt,
     KeypairOpt,
     Session,
@@ -42,6 +44,8 @@ def balance(
     wallet: Annotated[str | None, typer.Argument(help="Any wallet (default: yours).")] = None,
     url: UrlOpt = None,
     keypair: KeypairOpt = DEFAULT_KEYPAIR,
+    commitment: CommitmentOpt = None,
+    explorer: ExplorerOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
     """A wallet's SOL, IO, stake (if it is a provider) and the escrow locked in its open leases."""
@@ -80,9 +84,9 @@ def balance(
         }
 
         def table() -> Table:
-            t = Table("", "", title=f"wallet {owner}", show_header=False)
+            t = Table("", "", title=f"wallet {s.link('address', owner)}", show_header=False)
             t.add_row("SOL", format_sol(lamports))
-            t.add_row("IO", format_io(io))
+            t.add_row("IO", f"{format_io(io)} (account {s.link('address', data['io_account'])})")
             if stake is None:
                 t.add_row("stake", "- (not a provider)")
             else:
@@ -100,7 +104,7 @@ def balance(
 
         s.show(data, table)
 
-    Session(url, keypair, json_output).run(command)
+    Session(url, keypair, json_output, commitment_flag=commitment, explorer_flag=explorer).run(command)
 
 
 def transfer(

@@ -12,6 +12,7 @@ every payment with its transaction, the conservation check and the audit.
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -19,7 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from solana.rpc.async_api import AsyncClient
@@ -31,6 +34,7 @@ from gpunet import instructions as ix
 from gpunet.accounts import fetch
 from gpunet.amounts import IO, format_io
 from gpunet.audit import audit_lease, audit_provider
+from gpunet.cli.links import Explorer, ExplorerError, explorer_for
 from gpunet.demo.processes import CoordinatorProcess, WorkerProcess
 from gpunet.history import transactions_of
 from gpunet.idl import PROGRAM_ID
@@ -49,6 +53,14 @@ MAX_PRICE = 540 * IO
 PERIOD = 3  # seconds per usage report: short, so the story takes a minute
 SUPPLIERS = (("ada", 2), ("bob", 2), ("cyd", 4))
 TRAIN = str(Path(__file__).with_name("train.py"))
+WIDTH = 80  # the demo's output reads in an 80-column terminal: titles and the summary fit it
+SECTIONS = (  # the titles of the story's sections, each drawn as a rule
+    "1. The admin initialises gpunet",
+    "2. Suppliers stake IO, register nodes and start their workers",
+    "3. A client leases 4 H100s as a 2-node cluster and gives it a job",
+    "4. The job runs; each period's signed usage is settled on chain",
+    "5. The lease ends: closed, last periods settled, escrow refunded",
+)
 
 
 @dataclass
@@ -77,6 +89,8 @@ class DemoResult:
     events_indexed_once: bool = False  # the coordinator's ledger holds every program event exactly once
     paid_by_supplier: dict[str, int] = field(default_factory=dict)
     slashed_by_supplier: dict[str, int] = field(default_factory=dict)
+    to_client_by_supplier: dict[str, int] = field(default_factory=dict)  # each one's slash paid to the client
+    compensated: int = 0  # the client's share of the slashes, as the lease account records it
 
     @property
     def ok(self) -> bool:
@@ -86,6 +100,31 @@ class DemoResult:
 def short(value: object) -> str:
     s = str(value)
     return f"{s[:8]}…{s[-4:]}"
+
+
+SUMMARY_COLUMNS = ("who", "GPU-s", "paid", "fees", "slashed", "to client", "refunded")
+
+
+def summary_table(lease: Pubkey, rows: list[tuple[str, ...]]) -> Table:
+    """What moved: one row per supplier (GPU-seconds, pay, fees, its slash and the client's share of
+    it) and the client's (the slash paid to it, its refund). Fits WIDTH columns; the transactions
+    are the next table's."""
+    table = Table(title=f"lease {short(lease)}: what moved", box=box.SIMPLE_HEAVY, pad_edge=False, show_edge=False)
+    for column in SUMMARY_COLUMNS:
+        table.add_column(column, justify="left" if column == "who" else "right", no_wrap=True)
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def transactions_table(rows: list[tuple[str, str, str]]) -> Table:
+    """Who, what, and the transaction that did it (short: the explorer has the rest)."""
+    table = Table(title="the transactions", box=box.SIMPLE_HEAVY, pad_edge=False, show_edge=False)
+    for column in ("who", "what", "transaction"):
+        table.add_column(column, no_wrap=True)
+    for row in rows:
+        table.add_row(*row)
+    return table
 
 
 class Demo:
@@ -100,14 +139,28 @@ class Demo:
         self.workdir, self.console = workdir, console or Console(soft_wrap=True)
         self.lease_seconds, self.restart_coordinator = lease_seconds, restart_coordinator
         self.suppliers: list[Supplier] = []
+        self.explorer: Explorer | None = None
 
     def say(self, text: str) -> None:
         self.console.print(text)
+
+    def _tx(self, signature: object) -> str:
+        """A transaction, short, linked to the explorer ($GPUNET_EXPLORER_URL, default the Solana
+        Explorer on this local node) where the terminal draws links."""
+        return self.explorer.link("tx", signature, short(signature)) if self.explorer else short(signature)
+
+    def _section(self, number: int) -> None:
+        self.console.rule(f"[bold]{SECTIONS[number - 1]}")
 
     async def run(self) -> DemoResult:
         node = LocalnetProcess(self.workdir / "localnet.log", slot_ms=100)
         with self.console.status("Starting gpunet-localnet…"):
             node.start()
+        try:  # the node's port is known once it runs
+            self.explorer = explorer_for(os.environ.get("GPUNET_EXPLORER_URL"), node.url, "GPUNET_EXPLORER_URL")
+        except ExplorerError as e:
+            self.say(f"[yellow]{escape(str(e))}: no explorer links[/]")
+            self.explorer = None
         self.say(f"[dim]gpunet-localnet on {node.url} (gpunet program: {program_build()}); logs in {self.workdir}[/]")
         coordinator: CoordinatorProcess | None = None
         try:
@@ -128,7 +181,7 @@ class Demo:
             self.say("[dim]everything stopped cleanly[/]")
 
     async def _initialise(self) -> None:
-        self.console.rule("[bold]1. The admin initialises gpunet")
+        self._section(1)
         self.market = await Market.create(
             self.chain, usage_period_seconds=PERIOD, min_stake_per_gpu=100 * IO, jail_seconds=600
         )
@@ -161,7 +214,7 @@ class Demo:
         return coordinator
 
     async def _suppliers(self, coordinator: CoordinatorProcess) -> None:
-        self.console.rule("[bold]2. Suppliers stake IO, register nodes and start their workers")
+        self._section(2)
         for name, gpus in SUPPLIERS:
             node_key = Keypair()
             inventory = SimulatedGpus.parse(f"H100:{gpus}:80", str(node_key.pubkey())).inventory()
@@ -189,7 +242,7 @@ class Demo:
         return sum(1 for w in items if w["online"] and w["simulated"]) >= count
 
     async def _lease(self, node: LocalnetProcess, coordinator: CoordinatorProcess) -> DemoResult:
-        self.console.rule("[bold]3. A client leases a 2-node cluster of 4 H100s and attaches a training job")
+        self._section(3)
         client = await self.market.client(100 * IO)
         lease = lease_pda(client.wallet.pubkey(), 1)
         result = DemoResult(lease)
@@ -211,7 +264,7 @@ class Demo:
             f"[dim]tx {short(view['placement']['signature'])}[/]"
         )
 
-        self.console.rule("[bold]4. The job runs; every period each node signs its usage and it is settled on chain")
+        self._section(4)
         await self._watch(coordinator, lease, result, names)
         await self._summary(lease, result, coordinator)
         return result
@@ -287,9 +340,10 @@ class Demo:
                     if state.get("status") == "closed":
                         break
                     await asyncio.sleep(0.5)
+        self._section(5)
         self.say(
-            "[bold]5. The lease reached its end: the coordinator closed it (its nodes freed, billing stopped at "
-            "the end), settled the last periods and finalized it (the rest of the escrow refunded)[/]"
+            "the lease reached its end: the coordinator closed it (its nodes freed, billing stopped at the end), "
+            "settled the last periods and finalized it (the rest of the escrow refunded)"
         )
 
     async def _restart(self, coordinator: CoordinatorProcess, progress: Progress) -> None:
@@ -308,37 +362,53 @@ class Demo:
             account.refunded,
         )
         txs = await transactions_of(self.chain, lease)
-        table = Table(title=f"lease {short(lease)} — what moved, with its transactions")
-        for column in ("who", "GPU-s", "paid", "fees", "slashed", "settlements"):
-            table.add_column(column, justify="left" if column in ("who", "settlements") else "right", no_wrap=True)
+        result.compensated = account.compensated
+        slashes = [
+            (tx.signature, e.data)
+            for tx in txs
+            for e in tx.events
+            if e.name == "ProviderSlashed" and str(e.data.lease) == str(lease)
+        ]
+        rows: list[tuple[str, ...]] = []
+        transactions: list[tuple[str, str, str]] = []
         for s in self.suppliers:
-            key = str(provider_pda(s.wallet.pubkey()))
+            key = provider_pda(s.wallet.pubkey())
             settled = [
                 (tx.signature, e.data)
                 for tx in txs
                 for e in tx.events
-                if e.name == "UsageSettled" and str(e.data.provider) == key
+                if e.name == "UsageSettled" and str(e.data.provider) == str(key)
             ]
-            slashed = (await fetch(self.chain, provider_pda(s.wallet.pubkey()), "Provider")).slashed
+            slashed = (await fetch(self.chain, key, "Provider")).slashed
+            mine = [(sig, d) for sig, d in slashes if str(d.provider) == str(key)]
             result.paid_by_supplier[s.name] = sum(d.payout for _, d in settled)
             result.slashed_by_supplier[s.name] = slashed
-            table.add_row(
-                s.name,
-                str(sum(d.gpu_seconds for _, d in settled)),
-                format_io(result.paid_by_supplier[s.name]),
-                format_io(sum(d.fee for _, d in settled)),
-                format_io(slashed),
-                f"{len(settled)}, last {short(settled[-1][0])}" if settled else "-",
+            result.to_client_by_supplier[s.name] = sum(d.to_client for _, d in mine)
+            rows.append(
+                (
+                    s.name,
+                    str(sum(d.gpu_seconds for _, d in settled)),
+                    format_io(result.paid_by_supplier[s.name]),
+                    format_io(sum(d.fee for _, d in settled)),
+                    format_io(slashed) if slashed else "-",
+                    format_io(result.to_client_by_supplier[s.name]) if mine else "-",
+                    "",
+                )
             )
+            if settled:
+                transactions.append((s.name, f"{len(settled)} settlements, the last", self._tx(settled[-1][0])))
+            transactions += [(s.name, f"slashed {format_io(d.amount)}", self._tx(sig)) for sig, d in mine]
 
         def sig(name: str) -> str:
-            return next((short(tx.signature) for tx in txs for e in tx.events if e.name == name), "-")
+            return next((self._tx(tx.signature) for tx in txs for e in tx.events if e.name == name), "-")
 
-        table.add_row("client", "", f"refund {format_io(result.refunded)}", "", "", f"close {sig('LeaseClosed')}")
-        self.console.print(table)
+        rows.append(("client", "", "", "", "", f"+{format_io(result.compensated)}", format_io(result.refunded)))
+        transactions += [("client", "close", sig("LeaseClosed")), ("client", "finalize", sig("LeaseFinalized"))]
+        self.console.print(summary_table(lease, rows))
+        self.console.print(transactions_table(transactions))
         self.say(
-            f"the close refunded what the last usage could not cost; the finalization ({sig('LeaseFinalized')}) "
-            "the rest, once the last periods were settled"
+            "the close refunded what the last usage could not cost; the finalization the rest, once the last "
+            "periods were settled; the slashed supplier's stake paid the client its share"
         )
         result.conserved = account.deposited == account.paid + account.fees + account.refunded
         self.say(

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
+import os
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -21,13 +24,21 @@ from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
 from coordinator.api import create_app
-from coordinator.api.work import work_routes
+from coordinator.api.work import FILES_CLOCK_SKEW_SECONDS, work_routes
 from coordinator.indexer.rpc import ChainRpc
 from coordinator.service import Coordinator
 from coordinator.settings import Settings
 from gpunet.jobs import job_logs
+from gpunet.keys import create_keypair_file
 from gpunet.localnet import free_ports
-from gpunet.protocol import JobSpec, job_message
+from gpunet.protocol import (
+    FILES_AT_HEADER,
+    FILES_SIGNATURE_HEADER,
+    CheckpointFile,
+    JobSpec,
+    files_message,
+    job_message,
+)
 
 from .chain import Cluster
 from .conftest import eventually
@@ -118,7 +129,9 @@ async def test_bad_job_submissions_are_refused_with_a_reason_and_store_nothing(a
         (http.post(url, json=_body(world, spec, per_node=3)), 400, "does not divide"),
         (http.post(f"/leases/{Keypair().pubkey()}/job", json=_body(world, spec)), 404, "not indexed"),
         (http.post("/leases/xyz/job", json=_body(world, spec)), 400, "not a base58 public key"),
-        (http.get("/quote", params={"gpu_count": 4}), 400, "max_price_per_gpu_hour is required"),
+        (http.get("/quote", params={"gpu_model": "H100"}), 400, "gpu_count is required"),
+        (http.get("/quote", params={"gpu_count": 2, "gpu_model": "H999"}), 400, "unknown GPU model 'H999'"),
+        (http.get("/quote", params={"gpu_count": 2, "region": "mars"}), 400, "unknown region 'mars'"),
         (http.get("/quote", params={"gpu_count": 0, "max_price_per_gpu_hour": 1}), 400, "gpu_count"),
     ]
     for request, status, message in cases:
@@ -144,6 +157,81 @@ async def test_bad_job_submissions_are_refused_with_a_reason_and_store_nothing(a
 
     quote = await eventually(quoted, what="a quote with the reason")
     assert quote["placeable"] is False
+
+
+async def test_quote_takes_names_and_lists_candidates_with_their_state_and_the_escrow(api) -> None:
+    http, world, _, coordinator = api
+    keys = [str(k.pubkey()) for _, k in world.nodes]  # two H100 nodes of 2 GPUs in us-east, offline
+    terms = {"gpu_count": 2, "gpu_model": "H100", "region": "us-east", "duration_seconds": 7200}
+
+    async def listed() -> dict | None:
+        quote = (await http.get("/quote", params=terms)).json()
+        return quote if len(quote.get("candidates", [])) == 2 else None
+
+    offline = await eventually(listed, what="both nodes quoted")
+    assert offline["terms"]["gpu_model"] == "H100" and offline["terms"]["region"] == "us-east"
+    assert offline["placeable"] is False and "offline" in offline["reason"]
+    assert {c["node_key"] for c in offline["candidates"]} == set(keys)
+    for c in offline["candidates"]:
+        assert (c["gpu_model"], c["region"], c["online"], c["chosen_gpus"]) == ("H100", "us-east", False, 0)
+        assert c["price_per_gpu_hour"] == Cluster.PRICE and c["reliability"] == 0.9 and c["free_gpus"] == 2
+    # no maximum price and nothing placeable: nothing to size the escrow at
+    assert offline["escrow"]["needed"] is None
+    # codes are still taken; the answer names them
+    by_code = (await http.get("/quote", params={**terms, "gpu_model": "1", "region": "1"})).json()
+    assert by_code["terms"]["gpu_model"] == "H100" and by_code["candidates"] == offline["candidates"]
+    # another model or region matches nothing
+    assert (await http.get("/quote", params={**terms, "region": "eu-west"})).json()["candidates"] == []
+
+    for key in keys:  # the workers connect
+        coordinator.fleet.connected(Pubkey.from_string(key), simulated=True)
+        coordinator.fleet.heartbeat(Pubkey.from_string(key), healthy=True)
+
+    async def placeable() -> dict | None:
+        quote = (await http.get("/quote", params=terms)).json()
+        return quote if quote["placeable"] else None
+
+    online = await eventually(placeable, what="a placeable quote")
+    assert [c["online"] for c in online["candidates"]] == [True, True]
+    assert sorted(c["chosen_gpus"] for c in online["candidates"]) == [0, 2]
+    assert online["candidates"][0]["chosen_gpus"] == 2  # the chosen node first
+    # sized at the dearest chosen node's price, for 2 h
+    assert online["escrow"] == {
+        "duration_seconds": 7200,
+        "max_price_per_gpu_hour": Cluster.PRICE,
+        "needed": 2 * 2 * Cluster.PRICE,
+        "cost_at_quoted_prices": 2 * 2 * Cluster.PRICE,
+    }
+    mine = (await http.get("/quote", params={**terms, "max_price_per_gpu_hour": 5 * Cluster.PRICE})).json()
+    assert mine["escrow"]["needed"] == 2 * 2 * 5 * Cluster.PRICE and mine["escrow"]["max_price_per_gpu_hour"] == (
+        5 * Cluster.PRICE
+    )
+    assert (await http.get("/quote", params={**terms, "max_price_per_gpu_hour": 1})).json()["placeable"] is False
+
+    # the command prints the table, the escrow and the command that opens the lease
+    url = str(http.base_url)
+    proc = await asyncio.create_subprocess_exec(
+        str(GPUNET),
+        "quote",
+        *("--gpu", "h100", "--count", "2", "--region", "us-east", "--duration", "2h", "--coordinator", url),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        env={**os.environ, "COLUMNS": "250"},
+    )
+    out = (await asyncio.wait_for(proc.communicate(), 60))[0].decode()
+    assert proc.returncode == 0, out
+    assert all(key in out for key in keys) and "us-east" in out and "90%" in out and "online" in out
+    price = Cluster.PRICE / 10**6
+    assert f"escrow needed for 2h00m: {4 * price:g} IO" in out
+    assert f"gpunet lease open --gpu H100 --count 2 --region us-east --max-price {price:g} --duration 2h" in out
+    proc = await asyncio.create_subprocess_exec(
+        str(GPUNET),
+        "quote",
+        *("--count", "2", "--duration", "1h", "--max-price", "10", "--json", "--coordinator", url),
+        stdout=asyncio.subprocess.PIPE,
+    )
+    printed = json.loads((await asyncio.wait_for(proc.communicate(), 60))[0])
+    assert printed["terms"]["gpu_model"] == "any" and printed["escrow"]["needed"] == 2 * 10 * 10**6
 
 
 async def test_one_job_at_a_time_the_next_once_the_current_one_ended_on_every_node(placed_api) -> None:
@@ -222,7 +310,7 @@ def _fuzz(base: str) -> None:
     schema = schemathesis.openapi.from_url(f"{base}/openapi.json")
     for result in schema.get_all_operations():
         operation = result.ok()
-        if operation.path not in ("/leases/{key}/job", "/quote", "/workers"):
+        if operation.path not in ("/leases/{key}/job", "/leases/{key}/files", "/quote", "/workers"):
             continue  # the ledger routes have their own run in test_api
 
         @hypothesis_settings(max_examples=25, deadline=None, database=None, suppress_health_check=list(HealthCheck))
@@ -326,3 +414,165 @@ async def test_logs_page_and_follow_and_status_shows_the_latest_lines(placed_api
     assert code == 0 and [line.split(maxsplit=2)[2] for line in printed.splitlines()] == ["step 301", "done"]
     bad, message = await gpunet("logs", "not-a-lease")
     assert bad == 2 and "lease address" in message
+
+
+async def _event(pool, lease: str, node: str, kind: str, text: str) -> None:
+    """As a worker's log line ('log') or job status ('status') is recorded."""
+    async with pool.acquire() as conn:
+        if kind == "log":
+            await conn.execute(
+                "INSERT INTO job_events (lease, node_key, kind, stream, line) VALUES ($1, $2, 'log', 'stdout', $3)",
+                lease,
+                node,
+                text,
+            )
+        else:
+            await conn.execute(
+                "INSERT INTO job_events (lease, node_key, kind, state) VALUES ($1, $2, 'status', $3)", lease, node, text
+            )
+
+
+async def test_status_follow_prints_new_lines_and_state_changes_until_the_job_ends(placed_api) -> None:
+    http, world, pool, _ = placed_api
+    lease = str(world.lease)
+    nodes = [str(k.pubkey()) for _, k in world.nodes]
+    assert (await http.post(f"/leases/{lease}/job", json=_body(world, JobSpec(command=["train"])))).status_code == 201
+    await _event(pool, lease, nodes[0], "status", "running")
+    await _event(pool, lease, nodes[0], "log", "epoch 0")
+
+    async def follow(*extra: str) -> tuple[int, str]:
+        proc = await asyncio.create_subprocess_exec(
+            str(GPUNET),
+            *("lease", "status", lease, "--follow", "--coordinator", str(http.base_url), *extra),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            env={**os.environ, "COLUMNS": "250"},
+        )
+        out, _ = await asyncio.wait_for(proc.communicate(), 60)
+        return proc.returncode, out.decode()
+
+    followed = asyncio.create_task(follow())
+    as_json = asyncio.create_task(follow("--json"))
+    await asyncio.sleep(3)
+    assert not followed.done() and not as_json.done(), "a running job is followed"
+    await _event(pool, lease, nodes[1], "status", "running")
+    await _event(pool, lease, nodes[0], "log", "epoch 1 [not markup]")
+    await asyncio.sleep(2)
+    assert not followed.done(), "node 1 still runs"
+    await _event(pool, lease, nodes[0], "status", "succeeded")
+    await _event(pool, lease, nodes[1], "log", "saved")
+    await _event(pool, lease, nodes[1], "status", "succeeded")
+    code, out = await asyncio.wait_for(followed, 30)
+    assert code == 0, out
+    assert "epoch 0" in out  # the status first
+    assert f"node {nodes[1]}: running" in out and "epoch 1 [not markup]" in out
+    assert f"node {nodes[0]}: running -> succeeded" in out and f"node {nodes[1]}: running -> succeeded" in out
+    assert out.index("epoch 1") < out.index("saved") and out.rstrip().endswith("job 1 ended: succeeded")
+    assert out.count("epoch 0") == 1  # each line once
+    code, out = await asyncio.wait_for(as_json, 30)
+    objects = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and objects[0]["job_number"] == 1 and [line["line"] for line in objects[0]["logs"]] == ["epoch 0"]
+    assert [o["line"] for o in objects[1:] if "line" in o] == ["epoch 1 [not markup]", "saved"]
+    changes = [(o["node_key"], o["was"], o["state"]) for o in objects if o.get("event") == "node"]
+    assert changes[0] == (nodes[1], None, "running")  # in the order they came; the last two in one poll maybe
+    assert sorted(changes[1:]) == sorted([(nodes[0], "running", "succeeded"), (nodes[1], "running", "succeeded")])
+
+    # a job that has ended: the status, then at once the end
+    code, out = await follow()
+    assert code == 0 and out.rstrip().endswith("job 1 ended: succeeded") and "saved" in out
+
+
+def _signed_files(lease: Pubkey, signer: Keypair, at: int | None = None) -> dict[str, str]:
+    at = time.time_ns() // 1_000_000 if at is None else at  # unix milliseconds
+    return {FILES_AT_HEADER: str(at), FILES_SIGNATURE_HEADER: str(signer.sign_message(files_message(lease, at)))}
+
+
+async def test_the_latest_checkpoint_is_read_by_the_lease_client_alone_and_downloaded(api, tmp_path) -> None:
+    http, world, pool, _ = api
+    lease, url = world.lease, f"/leases/{world.lease}/files"
+    client = world.client_wallet
+    fresh = _signed_files(lease, client)
+    refused = [
+        ({}, 401, "sign the request with the lease client's wallet"),
+        ({**fresh, FILES_AT_HEADER: "soon"}, 400, "is not an integer"),
+        ({**fresh, FILES_SIGNATURE_HEADER: "nope"}, 400, "not a base58 Ed25519 signature"),
+        (_signed_files(lease, Keypair()), 401, "not the lease client's"),  # anyone else
+        (_signed_files(Pubkey.default(), client), 401, "not the lease client's"),  # signed for another lease
+        ({**fresh, FILES_AT_HEADER: str(int(fresh[FILES_AT_HEADER]) + 1)}, 401, "not the lease client's"),  # time
+        (
+            _signed_files(lease, client, time.time_ns() // 1_000_000 - (FILES_CLOCK_SKEW_SECONDS + 5) * 1000),
+            401,
+            "stale or replayed",
+        ),
+    ]
+    for headers, status, message in refused:
+        response = await http.get(url, headers=headers)
+        assert response.status_code == status and message in response.json()["error"], response.text
+    other = await http.get(f"/leases/{Keypair().pubkey()}/files", headers=_signed_files(lease, client))
+    assert other.status_code == 404 and "not indexed" in other.json()["error"]
+
+    none = await http.get(url, headers=fresh)
+    assert none.status_code == 404 and "has no checkpoint yet" in none.json()["error"]
+    replayed = await http.get(url, headers=fresh)  # the same signature again
+    assert replayed.status_code == 401 and "stale or replayed" in replayed.json()["error"]
+
+    node = str(world.nodes[0][1].pubkey())
+    files = [CheckpointFile.of("model.pt", b"\x00weights\xff"), CheckpointFile.of("logs/step.txt", b"step 42\n")]
+    async with pool.acquire() as conn:  # as the dispatch loop records a worker's checkpoint
+        await conn.execute(
+            "INSERT INTO checkpoints (lease, node_key, files) VALUES ($1, $2, $3)",
+            str(lease),
+            node,
+            json.dumps([f.model_dump() for f in files]),
+        )
+    got = await http.get(url, headers=_signed_files(lease, client))
+    assert got.status_code == 200, got.text
+    assert got.json()["node_key"] == node and got.json()["files"] == [f.model_dump() for f in files]
+    stranger = await http.get(url, headers=_signed_files(lease, Keypair()))
+    assert stranger.status_code == 401  # still the client's alone once there is something to read
+
+    # the command signs, checks each file's sha256 and writes them under --out
+    wallet, other_wallet = tmp_path / "client.json", tmp_path / "other.json"
+    create_keypair_file(wallet, client)
+    create_keypair_file(other_wallet, Keypair())
+
+    async def gpunet(*args: str) -> tuple[int, str]:
+        proc = await asyncio.create_subprocess_exec(
+            str(GPUNET),
+            *args,
+            "--coordinator",
+            str(http.base_url),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            env={**os.environ, "COLUMNS": "250"},
+        )
+        out, _ = await asyncio.wait_for(proc.communicate(), 60)
+        return proc.returncode, out.decode()
+
+    out_dir = tmp_path / "out"
+    code, printed = await gpunet("lease", "files", str(lease), "--out", str(out_dir), "-k", str(wallet))
+    assert code == 0, printed
+    assert (out_dir / "model.pt").read_bytes() == b"\x00weights\xff"
+    assert (out_dir / "logs" / "step.txt").read_bytes() == b"step 42\n"
+    assert "model.pt" in printed and node in printed
+    code, printed = await gpunet("lease", "files", str(lease), "--out", str(tmp_path / "no"), "-k", str(other_wallet))
+    assert code == 1 and "(401)" in printed and "not the lease client's" in printed
+    assert not (tmp_path / "no").exists()
+
+    # a job's inputs: given as [PATH=]URL#SHA256, signed and stored with the job
+    digest = hashlib.sha256(b"data").hexdigest()
+    code, printed = await gpunet(
+        *("lease", "job", str(lease), "--command", "python train.py", "--gpus-per-node", "2", "-k", str(wallet)),
+        *(
+            "--input",
+            f"https://example.com/d/train.csv#{digest}",
+            "--input",
+            f"cfg/a.yaml=http://h:8000/x?y=1#{digest}",
+        ),
+    )
+    assert code == 0, printed
+    job = (await http.get(f"/leases/{lease}/job")).json()["job"]
+    assert job["inputs"] == [
+        {"path": "train.csv", "url": "https://example.com/d/train.csv", "sha256": digest},
+        {"path": "cfg/a.yaml", "url": "http://h:8000/x?y=1", "sha256": digest},
+    ]

@@ -8,6 +8,7 @@ import io
 import pytest
 from rich.console import Console
 
+from gpunet.amounts import format_io
 from gpunet.demo.story import Demo
 
 
@@ -29,6 +30,11 @@ async def test_the_whole_story_with_a_lost_worker_and_a_coordinator_restart(
     assert result.deposited == result.paid + result.fees + result.refunded and result.refunded > 0
     assert sum(result.paid_by_supplier.values()) == result.paid
     assert result.paid_by_supplier[result.moved_to] > 0 and result.slashed_by_supplier[result.killed] > 0
+    # The client's share of the slash: on chain (the lease's compensation), per supplier, and in the summary.
+    assert result.compensated > 0 and result.to_client_by_supplier[result.killed] == result.compensated
+    assert sum(result.to_client_by_supplier.values()) == result.compensated
+    client_row = next(line for line in transcript.splitlines() if line.startswith("client "))
+    assert f"+{format_io(result.compensated)}" in client_row and format_io(result.refunded) in client_row
     # Every settlement auditable from the chain, and the ledger lost no event across the restart.
     assert result.audits_ok and result.events_indexed_once and result.events_on_chain > 20
     assert result.ok
