@@ -101,16 +101,24 @@ class Settings(BaseSettings):
     )
 
     # --- GPU verification (gpunet.verification; README, "Verified supply")
-    # A verification holds this long (recorded on chain as valid-until); nodes are verified again
-    # before it runs out, jittered so they do not all come at once, and after any inventory change.
-    verify_every_seconds: float = Field(default=86_400.0, gt=0)
-    # How long a challenge takes at the claimed model's speed: real GPUs, simulated ones.
-    verify_seconds: float = Field(default=8.0, gt=0, le=600)
-    verify_simulated_seconds: float = Field(default=1.5, gt=0, le=600)
-    # Slash (fault FailedVerification, which jails the node) a node that fails a challenge it took:
-    # a missed deadline or a wrong result. A refused challenge or an inventory that differs from the
-    # registration only leaves the node unverified.
-    slash_failed_verification: bool = True
+    verify_every_seconds: float = Field(
+        default=86_400.0,
+        gt=0,
+        description="a verification holds this long (valid-until on chain, at most the config's maximum); nodes "
+        "are verified again before it runs out (jittered), and after any inventory change",
+    )
+    verify_seconds: float = Field(
+        default=8.0, gt=0, le=600, description="how long a challenge takes a real GPU at its registered model's speed"
+    )
+    verify_simulated_seconds: float = Field(
+        default=1.5, gt=0, le=600, description="the same for simulated GPUs (at their model's simulated speed)"
+    )
+    slash_failed_verification: bool = Field(
+        default=True,
+        description="slash (fault FailedVerification, which jails) a node that fails a challenge it took or "
+        "refuses a share it could never take; a refused challenge or a differing inventory only leaves it "
+        "unverified",
+    )
 
     @field_validator("program_id")
     @classmethod

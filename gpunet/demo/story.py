@@ -56,7 +56,7 @@ TRAIN = str(Path(__file__).with_name("train.py"))
 WIDTH = 80  # the demo's output reads in an 80-column terminal: titles and the summary fit it
 SECTIONS = (  # the titles of the story's sections, each drawn as a rule
     "1. The admin initialises gpunet",
-    "2. Suppliers stake IO, register nodes and start their workers",
+    "2. Suppliers stake, register nodes, start workers; their GPUs are verified",
     "3. A client leases 4 H100s as a 2-node cluster and gives it a job",
     "4. The job runs; each period's signed usage is settled on chain",
     "5. The lease ends: closed, last periods settled, escrow refunded",
@@ -183,12 +183,17 @@ class Demo:
     async def _initialise(self) -> None:
         self._section(1)
         self.market = await Market.create(
-            self.chain, usage_period_seconds=PERIOD, min_stake_per_gpu=100 * IO, jail_seconds=600
+            self.chain,
+            usage_period_seconds=PERIOD,
+            min_stake_per_gpu=100 * IO,
+            jail_seconds=600,
+            min_verification_tier=ix.TIER_SIMULATED,  # leases only on nodes whose GPUs passed verification
         )
         self.admin, self.mint = self.market.admin, self.market.mint
         self.say(
             f"IO mint {self.mint}; fee 5%; min stake {format_io(100 * IO)}/GPU; usage period {PERIOD} s; "
-            f"the coordinator's key {short(self.admin.pubkey())} is the attester"
+            f"the coordinator's key {short(self.admin.pubkey())} is the attester; leases go only to "
+            "nodes whose GPUs passed verification"
         )
 
     async def _start_coordinator(self, node: LocalnetProcess) -> CoordinatorProcess:
@@ -235,6 +240,19 @@ class Demo:
         with self.console.status("Waiting for the three workers to prove their node keys…"):
             await self._until(lambda: self._workers_online(coordinator, 3), 90, "three workers online")
         self.say("three workers connected and heartbeating (each labelled simulated)")
+        with self.console.status("The coordinator challenges each GPU to prove H100 speed (simulated)…"):
+            until = await self._until(self._verified, 120, "every node verified")
+        self.say(
+            f"every node's GPUs passed their challenges: verified on chain (tier 1, simulated) until "
+            f"{time.strftime('%H:%M', time.localtime(until))}; evidence: gpunet node verifications NODE"
+        )
+
+    async def _verified(self) -> int | None:
+        """The earliest end of the suppliers' verifications, once every node is verified."""
+        nodes = [await fetch(self.chain, node_pda(s.node_key.pubkey()), "Node") for s in self.suppliers]
+        if all(n.verification_tier >= ix.TIER_SIMULATED and n.verified_until > time.time() for n in nodes):
+            return min(int(n.verified_until) for n in nodes)
+        return None
 
     async def _workers_online(self, coordinator: CoordinatorProcess, count: int) -> bool:
         async with httpx.AsyncClient(timeout=5) as http:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import time
 from typing import Any
 
 import httpx
@@ -23,7 +25,14 @@ from coordinator.indexer.rpc import ChainRpc
 from coordinator.service import Coordinator
 from coordinator.settings import Settings
 from gpunet.localnet import free_ports
-from gpunet.protocol import JobSpec, job_message
+from gpunet.protocol import (
+    FILES_AT_HEADER,
+    FILES_SIGNATURE_HEADER,
+    CheckpointFile,
+    JobSpec,
+    files_message,
+    job_message,
+)
 from gpunet.testbed import Market
 
 from .conftest import eventually
@@ -120,6 +129,20 @@ async def test_every_answer_holds_to_the_documented_schema(served, pool) -> None
         await verifications.record(conn, challenge)
         await verifications.record(conn, Verdict(bob.node_key.pubkey(), "H100", True, "unfit", "its GPUs differ"))
 
+    # The waiting lease's latest checkpoint, read by its client (a signed GET) and refused unsigned.
+    async with pool.acquire() as conn:
+        await conn.execute(
+            "INSERT INTO checkpoints (lease, node_key, files) VALUES ($1, $2, $3)",
+            waiting, str(bob.node_key.pubkey()), json.dumps([CheckpointFile.of("step", b"7").model_dump()]),
+        )  # fmt: skip
+    at = int(time.time() * 1000)
+    signed = {FILES_AT_HEADER: str(at), FILES_SIGNATURE_HEADER: str(client.wallet.sign_message(
+        files_message(extra["lease"], at)))}  # fmt: skip
+    files = await http.get(f"/leases/{waiting}/files", headers=signed)
+    assert files.status_code == 200, files.text
+    _check(doc, "/leases/{key}/files", "get", files)
+    _check(doc, "/leases/{key}/files", "get", await http.get(f"/leases/{waiting}/files"))
+
     stranger = str(Keypair().pubkey())
     requests: list[tuple[str, str, dict[str, Any], int]] = [  # (document path, URL, query, expected status)
         ("/health", "/health", {}, 200),
@@ -155,7 +178,7 @@ async def test_every_answer_holds_to_the_documented_schema(served, pool) -> None
         if path in _PAGES and status == 200:
             assert response.json()["items"], f"{path} served no rows: its row schema went unchecked"
 
-    exercised = {path for path, *_ in requests}
+    exercised = {path for path, *_ in requests} | {"/leases/{key}/files"}
     gets = {path for path, operations in doc["paths"].items() if "get" in operations}
     assert gets <= exercised, f"GET routes no answer of which is checked: {sorted(gets - exercised)}"
 
@@ -164,7 +187,7 @@ async def test_required_parameters_are_marked_required(served) -> None:
     http, _, _ = served
     doc = (await http.get("/openapi.json")).json()
     quote = {p["name"]: p["required"] for p in doc["paths"]["/quote"]["get"]["parameters"]}
-    assert quote["gpu_count"] and quote["max_price_per_gpu_hour"]
+    assert quote["gpu_count"] and not quote["max_price_per_gpu_hour"]  # without one, no ceiling
     assert not quote["gpu_model"] and not quote["region"]
     for path, operations in doc["paths"].items():
         for operation in operations.values():

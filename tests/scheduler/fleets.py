@@ -107,6 +107,7 @@ def node_views(draw: st.DrawFn, name: str) -> NodeView:
         provider_bonded=bonded,
         jailed=draw(st.integers(0, 3)) == 0,
         draining=draw(st.integers(0, 4)) == 0,
+        verified=draw(st.integers(0, 5)) > 0,
         online=draw(st.integers(0, 4)) > 0,
         healthy=draw(st.integers(0, 6)) > 0,
         simulated=draw(st.booleans()),
@@ -150,6 +151,7 @@ def qualifies(view: NodeView, req: LeaseRequest, accept_simulated: bool = True) 
         and view.healthy
         and not view.jailed
         and not view.draining
+        and view.verified
         and view.provider_staked >= view.provider_bonded
         and (accept_simulated or not view.simulated)
         and t.gpu_model in (0, view.gpu_model)

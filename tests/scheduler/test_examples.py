@@ -194,3 +194,14 @@ def test_a_draining_node_gets_no_new_share_and_undraining_restores_it() -> None:
     moved = scheduler.replace("lease-1", "b-control")
     assert isinstance(moved, Placement) and moved.node_keys == ("a-draining",)
     scheduler.check_consistency()
+
+
+def test_a_node_not_verified_gets_no_share_and_the_reason_says_so() -> None:
+    scheduler = scheduler_of([node("a-unverified", verified=False), node("b-control")])
+    assert placed(scheduler.place(request(gpus=8))) == [("b-control", 8)]
+    assert refused(scheduler.place(request(gpus=16))).endswith(
+        "1 not verified; 1 qualifies with 8 free GPUs in all, 8 on the best 8 nodes"
+    )
+    scheduler.update_node("a-unverified", verified=True)  # its GPUs proved what was registered
+    assert placed(scheduler.place(request(gpus=16))) == [("a-unverified", 8), ("b-control", 8)]
+    scheduler.check_consistency()

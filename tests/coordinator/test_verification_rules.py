@@ -1,0 +1,121 @@
+"""GPU verification's rules about identity and refusals, on a real chain and database with the
+worker's real prover answering in process (the gateway's send side is replaced: a fake at that
+boundary only): one GPU counts once — a GPU claimed by two nodes leaves both unfit, the fault
+recorded, while a node with its own GPUs is verified (the control); and a node that refuses a
+share it could never take fails verification at once: the fault is recorded, it is slashed (so
+jailed) and its share queued to move."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from solders.pubkey import Pubkey
+
+from coordinator.service import Coordinator
+from coordinator.settings import Settings
+from gpunet import instructions as ix
+from gpunet.accounts import fetch
+from gpunet.pda import node_pda
+from gpunet.protocol import Ack, GpuInfo, Inventory, Verify, VerifyOpen
+from gpunet.testbed import Market
+from worker.verify import Prover
+
+from .conftest import eventually
+
+
+def _inventory(*uuids: str) -> Inventory:
+    gpus = [
+        GpuInfo(index=i, uuid=u, name="Simulated H100", model="H100", vram_mib=81920, compute_capability="0.0",
+                pcie_gen=0, pcie_width=0, power_limit_w=0)
+        for i, u in enumerate(uuids)
+    ]  # fmt: skip
+    return Inventory(driver_version="simulated", cuda_version="simulated", simulated=True, gpus=gpus)
+
+
+class _Link:
+    """The gateway's send side, each node's challenges answered by a real prover over its inventory."""
+
+    def __init__(self, coordinator: Coordinator, inventories: dict[Pubkey, Inventory]) -> None:
+        self.verification = coordinator.verification
+        self.provers = {key: Prover(inventory) for key, inventory in inventories.items()}
+        self.sent: list[tuple[Pubkey, Any]] = []
+
+    def online(self, node_key: Pubkey) -> bool:
+        return node_key in self.provers
+
+    def latency_ms(self, node_key: Pubkey) -> float | None:
+        return None
+
+    def host(self, node_key: Pubkey) -> str:
+        return "127.0.0.1"
+
+    async def send(self, node_key: Pubkey, message: Any) -> None:
+        self.sent.append((node_key, message))
+        if isinstance(message, Verify):
+            self.verification.committed(node_key, await self.provers[node_key].commit(message, True))
+        elif isinstance(message, VerifyOpen):
+            self.verification.opened(node_key, self.provers[node_key].open(message, True))
+
+
+async def _verdicts(pool, key: Pubkey) -> list[str]:
+    async with pool.acquire() as conn:
+        return [r["verdict"] for r in await conn.fetch("SELECT verdict FROM verifications WHERE node_key = $1 "
+                                                       "ORDER BY id", str(key))]  # fmt: skip
+
+
+async def test_one_gpu_counts_once_and_a_refused_share_fails_verification(node, chain, database_url, pool) -> None:
+    market = await Market.create(chain)
+    inventories = [_inventory("GPU-a", "GPU-b"), _inventory("GPU-a", "GPU-c"), _inventory("GPU-d", "GPU-e")]
+    first, second, own = [await market.supplier(2, inventory_hash=inv.hash()) for inv in inventories]
+    keys = [s.node_key.pubkey() for s in (first, second, own)]
+    settings = Settings(rpc_url=node.url, ws_url=node.ws_url, database_url=database_url,
+                        verify_simulated_seconds=0.2)  # fmt: skip
+    coordinator = Coordinator(settings, pool, market.admin)  # not started: only its verification runs
+    link = _Link(coordinator, dict(zip(keys, inventories, strict=True)))
+    coordinator.verification.link = link
+    verification, shared = coordinator.verification, coordinator.shared
+    try:
+
+        async def judged(key: Pubkey) -> list[str]:
+            """The node's verdicts, once its verification has ended (it is then due again later)."""
+            await verification.step()
+            return await _verdicts(pool, key) if verification.due[key] > time.time() else []
+
+        async def connects(i: int) -> None:  # one at a time: who claims a GPU first is then known
+            verification.connected(keys[i], inventories[i])
+
+        # The first node claims GPU-a first and is verified; then the second claims it too.
+        await connects(0)
+        assert await eventually(lambda: judged(keys[0]), what="the first node judged") == ["passed", "passed"]
+        assert (await fetch(chain, node_pda(keys[0]), "Node")).verification_tier == ix.TIER_SIMULATED
+        await connects(1)
+        assert await eventually(lambda: judged(keys[1]), what="the second node judged") == ["unfit"]
+        assert "GPU-a" in shared.unfit[keys[1]] and "GPU-a" in shared.unfit[keys[0]]  # both, until resolved
+        async with pool.acquire() as conn:
+            fault = await conn.fetchrow("SELECT * FROM faults WHERE node_key = $1", str(keys[1]))
+        assert fault["kind"] == "DuplicateGpu" and fault["slash_signature"] is None  # recorded, not slashed
+        # The control: a node with its own GPUs is verified.
+        await connects(2)
+        assert await eventually(lambda: judged(keys[2]), what="the third node judged") == ["passed", "passed"]
+        assert keys[2] not in shared.unfit
+
+        # The third node then refuses a share it could never take: a failed verification at once.
+        client = await market.client()
+        lease = await market.open_lease(client, 1, gpus=2)
+        await market.assign(lease, [(own, 2)])
+        refusal = Ack(simulated=True, of="dispatch", lease=str(lease), error="2 GPUs asked for, 0 free", unable=True)
+        await coordinator.workers.worker_ack(keys[2], refusal)
+        assert keys[2] in shared.failovers[str(lease)] and "refused its share" in shared.unfit[keys[2]]
+        async with pool.acquire() as conn:
+            fault = await conn.fetchrow("SELECT * FROM faults WHERE node_key = $1", str(keys[2]))
+        assert (fault["kind"], fault["lease"]) == ("FailedVerification", str(lease)) and fault["slash_signature"]
+        slashed = await fetch(chain, node_pda(keys[2]), "Node")
+        assert slashed.jailed and slashed.verification_tier == 0  # a failed verification clears the last pass
+
+        # A refusal that says nothing of the node's means (a later job while one runs) is no fault.
+        await coordinator.workers.worker_ack(keys[0], Ack(simulated=True, of="dispatch", lease=str(lease),
+                                                          error="job 2 may start once job 1 has ended"))  # fmt: skip
+        assert keys[0] not in {k for nodes in shared.failovers.values() for k in nodes}
+    finally:
+        await coordinator.chain.close()
