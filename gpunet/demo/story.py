@@ -244,7 +244,7 @@ class Demo:
             until = await self._until(self._verified, 120, "every node verified")
         self.say(
             f"every node's GPUs passed their challenges: verified on chain (tier 1, simulated) until "
-            f"{time.strftime('%H:%M', time.localtime(until))}; evidence: gpunet node verifications NODE"
+            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(until))}; evidence: gpunet node verifications NODE"
         )
 
     async def _verified(self) -> int | None:
