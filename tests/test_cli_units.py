@@ -7,6 +7,7 @@ import pytest
 from gpunet.amounts import AmountError, escrow_for, format_io, parse_io
 from gpunet.cli import clock
 from gpunet.cli.common import BadInput, duration_arg
+from gpunet.cli.node import verification_label
 from gpunet.cli.wallet import format_sol
 from gpunet.cluster import ClusterError, resolve_cluster
 
@@ -97,3 +98,14 @@ def test_durations_are_shown_in_two_units(seconds, text) -> None:
 def test_a_moment_is_a_utc_date_and_how_far_off_it_is() -> None:
     assert clock.until(1_800_000_000, now=1_800_000_000 - 5400) == "2027-01-15 08:00:00 UTC (in 1h30m)"
     assert clock.until(1_800_000_000, now=1_800_000_000 + 125) == "2027-01-15 08:00:00 UTC (2m05s ago)"
+
+
+def test_a_node_s_verification_reads_as_its_tier_and_how_long_it_holds() -> None:
+    now = 1_800_000_000
+    assert verification_label({"verification_tier": 0, "verified_until": 0}, now) == "unverified"
+    assert verification_label({"verification_tier": 2, "verified_until": now + 5400}, now) == (
+        "GPU until 2027-01-15 09:30:00 UTC (in 1h30m)"
+    )
+    assert verification_label({"verification_tier": 1, "verified_until": now - 60}, now) == (
+        "simulated, expired 2027-01-15 07:59:00 UTC"
+    )

@@ -51,6 +51,7 @@ log = logging.getLogger("gpunet.coordinator.verification")
 SIMULATED_TIER = 1  # the reference path on simulated GPUs (clusters that accept simulated nodes)
 VERIFIED_TIER = 2  # compute challenges passed on real GPUs
 OPEN_TIMEOUT_SECONDS = 30.0  # for the openings, once committed (they cost the prover little)
+SPOT_CHECKS = 0.25  # the share of verifications that come at a random, earlier time
 RETRY_SECONDS = 300.0  # a node left unverified (refused, unfit, failed) is looked at again after this
 
 
@@ -153,9 +154,16 @@ class Verification:
             verdict = "an error (logged)"
         finally:
             self._running.pop(node_key, None)
-        self.due[node_key] = time.time() + (
-            self.settings.verify_every_seconds * random.uniform(0.8, 0.9) if verdict is None else RETRY_SECONDS
-        )
+        self.due[node_key] = time.time() + (self._next_check() if verdict is None else RETRY_SECONDS)
+
+    def _next_check(self) -> float:
+        """Seconds until a verified node is checked again: before its verification runs out (jittered,
+        so nodes do not all come at once), or, as a random spot check, any time before that: a node
+        cannot count on being left alone until then."""
+        period = self.settings.verify_every_seconds
+        if random.random() < SPOT_CHECKS:
+            return period * random.uniform(0.05, 0.8)
+        return period * random.uniform(0.8, 0.9)
 
     async def _judge(self, node_key: NodeKey) -> str | None:
         """Verifies the node; None when it passed, else why not (recorded, and acted on)."""

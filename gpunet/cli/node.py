@@ -79,7 +79,23 @@ def node_row(address: Any, n: Any) -> dict[str, Any]:
         "jailed": n.jailed,
         "jail_ends_at": n.jail_ends_at,
         "draining": n.draining,
+        "verification_tier": n.verification_tier,
+        "verified_until": n.verified_until,
     }
+
+
+_TIERS = {ix.TIER_SIMULATED: "simulated", ix.TIER_GPU: "GPU", ix.TIER_CONFIDENTIAL: "confidential"}
+
+
+def verification_label(row: dict[str, Any], now: float | None = None) -> str:
+    """'GPU until 2026-12-02 01:00:00 UTC (in 23h59m)', 'expired 2026-...', or 'unverified'."""
+    if not row["verification_tier"]:
+        return "unverified"
+    tier = _TIERS.get(row["verification_tier"], str(row["verification_tier"]))
+    now = time.time() if now is None else now
+    if row["verified_until"] <= now:
+        return f"{tier}, expired {clock.at(row['verified_until'])}"
+    return f"{tier} until {clock.until(row['verified_until'], now)}"
 
 
 @app.command("register")
@@ -290,6 +306,7 @@ def list_nodes(
                 "region",
                 "price/GPU-h",
                 "state",
+                "verified",
                 title=f"{len(rows)} nodes" + (f" of {of.describe()}" if of else ""),
             )
             for r in rows:
@@ -301,6 +318,7 @@ def list_nodes(
                     r["region"],
                     format_io(r["price_per_gpu_hour"]),
                     "[red]jailed[/]" if r["jailed"] else "[yellow]draining[/]" if r["draining"] else "ok",
+                    verification_label(r),
                 )
             return t
 
