@@ -36,6 +36,7 @@ from solders.transaction import Transaction
 from gpunet import instructions as ix
 from gpunet.accounts import AccountError, fetch, fetch_config, lease_end
 from gpunet.client import TransactionExpired, TransactionFailed, send_and_confirm
+from gpunet.fees import MAX_COMPUTE_UNITS, Budget, with_budget
 from gpunet.pda import node_pda
 from gpunet.tokens import io_account
 from gpunet.usage import UsageReport
@@ -198,7 +199,8 @@ class Settler:
         return groups
 
     def _size(self, group: list[tuple[SignedUsage, list[Instruction]]]) -> int:
-        instructions = [i for _, pair in group for i in pair]
+        """The transaction's size as sent: with its compute budget, a priority fee included (the largest form)."""
+        instructions = with_budget([i for _, pair in group for i in pair], Budget(MAX_COMPUTE_UNITS, 1))
         message = Message.new_with_blockhash(instructions, self.attester.pubkey(), Hash.default())
         return len(bytes(Transaction.new_unsigned(message)))
 

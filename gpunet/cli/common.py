@@ -35,6 +35,7 @@ from gpunet.client import TransactionExpired, TransactionFailed, send_and_confir
 from gpunet.cluster import Cluster, ClusterError, resolve_cluster
 from gpunet.errors import GpunetError
 from gpunet.exits import Exit
+from gpunet.fees import Budget
 from gpunet.jobs import CoordinatorError
 from gpunet.keys import KeypairFileError, load_keypair
 from gpunet.solana_config import COMMITMENTS, SolanaConfig, SolanaConfigError, load_solana_config
@@ -172,6 +173,7 @@ class Session:
     err: Console = field(default_factory=lambda: Console(stderr=True))
     commitment_flag: str | None = None  # --commitment of a read command
     explorer_flag: str | None = None  # --explorer (else $GPUNET_EXPLORER_URL)
+    budget: Budget | None = None  # what the last transaction sent bid (gpunet.fees)
 
     @cached_property
     def cluster(self) -> Cluster:
@@ -223,10 +225,23 @@ class Session:
     async def send(
         self, client: AsyncClient, what: str, instructions: list[Instruction], signers: Sequence[Keypair] = ()
     ) -> Signature:
-        """Sends with the wallet as fee payer, after checking it can pay the fee."""
+        """Sends with the wallet as fee payer, after checking it can pay the fee; says the compute
+        budget and the priority fee it bids (gpunet.fees) before it waits."""
         await self.check_fee(client)
         with self.waiting(f"{what}: waiting for confirmation"):
-            return await send_and_confirm(client, self.wallet, instructions, signers)
+            return await send_and_confirm(client, self.wallet, instructions, signers, on_budget=self._bid)
+
+    def _bid(self, budget: Budget) -> None:
+        self.budget = budget
+        if not self.json_output:
+            priority = (
+                f"a priority fee of at most {budget.priority_fee_lamports:,} lamports "
+                f"({budget.micro_lamports_per_unit:,} micro-lamports per compute unit)"
+                if budget.micro_lamports_per_unit
+                else "no priority fee (nobody paid one lately for these accounts)"
+            )
+            self.err.print(f"[dim]fee: 5,000 lamports per signature and {priority}; "
+                           f"compute limit {budget.compute_units:,} units[/]")  # fmt: skip
 
     async def check_fee(self, client: AsyncClient) -> None:
         """Before anything is sent: the wallet must hold enough SOL for fees (and a little rent)."""
@@ -246,6 +261,9 @@ class Session:
 
     def done(self, what: str, signature: Signature, **details: Any) -> None:
         data = {"signature": signature, **details}
+        if self.budget is not None:
+            data["compute_unit_limit"] = self.budget.compute_units
+            data["priority_micro_lamports_per_unit"] = self.budget.micro_lamports_per_unit
         if url := self.explorer_url("tx", signature):
             data["explorer"] = url
         self.show(data, lambda: f"[green]✓[/] {what}  [dim]{self.link('tx', signature)}[/]")

@@ -96,8 +96,10 @@ async def test_initialize_event_arrives_through_logs_subscribe(node):
         assert any(line.startswith("Program data: ") for line in resp["result"]["meta"]["logMessages"])
         # The config account is created through a CPI to the system program: an inner instruction.
         inner = resp["result"]["meta"]["innerInstructions"]
-        assert inner and inner[0]["index"] == 0 and inner[0]["instructions"][0]["stackHeight"] == 2
         keys = resp["result"]["transaction"]["message"]["accountKeys"]
+        top = resp["result"]["transaction"]["message"]["instructions"]  # the compute budget's, then initialize
+        ours = next(i for i, ix in enumerate(top) if keys[ix["programIdIndex"]] == str(PROGRAM_ID))
+        assert inner and inner[0]["index"] == ours and inner[0]["instructions"][0]["stackHeight"] == 2
         assert keys[inner[0]["instructions"][0]["programIdIndex"]] == "11111111111111111111111111111111"
 
 
