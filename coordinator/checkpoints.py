@@ -22,6 +22,7 @@ import logging
 import os
 import shutil
 import time
+from base64 import b64encode
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Protocol
@@ -33,9 +34,18 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from gpunet.checkpoint import AT_HEADER, NODE_HEADER, SIGNATURE_HEADER, SignedManifest, request_message
+from gpunet.checkpoint import (
+    AT_HEADER,
+    NODE_HEADER,
+    SIGNATURE_HEADER,
+    ChunkRefused,
+    SignedManifest,
+    lease_key,
+    open_chunk,
+    request_message,
+)
 
-__all__ = ["BlobStore", "CheckpointStore", "DiskBlobs", "checkpoint_routes"]
+__all__ = ["BlobStore", "CheckpointStore", "DiskBlobs", "TooLargeToServe", "checkpoint_routes", "latest_files"]
 
 log = logging.getLogger("gpunet.coordinator.checkpoints")
 
@@ -329,3 +339,57 @@ def checkpoint_routes(store: CheckpointStore, authorize: Authorize) -> list[Rout
         Route(base + "/manifests/{seq:str}", put_manifest, methods=["PUT"]),
         Route(base + "/manifests/{seq:str}", manifest, methods=["GET"]),
     ]
+
+
+FILES_ROUTE_LIMIT = 64 * 1024 * 1024
+
+
+class TooLargeToServe(ValueError):
+    """A stored checkpoint over what one JSON answer of `GET /leases/{key}/files` carries."""
+
+
+def latest_files(
+    store: CheckpointStore, lease: str, seed: str | None
+) -> tuple[str, float, list[dict[str, str]]] | None:
+    """The newest stored checkpoint that checks out, opened with the lease's key (the coordinator can
+    derive it: see gpunet.checkpoint), as (node key, taken at, [{path, sha256, data_b64}]) for the
+    client's `GET /leases/{key}/files`; None if there is none. TooLargeToServe over 64 MiB."""
+    if seed is None:
+        return None
+    key = lease_key(lease, seed)
+    for seq in store.manifest_seqs(lease):
+        signed = store.manifest(lease, seq)
+        if signed is None:
+            continue
+        try:
+            manifest = signed.verified()
+            if manifest.size > FILES_ROUTE_LIMIT:
+                raise TooLargeToServe(
+                    f"the latest checkpoint is {manifest.size} bytes, over the {FILES_ROUTE_LIMIT} one answer carries"
+                )
+            out = []
+            for entry in manifest.files:
+                parts = []
+                for cid in entry.chunks:
+                    sealed = store.chunk(lease, cid)
+                    if sealed is None:
+                        raise ChunkRefused(f"chunk {cid[:16]}… is not in the store")
+                    parts.append(open_chunk(key, lease, cid, sealed))
+                data = b"".join(parts)
+                out.append(
+                    {
+                        "path": entry.path,
+                        "sha256": hashlib.sha256(data).hexdigest(),
+                        "data_b64": b64encode(data).decode(),
+                    }
+                )
+        except ChunkRefused as e:
+            log.warning("checkpoint.refused lease=%s seq=%d: %s", lease, seq, e)
+            continue
+        except ValueError as e:
+            if isinstance(e, TooLargeToServe):
+                raise
+            log.warning("checkpoint.refused lease=%s seq=%d: %s", lease, seq, e)
+            continue
+        return manifest.node_key, manifest.seq / 1000, out
+    return None

@@ -99,6 +99,13 @@ class Settings(BaseSettings):
     cluster_port: int = Field(
         default=29500, ge=1, le=65535, description="MASTER_PORT given to cluster jobs (rank 0's node listens on it)"
     )
+    checkpoint_dir: Path | None = Field(
+        default=None,
+        description="the checkpoint store (sealed chunks and signed manifests); unset: the state dir's checkpoints/",
+    )
+    checkpoint_retention_seconds: float = Field(
+        default=86_400.0, ge=0, description="a lease's stored checkpoints are deleted this long after it ended"
+    )
 
     # --- GPU verification (gpunet.verification; README, "Verified supply")
     verify_every_seconds: float = Field(
