@@ -45,7 +45,16 @@ from gpunet.checkpoint import (
     request_message,
 )
 
-__all__ = ["BlobStore", "CheckpointStore", "DiskBlobs", "TooLargeToServe", "checkpoint_routes", "latest_files"]
+__all__ = [
+    "BlobStore",
+    "CheckpointStore",
+    "DiskBlobs",
+    "S3Blobs",
+    "TooLargeToServe",
+    "blob_store",
+    "checkpoint_routes",
+    "latest_files",
+]
 
 log = logging.getLogger("gpunet.coordinator.checkpoints")
 
@@ -111,6 +120,66 @@ class DiskBlobs:
 
     def delete_prefix(self, prefix: str) -> None:
         shutil.rmtree(self._path(prefix), ignore_errors=True)
+
+
+class S3Blobs:
+    """Blobs as objects of an S3-compatible bucket (AWS S3, MinIO, Ceph RGW, ...), under `prefix`.
+    Credentials the usual boto3 way (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, a profile, a role).
+    A PUT is atomic in S3: a reader sees the whole object or none."""
+
+    def __init__(
+        self, bucket: str, *, endpoint_url: str | None = None, prefix: str = "", region: str | None = None
+    ) -> None:
+        import boto3  # only when configured
+
+        self.bucket, self.prefix = bucket, prefix.strip("/") + "/" if prefix.strip("/") else ""
+        self.s3 = boto3.client("s3", endpoint_url=endpoint_url, region_name=region or "us-east-1")
+
+    def has(self, key: str) -> bool:
+        try:
+            self.s3.head_object(Bucket=self.bucket, Key=self.prefix + key)
+        except self.s3.exceptions.ClientError as e:
+            if e.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                return False
+            raise
+        return True
+
+    def put(self, key: str, data: bytes) -> None:
+        self.s3.put_object(Bucket=self.bucket, Key=self.prefix + key, Body=data)
+
+    def get(self, key: str) -> bytes | None:
+        try:
+            return bytes(self.s3.get_object(Bucket=self.bucket, Key=self.prefix + key)["Body"].read())
+        except self.s3.exceptions.NoSuchKey:
+            return None
+
+    def list(self, prefix: str) -> list[str]:
+        keys: list[str] = []
+        for page in self.s3.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=self.prefix + prefix.rstrip("/") + "/"
+        ):
+            keys += [str(o["Key"])[len(self.prefix) :] for o in page.get("Contents", [])]
+        return sorted(keys)
+
+    def delete(self, key: str) -> None:
+        self.s3.delete_object(Bucket=self.bucket, Key=self.prefix + key)
+
+    def delete_prefix(self, prefix: str) -> None:
+        keys = self.list(prefix)
+        for at in range(0, len(keys), 1000):
+            self.s3.delete_objects(
+                Bucket=self.bucket,
+                Delete={"Objects": [{"Key": self.prefix + k} for k in keys[at : at + 1000]], "Quiet": True},
+            )
+
+
+def blob_store(
+    directory: Path, s3_bucket: str | None, s3_endpoint: str | None = None, s3_prefix: str = ""
+) -> BlobStore:
+    """The configured store: an S3-compatible bucket if one is named, else `directory` on this disk."""
+    if s3_bucket:
+        return S3Blobs(s3_bucket, endpoint_url=s3_endpoint, prefix=s3_prefix)
+    return DiskBlobs(directory)
 
 
 class CheckpointStore:

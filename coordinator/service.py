@@ -26,7 +26,7 @@ from solana.rpc.commitment import Confirmed
 from solders.keypair import Keypair
 
 from coordinator.attester import Attester, require_listed
-from coordinator.checkpoints import CheckpointStore, DiskBlobs
+from coordinator.checkpoints import CheckpointStore, blob_store
 from coordinator.db import jobs
 from coordinator.db import leases as ledger
 from coordinator.fleet import Fleet
@@ -110,7 +110,14 @@ class Coordinator:
             self.verification,
         )
         self.indexer = Indexer(settings, pool)
-        self.checkpoints = CheckpointStore(DiskBlobs(settings.checkpoint_dir or settings.state_dir / "checkpoints"))
+        self.checkpoints = CheckpointStore(
+            blob_store(
+                settings.checkpoint_dir or settings.state_dir / "checkpoints",
+                settings.checkpoint_s3_bucket,
+                settings.checkpoint_s3_endpoint,
+                settings.checkpoint_s3_prefix,
+            )
+        )
         self._tasks: list[asyncio.Task[Any]] = []
 
     async def start(self) -> Coordinator:

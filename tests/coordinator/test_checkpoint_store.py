@@ -1,5 +1,6 @@
 """Checkpoints of real size through the coordinator's checkpoint store, over real HTTP (uvicorn on a
-port, in a thread): sealed chunks, signed manifests, resumable uploads, only changed chunks sent,
+port, in a thread), on the coordinator's disk and on an S3-compatible object store (moto's server,
+a real HTTP server process): sealed chunks, signed manifests, resumable uploads, only changed chunks sent,
 tampered chunks refused for the previous checkpoint, no plaintext in the store. The node's
 share is checked by a callable here (in the coordinator it is coordinator.db.jobs.holds_share,
 exercised in test_checkpoint_failover.py)."""
@@ -8,6 +9,8 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -19,7 +22,7 @@ import uvicorn
 from solders.keypair import Keypair
 from starlette.applications import Starlette
 
-from coordinator.checkpoints import CheckpointStore, DiskBlobs, checkpoint_routes
+from coordinator.checkpoints import BlobStore, CheckpointStore, DiskBlobs, S3Blobs, checkpoint_routes
 from gpunet.checkpoint import lease_key, sign_manifest, signed_headers
 from worker.checkpoints import CheckpointStoreClient, StoreError
 
@@ -30,8 +33,8 @@ CHUNK = 1 * MiB  # small chunks keep the files small; the agent uses 8 MiB
 
 
 class Server:
-    def __init__(self, root: Path, allowed: set[str]) -> None:
-        self.store = CheckpointStore(DiskBlobs(root))
+    def __init__(self, blobs: BlobStore, allowed: set[str]) -> None:
+        self.store = CheckpointStore(blobs)
         self.allowed = allowed
         self.puts = 0
 
@@ -68,9 +71,50 @@ def nodes() -> tuple[Keypair, Keypair]:
 OPEN: list[CheckpointStoreClient] = []
 
 
+@pytest.fixture(scope="module")
+def s3_endpoint() -> Iterator[str]:
+    """moto's S3-compatible server, a real HTTP server process."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).with_name("moto_server")), "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.get(url, timeout=1)
+                break
+            except httpx.HTTPError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@pytest.fixture(params=["disk", "s3"])
+def blobs(request, tmp_path, monkeypatch) -> BlobStore:
+    if request.param == "disk":
+        return DiskBlobs(tmp_path / "store")
+    endpoint = request.getfixturevalue("s3_endpoint")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
+    bucket = f"ckpt-{os.urandom(6).hex()}"
+    s3 = S3Blobs(bucket, endpoint_url=endpoint, prefix="gpunet")
+    s3.s3.create_bucket(Bucket=bucket)
+    return s3
+
+
 @pytest.fixture
-def server(tmp_path, nodes) -> Iterator[Server]:
-    s = Server(tmp_path / "store", {str(n.pubkey()) for n in nodes})
+def server(blobs, nodes) -> Iterator[Server]:
+    s = Server(blobs, {str(n.pubkey()) for n in nodes})
     yield s
     while OPEN:
         OPEN.pop().close()
@@ -96,8 +140,8 @@ def read_dir(directory: Path) -> dict[str, bytes]:
     return {str(p.relative_to(directory)): p.read_bytes() for p in directory.rglob("*") if p.is_file()}
 
 
-def store_bytes(root: Path) -> list[bytes]:
-    return [p.read_bytes() for p in root.rglob("*") if p.is_file()]
+def store_bytes(blobs: BlobStore) -> list[bytes]:
+    return [blobs.get(k) or b"" for k in blobs.list("leases")]
 
 
 def test_a_checkpoint_moves_to_another_node_every_byte_checked_and_the_store_holds_no_plaintext(
@@ -111,7 +155,7 @@ def test_a_checkpoint_moves_to_another_node_every_byte_checked_and_the_store_hol
     assert got.refused == [] and got.seq == sent.seq
     assert read_dir(tmp_path / "b") == files
     # the store: ciphertext only (no 64-byte window of any file, taken at several places, is in it)
-    blobs = store_bytes(tmp_path / "store")
+    blobs = store_bytes(server.store.blobs)
     assert sum(map(len, blobs)) > 30 * MiB
     for data in files.values():
         for at in range(0, len(data) - 64, max(1, len(data) // 16)):
@@ -169,10 +213,10 @@ def test_a_chunk_tampered_in_the_store_is_refused_and_the_previous_checkpoint_is
     manifest = server.store.manifest(LEASE, second.seq)
     assert manifest is not None
     only_second = set(manifest.manifest.chunk_ids()) - set(server.store.manifest(LEASE, first.seq).manifest.chunk_ids())  # type: ignore[union-attr]
-    victim = tmp_path / "store" / "leases" / LEASE / "chunks" / sorted(only_second)[0]
-    data = bytearray(victim.read_bytes())
+    victim = f"leases/{LEASE}/chunks/{sorted(only_second)[0]}"
+    data = bytearray(server.store.blobs.get(victim) or b"")
     data[100] ^= 1
-    victim.write_bytes(bytes(data))
+    server.store.blobs.put(victim, bytes(data))
     got = client(server, nodes[1]).restore(tmp_path / "b")
     assert got.seq == first.seq and len(got.refused) == 1 and "its bytes are not its id" in got.refused[0]
     assert read_dir(tmp_path / "b") == first_files
