@@ -23,7 +23,7 @@ from solders.keypair import Keypair
 from starlette.applications import Starlette
 
 from coordinator.checkpoints import BlobStore, CheckpointStore, DiskBlobs, S3Blobs, checkpoint_routes
-from gpunet.checkpoint import lease_key, sign_manifest, signed_headers
+from gpunet.checkpoint import chunk_id, lease_key, sign_manifest, signed_headers
 from worker.checkpoints import CheckpointStoreClient, StoreError
 
 LEASE = str(Keypair().pubkey())
@@ -258,3 +258,35 @@ def test_only_nodes_of_the_lease_with_their_own_signature_reach_the_store(tmp_pa
     other = sign_manifest(nodes[0], signed.manifest.model_copy(update={"seq": first.seq + 1})).model_dump_json()
     r = httpx.put(server.url + put, content=other, headers=signed_headers(nodes[1], "PUT", put, other.encode()))
     assert r.status_code == 403
+
+
+async def test_a_lease_s_checkpoints_are_deleted_once_it_ended_and_the_retention_period_passed(pool, tmp_path):
+    """The coordinator's sweep (coordinator.db.jobs.checkpoints_past_retention over the ledger): an
+    ended lease past the period loses its checkpoints; one ended within it, and a running one, keep theirs."""
+    from coordinator.db import jobs
+
+    store = CheckpointStore(DiskBlobs(tmp_path / "store"))
+    now = int(time.time())
+    leases = {name: str(Keypair().pubkey()) for name in ("old", "recent", "running")}
+    async with pool.acquire() as conn:
+        for i, (name, lease) in enumerate(leases.items()):
+            await conn.execute(
+                """INSERT INTO leases (lease, client, lease_id, gpu_model, min_vram_gb, gpu_count, region,
+                     max_price_per_gpu_hour, duration_seconds, status, started_at, deposited, paid, fees,
+                     refunded, nodes, signature)
+                   VALUES ($1, $2, $3, 1, 80, 2, 0, 1, 3600, $4, $5, 0, 0, 0, 0, '{}', 'sig')""",
+                lease,
+                str(Keypair().pubkey()),
+                i,
+                "active" if name == "running" else "closed",
+                {"old": now - 3600 - 2 * 86_400, "recent": now - 3600 - 60, "running": now - 3600 * 2}[name],
+            )
+    for lease in leases.values():
+        store.put_chunk(lease, chunk_id(b"x" + lease.encode()), b"x" + lease.encode())
+
+    async def ended(candidates: list[str]) -> list[str]:
+        async with pool.acquire() as conn:
+            return await jobs.checkpoints_past_retention(conn, candidates, now - 86_400)
+
+    assert await store.sweep(ended) == 1
+    assert sorted(store.leases()) == sorted([leases["recent"], leases["running"]])
