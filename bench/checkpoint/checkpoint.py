@@ -11,6 +11,16 @@ encryption (AES-256-GCM and the nonce's HMAC), hashing (SHA-256 ids) and transfe
 the store's writes/reads and the server's checks).
 
     .venv/bin/python bench/checkpoint/checkpoint.py [--mib 256,2048] [--dir /tmp]
+
+Figures (2 shared CPU cores, another three engineers' work on them; the server shares the
+client's process and GIL, so "transfer" includes the server's SHA-256 check, fsync and write):
+
+    size      first upload         unchanged (ids only)  1% changed            restore
+    256 MiB   2.9 s   89 MiB/s     0.43 s  594 MiB/s     0.56 s  459 MiB/s     1.6 s  158 MiB/s
+    2 GiB     19.5 s  105 MiB/s    3.4 s   602 MiB/s     4.3 s   475 MiB/s     11.3 s 181 MiB/s
+
+    first upload: encryption 19-24%, hashing 5-6%, transfer 62-66%, other ~9%
+    restore:      decryption 16-20%, hashing 10-11%, transfer 26-27%, other (writing the files) 43-48%
 """
 
 from __future__ import annotations
