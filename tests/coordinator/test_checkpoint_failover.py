@@ -7,6 +7,7 @@ restores the checkpoint (every chunk checked) before the job starts: the job fin
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import sys
@@ -112,6 +113,16 @@ async def test_a_big_checkpoint_moves_on_failover_and_the_job_resumes_with_every
             lambda: _stored(api, lease, MIB << 20), timeout=120, what="the checkpoint in the store"
         )
         assert stored["node_key"] == first and stored["chunks"] >= MIB // 8
+        # `lease status` shows it (the coordinator runs in this process: the command runs beside it)
+        proc = await asyncio.create_subprocess_exec(
+            str(Path(sys.executable).with_name("gpunet")),
+            *("lease", "status", str(lease), "--coordinator", api),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            env={**os.environ, "COLUMNS": "250"},
+        )
+        shown = (await asyncio.wait_for(proc.communicate(), 60))[0].decode()
+        assert f"checkpoint: {MIB:.1f} MiB in 2 files" in shown, shown
 
         # The node dies; its share moves and the job resumes on the spare from the store's checkpoint.
         i = world.node_keys().index(first)
