@@ -26,6 +26,8 @@ from solana.rpc.commitment import Confirmed
 from solders.keypair import Keypair
 
 from coordinator.attester import Attester, require_listed
+from coordinator.checkpoints import CheckpointStore, blob_store
+from coordinator.db import jobs
 from coordinator.db import leases as ledger
 from coordinator.fleet import Fleet
 from coordinator.gateway import Gateway
@@ -108,6 +110,14 @@ class Coordinator:
             self.verification,
         )
         self.indexer = Indexer(settings, pool)
+        self.checkpoints = CheckpointStore(
+            blob_store(
+                settings.checkpoint_dir or settings.state_dir / "checkpoints",
+                settings.checkpoint_s3_bucket,
+                settings.checkpoint_s3_endpoint,
+                settings.checkpoint_s3_prefix,
+            )
+        )
         self._tasks: list[asyncio.Task[Any]] = []
 
     async def start(self) -> Coordinator:
@@ -131,10 +141,26 @@ class Coordinator:
             ("drain", self.drain.step, 0.5),
             ("verification", self.verification.step, 1.0),
             ("settlement", self.settlement.step, self.settings.settle_seconds),
+            ("checkpoint-retention", self._checkpoint_retention, 60.0),
         ):
             self._tasks.append(asyncio.create_task(self._every(name, step, every), name=name))
         log.info("coordinator.started gateway=%s attester=%s", self.gateway.url, self.attester_key.pubkey())
         return self
+
+    async def _checkpoint_retention(self) -> None:
+        """Deletes the stored checkpoints of leases that ended more than the retention period ago."""
+
+        async def ended(leases: list[str]) -> list[str]:
+            before = int(time.time() - self.settings.checkpoint_retention_seconds)
+            async with self.pool.acquire() as conn:
+                return await jobs.checkpoints_past_retention(conn, leases, before)
+
+        await self.checkpoints.sweep(ended)
+
+    async def checkpoint_holder(self, lease: str, node_key: str) -> bool:
+        """Whether a node may use the lease's checkpoint store: it holds a share of the running lease."""
+        async with self.pool.acquire() as conn:
+            return await jobs.holds_share(conn, lease, node_key)
 
     async def _config(self) -> Any:
         """The protocol configuration; waits (saying so) while the cluster is not initialised yet."""

@@ -99,6 +99,22 @@ class Settings(BaseSettings):
     cluster_port: int = Field(
         default=29500, ge=1, le=65535, description="MASTER_PORT given to cluster jobs (rank 0's node listens on it)"
     )
+    checkpoint_dir: Path | None = Field(
+        default=None,
+        description="the checkpoint store (sealed chunks and signed manifests); unset: the state dir's checkpoints/",
+    )
+    checkpoint_s3_bucket: str | None = Field(
+        default=None,
+        description="keep the checkpoint store in this bucket of an S3-compatible object store instead "
+        "(credentials: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or any boto3 source)",
+    )
+    checkpoint_s3_endpoint: str | None = Field(
+        default=None, description="the object store's endpoint URL (MinIO, Ceph, ...); unset: AWS S3"
+    )
+    checkpoint_s3_prefix: str = Field(default="", description="a key prefix for the checkpoint store in the bucket")
+    checkpoint_retention_seconds: float = Field(
+        default=86_400.0, ge=0, description="a lease's stored checkpoints are deleted this long after it ended"
+    )
 
     # --- GPU verification (gpunet.verification; README, "Verified supply")
     verify_every_seconds: float = Field(

@@ -512,6 +512,9 @@ class Dispatch(_Model):
     # The share's assignment epoch: the transaction that gave this node its share. A node that still
     # holds a share of the lease from another epoch stops that one before it takes this one.
     epoch: SignatureStr | None = None
+    # The client's signature over the lease's job 1: the seed of the lease's checkpoint key
+    # (gpunet.checkpoint.lease_key), for checkpoints through the coordinator's checkpoint store.
+    checkpoint_seed: SignatureStr | None = None
 
     @model_validator(mode="after")
     def _check(self) -> Dispatch:

@@ -16,6 +16,7 @@ from pydantic import BaseModel, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from solders.keypair import Keypair
 
+from gpunet.checkpoint import lease_key
 from gpunet.protocol import (
     PROTOCOL_VERSION,
     Ack,
@@ -31,7 +32,7 @@ from gpunet.protocol import (
     VerifyOpen,
     Welcome,
 )
-from worker.checkpoints import CheckpointTooLarge, fingerprint, snapshot
+from worker.checkpoints import CheckpointStoreClient, CheckpointTooLarge, StoreError, fingerprint, snapshot
 from worker.gpus import GpuBackend
 from worker.journal import Journal
 from worker.metering import LeaseMeter, recover_open_periods
@@ -62,6 +63,9 @@ class WorkerSettings(BaseSettings):
     # Simulated GPUs only: how much slower than their model they answer GPU verification challenges
     # (1: as fast as the model; more plays a GPU that is not what it claims, to see it caught).
     simulate_slowdown: float = 1.0
+    # The coordinator's API (http:// or https://): checkpoints of any size go to its checkpoint store
+    # as sealed chunks (gpunet.checkpoint). Unset: only checkpoints up to 512 KiB move, through the gateway.
+    api_url: str | None = None
 
     @field_validator("gateway_url")
     @classmethod
@@ -99,6 +103,7 @@ class _Share:
     task: asyncio.Task[Any] | None = field(default=None)
     released: bool = False  # cancelled: no longer billed; the GPUs are free once the job has stopped
     checkpoint_seen: tuple = ()  # fingerprint of the checkpoint last sent to the coordinator
+    upload: asyncio.Task[None] | None = None  # a checkpoint on its way to the checkpoint store
     successor: Dispatch | None = None  # a newer assignment of the lease, taken once this share's job stopped
 
     @property
@@ -338,8 +343,49 @@ class Agent:
         share.task = asyncio.create_task(self._run_job(d.lease, share, runner))
         log.info("job.started lease=%s job=%d", d.lease, d.job_number)
 
+    def _uses_store(self, dispatch: Dispatch) -> bool:
+        return self.settings.api_url is not None and dispatch.checkpoint_seed is not None
+
+    def _store(self, lease: str, dispatch: Dispatch) -> CheckpointStoreClient | None:
+        """The lease's checkpoint store, when the coordinator's API is known and the dispatch carries the key's seed."""
+        if self.settings.api_url is None or dispatch.checkpoint_seed is None:
+            return None
+        return CheckpointStoreClient(
+            self.settings.api_url, self.node, lease, lease_key(lease, dispatch.checkpoint_seed)
+        )
+
+    async def _restore_from_store(self, lease: str, share: _Share, runner: JobRunner) -> None:
+        """Before the job starts: the newest checkpoint of the store that checks out, into an empty
+        checkpoint directory (a refused one falls back to the one before; the store unreachable is
+        retried, then the job starts from what the dispatch carried)."""
+        store = self._store(lease, share.dispatch)
+        if store is None:
+            return
+        with store:
+            for attempt in range(5):
+                try:
+                    stats = await asyncio.to_thread(store.restore, runner.dirs.checkpoint)
+                except StoreError as e:
+                    log.warning("checkpoint.restore_failed lease=%s attempt=%d error=%s", lease, attempt + 1, e)
+                    await asyncio.sleep(1.0 + attempt)
+                    continue
+                for refused in stats.refused:
+                    log.warning("checkpoint.refused lease=%s %s", lease, refused)
+                if stats.seq:
+                    log.info(
+                        "checkpoint.restored lease=%s seq=%d files=%d bytes=%d",
+                        lease,
+                        stats.seq,
+                        stats.files,
+                        stats.bytes,
+                    )
+                    # what was restored is not sent back
+                    share.checkpoint_seen = fingerprint(runner.dirs.checkpoint)
+                return
+
     async def _run_job(self, lease: str, share: _Share, runner: JobRunner) -> None:
         try:
+            await self._restore_from_store(lease, share, runner)
             final = await runner.run()
             log.info(
                 "job.ended lease=%s job=%d state=%s exit_code=%s",
@@ -349,7 +395,11 @@ class Agent:
                 final.exit_code,
             )
         finally:
-            self._send_checkpoint(lease, share)  # the last one, written just before the job ended
+            # the last one, written just before the job ended
+            if self._uses_store(share.dispatch):
+                await self._upload_checkpoint(lease, share, final=True)
+            else:
+                self._send_checkpoint(lease, share)
             if share.released and self.shares.get(lease) is share:
                 del self.shares[lease]  # released while the job ran: its GPUs are free only now
                 if share.successor is not None:
@@ -404,9 +454,48 @@ class Agent:
             self._send_all(again)
         return {(r.lease, r.seq) for r in unacked}
 
+    async def _upload_checkpoint(self, lease: str, share: _Share, *, final: bool = False) -> None:
+        """Sends the checkpoint directory to the store when it changed (only the chunks the store
+        lacks); a failure is retried at the next tick, a final one a few times now."""
+        if share.runner is None:
+            return
+        if final and share.upload is not None and not share.upload.done():  # the one under way first
+            await asyncio.gather(share.upload, return_exceptions=True)
+        directory = share.runner.dirs.checkpoint
+        for attempt in range(3 if final else 1):
+            seen = fingerprint(directory)
+            if seen == share.checkpoint_seen or not seen:
+                return
+            store = self._store(lease, share.dispatch)
+            if store is None:
+                return
+            try:
+                with store:
+                    stats = await asyncio.to_thread(store.upload, directory)
+            except (StoreError, OSError, ValueError) as e:
+                log.warning("checkpoint.upload_failed lease=%s attempt=%d error=%s", lease, attempt + 1, e)
+                if final:
+                    await asyncio.sleep(1.0)
+                continue
+            share.checkpoint_seen = seen
+            log.info(
+                "checkpoint.uploaded lease=%s seq=%d files=%d bytes=%d chunks=%d sent=%d",
+                lease,
+                stats.seq,
+                stats.files,
+                stats.bytes,
+                stats.chunks,
+                stats.sent_chunks,
+            )
+            return
+
     def _send_checkpoint(self, lease: str, share: _Share) -> None:
         """Sends the job's checkpoint directory when it changed, so another node can resume it."""
         if share.runner is None:
+            return
+        if self._uses_store(share.dispatch):  # through the checkpoint store, in the background
+            if share.upload is None or share.upload.done():
+                share.upload = asyncio.create_task(self._upload_checkpoint(lease, share))
             return
         seen = fingerprint(share.runner.dirs.checkpoint)
         if seen == share.checkpoint_seen:

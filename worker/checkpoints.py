@@ -3,11 +3,40 @@ it changes, and a job dispatched with `restore` starts from it on a new node."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
+from solders.keypair import Keypair
+
+from gpunet.checkpoint import (
+    CHUNK_BYTES,
+    ChunkRefused,
+    FileEntry,
+    Manifest,
+    SignedManifest,
+    chunk_id,
+    file_chunks,
+    open_chunk,
+    seal_chunk,
+    sign_manifest,
+    signed_headers,
+)
 from gpunet.protocol import MAX_CHECKPOINT_BYTES, CheckpointFile
 
-__all__ = ["CheckpointTooLarge", "fingerprint", "restore", "snapshot"]
+__all__ = [
+    "CheckpointStoreClient",
+    "CheckpointTooLarge",
+    "RestoreStats",
+    "StoreError",
+    "UploadStats",
+    "fingerprint",
+    "restore",
+    "snapshot",
+]
 
 
 class CheckpointTooLarge(ValueError):
@@ -58,3 +87,205 @@ def restore(directory: Path, files: list[CheckpointFile]) -> int:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
     return len(contents)
+
+
+# --- checkpoints of real size: sealed chunks and a signed manifest in the coordinator's store
+
+
+class StoreError(RuntimeError):
+    """The checkpoint store refused a request or could not be reached (the upload is retried)."""
+
+
+@dataclass
+class UploadStats:
+    files: int = 0
+    bytes: int = 0
+    chunks: int = 0
+    sent_chunks: int = 0
+    sent_bytes: int = 0
+    seconds_seal: float = 0.0  # encryption (AES-GCM and the nonce's HMAC)
+    seconds_hash: float = 0.0  # chunk ids (SHA-256)
+    seconds_transfer: float = 0.0  # HTTP
+    seq: int = 0
+
+
+@dataclass
+class RestoreStats:
+    seq: int = 0
+    files: int = 0
+    bytes: int = 0
+    refused: list[str] = field(default_factory=list)  # manifests skipped, with why
+    seconds_open: float = 0.0  # GCM open (decryption and tag)
+    seconds_hash: float = 0.0
+    seconds_transfer: float = 0.0
+
+
+class CheckpointStoreClient:
+    """A node's side of the coordinator's checkpoint store (coordinator.checkpoints), for one lease.
+    Blocking (httpx): the agent runs it in a thread."""
+
+    def __init__(
+        self,
+        api_url: str,
+        node: Keypair,
+        lease: str,
+        key: bytes,
+        *,
+        timeout: float = 120.0,
+        chunk_bytes: int = CHUNK_BYTES,
+    ) -> None:
+        self.api_url, self.node, self.lease, self.key, self.chunk_bytes = (
+            api_url.rstrip("/"),
+            node,
+            lease,
+            key,
+            chunk_bytes,
+        )
+        self.http = httpx.Client(timeout=timeout)
+        self.base = f"/leases/{lease}/checkpoint"
+
+    def close(self) -> None:
+        self.http.close()
+
+    def __enter__(self) -> CheckpointStoreClient:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def _request(self, method: str, path: str, body: bytes = b"") -> httpx.Response:
+        headers = signed_headers(self.node, method, path, body)
+        try:
+            r = self.http.request(method, self.api_url + path, content=body or None, headers=headers)
+        except httpx.HTTPError as e:
+            raise StoreError(f"{method} {path}: {e}") from e
+        if r.status_code >= 400 and r.status_code != 404:
+            raise StoreError(f"{method} {path}: {r.status_code} {r.text[:200]}")
+        return r
+
+    def _seal_directory(self, directory: Path, stats: UploadStats) -> list[FileEntry]:
+        """The files as entries of sealed chunk ids. The sealed bytes are not kept in memory:
+        `self._where` says where each chunk is (file, index), to seal it again when it is sent."""
+        entries: list[FileEntry] = []
+        self._where: dict[str, tuple[Path, int]] = {}
+        for p in _files(directory):
+            ids, size = [], 0
+            try:
+                for i, plain in enumerate(file_chunks(p, self.chunk_bytes)):
+                    t = time.perf_counter()
+                    sealed = seal_chunk(self.key, self.lease, plain)
+                    t2 = time.perf_counter()
+                    cid = chunk_id(sealed)
+                    stats.seconds_seal += t2 - t
+                    stats.seconds_hash += time.perf_counter() - t2
+                    ids.append(cid)
+                    self._where.setdefault(cid, (p, i))
+                    size += len(plain)
+            except FileNotFoundError:
+                continue
+            entries.append(FileEntry(path=str(p.relative_to(directory)), size=size, chunks=ids))
+        return entries
+
+    def upload(self, directory: Path, seq: int | None = None) -> UploadStats:
+        """Sends the directory as a checkpoint: only the chunks the store lacks, then the manifest."""
+        stats = UploadStats()
+        entries = self._seal_directory(directory, stats)
+        manifest = Manifest(
+            lease=self.lease,
+            node_key=str(self.node.pubkey()),
+            seq=seq or int(time.time() * 1000),
+            chunk_bytes=self.chunk_bytes,
+            files=entries,
+        )
+        signed = sign_manifest(self.node, manifest)
+        body = signed.model_dump_json().encode()
+        t = time.perf_counter()
+        missing = self._request("POST", f"{self.base}/missing", body).json()["missing"]
+        stats.seconds_transfer += time.perf_counter() - t
+        for cid in missing:
+            path, index = self._where[cid]
+            with path.open("rb") as f:
+                f.seek(index * self.chunk_bytes)
+                plain = f.read(self.chunk_bytes)
+            t = time.perf_counter()
+            sealed = seal_chunk(self.key, self.lease, plain)
+            stats.seconds_seal += time.perf_counter() - t
+            if chunk_id(sealed) != cid:
+                raise StoreError(f"{path} changed while it was sent: the next checkpoint carries it")
+            t = time.perf_counter()
+            self._request("PUT", f"{self.base}/chunks/{cid}", sealed)
+            stats.seconds_transfer += time.perf_counter() - t
+            stats.sent_chunks += 1
+            stats.sent_bytes += len(sealed)
+        t = time.perf_counter()
+        self._request("PUT", f"{self.base}/manifests/{manifest.seq}", body)
+        stats.seconds_transfer += time.perf_counter() - t
+        stats.files, stats.bytes, stats.chunks, stats.seq = (
+            len(entries),
+            manifest.size,
+            len(manifest.chunk_ids()),
+            manifest.seq,
+        )
+        return stats
+
+    def restore(self, directory: Path) -> RestoreStats:
+        """Writes the newest checkpoint that checks out (manifest signature, every chunk's id and tag)
+        into an empty directory; one that does not is skipped for the one before. Nothing is written
+        into a non-empty directory (it is this node's own, newer state), nor for an unchecked file."""
+        stats = RestoreStats()
+        if _files(directory):
+            return stats
+        t = time.perf_counter()
+        seqs = self._request("GET", f"{self.base}/manifests").json()["seqs"]
+        stats.seconds_transfer += time.perf_counter() - t
+        for seq in seqs:
+            try:
+                self._restore_one(directory, seq, stats)
+                return stats
+            except (ValueError, StoreError) as e:
+                stats.refused.append(f"checkpoint {seq}: {e}")
+                for p in _files(directory):  # nothing of a refused checkpoint stays
+                    p.unlink()
+        return stats
+
+    def _restore_one(self, directory: Path, seq: int, stats: RestoreStats) -> None:
+        r = self._request("GET", f"{self.base}/manifests/{seq}")
+        if r.status_code == 404:
+            raise StoreError("gone")
+        manifest = SignedManifest.model_validate_json(r.content).verified()
+        if manifest.lease != self.lease:
+            raise ValueError(f"the manifest is of lease {manifest.lease}")
+        staging = directory.with_name(directory.name + ".restoring")
+        shutil.rmtree(staging, ignore_errors=True)
+        try:
+            for entry in manifest.files:
+                target = staging / entry.path
+                target.parent.mkdir(parents=True, exist_ok=True)
+                size = 0
+                with target.open("wb") as out:
+                    for cid in entry.chunks:
+                        t = time.perf_counter()
+                        got = self._request("GET", f"{self.base}/chunks/{cid}")
+                        stats.seconds_transfer += time.perf_counter() - t
+                        if got.status_code == 404:
+                            raise ValueError(f"chunk {cid[:16]}… of {entry.path} is not in the store")
+                        t = time.perf_counter()
+                        if chunk_id(got.content) != cid:
+                            raise ChunkRefused(f"chunk {cid[:16]}… of {entry.path}: its bytes are not its id")
+                        t2 = time.perf_counter()
+                        plain = open_chunk(self.key, self.lease, cid, got.content)
+                        stats.seconds_hash += t2 - t
+                        stats.seconds_open += time.perf_counter() - t2
+                        out.write(plain)
+                        size += len(plain)
+                if size != entry.size:
+                    raise ValueError(f"{entry.path}: {size} bytes, the manifest says {entry.size}")
+            directory.mkdir(parents=True, exist_ok=True)
+            for p in sorted(staging.rglob("*")):
+                if p.is_file():
+                    dest = directory / p.relative_to(staging)
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    os.replace(p, dest)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        stats.seq, stats.files, stats.bytes = manifest.seq, len(manifest.files), manifest.size

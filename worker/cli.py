@@ -117,13 +117,19 @@ def run(
     usage_period: int = typer.Option(
         None, "--usage-period", help="Seconds per usage report until the coordinator says."
     ),
+    api: str = typer.Option(
+        None,
+        "--api",
+        help="The coordinator's API (http:// or https://): checkpoints of any size go to its checkpoint store "
+        "(GPUNET_WORKER_API_URL); without it only checkpoints up to 512 KiB move between nodes.",
+    ),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logging."),
 ) -> None:
     """Run the agent: inventory the GPUs, connect to the coordinator, run jobs, report usage."""
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
-    settings = _settings(gateway_url=gateway, state_dir=state_dir, usage_period_seconds=usage_period)
+    settings = _settings(gateway_url=gateway, state_dir=state_dir, usage_period_seconds=usage_period, api_url=api)
     rpc_url = _rpc_url(url) if url else None
     node = _node(keypair)
     gpus = _gpus(simulate_gpus, node)

@@ -338,6 +338,24 @@ JOB_VIEW = _object(
             ),
         },
         "more": _BOOL,
+        "checkpoint": {
+            "description": "the newest checkpoint in the checkpoint store (null: none, or only a small one)",
+            "oneOf": [
+                {"type": "null"},
+                _object(
+                    {
+                        "seq": _INT,
+                        "taken_at": {"type": "number", "description": "unix seconds"},
+                        "node_key": _KEY,
+                        "files": _INT,
+                        "bytes": _INT,
+                        "chunks": _INT,
+                        "chunks_stored": {"type": "integer", "description": "chunks of the lease in the store"},
+                        "checkpoints_kept": _INT,
+                    }
+                ),
+            ],
+        },
     }
 )
 

@@ -6,8 +6,10 @@ like the read API; a refused request changes nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
@@ -18,6 +20,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from coordinator.api.params import BadRequest, Param, parse_pubkey, parse_query
+from coordinator.checkpoints import TooLargeToServe, checkpoint_routes, latest_files
 from coordinator.db import jobs
 from coordinator.db import leases as ledger
 from coordinator.jobs import job_over, job_progress
@@ -222,6 +225,7 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
         after, tail = query["after"], query.get("tail")
         async with pool.acquire() as conn:
             view = await jobs.job_view(conn, lease, after=after, tail=tail, page=LOG_LINES)
+        checkpoint = await asyncio.to_thread(coordinator.checkpoints.summary, lease)
         if view is None:
             return _error(404, f"no job or placement for lease {lease}")
         job, placement, statuses, logs, more = view
@@ -237,6 +241,8 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
                 "nodes": [{**dict(s), "at": s["at"].isoformat()} for s in statuses],
                 "logs": [dict(r) for r in logs],
                 "more": more,
+                # the newest checkpoint in the store (sizes; None: none yet, or only a small one)
+                "checkpoint": checkpoint,
             }
         )
 
@@ -342,6 +348,20 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
                 )
             read[str(signature)] = at
             latest = await jobs.latest_checkpoint(conn, lease)
+            seed = await jobs.first_job_signature(conn, lease)
+        try:  # the checkpoint store's newest one, when newer than a small one sent through the gateway
+            stored = await asyncio.to_thread(latest_files, coordinator.checkpoints, lease, seed)
+        except TooLargeToServe as e:
+            return _error(413, f"{e}: it is kept for the lease's nodes (resume and failover)")
+        if stored is not None and (latest is None or stored[1] > latest[1].timestamp()):
+            return JSONResponse(
+                {
+                    "lease": lease,
+                    "node_key": stored[0],
+                    "received_at": datetime.fromtimestamp(stored[1], UTC).isoformat(),
+                    "files": stored[2],
+                }
+            )
         if latest is None:
             return _error(
                 404,
@@ -406,4 +426,5 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
         Route("/quote", quote),
         Route("/workers", workers),
         Route("/slashing/resume", resume_slashing, methods=["POST"]),
+        *checkpoint_routes(coordinator.checkpoints, coordinator.checkpoint_holder),
     ]

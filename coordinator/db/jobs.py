@@ -19,7 +19,10 @@ from gpunet.protocol import Checkpoint, CheckpointFile, JobLog, JobSpec, JobStat
 __all__ = [
     "Job",
     "checkpoint_of",
+    "checkpoints_past_retention",
     "current_job",
+    "first_job_signature",
+    "holds_share",
     "job_states",
     "job_view",
     "latest_checkpoint",
@@ -163,6 +166,40 @@ async def record_checkpoint(conn: Connection, node_key: NodeKey, checkpoint: Che
         checkpoint.epoch,
     )
     return status.endswith(" 1")
+
+
+async def holds_share(conn: Connection, lease: str, node_key: str) -> bool:
+    """Whether the node holds a share of the running lease now (it may use the lease's checkpoint store)."""
+    return bool(
+        await conn.fetchval(
+            """SELECT EXISTS (SELECT 1 FROM assignments a JOIN leases l USING (lease)
+                              WHERE a.lease = $1 AND a.node_key = $2 AND a.active AND l.status = 'active')""",
+            lease,
+            node_key,
+        )
+    )
+
+
+async def first_job_signature(conn: Connection, lease: str) -> str | None:
+    """The client's signature over the lease's job 1: the seed of the lease's checkpoint key."""
+    value = await conn.fetchval(
+        """SELECT signature FROM jobs WHERE lease = $1 AND number = 1
+           UNION ALL SELECT signature FROM earlier_jobs WHERE lease = $1 AND number = 1 LIMIT 1""",
+        lease,
+    )
+    return None if value is None else str(value)
+
+
+async def checkpoints_past_retention(conn: Connection, leases: list[str], ended_before: int) -> list[str]:
+    """Of `leases`, those that have ended (closing or closed, and past their end) before `ended_before`
+    (unix seconds): their stored checkpoints may go."""
+    rows = await conn.fetch(
+        """SELECT lease FROM leases WHERE lease = ANY($1::text[]) AND status IN ('closing', 'closed')
+             AND started_at + duration_seconds < $2""",
+        leases,
+        ended_before,
+    )
+    return [r["lease"] for r in rows]
 
 
 async def checkpoint_of(conn: Connection, lease: str) -> list[CheckpointFile]:

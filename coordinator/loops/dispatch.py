@@ -77,6 +77,7 @@ class Dispatch:
             return  # a cluster job needs every peer's address; a single one its node
         peers = [f"{self.link.host(k)}:{self.cluster_port}" for k in keys] if len(shares) > 1 else []
         restore = await jobs.checkpoint_of(conn, lease)
+        seed = await jobs.first_job_signature(conn, lease)
         states = await jobs.job_states(conn, lease, job.number)
         over = job_over(states, keys)
         ends_at = shares[0].ends_at
@@ -96,6 +97,7 @@ class Dispatch:
                 peers=peers,
                 restore=restore,
                 epoch=s.assigned_by,
+                checkpoint_seed=seed,
             )
             try:
                 await self.link.send(s.node_key, message)

@@ -9,6 +9,7 @@ import re
 import shlex
 import time
 import urllib.parse
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -573,6 +574,17 @@ def _print_change(s: Session, event: dict[str, Any]) -> None:
     s.out.print(f"[cyan]{when} {escape(text)}[/]", soft_wrap=True, highlight=False)
 
 
+def _checkpoint_caption(checkpoint: dict[str, Any] | None) -> str | None:
+    """The newest checkpoint in the coordinator's checkpoint store, for `lease status`."""
+    if not checkpoint:
+        return None
+    taken = datetime.fromtimestamp(checkpoint["taken_at"], UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return (
+        f"checkpoint: {checkpoint['bytes'] / 2**20:.1f} MiB in {checkpoint['files']} files "
+        f"({checkpoint['chunks']} chunks), from node {checkpoint['node_key'][:8]} at {taken}"
+    )
+
+
 @app.command("status")
 def status(
     lease: LeaseArg,
@@ -603,6 +615,7 @@ def status(
                 job,
                 "detail",
                 title=f"lease {lease}: {p.get('state', 'not seen')}  {p.get('reason', '')}",
+                caption=_checkpoint_caption(view.get("checkpoint")),
             )
             for n in view["nodes"]:
                 t.add_row(s.link("address", n["node_key"]), n["state"], n.get("detail") or "")

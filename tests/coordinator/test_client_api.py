@@ -4,6 +4,7 @@ request gets a 4xx with a message and changes nothing, and schemathesis finds no
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import hashlib
 import json
@@ -28,6 +29,7 @@ from coordinator.api.work import FILES_CLOCK_SKEW_SECONDS, work_routes
 from coordinator.indexer.rpc import ChainRpc
 from coordinator.service import Coordinator
 from coordinator.settings import Settings
+from gpunet.checkpoint import FileEntry, Manifest, chunk_id, lease_key, seal_chunk, sign_manifest
 from gpunet.jobs import job_logs
 from gpunet.keys import create_keypair_file
 from gpunet.localnet import free_ports
@@ -576,3 +578,53 @@ async def test_the_latest_checkpoint_is_read_by_the_lease_client_alone_and_downl
         {"path": "train.csv", "url": "https://example.com/d/train.csv", "sha256": digest},
         {"path": "cfg/a.yaml", "url": "http://h:8000/x?y=1", "sha256": digest},
     ]
+
+
+async def test_lease_files_serves_the_checkpoint_store_s_newest_checkpoint_that_checks_out(api, tmp_path) -> None:
+    """A checkpoint that came through the checkpoint store (sealed chunks, a node-signed manifest) is
+    what `GET /leases/{key}/files` serves, opened with the lease's key; a tampered chunk makes it
+    fall back to the checkpoint before; the small one recorded from the gateway is the control."""
+    http, world, pool, coordinator = api
+    lease, url = world.lease, f"/leases/{world.lease}/files"
+    spec = JobSpec(command=["python", "train.py"])
+    accepted = await http.post(f"/leases/{lease}/job", json=_body(world, spec))
+    assert accepted.status_code == 201, accepted.text
+    node = world.nodes[0][1]
+    small = [CheckpointFile.of("step", b"1\n")]
+    async with pool.acquire() as conn:  # a small checkpoint through the gateway first, as before
+        await conn.execute(
+            "INSERT INTO checkpoints (lease, node_key, files) VALUES ($1, $2, $3)",
+            str(lease),
+            str(node.pubkey()),
+            json.dumps([f.model_dump() for f in small]),
+        )
+    got = await http.get(url, headers=_signed_files(lease, world.client_wallet))
+    assert got.status_code == 200 and got.json()["files"] == [f.model_dump() for f in small]
+
+    seed = json.loads(accepted.request.content)["signature"]
+    store = coordinator.checkpoints
+    key = lease_key(str(lease), seed)
+    seqs = []
+    for step, data in ((2, b"step 2 weights"), (3, b"step 3 weights")):
+        sealed = seal_chunk(key, str(lease), data)
+        assert store.put_chunk(str(lease), chunk_id(sealed), sealed)
+        manifest = Manifest(
+            lease=str(lease),
+            node_key=str(node.pubkey()),
+            seq=time.time_ns() // 1_000_000 + step,
+            files=[FileEntry(path="model.pt", size=len(data), chunks=[chunk_id(sealed)])],
+        )
+        assert store.put_manifest(str(lease), sign_manifest(node, manifest)) is None
+        seqs.append((manifest.seq, chunk_id(sealed)))
+    got = await http.get(url, headers=_signed_files(lease, world.client_wallet))
+    assert got.status_code == 200, got.text
+    assert [f["data_b64"] for f in got.json()["files"]] == [base64.b64encode(b"step 3 weights").decode()]
+    # the store's disk holds no plaintext
+    assert not any(b"weights" in p.read_bytes() for p in store.blobs.root.rglob("*") if p.is_file())  # type: ignore[attr-defined]
+    # the newest one's chunk is tampered with: the one before is served
+    victim = store.blobs.root / "leases" / str(lease) / "chunks" / seqs[1][1]  # type: ignore[attr-defined]
+    victim.write_bytes(victim.read_bytes()[:-1] + bytes([victim.read_bytes()[-1] ^ 1]))
+    got = await http.get(url, headers=_signed_files(lease, world.client_wallet))
+    assert [f["data_b64"] for f in got.json()["files"]] == [base64.b64encode(b"step 2 weights").decode()]
+    view = (await http.get(f"/leases/{lease}/job")).json()
+    assert view["checkpoint"]["seq"] == seqs[1][0] and view["checkpoint"]["bytes"] == len(b"step 3 weights")

@@ -1,0 +1,464 @@
+"""The checkpoint store: each lease's sealed chunks and signed manifests (gpunet.checkpoint), on a
+blob store that sees ciphertext and plaintext metadata only (file paths, sizes, chunk ids).
+
+Layout, under the blob store's root (the coordinator's `state_dir/checkpoints` by default):
+
+    leases/<lease>/chunks/<sha256 of the sealed chunk>
+    leases/<lease>/manifests/<seq, 20 digits>.json     (a SignedManifest, written once all its chunks are in)
+
+A manifest is accepted only when every chunk it names is in the store, so the newest manifest is
+always a complete checkpoint; a chunk is accepted only when its bytes hash to its id. Everything
+of a lease goes once the lease has ended and `retention_seconds` have passed.
+
+The HTTP routes (`checkpoint_routes`) are for the lease's nodes only: each request is signed by
+the node key (gpunet.checkpoint.signed_headers) and the node must hold a share of the lease now."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import os
+import shutil
+import time
+from base64 import b64encode
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Protocol
+
+from pydantic import ValidationError
+from solders.pubkey import Pubkey
+from solders.signature import Signature
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from gpunet.checkpoint import (
+    AT_HEADER,
+    NODE_HEADER,
+    SIGNATURE_HEADER,
+    ChunkRefused,
+    SignedManifest,
+    lease_key,
+    open_chunk,
+    request_message,
+)
+
+__all__ = [
+    "BlobStore",
+    "CheckpointStore",
+    "DiskBlobs",
+    "S3Blobs",
+    "TooLargeToServe",
+    "blob_store",
+    "checkpoint_routes",
+    "latest_files",
+]
+
+log = logging.getLogger("gpunet.coordinator.checkpoints")
+
+CLOCK_SKEW_SECONDS = 120
+MAX_CHUNK_BODY = 64 * 1024 * 1024
+MAX_MANIFEST_BODY = 16 * 1024 * 1024
+KEEP_MANIFESTS = 3  # per lease: the newest ones (a refused one falls back to the one before)
+
+
+class BlobStore(Protocol):
+    """Where the bytes live: the coordinator's disk (DiskBlobs) or an S3-compatible object store."""
+
+    def has(self, key: str) -> bool: ...
+    def put(self, key: str, data: bytes) -> None: ...
+    def get(self, key: str) -> bytes | None: ...
+    def list(self, prefix: str) -> list[str]: ...
+    def delete(self, key: str) -> None: ...
+    def delete_prefix(self, prefix: str) -> None: ...
+
+
+class DiskBlobs:
+    """Blobs as files under `root`; each written to a temporary file, fsynced and renamed in."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+
+    def _path(self, key: str) -> Path:
+        if ".." in key.split("/") or key.startswith("/"):
+            raise ValueError(f"bad blob key {key!r}")
+        return self.root / key
+
+    def has(self, key: str) -> bool:
+        return self._path(key).is_file()
+
+    def put(self, key: str, data: bytes) -> None:
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{id(data)}.tmp")
+        with tmp.open("wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+
+    def get(self, key: str) -> bytes | None:
+        try:
+            return self._path(key).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def list(self, prefix: str) -> list[str]:
+        base = self._path(prefix)
+        if not base.is_dir():
+            return []
+        return sorted(
+            str(p.relative_to(self.root)) for p in base.rglob("*") if p.is_file() and not p.name.startswith(".")
+        )
+
+    def delete(self, key: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self._path(key).unlink()
+
+    def delete_prefix(self, prefix: str) -> None:
+        shutil.rmtree(self._path(prefix), ignore_errors=True)
+
+
+class S3Blobs:
+    """Blobs as objects of an S3-compatible bucket (AWS S3, MinIO, Ceph RGW, ...), under `prefix`.
+    Credentials the usual boto3 way (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, a profile, a role).
+    A PUT is atomic in S3: a reader sees the whole object or none."""
+
+    def __init__(
+        self, bucket: str, *, endpoint_url: str | None = None, prefix: str = "", region: str | None = None
+    ) -> None:
+        import boto3  # only when configured
+
+        self.bucket, self.prefix = bucket, prefix.strip("/") + "/" if prefix.strip("/") else ""
+        self.s3 = boto3.client("s3", endpoint_url=endpoint_url, region_name=region or "us-east-1")
+
+    def has(self, key: str) -> bool:
+        try:
+            self.s3.head_object(Bucket=self.bucket, Key=self.prefix + key)
+        except self.s3.exceptions.ClientError as e:
+            if e.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                return False
+            raise
+        return True
+
+    def put(self, key: str, data: bytes) -> None:
+        self.s3.put_object(Bucket=self.bucket, Key=self.prefix + key, Body=data)
+
+    def get(self, key: str) -> bytes | None:
+        try:
+            return bytes(self.s3.get_object(Bucket=self.bucket, Key=self.prefix + key)["Body"].read())
+        except self.s3.exceptions.NoSuchKey:
+            return None
+
+    def list(self, prefix: str) -> list[str]:
+        keys: list[str] = []
+        for page in self.s3.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=self.prefix + prefix.rstrip("/") + "/"
+        ):
+            keys += [str(o["Key"])[len(self.prefix) :] for o in page.get("Contents", [])]
+        return sorted(keys)
+
+    def delete(self, key: str) -> None:
+        self.s3.delete_object(Bucket=self.bucket, Key=self.prefix + key)
+
+    def delete_prefix(self, prefix: str) -> None:
+        keys = self.list(prefix)
+        for at in range(0, len(keys), 1000):
+            self.s3.delete_objects(
+                Bucket=self.bucket,
+                Delete={"Objects": [{"Key": self.prefix + k} for k in keys[at : at + 1000]], "Quiet": True},
+            )
+
+
+def blob_store(
+    directory: Path, s3_bucket: str | None, s3_endpoint: str | None = None, s3_prefix: str = ""
+) -> BlobStore:
+    """The configured store: an S3-compatible bucket if one is named, else `directory` on this disk."""
+    if s3_bucket:
+        return S3Blobs(s3_bucket, endpoint_url=s3_endpoint, prefix=s3_prefix)
+    return DiskBlobs(directory)
+
+
+class CheckpointStore:
+    def __init__(self, blobs: BlobStore) -> None:
+        self.blobs = blobs
+
+    @staticmethod
+    def _chunk(lease: str, cid: str) -> str:
+        return f"leases/{lease}/chunks/{cid}"
+
+    @staticmethod
+    def _manifest(lease: str, seq: int) -> str:
+        return f"leases/{lease}/manifests/{seq:020d}.json"
+
+    def missing(self, lease: str, ids: list[str]) -> list[str]:
+        return [c for c in dict.fromkeys(ids) if not self.blobs.has(self._chunk(lease, c))]
+
+    def put_chunk(self, lease: str, cid: str, data: bytes) -> bool:
+        """Keeps a sealed chunk; False (nothing kept) when its bytes are not its id."""
+        if hashlib.sha256(data).hexdigest() != cid:
+            return False
+        if not self.blobs.has(self._chunk(lease, cid)):
+            self.blobs.put(self._chunk(lease, cid), data)
+        return True
+
+    def chunk(self, lease: str, cid: str) -> bytes | None:
+        return self.blobs.get(self._chunk(lease, cid))
+
+    def put_manifest(self, lease: str, signed: SignedManifest) -> str | None:
+        """Keeps a node's signed manifest once all its chunks are in; the reason when refused."""
+        try:
+            manifest = signed.verified()
+        except ValueError as e:
+            return str(e)
+        if manifest.lease != lease:
+            return f"the manifest is of lease {manifest.lease}, not {lease}"
+        lacking = self.missing(lease, manifest.chunk_ids())
+        if lacking:
+            return f"{len(lacking)} of its chunks are not in the store yet"
+        self.blobs.put(self._manifest(lease, manifest.seq), signed.model_dump_json().encode())
+        for old in self.manifest_seqs(lease)[KEEP_MANIFESTS:]:
+            self.blobs.delete(self._manifest(lease, old))
+        return None
+
+    def manifest_seqs(self, lease: str) -> list[int]:
+        """The lease's manifests, newest first."""
+        seqs = []
+        for key in self.blobs.list(f"leases/{lease}/manifests"):
+            name = key.rsplit("/", 1)[-1]
+            if name.endswith(".json") and name[:-5].isdigit():
+                seqs.append(int(name[:-5]))
+        return sorted(seqs, reverse=True)
+
+    def manifest(self, lease: str, seq: int) -> SignedManifest | None:
+        raw = self.blobs.get(self._manifest(lease, seq))
+        return None if raw is None else SignedManifest.model_validate_json(raw)
+
+    def summary(self, lease: str) -> dict[str, object] | None:
+        """The newest checkpoint for the job view: its sequence, node, files, bytes and chunks."""
+        seqs = self.manifest_seqs(lease)
+        signed = self.manifest(lease, seqs[0]) if seqs else None
+        if signed is None:
+            return None
+        m = signed.manifest
+        stored = len(self.blobs.list(f"leases/{lease}/chunks"))
+        return {
+            "seq": m.seq,
+            "taken_at": m.seq / 1000,
+            "node_key": m.node_key,
+            "files": len(m.files),
+            "bytes": m.size,
+            "chunks": len(m.chunk_ids()),
+            "chunks_stored": stored,
+            "checkpoints_kept": len(seqs),
+        }
+
+    def delete_lease(self, lease: str) -> None:
+        self.blobs.delete_prefix(f"leases/{lease}")
+
+    def leases(self) -> list[str]:
+        return sorted({k.split("/")[1] for k in self.blobs.list("leases")})
+
+    def sweep(self, ended_before: Callable[[list[str]], Awaitable[list[str]]]) -> Awaitable[int]:
+        """Deletes the checkpoints of every lease `ended_before` names (ended past the grace period)."""
+
+        async def run() -> int:
+            gone = await ended_before(self.leases())
+            for lease in gone:
+                await asyncio.to_thread(self.delete_lease, lease)
+                log.info("checkpoint.deleted lease=%s (ended past the retention period)", lease)
+            return len(gone)
+
+        return run()
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+Authorize = Callable[[str, str], Awaitable[bool]]  # (lease, node key) -> does the node hold a share now
+
+
+def checkpoint_routes(store: CheckpointStore, authorize: Authorize) -> list[Route]:
+    """PUT/GET chunks, POST the ids a node is about to send (answer: those missing), PUT a signed
+    manifest, GET the lease's manifests (newest first) and one of them."""
+
+    async def _authorized(request: Request, body: bytes) -> tuple[str, str] | Response:
+        lease = request.path_params["key"]
+        try:
+            Pubkey.from_string(lease)
+        except ValueError:
+            return _error(400, f"not a lease address: {lease[:60]!r}")
+        node, at, sig = (request.headers.get(h) for h in (NODE_HEADER, AT_HEADER, SIGNATURE_HEADER))
+        if node is None or at is None or sig is None:
+            return _error(401, f"sign the request with the node key: {NODE_HEADER}, {AT_HEADER}, {SIGNATURE_HEADER}")
+        try:
+            at_ms = int(at, 10)
+            ok = Signature.from_string(sig).verify(
+                Pubkey.from_string(node),
+                request_message(request.method, request.url.path, at_ms, hashlib.sha256(body).hexdigest()),
+            )
+        except ValueError:
+            ok = False
+        if not ok:
+            return _error(401, "the signature is not the node's over this request")
+        if abs(time.time() - at_ms / 1000) > CLOCK_SKEW_SECONDS:
+            return _error(401, f"a stale request: sign it within {CLOCK_SKEW_SECONDS} s of the coordinator's clock")
+        if not await authorize(lease, node):
+            return _error(403, f"node {node} holds no share of lease {lease}")
+        return lease, node
+
+    async def _body(request: Request, limit: int) -> bytes | Response:
+        length = request.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > limit:
+            return _error(413, f"at most {limit} bytes")
+        chunks, size = [], 0
+        async for part in request.stream():
+            size += len(part)
+            if size > limit:
+                return _error(413, f"at most {limit} bytes")
+            chunks.append(part)
+        return b"".join(chunks)
+
+    async def put_chunk(request: Request) -> Response:
+        body = await _body(request, MAX_CHUNK_BODY)
+        if isinstance(body, Response):
+            return body
+        who = await _authorized(request, body)
+        if isinstance(who, Response):
+            return who
+        cid = request.path_params["id"]
+        if not await asyncio.to_thread(store.put_chunk, who[0], cid, body):
+            return _error(400, "the chunk's bytes are not its id (SHA-256)")
+        return JSONResponse({"id": cid, "stored": True}, status_code=201)
+
+    async def get_chunk(request: Request) -> Response:
+        who = await _authorized(request, b"")
+        if isinstance(who, Response):
+            return who
+        data = await asyncio.to_thread(store.chunk, who[0], request.path_params["id"])
+        if data is None:
+            return _error(404, "no such chunk")
+        return Response(data, media_type="application/octet-stream")
+
+    async def missing(request: Request) -> Response:
+        body = await _body(request, MAX_MANIFEST_BODY)
+        if isinstance(body, Response):
+            return body
+        who = await _authorized(request, body)
+        if isinstance(who, Response):
+            return who
+        try:
+            ids = SignedManifest.model_validate_json(body).manifest.chunk_ids()
+        except ValidationError as e:
+            return _error(400, f"not a signed manifest: {e.errors()[0]['msg']}")
+        return JSONResponse({"missing": await asyncio.to_thread(store.missing, who[0], ids)})
+
+    async def put_manifest(request: Request) -> Response:
+        body = await _body(request, MAX_MANIFEST_BODY)
+        if isinstance(body, Response):
+            return body
+        who = await _authorized(request, body)
+        if isinstance(who, Response):
+            return who
+        try:
+            signed = SignedManifest.model_validate_json(body)
+        except ValidationError as e:
+            return _error(400, f"not a signed manifest: {e.errors()[0]['msg']}")
+        if signed.manifest.node_key != who[1]:
+            return _error(403, "a node sends only the manifests it signed")
+        refused = await asyncio.to_thread(store.put_manifest, who[0], signed)
+        if refused is not None:
+            return _error(409, refused)
+        log.info(
+            "checkpoint.stored lease=%s node=%s seq=%d bytes=%d chunks=%d",
+            who[0],
+            who[1],
+            signed.manifest.seq,
+            signed.manifest.size,
+            len(signed.manifest.chunk_ids()),
+        )
+        return JSONResponse({"seq": signed.manifest.seq, "stored": True}, status_code=201)
+
+    async def manifests(request: Request) -> Response:
+        who = await _authorized(request, b"")
+        if isinstance(who, Response):
+            return who
+        return JSONResponse({"seqs": await asyncio.to_thread(store.manifest_seqs, who[0])})
+
+    async def manifest(request: Request) -> Response:
+        who = await _authorized(request, b"")
+        if isinstance(who, Response):
+            return who
+        raw = request.path_params["seq"]
+        signed = await asyncio.to_thread(store.manifest, who[0], int(raw)) if raw.isdigit() else None
+        if signed is None:
+            return _error(404, "no such checkpoint")
+        return Response(signed.model_dump_json(), media_type="application/json")
+
+    base = "/leases/{key}/checkpoint"
+    return [
+        Route(base + "/chunks/{id:str}", put_chunk, methods=["PUT"]),
+        Route(base + "/chunks/{id:str}", get_chunk, methods=["GET"]),
+        Route(base + "/missing", missing, methods=["POST"]),
+        Route(base + "/manifests", manifests, methods=["GET"]),
+        Route(base + "/manifests/{seq:str}", put_manifest, methods=["PUT"]),
+        Route(base + "/manifests/{seq:str}", manifest, methods=["GET"]),
+    ]
+
+
+FILES_ROUTE_LIMIT = 64 * 1024 * 1024
+
+
+class TooLargeToServe(ValueError):
+    """A stored checkpoint over what one JSON answer of `GET /leases/{key}/files` carries."""
+
+
+def latest_files(
+    store: CheckpointStore, lease: str, seed: str | None
+) -> tuple[str, float, list[dict[str, str]]] | None:
+    """The newest stored checkpoint that checks out, opened with the lease's key (the coordinator can
+    derive it: see gpunet.checkpoint), as (node key, taken at, [{path, sha256, data_b64}]) for the
+    client's `GET /leases/{key}/files`; None if there is none. TooLargeToServe over 64 MiB."""
+    if seed is None:
+        return None
+    key = lease_key(lease, seed)
+    for seq in store.manifest_seqs(lease):
+        signed = store.manifest(lease, seq)
+        if signed is None:
+            continue
+        try:
+            manifest = signed.verified()
+            if manifest.size > FILES_ROUTE_LIMIT:
+                raise TooLargeToServe(
+                    f"the latest checkpoint is {manifest.size} bytes, over the {FILES_ROUTE_LIMIT} one answer carries"
+                )
+            out = []
+            for entry in manifest.files:
+                parts = []
+                for cid in entry.chunks:
+                    sealed = store.chunk(lease, cid)
+                    if sealed is None:
+                        raise ChunkRefused(f"chunk {cid[:16]}… is not in the store")
+                    parts.append(open_chunk(key, lease, cid, sealed))
+                data = b"".join(parts)
+                out.append(
+                    {
+                        "path": entry.path,
+                        "sha256": hashlib.sha256(data).hexdigest(),
+                        "data_b64": b64encode(data).decode(),
+                    }
+                )
+        except ChunkRefused as e:
+            log.warning("checkpoint.refused lease=%s seq=%d: %s", lease, seq, e)
+            continue
+        except ValueError as e:
+            if isinstance(e, TooLargeToServe):
+                raise
+            log.warning("checkpoint.refused lease=%s seq=%d: %s", lease, seq, e)
+            continue
+        return manifest.node_key, manifest.seq / 1000, out
+    return None

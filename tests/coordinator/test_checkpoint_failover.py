@@ -1,0 +1,172 @@
+"""A checkpoint of real size moves on failover, with real processes (gpunet-localnet, embedded
+PostgreSQL, the coordinator and its API, `gpunet worker run` processes with --api): the job writes
+CHECKPOINT_MIB MiB of random data (256 by default), its node sends it to the coordinator's
+checkpoint store as sealed chunks, the node is killed, the share moves to the spare node, which
+restores the checkpoint (every chunk checked) before the job starts: the job finds every byte
+(its SHA-256) as written, and so does the test, file against file. The store holds no plaintext."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+from solana.rpc.async_api import AsyncClient
+from solana.rpc.commitment import Confirmed
+from solders.pubkey import Pubkey
+
+from coordinator.settings import Settings
+from gpunet import instructions as ix
+from gpunet.client import send_and_confirm
+from gpunet.jobs import job_view
+from gpunet.localnet import free_ports
+from gpunet.pda import lease_pda
+from gpunet.protocol import JobSpec
+
+from .conftest import eventually
+from .world import PRICE, World, placed_view, start_worker, submitted
+
+BIG_JOB = str(Path(__file__).resolve().parents[1] / "worker" / "jobs" / "big_checkpoint.py")
+MIB = int(os.environ.get("CHECKPOINT_MIB", "256"))
+
+
+@pytest.fixture
+async def chain(node):
+    async with AsyncClient(node.url, commitment=Confirmed) as client:
+        yield client
+
+
+async def _line(api: str, lease: Pubkey, node_key: str, prefix: str) -> str | None:
+    after = 0
+    while logs := (await job_view(api, lease, after))["logs"]:
+        for line in logs:
+            if line["node_key"] == node_key and (line["line"] or "").startswith(prefix):
+                return line["line"]
+        after = logs[-1]["id"]
+    return None
+
+
+async def _stored(api: str, lease: Pubkey, size: int):
+    checkpoint = (await job_view(api, lease))["checkpoint"]
+    return checkpoint if checkpoint and checkpoint["bytes"] >= size else None
+
+
+@pytest.mark.timeout(600)
+async def test_a_big_checkpoint_moves_on_failover_and_the_job_resumes_with_every_byte(
+    node, chain, pool, database_url, tmp_path, spawned
+) -> None:
+    world = await World().build(chain, tmp_path)
+    state = tmp_path / "coordinator"
+    settings = Settings(
+        rpc_url=node.url,
+        ws_url=node.ws_url,
+        database_url=database_url,
+        state_dir=state,
+        poll_seconds=1.0,
+        api_port=free_ports(1)[0],
+        gateway_port=0,
+        heartbeat_seconds=0.5,
+        lost_after_seconds=3.0,
+        settle_seconds=1,
+        close_grace_seconds=4,
+        reconnect_grace_seconds=2,
+    )
+    api = f"http://127.0.0.1:{settings.api_port}"
+    from .world import running
+
+    async with running(settings, pool, world.admin) as coordinator:
+        workers = {
+            key: start_worker(
+                world,
+                i,
+                coordinator.gateway.url,
+                tmp_path / f"worker{i}.log",
+                env={"GPUNET_WORKER_API_URL": api},
+            )
+            for i, key in enumerate(world.node_keys())
+        }
+        spawned.extend(workers.values())
+        await eventually(lambda: _all_connected(coordinator, len(workers)), what="the workers connected")
+        lease = lease_pda(world.client.pubkey(), 1)
+        await send_and_confirm(
+            chain,
+            world.client,
+            [
+                ix.open_lease(
+                    world.client.pubkey(),
+                    world.client_tokens,
+                    world.mint,
+                    1,
+                    ix.LeaseTerms(1, 80, 2, 0, 2 * PRICE, 600),
+                )
+            ],
+        )
+        spec = JobSpec(command=[sys.executable, BIG_JOB], env={"MIB": str(MIB)})
+        await eventually(lambda: submitted(api, world.client, lease, spec), what="the job accepted")
+        [first] = (await eventually(lambda: placed_view(api, lease), what="the lease placed"))["placement"]["nodes"]
+        fresh = await eventually(lambda: _line(api, lease, first, "fresh "), timeout=120, what="the checkpoint written")
+        written = str(fresh).split()[1]
+        stored = await eventually(
+            lambda: _stored(api, lease, MIB << 20), timeout=120, what="the checkpoint in the store"
+        )
+        assert stored["node_key"] == first and stored["chunks"] >= MIB // 8
+        # `lease status` shows it (the coordinator runs in this process: the command runs beside it)
+        proc = await asyncio.create_subprocess_exec(
+            str(Path(sys.executable).with_name("gpunet")),
+            *("lease", "status", str(lease), "--coordinator", api),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            env={**os.environ, "COLUMNS": "250"},
+        )
+        shown = (await asyncio.wait_for(proc.communicate(), 60))[0].decode()
+        assert f"checkpoint: {MIB:.1f} MiB in 2 files" in shown, shown
+
+        # The node dies; its share moves and the job resumes on the spare from the store's checkpoint.
+        i = world.node_keys().index(first)
+        workers[first].send_signal(signal.SIGKILL)
+        moved = await eventually(lambda: _placed_elsewhere(api, lease, first), timeout=120, what="the share moved")
+        resumed = await eventually(
+            lambda: _line(api, lease, moved, "resumed "), timeout=240, what="the job resumed on the new node"
+        )
+        assert resumed == f"resumed verified {written} {MIB << 20}"
+        j = world.node_keys().index(moved)
+        lease_dir = f"jobs/{lease}/checkpoints"
+        old, new = tmp_path / f"worker{i}" / lease_dir, tmp_path / f"worker{j}" / lease_dir
+        for name in ("blob.bin", "blob.sha256"):
+            assert _same_file(old / name, new / name), name
+
+        # The store holds ciphertext only: no 64-byte window of the data, taken at 64 places, is in it.
+        data = (old / "blob.bin").read_bytes()
+        windows = [data[at : at + 64] for at in range(0, len(data) - 64, len(data) // 64)]
+        chunks = list((state / "checkpoints").rglob("*"))
+        assert sum(p.stat().st_size for p in chunks if p.is_file()) >= len(data)
+        for p in chunks:
+            if p.is_file():
+                content = p.read_bytes()
+                assert not any(w in content for w in windows), p
+                assert written.encode() not in content or p.suffix == ".json", p  # the digest file sealed too
+
+
+async def _all_connected(coordinator, n: int) -> bool:
+    return len(coordinator.gateway.sessions) >= n
+
+
+async def _placed_elsewhere(api: str, lease: Pubkey, gone: str) -> str | None:
+    view = await job_view(api, lease)
+    nodes = view["placement"]["nodes"] if view["placement"] else []
+    return nodes[0] if nodes and gone not in nodes else None
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    if a.stat().st_size != b.stat().st_size:
+        return False
+    with a.open("rb") as fa, b.open("rb") as fb:
+        while True:
+            x, y = fa.read(8 << 20), fb.read(8 << 20)
+            if x != y:
+                return False
+            if not x:
+                return True
