@@ -24,7 +24,7 @@ from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
 from coordinator.api import create_app
-from coordinator.api.work import FILES_CLOCK_SKEW_SECONDS, work_routes
+from coordinator.api.work import work_routes
 from coordinator.indexer.rpc import ChainRpc
 from coordinator.service import Coordinator
 from coordinator.settings import Settings
@@ -32,12 +32,14 @@ from gpunet.jobs import job_logs
 from gpunet.keys import create_keypair_file
 from gpunet.localnet import free_ports
 from gpunet.protocol import (
-    FILES_AT_HEADER,
-    FILES_SIGNATURE_HEADER,
+    REQUEST_AT_HEADER,
+    REQUEST_CLOCK_SKEW_SECONDS,
+    REQUEST_SIGNATURE_HEADER,
+    REQUEST_WALLET_HEADER,
     CheckpointFile,
     JobSpec,
-    files_message,
     job_message,
+    sign_request,
 )
 
 from .chain import Cluster
@@ -101,6 +103,19 @@ async def _indexed(http: httpx.AsyncClient, lease: str) -> bool:
         return False
 
 
+def _signed(wallet: Keypair, path: str, at_ms: int | None = None, method: str = "GET", body: bytes = b"") -> dict:
+    """The headers of a request to `path` (with its query) signed by `wallet` (gpunet.protocol.request_message)."""
+    return sign_request(wallet, method, path, body, at_ms)
+
+
+async def _view(http: httpx.AsyncClient, wallet: Keypair, lease, query: str = "") -> dict:
+    """The lease's job view, read as `wallet` (a fresh signature); its answer must be 200."""
+    path = f"/leases/{lease}/job" + (f"?{query}" if query else "")
+    response = await http.get(path, headers=_signed(wallet, path))
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
 def _body(world, spec: JobSpec, per_node: int | None = 2, signer: Keypair | None = None, number: int = 1) -> dict:
     signature = (signer or world.client_wallet).sign_message(job_message(world.lease, spec, per_node, number))
     return {
@@ -148,7 +163,7 @@ async def test_bad_job_submissions_are_refused_with_a_reason_and_store_nothing(a
     early = await http.post(url, json=_body(world, JobSpec(command=["other"]), number=2))
     assert early.status_code == 409 and "job 1 of lease" in early.json()["error"]
     assert "not placed on any node yet" in early.json()["error"]
-    view = (await http.get(url)).json()
+    view = await _view(http, world.client_wallet, world.lease)
     assert view["job"]["command"] == ["python", "train.py"] and view["gpus_per_node"] == 2 and view["job_number"] == 1
 
     async def quoted() -> dict | None:  # once the scheduler has seen the indexed nodes (no worker is online)
@@ -288,11 +303,11 @@ async def test_one_job_at_a_time_the_next_once_the_current_one_ended_on_every_no
     current, earlier = await stored()
     assert current["number"] == 2 and json.loads(current["spec"])["command"] == ["job2"]
     assert [(r["lease"], r["number"]) for r in earlier] == [(str(world.lease), 1)]
-    view = (await http.get(url)).json()
+    view = await _view(http, world.client_wallet, world.lease)
     assert view["job_number"] == 2 and view["job"]["command"] == ["job2"] and view["nodes"] == []  # not started yet
     assert (await http.post(url, json=_body(world, third, number=3))).status_code == 409  # job 2 has not run
     await job_status(nodes[1], 2, "running")
-    view = (await http.get(url)).json()
+    view = await _view(http, world.client_wallet, world.lease)
     assert [(n["node_key"], n["state"]) for n in view["nodes"]] == [(nodes[1], "running")]
 
 
@@ -348,7 +363,7 @@ async def _true_view(coordinator, node_key):
     return view if view is not None and (view.failed_shares, view.completed_shares) == (2, 1) else None
 
 
-async def test_logs_page_and_follow_and_status_shows_the_latest_lines(placed_api) -> None:
+async def test_logs_page_and_follow_and_status_shows_the_latest_lines(placed_api, tmp_path) -> None:
     http, world, pool, _ = placed_api
     lease = str(world.lease)
     node = str(world.nodes[0][1].pubkey())
@@ -376,14 +391,17 @@ async def test_logs_page_and_follow_and_status_shows_the_latest_lines(placed_api
     await record(("status", "running"), *(("log", f"step {i}") for i in range(1, 301)), ("log", "[red]not markup[/]"))
     url = str(http.base_url)
 
-    tail = (await http.get(f"/leases/{lease}/job", params={"tail": 20})).json()["logs"]
+    tail = (await _view(http, world.client_wallet, lease, "tail=20"))["logs"]
     assert [line["line"] for line in tail] == [*(f"step {i}" for i in range(282, 301)), "[red]not markup[/]"]
-    first = (await http.get(f"/leases/{lease}/job")).json()
+    first = await _view(http, world.client_wallet, lease)
     assert len(first["logs"]) == 200 and first["more"] is True  # the first page says another follows
-    assert [line["line"] async for line in job_logs(url, world.lease)] == [
+    assert [line["line"] async for line in job_logs(url, world.client_wallet, world.lease)] == [
         *(f"step {i}" for i in range(1, 301)),
         "[red]not markup[/]",
     ]
+
+    wallet = tmp_path / "client.json"
+    create_keypair_file(wallet, world.client_wallet)
 
     async def gpunet(*args: str) -> tuple[int, str]:
         proc = await asyncio.create_subprocess_exec(
@@ -392,6 +410,8 @@ async def test_logs_page_and_follow_and_status_shows_the_latest_lines(placed_api
             *args,
             "--coordinator",
             url,
+            "-k",
+            str(wallet),
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
         )
@@ -432,18 +452,20 @@ async def _event(pool, lease: str, node: str, kind: str, text: str) -> None:
             )
 
 
-async def test_status_follow_prints_new_lines_and_state_changes_until_the_job_ends(placed_api) -> None:
+async def test_status_follow_prints_new_lines_and_state_changes_until_the_job_ends(placed_api, tmp_path) -> None:
     http, world, pool, _ = placed_api
     lease = str(world.lease)
     nodes = [str(k.pubkey()) for _, k in world.nodes]
     assert (await http.post(f"/leases/{lease}/job", json=_body(world, JobSpec(command=["train"])))).status_code == 201
     await _event(pool, lease, nodes[0], "status", "running")
     await _event(pool, lease, nodes[0], "log", "epoch 0")
+    wallet = tmp_path / "client.json"
+    create_keypair_file(wallet, world.client_wallet)
 
     async def follow(*extra: str) -> tuple[int, str]:
         proc = await asyncio.create_subprocess_exec(
             str(GPUNET),
-            *("lease", "status", lease, "--follow", "--coordinator", str(http.base_url), *extra),
+            *("lease", "status", lease, "--follow", "--coordinator", str(http.base_url), "-k", str(wallet), *extra),
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
             env={**os.environ, "COLUMNS": "250"},
@@ -483,8 +505,7 @@ async def test_status_follow_prints_new_lines_and_state_changes_until_the_job_en
 
 
 def _signed_files(lease: Pubkey, signer: Keypair, at: int | None = None) -> dict[str, str]:
-    at = time.time_ns() // 1_000_000 if at is None else at  # unix milliseconds
-    return {FILES_AT_HEADER: str(at), FILES_SIGNATURE_HEADER: str(signer.sign_message(files_message(lease, at)))}
+    return _signed(signer, f"/leases/{lease}/files", at)
 
 
 async def test_the_latest_checkpoint_is_read_by_the_lease_client_alone_and_downloaded(api, tmp_path) -> None:
@@ -493,14 +514,15 @@ async def test_the_latest_checkpoint_is_read_by_the_lease_client_alone_and_downl
     client = world.client_wallet
     fresh = _signed_files(lease, client)
     refused = [
-        ({}, 401, "sign the request with the lease client's wallet"),
-        ({**fresh, FILES_AT_HEADER: "soon"}, 400, "is not an integer"),
-        ({**fresh, FILES_SIGNATURE_HEADER: "nope"}, 400, "not a base58 Ed25519 signature"),
-        (_signed_files(lease, Keypair()), 401, "not the lease client's"),  # anyone else
-        (_signed_files(Pubkey.default(), client), 401, "not the lease client's"),  # signed for another lease
-        ({**fresh, FILES_AT_HEADER: str(int(fresh[FILES_AT_HEADER]) + 1)}, 401, "not the lease client's"),  # time
+        ({}, 401, "a private route: sign the request as the lease's client"),
+        ({**fresh, REQUEST_AT_HEADER: "soon"}, 400, "is not an integer"),
+        ({**fresh, REQUEST_SIGNATURE_HEADER: "nope"}, 400, "not a base58 Ed25519 signature"),
+        (_signed_files(lease, Keypair()), 401, "is not the lease's client"),  # anyone else
+        (_signed_files(Pubkey.default(), client), 401, "not the wallet's over this request"),  # another lease
+        ({**fresh, REQUEST_AT_HEADER: str(int(fresh[REQUEST_AT_HEADER]) + 1)}, 401, "not the wallet's"),  # time
+        ({**fresh, REQUEST_WALLET_HEADER: str(Keypair().pubkey())}, 401, "not the wallet's"),  # another wallet named
         (
-            _signed_files(lease, client, time.time_ns() // 1_000_000 - (FILES_CLOCK_SKEW_SECONDS + 5) * 1000),
+            _signed_files(lease, client, time.time_ns() // 1_000_000 - (REQUEST_CLOCK_SKEW_SECONDS + 5) * 1000),
             401,
             "stale or replayed",
         ),
@@ -508,7 +530,8 @@ async def test_the_latest_checkpoint_is_read_by_the_lease_client_alone_and_downl
     for headers, status, message in refused:
         response = await http.get(url, headers=headers)
         assert response.status_code == status and message in response.json()["error"], response.text
-    other = await http.get(f"/leases/{Keypair().pubkey()}/files", headers=_signed_files(lease, client))
+    stray = Keypair().pubkey()
+    other = await http.get(f"/leases/{stray}/files", headers=_signed_files(stray, client))
     assert other.status_code == 404 and "not indexed" in other.json()["error"]
 
     none = await http.get(url, headers=fresh)
@@ -556,7 +579,7 @@ async def test_the_latest_checkpoint_is_read_by_the_lease_client_alone_and_downl
     assert (out_dir / "logs" / "step.txt").read_bytes() == b"step 42\n"
     assert "model.pt" in printed and node in printed
     code, printed = await gpunet("lease", "files", str(lease), "--out", str(tmp_path / "no"), "-k", str(other_wallet))
-    assert code == 1 and "(401)" in printed and "not the lease client's" in printed
+    assert code == 1 and "(401)" in printed and "is not the lease's client" in printed
     assert not (tmp_path / "no").exists()
 
     # a job's inputs: given as [PATH=]URL#SHA256, signed and stored with the job
@@ -571,7 +594,7 @@ async def test_the_latest_checkpoint_is_read_by_the_lease_client_alone_and_downl
         ),
     )
     assert code == 0, printed
-    job = (await http.get(f"/leases/{lease}/job")).json()["job"]
+    job = (await _view(http, client, lease))["job"]
     assert job["inputs"] == [
         {"path": "train.csv", "url": "https://example.com/d/train.csv", "sha256": digest},
         {"path": "cfg/a.yaml", "url": "http://h:8000/x?y=1", "sha256": digest},
