@@ -599,3 +599,82 @@ async def test_the_latest_checkpoint_is_read_by_the_lease_client_alone_and_downl
         {"path": "train.csv", "url": "https://example.com/d/train.csv", "sha256": digest},
         {"path": "cfg/a.yaml", "url": "http://h:8000/x?y=1", "sha256": digest},
     ]
+
+
+async def test_the_job_view_answers_the_client_and_its_nodes_suppliers_alone(placed_api) -> None:
+    http, world, pool, _ = placed_api
+    lease, client = world.lease, world.client_wallet
+    path = f"/leases/{lease}/job"
+    spec = JobSpec(command=["train"], env={"PLAIN_ENV": "plain-value"}, secrets=["API_TOKEN"])
+    assert (await http.post(path, json=_body(world, spec))).status_code == 201
+    await _event(pool, str(lease), str(world.nodes[0][1].pubkey()), "log", "a private log line")
+    fresh = _signed(client, path)
+    old = time.time_ns() // 1_000_000 - (REQUEST_CLOCK_SKEW_SECONDS + 5) * 1000
+    refused = [
+        ({}, "a private route"),  # unsigned
+        (_signed(Keypair(), path), "is not the lease's client or a supplier of its nodes"),  # another wallet
+        (_signed(client, path, old), "stale or replayed"),  # an old signature
+        (_signed(client, f"/leases/{lease}/files"), "not the wallet's over this request"),  # for another route
+        (_signed(client, path + "?tail=5"), "not the wallet's over this request"),  # for another query
+        (_signed(client, path, method="POST"), "not the wallet's over this request"),  # for another method
+    ]
+    for headers, message in refused:
+        response = await http.get(path, headers=headers)
+        assert response.status_code == 401 and message in response.json()["error"], response.text
+        assert set(response.json()) == {"error"}  # nothing of the job
+        for leaked in ("plain-value", "API_TOKEN", "a private log line", "train"):
+            assert leaked not in response.text
+    # control: the client's fresh signature reads it all, once
+    answer = await http.get(path, headers=fresh)
+    assert answer.status_code == 200 and answer.json()["job"]["env"] == {"PLAIN_ENV": "plain-value"}
+    assert [line["line"] for line in answer.json()["logs"]] == ["a private log line"]
+    replayed = await http.get(path, headers=fresh)  # the same signature again
+    assert replayed.status_code == 401 and "stale or replayed" in replayed.json()["error"]
+    assert set(replayed.json()) == {"error"}
+    # the supplier of a node the lease is on reads it too (it runs the job)
+    supplier = world.nodes[0][0]
+    assert (await _view(http, supplier, lease))["job"]["secrets"] == ["API_TOKEN"]
+
+
+async def test_secrets_are_given_by_the_client_alone_for_every_name_the_job_has(placed_api) -> None:
+    http, world, pool, coordinator = placed_api
+    lease, client = world.lease, world.client_wallet
+    assert (
+        await http.post(f"/leases/{lease}/job", json=_body(world, JobSpec(command=["t"], secrets=["A", "B"])))
+    ).status_code == 201
+    nodes = [str(k.pubkey()) for _, k in world.nodes]
+    path = f"/leases/{lease}/secrets"
+
+    def body(number: int = 1, values: dict | None = None, to: list[str] = nodes) -> bytes:
+        return json.dumps(
+            {"job_number": number, "nodes": {n: values or {"A": "c2VhbGVk", "B": "c2VhbGVk"} for n in to}}
+        ).encode()
+
+    async def post(content: bytes, signer: Keypair | None = client) -> httpx.Response:
+        headers = {} if signer is None else _signed(signer, path, method="POST", body=content)
+        return await http.post(path, content=content, headers=headers)
+
+    coordinator.shared.dispatched[str(lease)] = {k.pubkey() for _, k in world.nodes}  # as if dispatched already
+    refused = [
+        (await post(body(), None), 401, "a private route"),
+        (await post(body(), world.nodes[0][0]), 401, "is not the lease's client"),  # a supplier may read, not give
+        (await post(b"x", client), 400, "not JSON"),
+        (await post(body(values={"A": "c2VhbGVk"}), client), 400, "exactly the job's (A, B)"),
+        (await post(body(values={"A": "c2VhbGVk", "B": "c2VhbGVk", "C": "x"}), client), 400, "exactly the job's"),
+        (await post(body(to=[]), client), 400, "at least one node"),
+        (await post(body(number=2), client), 409, "not lease"),
+    ]
+    signed_one = body()
+    headers = _signed(client, path, method="POST", body=signed_one)
+    tampered = await http.post(path, content=body(to=nodes[:1]), headers=headers)  # the body changed after signing
+    refused.append((tampered, 401, "not the wallet's over this request"))
+    for response, status, message in refused:
+        assert response.status_code == status and message in response.json()["error"], response.text
+    async with pool.acquire() as conn:
+        assert await conn.fetchval("SELECT count(*) FROM job_secrets") == 0  # nothing kept
+    assert coordinator.shared.dispatched[str(lease)] == {k.pubkey() for _, k in world.nodes}  # nor sent again
+    # control: the client's, for every name: kept, and the nodes get the job again with them
+    given = await http.post(path, content=signed_one, headers=headers)
+    assert given.status_code == 201 and given.json()["sealed_to"] == sorted(nodes), given.text
+    assert coordinator.shared.dispatched[str(lease)] == set()
+    assert sorted((await _view(http, client, lease))["secrets_sealed_to"]) == sorted(nodes)
