@@ -7,9 +7,12 @@ too; then the job runs there. A secret sealed to another node does not open."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
+import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -23,6 +26,7 @@ from coordinator.settings import Settings
 from gpunet import instructions as ix
 from gpunet.client import send_and_confirm
 from gpunet.jobs import job_view, seal_missing_secrets, submit_secrets
+from gpunet.keys import create_keypair_file
 from gpunet.localnet import free_ports
 from gpunet.pda import lease_pda
 from gpunet.protocol import JobSpec, sign_request
@@ -31,6 +35,7 @@ from gpunet.secrets import seal
 from .conftest import eventually
 from .world import PRICE, World, placed_view, running, start_workers, submitted
 
+GPUNET = str(Path(sys.executable).with_name("gpunet"))
 SECRET = "s3cret-token-Zq8xW2"  # the plaintext looked for everywhere
 DIGEST = hashlib.sha256(SECRET.encode()).hexdigest()
 # prints the hash of its secret (never the secret), then runs until stopped
@@ -145,8 +150,19 @@ async def test_a_secret_reaches_the_job_alone_and_a_moved_share_waits_for_its_re
         moved = await job_view(api, world.client, lease)
         assert spare in moved["placement"]["nodes"] and spare not in moved["secrets_sealed_to"]
         assert spare not in await _token_lines(api, world, lease)
-        # `gpunet lease status --follow --secret` reseals to the new node (and to it alone)
-        assert await seal_missing_secrets(api, world.client, lease, {"API_TOKEN": SECRET}) == [spare]
+        # `gpunet lease status --secret` (as --follow does on each poll) reseals to the new node, and to it alone
+        wallet = tmp_path / "client.json"
+        create_keypair_file(wallet, world.client)
+        (tmp_path / "token.txt").write_text(SECRET)
+        status = await asyncio.create_subprocess_exec(
+            *(GPUNET, "lease", "status", str(lease), "--secret-file", f"API_TOKEN={tmp_path / 'token.txt'}"),
+            *("--coordinator", api, "-k", str(wallet), "--json"),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        out, _ = await asyncio.wait_for(status.communicate(), 60)
+        assert status.returncode == 0, out
+        assert json.loads(out.decode().splitlines()[0]) == {"event": "secrets", "sealed_to": [spare]}
         assert await seal_missing_secrets(api, world.client, lease, {"API_TOKEN": SECRET}) == []
         await eventually(lambda: _all_in(api, world, lease, [spare], "running"), what="the job running on the spare")
         await eventually(lambda: _has_tokens(api, world, lease, [spare]), what="the spare's job read the secret")
@@ -194,3 +210,44 @@ def _key(node_key: str) -> Pubkey:
 async def _has_tokens(api: str, world: World, lease, nodes: list[str]) -> bool:
     lines = await _token_lines(api, world, lease)
     return all(lines.get(n) == f"token {DIGEST}" for n in nodes)
+
+
+@pytest.mark.timeout(300)
+async def test_lease_job_with_a_secret_waits_for_the_placement_and_seals_to_its_nodes(
+    node, chain, pool, database_url, tmp_path, spawned
+) -> None:
+    world = await World().build(chain, tmp_path)
+    settings = _settings(node, database_url)
+    api = f"http://127.0.0.1:{settings.api_port}"
+    wallet = tmp_path / "client.json"
+    create_keypair_file(wallet, world.client)
+    async with running(settings, pool, world.admin) as coordinator:
+        await start_workers(world, coordinator, tmp_path, spawned)
+        lease = lease_pda(world.client.pubkey(), 1)
+        terms = ix.LeaseTerms(1, 80, 4, 0, 2 * PRICE, 300)
+        opened = ix.open_lease(world.client.pubkey(), world.client_tokens, world.mint, 1, terms)
+        await send_and_confirm(chain, world.client, [opened])
+        await eventually(lambda: _indexed(api, str(lease)), what="the lease indexed")
+        job = await asyncio.create_subprocess_exec(
+            *(GPUNET, "lease", "job", str(lease), "--command", f"{sys.executable} -c {shlex.quote(PROGRAM)}"),
+            *("--gpus-per-node", "2", "--secret", "API_TOKEN", "--coordinator", api, "-k", str(wallet), "--json"),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            env={**os.environ, "API_TOKEN": SECRET},  # `--secret NAME` takes the value from the shell
+        )
+        out, _ = await asyncio.wait_for(job.communicate(), 120)
+        assert job.returncode == 0, out
+        accepted = json.loads(out)
+        placed = (await job_view(api, world.client, lease))["placement"]["nodes"]
+        assert accepted["job_number"] == 1 and sorted(accepted["secrets_sealed_to"]) == sorted(placed)
+        assert SECRET not in out.decode()
+        await eventually(lambda: _all_in(api, world, lease, placed, "running"), what="the job running on both nodes")
+        await eventually(lambda: _has_tokens(api, world, lease, placed), what="both jobs read the secret")
+
+
+async def _indexed(api: str, lease: str) -> bool:
+    async with httpx.AsyncClient(base_url=api) as http:
+        try:
+            return (await http.get(f"/leases/{lease}")).status_code == 200
+        except httpx.HTTPError:
+            return False
