@@ -414,6 +414,18 @@ class Agent:
             assert share.runner is not None
             share.runner.cancel(c.reason)
         else:
+            d = share.dispatch
+            if share.runner is None and d.job.secrets and not d.job_ended:  # it waited for its secrets: it ends
+                self.session.send(
+                    JobStatus(
+                        simulated=self.simulated,
+                        lease=d.lease,
+                        job_number=d.job_number,
+                        state="cancelled",
+                        detail=f"released before the client's secrets came: {c.reason}"[:4096],
+                        epoch=d.epoch,
+                    )
+                )
             del self.shares[c.lease]
         self.session.send(Ack(simulated=self.simulated, of="cancel", lease=c.lease))
         log.info("share.released lease=%s reason=%s", c.lease, c.reason)
