@@ -103,6 +103,10 @@ async def _indexed(http: httpx.AsyncClient, lease: str) -> bool:
         return False
 
 
+async def truly(value: bool) -> bool:
+    return value
+
+
 def _signed(wallet: Keypair, path: str, at_ms: int | None = None, method: str = "GET", body: bytes = b"") -> dict:
     """The headers of a request to `path` (with its query) signed by `wallet` (gpunet.protocol.request_message)."""
     return sign_request(wallet, method, path, body, at_ms)
@@ -660,7 +664,9 @@ async def test_secrets_are_given_by_the_client_alone_for_every_name_the_job_has(
         headers = {} if signer is None else _signed(signer, path, method="POST", body=content)
         return await http.post(path, content=content, headers=headers)
 
-    coordinator.shared.dispatched[str(lease)] = {k.pubkey() for _, k in world.nodes}  # as if dispatched already
+    # once the dispatch loop has taken the job (its workers are offline), as if it had reached both nodes
+    await eventually(lambda: truly(coordinator.dispatch.dispatched_job.get(str(lease)) == 1), what="the job taken")
+    coordinator.shared.dispatched[str(lease)] = {k.pubkey() for _, k in world.nodes}
     refused = [
         (await post(body(), None), 401, "a private route"),
         (await post(body(), world.nodes[0][0]), 401, "is not the lease's client"),  # a supplier may read, not give
