@@ -690,3 +690,16 @@ async def test_secrets_are_given_by_the_client_alone_for_every_name_the_job_has(
     assert given.status_code == 201 and given.json()["sealed_to"] == sorted(nodes), given.text
     assert coordinator.shared.dispatched[str(lease)] == set()
     assert sorted((await _view(http, client, lease))["secrets_sealed_to"]) == sorted(nodes)
+
+
+async def test_a_supplier_whose_nodes_the_lease_is_not_on_reads_nothing(api) -> None:
+    http, world, _, _ = api  # the lease is not placed: no node of it yet
+    path = f"/leases/{world.lease}/job"
+    assert (
+        await http.post(path, json=_body(world, JobSpec(command=["t"], env={"K": "plain-value"})))
+    ).status_code == 201
+    supplier = world.nodes[0][0]  # registered, staked, with a node: just not this lease's
+    response = await http.get(path, headers=_signed(supplier, path))
+    assert response.status_code == 401 and set(response.json()) == {"error"} and "plain-value" not in response.text
+    assert "is not the lease's client or a supplier of its nodes" in response.json()["error"]
+    assert (await _view(http, world.client_wallet, world.lease))["job"]["env"] == {"K": "plain-value"}  # control
