@@ -472,7 +472,7 @@ async def test_status_follow_prints_new_lines_and_state_changes_until_the_job_en
     wallet = tmp_path / "client.json"
     create_keypair_file(wallet, world.client_wallet)
 
-    async def follow(*extra: str) -> tuple[int, str]:
+    async def follow(*extra: str, started: asyncio.Event | None = None) -> tuple[int, str]:
         proc = await asyncio.create_subprocess_exec(
             str(GPUNET),
             *("lease", "status", lease, "--follow", "--coordinator", str(http.base_url), "-k", str(wallet), *extra),
@@ -480,12 +480,20 @@ async def test_status_follow_prints_new_lines_and_state_changes_until_the_job_en
             stderr=asyncio.subprocess.STDOUT,
             env={**os.environ, "COLUMNS": "250"},
         )
-        out, _ = await asyncio.wait_for(proc.communicate(), 60)
-        return proc.returncode, out.decode()
+        assert proc.stdout is not None
+        out = b""
+        while line := await asyncio.wait_for(proc.stdout.readline(), 60):
+            out += line
+            if started is not None:
+                started.set()  # its status is printed: what comes next is followed
+        return await asyncio.wait_for(proc.wait(), 60), out.decode()
 
-    followed = asyncio.create_task(follow())
-    as_json = asyncio.create_task(follow("--json"))
-    await asyncio.sleep(3)
+    started = asyncio.Event(), asyncio.Event()
+    followed = asyncio.create_task(follow(started=started[0]))
+    as_json = asyncio.create_task(follow("--json", started=started[1]))
+    for event in started:
+        await asyncio.wait_for(event.wait(), 60)
+    await asyncio.sleep(1)
     assert not followed.done() and not as_json.done(), "a running job is followed"
     await _event(pool, lease, nodes[1], "status", "running")
     await _event(pool, lease, nodes[0], "log", "epoch 1 [not markup]")
