@@ -1,11 +1,14 @@
-"""A client's side of the coordinator's job API: give a lease its next job (signed), follow it; and
-the operator's one signed call (`resume_slashing`)."""
+"""A client's side of the coordinator's job API: give a lease its next job (signed), its secrets
+sealed to its nodes, follow it (every private route is a request signed with the client's wallet,
+gpunet.protocol.sign_request); and the operator's one signed call (`resume_slashing`)."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import AsyncIterator
 from typing import Any
+from urllib.parse import urlencode, urlsplit
 
 import httpx
 from solders.keypair import Keypair
@@ -13,14 +16,13 @@ from solders.pubkey import Pubkey
 
 from gpunet.errors import GpunetError
 from gpunet.protocol import (
-    FILES_AT_HEADER,
-    FILES_SIGNATURE_HEADER,
     CheckpointFile,
     JobSpec,
-    files_message,
     job_message,
     operator_message,
+    sign_request,
 )
+from gpunet.secrets import seal_all
 
 __all__ = [
     "CoordinatorError",
@@ -31,7 +33,9 @@ __all__ = [
     "node_verifications",
     "quote",
     "resume_slashing",
+    "seal_missing_secrets",
     "submit_job",
+    "submit_secrets",
 ]
 
 
@@ -63,9 +67,33 @@ def _job_url(coordinator_url: str, lease: Pubkey) -> str:
     return f"{coordinator_url.rstrip('/')}/leases/{lease}/job"
 
 
-async def next_job_number(coordinator_url: str, lease: Pubkey) -> int:
+async def _signed(
+    method: str, url: str, wallet: Keypair, params: dict[str, Any] | None = None, payload: Any = None
+) -> tuple[int, Any]:
+    """A request signed with `wallet` (gpunet.protocol.request_message over exactly what is sent)."""
+    query = urlencode(params) if params else ""
+    full = f"{url}?{query}" if query else url
+    parts = urlsplit(full)
+    target = parts.path + (f"?{parts.query}" if parts.query else "")
+    body = b"" if payload is None else json.dumps(payload).encode()
+    headers = sign_request(wallet, method, target, body)
+    if payload is not None:
+        headers["Content-Type"] = "application/json"
+    return await _request(method, full, headers=headers, content=body or None)
+
+
+async def _signed_call(
+    method: str, url: str, wallet: Keypair, params: dict[str, Any] | None = None, payload: Any = None
+) -> Any:
+    status, body = await _signed(method, url, wallet, params, payload)
+    if status >= 400:
+        raise CoordinatorError(f"the coordinator refused ({status}): {body.get('error', body)}")
+    return body
+
+
+async def next_job_number(coordinator_url: str, client: Keypair, lease: Pubkey) -> int:
     """The number the lease's next job takes: 1 for its first, else its current job's + 1."""
-    status, body = await _request("GET", _job_url(coordinator_url, lease))
+    status, body = await _signed("GET", _job_url(coordinator_url, lease), client, {"tail": 1})
     if status == 404:  # neither a job nor a placement yet
         return 1
     if status >= 400:
@@ -83,7 +111,7 @@ async def submit_job(
 ) -> Any:
     """Signs the job with the client's wallet and gives it to the lease as its job `job_number`
     (default: the next one). The coordinator takes it once the lease's current job has ended."""
-    number = job_number or await next_job_number(coordinator_url, lease)
+    number = job_number or await next_job_number(coordinator_url, client, lease)
     signature = client.sign_message(job_message(lease, spec, gpus_per_node, number))
     body = {
         "job": spec.model_dump(mode="json"),
@@ -94,18 +122,23 @@ async def submit_job(
     return await _call("POST", _job_url(coordinator_url, lease), json=body)
 
 
-async def job_view(coordinator_url: str, lease: Pubkey, after: int = 0, tail: int | None = None) -> Any:
-    """The lease's placement, current job and its number, per-node status and log lines: a page after
-    id `after` (`more`: another page follows), or the last `tail` lines."""
+async def job_view(
+    coordinator_url: str, wallet: Keypair, lease: Pubkey, after: int = 0, tail: int | None = None
+) -> Any:
+    """The lease's placement, current job and its number, per-node status, the nodes its secrets are
+    sealed to, and log lines: a page after id `after` (`more`: another page follows), or the last
+    `tail` lines. Private: signed with `wallet`, the lease's client's (or a supplier's of its nodes)."""
     params = {"after": after} if tail is None else {"tail": tail}
-    return await _call("GET", _job_url(coordinator_url, lease), params=params)
+    return await _signed_call("GET", _job_url(coordinator_url, lease), wallet, params)
 
 
-async def job_logs(coordinator_url: str, lease: Pubkey, after: int = 0) -> AsyncIterator[dict[str, Any]]:
+async def job_logs(
+    coordinator_url: str, wallet: Keypair, lease: Pubkey, after: int = 0
+) -> AsyncIterator[dict[str, Any]]:
     """Every log line of the lease after id `after`, in order, page by page (each has its `id`: ask
-    again from the last one to follow the job)."""
+    again from the last one to follow the job); each page a request signed with `wallet`."""
     while True:
-        view = await job_view(coordinator_url, lease, after)
+        view = await job_view(coordinator_url, wallet, lease, after)
         for line in view["logs"]:
             yield line
             after = line["id"]
@@ -118,16 +151,45 @@ async def lease_files(
 ) -> tuple[dict[str, Any], list[CheckpointFile]]:
     """The lease's latest checkpoint as the coordinator keeps it: ({lease, node_key, received_at}, its
     files, each checked against its sha256 when read with .content()). A GET signed with the lease
-    client's wallet (gpunet.protocol.files_message, fresh each call); anyone else is refused (401)."""
-    at_ms = time.time_ns() // 1_000_000
-    signature = client.sign_message(files_message(lease, at_ms))
-    headers = {FILES_AT_HEADER: str(at_ms), FILES_SIGNATURE_HEADER: str(signature)}
-    body = await _call("GET", f"{coordinator_url.rstrip('/')}/leases/{lease}/files", headers=headers)
+    client's wallet (fresh each call); anyone else is refused (401)."""
+    body = await _signed_call("GET", f"{coordinator_url.rstrip('/')}/leases/{lease}/files", client)
     try:
         files = [CheckpointFile.model_validate(f) for f in body["files"]]
     except (KeyError, TypeError, ValueError) as e:
         raise CoordinatorError(f"the coordinator's answer is not a checkpoint: {e}") from None
     return {k: body.get(k) for k in ("lease", "node_key", "received_at")}, files
+
+
+async def submit_secrets(
+    coordinator_url: str, client: Keypair, lease: Pubkey, job_number: int, secrets: dict[str, str], nodes: list[Pubkey]
+) -> Any:
+    """Seals every secret (name -> value) to each of `nodes` (gpunet.secrets) and gives the sealed
+    values to the lease's job `job_number`: the coordinator keeps and relays only ciphertext, and each
+    node opens its own with its key. A request signed with the client's wallet."""
+    payload = {"job_number": job_number, "nodes": {str(n): seal_all(n, secrets) for n in nodes}}
+    return await _signed_call("POST", f"{coordinator_url.rstrip('/')}/leases/{lease}/secrets", client, None, payload)
+
+
+async def seal_missing_secrets(
+    coordinator_url: str, client: Keypair, lease: Pubkey, secrets: dict[str, str], view: Any = None
+) -> list[str]:
+    """Seals the current job's secrets to each node the lease is placed on that has none sealed to it
+    yet (its first placement, or a node it moved to after a failover); the node keys sealed to now
+    ([] when none was missing, or the lease is not placed yet). `view`: a job view just read."""
+    view = view if view is not None else await job_view(coordinator_url, client, lease, tail=1)
+    job, placement, number = view.get("job"), view.get("placement"), view.get("job_number")
+    if not job or not job.get("secrets") or not placement or placement.get("state") != "placed" or number is None:
+        return []
+    sealed = set(view.get("secrets_sealed_to") or [])
+    missing = [k for k in placement.get("nodes") or [] if k not in sealed]
+    if not missing:
+        return []
+    given = {name: secrets[name] for name in job["secrets"] if name in secrets}
+    if len(given) != len(job["secrets"]):
+        lacking = ", ".join(sorted(set(job["secrets"]) - set(given)))
+        raise CoordinatorError(f"job {number} needs secrets {lacking}: give them (--secret NAME=VALUE)")
+    await submit_secrets(coordinator_url, client, lease, number, given, [Pubkey.from_string(k) for k in missing])
+    return missing
 
 
 async def quote(

@@ -36,6 +36,7 @@ import binascii
 import hashlib
 import json
 import re
+import time
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -62,6 +63,10 @@ __all__ = [
     "MAX_CHECKPOINT_BYTES",
     "MAX_MESSAGE_BYTES",
     "PROTOCOL_VERSION",
+    "REQUEST_AT_HEADER",
+    "REQUEST_CLOCK_SKEW_SECONDS",
+    "REQUEST_SIGNATURE_HEADER",
+    "REQUEST_WALLET_HEADER",
     "Ack",
     "Cancel",
     "Challenge",
@@ -99,6 +104,8 @@ __all__ = [
     "operator_message",
     "parse_coordinator_message",
     "parse_worker_message",
+    "request_message",
+    "sign_request",
 ]
 
 PROTOCOL_VERSION = 1
@@ -309,12 +316,21 @@ class JobSpec(_Model):
     restart_policy: Literal["never", "on-failure"] = "on-failure"
     max_restarts: Annotated[int, Field(ge=0, le=100)] = 3
     time_limit_seconds: Annotated[int, Field(gt=0)] | None = None
+    # The names of the job's secrets: environment variables whose values the client seals to each
+    # of the lease's nodes (gpunet.secrets) and gives apart from the job (POST /leases/{key}/secrets);
+    # the node runs the job only once it holds them all (job status "waiting_secrets" until then).
+    secrets: Annotated[list[Annotated[str, Field(max_length=128)]], Field(max_length=64)] = []
 
     @model_validator(mode="after")
     def _check(self) -> JobSpec:
         if not self.command and self.image is None:
             raise ValueError("a job needs a command or an image")
-        for name in self.env:
+        if len(set(self.secrets)) != len(self.secrets):
+            raise ValueError("a secret is named twice")
+        for name in self.secrets:
+            if name in self.env:
+                raise ValueError(f"{name} is both a plain env value and a secret")
+        for name in [*self.env, *self.secrets]:
             if not _ENV_NAME.fullmatch(name):
                 raise ValueError(f"env name {name!r} is not a valid variable name")
             if name in RESERVED_ENV or name.startswith("GPUNET_"):
@@ -365,7 +381,10 @@ class _Recorded(_FromWorker):
     epoch: SignatureStr | None = None
 
 
-JobState = Literal["starting", "running", "restarting", "succeeded", "failed", "cancelled", "timed_out", "refused"]
+# waiting_secrets: the job names secrets not (yet) sealed to this node; it starts once the client's arrive.
+JobState = Literal[
+    "waiting_secrets", "starting", "running", "restarting", "succeeded", "failed", "cancelled", "timed_out", "refused"
+]
 
 
 class JobStatus(_Recorded):
@@ -515,6 +534,9 @@ class Dispatch(_Model):
     # The client's signature over the lease's job 1: the seed of the lease's checkpoint key
     # (gpunet.checkpoint.lease_key), for checkpoints through the coordinator's checkpoint store.
     checkpoint_seed: SignatureStr | None = None
+    # The job's secrets sealed to this node's key (name -> base64 sealed box, gpunet.secrets), as the
+    # client gave them; absent or incomplete: the node waits for them (a dispatch again brings them).
+    secrets: Annotated[dict[str, Annotated[str, Field(max_length=65536)]], Field(max_length=64)] = {}
 
     @model_validator(mode="after")
     def _check(self) -> Dispatch:
@@ -649,7 +671,10 @@ def job_message(lease: Pubkey, spec: JobSpec, gpus_per_node: int | None = None, 
     (and, optionally, the cluster shape: equal shares of `gpus_per_node`): domain tag, lease,
     canonical JSON. Only the lease's client can give it a job; the number keeps a signature of an
     earlier job from being replayed as a later one."""
-    body = {"job": spec.model_dump(mode="json"), "gpus_per_node": gpus_per_node, "job_number": job_number}
+    job = spec.model_dump(mode="json")
+    if not job["secrets"]:
+        del job["secrets"]  # a job without secrets signs as it did before they existed
+    body = {"job": job, "gpus_per_node": gpus_per_node, "job_number": job_number}
     return JOB_DOMAIN_TAG + bytes(lease) + json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
 
 
@@ -664,17 +689,34 @@ def operator_message(action: str, region: str | None, at: int) -> bytes:
     return OPERATOR_DOMAIN_TAG + json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
 
 
-FILES_DOMAIN_TAG = b"gpunet-files-v1\x00"
-FILES_AT_HEADER = "X-Gpunet-Time-Ms"  # unix time in milliseconds the request was signed at
-FILES_SIGNATURE_HEADER = "X-Gpunet-Signature"  # base58, the lease client's over files_message
+REQUEST_DOMAIN_TAG = b"gpunet-request-v1\x00"
+REQUEST_AT_HEADER = "X-Gpunet-Time-Ms"  # unix time in milliseconds the request was signed at
+REQUEST_WALLET_HEADER = "X-Gpunet-Wallet"  # the signing wallet (base58): the lease's client, or a node's supplier
+REQUEST_SIGNATURE_HEADER = "X-Gpunet-Signature"  # base58, the wallet's over request_message
+REQUEST_CLOCK_SKEW_SECONDS = 60  # a signed request older (or newer) than this is refused
 
 
-def files_message(lease: Pubkey, at_ms: int) -> bytes:
-    """The bytes a lease's client signs with its wallet to read the lease's files (its latest
-    checkpoint) from the coordinator at unix time `at_ms` (milliseconds: two requests a moment apart
-    sign apart): domain tag, then "gpunet:files:<lease>:<at_ms>". The time bounds a replay; the
-    coordinator also refuses a signature it has seen."""
-    return FILES_DOMAIN_TAG + f"gpunet:files:{lease}:{at_ms}".encode()
+def request_message(method: str, target: str, body: bytes, at_ms: int, wallet: Pubkey) -> bytes:
+    """The bytes a wallet signs to make one request of the coordinator's private routes (a lease's
+    job view and logs, its files, its secrets): domain tag, then lines of the method (upper case),
+    the target (path and, if any, "?" and the query exactly as sent), the body's SHA-256 (hex), the
+    time in unix milliseconds and the wallet. The time bounds a replay (±60 s); the coordinator also
+    refuses a signature it has seen."""
+    digest = hashlib.sha256(body).hexdigest()
+    return REQUEST_DOMAIN_TAG + f"{method.upper()}\n{target}\n{digest}\n{at_ms}\n{wallet}".encode()
+
+
+def sign_request(
+    wallet: Keypair, method: str, target: str, body: bytes = b"", at_ms: int | None = None
+) -> dict[str, str]:
+    """The headers that sign one request (`target`: path and query as sent) with `wallet`."""
+    at = time.time_ns() // 1_000_000 if at_ms is None else at_ms
+    signature = wallet.sign_message(request_message(method, target, body, at, wallet.pubkey()))
+    return {
+        REQUEST_AT_HEADER: str(at),
+        REQUEST_WALLET_HEADER: str(wallet.pubkey()),
+        REQUEST_SIGNATURE_HEADER: str(signature),
+    }
 
 
 def challenge_message(nonce_hex: str, node_key: Pubkey) -> bytes:

@@ -26,12 +26,14 @@ from gpunet.protocol import (
     Error,
     Heartbeat,
     Hello,
+    JobStatus,
     LeaseEnd,
     UsageAck,
     Verify,
     VerifyOpen,
     Welcome,
 )
+from gpunet.secrets import SecretError, open_sealed
 from worker.checkpoints import CheckpointStoreClient, CheckpointTooLarge, StoreError, fingerprint, snapshot
 from worker.gpus import GpuBackend
 from worker.journal import Journal
@@ -278,6 +280,9 @@ class Agent:
             share.dispatch, share.runner, share.task = d, None, None
             if not d.job_ended:
                 self._start_job(share)
+        elif share.runner is None and share.task is None and not d.job_ended and d.secrets:
+            share.dispatch = d  # the job waited for its secrets: this dispatch brings them
+            self._start_job(share)
         # else a repeated dispatch (e.g. after a reconnect): never a second copy of the job
         self.session.send(Ack(simulated=self.simulated, of="dispatch", lease=d.lease))
 
@@ -328,8 +333,49 @@ class Agent:
             del self.shares[d.lease]
             self._take(d)
 
+    def _secrets(self, d: Dispatch) -> dict[str, str] | None:
+        """The job's secrets opened with the node key (they live only in memory and in the job's
+        environment); None, after telling the coordinator the job waits, when some are missing."""
+        missing = [name for name in d.job.secrets if name not in d.secrets]
+        if missing:
+            self.session.send(
+                JobStatus(
+                    simulated=self.simulated,
+                    lease=d.lease,
+                    job_number=d.job_number,
+                    state="waiting_secrets",
+                    detail=f"waiting for the client's secrets sealed to this node ({', '.join(missing)})",
+                    epoch=d.epoch,
+                )
+            )
+            log.info("job.waiting_secrets lease=%s job=%d missing=%d", d.lease, d.job_number, len(missing))
+            return None
+        opened: dict[str, str] = {}
+        for name in d.job.secrets:
+            try:
+                opened[name] = open_sealed(self.node, d.secrets[name])
+            except SecretError as e:
+                self.session.send(
+                    JobStatus(
+                        simulated=self.simulated,
+                        lease=d.lease,
+                        job_number=d.job_number,
+                        state="waiting_secrets",
+                        detail=f"secret {name}: {e}: waiting for the client's secrets sealed to this node",
+                        epoch=d.epoch,
+                    )
+                )
+                log.warning("job.secret_refused lease=%s job=%d name=%s", d.lease, d.job_number, name)
+                return None
+        return opened
+
     def _start_job(self, share: _Share) -> None:
         d = share.dispatch
+        secrets = self._secrets(d) if d.job.secrets else {}
+        if secrets is None:
+            return  # a dispatch with the secrets starts it
+        if secrets:  # into the job's environment only (the share keeps the sealed dispatch)
+            d = d.model_copy(update={"job": d.job.model_copy(update={"env": d.job.env | secrets})})
         runner = JobRunner(
             d,
             share.gpu_uuids,
@@ -418,6 +464,18 @@ class Agent:
             assert share.runner is not None
             share.runner.cancel(c.reason)
         else:
+            d = share.dispatch
+            if share.runner is None and d.job.secrets and not d.job_ended:  # it waited for its secrets: it ends
+                self.session.send(
+                    JobStatus(
+                        simulated=self.simulated,
+                        lease=d.lease,
+                        job_number=d.job_number,
+                        state="cancelled",
+                        detail=f"released before the client's secrets came: {c.reason}"[:4096],
+                        epoch=d.epoch,
+                    )
+                )
             del self.shares[c.lease]
         self.session.send(Ack(simulated=self.simulated, of="cancel", lease=c.lease))
         log.info("share.released lease=%s reason=%s", c.lease, c.reason)

@@ -243,7 +243,8 @@ class JobRunner:
         # A clean environment: the agent's own variables (and any secrets in them) stay out of the job.
         base = {k: os.environ[k] for k in ("PATH", "LANG", "LC_ALL", "TZ") if k in os.environ}
         if self.spec.image is not None:
-            return base  # the container gets its env through -e flags
+            # the container gets its env through -e flags; a secret's value by name from here, never in argv
+            return base | {name: self.spec.env[name] for name in self.spec.secrets if name in self.spec.env}
         return (
             base
             | {"HOME": str(self.dirs.workdir), "CUDA_VISIBLE_DEVICES": ",".join(self.gpu_uuids)}
@@ -275,7 +276,7 @@ class JobRunner:
             else:
                 argv += ["--gpus", f'"device={",".join(self.gpu_uuids)}"']
         for name, value in (self.spec.env | self._contract_env("/checkpoint", "/work")).items():
-            argv += ["-e", f"{name}={value}"]
+            argv += ["-e", name if name in self.spec.secrets else f"{name}={value}"]
         return [*argv, self.spec.image, *self.spec.command]
 
     def _fetch_inputs(self) -> None:

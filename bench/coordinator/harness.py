@@ -122,10 +122,12 @@ class Deployment:
         )
 
     async def states(self, lease: Pubkey) -> dict[str, str]:
-        return {n["node_key"]: n["state"] for n in (await job_view(self.coordinator.api_url, lease))["nodes"]}
+        return {
+            n["node_key"]: n["state"] for n in (await job_view(self.coordinator.api_url, self.client, lease))["nodes"]
+        }
 
     async def placement(self, lease: Pubkey) -> dict[str, Any] | None:
-        return (await job_view(self.coordinator.api_url, lease))["placement"]
+        return (await job_view(self.coordinator.api_url, self.client, lease))["placement"]
 
     def node(self, node_key: str) -> Node:
         return next(n for n in self.nodes if str(n.key.pubkey()) == node_key)

@@ -123,13 +123,27 @@ def openapi_document() -> dict[str, Any]:
     }
     # A running coordinator's client routes (coordinator.api.work).
     from coordinator.api.work import JOB_VIEW_PARAMS, QUOTE_PARAMS
+    from gpunet.protocol import REQUEST_AT_HEADER, REQUEST_SIGNATURE_HEADER, REQUEST_WALLET_HEADER
 
+    signed = [
+        {"name": REQUEST_AT_HEADER, "in": "header", "required": True, "schema": {"type": "string"}},
+        {"name": REQUEST_WALLET_HEADER, "in": "header", "required": True, "schema": {"type": "string"}},
+        {"name": REQUEST_SIGNATURE_HEADER, "in": "header", "required": True, "schema": SIGNATURE_SCHEMA},
+    ]
+    how = (
+        f"a signed request: {REQUEST_AT_HEADER} (unix milliseconds, within 60 s of the coordinator's clock), "
+        f"{REQUEST_WALLET_HEADER} and {REQUEST_SIGNATURE_HEADER} (the wallet's signature over "
+        "gpunet.protocol.request_message: method, path and query, the body's SHA-256, the time; each used once)"
+    )
     paths["/leases/{key}/job"] = {
         "get": _op(
-            "A lease's placement, its current job and number, the job's state per node and log lines: a page "
-            "after ?after= (`more` says whether another follows), or the last ?tail= lines.",
-            [_KEY, *(_query(p) for p in JOB_VIEW_PARAMS)],
+            "A lease's placement, its current job and number, the job's state per node, the nodes its secrets "
+            "are sealed to, and log lines: a page after ?after= (`more` says whether another follows), or the "
+            "last ?tail= lines. Private: readable only by the lease's client or the supplier of a node the lease "
+            f"is on, as {how}; anyone else gets 401 and nothing of the lease (its placement is on chain).",
+            [_KEY, *(_query(p) for p in JOB_VIEW_PARAMS), *signed],
             _json("ok", schemas.JOB_VIEW),
+            401,
         ),
         "post": {
             "summary": "Give a lease its next job (number 1, 2, ...; one at a time: the current one must have "
@@ -155,22 +169,49 @@ def openapi_document() -> dict[str, Any]:
             "responses": {"201": _json("accepted", schemas.JOB_ACCEPTED), **_errors(400, 401, 404, 409, 413)},
         },
     }
-    from gpunet.protocol import FILES_AT_HEADER, FILES_SIGNATURE_HEADER
-
     paths["/leases/{key}/files"] = {
         "get": _op(
             "The lease's latest checkpoint files (path, sha256, base64 content), the node that sent them and "
-            "when: the only job outputs the coordinator keeps. Readable only by the lease's client: headers "
-            f"{FILES_AT_HEADER} (unix milliseconds, within 120 s of the coordinator's clock) and "
-            f"{FILES_SIGNATURE_HEADER} (its wallet's signature over gpunet.protocol.files_message, each used once).",
-            [
-                _KEY,
-                {"name": FILES_AT_HEADER, "in": "header", "required": True, "schema": {"type": "string"}},
-                {"name": FILES_SIGNATURE_HEADER, "in": "header", "required": True, "schema": SIGNATURE_SCHEMA},
-            ],
+            f"when: the only job outputs the coordinator keeps. Readable only by the lease's client, as {how}.",
+            [_KEY, *signed],
             _json("the checkpoint", schemas.LEASE_FILES),
             401,
         )
+    }
+    paths["/leases/{key}/secrets"] = {
+        "post": {
+            "summary": "The lease's client gives its current job's secrets, each sealed to a node's key "
+            "(gpunet.secrets: X25519 from the node's Ed25519 key, a libsodium sealed box); the coordinator keeps "
+            "and relays only the ciphertext, and the nodes get the job again with them. Every secret the job "
+            f"names, for each node given. Only by the lease's client, as {how}.",
+            "parameters": [_KEY, *signed],
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {
+                        "schema": {
+                            "type": "object",
+                            "required": ["job_number", "nodes"],
+                            "properties": {
+                                "job_number": {"type": "integer", "minimum": 1},
+                                "nodes": {
+                                    "type": "object",
+                                    "description": "node key -> secret name -> base64 sealed box",
+                                    "additionalProperties": {
+                                        "type": "object",
+                                        "additionalProperties": {"type": "string"},
+                                    },
+                                },
+                            },
+                        }
+                    }
+                },
+            },
+            "responses": {
+                "201": _json("kept and relayed", schemas.SECRETS_ACCEPTED),
+                **_errors(400, 401, 404, 409, 413),
+            },
+        }
     }
     paths["/quote"] = {
         "get": _op(

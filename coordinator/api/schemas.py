@@ -18,6 +18,7 @@ __all__ = [
     "LEASE_FILES",
     "NODE_VERIFICATIONS",
     "QUOTE",
+    "SECRETS_ACCEPTED",
     "SLASHING_RESUMED",
     "SLASH_EVIDENCE",
     "TABLE_COLUMNS",
@@ -331,6 +332,11 @@ JOB_VIEW = _object(
                 }
             ),
         },
+        "secrets_sealed_to": {
+            "type": "array",
+            "items": _KEY,
+            "description": "the nodes the client sealed the current job's secrets to (only ciphertext is kept)",
+        },
         "logs": {
             "type": "array",
             "items": _object(
@@ -360,6 +366,8 @@ JOB_VIEW = _object(
 )
 
 JOB_ACCEPTED = _object({"lease": _KEY, "job_number": _INT, "accepted": {"type": "boolean", "enum": [True]}})
+
+SECRETS_ACCEPTED = _object({"lease": _KEY, "job_number": _INT, "sealed_to": {"type": "array", "items": _KEY}})
 
 _QUOTE_TERMS = _object(
     {

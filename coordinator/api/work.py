@@ -1,7 +1,10 @@
 """The client API of a running coordinator: give a lease its jobs (numbered 1, 2, ..., one at a
 time, each signed by the lease's client), follow its placement, job status and logs, read its
-latest checkpoint (a GET signed by the lease's client), ask for a quote, and see the workers
-connected now (simulated ones say so). Errors are JSON `{"error": message}` with a 4xx status,
+latest checkpoint, give its job's secrets sealed to its nodes, ask for a quote, and see the workers
+connected now (simulated ones say so). A lease's job view, logs, files and secrets are private: each
+request is signed (gpunet.protocol.request_message, headers X-Gpunet-Time-Ms, X-Gpunet-Wallet,
+X-Gpunet-Signature, within 60 s and used once) by the lease's client (or, to read, by the supplier of
+a node the lease is on); anything else is 401 and shows nothing. Errors are JSON `{"error": message}` with a 4xx status,
 like the read API; a refused request changes nothing."""
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from coordinator.api.params import BadRequest, Param, parse_pubkey, parse_query
 from coordinator.checkpoints import TooLargeToServe, checkpoint_routes, latest_files
 from coordinator.db import jobs
 from coordinator.db import leases as ledger
+from coordinator.db.connection import Connection
 from coordinator.jobs import job_over, job_progress
 from coordinator.scheduler import LeaseRequest, NotPlaced, Placement, Scheduler, SchedulerError
 from gpunet import instructions as ix
@@ -30,22 +34,23 @@ from gpunet.amounts import escrow_for
 from gpunet.catalog import CatalogError, gpu_model_name, region, region_name
 from gpunet.limits import ANY, MAX_GPUS_PER_NODE, MAX_LEASE_GPUS
 from gpunet.protocol import (
-    FILES_AT_HEADER,
-    FILES_SIGNATURE_HEADER,
+    REQUEST_AT_HEADER,
+    REQUEST_CLOCK_SKEW_SECONDS,
+    REQUEST_SIGNATURE_HEADER,
+    REQUEST_WALLET_HEADER,
     JobSpec,
-    files_message,
     job_message,
     operator_message,
+    request_message,
 )
 
 if TYPE_CHECKING:
     from coordinator.service import Coordinator
 
-__all__ = ["FILES_CLOCK_SKEW_SECONDS", "JOB_VIEW_PARAMS", "QUOTE_PARAMS", "work_routes"]
+__all__ = ["JOB_VIEW_PARAMS", "QUOTE_PARAMS", "work_routes"]
 
 MAX_BODY = 256 * 1024
 OPERATOR_CLOCK_SKEW_SECONDS = 120  # a signed operator request older (or newer) than this is refused
-FILES_CLOCK_SKEW_SECONDS = 120  # a signed files request older (or newer) than this is refused
 LOG_LINES = 200
 QUOTE_PARAMS = (
     Param("gpu_count", "integer", minimum=1, maximum=MAX_LEASE_GPUS, description="GPUs in all", required=True),
@@ -220,15 +225,20 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
         return JSONResponse({"lease": lease, "job_number": number, "accepted": True}, status_code=201)
 
     async def job_view(request: Request) -> Response:
+        """The lease's placement, job, node states and logs: for its client or a supplier of its nodes."""
         lease = parse_pubkey("lease", request.path_params["key"])
         query = parse_query(request.query_params, JOB_VIEW_PARAMS)
         after, tail = query["after"], query.get("tail")
         async with pool.acquire() as conn:
+            refused = await authorize(conn, request, lease, b"", suppliers=True)
+            if refused is not None:
+                return refused
             view = await jobs.job_view(conn, lease, after=after, tail=tail, page=LOG_LINES)
+            if view is None:
+                return _error(404, f"no job or placement for lease {lease}")
+            job, placement, statuses, logs, more = view
+            sealed = await jobs.sealed_secrets(conn, lease, job["number"]) if job else {}
         checkpoint = await asyncio.to_thread(coordinator.checkpoints.summary, lease)
-        if view is None:
-            return _error(404, f"no job or placement for lease {lease}")
-        job, placement, statuses, logs, more = view
         return JSONResponse(
             {
                 "lease": lease,
@@ -239,12 +249,55 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
                 if placement
                 else None,
                 "nodes": [{**dict(s), "at": s["at"].isoformat()} for s in statuses],
+                # the nodes the client sealed the current job's secrets to (the values never leave them)
+                "secrets_sealed_to": sorted(sealed),
                 "logs": [dict(r) for r in logs],
                 "more": more,
                 # the newest checkpoint in the store (sizes; None: none yet, or only a small one)
                 "checkpoint": checkpoint,
             }
         )
+
+    async def give_secrets(request: Request) -> Response:
+        """The client's secrets of the lease's current job, sealed to each of its nodes (signed)."""
+        parse_query(request.query_params, ())
+        lease = parse_pubkey("lease", request.path_params["key"])
+        body = await request.body()
+        if len(body) > MAX_BODY:
+            return _error(413, f"a secrets submission is at most {MAX_BODY} bytes")
+        async with pool.acquire() as conn:
+            refused = await authorize(conn, request, lease, body, suppliers=False)
+            if refused is not None:
+                return refused
+            try:
+                payload = json.loads(body)
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                raise BadRequest(f"the body is not JSON: {e}") from None
+            shape = '{"job_number": n, "nodes": {node key: {secret name: base64 sealed box}}}'
+            if not isinstance(payload, dict) or set(payload) != {"job_number", "nodes"}:
+                raise BadRequest(f"the body must be {shape}")
+            number, nodes = payload["job_number"], payload["nodes"]
+            if type(number) is not int or not isinstance(nodes, dict) or not nodes:
+                raise BadRequest(f"the body must be {shape}, with at least one node")
+            job = await jobs.current_job(conn, lease)
+            if job is None or job.number != number:
+                return _error(409, f"job {number} is not lease {lease}'s current job")
+            names = set(job.spec.secrets)
+            for key, values in nodes.items():
+                parse_pubkey("node key", key)
+                if not isinstance(values, dict) or set(values) != names:
+                    raise BadRequest(
+                        f"node {key}: the secrets must be exactly the job's ({', '.join(sorted(names)) or 'none'})"
+                    )
+                for name, sealed in values.items():
+                    if not isinstance(sealed, str) or not 0 < len(sealed) <= 65536:
+                        raise BadRequest(f"node {key}: secret {name} must be a base64 sealed box")
+            await jobs.save_secrets(conn, lease, number, nodes)
+        given = coordinator.shared.dispatched.get(lease)
+        if given is not None:  # their nodes get the job again, now with the secrets
+            for key in nodes:
+                given.discard(Pubkey.from_string(key))
+        return JSONResponse({"lease": lease, "job_number": number, "sealed_to": sorted(nodes)}, status_code=201)
 
     async def quote(request: Request) -> Response:
         values = parse_query(request.query_params, QUOTE_PARAMS)
@@ -309,44 +362,63 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
             }
         )
 
-    read: dict[str, float] = {}  # files signatures already answered -> their time in s (pruned past the window)
+    seen: dict[str, float] = {}  # request signatures already answered -> their time in s (pruned past the window)
+
+    async def authorize(
+        conn: Connection, request: Request, lease: str, body: bytes, *, suppliers: bool
+    ) -> Response | None:
+        """None when the request is signed (request_message, fresh, never seen) by the lease's client
+        (or, with `suppliers`, by the supplier of a node the lease is on); else the 4xx to answer."""
+        raw_at = request.headers.get(REQUEST_AT_HEADER)
+        raw_wallet = request.headers.get(REQUEST_WALLET_HEADER)
+        raw_signature = request.headers.get(REQUEST_SIGNATURE_HEADER)
+        who = "the lease's client" + (" or a supplier of its nodes" if suppliers else "")
+        if raw_at is None or raw_wallet is None or raw_signature is None:
+            return _error(
+                401,
+                f"a private route: sign the request as {who}: headers {REQUEST_AT_HEADER} (unix milliseconds), "
+                f"{REQUEST_WALLET_HEADER} and {REQUEST_SIGNATURE_HEADER} (over gpunet.protocol.request_message; "
+                "the gpunet command and SDK do it)",
+            )
+        try:
+            at_ms = int(raw_at, 10)
+        except ValueError:
+            raise BadRequest(f"{REQUEST_AT_HEADER}: {raw_at[:40]!r} is not an integer (unix milliseconds)") from None
+        wallet = parse_pubkey(REQUEST_WALLET_HEADER, raw_wallet)
+        try:
+            signature = Signature.from_string(raw_signature)
+        except ValueError:
+            raise BadRequest(f"{REQUEST_SIGNATURE_HEADER}: not a base58 Ed25519 signature") from None
+        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        message = request_message(request.method, target, body, at_ms, Pubkey.from_string(wallet))
+        if not signature.verify(Pubkey.from_string(wallet), message):
+            return _error(401, "the signature is not the wallet's over this request (method, path, body, time)")
+        row = await ledger.lease_row(conn, lease)
+        if row is None:
+            return _error(404, f"lease {lease} is not indexed (yet): retry in a moment")
+        if wallet != row["client"] and not (suppliers and await jobs.supplies_lease(conn, lease, wallet)):
+            return _error(401, f"wallet {wallet} is not {who}")
+        now = time.time()
+        for old in [k for k, t in seen.items() if t < now - REQUEST_CLOCK_SKEW_SECONDS]:
+            del seen[old]  # older requests are refused as stale anyway
+        at = at_ms / 1000
+        if abs(now - at) > REQUEST_CLOCK_SKEW_SECONDS or str(signature) in seen:
+            return _error(
+                401,
+                f"a stale or replayed request (sign a fresh one: {REQUEST_AT_HEADER} within "
+                f"{REQUEST_CLOCK_SKEW_SECONDS} s of the coordinator's clock)",
+            )
+        seen[str(signature)] = at
+        return None
 
     async def files(request: Request) -> Response:
         """The lease's latest checkpoint files, for the lease's client only (a signed GET)."""
         parse_query(request.query_params, ())
         lease = parse_pubkey("lease", request.path_params["key"])
-        raw_at, raw_signature = request.headers.get(FILES_AT_HEADER), request.headers.get(FILES_SIGNATURE_HEADER)
-        if raw_at is None or raw_signature is None:
-            return _error(
-                401,
-                f"sign the request with the lease client's wallet: headers {FILES_AT_HEADER} (unix milliseconds) and "
-                f"{FILES_SIGNATURE_HEADER} (over gpunet.protocol.files_message; `gpunet lease files` does it)",
-            )
-        try:
-            at_ms = int(raw_at, 10)
-        except ValueError:
-            raise BadRequest(f"{FILES_AT_HEADER}: {raw_at[:40]!r} is not an integer (unix milliseconds)") from None
-        try:
-            signature = Signature.from_string(raw_signature)
-        except ValueError:
-            raise BadRequest(f"{FILES_SIGNATURE_HEADER}: not a base58 Ed25519 signature") from None
         async with pool.acquire() as conn:
-            row = await ledger.lease_row(conn, lease)
-            if row is None:
-                return _error(404, f"lease {lease} is not indexed (yet): retry in a moment")
-            if not signature.verify(Pubkey.from_string(row["client"]), files_message(Pubkey.from_string(lease), at_ms)):
-                return _error(401, "the signature is not the lease client's over this lease and time")
-            now = time.time()
-            for seen in [s for s, t in read.items() if t < now - FILES_CLOCK_SKEW_SECONDS]:
-                del read[seen]  # older requests are refused as stale anyway
-            at = at_ms / 1000
-            if abs(now - at) > FILES_CLOCK_SKEW_SECONDS or str(signature) in read:
-                return _error(
-                    401,
-                    f"a stale or replayed request (sign a fresh one: {FILES_AT_HEADER} within "
-                    f"{FILES_CLOCK_SKEW_SECONDS} s of the coordinator's clock)",
-                )
-            read[str(signature)] = at
+            refused = await authorize(conn, request, lease, b"", suppliers=False)
+            if refused is not None:
+                return refused
             latest = await jobs.latest_checkpoint(conn, lease)
             seed = await jobs.first_job_signature(conn, lease)
         try:  # the checkpoint store's newest one, when newer than a small one sent through the gateway
@@ -423,6 +495,7 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
         Route("/leases/{key}/job", submit_job, methods=["POST"]),
         Route("/leases/{key}/job", job_view),
         Route("/leases/{key}/files", files),
+        Route("/leases/{key}/secrets", give_secrets, methods=["POST"]),
         Route("/quote", quote),
         Route("/workers", workers),
         Route("/slashing/resume", resume_slashing, methods=["POST"]),

@@ -1,6 +1,6 @@
 """A lease's jobs (numbered, one current per lease, earlier ones kept), what the nodes say about
 them (job_events: statuses and log lines, each recorded once) and the lease's latest checkpoint
-(migrations 0003, 0007, 0008)."""
+(migrations 0003, 0007, 0008), and the job's secrets as sealed to each node (0011)."""
 
 from __future__ import annotations
 
@@ -30,6 +30,9 @@ __all__ = [
     "record_checkpoint",
     "record_job_event",
     "save_job",
+    "save_secrets",
+    "sealed_secrets",
+    "supplies_lease",
 ]
 
 
@@ -253,3 +256,42 @@ async def job_view(
         page + 1,
     )
     return job, placement, statuses, logs[:page], len(logs) > page
+
+
+async def save_secrets(conn: Connection, lease: str, number: int, sealed: dict[str, dict[str, str]]) -> None:
+    """Keeps the client's secrets of job `number` sealed to each node (node key -> name -> sealed);
+    a node's new ones replace its old ones."""
+    for node_key, values in sealed.items():
+        await conn.execute(
+            "INSERT INTO job_secrets (lease, job_number, node_key, sealed) VALUES ($1, $2, $3, $4) "
+            "ON CONFLICT (lease, job_number, node_key) DO UPDATE SET sealed = EXCLUDED.sealed, "
+            "given_at = clock_timestamp()",
+            lease,
+            number,
+            node_key,
+            json.dumps(values),
+        )
+
+
+async def sealed_secrets(conn: Connection, lease: str, number: int) -> dict[str, dict[str, str]]:
+    """The secrets of job `number` of the lease, by node key: name -> sealed value."""
+    rows = await conn.fetch(
+        "SELECT node_key, sealed FROM job_secrets WHERE lease = $1 AND job_number = $2", lease, number
+    )
+    return {r["node_key"]: json.loads(r["sealed"]) for r in rows}
+
+
+async def supplies_lease(conn: Connection, lease: str, wallet: str) -> bool:
+    """Whether `wallet` is the supplier (provider authority) of a node the lease is placed on or its
+    job ran on."""
+    return bool(
+        await conn.fetchval(
+            """SELECT EXISTS (
+                 SELECT 1 FROM nodes n JOIN providers p USING (provider)
+                 WHERE p.authority = $2 AND n.node_key IN (
+                   SELECT a.node_key FROM assignments a WHERE a.lease = $1
+                   UNION SELECT e.node_key FROM job_events e WHERE e.lease = $1))""",
+            lease,
+            wallet,
+        )
+    )

@@ -1,6 +1,7 @@
 """Dispatch: every node of a placed lease gets its share and the lease's current job (again after
 its worker reconnects: a worker acknowledges a job it has), and is told when a top-up moves the
-lease's end."""
+lease's end. A job with secrets goes to each node with those the client sealed to it; when the
+client gives them later (the API's secrets route), the node gets the job again, now with them."""
 
 from __future__ import annotations
 
@@ -78,6 +79,7 @@ class Dispatch:
         peers = [f"{self.link.host(k)}:{self.cluster_port}" for k in keys] if len(shares) > 1 else []
         restore = await jobs.checkpoint_of(conn, lease)
         seed = await jobs.first_job_signature(conn, lease)
+        sealed = await jobs.sealed_secrets(conn, lease, job.number) if job.spec.secrets else {}
         states = await jobs.job_states(conn, lease, job.number)
         over = job_over(states, keys)
         ends_at = shares[0].ends_at
@@ -98,6 +100,7 @@ class Dispatch:
                 restore=restore,
                 epoch=s.assigned_by,
                 checkpoint_seed=seed,
+                secrets=sealed.get(str(s.node_key), {}),  # only ciphertext sealed to this node
             )
             try:
                 await self.link.send(s.node_key, message)

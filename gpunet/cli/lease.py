@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import shlex
 import time
@@ -43,7 +44,7 @@ from gpunet.cli.common import (
     pubkey_arg,
 )
 from gpunet.cli.waiting import what_to_change, why_not
-from gpunet.jobs import CoordinatorError, job_logs, job_view, lease_files, submit_job
+from gpunet.jobs import CoordinatorError, job_logs, job_view, lease_files, seal_missing_secrets, submit_job
 from gpunet.limits import MAX_GPUS_PER_NODE, MAX_LEASE_GPUS
 from gpunet.market import lease_reach
 from gpunet.pda import lease_pda
@@ -53,7 +54,50 @@ from gpunet.tokens import io_account, io_balance
 app = typer.Typer(help="Leases: open, job, status, top up, close, show, list.", no_args_is_help=True)
 STATUS_LINES = 20  # the latest log lines `lease status` shows (`lease logs` prints them all)
 FOLLOW_SECONDS = 1.0
+PLACEMENT_WAIT_SECONDS = 300.0  # how long `lease job --secret` waits for the lease's nodes to seal to
 LeaseArg = Annotated[str, typer.Argument(help="The lease's address.")]
+SecretOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--secret",
+        help="NAME=VALUE (or NAME: the value of $NAME here): a secret for the job, sealed to each of the lease's "
+        "nodes so only they can read it (the coordinator relays ciphertext); repeat for several.",
+    ),
+]
+SecretFileOpt = Annotated[
+    list[str] | None,
+    typer.Option("--secret-file", help="NAME=PATH: a secret whose value is the file's content; repeat for several."),
+]
+
+
+def secrets_arg(secret: list[str] | None, secret_file: list[str] | None) -> dict[str, str]:
+    """The secrets given (--secret NAME=VALUE or NAME, --secret-file NAME=PATH), name -> value."""
+    values: dict[str, str] = {}
+    for item in secret or []:
+        name, sep, value = item.partition("=")
+        if not sep:
+            if name not in os.environ:
+                raise BadInput(f"--secret {name}: takes NAME=VALUE, or NAME with ${name} set here")
+            value = os.environ[name]
+        values[_secret_name(name, values, "--secret")] = value
+    for item in secret_file or []:
+        name, sep, path = item.partition("=")
+        if not sep or not path:
+            raise BadInput(f"--secret-file takes NAME=PATH, got {item!r}")
+        try:
+            value = Path(path).expanduser().read_text()
+        except (OSError, UnicodeDecodeError) as e:
+            raise BadInput(f"--secret-file {name}: cannot read {path}: {e}") from None
+        values[_secret_name(name, values, "--secret-file")] = value
+    return values
+
+
+def _secret_name(name: str, values: dict[str, str], option: str) -> str:
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", name):
+        raise BadInput(f"{option} {name!r}: not a valid variable name")
+    if name in values:
+        raise BadInput(f"{option} {name}: given twice")
+    return name
 
 
 def _status(lease: Any) -> str:
@@ -473,13 +517,18 @@ def job(
             "for several.",
         ),
     ] = None,
+    secret: SecretOpt = None,
+    secret_file: SecretFileOpt = None,
     coordinator: CoordinatorOpt = DEFAULT_COORDINATOR,
     url: UrlOpt = None,
     keypair: KeypairOpt = DEFAULT_KEYPAIR,
     json_output: JsonOpt = False,
 ) -> None:
     """Give your lease its next job (signed with your wallet): the first one gets the lease placed; a
-    later one runs on the same GPUs once the current job has ended (one job at a time)."""
+    later one runs on the same GPUs once the current job has ended (one job at a time). With secrets,
+    it then waits for the lease's nodes and seals each secret to each node's key: the nodes wait for
+    them before the job starts. If the lease moves to another node (a failover), that node waits for
+    its secrets too: keep `gpunet lease status LEASE --follow --secret ...` running to seal them again."""
 
     async def command_(s: Session) -> None:
         address = pubkey_arg(lease, "lease address")
@@ -489,6 +538,9 @@ def job(
             if not sep or not name:
                 raise BadInput(f"--env takes NAME=value, got {item!r}")
             variables[name] = value
+        secrets = secrets_arg(secret, secret_file)
+        if set(secrets) & set(variables):
+            raise BadInput(f"{', '.join(sorted(set(secrets) & set(variables)))}: both --env and --secret")
         files = [input_arg(item) for item in inputs or []]
         if len({f.path for f in files}) < len(files):
             raise BadInput("two --input files have the same PATH; name them apart with PATH=URL#SHA256")
@@ -499,20 +551,48 @@ def job(
                 env=variables,
                 inputs=files,
                 time_limit_seconds=duration_arg(time_limit) if time_limit else None,
+                secrets=sorted(secrets),
             )
         except ValidationError as e:
             raise BadInput(f"the job: {e.errors()[0]['msg']}") from None
         with s.waiting("Submitting the job"):
             accepted = await submit_job(coordinator, s.wallet, address, spec, gpus_per_node)
+        if secrets:
+            with s.waiting("Waiting for the lease's nodes, to seal the secrets to them"):
+                accepted["secrets_sealed_to"] = await _seal_once_placed(coordinator, s, address, secrets)
         s.show(
             accepted,
             lambda: (
-                f"[green]✓[/] job {accepted['job_number']} attached to lease {address}; "
-                f"follow it with `gpunet lease status {address}`"
+                f"[green]✓[/] job {accepted['job_number']} attached to lease {address}"
+                + (
+                    f", its secrets sealed to {len(accepted['secrets_sealed_to'])} node(s)"
+                    if accepted.get("secrets_sealed_to")
+                    else ""
+                )
+                + f"; follow it with `gpunet lease status {address}`"
+                + (" --follow --secret ... (seals them again if the lease moves)" if secrets else "")
             ),
         )
 
     Session(url, keypair, json_output).run(command_)
+
+
+async def _seal_once_placed(coordinator: str, s: Session, address: Any, secrets: dict[str, str]) -> list[str]:
+    """Waits for the lease's placement, then seals the secrets to its nodes; the node keys sealed to."""
+    deadline = time.monotonic() + PLACEMENT_WAIT_SECONDS
+    while True:
+        view = await job_view(coordinator, s.wallet, address, tail=1)
+        placement = view.get("placement") or {}
+        if placement.get("state") == "placed":
+            return await seal_missing_secrets(coordinator, s.wallet, address, secrets, view)
+        if placement.get("state") in ("failed", "ended"):
+            raise CoordinatorError(f"lease {address} is not placed ({placement.get('reason')}): no node to seal to")
+        if time.monotonic() > deadline:
+            raise CoordinatorError(
+                f"lease {address} was not placed within {PLACEMENT_WAIT_SECONDS:.0f} s; its job waits for its "
+                f"secrets: seal them once it is, with `gpunet lease status {address} --follow --secret ...`"
+            )
+        await asyncio.sleep(FOLLOW_SECONDS)
 
 
 FINISHED = frozenset({"succeeded", "failed", "cancelled", "timed_out", "refused"})  # a job's last states
@@ -568,6 +648,8 @@ def _print_change(s: Session, event: dict[str, Any]) -> None:
         text = f"lease {event['state'] or 'not seen'}" + (f": {event['reason']}" if event["reason"] else "")
     elif event["event"] == "job":
         text = f"job {event['job_number']} is the lease's job now"
+    elif event["event"] == "secrets":
+        text = f"secrets sealed to node(s) {', '.join(event['sealed_to'])}"
     else:
         arrow = f"{event['was']} -> {event['state']}" if event["was"] else event["state"]
         text = f"node {event['node_key']}: {arrow}" + (f" ({event['detail']})" if event["detail"] else "")
@@ -597,15 +679,29 @@ def status(
             help="Then keep printing new log lines and status changes until the job ends (or Ctrl-C).",
         ),
     ] = False,
+    secret: SecretOpt = None,
+    secret_file: SecretFileOpt = None,
+    url: UrlOpt = None,
+    keypair: KeypairOpt = DEFAULT_KEYPAIR,
     json_output: JsonOpt = False,
 ) -> None:
     """Where the coordinator placed the lease, its job on each node, and the latest log lines; with
     --follow, then every new log line and change of state as it comes, until the job ends (--json:
-    one JSON object per line, the status first, then each line and each change with its "event")."""
+    one JSON object per line, the status first, then each line and each change with its "event").
+    Only the lease's client (or a supplier of its nodes) may read it: the request is signed with your
+    wallet. With the job's secrets (--secret, --secret-file), it seals them to every node of the lease
+    that has none yet: after a failover, the new node's job waits ("waiting_secrets") until then."""
 
     async def command_(s: Session) -> None:
         address = pubkey_arg(lease, "lease address")
-        view = await job_view(coordinator, address, tail=STATUS_LINES)
+        secrets = secrets_arg(secret, secret_file)
+        view = await job_view(coordinator, s.wallet, address, tail=STATUS_LINES)
+
+        async def reseal(latest: dict[str, Any]) -> None:
+            if secrets and (sealed := await seal_missing_secrets(coordinator, s.wallet, address, secrets, latest)):
+                _print_change(s, {"event": "secrets", "sealed_to": sealed})
+
+        await reseal(view)
 
         def table() -> Table:
             p = view["placement"] or {}
@@ -633,18 +729,19 @@ def status(
         cursor = view["logs"][-1]["id"] if view["logs"] else 0
         while not _ended(view, cursor):
             await asyncio.sleep(FOLLOW_SECONDS)
-            async for line in job_logs(coordinator, address, cursor):
+            async for line in job_logs(coordinator, s.wallet, address, cursor):
                 cursor = line["id"]
                 _print_line(s, line)
-            latest = await job_view(coordinator, address, tail=1)
+            latest = await job_view(coordinator, s.wallet, address, tail=1)
             for event in _changes(view, latest):
                 _print_change(s, event)
+            await reseal(latest)
             view = latest
         if not s.json_output:
             states = ", ".join(sorted({n["state"] for n in view["nodes"]}))
             s.out.print(f"job {view.get('job_number') or ''} ended: {states}", highlight=False)
 
-    Session(None, json_output=json_output).run(command_)
+    Session(url, keypair, json_output).run(command_)
 
 
 @app.command("files")
@@ -709,21 +806,24 @@ def logs(
     coordinator: CoordinatorOpt = DEFAULT_COORDINATOR,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="keep printing new lines until the job ends")] = False,
     after: Annotated[int, typer.Option(min=0, help="only lines after this id (ids are printed with --json)")] = 0,
+    url: UrlOpt = None,
+    keypair: KeypairOpt = DEFAULT_KEYPAIR,
     json_output: JsonOpt = False,
 ) -> None:
-    """Every log line of the lease's jobs, in order (one JSON object per line with --json)."""
+    """Every log line of the lease's jobs, in order (one JSON object per line with --json). Only the
+    lease's client (or a supplier of its nodes) may read them: the request is signed with your wallet."""
 
     async def command_(s: Session) -> None:
         address = pubkey_arg(lease, "lease address")
         cursor = after
         while True:
-            async for line in job_logs(coordinator, address, cursor):
+            async for line in job_logs(coordinator, s.wallet, address, cursor):
                 cursor = line["id"]
                 _print_line(s, line)
             if not follow:
                 return
-            if _ended(await job_view(coordinator, address, tail=1), cursor):
+            if _ended(await job_view(coordinator, s.wallet, address, tail=1), cursor):
                 return  # the job ended and every line of it is printed
             await asyncio.sleep(FOLLOW_SECONDS)
 
-    Session(None, json_output=json_output).run(command_)
+    Session(url, keypair, json_output).run(command_)

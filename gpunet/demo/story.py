@@ -274,7 +274,7 @@ class Demo:
         )
         spec = JobSpec(command=[sys.executable, TRAIN], env={"STEPS": "100000", "STEP_SECONDS": "0.1"})
         await self._until(lambda: self._submit(coordinator, client.wallet, lease, spec), 60, "the job accepted")
-        view = await self._until(lambda: self._placed(coordinator, lease), 60, "the placement")
+        view = await self._until(lambda: self._placed(coordinator, client.wallet, lease), 60, "the placement")
         names = {str(s.node_key.pubkey()): s.name for s in self.suppliers}
         result.placed_on = [names[k] for k in view["placement"]["nodes"]]
         self.say(
@@ -283,7 +283,7 @@ class Demo:
         )
 
         self._section(4)
-        await self._watch(coordinator, lease, result, names)
+        await self._watch(coordinator, client.wallet, lease, result, names)
         await self._summary(lease, result, coordinator)
         return result
 
@@ -296,12 +296,12 @@ class Demo:
             raise
         return True
 
-    async def _placed(self, coordinator: CoordinatorProcess, lease: Pubkey) -> Any:
-        view = await job_view(coordinator.api_url, lease)
+    async def _placed(self, coordinator: CoordinatorProcess, client: Keypair, lease: Pubkey) -> Any:
+        view = await job_view(coordinator.api_url, client, lease)
         return view if view["placement"] and view["placement"]["state"] == "placed" else None
 
     async def _watch(
-        self, coordinator: CoordinatorProcess, lease: Pubkey, result: DemoResult, names: dict[str, str]
+        self, coordinator: CoordinatorProcess, client: Keypair, lease: Pubkey, result: DemoResult, names: dict[str, str]
     ) -> None:
         by_node = {str(node_pda(s.node_key.pubkey())): s.name for s in self.suppliers}
         seen_settlements, seen_slashes, after_log = 0, 0, 0
@@ -341,7 +341,7 @@ class Demo:
                             f"(evidence {short(s['evidence_hash'])})  [dim]tx {short(s['signature'])}[/]"
                         )
                     seen_slashes = len(slashes)
-                    view = await job_view(coordinator.api_url, lease, after_log)
+                    view = await job_view(coordinator.api_url, client, lease, after_log)
                     for line in view["logs"]:
                         if "resumed from step" in line["line"] and not result.moved_to:
                             result.moved_to = names.get(line["node_key"], "?")

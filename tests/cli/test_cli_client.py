@@ -204,3 +204,20 @@ def test_tables_and_json_link_transactions_and_accounts_to_the_explorer(market) 
     assert f"https://solscan.io/account/{node_key}" in nodes.output
     plain = runner.invoke(app, ["node", "list", "--url", market.node.url, "--explorer", "none"])
     assert plain.exit_code == 0 and node_key in plain.output and "\x1b]8;id=" not in plain.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--secret", "TOKEN_UNSET_HERE"], "takes NAME=VALUE, or NAME with $TOKEN_UNSET_HERE set here"),
+        (["--secret", "1X=v"], "'1X': not a valid variable name"),
+        (["--secret", "A=1", "--secret", "A=2"], "--secret A: given twice"),
+        (["--secret-file", "A"], "--secret-file takes NAME=PATH"),
+        (["--secret-file", "A=/nonexistent/gpunet-secret"], "--secret-file A: cannot read /nonexistent/gpunet-secret"),
+        (["--secret", "A=1", "--env", "A=2"], "A: both --env and --secret"),
+        (["--secret", "GPUNET_A=1"], "set by the worker"),
+    ],
+)
+def test_bad_secrets_are_refused_with_nothing_sent(args, message) -> None:
+    code, out = _run("lease", "job", LEASE, "--command", "true", *args, "--coordinator", _closed_port())
+    assert code == Exit.BAD_INPUT and message in out, out

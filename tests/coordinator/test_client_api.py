@@ -25,7 +25,7 @@ from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
 from coordinator.api import create_app
-from coordinator.api.work import FILES_CLOCK_SKEW_SECONDS, work_routes
+from coordinator.api.work import work_routes
 from coordinator.indexer.rpc import ChainRpc
 from coordinator.service import Coordinator
 from coordinator.settings import Settings
@@ -34,12 +34,14 @@ from gpunet.jobs import job_logs
 from gpunet.keys import create_keypair_file
 from gpunet.localnet import free_ports
 from gpunet.protocol import (
-    FILES_AT_HEADER,
-    FILES_SIGNATURE_HEADER,
+    REQUEST_AT_HEADER,
+    REQUEST_CLOCK_SKEW_SECONDS,
+    REQUEST_SIGNATURE_HEADER,
+    REQUEST_WALLET_HEADER,
     CheckpointFile,
     JobSpec,
-    files_message,
     job_message,
+    sign_request,
 )
 
 from .chain import Cluster
@@ -103,6 +105,23 @@ async def _indexed(http: httpx.AsyncClient, lease: str) -> bool:
         return False
 
 
+async def truly(value: bool) -> bool:
+    return value
+
+
+def _signed(wallet: Keypair, path: str, at_ms: int | None = None, method: str = "GET", body: bytes = b"") -> dict:
+    """The headers of a request to `path` (with its query) signed by `wallet` (gpunet.protocol.request_message)."""
+    return sign_request(wallet, method, path, body, at_ms)
+
+
+async def _view(http: httpx.AsyncClient, wallet: Keypair, lease, query: str = "") -> dict:
+    """The lease's job view, read as `wallet` (a fresh signature); its answer must be 200."""
+    path = f"/leases/{lease}/job" + (f"?{query}" if query else "")
+    response = await http.get(path, headers=_signed(wallet, path))
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
 def _body(world, spec: JobSpec, per_node: int | None = 2, signer: Keypair | None = None, number: int = 1) -> dict:
     signature = (signer or world.client_wallet).sign_message(job_message(world.lease, spec, per_node, number))
     return {
@@ -150,7 +169,7 @@ async def test_bad_job_submissions_are_refused_with_a_reason_and_store_nothing(a
     early = await http.post(url, json=_body(world, JobSpec(command=["other"]), number=2))
     assert early.status_code == 409 and "job 1 of lease" in early.json()["error"]
     assert "not placed on any node yet" in early.json()["error"]
-    view = (await http.get(url)).json()
+    view = await _view(http, world.client_wallet, world.lease)
     assert view["job"]["command"] == ["python", "train.py"] and view["gpus_per_node"] == 2 and view["job_number"] == 1
 
     async def quoted() -> dict | None:  # once the scheduler has seen the indexed nodes (no worker is online)
@@ -290,11 +309,11 @@ async def test_one_job_at_a_time_the_next_once_the_current_one_ended_on_every_no
     current, earlier = await stored()
     assert current["number"] == 2 and json.loads(current["spec"])["command"] == ["job2"]
     assert [(r["lease"], r["number"]) for r in earlier] == [(str(world.lease), 1)]
-    view = (await http.get(url)).json()
+    view = await _view(http, world.client_wallet, world.lease)
     assert view["job_number"] == 2 and view["job"]["command"] == ["job2"] and view["nodes"] == []  # not started yet
     assert (await http.post(url, json=_body(world, third, number=3))).status_code == 409  # job 2 has not run
     await job_status(nodes[1], 2, "running")
-    view = (await http.get(url)).json()
+    view = await _view(http, world.client_wallet, world.lease)
     assert [(n["node_key"], n["state"]) for n in view["nodes"]] == [(nodes[1], "running")]
 
 
@@ -312,7 +331,13 @@ def _fuzz(base: str) -> None:
     schema = schemathesis.openapi.from_url(f"{base}/openapi.json")
     for result in schema.get_all_operations():
         operation = result.ok()
-        if operation.path not in ("/leases/{key}/job", "/leases/{key}/files", "/quote", "/workers"):
+        if operation.path not in (
+            "/leases/{key}/job",
+            "/leases/{key}/files",
+            "/leases/{key}/secrets",
+            "/quote",
+            "/workers",
+        ):
             continue  # the ledger routes have their own run in test_api
 
         @hypothesis_settings(max_examples=25, deadline=None, database=None, suppress_health_check=list(HealthCheck))
@@ -350,7 +375,7 @@ async def _true_view(coordinator, node_key):
     return view if view is not None and (view.failed_shares, view.completed_shares) == (2, 1) else None
 
 
-async def test_logs_page_and_follow_and_status_shows_the_latest_lines(placed_api) -> None:
+async def test_logs_page_and_follow_and_status_shows_the_latest_lines(placed_api, tmp_path) -> None:
     http, world, pool, _ = placed_api
     lease = str(world.lease)
     node = str(world.nodes[0][1].pubkey())
@@ -378,14 +403,17 @@ async def test_logs_page_and_follow_and_status_shows_the_latest_lines(placed_api
     await record(("status", "running"), *(("log", f"step {i}") for i in range(1, 301)), ("log", "[red]not markup[/]"))
     url = str(http.base_url)
 
-    tail = (await http.get(f"/leases/{lease}/job", params={"tail": 20})).json()["logs"]
+    tail = (await _view(http, world.client_wallet, lease, "tail=20"))["logs"]
     assert [line["line"] for line in tail] == [*(f"step {i}" for i in range(282, 301)), "[red]not markup[/]"]
-    first = (await http.get(f"/leases/{lease}/job")).json()
+    first = await _view(http, world.client_wallet, lease)
     assert len(first["logs"]) == 200 and first["more"] is True  # the first page says another follows
-    assert [line["line"] async for line in job_logs(url, world.lease)] == [
+    assert [line["line"] async for line in job_logs(url, world.client_wallet, world.lease)] == [
         *(f"step {i}" for i in range(1, 301)),
         "[red]not markup[/]",
     ]
+
+    wallet = tmp_path / "client.json"
+    create_keypair_file(wallet, world.client_wallet)
 
     async def gpunet(*args: str) -> tuple[int, str]:
         proc = await asyncio.create_subprocess_exec(
@@ -394,6 +422,8 @@ async def test_logs_page_and_follow_and_status_shows_the_latest_lines(placed_api
             *args,
             "--coordinator",
             url,
+            "-k",
+            str(wallet),
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
         )
@@ -434,28 +464,38 @@ async def _event(pool, lease: str, node: str, kind: str, text: str) -> None:
             )
 
 
-async def test_status_follow_prints_new_lines_and_state_changes_until_the_job_ends(placed_api) -> None:
+async def test_status_follow_prints_new_lines_and_state_changes_until_the_job_ends(placed_api, tmp_path) -> None:
     http, world, pool, _ = placed_api
     lease = str(world.lease)
     nodes = [str(k.pubkey()) for _, k in world.nodes]
     assert (await http.post(f"/leases/{lease}/job", json=_body(world, JobSpec(command=["train"])))).status_code == 201
     await _event(pool, lease, nodes[0], "status", "running")
     await _event(pool, lease, nodes[0], "log", "epoch 0")
+    wallet = tmp_path / "client.json"
+    create_keypair_file(wallet, world.client_wallet)
 
-    async def follow(*extra: str) -> tuple[int, str]:
+    async def follow(*extra: str, started: asyncio.Event | None = None) -> tuple[int, str]:
         proc = await asyncio.create_subprocess_exec(
             str(GPUNET),
-            *("lease", "status", lease, "--follow", "--coordinator", str(http.base_url), *extra),
+            *("lease", "status", lease, "--follow", "--coordinator", str(http.base_url), "-k", str(wallet), *extra),
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
             env={**os.environ, "COLUMNS": "250"},
         )
-        out, _ = await asyncio.wait_for(proc.communicate(), 60)
-        return proc.returncode, out.decode()
+        assert proc.stdout is not None
+        out = b""
+        while line := await asyncio.wait_for(proc.stdout.readline(), 60):
+            out += line
+            if started is not None:
+                started.set()  # its status is printed: what comes next is followed
+        return await asyncio.wait_for(proc.wait(), 60), out.decode()
 
-    followed = asyncio.create_task(follow())
-    as_json = asyncio.create_task(follow("--json"))
-    await asyncio.sleep(3)
+    started = asyncio.Event(), asyncio.Event()
+    followed = asyncio.create_task(follow(started=started[0]))
+    as_json = asyncio.create_task(follow("--json", started=started[1]))
+    for event in started:
+        await asyncio.wait_for(event.wait(), 60)
+    await asyncio.sleep(1)
     assert not followed.done() and not as_json.done(), "a running job is followed"
     await _event(pool, lease, nodes[1], "status", "running")
     await _event(pool, lease, nodes[0], "log", "epoch 1 [not markup]")
@@ -485,8 +525,7 @@ async def test_status_follow_prints_new_lines_and_state_changes_until_the_job_en
 
 
 def _signed_files(lease: Pubkey, signer: Keypair, at: int | None = None) -> dict[str, str]:
-    at = time.time_ns() // 1_000_000 if at is None else at  # unix milliseconds
-    return {FILES_AT_HEADER: str(at), FILES_SIGNATURE_HEADER: str(signer.sign_message(files_message(lease, at)))}
+    return _signed(signer, f"/leases/{lease}/files", at)
 
 
 async def test_the_latest_checkpoint_is_read_by_the_lease_client_alone_and_downloaded(api, tmp_path) -> None:
@@ -495,14 +534,15 @@ async def test_the_latest_checkpoint_is_read_by_the_lease_client_alone_and_downl
     client = world.client_wallet
     fresh = _signed_files(lease, client)
     refused = [
-        ({}, 401, "sign the request with the lease client's wallet"),
-        ({**fresh, FILES_AT_HEADER: "soon"}, 400, "is not an integer"),
-        ({**fresh, FILES_SIGNATURE_HEADER: "nope"}, 400, "not a base58 Ed25519 signature"),
-        (_signed_files(lease, Keypair()), 401, "not the lease client's"),  # anyone else
-        (_signed_files(Pubkey.default(), client), 401, "not the lease client's"),  # signed for another lease
-        ({**fresh, FILES_AT_HEADER: str(int(fresh[FILES_AT_HEADER]) + 1)}, 401, "not the lease client's"),  # time
+        ({}, 401, "a private route: sign the request as the lease's client"),
+        ({**fresh, REQUEST_AT_HEADER: "soon"}, 400, "is not an integer"),
+        ({**fresh, REQUEST_SIGNATURE_HEADER: "nope"}, 400, "not a base58 Ed25519 signature"),
+        (_signed_files(lease, Keypair()), 401, "is not the lease's client"),  # anyone else
+        (_signed_files(Pubkey.default(), client), 401, "not the wallet's over this request"),  # another lease
+        ({**fresh, REQUEST_AT_HEADER: str(int(fresh[REQUEST_AT_HEADER]) + 1)}, 401, "not the wallet's"),  # time
+        ({**fresh, REQUEST_WALLET_HEADER: str(Keypair().pubkey())}, 401, "not the wallet's"),  # another wallet named
         (
-            _signed_files(lease, client, time.time_ns() // 1_000_000 - (FILES_CLOCK_SKEW_SECONDS + 5) * 1000),
+            _signed_files(lease, client, time.time_ns() // 1_000_000 - (REQUEST_CLOCK_SKEW_SECONDS + 5) * 1000),
             401,
             "stale or replayed",
         ),
@@ -510,7 +550,8 @@ async def test_the_latest_checkpoint_is_read_by_the_lease_client_alone_and_downl
     for headers, status, message in refused:
         response = await http.get(url, headers=headers)
         assert response.status_code == status and message in response.json()["error"], response.text
-    other = await http.get(f"/leases/{Keypair().pubkey()}/files", headers=_signed_files(lease, client))
+    stray = Keypair().pubkey()
+    other = await http.get(f"/leases/{stray}/files", headers=_signed_files(stray, client))
     assert other.status_code == 404 and "not indexed" in other.json()["error"]
 
     none = await http.get(url, headers=fresh)
@@ -558,7 +599,7 @@ async def test_the_latest_checkpoint_is_read_by_the_lease_client_alone_and_downl
     assert (out_dir / "logs" / "step.txt").read_bytes() == b"step 42\n"
     assert "model.pt" in printed and node in printed
     code, printed = await gpunet("lease", "files", str(lease), "--out", str(tmp_path / "no"), "-k", str(other_wallet))
-    assert code == 1 and "(401)" in printed and "not the lease client's" in printed
+    assert code == 1 and "(401)" in printed and "is not the lease's client" in printed
     assert not (tmp_path / "no").exists()
 
     # a job's inputs: given as [PATH=]URL#SHA256, signed and stored with the job
@@ -573,7 +614,7 @@ async def test_the_latest_checkpoint_is_read_by_the_lease_client_alone_and_downl
         ),
     )
     assert code == 0, printed
-    job = (await http.get(f"/leases/{lease}/job")).json()["job"]
+    job = (await _view(http, client, lease))["job"]
     assert job["inputs"] == [
         {"path": "train.csv", "url": "https://example.com/d/train.csv", "sha256": digest},
         {"path": "cfg/a.yaml", "url": "http://h:8000/x?y=1", "sha256": digest},
@@ -628,3 +669,97 @@ async def test_lease_files_serves_the_checkpoint_store_s_newest_checkpoint_that_
     assert [f["data_b64"] for f in got.json()["files"]] == [base64.b64encode(b"step 2 weights").decode()]
     view = (await http.get(f"/leases/{lease}/job")).json()
     assert view["checkpoint"]["seq"] == seqs[1][0] and view["checkpoint"]["bytes"] == len(b"step 3 weights")
+
+
+async def test_the_job_view_answers_the_client_and_its_nodes_suppliers_alone(placed_api) -> None:
+    http, world, pool, _ = placed_api
+    lease, client = world.lease, world.client_wallet
+    path = f"/leases/{lease}/job"
+    spec = JobSpec(command=["train"], env={"PLAIN_ENV": "plain-value"}, secrets=["API_TOKEN"])
+    assert (await http.post(path, json=_body(world, spec))).status_code == 201
+    await _event(pool, str(lease), str(world.nodes[0][1].pubkey()), "log", "a private log line")
+    fresh = _signed(client, path)
+    old = time.time_ns() // 1_000_000 - (REQUEST_CLOCK_SKEW_SECONDS + 5) * 1000
+    refused = [
+        ({}, "a private route"),  # unsigned
+        (_signed(Keypair(), path), "is not the lease's client or a supplier of its nodes"),  # another wallet
+        (_signed(client, path, old), "stale or replayed"),  # an old signature
+        (_signed(client, f"/leases/{lease}/files"), "not the wallet's over this request"),  # for another route
+        (_signed(client, path + "?tail=5"), "not the wallet's over this request"),  # for another query
+        (_signed(client, path, method="POST"), "not the wallet's over this request"),  # for another method
+    ]
+    for headers, message in refused:
+        response = await http.get(path, headers=headers)
+        assert response.status_code == 401 and message in response.json()["error"], response.text
+        assert set(response.json()) == {"error"}  # nothing of the job
+        for leaked in ("plain-value", "API_TOKEN", "a private log line", "train"):
+            assert leaked not in response.text
+    # control: the client's fresh signature reads it all, once
+    answer = await http.get(path, headers=fresh)
+    assert answer.status_code == 200 and answer.json()["job"]["env"] == {"PLAIN_ENV": "plain-value"}
+    assert [line["line"] for line in answer.json()["logs"]] == ["a private log line"]
+    replayed = await http.get(path, headers=fresh)  # the same signature again
+    assert replayed.status_code == 401 and "stale or replayed" in replayed.json()["error"]
+    assert set(replayed.json()) == {"error"}
+    # the supplier of a node the lease is on reads it too (it runs the job)
+    supplier = world.nodes[0][0]
+    assert (await _view(http, supplier, lease))["job"]["secrets"] == ["API_TOKEN"]
+
+
+async def test_secrets_are_given_by_the_client_alone_for_every_name_the_job_has(placed_api) -> None:
+    http, world, pool, coordinator = placed_api
+    lease, client = world.lease, world.client_wallet
+    assert (
+        await http.post(f"/leases/{lease}/job", json=_body(world, JobSpec(command=["t"], secrets=["A", "B"])))
+    ).status_code == 201
+    nodes = [str(k.pubkey()) for _, k in world.nodes]
+    path = f"/leases/{lease}/secrets"
+
+    def body(number: int = 1, values: dict | None = None, to: list[str] = nodes) -> bytes:
+        return json.dumps(
+            {"job_number": number, "nodes": {n: values or {"A": "c2VhbGVk", "B": "c2VhbGVk"} for n in to}}
+        ).encode()
+
+    async def post(content: bytes, signer: Keypair | None = client) -> httpx.Response:
+        headers = {} if signer is None else _signed(signer, path, method="POST", body=content)
+        return await http.post(path, content=content, headers=headers)
+
+    # once the dispatch loop has taken the job (its workers are offline), as if it had reached both nodes
+    await eventually(lambda: truly(coordinator.dispatch.dispatched_job.get(str(lease)) == 1), what="the job taken")
+    coordinator.shared.dispatched[str(lease)] = {k.pubkey() for _, k in world.nodes}
+    refused = [
+        (await post(body(), None), 401, "a private route"),
+        (await post(body(), world.nodes[0][0]), 401, "is not the lease's client"),  # a supplier may read, not give
+        (await post(b"x", client), 400, "not JSON"),
+        (await post(body(values={"A": "c2VhbGVk"}), client), 400, "exactly the job's (A, B)"),
+        (await post(body(values={"A": "c2VhbGVk", "B": "c2VhbGVk", "C": "x"}), client), 400, "exactly the job's"),
+        (await post(body(to=[]), client), 400, "at least one node"),
+        (await post(body(number=2), client), 409, "not lease"),
+    ]
+    signed_one = body()
+    headers = _signed(client, path, method="POST", body=signed_one)
+    tampered = await http.post(path, content=body(to=nodes[:1]), headers=headers)  # the body changed after signing
+    refused.append((tampered, 401, "not the wallet's over this request"))
+    for response, status, message in refused:
+        assert response.status_code == status and message in response.json()["error"], response.text
+    async with pool.acquire() as conn:
+        assert await conn.fetchval("SELECT count(*) FROM job_secrets") == 0  # nothing kept
+    assert coordinator.shared.dispatched[str(lease)] == {k.pubkey() for _, k in world.nodes}  # nor sent again
+    # control: the client's, for every name: kept, and the nodes get the job again with them
+    given = await http.post(path, content=signed_one, headers=headers)
+    assert given.status_code == 201 and given.json()["sealed_to"] == sorted(nodes), given.text
+    assert coordinator.shared.dispatched[str(lease)] == set()
+    assert sorted((await _view(http, client, lease))["secrets_sealed_to"]) == sorted(nodes)
+
+
+async def test_a_supplier_whose_nodes_the_lease_is_not_on_reads_nothing(api) -> None:
+    http, world, _, _ = api  # the lease is not placed: no node of it yet
+    path = f"/leases/{world.lease}/job"
+    assert (
+        await http.post(path, json=_body(world, JobSpec(command=["t"], env={"K": "plain-value"})))
+    ).status_code == 201
+    supplier = world.nodes[0][0]  # registered, staked, with a node: just not this lease's
+    response = await http.get(path, headers=_signed(supplier, path))
+    assert response.status_code == 401 and set(response.json()) == {"error"} and "plain-value" not in response.text
+    assert "is not the lease's client or a supplier of its nodes" in response.json()["error"]
+    assert (await _view(http, world.client_wallet, world.lease))["job"]["env"] == {"K": "plain-value"}  # control

@@ -12,6 +12,7 @@ import time
 import pytest
 from solana.rpc.async_api import AsyncClient
 from solana.rpc.commitment import Confirmed
+from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
 from coordinator.settings import Settings
@@ -107,8 +108,10 @@ async def test_a_drained_node_s_share_moves_without_a_slash_and_it_gets_no_new_l
         lease = await _open(world, chain, 1, 4, 180)
         spec = JobSpec(command=[sys.executable, JOB], env={"STEPS": "100000", "STEP_SECONDS": "0.2"})
         await eventually(lambda: submitted(api, world.client, lease, spec), what="the job accepted")
-        placed = (await eventually(lambda: placed_view(api, lease), what="the lease placed"))["placement"]["nodes"]
-        await eventually(lambda: all_running(api, lease, placed), what="the job running on both nodes")
+        placed = (await eventually(lambda: placed_view(api, world.client, lease), what="the lease placed"))[
+            "placement"
+        ]["nodes"]
+        await eventually(lambda: all_running(api, world.client, lease, placed), what="the job running on both nodes")
         drained, control = placed
         [spare] = [k for k in world.node_keys() if k not in placed]
         await eventually(lambda: settled_count(pool, drained), what="a first settlement of the node to drain")
@@ -139,8 +142,10 @@ async def test_a_drained_node_s_share_moves_without_a_slash_and_it_gets_no_new_l
         assert paid_until == last_reported, "the chain paid the drained node up to its last report"
 
         # The job resumes on the new node from the checkpoint, and the reason says what happened.
-        assert await eventually(lambda: resumed_on(api, lease, spare), timeout=60, what="the job resumed on the spare")
-        reason = (await job_view(api, lease))["placement"]["reason"]
+        assert await eventually(
+            lambda: resumed_on(api, world.client, lease, spare), timeout=60, what="the job resumed on the spare"
+        )
+        reason = (await job_view(api, world.client, lease))["placement"]["reason"]
         assert f"node {drained} drained" in reason and "no slash" in reason and spare in reason
         await eventually(lambda: settled_count(pool, spare), what="the new node billed")
 
@@ -148,7 +153,7 @@ async def test_a_drained_node_s_share_moves_without_a_slash_and_it_gets_no_new_l
         second = await _open(world, chain, 2, 2, 60)
         await eventually(lambda: submitted(api, world.client, second, spec), what="the second job accepted")
         waiting = await eventually(
-            lambda: _reason_mentions(api, second, "1 draining"),
+            lambda: _reason_mentions(api, world.client, second, "1 draining"),
             timeout=30,
             what="the second lease waiting, a draining node counted",
         )
@@ -156,13 +161,15 @@ async def test_a_drained_node_s_share_moves_without_a_slash_and_it_gets_no_new_l
         assert await _nodes_of(chain, second) == []
         # ...and once its supplier undrains it (the control), it takes the lease.
         await _set_draining(chain, world, drained, False)
-        placed2 = (await eventually(lambda: placed_view(api, second), what="the second lease placed"))["placement"]
+        placed2 = (await eventually(lambda: placed_view(api, world.client, second), what="the second lease placed"))[
+            "placement"
+        ]
         assert placed2["nodes"] == [drained]
         assert await _nodes_of(chain, second) == [drained]
 
 
-async def _reason_mentions(api: str, lease: Pubkey, text: str):
-    view = await job_view(api, lease)
+async def _reason_mentions(api: str, client: Keypair, lease: Pubkey, text: str):
+    view = await job_view(api, client, lease)
     return view if view["placement"] and text in view["placement"]["reason"] else None
 
 
@@ -178,18 +185,20 @@ async def test_without_a_spare_node_a_drained_share_stays_and_the_lease_goes_on(
         spec = JobSpec(command=[sys.executable, JOB], env={"STEPS": "100000", "STEP_SECONDS": "0.2"})
         lease = await _open(world, chain, 1, 4, 180)
         await eventually(lambda: submitted(api, world.client, lease, spec), what="the job accepted")
-        placed = (await eventually(lambda: placed_view(api, lease), what="the lease placed"))["placement"]["nodes"]
+        placed = (await eventually(lambda: placed_view(api, world.client, lease), what="the lease placed"))[
+            "placement"
+        ]["nodes"]
         other = await _open(world, chain, 2, 2, 180)  # takes the third node: no spare is left
         await eventually(lambda: submitted(api, world.client, other, spec), what="the other job accepted")
-        [third] = (await eventually(lambda: placed_view(api, other), what="the other lease placed"))["placement"][
-            "nodes"
-        ]
-        await eventually(lambda: all_running(api, lease, placed), what="the job running on both nodes")
+        [third] = (await eventually(lambda: placed_view(api, world.client, other), what="the other lease placed"))[
+            "placement"
+        ]["nodes"]
+        await eventually(lambda: all_running(api, world.client, lease, placed), what="the job running on both nodes")
         drained = placed[0]
 
         await _set_draining(chain, world, drained, True)
         view = await eventually(
-            lambda: _reason_mentions(api, lease, "its share stays there"),
+            lambda: _reason_mentions(api, world.client, lease, "its share stays there"),
             timeout=30,
             what="the reason saying the share stays",
         )
@@ -197,7 +206,7 @@ async def test_without_a_spare_node_a_drained_share_stays_and_the_lease_goes_on(
         before = await settled_count(pool, drained)
         await eventually(lambda: _more(settled_count(pool, drained), before), what="the drained node still billed")
         assert await _nodes_of(chain, lease) == placed
-        assert await all_running(api, lease, placed), "the job was not stopped on the drained node"
+        assert await all_running(api, world.client, lease, placed), "the job was not stopped on the drained node"
 
         # The control: once a spare frees up (the other lease closes), the share moves, unslashed.
         other_account = await fetch(chain, other, "Lease")

@@ -151,7 +151,9 @@ async def test_a_correlated_outage_pauses_slashing_and_the_lease_goes_on(
             timeout=60,
             what="the lease billed again after the outage",
         )
-        await eventually(lambda: all_running(api, lease, placed), what="the job still running on both nodes")
+        await eventually(
+            lambda: all_running(api, world.client, lease, placed), what="the job still running on both nodes"
+        )
     for proc in workers.values():
         proc.kill()
         proc.wait(timeout=30)
@@ -181,7 +183,9 @@ async def test_a_node_that_returns_after_its_share_moved_is_stopped_within_a_bou
         frozen = [workers[gone].pid, old_job]
         for pid in frozen:
             os.kill(pid, signal.SIGSTOP)
-        await eventually(lambda: resumed_on(api, lease, spare), timeout=60, what="the job resumed on the spare")
+        await eventually(
+            lambda: resumed_on(api, world.client, lease, spare), timeout=60, what="the job resumed on the spare"
+        )
         # It comes back: its old job runs again until the coordinator hears its worker and stops it.
         back = time.time()
         for pid in frozen:

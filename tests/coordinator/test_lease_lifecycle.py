@@ -85,17 +85,17 @@ async def test_a_cluster_lease_survives_a_lost_worker_and_every_token_is_account
         spec = JobSpec(command=[sys.executable, JOB], env={"STEPS": "100000", "STEP_SECONDS": "0.2"})
         await eventually(lambda: submitted(api, world.client, lease, spec), what="the job accepted")
 
-        view = await eventually(lambda: placed_view(api, lease), what="the lease placed")
+        view = await eventually(lambda: placed_view(api, world.client, lease), what="the lease placed")
         placed = view["placement"]["nodes"]
         assert len(placed) == 2 and set(placed) < set(world.node_keys())
-        await eventually(lambda: all_running(api, lease, placed), what="the job running on both nodes")
+        await eventually(lambda: all_running(api, world.client, lease, placed), what="the job running on both nodes")
         await eventually(lambda: settled_count(pool, placed[0]), what="a first settlement")
 
         # A worker dies mid-lease: no goodbye, no more heartbeats.
         victim, spare = placed[0], next(k for k in world.node_keys() if k not in placed)
         workers[victim].send_signal(signal.SIGKILL)
         resumed = await eventually(
-            lambda: resumed_on(api, lease, spare), timeout=90, what="the job resumed on the spare"
+            lambda: resumed_on(api, world.client, lease, spare), timeout=90, what="the job resumed on the spare"
         )
         assert int(resumed.split()[-1]) > 0  # from its checkpoint, not from scratch
         account = await fetch(chain, lease, "Lease")

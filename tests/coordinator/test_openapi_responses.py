@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import time
 from typing import Any
 
 import httpx
@@ -26,13 +25,12 @@ from coordinator.service import Coordinator
 from coordinator.settings import Settings
 from gpunet.localnet import free_ports
 from gpunet.protocol import (
-    FILES_AT_HEADER,
-    FILES_SIGNATURE_HEADER,
     CheckpointFile,
     JobSpec,
-    files_message,
     job_message,
+    sign_request,
 )
+from gpunet.secrets import seal
 from gpunet.testbed import Market
 
 from .conftest import eventually
@@ -114,7 +112,7 @@ async def test_every_answer_holds_to_the_documented_schema(served, pool) -> None
 
     # The waiting lease gets a job: the POST's answer is documented too.
     client = extra["client"]
-    spec = JobSpec(command=["python", "train.py"])
+    spec = JobSpec(command=["python", "train.py"], secrets=["TOKEN"])
     signature = client.wallet.sign_message(job_message(extra["lease"], spec, None, 1))
     body = {"job": spec.model_dump(mode="json"), "gpus_per_node": None, "job_number": 1, "signature": str(signature)}
     accepted = await http.post(f"/leases/{waiting}/job", json=body)
@@ -135,13 +133,35 @@ async def test_every_answer_holds_to_the_documented_schema(served, pool) -> None
             "INSERT INTO checkpoints (lease, node_key, files) VALUES ($1, $2, $3)",
             waiting, str(bob.node_key.pubkey()), json.dumps([CheckpointFile.of("step", b"7").model_dump()]),
         )  # fmt: skip
-    at = int(time.time() * 1000)
-    signed = {FILES_AT_HEADER: str(at), FILES_SIGNATURE_HEADER: str(client.wallet.sign_message(
-        files_message(extra["lease"], at)))}  # fmt: skip
+    signed = sign_request(client.wallet, "GET", f"/leases/{waiting}/files")
     files = await http.get(f"/leases/{waiting}/files", headers=signed)
     assert files.status_code == 200, files.text
     _check(doc, "/leases/{key}/files", "get", files)
     _check(doc, "/leases/{key}/files", "get", await http.get(f"/leases/{waiting}/files"))
+
+    stranger_lease = str(Keypair().pubkey())
+    # Its job's secret sealed to bob's node (a signed POST), then its job view, signed, and refused unsigned.
+    sealed = json.dumps({"job_number": 1, "nodes": {str(bob.node_key.pubkey()): {"TOKEN": seal(bob.node_key.pubkey(),
+        "s3cret")}}}).encode()  # fmt: skip
+    secrets_path = f"/leases/{waiting}/secrets"
+    given = await http.post(secrets_path, content=sealed, headers=sign_request(client.wallet, "POST", secrets_path,
+        sealed))  # fmt: skip
+    assert given.status_code == 201, given.text
+    _check(doc, "/leases/{key}/secrets", "post", given)
+    _check(doc, "/leases/{key}/secrets", "post", await http.post(secrets_path, content=sealed))  # unsigned: 401
+    for url, status in [
+        (f"/leases/{waiting}/job", 200),
+        (f"/leases/{waiting}/job?tail=5", 200),
+        (f"/leases/{stranger_lease}/job", 404),
+    ]:
+        response = await http.get(url, headers=sign_request(client.wallet, "GET", url))
+        assert response.status_code == status, (url, response.text)
+        _check(doc, "/leases/{key}/job", "get", response)
+        if status == 200:
+            assert response.json()["secrets_sealed_to"] == [str(bob.node_key.pubkey())]
+    unsigned = await http.get(f"/leases/{waiting}/job")
+    assert unsigned.status_code == 401 and "job" not in unsigned.json()
+    _check(doc, "/leases/{key}/job", "get", unsigned)
 
     stranger = str(Keypair().pubkey())
     requests: list[tuple[str, str, dict[str, Any], int]] = [  # (document path, URL, query, expected status)
@@ -160,9 +180,6 @@ async def test_every_answer_holds_to_the_documented_schema(served, pool) -> None
         ("/audit/leases/{key}", f"/audit/leases/{lease}", {}, 200),
         ("/audit/providers/{key}", f"/audit/providers/{ada.wallet.pubkey()}", {}, 200),
         ("/audit/providers/{key}", f"/audit/providers/{stranger}", {}, 404),
-        ("/leases/{key}/job", f"/leases/{waiting}/job", {}, 200),
-        ("/leases/{key}/job", f"/leases/{waiting}/job", {"tail": 5}, 200),
-        ("/leases/{key}/job", f"/leases/{stranger}/job", {}, 404),
         ("/quote", "/quote", {"gpu_count": 1, "max_price_per_gpu_hour": 10**9}, 200),
         ("/quote", "/quote", {"max_price_per_gpu_hour": 10**9}, 400),
         ("/workers", "/workers", {}, 200),
@@ -178,7 +195,7 @@ async def test_every_answer_holds_to_the_documented_schema(served, pool) -> None
         if path in _PAGES and status == 200:
             assert response.json()["items"], f"{path} served no rows: its row schema went unchecked"
 
-    exercised = {path for path, *_ in requests} | {"/leases/{key}/files"}
+    exercised = {path for path, *_ in requests} | {"/leases/{key}/files", "/leases/{key}/job"}
     gets = {path for path, operations in doc["paths"].items() if "get" in operations}
     assert gets <= exercised, f"GET routes no answer of which is checked: {sorted(gets - exercised)}"
 

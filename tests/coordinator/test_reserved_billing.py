@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
 from coordinator.settings import Settings
@@ -49,14 +50,14 @@ async def _lease_job(api: str, keyfile: Path, lease: Pubkey, command: str) -> su
     )
 
 
-async def _job_state(api: str, lease: Pubkey, number: int) -> str | None:
-    view = await job_view(api, lease)
+async def _job_state(api: str, client: Keypair, lease: Pubkey, number: int) -> str | None:
+    view = await job_view(api, client, lease)
     states = [n["state"] for n in view["nodes"]]
     return states[0] if view["job_number"] == number and len(states) == 1 else None
 
 
-async def _lines(api: str, lease: Pubkey) -> list[tuple[int, str]]:
-    return [(line["job_number"], line["line"]) for line in (await job_view(api, lease))["logs"]]
+async def _lines(api: str, client: Keypair, lease: Pubkey) -> list[tuple[int, str]]:
+    return [(line["job_number"], line["line"]) for line in (await job_view(api, client, lease))["logs"]]
 
 
 async def _settled_gpu_seconds(chain, lease: Pubkey) -> int:
@@ -100,7 +101,7 @@ async def test_a_lease_pays_for_its_reserved_gpus_whether_or_not_a_job_runs(
             )
             first = JobSpec(command=["sh", "-c", "echo first job on $CUDA_VISIBLE_DEVICES"])
             await eventually(lambda: submitted(api, world.client, lease, first), what="job 1 accepted")
-            await eventually(lambda: _succeeded(api, lease, 1), what="job 1 exited")
+            await eventually(lambda: _succeeded(api, world.client, lease, 1), what="job 1 exited")
             started = (await fetch(chain, lease, "Lease")).started_at
 
             # Nothing runs, yet the GPUs are reserved: whole periods are settled on chain.
@@ -116,13 +117,13 @@ async def test_a_lease_pays_for_its_reserved_gpus_whether_or_not_a_job_runs(
             second = await _lease_job(api, keyfile, lease, "sh -c 'echo second job on $CUDA_VISIBLE_DEVICES; sleep 8'")
             assert second.returncode == 0, second.stderr
             assert json.loads(second.stdout) == {"lease": str(lease), "job_number": 2, "accepted": True}
-            await eventually(lambda: _running(api, lease, 2), what="job 2 running")
+            await eventually(lambda: _running(api, world.client, lease, 2), what="job 2 running")
             third = await _lease_job(api, keyfile, lease, "true")
             refusal = json.loads(third.stdout)["error"]
             assert third.returncode == 1 and "(409): job 2 of lease" in refusal and "is still running" in refusal
-            assert (await job_view(api, lease))["job_number"] == 2
-            await eventually(lambda: _succeeded(api, lease, 2), what="job 2 exited")
-            lines = await _lines(api, lease)
+            assert (await job_view(api, world.client, lease))["job_number"] == 2
+            await eventually(lambda: _succeeded(api, world.client, lease, 2), what="job 2 exited")
+            lines = await _lines(api, world.client, lease)
             [(_, one)] = [x for x in lines if x[0] == 1]
             [(_, two)] = [x for x in lines if x[0] == 2]
             assert one.startswith("first job on ") and two == "second job on " + one.removeprefix("first job on ")
@@ -156,9 +157,9 @@ async def _at_least(chain, lease: Pubkey, gpu_seconds: int) -> bool:
     return await _settled_gpu_seconds(chain, lease) >= gpu_seconds
 
 
-async def _running(api: str, lease: Pubkey, number: int) -> bool:
-    return await _job_state(api, lease, number) == "running"
+async def _running(api: str, client: Keypair, lease: Pubkey, number: int) -> bool:
+    return await _job_state(api, client, lease, number) == "running"
 
 
-async def _succeeded(api: str, lease: Pubkey, number: int) -> bool:
-    return await _job_state(api, lease, number) == "succeeded"
+async def _succeeded(api: str, client: Keypair, lease: Pubkey, number: int) -> bool:
+    return await _job_state(api, client, lease, number) == "succeeded"

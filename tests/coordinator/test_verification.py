@@ -76,7 +76,7 @@ async def test_only_nodes_whose_gpus_prove_what_was_registered_are_verified_and_
             spawned.append(start_worker(world, i, gateway, tmp_path / f"worker{i}.log", env))
 
         async def waits_for_verification() -> bool:
-            placement = (await job_view(api, lease))["placement"]
+            placement = (await job_view(api, world.client, lease))["placement"]
             return placement["state"] == "waiting" and "not verified" in placement["reason"]
 
         await eventually(waits_for_verification, timeout=30, what="the lease waiting for verified nodes")
@@ -109,7 +109,7 @@ async def test_only_nodes_whose_gpus_prove_what_was_registered_are_verified_and_
         assert not await jailed(misregistered)
 
         # The lease goes to the verified node alone.
-        view = await eventually(lambda: placed_view(api, lease), timeout=60, what="the lease placed")
+        view = await eventually(lambda: placed_view(api, world.client, lease), timeout=60, what="the lease placed")
         assert view["placement"]["nodes"] == [str(honest)]
 
         # Anyone can read the evidence, by node key or node account.

@@ -154,8 +154,10 @@ async def running_lease(
     )
     spec = spec or JobSpec(command=[sys.executable, JOB], env={"STEPS": "100000", "STEP_SECONDS": "0.2"})
     await eventually(lambda: submitted(api, world.client, lease, spec), what="the job accepted")
-    placed = (await eventually(lambda: placed_view(api, lease), what="the lease placed"))["placement"]["nodes"]
-    await eventually(lambda: all_running(api, lease, placed), what="the job running on both nodes")
+    placed = (await eventually(lambda: placed_view(api, world.client, lease), what="the lease placed"))["placement"][
+        "nodes"
+    ]
+    await eventually(lambda: all_running(api, world.client, lease, placed), what="the job running on both nodes")
     return lease, placed
 
 
@@ -173,20 +175,20 @@ async def submitted(api: str, client: Keypair, lease: Pubkey, spec: JobSpec) -> 
     return True
 
 
-async def placed_view(api: str, lease: Pubkey):
-    view = await job_view(api, lease)
+async def placed_view(api: str, client: Keypair, lease: Pubkey):
+    view = await job_view(api, client, lease)
     return view if view["placement"] and view["placement"]["state"] == "placed" else None
 
 
-async def all_running(api: str, lease: Pubkey, nodes: list[str]) -> bool:
-    view = await job_view(api, lease)
+async def all_running(api: str, client: Keypair, lease: Pubkey, nodes: list[str]) -> bool:
+    view = await job_view(api, client, lease)
     states = {n["node_key"]: n["state"] for n in view["nodes"]}
     return all(states.get(n) == "running" for n in nodes)
 
 
-async def resumed_on(api: str, lease: Pubkey, node_key: str) -> str | None:
+async def resumed_on(api: str, client: Keypair, lease: Pubkey, node_key: str) -> str | None:
     after = 0
-    while logs := (await job_view(api, lease, after))["logs"]:
+    while logs := (await job_view(api, client, lease, after))["logs"]:
         for line in logs:
             if line["node_key"] == node_key and line["line"].startswith("resumed from"):
                 return line["line"]

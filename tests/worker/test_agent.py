@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import itertools
 import json
 import sys
@@ -31,6 +32,7 @@ from gpunet.protocol import (
     UsageAck,
     UsageReportMessage,
 )
+from gpunet.secrets import seal
 from tests.worker.gateway import FakeGateway
 from worker.agent import Agent, StateDirBusy, WorkerSettings
 from worker.session import Backoff
@@ -444,3 +446,39 @@ def test_backoff_grows_with_full_jitter_up_to_its_cap_and_resets() -> None:
     assert max(delays[6:]) > 2.0  # it does grow (seeded: deterministic)
     backoff.reset()
     assert backoff.next_delay() <= 0.5
+
+
+async def test_a_job_waits_for_its_secrets_sealed_to_this_node_and_then_reads_them(tmp_path) -> None:
+    node, lease, waiting = Keypair(), str(Pubkey.new_unique()), str(Pubkey.new_unique())
+    code = "import hashlib, os; print('token', hashlib.sha256(os.environ['TOKEN'].encode()).hexdigest(), flush=True)"
+    spec = script(code).model_copy(update={"secrets": ["TOKEN"]})
+    async with FakeGateway() as gateway, running_agent(gateway, tmp_path, node) as agent:
+        await gateway.wait_for(lambda: gateway.messages(Heartbeat), what="a heartbeat")
+
+        def states(of: str) -> list[tuple[str, str]]:
+            return [(m.state, m.detail) for m in gateway.messages(JobStatus) if m.lease == of]
+
+        await gateway.send(Dispatch(lease=lease, gpus=1, job=spec))  # no secrets yet: it waits, holding the GPU
+        await gateway.wait_for(lambda: states(lease), what="the job waiting")
+        assert states(lease) == [("waiting_secrets", "waiting for the client's secrets sealed to this node (TOKEN)")]
+        await gateway.wait_for(lambda: reports(gateway, lease), what="the held share billed")
+        # sealed to another node: it does not open here, and the job still waits
+        await gateway.send(Dispatch(lease=lease, gpus=1, job=spec, secrets={"TOKEN": seal(Keypair().pubkey(), "x")}))
+        await gateway.wait_for(lambda: len(states(lease)) == 2, what="the wrong secret refused")
+        assert states(lease)[1][0] == "waiting_secrets" and "does not open with this node's key" in states(lease)[1][1]
+        # control: sealed to this node, the job starts and reads it
+        await gateway.send(Dispatch(lease=lease, gpus=1, job=spec, secrets={"TOKEN": seal(node.pubkey(), "hunter2")}))
+        status = await gateway.wait_for(lambda: final_status(gateway, lease), what="the job's end")
+        assert (status.state, status.exit_code) == ("succeeded", 0)
+        assert [m.line for m in gateway.messages(JobLog) if m.lease == lease and m.stream == "stdout"] == [
+            f"token {hashlib.sha256(b'hunter2').hexdigest()}"
+        ]
+        assert "hunter2" not in agent.shares[lease].dispatch.model_dump_json()  # the share keeps the sealed one
+
+        # a share released while its job waits: the job ends there as cancelled
+        await gateway.send(Dispatch(lease=waiting, gpus=1, job=spec))
+        await gateway.wait_for(lambda: states(waiting), what="the other job waiting")
+        await gateway.send(Cancel(lease=waiting, reason="the share moved"))
+        status = await gateway.wait_for(lambda: final_status(gateway, waiting), what="the waiting job's end")
+        assert status.state == "cancelled" and "before the client's secrets came" in status.detail
+        assert waiting not in agent.shares

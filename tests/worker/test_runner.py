@@ -224,3 +224,23 @@ async def test_inputs_are_fetched_and_checked_before_the_job_starts(tmp_path, fi
         and "does not match its sha256" in final.detail
     )
     assert "running" not in rec.states() and not (tmp_path / "s" / "jobs" / LEASE / "work" / "other.txt").exists()
+
+
+async def test_a_container_job_s_secrets_pass_by_name_never_in_the_engine_s_argv(tmp_path) -> None:
+    """A secret (opened by the agent into the job's env) reaches the engine through its environment:
+    argv is readable by every user of the machine."""
+    spec = JobSpec(image="pytorch/pytorch:2.4.0", env={"MODE": "train"}, secrets=["TOKEN"])
+    sealed = Dispatch(lease=LEASE, gpus=1, job=spec)
+    dispatch = sealed.model_copy(update={"job": spec.model_copy(update={"env": {"MODE": "train", "TOKEN": "hunter2"}})})
+    job = JobRunner(
+        dispatch,
+        UUIDS[:1],
+        JobDirs.of(tmp_path, dispatch),
+        simulated=True,
+        send=print,
+        container_engine="/usr/bin/podman",
+    )
+    argv = job._argv()
+    assert "TOKEN" in argv and not any("hunter2" in arg for arg in argv)
+    assert "MODE=train" in argv  # control: a plain value goes as before
+    assert job._env()["TOKEN"] == "hunter2" and "MODE" not in job._env()
