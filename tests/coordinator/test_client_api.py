@@ -667,7 +667,7 @@ async def test_lease_files_serves_the_checkpoint_store_s_newest_checkpoint_that_
     victim.write_bytes(victim.read_bytes()[:-1] + bytes([victim.read_bytes()[-1] ^ 1]))
     got = await http.get(url, headers=_signed_files(lease, world.client_wallet))
     assert [f["data_b64"] for f in got.json()["files"]] == [base64.b64encode(b"step 2 weights").decode()]
-    view = (await http.get(f"/leases/{lease}/job")).json()
+    view = (await http.get(f"/leases/{lease}/job", headers=_signed(world.client_wallet, f"/leases/{lease}/job"))).json()
     assert view["checkpoint"]["seq"] == seqs[1][0] and view["checkpoint"]["bytes"] == len(b"step 3 weights")
 
 
