@@ -173,9 +173,9 @@ async def test_a_node_that_returns_after_its_share_moved_is_stopped_within_a_bou
         lease, placed = await running_lease(world, api, chain, 120, spec)
         gone, stayed = placed
         spare = next(k for k in world.node_keys() if k not in placed)
-        trace = (world.home, lease)
+        trace = (world.home, str(lease))
         await eventually(lambda: truly(len(_runs(*trace)) == 2), what="both ranks stepping")
-        old_job = job_pid(world.home / f"worker{world.node_keys().index(gone)}" / "jobs" / lease / "work")
+        old_job = job_pid(world.home / f"worker{world.node_keys().index(gone)}" / "jobs" / str(lease) / "work")
         assert old_job is not None, "the job of the node to freeze is not running"
 
         # The machine freezes (worker and job: a suspended VM, a partition with the job still going):
