@@ -135,6 +135,8 @@ class JobRunner:
         while True:
             self._status("starting" if self.restarts == 0 else "restarting")
             argv = self._argv()
+            if self.image is not None:  # one left by an agent that died (its `run` died with it)
+                await self._engine("rm", "--force", self._container)
             try:
                 process = await asyncio.create_subprocess_exec(
                     *argv,
@@ -151,7 +153,7 @@ class JobRunner:
                 return self._status("failed", detail=f"cannot start {argv[0]!r}: {e.strerror or e}")
             self._status("running")
             outcome, code = await self._supervise(process, deadline)
-            if self.image is None and code > 128:  # bubblewrap reports a job killed by signal N as 128 + N
+            if code > 128:  # bubblewrap and the container engines report a job killed by signal N as 128 + N
                 code = 128 - code
             if outcome == "cancelled":
                 return self._status("cancelled", code, self._cancel_reason)
@@ -191,17 +193,22 @@ class JobRunner:
         self._signal(process, signal.SIGTERM)
         done, _ = await asyncio.wait({exited}, timeout=self.grace_seconds)
         if not done:
-            if self.image is not None and self.sandbox.engine:
-                kill = await asyncio.create_subprocess_exec(
-                    self.sandbox.engine,
-                    "kill",
-                    self._container,
-                    stdout=asyncio.subprocess.DEVNULL,
-                    stderr=asyncio.subprocess.DEVNULL,
-                )
-                await kill.wait()
+            if self.image is not None:
+                # the container is the engine's (conmon's), not a child of ours: the engine kills it,
+                # and `run --rm` removes it before exiting
+                await self._engine("kill", self._container)
+                await asyncio.wait({exited}, timeout=10)
             self._signal(process, signal.SIGKILL)
             await exited
+        if self.image is not None:
+            await self._engine("rm", "--force", self._container)  # gone even if `run` was killed
+
+    async def _engine(self, *args: str) -> None:
+        assert self.sandbox.engine is not None
+        command = await asyncio.create_subprocess_exec(
+            *self.sandbox.engine, *args, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
+        )
+        await command.wait()
 
     @staticmethod
     def _signal(process: asyncio.subprocess.Process, sig: signal.Signals) -> None:

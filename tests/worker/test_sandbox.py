@@ -4,10 +4,12 @@ it could not), and host jobs in bubblewrap. Each attack is paired with the hones
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -198,6 +200,48 @@ async def test_a_container_job_gets_the_network_the_supplier_allows(
     )
     out, _ = await _run(sandbox, _state(tmp_path), spec, peers=peers)
     assert (out["connect"] == "ok") is reaches, out
+
+
+STUBBORN = """
+import signal, sys, time
+if sys.argv[1] == "ignore":
+    signal.signal(signal.SIGTERM, lambda *_: print("ignoring SIGTERM", flush=True))
+print("ready", flush=True)
+time.sleep(1000)
+"""
+
+
+@pytest.mark.parametrize(("term", "exit_code"), [("default", -signal.SIGTERM), ("ignore", -signal.SIGKILL)])
+async def test_a_cancelled_container_job_gets_sigterm_then_is_killed_after_the_grace(
+    tmp_path, podman, term, exit_code
+) -> None:
+    dispatch = Dispatch(lease=str(Pubkey.new_unique()), gpus=1, job=JobSpec(command=["python3", "-c", STUBBORN, term]))
+    rec = Recorder()
+    job = JobRunner(
+        dispatch,
+        ["GPU-sim-a"],
+        JobDirs.of(tmp_path, dispatch),
+        simulated=True,
+        send=rec.send,
+        sandbox=podman,
+        grace_seconds=1,
+    )
+    task = asyncio.create_task(job.run())
+    for _ in range(600):
+        if "ready" in rec.lines():
+            break
+        await asyncio.sleep(0.05)
+    job.cancel("lease closed")
+    final = await asyncio.wait_for(task, 60)
+    assert (final.state, final.exit_code) == ("cancelled", exit_code), rec.lines("stderr")
+    assert ("ignoring SIGTERM" in rec.lines()) is (term == "ignore")
+    left = subprocess.run(
+        ["podman", "ps", "-a", "--filter", f"name={job._container}", "--format", "{{.Names}}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert left.stdout.strip() == "", "the container outlived its job"
 
 
 def _host_jobs(tmp_path: Path, state: Path, network: str = "egress") -> Sandbox:
