@@ -130,6 +130,7 @@ class Agent:
             memory=settings.memory,
             host_paths=settings.host_job_paths,
             hidden=[settings.state_dir, *(Path.home() / ".config" / d for d in ("gpunet", "solana"))],
+            label=str(settings.state_dir.expanduser().resolve()),
         )
         self.simulated = gpus.simulated
         self.inventory = gpus.inventory()
@@ -137,6 +138,8 @@ class Agent:
         self._verifications: set[asyncio.Task[None]] = set()
         self._lock = _lock_state_dir(settings.state_dir)
         try:
+            if leftovers := self.sandbox.remove_leftovers():  # ours: we hold the state directory
+                log.warning("jobs.leftover_containers_removed count=%d", leftovers)
             self.journal = Journal(settings.state_dir / "usage.jsonl")
         except BaseException:
             os.close(self._lock)

@@ -83,6 +83,7 @@ class Sandbox:
     bwrap: str | None = None
     host_paths: tuple[Path, ...] = ()
     hidden: tuple[Path, ...] = ()
+    label: str | None = None  # this worker's containers carry the label gpunet.worker=<label>
 
     @classmethod
     def configure(
@@ -97,6 +98,7 @@ class Sandbox:
         memory: str | None = None,
         host_paths: Sequence[Path] = (),
         hidden: Sequence[Path] = (),
+        label: str | None = None,
     ) -> Sandbox:
         """The node's sandbox from the supplier's settings; SandboxUnavailable (saying what to do)
         when jobs could not run sandboxed at all."""
@@ -137,7 +139,26 @@ class Sandbox:
             bwrap=bwrap,
             host_paths=tuple(dict.fromkeys(p.expanduser().resolve() for p in [*host_paths, *python])),
             hidden=tuple(p.expanduser().resolve() for p in hidden),
+            label=label,
         )
+
+    def remove_leftovers(self) -> int:
+        """Removes this worker's containers that outlived an agent that died: `run` dies with the
+        agent, but the container is the engine's and runs on. Call it holding the state directory's
+        lock (no other agent runs these). How many it removed."""
+        if self.engine is None or self.label is None:
+            return 0
+        listed = subprocess.run(
+            [*self.engine, "ps", "--all", "--quiet", "--filter", f"label=gpunet.worker={self.label}"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        ids = listed.stdout.split()
+        if ids:
+            subprocess.run([*self.engine, "rm", "--force", *ids], capture_output=True, timeout=300, check=False)
+        return len(ids)
 
     def refusal(self, image: str | None) -> str | None:
         """Why a job naming `image` (None: no image) cannot run here, or None."""
@@ -175,6 +196,7 @@ class Sandbox:
             "--init",
             "--name",
             name,
+            *(["--label", f"gpunet.worker={self.label}"] if self.label else []),
             "--cap-drop=ALL",
             "--security-opt=no-new-privileges",
             "--read-only",

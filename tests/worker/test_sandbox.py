@@ -104,7 +104,10 @@ def podman(tmp_path, monkeypatch) -> Sandbox:
     reason = _podman_missing()
     if reason:
         pytest.skip(reason)
-    return Sandbox.configure(engine="podman", runtime="runc", default_image=IMAGE, pids_limit=64, memory="256m")
+    try:
+        return Sandbox.configure(engine="podman", runtime="runc", default_image=IMAGE, pids_limit=64, memory="256m")
+    except SandboxUnavailable as e:
+        pytest.skip(f"podman does not work here: {e}")
 
 
 @pytest.fixture
@@ -242,6 +245,40 @@ async def test_a_cancelled_container_job_gets_sigterm_then_is_killed_after_the_g
         check=True,
     )
     assert left.stdout.strip() == "", "the container outlived its job"
+
+
+def test_a_container_left_by_a_dead_agent_is_removed_when_the_worker_starts_again(tmp_path, podman) -> None:
+    ours = dataclasses.replace(podman, label=str(tmp_path / "state"))
+    other = dataclasses.replace(podman, label=str(tmp_path / "another-worker's"))
+    dirs = JobDirs(tmp_path / "work", tmp_path / "checkpoints")
+    for d in (dirs.workdir, dirs.checkpoint):
+        d.mkdir()
+    names = {sandbox.label: f"gpunet-test-{os.getpid()}-{i}" for i, sandbox in enumerate((ours, other))}
+    for sandbox in (ours, other):
+        argv = sandbox.container_argv(
+            IMAGE, ["sleep", "300"], dirs, name=names[sandbox.label], env={}, gpu_uuids=[], network=False
+        )
+        run = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            running = ["podman", "container", "inspect", "--format", "{{.State.Running}}", names[sandbox.label]]
+            deadline = time.monotonic() + 60
+            while subprocess.run(running, capture_output=True, text=True).stdout.strip() != "true":
+                assert time.monotonic() < deadline, "the container did not start"
+                time.sleep(0.1)
+        finally:
+            run.kill()  # the agent died, and its `podman run` with it (PR_SET_PDEATHSIG)
+            run.wait()
+    try:
+        alive = ["podman", "ps", "--format", "{{.Names}}"]
+        running = subprocess.run(alive, capture_output=True, text=True).stdout.split()
+        assert set(names.values()) <= set(running)  # both outlived their `run`
+        assert ours.remove_leftovers() == 1
+        left = subprocess.run(["podman", "ps", "--all", "--format", "{{.Names}}"], capture_output=True, text=True)
+        assert names[ours.label] not in left.stdout.split()
+        assert names[other.label] in left.stdout.split()  # the control: another worker's stays
+    finally:
+        for name in names.values():
+            subprocess.run(["podman", "rm", "--force", "--ignore", "--time", "0", name], capture_output=True)
 
 
 def _host_jobs(tmp_path: Path, state: Path, network: str = "egress") -> Sandbox:
