@@ -324,10 +324,11 @@ async def test_a_host_job_gets_the_network_the_supplier_allows(tmp_path, listene
     assert (out["connect"] == "ok") is reaches, out
 
 
-async def test_a_host_job_without_the_opt_in_is_refused(tmp_path, podman) -> None:
+async def test_a_host_job_without_the_opt_in_is_refused(tmp_path) -> None:
     rec = Recorder()
     dispatch = Dispatch(lease=str(Pubkey.new_unique()), gpus=1, job=JobSpec(command=[sys.executable, "-V"]))
-    containers_only = dataclasses.replace(podman, default_image=None)
+    # a node with a container engine (never called: the job is refused first), no default image, no opt-in
+    containers_only = Sandbox(engine=("podman",))
     final = await JobRunner(
         dispatch, ["GPU-sim-a"], JobDirs.of(tmp_path, dispatch), simulated=True, send=rec.send, sandbox=containers_only
     ).run()
