@@ -272,7 +272,10 @@ class JobRunner:
     def _argv(self) -> list[str]:
         if self.image is None:
             return self.sandbox.host_argv(
-                list(self.spec.command), self.dirs, network=self._network(), gpus=not self.simulated
+                list(self.spec.command),
+                self.dirs,
+                network=self._network(),
+                gpu_uuids=[] if self.simulated else self.gpu_uuids,
             )
         return self.sandbox.container_argv(
             self.image,

@@ -65,6 +65,29 @@ def find_container_engine(choice: EngineChoice = "auto", runtime: str | None = N
     return None
 
 
+def nvidia_device_nodes(
+    gpu_uuids: Sequence[str], proc: Path = Path("/proc/driver/nvidia/gpus"), dev: Path = Path("/dev")
+) -> list[str]:
+    """The NVIDIA device nodes a host job with these GPUs needs: the driver's shared ones
+    (nvidiactl, nvidia-uvm, ...) and /dev/nvidia<minor> of each of its GPUs, the minor read from
+    the driver's /proc/driver/nvidia/gpus/*/information ("GPU UUID", "Device Minor"). Every GPU's
+    node when that cannot be read for one of them (the README says so)."""
+    shared = [p for p in sorted(glob.glob(f"{dev}/nvidia*")) if not Path(p).name[len("nvidia") :].isdigit()]
+    minors: dict[str, str] = {}
+    for info in sorted(proc.glob("*/information")):
+        try:
+            fields = dict(line.split(":", 1) for line in info.read_text().splitlines() if ":" in line)
+        except OSError:
+            continue
+        if "GPU UUID" in fields and "Device Minor" in fields:
+            minors[fields["GPU UUID"].strip()] = fields["Device Minor"].strip()
+    if all(uuid in minors for uuid in gpu_uuids):
+        own = [f"{dev}/nvidia{minors[uuid]}" for uuid in gpu_uuids]
+    else:
+        own = [p for p in sorted(glob.glob(f"{dev}/nvidia*")) if Path(p).name[len("nvidia") :].isdigit()]
+    return [*shared, *(p for p in own if os.path.exists(p))]
+
+
 def _under(path: Path, roots: Iterable[Path]) -> bool:
     return any(path == root or root in path.parents for root in roots)
 
@@ -220,12 +243,12 @@ class Sandbox:
             argv += ["-e", f"{key}={value}"]
         return [*argv, image, *command]
 
-    def host_argv(self, command: list[str], dirs: JobDirs, *, network: bool, gpus: bool) -> list[str]:
+    def host_argv(self, command: list[str], dirs: JobDirs, *, network: bool, gpu_uuids: list[str]) -> list[str]:
         """bubblewrap around a host job: it sees the system directories and `host_paths` read-only,
         its own two directories writable, nothing of `hidden`; a pid namespace of its own; no
-        capabilities; the host's network unless `network` is False; with `gpus` (real ones), the
-        NVIDIA device nodes (all of them: bubblewrap cannot tell which node is which GPU) and a
-        read-only /sys for the driver's libraries. The job runs with SIGTERM's
+        capabilities; the host's network unless `network` is False; with real GPUs, the device nodes
+        of those in `gpu_uuids` only (see nvidia_device_nodes), and a read-only /sys for the driver's
+        libraries. The job runs with SIGTERM's
         default action (the runner ignores SIGTERM in bubblewrap itself, which would otherwise die
         and take the job with it before its grace period)."""
         assert self.bwrap is not None
@@ -256,8 +279,8 @@ class Sandbox:
                 argv += ["--ro-bind", str(path), str(path)]
                 bound.append(path)
         argv += ["--proc", "/proc", "--dev", "/dev"]
-        if gpus:
-            for device in sorted(glob.glob("/dev/nvidia*")):
+        if gpu_uuids:
+            for device in nvidia_device_nodes(gpu_uuids):
                 argv += ["--dev-bind", device, device]
             argv += ["--ro-bind-try", "/sys", "/sys"]
         for path in _PROC_READ_ONLY:  # as container runtimes do: no sysctl writes, even as uid 0

@@ -27,7 +27,7 @@ from gpunet.keys import create_keypair_file
 from gpunet.protocol import Dispatch, JobLog, JobSpec, JobStatus
 from tests.worker.sandboxes import JOBS
 from worker.runner import JobDirs, JobRunner
-from worker.sandbox import Sandbox, SandboxUnavailable
+from worker.sandbox import Sandbox, SandboxUnavailable, nvidia_device_nodes
 
 IMAGE = "localhost/gpunet-sandbox-test:bookworm-2"  # scripts/sandbox-setup builds it
 GPUNET = str(Path(sys.executable).parent / "gpunet")
@@ -365,3 +365,26 @@ def test_without_a_container_engine_or_the_opt_in_nothing_starts(tmp_path) -> No
         agent.terminate()
         agent.wait(timeout=30)
     assert (tmp_path / "state" / "agent.lock").exists()
+
+
+def test_a_host_job_gets_the_device_nodes_of_its_own_gpus_only(tmp_path) -> None:
+    """What the NVIDIA driver shows (its /proc files and /dev nodes, as plain files here: no GPU in CI)."""
+    proc, dev = tmp_path / "gpus", tmp_path / "dev"
+    dev.mkdir()
+    for name in ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia0", "nvidia1", "nvidia2"):
+        (dev / name).touch()
+    for minor, (bus, uuid) in enumerate(
+        [("0000:1b:00.0", "GPU-aaa"), ("0000:43:00.0", "GPU-bbb"), ("0000:52:00.0", "GPU-ccc")]
+    ):
+        (proc / bus).mkdir(parents=True)
+        (proc / bus / "information").write_text(
+            f"Model: \t\t NVIDIA H100 80GB HBM3\nGPU UUID: \t {uuid}\nBus Type: \t PCIe\nDevice Minor: \t {minor}\n"
+        )
+    shared = [str(dev / n) for n in ("nvidia-uvm", "nvidia-uvm-tools", "nvidiactl")]
+    assert nvidia_device_nodes(["GPU-ccc", "GPU-aaa"], proc, dev) == [
+        *shared,
+        str(dev / "nvidia2"),
+        str(dev / "nvidia0"),
+    ]
+    # the control: a GPU the driver does not list means every GPU's node (the README says so)
+    assert nvidia_device_nodes(["GPU-zzz"], proc, dev) == [*shared, *(str(dev / f"nvidia{i}") for i in range(3))]
