@@ -22,3 +22,4 @@ class Exit(IntEnum):
     EVIDENCE = 9  # the audit's figures agree, but a slash's evidence is missing or hashes to another value
     NO_GPUS = 10  # `gpunet worker`: no usable GPUs (no NVIDIA driver, NVML failing) and no --simulate-gpus
     WORKER_STATE = 11  # `gpunet worker`: the state directory is unusable (damaged journal, another agent on it)
+    NO_SANDBOX = 12  # `gpunet worker`: no container engine and no --allow-host-jobs (or no bubblewrap for it)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, field_validator
+from pydantic import BaseModel, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from solders.keypair import Keypair
 
@@ -38,11 +38,12 @@ from worker.checkpoints import CheckpointStoreClient, CheckpointTooLarge, StoreE
 from worker.gpus import GpuBackend
 from worker.journal import Journal
 from worker.metering import LeaseMeter, recover_open_periods
-from worker.runner import JobDirs, JobRunner, find_container_engine
+from worker.runner import JobDirs, JobRunner
+from worker.sandbox import EngineChoice, NetworkPolicy, Sandbox, SandboxUnavailable
 from worker.session import Backoff, Session
 from worker.verify import ChallengeRefused, Prover
 
-__all__ = ["Agent", "StateDirBusy", "WorkerSettings"]
+__all__ = ["Agent", "SandboxUnavailable", "StateDirBusy", "WorkerSettings"]
 
 log = logging.getLogger("gpunet.worker")
 
@@ -68,6 +69,16 @@ class WorkerSettings(BaseSettings):
     # The coordinator's API (http:// or https://): checkpoints of any size go to its checkpoint store
     # as sealed chunks (gpunet.checkpoint). Unset: only checkpoints up to 512 KiB move, through the gateway.
     api_url: str | None = None
+    # The job sandbox (worker/sandbox.py; the README's supplier guide). Jobs run in containers:
+    container_engine: EngineChoice = "auto"  # auto: podman, else docker (one that answers `info`)
+    container_runtime: str | None = None  # podman's --runtime (runc where crun cannot run)
+    default_image: str | None = None  # the image of a job that names none
+    network: NetworkPolicy = "egress"  # none; egress; cluster: only the jobs of multi-node leases
+    pids_limit: int = Field(4096, ge=16)
+    memory: str | None = Field(None, pattern=r"^[0-9]+[bkmg]?$")  # the engine's --memory, e.g. 64g
+    # Host jobs (a job without image, and no default image): only with this opt-in, inside bubblewrap.
+    allow_host_jobs: bool = False
+    host_job_paths: list[Path] = []  # what host jobs may read besides the system dirs and Python
 
     @field_validator("gateway_url")
     @classmethod
@@ -116,19 +127,32 @@ class _Share:
 class Agent:
     def __init__(self, settings: WorkerSettings, node: Keypair, gpus: GpuBackend) -> None:
         self.settings, self.node, self.gpus = settings, node, gpus
+        self.sandbox = Sandbox.configure(  # SandboxUnavailable before anything is touched
+            engine=settings.container_engine,
+            runtime=settings.container_runtime,
+            default_image=settings.default_image,
+            allow_host_jobs=settings.allow_host_jobs,
+            network=settings.network,
+            pids_limit=settings.pids_limit,
+            memory=settings.memory,
+            host_paths=settings.host_job_paths,
+            hidden=[settings.state_dir, *(Path.home() / ".config" / d for d in ("gpunet", "solana"))],
+            label=str(settings.state_dir.expanduser().resolve()),
+        )
         self.simulated = gpus.simulated
         self.inventory = gpus.inventory()
         self.prover = Prover(self.inventory, slowdown=settings.simulate_slowdown)
         self._verifications: set[asyncio.Task[None]] = set()
         self._lock = _lock_state_dir(settings.state_dir)
         try:
+            if leftovers := self.sandbox.remove_leftovers():  # ours: we hold the state directory
+                log.warning("jobs.leftover_containers_removed count=%d", leftovers)
             self.journal = Journal(settings.state_dir / "usage.jsonl")
         except BaseException:
             os.close(self._lock)
             raise
         self.shares: dict[str, _Share] = {}  # lease -> its share of this node
         self.usage_period_seconds = settings.usage_period_seconds
-        self.engine = find_container_engine()
         self.session = Session(
             settings.gateway_url,
             node,
@@ -383,7 +407,7 @@ class Agent:
             simulated=self.simulated,
             send=self.session.send,
             grace_seconds=self.settings.stop_grace_seconds,
-            container_engine=self.engine,
+            sandbox=self.sandbox,
         )
         share.runner = runner
         share.task = asyncio.create_task(self._run_job(d.lease, share, runner))

@@ -24,7 +24,7 @@ from gpunet.cluster import ClusterError, resolve_cluster
 from gpunet.exits import Exit
 from gpunet.keys import KeypairFileError, load_keypair, node_keypair_path
 from gpunet.protocol import Inventory
-from worker.agent import Agent, StateDirBusy, WorkerSettings
+from worker.agent import Agent, SandboxUnavailable, StateDirBusy, WorkerSettings
 from worker.chain import fetch_node, fetch_node_leases
 from worker.gpus import GpuBackend, GpusUnavailable, open_gpus
 from worker.inventory_check import inventory_check
@@ -123,13 +123,44 @@ def run(
         help="The coordinator's API (http:// or https://): checkpoints of any size go to its checkpoint store "
         "(GPUNET_WORKER_API_URL); without it only checkpoints up to 512 KiB move between nodes.",
     ),
+    allow_host_jobs: bool = typer.Option(
+        None,
+        "--allow-host-jobs",
+        help="Run jobs without an image (and no --default-image) as host processes inside bubblewrap "
+        "[env GPUNET_WORKER_ALLOW_HOST_JOBS; default: containers only].",
+    ),
+    default_image: str = typer.Option(
+        None, "--default-image", help="The container image of a job that names none [GPUNET_WORKER_DEFAULT_IMAGE]."
+    ),
+    network: str = typer.Option(
+        None,
+        "--network",
+        metavar="none|egress|cluster",
+        help="The jobs' network: none; egress (outbound); cluster (only multi-node leases' jobs get "
+        "the network) [GPUNET_WORKER_NETWORK; default egress].",
+    ),
+    host_job_path: list[Path] = typer.Option(
+        None,
+        "--host-job-path",
+        help="A path host jobs may read (repeatable; besides the system directories and Python) "
+        "[GPUNET_WORKER_HOST_JOB_PATHS, a JSON list].",
+    ),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logging."),
 ) -> None:
     """Run the agent: inventory the GPUs, connect to the coordinator, run jobs, report usage."""
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
-    settings = _settings(gateway_url=gateway, state_dir=state_dir, usage_period_seconds=usage_period, api_url=api)
+    settings = _settings(
+        gateway_url=gateway,
+        state_dir=state_dir,
+        usage_period_seconds=usage_period,
+        api_url=api,
+        allow_host_jobs=allow_host_jobs,
+        default_image=default_image,
+        network=network,
+        host_job_paths=host_job_path or None,
+    )
     rpc_url = _rpc_url(url) if url else None
     node = _node(keypair)
     gpus = _gpus(simulate_gpus, node)
@@ -139,6 +170,8 @@ def run(
         agent = Agent(settings, node, gpus)
     except (JournalError, StateDirBusy) as e:
         raise _fail(Exit.WORKER_STATE, str(e)) from None
+    except SandboxUnavailable as e:
+        raise _fail(Exit.NO_SANDBOX, f"cannot start the worker: {e}") from None
     kind = "simulated" if gpus.simulated else "NVML"
     errors.print(f"worker {node.pubkey()}: {len(gpus.inventory().gpus)} {kind} GPU(s), gateway {settings.gateway_url}")
     asyncio.run(_run_until_signalled(agent))

@@ -1,6 +1,8 @@
-"""Runs one lease's job on this node: a subprocess (or a docker/podman container) with its GPUs,
-env, working directory and a checkpoint directory that outlives the process and the agent;
-stdout/stderr streamed line by line; restart policy; time limit; graceful stop.
+"""Runs one lease's job on this node, sandboxed (worker/sandbox.py): in an OCI container through
+podman or docker (the job's image, else the supplier's default image), or, only where the supplier
+opted in, as a host process inside bubblewrap. With its GPUs, env, working directory and a checkpoint
+directory that outlives the process and the agent; stdout/stderr streamed line by line; restart
+policy; time limit; graceful stop.
 
 Contract seen by the job: CUDA_VISIBLE_DEVICES (GPU UUIDs), GPUNET_LEASE, GPUNET_CHECKPOINT_DIR,
 GPUNET_WORKDIR, RANK / WORLD_SIZE / LOCAL_RANK, and MASTER_ADDR / MASTER_PORT for clusters.
@@ -24,16 +26,12 @@ from pydantic import BaseModel
 
 from gpunet.protocol import Dispatch, JobLog, JobState, JobStatus
 from worker.checkpoints import restore
+from worker.sandbox import ENGINE_ENV, Sandbox
 
-__all__ = ["JobDirs", "JobRunner", "find_container_engine"]
+__all__ = ["JobDirs", "JobRunner"]
 
 MAX_LINE = 4096  # longer lines are cut (the protocol's limit)
 _PR_SET_PDEATHSIG = 1
-
-
-def find_container_engine() -> str | None:
-    """docker, else podman, else None."""
-    return shutil.which("docker") or shutil.which("podman")
 
 
 def _die_with_agent() -> None:
@@ -43,6 +41,13 @@ def _die_with_agent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     except (OSError, AttributeError):
         pass
+
+
+def _die_with_agent_ignoring_term() -> None:
+    # bubblewrap: SIGTERM to the job's process group must reach the job, not end bubblewrap (which
+    # would take the job with it at once); the job gets SIGTERM's default back (env --default-signal).
+    _die_with_agent()
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 @dataclass(frozen=True)
@@ -72,11 +77,13 @@ class JobRunner:
         send: Callable[[BaseModel], None],
         grace_seconds: float = 10.0,
         restart_delay: float = 1.0,
-        container_engine: str | None = None,
+        sandbox: Sandbox,
     ) -> None:
         self.dispatch, self.spec, self.gpu_uuids, self.dirs = dispatch, dispatch.job, gpu_uuids, dirs
         self.simulated, self._send = simulated, send
-        self.grace_seconds, self.restart_delay, self.engine = grace_seconds, restart_delay, container_engine
+        self.grace_seconds, self.restart_delay, self.sandbox = grace_seconds, restart_delay, sandbox
+        # the image it runs in; None: a host process in bubblewrap (only where the supplier allows it)
+        self.image = self.spec.image or sandbox.default_image
         self.restarts = 0
         self.state: JobState = "starting"
         self._cancelled = asyncio.Event()
@@ -104,12 +111,13 @@ class JobRunner:
 
     async def run(self) -> JobStatus:
         """Runs the job to its end (success, failure, time limit or cancel); returns the final status."""
-        if self.spec.image is not None and self.engine is None:
-            return self._status(
-                "refused",
-                detail=f"the job names image {self.spec.image!r} but neither docker nor "
-                "podman is installed on this node",
-            )
+        refusal = self.sandbox.refusal(self.spec.image)
+        if refusal:
+            return self._status("refused", detail=refusal)
+        if self.image is None:  # what bubblewrap would only say as its exit status 127
+            program = self.spec.command[0] if self.spec.command else ""
+            if not program or shutil.which(program, path=self._env().get("PATH")) is None:
+                return self._status("failed", detail=f"cannot start {program!r}: no such program on this node")
         for d in (self.dirs.workdir, self.dirs.checkpoint):
             d.mkdir(parents=True, exist_ok=True)
         try:
@@ -127,6 +135,8 @@ class JobRunner:
         while True:
             self._status("starting" if self.restarts == 0 else "restarting")
             argv = self._argv()
+            if self.image is not None:  # one left by an agent that died (its `run` died with it)
+                await self._engine("rm", "--force", self._container)
             try:
                 process = await asyncio.create_subprocess_exec(
                     *argv,
@@ -136,13 +146,15 @@ class JobRunner:
                     stdout=asyncio.subprocess.PIPE,
                     stderr=asyncio.subprocess.PIPE,
                     start_new_session=True,
-                    preexec_fn=_die_with_agent,
+                    preexec_fn=_die_with_agent if self.image is not None else _die_with_agent_ignoring_term,
                     limit=2 * MAX_LINE,
                 )
             except OSError as e:
                 return self._status("failed", detail=f"cannot start {argv[0]!r}: {e.strerror or e}")
             self._status("running")
             outcome, code = await self._supervise(process, deadline)
+            if code > 128:  # bubblewrap and the container engines report a job killed by signal N as 128 + N
+                code = 128 - code
             if outcome == "cancelled":
                 return self._status("cancelled", code, self._cancel_reason)
             if outcome == "timed_out":
@@ -181,17 +193,22 @@ class JobRunner:
         self._signal(process, signal.SIGTERM)
         done, _ = await asyncio.wait({exited}, timeout=self.grace_seconds)
         if not done:
-            if self.spec.image is not None and self.engine:
-                kill = await asyncio.create_subprocess_exec(
-                    self.engine,
-                    "kill",
-                    self._container,
-                    stdout=asyncio.subprocess.DEVNULL,
-                    stderr=asyncio.subprocess.DEVNULL,
-                )
-                await kill.wait()
+            if self.image is not None:
+                # the container is the engine's (conmon's), not a child of ours: the engine kills it,
+                # and `run --rm` removes it before exiting
+                await self._engine("kill", self._container)
+                await asyncio.wait({exited}, timeout=10)
             self._signal(process, signal.SIGKILL)
             await exited
+        if self.image is not None:
+            await self._engine("rm", "--force", self._container)  # gone even if `run` was killed
+
+    async def _engine(self, *args: str) -> None:
+        assert self.sandbox.engine is not None
+        command = await asyncio.create_subprocess_exec(
+            *self.sandbox.engine, *args, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
+        )
+        await command.wait()
 
     @staticmethod
     def _signal(process: asyncio.subprocess.Process, sig: signal.Signals) -> None:
@@ -242,9 +259,11 @@ class JobRunner:
     def _env(self) -> dict[str, str]:
         # A clean environment: the agent's own variables (and any secrets in them) stay out of the job.
         base = {k: os.environ[k] for k in ("PATH", "LANG", "LC_ALL", "TZ") if k in os.environ}
-        if self.spec.image is not None:
-            # the container gets its env through -e flags; a secret's value by name from here, never in argv
-            return base | {name: self.spec.env[name] for name in self.spec.secrets if name in self.spec.env}
+        if self.image is not None:
+            # the container gets its env through -e flags; the engine keeps its own configuration, and a
+            # secret's value goes by name from here, never in argv (which anyone on the machine can read)
+            secrets = {name: self.spec.env[name] for name in self.spec.secrets if name in self.spec.env}
+            return base | {k: os.environ[k] for k in ENGINE_ENV if k in os.environ} | secrets
         return (
             base
             | {"HOME": str(self.dirs.workdir), "CUDA_VISIBLE_DEVICES": ",".join(self.gpu_uuids)}
@@ -253,31 +272,28 @@ class JobRunner:
         )
 
     def _argv(self) -> list[str]:
-        if self.spec.image is None:
-            return list(self.spec.command)
-        assert self.engine is not None
-        argv = [
-            self.engine,
-            "run",
-            "--rm",
-            "--init",
-            "--name",
-            self._container,
-            "-v",
-            f"{self.dirs.workdir}:/work",
-            "-v",
-            f"{self.dirs.checkpoint}:/checkpoint",
-            "-w",
-            "/work",
-        ]
-        if not self.simulated:
-            if Path(self.engine).name == "podman":  # CDI device names
-                argv += [arg for uuid in self.gpu_uuids for arg in ("--device", f"nvidia.com/gpu={uuid}")]
-            else:
-                argv += ["--gpus", f'"device={",".join(self.gpu_uuids)}"']
-        for name, value in (self.spec.env | self._contract_env("/checkpoint", "/work")).items():
-            argv += ["-e", name if name in self.spec.secrets else f"{name}={value}"]
-        return [*argv, self.spec.image, *self.spec.command]
+        if self.image is None:
+            return self.sandbox.host_argv(
+                list(self.spec.command),
+                self.dirs,
+                network=self._network(),
+                gpu_uuids=[] if self.simulated else self.gpu_uuids,
+            )
+        return self.sandbox.container_argv(
+            self.image,
+            list(self.spec.command),
+            self.dirs,
+            name=self._container,
+            env=self.spec.env | self._contract_env("/checkpoint", "/work"),
+            secrets=set(self.spec.secrets),
+            gpu_uuids=[] if self.simulated else self.gpu_uuids,
+            network=self._network(),
+        )
+
+    def _network(self) -> bool:
+        """Whether the job gets a network: the supplier's policy ("cluster": only a cluster's jobs)."""
+        policy = self.sandbox.network
+        return policy == "egress" or (policy == "cluster" and bool(self.dispatch.peers))
 
     def _fetch_inputs(self) -> None:
         for item in self.spec.inputs:

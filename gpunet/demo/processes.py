@@ -108,6 +108,10 @@ class WorkerProcess(_Process):
                 gateway_url,
                 "--state-dir",
                 str(workdir / f"worker-{name}"),
+                # the demo's job is a Python script on this machine: a host job, in bubblewrap
+                "--allow-host-jobs",
+                "--host-job-path",
+                str(Path(__file__).parent),
             ],
             workdir / f"worker-{name}.log",
             {

@@ -10,6 +10,7 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -23,6 +24,7 @@ from gpunet.audit import audit_provider
 from gpunet.localnet import free_ports
 from gpunet.pda import node_pda, provider_pda
 from gpunet.protocol import JobSpec
+from tests.worker.sandboxes import job_pid
 
 from .conftest import eventually
 from .world import (
@@ -166,17 +168,17 @@ async def test_a_node_that_returns_after_its_share_moved_is_stopped_within_a_bou
     world = await World().build(chain, tmp_path)
     settings = _settings(node, database_url)
     api = f"http://127.0.0.1:{settings.api_port}"
-    trace = tmp_path / "trace"
-    spec = JobSpec(
-        command=[sys.executable, JOB], env={"STEPS": "100000", "STEP_SECONDS": "0.2", "TRACE_FILE": str(trace)}
-    )
+    # each copy traces in its own work directory (a sandboxed job writes nowhere else)
+    spec = JobSpec(command=[sys.executable, JOB], env={"STEPS": "100000", "STEP_SECONDS": "0.2", "TRACE_FILE": "trace"})
     async with running(settings, pool, world.admin) as coordinator:
         workers = await start_workers(world, coordinator, tmp_path, spawned)
         lease, placed = await running_lease(world, api, chain, 120, spec)
         gone, stayed = placed
         spare = next(k for k in world.node_keys() if k not in placed)
-        await eventually(lambda: truly(trace.exists() and len(_runs(trace)) == 2), what="both ranks stepping")
-        old_job = next(pid for pid, (rank, _, _) in _runs(trace).items() if rank == placed.index(gone))
+        trace = (world.home, str(lease))
+        await eventually(lambda: truly(len(_runs(*trace)) == 2), what="both ranks stepping")
+        old_job = job_pid(world.home / f"worker{world.node_keys().index(gone)}" / "jobs" / str(lease) / "work")
+        assert old_job is not None, "the job of the node to freeze is not running"
 
         # The machine freezes (worker and job: a suspended VM, a partition with the job still going):
         # the node is lost, slashed, and its share moves to the spare, where the job resumes.
@@ -196,7 +198,7 @@ async def test_a_node_that_returns_after_its_share_moved_is_stopped_within_a_bou
         rank = placed.index(gone)
 
         async def copies() -> list[tuple[float, float]] | None:
-            found = sorted((first, last) for r, first, last in _runs(trace).values() if r == rank)
+            found = sorted((first, last) for r, first, last in _runs(*trace).values() if r == rank)
             return found if len(found) == 2 else None  # the old copy and the one resumed on the spare
 
         (_, old_last), (new_first, _) = await eventually(copies, what="the resumed copy stepping")
@@ -212,13 +214,14 @@ async def test_a_node_that_returns_after_its_share_moved_is_stopped_within_a_bou
         proc.wait(timeout=30)
 
 
-def _runs(trace) -> dict[int, tuple[int, float, float]]:
-    """pid -> (rank, first step's time, last step's time), from the job's own trace."""
-    runs: dict[int, tuple[int, float, float]] = {}
-    for line in trace.read_text().splitlines():
-        at, pid, rank = line.split()
-        first = runs[int(pid)][1] if int(pid) in runs else float(at)
-        runs[int(pid)] = (int(rank), first, float(at))
+def _runs(home: Path, lease: str) -> dict[str, tuple[int, float, float]]:
+    """run -> (rank, first step's time, last step's time), from the jobs' own traces (one per node)."""
+    runs: dict[str, tuple[int, float, float]] = {}
+    for trace in home.glob(f"worker*/jobs/{lease}/work/trace"):
+        for line in trace.read_text().splitlines():
+            at, run, rank = line.split()
+            first = runs[run][1] if run in runs else float(at)
+            runs[run] = (int(rank), first, float(at))
     return runs
 
 

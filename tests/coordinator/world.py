@@ -32,6 +32,7 @@ from gpunet.keys import create_keypair_file
 from gpunet.pda import lease_pda
 from gpunet.protocol import JobSpec
 from gpunet.testbed import Market
+from tests.worker.sandboxes import HOST_JOBS_ENV
 from worker.simulate import SimulatedGpus
 
 from .conftest import eventually
@@ -111,7 +112,7 @@ def start_worker(world: World, i: int, gateway: str, log: Path, env: dict[str, s
             ],
             stdout=out,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "GPUNET_WORKER_STOP_GRACE_SECONDS": "2", **(env or {})},
+            env={**os.environ, "GPUNET_WORKER_STOP_GRACE_SECONDS": "2", **HOST_JOBS_ENV, **(env or {})},
         )
 
 

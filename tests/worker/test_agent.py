@@ -34,6 +34,7 @@ from gpunet.protocol import (
 )
 from gpunet.secrets import seal
 from tests.worker.gateway import FakeGateway
+from tests.worker.sandboxes import HOST_JOBS_SETTINGS
 from worker.agent import Agent, StateDirBusy, WorkerSettings
 from worker.session import Backoff
 from worker.simulate import SimulatedGpus
@@ -57,7 +58,7 @@ async def running_agent(
         stop_grace_seconds=2,
         reconnect_base_seconds=0.1,
         reconnect_cap_seconds=1,
-        **settings_,
+        **(HOST_JOBS_SETTINGS | settings_),
     )
     agent = Agent(settings, node, SimulatedGpus.parse("H100:2:80", str(node.pubkey())))
     task = asyncio.create_task(agent.run())
@@ -397,7 +398,11 @@ async def test_an_unhealthy_gpu_shows_in_heartbeats_and_takes_no_job(tmp_path) -
     node, lease = Keypair(), str(Pubkey.new_unique())
     gpus = FailingGpus.parse("H100:2:80", str(node.pubkey()))
     async with FakeGateway() as gateway:
-        agent = Agent(WorkerSettings(gateway_url=gateway.url, state_dir=tmp_path, meter_tick_seconds=0.2), node, gpus)
+        agent = Agent(
+            WorkerSettings(gateway_url=gateway.url, state_dir=tmp_path, meter_tick_seconds=0.2, **HOST_JOBS_SETTINGS),
+            node,
+            gpus,
+        )
         task = asyncio.create_task(agent.run())
         try:
             await gateway.wait_for(lambda: gateway.messages(Heartbeat), what="a heartbeat")
@@ -422,7 +427,7 @@ async def test_one_state_directory_serves_one_agent(tmp_path) -> None:
         with pytest.raises(StateDirBusy, match="another worker agent is running with this state directory"):
             node = Keypair()
             Agent(
-                WorkerSettings(gateway_url=gateway.url, state_dir=tmp_path),
+                WorkerSettings(gateway_url=gateway.url, state_dir=tmp_path, **HOST_JOBS_SETTINGS),
                 node,
                 SimulatedGpus.parse("H100:1:80", str(node.pubkey())),
             )

@@ -11,6 +11,7 @@ from solders.pubkey import Pubkey
 
 from gpunet.protocol import Checkpoint, CheckpointFile, Dispatch, Hello, JobLog, JobStatus
 from tests.worker.gateway import FakeGateway
+from tests.worker.sandboxes import host_jobs
 from tests.worker.test_agent import final_status, job, running_agent
 from worker.checkpoints import CheckpointTooLarge, restore, snapshot
 from worker.runner import JobDirs, JobRunner
@@ -63,7 +64,9 @@ async def test_a_corrupt_restore_fails_the_job_with_the_reason(tmp_path) -> None
     messages = []
     bad = CheckpointFile(path="step", sha256="0" * 64, data_b64=base64.b64encode(b"4").decode())
     d = Dispatch(lease=str(Pubkey.new_unique()), gpus=1, job=job(steps=1), restore=[bad])
-    runner = JobRunner(d, ["GPU-sim"], JobDirs.of(tmp_path, d), simulated=True, send=messages.append)
+    runner = JobRunner(
+        d, ["GPU-sim"], JobDirs.of(tmp_path, d), simulated=True, send=messages.append, sandbox=host_jobs()
+    )
     final = await runner.run()
     assert final.state == "failed" and "restoring the checkpoint" in final.detail
     assert not [m for m in messages if isinstance(m, JobStatus) and m.state == "running"]

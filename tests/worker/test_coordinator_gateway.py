@@ -14,6 +14,7 @@ from solders.pubkey import Pubkey
 
 from coordinator.gateway import Gateway
 from gpunet.protocol import Ack, Checkpoint, Dispatch, Heartbeat, Hello, JobLog, JobSpec, JobStatus, UsageReportMessage
+from tests.worker.sandboxes import HOST_JOBS_SETTINGS
 from worker.agent import Agent, WorkerSettings
 from worker.simulate import SimulatedGpus
 
@@ -78,6 +79,7 @@ async def agent_on(gateway: Gateway, node: Keypair, state_dir: Path):
         meter_tick_seconds=0.2,
         reconnect_base_seconds=0.1,
         reconnect_cap_seconds=0.5,
+        **HOST_JOBS_SETTINGS,
     )
     agent = Agent(settings, node, SimulatedGpus.parse("H100:2:80", str(node.pubkey())))
     task = asyncio.create_task(agent.run())

@@ -20,6 +20,7 @@ from solders.pubkey import Pubkey
 from gpunet.keys import create_keypair_file
 from gpunet.protocol import Cancel, Dispatch, Heartbeat, JobLog, JobSpec, JobStatus, UsageReportMessage
 from tests.worker.gateway import FakeGateway
+from tests.worker.sandboxes import HOST_JOBS_ENV, job_pid
 from worker.gpus import GpusUnavailable
 from worker.journal import Journal
 from worker.nvml import NvmlGpus
@@ -35,6 +36,7 @@ def start_agent(gateway: FakeGateway, keyfile: Path, state: Path, log: Path, *ex
         "GPUNET_WORKER_RECONNECT_BASE_SECONDS": "0.1",
         "GPUNET_WORKER_RECONNECT_CAP_SECONDS": "1",
         "GPUNET_WORKER_STOP_GRACE_SECONDS": "5",
+        **HOST_JOBS_ENV,
     }
     with open(log, "ab") as out:
         return subprocess.Popen(
@@ -85,14 +87,14 @@ async def test_sigkill_loses_no_report_and_restart_sends_each_once(tmp_path) -> 
             await gateway.wait_for(lambda: gateway.messages(Heartbeat), what=f"a heartbeat (log: {log})")
             await gateway.send(Dispatch(lease=lease, gpus=2, job=spec))
             await gateway.wait_for(lambda: len(gateway.messages(UsageReportMessage)) >= 3, what="three reports")
-            pid_line = next(m.line for m in gateway.messages(JobLog) if m.line.startswith("pid "))
-            job_pid = int(pid_line.split()[1])
+            pid = job_pid(state / "jobs" / lease / "work")
+            assert pid is not None, "the job is not running"
             agent.send_signal(signal.SIGKILL)
             agent.wait(timeout=30)
         finally:
             if agent.poll() is None:
                 agent.kill()
-        await wait_until(lambda: is_gone(job_pid), what="the job to die with its agent")
+        await wait_until(lambda: is_gone(pid), what="the job to die with its agent")
         before = gateway.messages(UsageReportMessage, session=1)
 
         journal = Journal(state / "usage.jsonl")  # what the crash left on disk

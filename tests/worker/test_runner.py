@@ -13,7 +13,9 @@ from pydantic import BaseModel
 from solders.pubkey import Pubkey
 
 from gpunet.protocol import Dispatch, JobLog, JobSpec, JobStatus
+from tests.worker.sandboxes import host_jobs
 from worker.runner import JobDirs, JobRunner
+from worker.sandbox import Sandbox
 
 JOB = str(Path(__file__).parent / "jobs" / "steps.py")
 LEASE = str(Pubkey.new_unique())
@@ -54,6 +56,7 @@ def runner(
         send=rec.send,
         grace_seconds=grace,
         restart_delay=0.1,
+        sandbox=host_jobs(tmp_path / "state"),
     )
 
 
@@ -104,7 +107,13 @@ async def test_restarts_stop_at_max_restarts(tmp_path) -> None:
     spec = JobSpec(command=[sys.executable, "-c", "import sys; sys.exit(3)"], max_restarts=2)
     dispatch = Dispatch(lease=LEASE, gpus=1, job=spec)
     final = await JobRunner(
-        dispatch, UUIDS[:1], JobDirs.of(tmp_path, dispatch), simulated=False, send=rec.send, restart_delay=0.05
+        dispatch,
+        UUIDS[:1],
+        JobDirs.of(tmp_path, dispatch),
+        simulated=False,
+        send=rec.send,
+        restart_delay=0.05,
+        sandbox=host_jobs(),
     ).run()
     assert (final.state, final.exit_code, final.restarts) == ("failed", 3, 2)
     assert rec.states().count("running") == 3
@@ -143,9 +152,9 @@ async def test_an_image_without_docker_or_podman_is_refused(tmp_path) -> None:
     rec = Recorder()
     dispatch = Dispatch(lease=LEASE, gpus=1, job=JobSpec(image="pytorch/pytorch:2.4.0"))
     final = await JobRunner(
-        dispatch, UUIDS[:1], JobDirs.of(tmp_path, dispatch), simulated=True, send=rec.send, container_engine=None
+        dispatch, UUIDS[:1], JobDirs.of(tmp_path, dispatch), simulated=True, send=rec.send, sandbox=host_jobs()
     ).run()
-    assert final.state == "refused" and "neither docker nor podman is installed" in final.detail
+    assert final.state == "refused" and "no working container engine (podman or docker)" in final.detail
     assert "running" not in rec.states() and not (tmp_path / "jobs").exists()
 
 
@@ -157,12 +166,17 @@ async def test_a_container_job_gets_the_same_contract(tmp_path) -> None:
         job=JobSpec(image="pytorch/pytorch:2.4.0", command=["python", "train.py"], env={"MODE": "train"}),
     )
     job = JobRunner(
-        dispatch, UUIDS, JobDirs.of(tmp_path, dispatch), simulated=False, send=print, container_engine="/usr/bin/docker"
+        dispatch,
+        UUIDS,
+        JobDirs.of(tmp_path, dispatch),
+        simulated=False,
+        send=print,
+        sandbox=Sandbox(engine=("/usr/bin/docker",)),
     )
     argv = job._argv()
     assert argv[:3] == ["/usr/bin/docker", "run", "--rm"]
     assert ["--gpus", '"device=GPU-sim-a,GPU-sim-b"'] == argv[argv.index("--gpus") : argv.index("--gpus") + 2]
-    assert f"{tmp_path}/jobs/{LEASE}/checkpoints:/checkpoint" in argv
+    assert f"{tmp_path}/jobs/{LEASE}/checkpoints:/checkpoint:rw" in argv
     assert "GPUNET_CHECKPOINT_DIR=/checkpoint" in argv and "MODE=train" in argv
     assert argv[-3:] == ["pytorch/pytorch:2.4.0", "python", "train.py"]
 
@@ -170,7 +184,9 @@ async def test_a_container_job_gets_the_same_contract(tmp_path) -> None:
 async def test_a_command_that_cannot_start_fails_clearly(tmp_path) -> None:
     rec = Recorder()
     dispatch = Dispatch(lease=LEASE, gpus=1, job=JobSpec(command=["/nonexistent/train"], restart_policy="never"))
-    final = await JobRunner(dispatch, UUIDS[:1], JobDirs.of(tmp_path, dispatch), simulated=True, send=rec.send).run()
+    final = await JobRunner(
+        dispatch, UUIDS[:1], JobDirs.of(tmp_path, dispatch), simulated=True, send=rec.send, sandbox=host_jobs()
+    ).run()
     assert final.state == "failed" and "cannot start '/nonexistent/train'" in final.detail
 
 
@@ -208,7 +224,7 @@ async def test_inputs_are_fetched_and_checked_before_the_job_starts(tmp_path, fi
     )
     dispatch = Dispatch(lease=LEASE, gpus=1, job=spec)
     final = await JobRunner(
-        dispatch, UUIDS[:1], JobDirs.of(tmp_path / "s", dispatch), simulated=True, send=rec.send
+        dispatch, UUIDS[:1], JobDirs.of(tmp_path / "s", dispatch), simulated=True, send=rec.send, sandbox=host_jobs()
     ).run()
     assert final.state == "succeeded" and rec.lines() == ["hello gpus"]
 
@@ -216,7 +232,7 @@ async def test_inputs_are_fetched_and_checked_before_the_job_starts(tmp_path, fi
     bad = spec.model_copy(update={"inputs": [InputFile(path="other.txt", url=f"{url}/train.txt", sha256="0" * 64)]})
     dispatch = Dispatch(lease=LEASE, gpus=1, job=bad)
     final = await JobRunner(
-        dispatch, UUIDS[:1], JobDirs.of(tmp_path / "s", dispatch), simulated=True, send=rec.send
+        dispatch, UUIDS[:1], JobDirs.of(tmp_path / "s", dispatch), simulated=True, send=rec.send, sandbox=host_jobs()
     ).run()
     assert (
         final.state == "failed"

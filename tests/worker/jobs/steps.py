@@ -2,7 +2,8 @@
 $GPUNET_CHECKPOINT_DIR and resumes from the last checkpoint when started again.
 
 env: STEPS (total), STEP_SECONDS, FAIL_AT (exit 1 once on reaching this step), IGNORE_TERM=1,
-TRACE_FILE (each step appends "unix-time pid rank" there: tests see from it whether two copies ran at once).
+TRACE_FILE (each step appends "unix-time run rank" there, run naming this process: tests see from it
+whether two copies ran at once; a host job writes only in its own directories, so a relative path).
 """
 
 import os
@@ -38,6 +39,7 @@ print(
     flush=True,
 )
 print(f"pid {os.getpid()}", file=sys.stderr, flush=True)
+run = f"{os.getpid()}.{time.time_ns()}"  # sandboxed jobs have pids of their own namespace
 while step < steps:
     time.sleep(pause)
     step += 1
@@ -47,7 +49,7 @@ while step < steps:
     print(f"step {step}", flush=True)
     if trace := os.environ.get("TRACE_FILE"):
         with open(trace, "a") as f:
-            f.write(f"{time.time():.3f} {os.getpid()} {os.environ.get('RANK', '0')}\n")
+            f.write(f"{time.time():.3f} {run} {os.environ.get('RANK', '0')}\n")
     if step == fail_at and not (checkpoint.parent / "failed-once").exists():
         (checkpoint.parent / "failed-once").touch()
         print("failing on purpose", file=sys.stderr, flush=True)

@@ -1,0 +1,41 @@
+"""The sandboxes the worker tests run their jobs in: host jobs (the test jobs are Python scripts)
+inside bubblewrap, reading this directory's jobs/ (scripts/setup installs bubblewrap)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from worker.sandbox import Sandbox
+
+JOBS = Path(__file__).parent / "jobs"
+# the worker settings (GPUNET_WORKER_* variables) of an agent process that runs these jobs
+HOST_JOBS_ENV = {"GPUNET_WORKER_ALLOW_HOST_JOBS": "1", "GPUNET_WORKER_HOST_JOB_PATHS": f'["{JOBS}"]'}
+HOST_JOBS_SETTINGS: dict[str, object] = {"allow_host_jobs": True, "host_job_paths": [JOBS]}
+
+
+def host_jobs(*hidden: Path, network: str = "egress") -> Sandbox:
+    return Sandbox.configure(
+        engine="none",
+        allow_host_jobs=True,
+        host_paths=[JOBS],
+        hidden=list(hidden),
+        network=network,  # type: ignore[arg-type]
+    )
+
+
+def job_pid(workdir: Path) -> int | None:
+    """The host pid of the host job running in `workdir` (inside bubblewrap's pid namespace the job
+    sees another pid), found by its GPUNET_WORKDIR; None when it is not running."""
+    marker = f"\0GPUNET_WORKDIR={workdir}\0".encode()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if Path(os.readlink(proc / "exe")).name == "bwrap":  # bubblewrap itself and its init
+                continue
+            if marker in b"\0" + (proc / "environ").read_bytes():
+                return int(proc.name)
+        except OSError:
+            continue
+    return None

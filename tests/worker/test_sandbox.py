@@ -1,0 +1,390 @@
+"""The job sandbox with the real tools (no mocks): container jobs through rootful podman (runc) in a
+small Debian image with python3 (scripts/sandbox-setup builds it; these tests skip, saying why, where
+it could not), and host jobs in bubblewrap. Each attack is paired with the honest control."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+from solders.pubkey import Pubkey
+
+from gpunet.exits import Exit
+from gpunet.keys import create_keypair_file
+from gpunet.protocol import Dispatch, JobLog, JobSpec, JobStatus
+from tests.worker.sandboxes import JOBS
+from worker.runner import JobDirs, JobRunner
+from worker.sandbox import Sandbox, SandboxUnavailable, nvidia_device_nodes
+
+IMAGE = "localhost/gpunet-sandbox-test:bookworm-2"  # scripts/sandbox-setup builds it
+GPUNET = str(Path(sys.executable).parent / "gpunet")
+
+# What the job tries, as one Python program (python3 in the image, the agent's Python on the host).
+# It prints one JSON line: each attempt's outcome ("ok" or the error's errno name).
+PROBE = r"""
+import errno, json, os, socket, sys
+args = json.loads(sys.argv[1])
+out = {}
+def attempt(name, f):
+    try:
+        f()
+        out[name] = "ok"
+    except OSError as e:
+        out[name] = errno.errorcode.get(e.errno, type(e).__name__)
+def write(path):
+    with open(path, "w") as f:
+        f.write("x")
+attempt("write_work", lambda: write(os.path.join(os.environ["GPUNET_WORKDIR"], "from-job")))
+attempt("write_checkpoint", lambda: write(os.path.join(os.environ["GPUNET_CHECKPOINT_DIR"], "ckpt")))
+for i, path in enumerate(args["write"]):
+    attempt(f"write_{i}", lambda: write(path))
+for i, path in enumerate(args["read"]):
+    attempt(f"read_{i}", lambda: open(path).read())
+attempt("hostname", lambda: write("/proc/sys/kernel/hostname"))
+status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines())
+out["CapEff"] = status["CapEff"].strip()
+out["CapBnd"] = status["CapBnd"].strip()
+out["NoNewPrivs"] = status["NoNewPrivs"].strip()
+out["pids"] = len([p for p in os.listdir("/proc") if p.isdigit()])
+for name in ("pids/pids.max", "pids.max", "memory/memory.limit_in_bytes", "memory.max"):
+    if os.path.exists("/sys/fs/cgroup/" + name):
+        out[name.rsplit("/", 1)[-1].split(".")[0]] = open("/sys/fs/cgroup/" + name).read().strip()
+if args.get("connect"):
+    attempt("connect", lambda: socket.create_connection(tuple(args["connect"]), timeout=3).close())
+print(json.dumps(out), flush=True)
+"""
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.messages: list[BaseModel] = []
+
+    def send(self, message: BaseModel) -> None:
+        self.messages.append(message)
+
+    def lines(self, stream: str = "stdout") -> list[str]:
+        return [m.line for m in self.messages if isinstance(m, JobLog) and m.stream == stream]
+
+    def states(self) -> list[str]:
+        return [m.state for m in self.messages if isinstance(m, JobStatus)]
+
+
+def _podman_missing() -> str | None:
+    if os.geteuid() != 0:
+        return "the container tests need root (rootful podman)"
+    for tool in ("podman", "runc"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed: run scripts/setup (apt-get install podman runc)"
+    found = subprocess.run(["podman", "image", "exists", IMAGE], capture_output=True, check=False)
+    if found.returncode != 0:
+        return f"the test image {IMAGE} is missing: run scripts/sandbox-setup (it says why it cannot build it)"
+    return None
+
+
+@pytest.fixture
+def podman(tmp_path, monkeypatch) -> Sandbox:
+    """A sandbox on rootful podman with runc; podman's default ulimits are unusable in some
+    containers (CI's), so the tests give it a containers.conf without them."""
+    conf = tmp_path / "containers.conf"
+    conf.write_text("[containers]\ndefault_ulimits = []\n")
+    monkeypatch.setenv("CONTAINERS_CONF", str(conf))
+    reason = _podman_missing()
+    if reason:
+        pytest.skip(reason)
+    try:
+        return Sandbox.configure(engine="podman", runtime="runc", default_image=IMAGE, pids_limit=64, memory="256m")
+    except SandboxUnavailable as e:
+        pytest.skip(f"podman does not work here: {e}")
+
+
+@pytest.fixture
+def listener() -> Iterator[tuple[str, int]]:
+    """A TCP listener on every address of this machine (a container reaches the host through its
+    bridge); counts the connections it accepts."""
+    server = socket.create_server(("0.0.0.0", 0))
+    server.settimeout(0.2)
+    accepted: list[object] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            accepted.append(conn)
+            conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield "host", server.getsockname()[1]
+    stop.set()
+    thread.join()
+    server.close()
+
+
+def _state(tmp_path: Path) -> Path:
+    """A worker state directory with what a job must never see: the journal and a node key."""
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "usage.jsonl").write_text('{"secret": "usage"}\n')
+    create_keypair_file(state / "node.json")
+    return state
+
+
+async def _run(sandbox: Sandbox, state: Path, spec: JobSpec, *, peers: list[str] | None = None) -> tuple[dict, str]:
+    dispatch = Dispatch(lease=str(Pubkey.new_unique()), gpus=1, job=spec, peers=peers or [])
+    rec = Recorder()
+    final = await JobRunner(
+        dispatch, ["GPU-sim-a"], JobDirs.of(state, dispatch), simulated=True, send=rec.send, sandbox=sandbox
+    ).run()
+    assert final.state == "succeeded", (final, rec.lines("stderr"))
+    return json.loads(rec.lines()[-1]), dispatch.lease
+
+
+def _probe(python: str, **args: object) -> list[str]:
+    return [python, "-c", PROBE, json.dumps(args)]
+
+
+async def test_a_container_job_runs_with_every_restriction_in_force(tmp_path, podman) -> None:
+    state = _state(tmp_path)
+    # no image: the supplier's default image (the test image)
+    spec = JobSpec(
+        command=_probe(
+            "python3",
+            write=["/escape", "/etc/escape", str(state / "escape")],
+            read=[str(state / "node.json"), str(state / "usage.jsonl"), "/work/from-job"],
+        )
+    )
+    out, lease = await _run(podman, state, spec)
+    # the honest part: its own two directories, on the host where the agent keeps them
+    assert out["write_work"] == out["write_checkpoint"] == "ok" and out["read_2"] == "ok"
+    assert (state / "jobs" / lease / "work" / "from-job").read_text() == "x"
+    assert (state / "jobs" / lease / "checkpoints" / "ckpt").read_text() == "x"
+    # the rest: a read-only root, nothing of the worker's state directory, no capabilities
+    assert out["write_0"] == out["write_1"] == "EROFS" and out["write_2"] == "ENOENT"
+    assert out["read_0"] == out["read_1"] == "ENOENT"
+    assert not (state / "escape").exists()
+    assert out["hostname"] in ("EROFS", "EACCES", "EPERM")
+    assert int(out["CapEff"], 16) == 0 and int(out["CapBnd"], 16) == 0 and out["NoNewPrivs"] == "1"
+    # the supplier's limits, seen from inside
+    assert out["pids"] == "64" and out["memory"] in (str(256 * 2**20), "268435456")
+
+
+@pytest.mark.parametrize(
+    ("policy", "peers", "reaches"),
+    [
+        ("none", None, False),
+        ("egress", None, True),  # the control: the same job reaches the listener
+        ("cluster", None, False),  # a single-node lease gets no network under "cluster"
+        ("cluster", ["10.0.0.1:29500", "10.0.0.2:29500"], True),
+    ],
+)
+async def test_a_container_job_gets_the_network_the_supplier_allows(
+    tmp_path, podman, listener, policy, peers, reaches
+) -> None:
+    _, port = listener
+    sandbox = dataclasses.replace(podman, network=policy)
+    spec = JobSpec(
+        image=IMAGE, command=_probe("python3", write=[], read=[], connect=["host.containers.internal", port])
+    )
+    out, _ = await _run(sandbox, _state(tmp_path), spec, peers=peers)
+    assert (out["connect"] == "ok") is reaches, out
+
+
+STUBBORN = """
+import signal, sys, time
+if sys.argv[1] == "ignore":
+    signal.signal(signal.SIGTERM, lambda *_: print("ignoring SIGTERM", flush=True))
+print("ready", flush=True)
+time.sleep(1000)
+"""
+
+
+@pytest.mark.parametrize(("term", "exit_code"), [("default", -signal.SIGTERM), ("ignore", -signal.SIGKILL)])
+async def test_a_cancelled_container_job_gets_sigterm_then_is_killed_after_the_grace(
+    tmp_path, podman, term, exit_code
+) -> None:
+    dispatch = Dispatch(lease=str(Pubkey.new_unique()), gpus=1, job=JobSpec(command=["python3", "-c", STUBBORN, term]))
+    rec = Recorder()
+    job = JobRunner(
+        dispatch,
+        ["GPU-sim-a"],
+        JobDirs.of(tmp_path, dispatch),
+        simulated=True,
+        send=rec.send,
+        sandbox=podman,
+        grace_seconds=1,
+    )
+    task = asyncio.create_task(job.run())
+    for _ in range(600):
+        if "ready" in rec.lines():
+            break
+        await asyncio.sleep(0.05)
+    job.cancel("lease closed")
+    final = await asyncio.wait_for(task, 60)
+    assert (final.state, final.exit_code) == ("cancelled", exit_code), rec.lines("stderr")
+    assert ("ignoring SIGTERM" in rec.lines()) is (term == "ignore")
+    left = subprocess.run(
+        ["podman", "ps", "-a", "--filter", f"name={job._container}", "--format", "{{.Names}}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert left.stdout.strip() == "", "the container outlived its job"
+
+
+def test_a_container_left_by_a_dead_agent_is_removed_when_the_worker_starts_again(tmp_path, podman) -> None:
+    ours = dataclasses.replace(podman, label=str(tmp_path / "state"))
+    other = dataclasses.replace(podman, label=str(tmp_path / "another-worker's"))
+    dirs = JobDirs(tmp_path / "work", tmp_path / "checkpoints")
+    for d in (dirs.workdir, dirs.checkpoint):
+        d.mkdir()
+    names = {sandbox.label: f"gpunet-test-{os.getpid()}-{i}" for i, sandbox in enumerate((ours, other))}
+    for sandbox in (ours, other):
+        argv = sandbox.container_argv(
+            IMAGE, ["sleep", "300"], dirs, name=names[sandbox.label], env={}, gpu_uuids=[], network=False
+        )
+        run = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            running = ["podman", "container", "inspect", "--format", "{{.State.Running}}", names[sandbox.label]]
+            deadline = time.monotonic() + 60
+            while subprocess.run(running, capture_output=True, text=True).stdout.strip() != "true":
+                assert time.monotonic() < deadline, "the container did not start"
+                time.sleep(0.1)
+        finally:
+            run.kill()  # the agent died, and its `podman run` with it (PR_SET_PDEATHSIG)
+            run.wait()
+    try:
+        alive = ["podman", "ps", "--format", "{{.Names}}"]
+        running = subprocess.run(alive, capture_output=True, text=True).stdout.split()
+        assert set(names.values()) <= set(running)  # both outlived their `run`
+        assert ours.remove_leftovers() == 1
+        left = subprocess.run(["podman", "ps", "--all", "--format", "{{.Names}}"], capture_output=True, text=True)
+        assert names[ours.label] not in left.stdout.split()
+        assert names[other.label] in left.stdout.split()  # the control: another worker's stays
+    finally:
+        for name in names.values():
+            subprocess.run(["podman", "rm", "--force", "--ignore", "--time", "0", name], capture_output=True)
+
+
+def _host_jobs(tmp_path: Path, state: Path, network: str = "egress") -> Sandbox:
+    # tmp_path is readable by the job, the state directory inside it is not (hidden, as the agent does)
+    return Sandbox.configure(
+        engine="none",
+        allow_host_jobs=True,
+        host_paths=[tmp_path, JOBS],
+        hidden=[state],
+        network=network,  # type: ignore[arg-type]
+    )
+
+
+async def test_a_host_job_runs_in_bubblewrap_without_the_state_dir(tmp_path) -> None:
+    state = _state(tmp_path)
+    (tmp_path / "readable").write_text("supplier's file")
+    spec = JobSpec(
+        command=_probe(
+            sys.executable,
+            write=[str(tmp_path / "escape"), "/etc/escape", str(state / "escape")],
+            read=[str(state / "node.json"), str(state / "usage.jsonl"), str(tmp_path / "readable")],
+        )
+    )
+    out, lease = await _run(_host_jobs(tmp_path, state), state, spec)
+    # the control: its own directories, and what the supplier let it read
+    assert out["write_work"] == out["write_checkpoint"] == "ok" and out["read_2"] == "ok"
+    assert (state / "jobs" / lease / "work" / "from-job").read_text() == "x"
+    # the state directory is hidden, everything else read-only; no capabilities; its own pids
+    assert out["read_0"] == out["read_1"] == "ENOENT", out
+    assert out["write_0"] == out["write_1"] == out["write_2"] == "EROFS", out
+    assert out["hostname"] in ("EROFS", "EACCES", "EPERM")
+    assert not (tmp_path / "escape").exists() and not (state / "escape").exists()
+    assert int(out["CapEff"], 16) == 0 and out["NoNewPrivs"] == "1"
+    assert out["pids"] <= 3  # bubblewrap's init and the job: not the machine's processes
+
+
+@pytest.mark.parametrize(("policy", "reaches"), [("none", False), ("egress", True)])
+async def test_a_host_job_gets_the_network_the_supplier_allows(tmp_path, listener, policy, reaches) -> None:
+    _, port = listener
+    state = _state(tmp_path)
+    spec = JobSpec(command=_probe(sys.executable, write=[], read=[], connect=["127.0.0.1", port]))
+    out, _ = await _run(_host_jobs(tmp_path, state, policy), state, spec)
+    assert (out["connect"] == "ok") is reaches, out
+
+
+async def test_a_host_job_without_the_opt_in_is_refused(tmp_path) -> None:
+    rec = Recorder()
+    dispatch = Dispatch(lease=str(Pubkey.new_unique()), gpus=1, job=JobSpec(command=[sys.executable, "-V"]))
+    # a node with a container engine (never called: the job is refused first), no default image, no opt-in
+    containers_only = Sandbox(engine=("podman",))
+    final = await JobRunner(
+        dispatch, ["GPU-sim-a"], JobDirs.of(tmp_path, dispatch), simulated=True, send=rec.send, sandbox=containers_only
+    ).run()
+    assert final.state == "refused" and "runs jobs only in containers" in final.detail
+    assert "running" not in rec.states() and not (tmp_path / "jobs").exists()
+
+
+def test_without_a_container_engine_or_the_opt_in_nothing_starts(tmp_path) -> None:
+    with pytest.raises(SandboxUnavailable, match="no working container engine"):
+        Sandbox.configure(engine="none", allow_host_jobs=False)
+    # the worker itself: exit code 12, what to do, and its state directory untouched
+    create_keypair_file(tmp_path / "node.json")
+    env = {**os.environ, "GPUNET_WORKER_CONTAINER_ENGINE": "none"}
+    env.pop("GPUNET_WORKER_ALLOW_HOST_JOBS", None)
+    argv = [GPUNET, "worker", "run", "-k", str(tmp_path / "node.json"), "--simulate-gpus", "H100:1:80"]
+    done = subprocess.run(
+        [*argv, "--state-dir", str(tmp_path / "state")], capture_output=True, text=True, env=env, check=False
+    )
+    assert done.returncode == Exit.NO_SANDBOX, done.stderr
+    assert "install podman" in done.stderr and "--allow-host-jobs" in done.stderr
+    assert not (tmp_path / "state").exists()
+    # the control: with the opt-in (and bubblewrap) it starts, and waits for its gateway
+    log = tmp_path / "agent.log"
+    with open(log, "wb") as out:
+        agent = subprocess.Popen(
+            [*argv, "--state-dir", str(tmp_path / "state"), "--allow-host-jobs"], stderr=out, env=env
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while "simulated GPU(s), gateway" not in log.read_text():
+            assert agent.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+    finally:
+        agent.terminate()
+        agent.wait(timeout=30)
+    assert (tmp_path / "state" / "agent.lock").exists()
+
+
+def test_a_host_job_gets_the_device_nodes_of_its_own_gpus_only(tmp_path) -> None:
+    """What the NVIDIA driver shows (its /proc files and /dev nodes, as plain files here: no GPU in CI)."""
+    proc, dev = tmp_path / "gpus", tmp_path / "dev"
+    dev.mkdir()
+    for name in ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia0", "nvidia1", "nvidia2"):
+        (dev / name).touch()
+    for minor, (bus, uuid) in enumerate(
+        [("0000:1b:00.0", "GPU-aaa"), ("0000:43:00.0", "GPU-bbb"), ("0000:52:00.0", "GPU-ccc")]
+    ):
+        (proc / bus).mkdir(parents=True)
+        (proc / bus / "information").write_text(
+            f"Model: \t\t NVIDIA H100 80GB HBM3\nGPU UUID: \t {uuid}\nBus Type: \t PCIe\nDevice Minor: \t {minor}\n"
+        )
+    shared = [str(dev / n) for n in ("nvidia-uvm", "nvidia-uvm-tools", "nvidiactl")]
+    assert nvidia_device_nodes(["GPU-ccc", "GPU-aaa"], proc, dev) == [
+        *shared,
+        str(dev / "nvidia2"),
+        str(dev / "nvidia0"),
+    ]
+    # the control: a GPU the driver does not list means every GPU's node (the README says so)
+    assert nvidia_device_nodes(["GPU-zzz"], proc, dev) == [*shared, *(str(dev / f"nvidia{i}") for i in range(3))]

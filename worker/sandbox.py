@@ -1,0 +1,300 @@
+"""Where a job runs on a supplier's machine: never as a plain process of the agent.
+
+A job with an image (or, without one, the supplier's default image) runs in an OCI container through
+podman or docker: no capabilities, no new privileges, a read-only root filesystem with only its work
+and checkpoint directories writable, a process and a memory limit, only the lease's GPUs, and the
+network the supplier's policy gives it. Host jobs (a command run on the machine itself) only where
+the supplier opted in, and then inside bubblewrap: read-only system directories, only the job's own
+directories writable, the worker's state directory and keys out of sight, a new pid namespace, no
+capabilities, and no network namespace of its own unless the policy gives it none.
+"""
+
+from __future__ import annotations
+
+import functools
+import glob
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from worker.runner import JobDirs
+
+__all__ = ["ENGINE_ENV", "NetworkPolicy", "Sandbox", "SandboxUnavailable", "find_container_engine"]
+
+NetworkPolicy = Literal["none", "egress", "cluster"]
+EngineChoice = Literal["auto", "podman", "docker", "none"]
+# The container engine's own configuration, passed to the engine (never into the job).
+ENGINE_ENV = ("CONTAINERS_CONF", "CONTAINERS_STORAGE_CONF", "CONTAINERS_REGISTRIES_CONF", "DOCKER_HOST")
+# System directories a host job sees read-only (those that are symlinks, as on merged-/usr systems,
+# stay symlinks).
+_SYSTEM_DIRS = ("/usr", "/etc", "/opt")
+_SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+_PROC_READ_ONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus")
+
+
+class SandboxUnavailable(RuntimeError):
+    """The worker cannot run jobs sandboxed as configured: it must not start."""
+
+
+@functools.cache
+def _works(*argv: str) -> bool:
+    try:
+        done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
+
+
+def find_container_engine(choice: EngineChoice = "auto", runtime: str | None = None) -> tuple[str, ...] | None:
+    """The argv prefix of a container engine that answers (`podman info`, `docker info`: an installed
+    docker whose daemon is down does not count): podman first, then docker; None when none works."""
+    names = {"auto": ("podman", "docker"), "none": ()}.get(choice, (choice,))
+    for name in names:
+        path = shutil.which(name)
+        if path is None:
+            continue
+        prefix = (path, "--runtime", runtime) if runtime and name == "podman" else (path,)
+        if _works(*prefix, "info"):
+            return prefix
+    return None
+
+
+def nvidia_device_nodes(
+    gpu_uuids: Sequence[str], proc: Path = Path("/proc/driver/nvidia/gpus"), dev: Path = Path("/dev")
+) -> list[str]:
+    """The NVIDIA device nodes a host job with these GPUs needs: the driver's shared ones
+    (nvidiactl, nvidia-uvm, ...) and /dev/nvidia<minor> of each of its GPUs, the minor read from
+    the driver's /proc/driver/nvidia/gpus/*/information ("GPU UUID", "Device Minor"). Every GPU's
+    node when that cannot be read for one of them (the README says so)."""
+    shared = [p for p in sorted(glob.glob(f"{dev}/nvidia*")) if not Path(p).name[len("nvidia") :].isdigit()]
+    minors: dict[str, str] = {}
+    for info in sorted(proc.glob("*/information")):
+        try:
+            fields = dict(line.split(":", 1) for line in info.read_text().splitlines() if ":" in line)
+        except OSError:
+            continue
+        if "GPU UUID" in fields and "Device Minor" in fields:
+            minors[fields["GPU UUID"].strip()] = fields["Device Minor"].strip()
+    if all(uuid in minors for uuid in gpu_uuids):
+        own = [f"{dev}/nvidia{minors[uuid]}" for uuid in gpu_uuids]
+    else:
+        own = [p for p in sorted(glob.glob(f"{dev}/nvidia*")) if Path(p).name[len("nvidia") :].isdigit()]
+    return [*shared, *(p for p in own if os.path.exists(p))]
+
+
+def _under(path: Path, roots: Iterable[Path]) -> bool:
+    return any(path == root or root in path.parents for root in roots)
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """How this node runs jobs. `engine`: the container engine's argv prefix, None without one.
+    `bwrap`: bubblewrap's path, set only where the supplier allows host jobs. `host_paths`: what host
+    jobs see read-only besides the system directories; `hidden`: what they never see, even there."""
+
+    engine: tuple[str, ...] | None = None
+    default_image: str | None = None
+    network: NetworkPolicy = "egress"
+    pids_limit: int = 4096
+    memory: str | None = None
+    bwrap: str | None = None
+    host_paths: tuple[Path, ...] = ()
+    hidden: tuple[Path, ...] = ()
+    label: str | None = None  # this worker's containers carry the label gpunet.worker=<label>
+
+    @classmethod
+    def configure(
+        cls,
+        *,
+        engine: EngineChoice = "auto",
+        runtime: str | None = None,
+        default_image: str | None = None,
+        allow_host_jobs: bool = False,
+        network: NetworkPolicy = "egress",
+        pids_limit: int = 4096,
+        memory: str | None = None,
+        host_paths: Sequence[Path] = (),
+        hidden: Sequence[Path] = (),
+        label: str | None = None,
+    ) -> Sandbox:
+        """The node's sandbox from the supplier's settings; SandboxUnavailable (saying what to do)
+        when jobs could not run sandboxed at all."""
+        found = find_container_engine(engine, runtime)
+        if found is None and engine not in ("auto", "none"):
+            raise SandboxUnavailable(
+                f"the container engine {engine!r} is not installed or does not answer `{engine} info`: "
+                "install it (podman: apt-get install podman runc) or start its daemon, or choose another engine"
+            )
+        if found is None and not allow_host_jobs:
+            raise SandboxUnavailable(
+                "no working container engine (podman or docker) to run jobs in: install podman "
+                "(apt-get install podman runc) or start docker's daemon; or, to run jobs as host processes "
+                "inside bubblewrap, opt in with --allow-host-jobs (GPUNET_WORKER_ALLOW_HOST_JOBS=1)"
+            )
+        if default_image is not None and found is None:
+            raise SandboxUnavailable(
+                f"--default-image {default_image!r} needs a working container engine (podman or docker): "
+                "install one, or leave the default image unset"
+            )
+        bwrap = None
+        if allow_host_jobs:
+            bwrap = shutil.which("bwrap")
+            if bwrap is None or not _works(
+                bwrap, "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--unshare-pid", "true"
+            ):
+                raise SandboxUnavailable(
+                    "--allow-host-jobs runs host jobs inside bubblewrap, which "
+                    + ("is not installed: apt-get install bubblewrap" if bwrap is None else f"fails here ({bwrap})")
+                )
+        python = [Path(sys.prefix), Path(sys.base_prefix)]
+        return cls(
+            engine=found,
+            default_image=default_image,
+            network=network,
+            pids_limit=pids_limit,
+            memory=memory,
+            bwrap=bwrap,
+            host_paths=tuple(dict.fromkeys(p.expanduser().resolve() for p in [*host_paths, *python])),
+            hidden=tuple(p.expanduser().resolve() for p in hidden),
+            label=label,
+        )
+
+    def remove_leftovers(self) -> int:
+        """Removes this worker's containers that outlived an agent that died: `run` dies with the
+        agent, but the container is the engine's and runs on. Call it holding the state directory's
+        lock (no other agent runs these). How many it removed."""
+        if self.engine is None or self.label is None:
+            return 0
+        listed = subprocess.run(
+            [*self.engine, "ps", "--all", "--quiet", "--filter", f"label=gpunet.worker={self.label}"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        ids = listed.stdout.split()
+        if ids:
+            subprocess.run([*self.engine, "rm", "--force", *ids], capture_output=True, timeout=300, check=False)
+        return len(ids)
+
+    def refusal(self, image: str | None) -> str | None:
+        """Why a job naming `image` (None: no image) cannot run here, or None."""
+        image = image or self.default_image
+        if image is None and self.bwrap is None:
+            return (
+                "this node runs jobs only in containers and the job names no image (nor did the supplier "
+                "set a default image): give the job an image"
+            )
+        if image is not None and self.engine is None:
+            return (
+                f"the job needs a container (image {image!r}) but this node has no working container engine "
+                "(podman or docker): it runs host jobs only"
+            )
+        return None
+
+    def container_argv(
+        self,
+        image: str,
+        command: list[str],
+        dirs: JobDirs,
+        *,
+        name: str,
+        env: dict[str, str],
+        gpu_uuids: list[str],
+        network: bool,
+        secrets: Collection[str] = (),
+    ) -> list[str]:
+        """`podman run` (or `docker run`) of the job with every restriction in force. The `secrets`
+        among `env` go by name only (`-e NAME`: the engine reads the value from its own environment),
+        never as values in a command line any user of the machine can read."""
+        assert self.engine is not None
+        podman = Path(self.engine[0]).name == "podman"
+        argv = [
+            *self.engine,
+            "run",
+            "--rm",
+            "--init",
+            "--name",
+            name,
+            *(["--label", f"gpunet.worker={self.label}"] if self.label else []),
+            "--cap-drop=ALL",
+            "--security-opt=no-new-privileges",
+            "--read-only",
+            *(["--read-only-tmpfs=false"] if podman else []),  # podman would add writable /tmp, /run
+            f"--pids-limit={self.pids_limit}",
+            *([f"--memory={self.memory}"] if self.memory else []),
+            f"--network={'bridge' if network else 'none'}",
+            "-v",
+            f"{dirs.workdir}:/work:rw",
+            "-v",
+            f"{dirs.checkpoint}:/checkpoint:rw",
+            "-w",
+            "/work",
+        ]
+        if gpu_uuids:
+            if podman:  # CDI device names (nvidia-ctk cdi generate)
+                argv += [arg for uuid in gpu_uuids for arg in ("--device", f"nvidia.com/gpu={uuid}")]
+            else:
+                argv += ["--gpus", f'"device={",".join(gpu_uuids)}"']
+        for key, value in env.items():
+            argv += ["-e", key if key in secrets else f"{key}={value}"]
+        return [*argv, image, *command]
+
+    def host_argv(self, command: list[str], dirs: JobDirs, *, network: bool, gpu_uuids: list[str]) -> list[str]:
+        """bubblewrap around a host job: it sees the system directories and `host_paths` read-only,
+        its own two directories writable, nothing of `hidden`; a pid namespace of its own; no
+        capabilities; the host's network unless `network` is False; with real GPUs, the device nodes
+        of those in `gpu_uuids` only (see nvidia_device_nodes), and a read-only /sys for the driver's
+        libraries. The job runs with SIGTERM's
+        default action (the runner ignores SIGTERM in bubblewrap itself, which would otherwise die
+        and take the job with it before its grace period)."""
+        assert self.bwrap is not None
+        argv = [
+            self.bwrap,
+            "--die-with-parent",
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            *([] if network else ["--unshare-net"]),
+            "--cap-drop",
+            "ALL",
+        ]
+        bound: list[Path] = []
+        for top in _SYSTEM_DIRS:
+            if os.path.isdir(top) and not os.path.islink(top):
+                argv += ["--ro-bind", top, top]
+                bound.append(Path(top))
+        for link in _SYSTEM_LINKS:
+            if os.path.islink(link):
+                argv += ["--symlink", os.readlink(link), link]
+            elif os.path.isdir(link):
+                argv += ["--ro-bind", link, link]
+                bound.append(Path(link))
+        for path in self.host_paths:
+            if not _under(path, bound) and path.exists():
+                argv += ["--ro-bind", str(path), str(path)]
+                bound.append(path)
+        argv += ["--proc", "/proc", "--dev", "/dev"]
+        if gpu_uuids:
+            for device in nvidia_device_nodes(gpu_uuids):
+                argv += ["--dev-bind", device, device]
+            argv += ["--ro-bind-try", "/sys", "/sys"]
+        for path in _PROC_READ_ONLY:  # as container runtimes do: no sysctl writes, even as uid 0
+            argv += ["--ro-bind-try", path, path]
+        # what is hidden but under (or over) something bound: covered by an empty read-only tmpfs
+        hidden = [str(p) for p in self.hidden if _under(p, bound) or any(_under(b, [p]) for b in bound)]
+        for path in hidden:
+            argv += ["--tmpfs", path]
+        for d in (dirs.workdir, dirs.checkpoint):
+            argv += ["--bind", str(d), str(d)]
+        for path in [*hidden, "/"]:  # bubblewrap's own root too: nothing writable but the job's dirs
+            argv += ["--remount-ro", path]
+        argv += ["--chdir", str(dirs.workdir), "--", "/usr/bin/env", "--default-signal=TERM"]
+        return [*argv, *command]
