@@ -35,6 +35,8 @@ from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 from solders.signature import Signature
 
+from gpunet.errors import GpunetError
+
 __all__ = [
     "AT_HEADER",
     "CHUNK_BYTES",
@@ -60,7 +62,7 @@ SIGNATURE_HEADER = "X-Gpunet-Signature"
 ChunkId = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 
 
-class ChunkRefused(ValueError):
+class ChunkRefused(GpunetError, ValueError):
     """A chunk whose bytes are not its id, or that does not open under the lease's key."""
 
 

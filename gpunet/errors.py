@@ -23,6 +23,8 @@ class GpunetError(Exception):
     - `accounts.AccountError`: an account missing or not the gpunet account it should be
     - `amounts.AmountError` (ValueError): not a positive IO amount with at most 6 decimals
     - `catalog.CatalogError` (ValueError): an unknown GPU model or region
+    - `checkpoint.ChunkRefused` (ValueError): a checkpoint chunk whose bytes are not its id, or that
+      does not open under the lease's key
     - `cli.common.BadInput` (ValueError): a command argument that makes no sense; nothing sent
     - `cli.common.NotEnoughFunds`: the wallet cannot pay, checked before sending
     - `cli.links.ExplorerError` (ValueError): an explorer URL template that cannot make links
@@ -31,10 +33,12 @@ class GpunetError(Exception):
     - `client.TransactionExpired`: no attempt landed before its blockhash expired
     - `cluster.ClusterError` (ValueError): neither a known cluster name nor an http(s) URL
     - `extras.ExtraMissing` (ImportError): a service imported without its extra installed
+    - `fees.FeeError` (ValueError): a priority-fee setting out of its range
     - `jobs.CoordinatorError`: the coordinator refused a request or could not be reached
     - `keys.KeypairFileError`: a keypair file missing, unreadable or malformed
     - `localnet.LocalnetError`: the local node's binary is missing or the node did not come up
     - `protocol.ProtocolError` (ValueError): a worker-protocol message that is not valid
+    - `secrets.SecretError` (ValueError): a secret that cannot be sealed or opened
     - `solana_config.SolanaConfigError` (ValueError): the Solana CLI's config file is unreadable or
       malformed (the message names it)
 

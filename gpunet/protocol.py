@@ -36,6 +36,7 @@ import binascii
 import hashlib
 import json
 import re
+import secrets
 import time
 from typing import Annotated, Any, Literal
 
@@ -65,6 +66,7 @@ __all__ = [
     "PROTOCOL_VERSION",
     "REQUEST_AT_HEADER",
     "REQUEST_CLOCK_SKEW_SECONDS",
+    "REQUEST_NONCE_HEADER",
     "REQUEST_SIGNATURE_HEADER",
     "REQUEST_WALLET_HEADER",
     "Ack",
@@ -693,17 +695,19 @@ REQUEST_DOMAIN_TAG = b"gpunet-request-v1\x00"
 REQUEST_AT_HEADER = "X-Gpunet-Time-Ms"  # unix time in milliseconds the request was signed at
 REQUEST_WALLET_HEADER = "X-Gpunet-Wallet"  # the signing wallet (base58): the lease's client, or a node's supplier
 REQUEST_SIGNATURE_HEADER = "X-Gpunet-Signature"  # base58, the wallet's over request_message
+REQUEST_NONCE_HEADER = "X-Gpunet-Nonce"  # random hex, signed: no two requests sign alike
 REQUEST_CLOCK_SKEW_SECONDS = 60  # a signed request older (or newer) than this is refused
 
 
-def request_message(method: str, target: str, body: bytes, at_ms: int, wallet: Pubkey) -> bytes:
+def request_message(method: str, target: str, body: bytes, at_ms: int, wallet: Pubkey, nonce: str = "") -> bytes:
     """The bytes a wallet signs to make one request of the coordinator's private routes (a lease's
     job view and logs, its files, its secrets): domain tag, then lines of the method (upper case),
     the target (path and, if any, "?" and the query exactly as sent), the body's SHA-256 (hex), the
-    time in unix milliseconds and the wallet. The time bounds a replay (±60 s); the coordinator also
-    refuses a signature it has seen."""
+    time in unix milliseconds, the wallet and a random nonce (two requests alike in the same
+    millisecond — two followers of one lease — must not sign alike). The time bounds a replay
+    (±60 s); the coordinator also refuses a signature it has seen."""
     digest = hashlib.sha256(body).hexdigest()
-    return REQUEST_DOMAIN_TAG + f"{method.upper()}\n{target}\n{digest}\n{at_ms}\n{wallet}".encode()
+    return REQUEST_DOMAIN_TAG + f"{method.upper()}\n{target}\n{digest}\n{at_ms}\n{wallet}\n{nonce}".encode()
 
 
 def sign_request(
@@ -711,10 +715,12 @@ def sign_request(
 ) -> dict[str, str]:
     """The headers that sign one request (`target`: path and query as sent) with `wallet`."""
     at = time.time_ns() // 1_000_000 if at_ms is None else at_ms
-    signature = wallet.sign_message(request_message(method, target, body, at, wallet.pubkey()))
+    nonce = secrets.token_hex(8)
+    signature = wallet.sign_message(request_message(method, target, body, at, wallet.pubkey(), nonce))
     return {
         REQUEST_AT_HEADER: str(at),
         REQUEST_WALLET_HEADER: str(wallet.pubkey()),
+        REQUEST_NONCE_HEADER: nonce,
         REQUEST_SIGNATURE_HEADER: str(signature),
     }
 

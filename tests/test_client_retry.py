@@ -54,6 +54,16 @@ class FakeRpc:
     async def get_transaction(self, sig, **kwargs):
         return SimpleNamespace(value=None)
 
+    async def simulate_transaction(self, tx, commitment=None):  # the compute budget's simulation: it runs
+        return SimpleNamespace(value=SimpleNamespace(err=None, logs=[], units_consumed=3_000))
+
+    @property
+    def _provider(self) -> SimpleNamespace:  # getRecentPrioritizationFees: nobody paid a priority fee
+        async def unparsed(body: object) -> str:
+            return '{"jsonrpc": "2.0", "id": 1, "result": []}'
+
+        return SimpleNamespace(make_request_unparsed=unparsed)
+
 
 def _ixs():
     return [ed25519_instruction(Keypair(), b"x")]

@@ -123,11 +123,17 @@ def openapi_document() -> dict[str, Any]:
     }
     # A running coordinator's client routes (coordinator.api.work).
     from coordinator.api.work import JOB_VIEW_PARAMS, QUOTE_PARAMS
-    from gpunet.protocol import REQUEST_AT_HEADER, REQUEST_SIGNATURE_HEADER, REQUEST_WALLET_HEADER
+    from gpunet.protocol import (
+        REQUEST_AT_HEADER,
+        REQUEST_NONCE_HEADER,
+        REQUEST_SIGNATURE_HEADER,
+        REQUEST_WALLET_HEADER,
+    )
 
     signed = [
         {"name": REQUEST_AT_HEADER, "in": "header", "required": True, "schema": {"type": "string"}},
         {"name": REQUEST_WALLET_HEADER, "in": "header", "required": True, "schema": {"type": "string"}},
+        {"name": REQUEST_NONCE_HEADER, "in": "header", "required": False, "schema": {"type": "string"}},
         {"name": REQUEST_SIGNATURE_HEADER, "in": "header", "required": True, "schema": SIGNATURE_SCHEMA},
     ]
     how = (

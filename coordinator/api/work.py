@@ -3,7 +3,7 @@ time, each signed by the lease's client), follow its placement, job status and l
 latest checkpoint, give its job's secrets sealed to its nodes, ask for a quote, and see the workers
 connected now (simulated ones say so). A lease's job view, logs, files and secrets are private: each
 request is signed (gpunet.protocol.request_message, headers X-Gpunet-Time-Ms, X-Gpunet-Wallet,
-X-Gpunet-Signature, within 60 s and used once) by the lease's client (or, to read, by the supplier of
+X-Gpunet-Nonce, X-Gpunet-Signature, within 60 s and used once) by the lease's client (or, to read, by the supplier of
 a node the lease is on); anything else is 401 and shows nothing. Errors are JSON `{"error": message}` with a 4xx status,
 like the read API; a refused request changes nothing."""
 
@@ -36,6 +36,7 @@ from gpunet.limits import ANY, MAX_GPUS_PER_NODE, MAX_LEASE_GPUS
 from gpunet.protocol import (
     REQUEST_AT_HEADER,
     REQUEST_CLOCK_SKEW_SECONDS,
+    REQUEST_NONCE_HEADER,
     REQUEST_SIGNATURE_HEADER,
     REQUEST_WALLET_HEADER,
     JobSpec,
@@ -390,7 +391,8 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
         except ValueError:
             raise BadRequest(f"{REQUEST_SIGNATURE_HEADER}: not a base58 Ed25519 signature") from None
         target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-        message = request_message(request.method, target, body, at_ms, Pubkey.from_string(wallet))
+        nonce = request.headers.get(REQUEST_NONCE_HEADER, "")[:64]
+        message = request_message(request.method, target, body, at_ms, Pubkey.from_string(wallet), nonce)
         if not signature.verify(Pubkey.from_string(wallet), message):
             return _error(401, "the signature is not the wallet's over this request (method, path, body, time)")
         row = await ledger.lease_row(conn, lease)

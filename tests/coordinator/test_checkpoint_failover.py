@@ -16,12 +16,14 @@ from pathlib import Path
 import pytest
 from solana.rpc.async_api import AsyncClient
 from solana.rpc.commitment import Confirmed
+from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
 from coordinator.settings import Settings
 from gpunet import instructions as ix
 from gpunet.client import send_and_confirm
 from gpunet.jobs import job_view
+from gpunet.keys import create_keypair_file
 from gpunet.localnet import free_ports
 from gpunet.pda import lease_pda
 from gpunet.protocol import JobSpec
@@ -39,9 +41,9 @@ async def chain(node):
         yield client
 
 
-async def _line(api: str, lease: Pubkey, node_key: str, prefix: str) -> str | None:
+async def _line(api: str, client: Keypair, lease: Pubkey, node_key: str, prefix: str) -> str | None:
     after = 0
-    while logs := (await job_view(api, lease, after))["logs"]:
+    while logs := (await job_view(api, client, lease, after))["logs"]:
         for line in logs:
             if line["node_key"] == node_key and (line["line"] or "").startswith(prefix):
                 return line["line"]
@@ -49,8 +51,8 @@ async def _line(api: str, lease: Pubkey, node_key: str, prefix: str) -> str | No
     return None
 
 
-async def _stored(api: str, lease: Pubkey, size: int):
-    checkpoint = (await job_view(api, lease))["checkpoint"]
+async def _stored(api: str, client: Keypair, lease: Pubkey, size: int):
+    checkpoint = (await job_view(api, client, lease))["checkpoint"]
     return checkpoint if checkpoint and checkpoint["bytes"] >= size else None
 
 
@@ -106,17 +108,23 @@ async def test_a_big_checkpoint_moves_on_failover_and_the_job_resumes_with_every
         )
         spec = JobSpec(command=[sys.executable, BIG_JOB], env={"MIB": str(MIB)})
         await eventually(lambda: submitted(api, world.client, lease, spec), what="the job accepted")
-        [first] = (await eventually(lambda: placed_view(api, lease), what="the lease placed"))["placement"]["nodes"]
-        fresh = await eventually(lambda: _line(api, lease, first, "fresh "), timeout=120, what="the checkpoint written")
+        client = world.client
+        [first] = (await eventually(lambda: placed_view(api, client, lease), what="the lease placed"))["placement"][
+            "nodes"
+        ]
+        fresh = await eventually(
+            lambda: _line(api, client, lease, first, "fresh "), timeout=120, what="the checkpoint written"
+        )
         written = str(fresh).split()[1]
         stored = await eventually(
-            lambda: _stored(api, lease, MIB << 20), timeout=120, what="the checkpoint in the store"
+            lambda: _stored(api, client, lease, MIB << 20), timeout=120, what="the checkpoint in the store"
         )
         assert stored["node_key"] == first and stored["chunks"] >= MIB // 8
         # `lease status` shows it (the coordinator runs in this process: the command runs beside it)
+        create_keypair_file(tmp_path / "client.json", world.client)
         proc = await asyncio.create_subprocess_exec(
             str(Path(sys.executable).with_name("gpunet")),
-            *("lease", "status", str(lease), "--coordinator", api),
+            *("lease", "status", str(lease), "--coordinator", api, "-k", str(tmp_path / "client.json")),
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
             env={**os.environ, "COLUMNS": "250"},
@@ -127,9 +135,13 @@ async def test_a_big_checkpoint_moves_on_failover_and_the_job_resumes_with_every
         # The node dies; its share moves and the job resumes on the spare from the store's checkpoint.
         i = world.node_keys().index(first)
         workers[first].send_signal(signal.SIGKILL)
-        moved = await eventually(lambda: _placed_elsewhere(api, lease, first), timeout=120, what="the share moved")
+        moved = await eventually(
+            lambda: _placed_elsewhere(api, client, lease, first), timeout=120, what="the share moved"
+        )
         resumed = await eventually(
-            lambda: _line(api, lease, moved, "resumed "), timeout=240, what="the job resumed on the new node"
+            lambda: _line(api, client, lease, moved, "resumed "),
+            timeout=240,
+            what="the job resumed on the new node",
         )
         assert resumed == f"resumed verified {written} {MIB << 20}"
         j = world.node_keys().index(moved)
@@ -154,8 +166,8 @@ async def _all_connected(coordinator, n: int) -> bool:
     return len(coordinator.gateway.sessions) >= n
 
 
-async def _placed_elsewhere(api: str, lease: Pubkey, gone: str) -> str | None:
-    view = await job_view(api, lease)
+async def _placed_elsewhere(api: str, client: Keypair, lease: Pubkey, gone: str) -> str | None:
+    view = await job_view(api, client, lease)
     nodes = view["placement"]["nodes"] if view["placement"] else []
     return nodes[0] if nodes and gone not in nodes else None
 

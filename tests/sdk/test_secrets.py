@@ -14,6 +14,7 @@ from solders.signature import Signature
 
 from gpunet.protocol import (
     REQUEST_AT_HEADER,
+    REQUEST_NONCE_HEADER,
     REQUEST_SIGNATURE_HEADER,
     REQUEST_WALLET_HEADER,
     Dispatch,
@@ -69,18 +70,22 @@ def test_secret_names_are_checked_and_old_messages_parse_and_sign_as_before() ->
     assert job_message(lease, JobSpec(command=["x"], secrets=["T"])) != before
 
 
-def test_a_signed_request_binds_its_method_target_body_time_and_wallet() -> None:
+def test_a_signed_request_binds_its_method_target_body_time_wallet_and_nonce() -> None:
     wallet = Keypair()
     headers = sign_request(wallet, "post", "/leases/x/secrets?a=1", b"{}", 1_000)
     assert headers[REQUEST_AT_HEADER] == "1000" and headers[REQUEST_WALLET_HEADER] == str(wallet.pubkey())
-    signature = Signature.from_string(headers[REQUEST_SIGNATURE_HEADER])
-    message = request_message("POST", "/leases/x/secrets?a=1", b"{}", 1_000, wallet.pubkey())
+    signature, nonce = Signature.from_string(headers[REQUEST_SIGNATURE_HEADER]), headers[REQUEST_NONCE_HEADER]
+    message = request_message("POST", "/leases/x/secrets?a=1", b"{}", 1_000, wallet.pubkey(), nonce)
     assert signature.verify(wallet.pubkey(), message)  # control
     for changed in [
-        request_message("GET", "/leases/x/secrets?a=1", b"{}", 1_000, wallet.pubkey()),
-        request_message("POST", "/leases/x/secrets?a=2", b"{}", 1_000, wallet.pubkey()),
-        request_message("POST", "/leases/x/secrets?a=1", b"{ }", 1_000, wallet.pubkey()),
-        request_message("POST", "/leases/x/secrets?a=1", b"{}", 1_001, wallet.pubkey()),
-        request_message("POST", "/leases/x/secrets?a=1", b"{}", 1_000, Keypair().pubkey()),
+        request_message("GET", "/leases/x/secrets?a=1", b"{}", 1_000, wallet.pubkey(), nonce),
+        request_message("POST", "/leases/x/secrets?a=2", b"{}", 1_000, wallet.pubkey(), nonce),
+        request_message("POST", "/leases/x/secrets?a=1", b"{ }", 1_000, wallet.pubkey(), nonce),
+        request_message("POST", "/leases/x/secrets?a=1", b"{}", 1_001, wallet.pubkey(), nonce),
+        request_message("POST", "/leases/x/secrets?a=1", b"{}", 1_000, Keypair().pubkey(), nonce),
+        request_message("POST", "/leases/x/secrets?a=1", b"{}", 1_000, wallet.pubkey(), nonce + "0"),
     ]:
         assert not signature.verify(wallet.pubkey(), changed)
+    # Two requests alike in the same millisecond (two followers of one lease) never sign alike.
+    again = sign_request(wallet, "post", "/leases/x/secrets?a=1", b"{}", 1_000)
+    assert again[REQUEST_SIGNATURE_HEADER] != headers[REQUEST_SIGNATURE_HEADER]

@@ -254,7 +254,7 @@ async def test_a_container_job_s_secrets_pass_by_name_never_in_the_engine_s_argv
         JobDirs.of(tmp_path, dispatch),
         simulated=True,
         send=print,
-        container_engine="/usr/bin/podman",
+        sandbox=Sandbox(engine=("/usr/bin/podman",)),
     )
     argv = job._argv()
     assert "TOKEN" in argv and not any("hunter2" in arg for arg in argv)
