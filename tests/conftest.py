@@ -76,11 +76,12 @@ def rpc(url: str, body: object | bytes, timeout: float = 10.0) -> object:
 
 @pytest.fixture
 def start_node(localnet_bin, tmp_path):
-    """Factory: start_node(ledger=..., genesis=...) -> a running node; all stopped at teardown."""
+    """Factory: start_node(ledger=..., genesis=..., slot_ms=...) -> a running node; all stopped at teardown."""
     nodes: list[LocalnetProcess] = []
 
     def start(**kwargs) -> LocalnetProcess:
-        node = LocalnetProcess(tmp_path / f"node{len(nodes) + 1}.log", slot_ms=SLOT_MS, binary=localnet_bin, **kwargs)
+        kwargs = {"slot_ms": SLOT_MS, "binary": localnet_bin, **kwargs}
+        node = LocalnetProcess(tmp_path / f"node{len(nodes) + 1}.log", **kwargs)
         nodes.append(node)
         return node.start()
 
