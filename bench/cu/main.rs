@@ -13,11 +13,11 @@
 //! seed tried, so their cost depends on the key: they are measured several times (median, range).
 //!
 //! Settlement batches are legacy transactions, as the coordinator sends them (no compute-budget
-//! instruction, the attester paying): each report is the node's Ed25519 instruction followed
+//! instruction, the attester paying): each receipt is the node's Ed25519 instruction followed
 //! by settle_usage. A batch fits when its wire size is at most 1,232 bytes and its compute at
 //! most the default limit the runtime gives it (200,000 per non-builtin instruction, capped
 //! at 1,400,000). Two shapes: the nodes of one cluster lease (shared lease accounts), and
-//! reports of unrelated leases (nothing shared but the config, treasury and programs).
+//! receipts of unrelated leases (nothing shared but the config and programs, both read only).
 #[path = "../../programs/gpunet/tests/harness/mod.rs"]
 mod harness;
 
@@ -148,8 +148,10 @@ fn per_instruction() -> Vec<(String, Vec<u64>)> {
         consumed(h.send(&[h.top_up_lease_ix(&client, &single, 3_600)], &[&client.wallet]), "top_up_lease"),
     );
     h.advance(USAGE_PERIOD_SECONDS);
-    let report = h.full_use_report(&single, &nodes[0], USAGE_PERIOD_SECONDS);
-    record("settle_usage (+ Ed25519 check)", consumed(h.settle(&single, &nodes[0], report), "settle_usage"));
+    let receipt = h.full_use_receipt(&single, &nodes[0], USAGE_PERIOD_SECONDS);
+    record("settle_usage (+ Ed25519 check)", consumed(h.settle(&single, &nodes[0], receipt), "settle_usage"));
+    let sweep = h.send(&[h.sweep_fees_ix(&client.wallet.pubkey(), &single)], &[&client.wallet]);
+    record("sweep_fees", consumed(sweep, "sweep_fees"));
     // a share moves only away from a node found lost (slashed, so jailed)
     h.slash(&nodes[0], FaultKind::MissedHeartbeats, None).expect("slash");
     record("reassign_lease", consumed(h.reassign(&single, &nodes[0], &spare), "reassign_lease"));
@@ -227,7 +229,7 @@ fn settle_batches(shape: Shape) {
             }
         }
     }
-    // Each batch settles a fresh period for every pair in it, so batches never overlap.
+    // Each batch settles a newer receipt for every pair in it.
     let attester = h.attester.insecure_clone();
     let mut best = None;
     let mut stopped_by = None;
@@ -236,7 +238,7 @@ fn settle_batches(shape: Shape) {
         h.advance(USAGE_PERIOD_SECONDS);
         let ixs: Vec<Instruction> = pairs[..k]
             .iter()
-            .flat_map(|(lease, node)| h.usage_ixs(lease, node, h.full_use_report(lease, node, USAGE_PERIOD_SECONDS)))
+            .flat_map(|(lease, node)| h.usage_ixs(lease, node, h.full_use_receipt(lease, node, USAGE_PERIOD_SECONDS)))
             .collect();
         let tx =
             Transaction::new_signed_with_payer(&ixs, Some(&attester.pubkey()), &[&attester], h.svm.latest_blockhash());

@@ -76,19 +76,19 @@ pub enum GpunetError {
     AccountMismatch,
 
     // --- usage settlement
-    #[msg("The usage report's sequence number is not above the last settled one")]
+    #[msg("The receipt's GPU-seconds are not above the last settled receipt's")]
     BadSequence,
-    #[msg("The usage period is empty, too long, in the future or overlaps a settled one")]
+    #[msg("The receipt does not run past the last settled one, runs ahead of the clock or past the billing end")]
     BadPeriod,
-    #[msg("Claimed GPU-seconds exceed the period's wall time times the node's GPUs")]
+    #[msg("Claimed GPU-seconds exceed the wall time since the assignment times the share's GPUs")]
     OverClaimed,
-    #[msg("The instruction before settle_usage must be an Ed25519 verification of this report")]
+    #[msg("The instruction before settle_usage must be an Ed25519 verification of this receipt")]
     MissingEd25519Instruction,
     #[msg("The Ed25519 instruction is malformed or its offsets point outside its own data")]
     MalformedEd25519Instruction,
-    #[msg("The usage report was not signed by the node's key")]
+    #[msg("The usage receipt was not signed by the node's key")]
     WrongSigner,
-    #[msg("The signed message is not this usage report")]
+    #[msg("The signed message is not this usage receipt")]
     MessageMismatch,
 
     // --- arithmetic
@@ -136,4 +136,8 @@ pub enum GpunetError {
     InvalidVerificationExpiry,
     #[msg("The verified inventory is not the node's registered inventory")]
     InventoryMismatch,
+
+    // --- cumulative receipts (appended, so earlier codes stay stable)
+    #[msg("The receipt is for another assignment of the node to this lease (its epoch is not the share's)")]
+    WrongAssignment,
 }

@@ -103,21 +103,39 @@ pub struct LeaseReassigned {
     pub assignment: Assignment,
 }
 
+/// A share's usage was settled up to a receipt. The provider's lifetime earnings are the sum of
+/// `payout` over its events (no account counts them: a settlement writes no shared account).
 #[event]
 pub struct UsageSettled {
     pub lease: Pubkey,
     pub node: Pubkey,
     pub provider: Pubkey,
-    pub seq: u64,
-    pub period_start: i64,
-    pub period_end: i64,
-    /// GPU-seconds the node signed for.
+    /// The assignment the receipt is for.
+    pub epoch: u64,
+    /// The receipt's cumulative GPU-seconds since the assignment.
+    pub receipt_gpu_seconds: u64,
+    /// The moment the receipt runs through.
+    pub through: i64,
+    /// GPU-seconds paid for by this settlement (the receipt's increment, less what the attester
+    /// did not accept).
     pub gpu_seconds: u64,
-    /// Gross amount charged to the escrow (payout + fee).
+    /// Gross amount charged to the escrow (payout + fee); less than the cost of `gpu_seconds`
+    /// only where the escrow ran out.
     pub amount: u64,
     pub payout: u64,
+    /// The protocol fee, kept in the lease's vault until it is swept to the treasury.
     pub fee: u64,
     pub escrow_left: u64,
+}
+
+/// The fees a lease had collected were moved from its vault to the treasury (`sweep_fees`, or
+/// `finalize_lease`).
+#[event]
+pub struct FeesSwept {
+    pub lease: Pubkey,
+    pub amount: u64,
+    /// All the lease's fees moved to the treasury so far.
+    pub fees_swept: u64,
 }
 
 /// The lease was closed for use: its nodes are free and `refund` went back to the client now;
@@ -146,6 +164,8 @@ pub struct LeaseFinalized {
     pub fees: u64,
     /// Everything refunded over the lease's life (at close and now).
     pub refunded: u64,
+    /// The fees moved to the treasury now (the rest went before, by `sweep_fees`).
+    pub fees_to_treasury: u64,
 }
 
 /// A finalized lease's account was closed and its rent returned to the client.

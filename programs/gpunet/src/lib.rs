@@ -1,5 +1,5 @@
 //! gpunet: GPU suppliers stake IO and register nodes, clients lease them from an escrow,
-//! attesters settle signed usage out of that escrow and slash faulty suppliers.
+//! attesters settle the nodes' signed usage receipts out of that escrow and slash faulty suppliers.
 #![deny(arithmetic_overflow)]
 // Anchor 0.31's generated IDL-account handlers call the deprecated `realloc`, outside our module
 // (they are compiled only without the default `no-idl` feature).
@@ -16,7 +16,7 @@ pub mod state;
 pub mod vault;
 
 use instructions::*;
-use state::{ConfigParams, FaultKind, LeaseTerms, NodeSpec, UsageReport};
+use state::{ConfigParams, FaultKind, LeaseTerms, NodeSpec, Receipt};
 
 declare_id!("DUaGWuMPftjSLiWWJYjqdte7boRZ8vqT77vf372eqHj4");
 
@@ -125,8 +125,12 @@ pub mod gpunet {
     }
 
     // --- settlement and slashing
-    pub fn settle_usage(ctx: Context<SettleUsage>, report: UsageReport) -> Result<()> {
-        SettleUsage::handler(ctx, report)
+    pub fn settle_usage(ctx: Context<SettleUsage>, receipt: Receipt, accepted_gpu_seconds: u64) -> Result<()> {
+        SettleUsage::handler(ctx, receipt, accepted_gpu_seconds)
+    }
+
+    pub fn sweep_fees(ctx: Context<SweepFees>) -> Result<()> {
+        SweepFees::handler(ctx)
     }
 
     pub fn slash_provider(ctx: Context<SlashProvider>, fault: FaultKind, evidence_hash: [u8; 32]) -> Result<()> {

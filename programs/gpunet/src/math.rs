@@ -21,6 +21,14 @@ pub fn usage_cost(price_per_gpu_hour: u64, gpu_seconds: u64) -> Option<u64> {
     u64::try_from(total / SECONDS_PER_HOUR).ok()
 }
 
+/// What `more` GPU-seconds cost on top of `settled` already paid for: the cost of the cumulative
+/// total less the cost of what was paid, so rounding never loses or adds a unit however the usage
+/// is split into settlements (the total paid is always the cost of the total settled).
+pub fn cumulative_cost(price_per_gpu_hour: u64, settled: u64, more: u64) -> Option<u64> {
+    let total = usage_cost(price_per_gpu_hour, settled.checked_add(more)?)?;
+    total.checked_sub(usage_cost(price_per_gpu_hour, settled)?)
+}
+
 /// `amount * bps / 10_000`, rounded down; `None` if `bps` > 10_000.
 pub fn bps_of(amount: u64, bps: u16) -> Option<u64> {
     if u64::from(bps) > BPS_DENOMINATOR {
@@ -54,9 +62,16 @@ pub struct Settlement {
     pub fee: u64,
 }
 
-/// Splits the cost of `gpu_seconds` into payout and fee, capped by what is left in escrow.
-pub fn settle(price_per_gpu_hour: u64, gpu_seconds: u64, fee_bps: u16, escrow_left: u64) -> Option<Settlement> {
-    let amount = usage_cost(price_per_gpu_hour, gpu_seconds)?.min(escrow_left);
+/// Splits the cost of `gpu_seconds` more, on top of `settled` (see `cumulative_cost`), into payout
+/// and fee, capped by what is left in escrow.
+pub fn settle(
+    price_per_gpu_hour: u64,
+    settled: u64,
+    gpu_seconds: u64,
+    fee_bps: u16,
+    escrow_left: u64,
+) -> Option<Settlement> {
+    let amount = cumulative_cost(price_per_gpu_hour, settled, gpu_seconds)?.min(escrow_left);
     let fee = bps_of_ceil(amount, fee_bps)?;
     let payout = amount.checked_sub(fee)?;
     Some(Settlement { amount, payout, fee })
@@ -131,26 +146,39 @@ mod tests {
 
     #[test]
     fn settlement_conserves_and_caps_at_escrow() {
-        let s = settle(3_600, 100, 500, u64::MAX).unwrap();
+        let s = settle(3_600, 0, 100, 500, u64::MAX).unwrap();
         assert_eq!(s, Settlement { amount: 100, payout: 95, fee: 5 });
-        let capped = settle(3_600, 100, 500, 40).unwrap();
+        let capped = settle(3_600, 0, 100, 500, 40).unwrap();
         assert_eq!(capped, Settlement { amount: 40, payout: 38, fee: 2 });
         // the fee rounds up: 19 units at 5 % owe 0.95, charged as 1
-        assert_eq!(settle(3_600, 19, 500, u64::MAX).unwrap(), Settlement { amount: 19, payout: 18, fee: 1 });
-        let empty = settle(3_600, 100, 500, 0).unwrap();
+        assert_eq!(settle(3_600, 0, 19, 500, u64::MAX).unwrap(), Settlement { amount: 19, payout: 18, fee: 1 });
+        let empty = settle(3_600, 0, 100, 500, 0).unwrap();
         assert_eq!(empty, Settlement { amount: 0, payout: 0, fee: 0 });
         for (price, secs, bps, left) in [(123u64, 4_567u64, 1_999u16, 999u64), (u64::MAX, 3_600, 2_000, u64::MAX)] {
-            let s = settle(price, secs, bps, left).unwrap();
+            let s = settle(price, 0, secs, bps, left).unwrap();
             assert_eq!(s.payout + s.fee, s.amount);
             assert!(s.amount <= left);
         }
     }
 
     #[test]
+    fn cumulative_settlements_pay_exactly_the_total() {
+        // 1 GPU-second at 1,000 per GPU-hour costs 0.28: settled one at a time it still adds up
+        let whole = usage_cost(1_000, 3_601).unwrap();
+        let mut paid = 0;
+        for settled in 0..3_601 {
+            paid += settle(1_000, settled, 1, 0, u64::MAX).unwrap().amount;
+        }
+        assert_eq!(paid, whole);
+        assert_eq!(cumulative_cost(3_600, 5, 7), Some(7));
+        assert_eq!(cumulative_cost(u64::MAX, u64::MAX, 1), None);
+    }
+
+    #[test]
     fn splitting_a_report_never_lowers_the_fee() {
         // one 100-unit report vs. the same usage as 100 one-unit reports
-        let whole = settle(3_600, 100, 500, u64::MAX).unwrap().fee;
-        let split: u64 = (0..100).map(|_| settle(3_600, 1, 500, u64::MAX).unwrap().fee).sum();
+        let whole = settle(3_600, 0, 100, 500, u64::MAX).unwrap().fee;
+        let split: u64 = (0..100).map(|_| settle(3_600, 0, 1, 500, u64::MAX).unwrap().fee).sum();
         assert!(split >= whole, "split {split} < whole {whole}");
         assert_eq!(bps_of_ceil(1, 1), Some(1));
         assert_eq!(bps_of_ceil(0, 2_000), Some(0));

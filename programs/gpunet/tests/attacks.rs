@@ -57,10 +57,10 @@ fn account_data_mismatch() {
     // settle paying a provider that does not own the node
     h.assign(&lease, &[(&node, 1)]).unwrap();
     h.advance(60);
-    let report = h.full_use_report(&lease, &node, 60);
+    let receipt = h.full_use_receipt(&lease, &node, 60);
     let wrong = GpuNode { provider: other.provider, payout_tokens: other.tokens, ..h.node(&s, h100_spec(1)) };
     let wrong = GpuNode { node: node.node, key: node.key.insecure_clone(), ..wrong };
-    assert_error(h.settle(&lease, &wrong, report), GpunetError::AccountMismatch);
+    assert_error(h.settle(&lease, &wrong, receipt), GpunetError::AccountMismatch);
 }
 
 #[test]
@@ -182,7 +182,7 @@ fn fake_sysvar() {
     let lease = h.open_lease(&client, 1, terms(1, 1));
     h.assign(&lease, &[(&node, 1)]).unwrap();
     h.advance(60);
-    let report = h.full_use_report(&lease, &node, 60);
+    let receipt = h.full_use_receipt(&lease, &node, 60);
     // an account dressed as the instructions sysvar (sysvar owner), holding forged content
     let fake = Pubkey::new_unique();
     let forged = Account {
@@ -193,8 +193,8 @@ fn fake_sysvar() {
         rent_epoch: 0,
     };
     h.svm.set_account(fake, forged).unwrap();
-    let [_, mut settle_ix] = h.usage_ixs(&lease, &node, report);
-    settle_ix.accounts[8] = AccountMeta::new_readonly(fake, false);
+    let [_, mut settle_ix] = h.usage_ixs(&lease, &node, receipt);
+    settle_ix.accounts[7] = AccountMeta::new_readonly(fake, false);
     let attester = h.attester.insecure_clone();
     assert_error(h.send(&[settle_ix], &[&attester]), GpunetError::AccountMismatch);
 }

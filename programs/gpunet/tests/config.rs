@@ -98,8 +98,8 @@ fn pause_stops_new_leases_but_not_withdrawals_or_refunds() {
 
     h.advance(UNBONDING_SECONDS);
     h.send(&[h.withdraw_unstaked_ix(&supplier)], &[&supplier.wallet]).unwrap();
-    let report = h.full_use_report(&lease, &node, 30);
-    h.settle(&lease, &node, report).unwrap();
+    let receipt = h.full_use_receipt(&lease, &node, 30);
+    h.settle(&lease, &node, receipt).unwrap();
     let before = h.balance(&client.tokens);
     let wallet = client.wallet.insecure_clone();
     h.close(&wallet, &lease, &client.tokens).unwrap();

@@ -2,17 +2,22 @@
 //!
 //! After each step: escrow deposited == paid to providers + fees + refunded + still in
 //! lease vaults (from the events, to the base unit); every vault holds exactly what the
-//! program's own bookkeeping says, plus what strangers donated to it (refunded to the client,
-//! and counted, at finalization); the total IO supply is unchanged; and a step that fails
-//! changes no balance at all. Leases close, settle in their closing window and finalize.
+//! program's own bookkeeping says (the escrow left and the fees not yet swept), plus what
+//! strangers donated to it (refunded to the client, and counted, at finalization); the treasury
+//! holds exactly the fees swept and the slashes it took; the total IO supply is unchanged; and a
+//! step that fails changes no balance at all. Usage settles by cumulative receipts (some of their
+//! increment accepted, some refused), fees are swept at random; leases close, settle in their
+//! closing window and finalize.
 
 use std::collections::BTreeMap;
 
 use crate::harness::*;
 use anchor_lang::prelude::Pubkey;
 use anchor_spl::token::spl_token;
-use gpunet::events::{LeaseClosed, LeaseFinalized, LeaseOpened, LeaseToppedUp, ProviderSlashed, UsageSettled};
-use gpunet::state::{FaultKind, Lease, LeaseStatus, Node, Provider, UsageReport};
+use gpunet::events::{
+    FeesSwept, LeaseClosed, LeaseFinalized, LeaseOpened, LeaseToppedUp, ProviderSlashed, UsageSettled,
+};
+use gpunet::state::{FaultKind, Lease, LeaseStatus, Node, Provider, Receipt};
 use proptest::prelude::*;
 use solana_signer::Signer;
 
@@ -21,7 +26,8 @@ enum Op {
     Open { client: usize, gpus: u8, minutes: i64 },
     Assign { lease: usize },
     Advance { seconds: i64 },
-    Settle { lease: usize, share: usize, seconds: i64, use_pct: u64 },
+    Settle { lease: usize, share: usize, seconds: i64, use_pct: u64, accept_pct: u64 },
+    Sweep { lease: usize },
     TopUp { lease: usize, minutes: i64 },
     Reassign { lease: usize, share: usize },
     Close { lease: usize, by_client: bool },
@@ -37,8 +43,15 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (0..2usize, 1..=4u8, 1..=90i64).prop_map(|(client, gpus, minutes)| Op::Open { client, gpus, minutes }),
         4 => (0..6usize).prop_map(|lease| Op::Assign { lease }),
         4 => (1..=90i64).prop_map(|seconds| Op::Advance { seconds }),
-        8 => (0..6usize, 0..3usize, 1..=70i64, 0..=110u64)
-            .prop_map(|(lease, share, seconds, use_pct)| Op::Settle { lease, share, seconds, use_pct }),
+        8 => (0..6usize, 0..3usize, 1..=70i64, 0..=110u64, prop_oneof![3 => Just(100u64), 1 => 0..=110u64])
+            .prop_map(|(lease, share, seconds, use_pct, accept_pct)| Op::Settle {
+                lease,
+                share,
+                seconds,
+                use_pct,
+                accept_pct
+            }),
+        1 => (0..6usize).prop_map(|lease| Op::Sweep { lease }),
         1 => (0..6usize, 1..=60i64).prop_map(|(lease, minutes)| Op::TopUp { lease, minutes }),
         2 => (0..6usize, 0..3usize).prop_map(|(lease, share)| Op::Reassign { lease, share }),
         2 => (0..6usize, any::<bool>()).prop_map(|(lease, by_client)| Op::Close { lease, by_client }),
@@ -59,6 +72,9 @@ struct Ledger {
     refunded: u64,
     donations: u64,
     slashed: u64,
+    /// Fees moved to the treasury; slashes' treasury share.
+    swept: u64,
+    slashed_to_treasury: u64,
 }
 
 impl Ledger {
@@ -80,10 +96,15 @@ impl Ledger {
         for e in events::<LeaseFinalized>(meta) {
             self.refunded += e.refund;
             self.donations += e.donations;
+            self.swept += e.fees_to_treasury;
+        }
+        for e in events::<FeesSwept>(meta) {
+            self.swept += e.amount;
         }
         for e in events::<ProviderSlashed>(meta) {
             assert_eq!(e.to_client + e.to_treasury, e.amount);
             self.slashed += e.amount;
+            self.slashed_to_treasury += e.to_treasury;
         }
     }
 }
@@ -179,19 +200,22 @@ impl World {
                 self.h.advance(seconds);
                 return None;
             }
-            Op::Settle { lease, share, seconds, use_pct } => {
+            Op::Settle { lease, share, seconds, use_pct, accept_pct } => {
                 let (lease, state) = self.lease_state(lease)?;
                 let a = *state.assignments().get(share % state.assignments().len().max(1))?;
                 let node = self.nodes.iter().find(|n| n.node == a.node)?;
                 let end = self.h.now();
                 let start = (end - seconds).max(a.settled_until);
-                let report = UsageReport {
-                    seq: a.last_seq + 1,
-                    period_start: start,
-                    period_end: end,
-                    gpu_seconds: (end - start).max(0) as u64 * u64::from(a.gpus) * use_pct / 100,
-                };
-                self.h.settle(&lease, node, report)
+                let more = (end - start).max(0) as u64 * u64::from(a.gpus) * use_pct / 100;
+                let receipt = Receipt { epoch: a.epoch, gpu_seconds: a.receipt_gpu_seconds + more, through: end };
+                let ixs = self.h.usage_ixs_accepting(&lease, node, receipt, more * accept_pct / 100);
+                let attester = self.h.attester.insecure_clone();
+                self.h.send(&ixs, &[&attester])
+            }
+            Op::Sweep { lease } => {
+                let (lease, _) = self.lease_state(lease)?;
+                let sweeper = self.donor.wallet.insecure_clone();
+                self.h.send(&[self.h.sweep_fees_ix(&sweeper.pubkey(), &lease)], &[&sweeper])
             }
             Op::TopUp { lease, minutes } => {
                 let (lease, _) = self.lease_state(lease)?;
@@ -276,23 +300,39 @@ impl World {
         assert_eq!(balances.values().sum::<u64>(), self.supply, "IO supply changed");
 
         let mut in_vaults = 0;
+        let mut unswept = 0;
         for lease in &self.leases {
             let state: Lease = self.h.account(&lease.lease);
             let left = state.escrow_left().expect("bookkeeping never underflows");
+            let fees = state.fees_unswept().expect("never more swept than taken");
             let donated = self.donated.get(&lease.vault).copied().unwrap_or(0);
-            assert_eq!(balances[&lease.vault], left + donated, "lease vault == escrow left + donations");
+            assert_eq!(
+                balances[&lease.vault],
+                left + fees + donated,
+                "lease vault == escrow left + fees not swept + donations"
+            );
             assert_eq!(state.deposited, state.paid + state.fees + state.refunded + left);
             if state.status == LeaseStatus::Closed {
-                assert_eq!(left, 0);
+                assert_eq!((left, fees), (0, 0));
                 assert!(!self.h.exists(&lease.vault), "a finalized lease's vault is closed");
             }
+            for a in state.assignments() {
+                assert!(a.gpu_seconds <= a.receipt_gpu_seconds, "never more paid for than the receipts say");
+            }
             in_vaults += left;
+            unswept += fees;
         }
         let l = &self.ledger;
         assert_eq!(
             l.deposited,
             l.paid + l.fees + l.refunded + in_vaults,
             "deposits == payouts + fees + refunds + escrow"
+        );
+        assert_eq!(l.fees, l.swept + unswept, "every fee is swept or still in its lease's vault");
+        assert_eq!(
+            balances[&self.h.treasury],
+            l.swept + l.slashed_to_treasury,
+            "the treasury holds swept fees and slashes"
         );
         let donated_total: u64 = self.donated.values().sum();
         assert_eq!(

@@ -4,7 +4,7 @@
 use crate::harness::*;
 use anchor_lang::error::ErrorCode as AnchorError;
 use gpunet::errors::GpunetError;
-use gpunet::events::{LeaseReassigned, NodeDrainingSet};
+use gpunet::events::{LeaseReassigned, NodeDrainingSet, UsageSettled};
 use gpunet::state::{Lease, Node, Provider};
 use solana_signer::Signer;
 
@@ -77,8 +77,9 @@ fn a_draining_node_s_share_moves_without_a_slash_and_a_healthy_one_s_does_not_mo
     let lease = h.open_lease(&client, 1, terms(4, 2));
     h.assign(&lease, &[(&drained, 2), (&healthy, 2)]).unwrap();
     h.advance(60);
-    let report = h.full_use_report(&lease, &drained, 60);
-    h.settle(&lease, &drained, report).unwrap(); // what it delivered is settled before the move
+    let receipt = h.full_use_receipt(&lease, &drained, 60);
+    // what it delivered is settled before the move
+    let paid: UsageSettled = event(&h.settle(&lease, &drained, receipt).unwrap());
     let staked = h.account::<Provider>(&s1.provider).staked;
 
     // Neither node is lost nor draining: the attester cannot take a share away.
@@ -97,7 +98,7 @@ fn a_draining_node_s_share_moves_without_a_slash_and_a_healthy_one_s_does_not_mo
     // no slash, no jail: the drained supplier keeps its whole stake and its pay
     let p: Provider = h.account(&s1.provider);
     assert_eq!((p.slashed, p.staked), (0, staked));
-    assert!(p.earned > 0);
+    assert!(paid.payout > 0);
     let n: Node = h.account(&drained.node);
     assert_eq!((n.jailed, n.gpus_leased, n.draining), (false, 0, true));
     // the healthy node's share still cannot be moved

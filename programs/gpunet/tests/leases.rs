@@ -148,7 +148,7 @@ fn top_up_extends_the_lease_at_its_maximum_price() {
 }
 
 #[test]
-fn a_lost_node_is_replaced_and_the_new_node_starts_at_seq_one() {
+fn a_lost_node_is_replaced_and_the_new_node_starts_a_new_epoch() {
     let mut h = Harness::new();
     let s1 = h.supplier(800 * IO);
     let s2 = h.supplier(800 * IO);
@@ -158,8 +158,8 @@ fn a_lost_node_is_replaced_and_the_new_node_starts_at_seq_one() {
     let lease = h.open_lease(&client, 1, terms(2, 2));
     h.assign(&lease, &[(&lost, 2)]).unwrap();
     h.advance(60);
-    let report = h.full_use_report(&lease, &lost, 60);
-    h.settle(&lease, &lost, report).unwrap();
+    let receipt = h.full_use_receipt(&lease, &lost, 60);
+    h.settle(&lease, &lost, receipt).unwrap();
 
     h.advance(30);
     assert_error(h.reassign(&lease, &lost, &spare), GpunetError::NodeNotLost);
@@ -167,19 +167,20 @@ fn a_lost_node_is_replaced_and_the_new_node_starts_at_seq_one() {
     let meta = h.reassign(&lease, &lost, &spare).unwrap();
     let ev: LeaseReassigned = event(&meta);
     assert_eq!(
-        (ev.from_node, ev.assignment.node, ev.assignment.gpus, ev.assignment.last_seq),
-        (lost.node, spare.node, 2, 0)
+        (ev.from_node, ev.assignment.node, ev.assignment.gpus, ev.assignment.epoch),
+        (lost.node, spare.node, 2, 2)
     );
+    assert_eq!((ev.assignment.assigned_at, ev.assignment.receipt_gpu_seconds), (h.now(), 0));
     assert_eq!(h.account::<Node>(&lost.node).gpus_leased, 0);
     assert_eq!(h.account::<Node>(&spare.node).gpus_leased, 2);
 
-    // the lost node can no longer settle; the spare starts at seq 1 from the reassignment
-    let late = h.full_use_report(&lease, &spare, 30);
+    // the lost node can no longer settle; the spare counts from the reassignment, in epoch 2
+    let late = h.full_use_receipt(&lease, &spare, 30);
     assert_error(h.settle(&lease, &lost, late), GpunetError::NodeNotInLease);
     h.advance(60);
-    let report = h.full_use_report(&lease, &spare, 60);
-    assert_eq!(report.seq, 1);
-    h.settle(&lease, &spare, report).unwrap();
+    let receipt = h.full_use_receipt(&lease, &spare, 60);
+    assert_eq!((receipt.epoch, receipt.gpu_seconds), (2, 120));
+    h.settle(&lease, &spare, receipt).unwrap();
     assert_error(h.reassign(&lease, &lost, &spare), GpunetError::NodeNotInLease);
 }
 
@@ -192,8 +193,8 @@ fn the_client_closes_any_time_and_gets_every_unsettled_unit_back() {
     let lease = h.open_lease(&client, 1, terms(2, 1));
     h.assign(&lease, &[(&node, 2)]).unwrap();
     h.advance(60);
-    let report = h.full_use_report(&lease, &node, 60);
-    let settled = event::<gpunet::events::UsageSettled>(&h.settle(&lease, &node, report).unwrap());
+    let receipt = h.full_use_receipt(&lease, &node, 60);
+    let settled = event::<gpunet::events::UsageSettled>(&h.settle(&lease, &node, receipt).unwrap());
 
     // everything delivered is settled: the close keeps nothing back and frees the node
     let wallet = client.wallet.insecure_clone();
@@ -218,8 +219,8 @@ fn the_client_closes_any_time_and_gets_every_unsettled_unit_back() {
 
     // closed is final: no second close, top-up or settlement
     assert_error(h.close(&wallet, &lease, &client.tokens), AnchorError::AccountNotInitialized); // the vault is gone
-    let report = h.full_use_report(&lease, &node, 1);
-    assert_error(h.settle(&lease, &node, report), AnchorError::AccountNotInitialized);
+    let receipt = h.full_use_receipt(&lease, &node, 1);
+    assert_error(h.settle(&lease, &node, receipt), AnchorError::AccountNotInitialized);
     assert_error(h.send(&[h.top_up_lease_ix(&client, &lease, 60)], &[&wallet]), AnchorError::AccountNotInitialized);
 }
 

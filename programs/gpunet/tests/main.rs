@@ -13,12 +13,12 @@ mod drain;
 mod leases;
 mod limits;
 mod nodes;
+mod receipt_vector;
 mod review;
 mod settlement;
 mod slashing;
 mod stake;
 mod tolerance;
-mod usage_vector;
 mod verification;
 
 /// Without auto-discovery a test file left out of the list above would silently never run.

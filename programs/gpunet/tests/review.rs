@@ -12,7 +12,7 @@ use anchor_lang::solana_program::program_pack::Pack;
 use anchor_spl::token::spl_token;
 use gpunet::errors::GpunetError;
 use gpunet::events::{LeaseClosed, LeaseFinalized, ProviderSlashed};
-use gpunet::state::{FaultKind, Lease, LeaseStatus, Node, Provider, UsageReport};
+use gpunet::state::{FaultKind, Lease, LeaseStatus, Node, Provider, Receipt};
 use solana_account::Account;
 use solana_signer::Signer;
 
@@ -35,8 +35,9 @@ fn running_lease(h: &mut Harness, gpus: u8, id: u64) -> (Supplier, GpuNode, Clie
     (s, node, client, lease)
 }
 
-fn report(seq: u64, start: i64, end: i64, gpu_seconds: u64) -> UsageReport {
-    UsageReport { seq, period_start: start, period_end: end, gpu_seconds }
+/// A receipt of the first (and only) assignment of a `running_lease`.
+fn receipt(gpu_seconds: u64, through: i64) -> Receipt {
+    Receipt { epoch: 1, gpu_seconds, through }
 }
 
 #[test]
@@ -84,18 +85,18 @@ fn usage_after_the_lease_end_is_never_billable() {
     donate(&mut h, &lease.vault, 10 * IO);
     let state: Lease = h.account(&lease.lease);
     let settled_until = state.assignments()[0].settled_until;
-    let mut seq = 1;
+    let mut total = 0;
     let mut start = settled_until;
     while start + USAGE_PERIOD_SECONDS <= end {
-        h.settle(&lease, &node, report(seq, start, start + USAGE_PERIOD_SECONDS, USAGE_PERIOD_SECONDS as u64)).unwrap();
-        seq += 1;
+        total += USAGE_PERIOD_SECONDS as u64;
+        h.settle(&lease, &node, receipt(total, start + USAGE_PERIOD_SECONDS)).unwrap();
         start += USAGE_PERIOD_SECONDS;
     }
-    assert_eq!(start, end, "the control: every period up to the end is paid");
+    assert_eq!(start, end, "the control: every second up to the end is paid");
     let paid_to_end = h.balance(&s.tokens);
-    let past = report(seq, end, end + USAGE_PERIOD_SECONDS, USAGE_PERIOD_SECONDS as u64);
+    let past = receipt(total + USAGE_PERIOD_SECONDS as u64, end + USAGE_PERIOD_SECONDS);
     assert_error(h.settle(&lease, &node, past), GpunetError::BadPeriod);
-    let straddling = report(seq, end - 1, end + 1, 2);
+    let straddling = receipt(total + 1, end + 1);
     assert_error(h.settle(&lease, &node, straddling), GpunetError::BadPeriod);
     assert_eq!(h.balance(&s.tokens), paid_to_end);
 }
@@ -230,8 +231,8 @@ fn a_close_keeps_what_the_nodes_are_owed_until_it_is_settled() {
     let (s, node, client, lease) = running_lease(&mut h, 2, 1);
     let wallet = client.wallet.insecure_clone();
     h.advance(50);
-    let delivered = h.full_use_report(&lease, &node, 50);
-    // the client closes before the node's last period is settled
+    let delivered = h.full_use_receipt(&lease, &node, 50);
+    // the client closes before the node's last receipt is settled
     let closed: LeaseClosed = event(&h.close(&wallet, &lease, &client.tokens).unwrap());
     let owed = gpunet::math::owed_at_most(2 * IO, 2, h.now() - 50, h.now()).unwrap();
     assert_eq!((closed.retained, closed.billable_until), (owed, h.now()));
@@ -244,7 +245,7 @@ fn a_close_keeps_what_the_nodes_are_owed_until_it_is_settled() {
 
     // usage after the close is not billable; the delivered period is
     h.advance(30);
-    let after = report(1, delivered.period_start, h.now(), 2 * 80);
+    let after = Receipt { gpu_seconds: 2 * 80, through: h.now(), ..delivered };
     assert_error(h.settle(&lease, &node, after), GpunetError::BadPeriod);
     let supplier_before = h.balance(&s.tokens);
     h.settle(&lease, &node, delivered).unwrap();
@@ -255,7 +256,7 @@ fn a_close_keeps_what_the_nodes_are_owed_until_it_is_settled() {
     assert_eq!(done.refund, 0);
     assert_eq!(h.balance(&client.tokens), 1_000 * IO - owed);
     assert_error(h.finalize(&stranger, &lease, &client.tokens), AnchorError::AccountNotInitialized); // the vault is gone
-    let late = report(2, h.now() - 10, h.now(), 1);
+    let late = Receipt { gpu_seconds: delivered.gpu_seconds + 1, through: h.now(), ..delivered };
     assert_error(h.settle(&lease, &node, late), AnchorError::AccountNotInitialized);
     // the vault is gone
 }
@@ -290,11 +291,11 @@ fn a_late_close_bills_only_up_to_the_end_and_settles_until_the_deadline() {
     assert_eq!(closed.retained, 2 * IO, "one GPU-hour at 2 IO could still be owed");
     // the window: the attester settles up to the end; after the deadline nothing settles
     let start = h.account::<Lease>(&lease.lease).assignments()[0].settled_until;
-    h.settle(&lease, &node, report(1, start, start + 60, 60)).unwrap();
+    h.settle(&lease, &node, receipt(60, start + 60)).unwrap();
     h.advance(SETTLE_WINDOW_SECONDS);
-    h.settle(&lease, &node, report(2, start + 60, start + 120, 60)).unwrap(); // at the deadline: still in
+    h.settle(&lease, &node, receipt(120, start + 120)).unwrap(); // at the deadline: still in
     h.advance(1);
-    assert_error(h.settle(&lease, &node, report(3, start + 120, start + 180, 60)), GpunetError::SettlementWindowOver);
+    assert_error(h.settle(&lease, &node, receipt(180, start + 180)), GpunetError::SettlementWindowOver);
     h.finalize(&stranger, &lease, &client.tokens).unwrap();
 }
 
@@ -390,7 +391,7 @@ fn settle_usage_refuses_to_run_by_cpi() {
     let wrapper = Pubkey::new_unique();
     gpunet_localnet::add_native_program(&mut h.svm, wrapper, forward_to_gpunet);
     h.advance(60);
-    let [ed25519, settle] = h.usage_ixs(&lease, &node, h.full_use_report(&lease, &node, 60));
+    let [ed25519, settle] = h.usage_ixs(&lease, &node, h.full_use_receipt(&lease, &node, 60));
     let mut wrapped = settle.clone();
     wrapped.program_id = wrapper;
     wrapped.accounts.insert(0, AccountMeta::new_readonly(gpunet::ID, false));

@@ -52,18 +52,22 @@ pub(crate) fn check_candidate(
     Ok(())
 }
 
-/// Gives `gpus` of `node` to a lease, starting its usage clock at `now`.
-pub(crate) fn take_gpus(node: &mut Account<Node>, gpus: u8, now: i64) -> Result<Assignment> {
+/// Gives `gpus` of `node` to `lease` as its next assignment (a new epoch), starting its usage
+/// clock at `now`.
+pub(crate) fn take_gpus(lease: &mut Lease, node: &mut Account<Node>, gpus: u8, now: i64) -> Result<Assignment> {
     node.gpus_leased = node.gpus_leased.checked_add(gpus).ok_or(GpunetError::ArithmeticOverflow)?;
     node.exit(&crate::ID)?;
+    lease.epochs = lease.epochs.checked_add(1).ok_or(GpunetError::ArithmeticOverflow)?;
     Ok(Assignment {
         node: node.key(),
         node_key: node.node_key,
         provider: node.provider,
         gpus,
         price_per_gpu_hour: node.spec.price_per_gpu_hour,
-        last_seq: 0,
+        epoch: lease.epochs,
+        assigned_at: now,
         settled_until: now,
+        receipt_gpu_seconds: 0,
         gpu_seconds: 0,
     })
 }
@@ -95,7 +99,7 @@ impl<'info> AssignLease<'info> {
             let provider: Account<Provider> = Account::try_from(&pair[1])?;
             require!(assignments.iter().all(|a: &Assignment| a.node != node.key()), GpunetError::DuplicateNode);
             check_candidate(&node, &provider, &terms, share, price, &ctx.accounts.config, now)?;
-            assignments.push(take_gpus(&mut node, share, now)?);
+            assignments.push(take_gpus(&mut ctx.accounts.lease, &mut node, share, now)?);
         }
 
         let lease = &mut ctx.accounts.lease;

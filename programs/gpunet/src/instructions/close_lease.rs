@@ -13,7 +13,6 @@ use anchor_spl::token::{Token, TokenAccount};
 use crate::errors::GpunetError;
 use crate::events::LeaseClosed;
 use crate::instructions::assign_lease::load_node;
-use crate::math;
 use crate::state::*;
 use crate::vault;
 
@@ -67,9 +66,7 @@ impl<'info> CloseLease<'info> {
             let mut node = load_node(info)?;
             node.gpus_leased = node.gpus_leased.checked_sub(share.gpus).ok_or(GpunetError::ArithmeticOverflow)?;
             node.exit(&crate::ID)?;
-            let share_owed =
-                math::owed_at_most(share.price_per_gpu_hour, share.gpus, share.settled_until, billable_until)
-                    .ok_or(GpunetError::ArithmeticOverflow)?;
+            let share_owed = share.owed_at_most(billable_until).ok_or(GpunetError::ArithmeticOverflow)?;
             owed = owed.checked_add(share_owed).ok_or(GpunetError::ArithmeticOverflow)?;
         }
 

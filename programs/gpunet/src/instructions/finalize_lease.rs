@@ -1,6 +1,7 @@
-//! `finalize_lease`: ends a closing lease. Everything the vault holds goes to the client (the
-//! escrow left, plus anything sent to the vault from outside, counted as `donations`), the vault
-//! is closed (its rent to the client) and the lease becomes `Closed`.
+//! `finalize_lease`: ends a closing lease. The fees the lease collected and that are still in its
+//! vault go to the treasury; everything else the vault holds goes to the client (the escrow left,
+//! plus anything sent to the vault from outside, counted as `donations`), the vault is closed (its
+//! rent to the client) and the lease becomes `Closed`.
 //!
 //! Anyone may finalize once the settlement window is over, or as soon as every share is settled
 //! up to the close; an attester may finalize earlier (it declares the final settlement done).
@@ -34,6 +35,8 @@ pub struct FinalizeLease<'info> {
         token::authority = client
     )]
     pub client_tokens: Account<'info, TokenAccount>,
+    #[account(mut, address = config.treasury @ GpunetError::WrongTreasury)]
+    pub treasury: Account<'info, TokenAccount>,
     pub token_program: Program<'info, Token>,
 }
 
@@ -54,19 +57,23 @@ impl<'info> FinalizeLease<'info> {
         ctx.accounts.validate(now)?;
         let a = &ctx.accounts;
         let escrow_left = a.lease.escrow_left()?;
+        let fees = a.lease.fees_unswept()?;
         // The vault can only hold more than the bookkeeping says (outside transfers), never less.
         let held = a.lease_vault.amount;
-        let donations = held.checked_sub(escrow_left).ok_or(GpunetError::ArithmeticOverflow)?;
+        let to_client = held.checked_sub(fees).ok_or(GpunetError::ArithmeticOverflow)?;
+        let donations = to_client.checked_sub(escrow_left).ok_or(GpunetError::ArithmeticOverflow)?;
         let lease_id = a.lease.lease_id.to_le_bytes();
         let seeds: &[&[u8]] = &[SEED_LEASE, a.lease.client.as_ref(), &lease_id, &[a.lease.bump]];
         let authority = a.lease.to_account_info();
-        vault::pay_out(&a.token_program, &a.lease_vault, &a.client_tokens, authority.clone(), seeds, held)?;
+        vault::pay_out(&a.token_program, &a.lease_vault, &a.treasury, authority.clone(), seeds, fees)?;
+        vault::pay_out(&a.token_program, &a.lease_vault, &a.client_tokens, authority.clone(), seeds, to_client)?;
         vault::close(&a.token_program, &a.lease_vault, a.client.to_account_info(), authority, seeds)?;
 
         let finalizer = a.finalizer.key();
         let lease = &mut ctx.accounts.lease;
         lease.refunded = lease.refunded.checked_add(escrow_left).ok_or(GpunetError::ArithmeticOverflow)?;
         lease.donations = donations;
+        lease.fees_swept = lease.fees;
         lease.status = LeaseStatus::Closed;
         lease.finalized_at = now;
         emit!(LeaseFinalized {
@@ -77,6 +84,7 @@ impl<'info> FinalizeLease<'info> {
             paid: lease.paid,
             fees: lease.fees,
             refunded: lease.refunded,
+            fees_to_treasury: fees,
         });
         Ok(())
     }

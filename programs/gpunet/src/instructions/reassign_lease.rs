@@ -6,8 +6,9 @@
 //! where the config requires it. `expected_price` is the new node's price the move was
 //! decided at; a different one is refused. A lease past its end is not moved (the new node would be
 //! booked for time nobody can bill).
-//! Usage the lost node delivered must be settled before: its reports cannot be settled
-//! once its share has moved. The new node's usage clock starts now, at seq 1.
+//! Usage the lost node delivered must be settled before: its receipts cannot be settled
+//! once its share has moved. The new node's usage clock starts now, in a new epoch (so none of
+//! its receipts from an earlier assignment to this lease counts).
 use anchor_lang::prelude::*;
 
 use crate::errors::GpunetError;
@@ -58,7 +59,7 @@ impl<'info> ReassignLease<'info> {
         let index = a.lease.assignment_index(&a.from_node.key()).ok_or(GpunetError::NodeNotInLease)?;
         let gpus = a.lease.assignments[index].gpus;
         a.from_node.gpus_leased = a.from_node.gpus_leased.checked_sub(gpus).ok_or(GpunetError::ArithmeticOverflow)?;
-        let assignment = take_gpus(&mut a.to_node, gpus, now)?;
+        let assignment = take_gpus(&mut a.lease, &mut a.to_node, gpus, now)?;
         a.lease.assignments[index] = assignment;
         emit!(LeaseReassigned {
             lease: a.lease.key(),

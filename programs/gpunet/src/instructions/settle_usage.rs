@@ -1,10 +1,19 @@
-//! `settle_usage`: pays a node's provider for one signed usage period out of the lease's escrow.
+//! `settle_usage`: pays a node's provider for its usage of a lease up to a signed receipt, out of
+//! the lease's escrow.
 //!
-//! The transaction carries, right before this instruction, an Ed25519 precompile
-//! instruction with the node key's signature over `UsageReport::message`. An attester
-//! (the coordinator, which checked the report against what it observed) submits it, as a
-//! top-level instruction (never by CPI). Usage is billable up to the lease's end while it is
-//! active, and up to its close while it is closing (until the settlement deadline).
+//! A receipt is cumulative (`state::usage`): this pays the cost of its increment over the last
+//! settled receipt of the share, so the attester settles as often or as rarely as it likes. The
+//! transaction carries, right before this instruction, an Ed25519 precompile instruction with the
+//! node key's signature over `Receipt::message`. An attester (the coordinator, which checked the
+//! increment against what it observed) submits it, as a top-level instruction (never by CPI), and
+//! says how much of the increment it accepts: time it saw the node offline is not paid for, and
+//! the rest of the receipt's increment is settled all the same (never paid later).
+//! Usage is billable up to the lease's end while it is active, and up to its close while it is
+//! closing (until the settlement deadline).
+//!
+//! No hot account: the writes are the lease, its vault and the provider's own token account. The
+//! protocol fee stays in the vault (`Lease::fees`) until `sweep_fees` or `finalize_lease`; the
+//! provider's lifetime earnings are the sum of its `UsageSettled` events.
 use anchor_lang::prelude::*;
 use anchor_lang::solana_program::sysvar::instructions as instructions_sysvar;
 use anchor_spl::token::{Token, TokenAccount};
@@ -31,7 +40,8 @@ pub struct SettleUsage<'info> {
     pub lease_vault: Box<Account<'info, TokenAccount>>,
     #[account(seeds = [SEED_NODE, node.node_key.as_ref()], bump = node.bump)]
     pub node: Box<Account<'info, Node>>,
-    #[account(mut, address = node.provider @ GpunetError::AccountMismatch)]
+    /// Read only: it names the wallet whose token account is paid.
+    #[account(address = node.provider @ GpunetError::AccountMismatch)]
     pub provider: Box<Account<'info, Provider>>,
     #[account(
         mut,
@@ -39,8 +49,6 @@ pub struct SettleUsage<'info> {
         token::authority = provider.authority
     )]
     pub provider_tokens: Box<Account<'info, TokenAccount>>,
-    #[account(mut, address = config.treasury @ GpunetError::WrongTreasury)]
-    pub treasury: Box<Account<'info, TokenAccount>>,
     /// CHECK: the instructions sysvar, pinned by address (a fake one is refused).
     #[account(address = instructions_sysvar::ID @ GpunetError::AccountMismatch)]
     pub instructions: UncheckedAccount<'info>,
@@ -48,7 +56,7 @@ pub struct SettleUsage<'info> {
 }
 
 impl<'info> SettleUsage<'info> {
-    pub fn validate(&self, report: &UsageReport) -> Result<()> {
+    pub fn validate(&self, receipt: &Receipt, accepted_gpu_seconds: u64) -> Result<()> {
         require!(self.config.is_attester(self.attester.key), GpunetError::NotAttester);
         require_top_level(&self.instructions)?;
         let now = Clock::get()?.unix_timestamp;
@@ -62,35 +70,34 @@ impl<'info> SettleUsage<'info> {
         };
         let index = self.lease.assignment_index(&self.node.key()).ok_or(GpunetError::NodeNotInLease)?;
         let share = &self.lease.assignments[index];
+        require!(receipt.epoch == share.epoch, GpunetError::WrongAssignment);
 
-        // Strictly increasing, gaps allowed: a report the attester refused (an over-claim, say) is
-        // skipped for good and never blocks the node's later usage; a replay is always refused.
-        require!(report.seq > share.last_seq, GpunetError::BadSequence);
-        let wall = report.period_end.checked_sub(report.period_start).ok_or(GpunetError::BadPeriod)?;
+        // Strictly increasing: a repeat (or an older receipt) is refused, so nothing is paid twice.
+        require!(receipt.gpu_seconds > share.receipt_gpu_seconds, GpunetError::BadSequence);
         require!(
-            wall > 0
-                && wall <= self.config.usage_period_seconds
-                && report.period_start >= share.settled_until
-                && report.period_end <= now
-                && report.period_end <= billing_end,
+            receipt.through > share.settled_until && receipt.through <= now && receipt.through <= billing_end,
             GpunetError::BadPeriod
         );
-        let max_gpu_seconds =
-            (wall as u64).checked_mul(u64::from(share.gpus)).ok_or(GpunetError::ArithmeticOverflow)?;
-        require!(report.gpu_seconds <= max_gpu_seconds, GpunetError::OverClaimed);
+        let max_gpu_seconds = share.max_gpu_seconds(receipt.through).ok_or(GpunetError::ArithmeticOverflow)?;
+        require!(receipt.gpu_seconds <= max_gpu_seconds, GpunetError::OverClaimed);
+        let increment = receipt.gpu_seconds - share.receipt_gpu_seconds;
+        require!(accepted_gpu_seconds <= increment, GpunetError::OverClaimed);
 
-        let message = report.message(&self.lease.key(), &share.node_key);
+        let message = receipt.message(&self.lease.key(), &share.node_key);
         require_signed_by_previous_instruction(&self.instructions, &share.node_key, &message)
     }
 
-    #[access_control(ctx.accounts.validate(&report))]
-    pub fn handler(ctx: Context<Self>, report: UsageReport) -> Result<()> {
+    #[access_control(ctx.accounts.validate(&receipt, accepted_gpu_seconds))]
+    pub fn handler(ctx: Context<Self>, receipt: Receipt, accepted_gpu_seconds: u64) -> Result<()> {
         let a = &ctx.accounts;
         let index = a.lease.assignment_index(&a.node.key()).ok_or(GpunetError::NodeNotInLease)?;
         let share = a.lease.assignments[index];
+        // Capped by the escrow left: the receipt is settled all the same (what the escrow could not
+        // pay is never paid later; the event shows the shortfall against the usage's cost).
         let split = math::settle(
             share.price_per_gpu_hour,
-            report.gpu_seconds,
+            share.gpu_seconds,
+            accepted_gpu_seconds,
             a.config.protocol_fee_bps,
             a.lease.escrow_left()?,
         )
@@ -98,29 +105,33 @@ impl<'info> SettleUsage<'info> {
 
         let lease_id = a.lease.lease_id.to_le_bytes();
         let seeds: &[&[u8]] = &[SEED_LEASE, a.lease.client.as_ref(), &lease_id, &[a.lease.bump]];
-        let authority = a.lease.to_account_info();
-        vault::pay_out(&a.token_program, &a.lease_vault, &a.provider_tokens, authority.clone(), seeds, split.payout)?;
-        vault::pay_out(&a.token_program, &a.lease_vault, &a.treasury, authority, seeds, split.fee)?;
+        vault::pay_out(
+            &a.token_program,
+            &a.lease_vault,
+            &a.provider_tokens,
+            a.lease.to_account_info(),
+            seeds,
+            split.payout,
+        )?;
 
-        let provider = &mut ctx.accounts.provider;
-        provider.earned = provider.earned.checked_add(split.payout).ok_or(GpunetError::ArithmeticOverflow)?;
         let lease = &mut ctx.accounts.lease;
         lease.paid = lease.paid.checked_add(split.payout).ok_or(GpunetError::ArithmeticOverflow)?;
         lease.fees = lease.fees.checked_add(split.fee).ok_or(GpunetError::ArithmeticOverflow)?;
         let escrow_left = lease.escrow_left()?;
         let lease_key = lease.key();
         let share = &mut lease.assignments[index];
-        share.last_seq = report.seq;
-        share.settled_until = report.period_end;
-        share.gpu_seconds = share.gpu_seconds.checked_add(report.gpu_seconds).ok_or(GpunetError::ArithmeticOverflow)?;
+        share.settled_until = receipt.through;
+        share.receipt_gpu_seconds = receipt.gpu_seconds;
+        share.gpu_seconds =
+            share.gpu_seconds.checked_add(accepted_gpu_seconds).ok_or(GpunetError::ArithmeticOverflow)?;
         emit!(UsageSettled {
             lease: lease_key,
             node: share.node,
             provider: share.provider,
-            seq: report.seq,
-            period_start: report.period_start,
-            period_end: report.period_end,
-            gpu_seconds: report.gpu_seconds,
+            epoch: receipt.epoch,
+            receipt_gpu_seconds: receipt.gpu_seconds,
+            through: receipt.through,
+            gpu_seconds: accepted_gpu_seconds,
             amount: split.amount,
             payout: split.payout,
             fee: split.fee,

@@ -54,7 +54,7 @@ pub enum LeaseStatus {
 pub struct Assignment {
     /// The node account (PDA).
     pub node: Pubkey,
-    /// The node's signing key, which must sign its usage reports.
+    /// The node's signing key, which must sign its usage receipts.
     pub node_key: Pubkey,
     /// The node's provider account (PDA), paid for its usage.
     pub provider: Pubkey,
@@ -62,12 +62,35 @@ pub struct Assignment {
     pub gpus: u8,
     /// Price per GPU-hour fixed at assignment.
     pub price_per_gpu_hour: u64,
-    /// Sequence number of the last settled report (0 = none yet).
-    pub last_seq: u64,
-    /// End of the last settled period; the next period may not start before it.
+    /// Which assignment of the lease this is (1 for the first, one more for each assignment or
+    /// reassignment since): the node's receipts name it, so a receipt of an earlier assignment of
+    /// the same node to this lease is never settled into this one.
+    pub epoch: u64,
+    /// When the node took the share: its receipts count GPU-seconds from here.
+    pub assigned_at: i64,
+    /// The `through` of the last settled receipt (`assigned_at` before any); the next must be later.
     pub settled_until: i64,
-    /// GPU-seconds settled for this share.
+    /// The cumulative GPU-seconds of the last settled receipt (0 before any): the next must be more.
+    pub receipt_gpu_seconds: u64,
+    /// GPU-seconds paid for so far: the receipts' increments, less what the attester did not
+    /// accept (time it saw the node offline). Never more than `receipt_gpu_seconds`.
     pub gpu_seconds: u64,
+}
+
+impl Assignment {
+    /// The most GPU-seconds a receipt through `through` may count: wall time since the assignment
+    /// times the share's GPUs.
+    pub fn max_gpu_seconds(&self, through: i64) -> Option<u64> {
+        let wall = u64::try_from(through.checked_sub(self.assigned_at)?.max(0)).ok()?;
+        wall.checked_mul(u64::from(self.gpus))
+    }
+
+    /// The most that may still be paid for this share's usage up to `until`: the cost of the
+    /// GPU-seconds a receipt through `until` could still add, counted cumulatively as settlements are.
+    pub fn owed_at_most(&self, until: i64) -> Option<u64> {
+        let more = self.max_gpu_seconds(until)?.saturating_sub(self.receipt_gpu_seconds);
+        crate::math::cumulative_cost(self.price_per_gpu_hour, self.gpu_seconds, more)
+    }
 }
 
 /// PDA `[SEED_LEASE, client, lease_id]`; escrow in the vault PDA `[SEED_LEASE_VAULT, lease]`.
@@ -90,7 +113,8 @@ pub struct Lease {
     pub deposited: u64,
     /// Paid to providers.
     pub paid: u64,
-    /// Protocol fees taken.
+    /// Protocol fees taken. They stay in the vault (so a settlement writes no shared account) until
+    /// `sweep_fees` or `finalize_lease` moves them to the treasury (`fees_swept`).
     pub fees: u64,
     /// Returned to the client at close.
     pub refunded: u64,
@@ -117,6 +141,10 @@ pub struct Lease {
     /// How long the client lets a node of this lease be silent before the attester treats it as
     /// lost (0: the network's default). Chosen at open, within the bounds above; appended last.
     pub downtime_tolerance_seconds: u32,
+    /// Assignments made so far (the last one's `epoch`); appended last.
+    pub epochs: u64,
+    /// Of `fees`, what has been moved to the treasury; the rest is in the vault. Appended last.
+    pub fees_swept: u64,
 }
 
 impl Lease {
@@ -133,7 +161,13 @@ impl Lease {
         matches!(self.status, LeaseStatus::Closing | LeaseStatus::Closed)
     }
 
-    /// What the vault must hold: deposits not yet paid, taken as fees or refunded.
+    /// The fees still in the vault, not yet moved to the treasury.
+    pub fn fees_unswept(&self) -> Result<u64> {
+        self.fees.checked_sub(self.fees_swept).ok_or_else(|| error!(GpunetError::ArithmeticOverflow))
+    }
+
+    /// The escrow the vault holds for usage: deposits not yet paid, taken as fees or refunded.
+    /// (The vault holds `fees_unswept` besides.)
     pub fn escrow_left(&self) -> Result<u64> {
         self.deposited
             .checked_sub(self.paid)

@@ -25,24 +25,23 @@ mod tests {
     #[test]
     fn account_sizes_are_pinned() {
         assert_eq!(8 + Config::INIT_SPACE, 310);
-        assert_eq!(8 + Provider::INIT_SPACE, 94);
+        assert_eq!(8 + Provider::INIT_SPACE, 86);
         assert_eq!(8 + Node::INIT_SPACE, 180);
-        assert_eq!(8 + Lease::INIT_SPACE, 1_207);
+        assert_eq!(8 + Lease::INIT_SPACE, 1_351);
         assert_eq!(8 + Evidence::INIT_SPACE, 50);
     }
 
     #[test]
-    fn usage_message_layout() {
+    fn receipt_message_layout() {
         let lease = Pubkey::new_from_array([1; 32]);
         let node = Pubkey::new_from_array([2; 32]);
-        let report = UsageReport { seq: 3, period_start: 4, period_end: 5, gpu_seconds: 6 };
-        let msg = report.message(&lease, &node);
-        assert_eq!(&msg[..16], b"gpunet-usage-v1\0");
+        let receipt = Receipt { epoch: 3, gpu_seconds: 4, through: 5 };
+        let msg = receipt.message(&lease, &node);
+        assert_eq!(&msg[..16], b"gpunet-receipt1\0");
         assert_eq!(&msg[16..48], crate::ID.as_ref());
         assert_eq!((&msg[48..80], &msg[80..112]), (&[1u8; 32][..], &[2u8; 32][..]));
         assert_eq!(msg[112..120], 3u64.to_le_bytes());
-        assert_eq!(msg[120..128], 4i64.to_le_bytes());
+        assert_eq!(msg[120..128], 4u64.to_le_bytes());
         assert_eq!(msg[128..136], 5i64.to_le_bytes());
-        assert_eq!(msg[136..144], 6u64.to_le_bytes());
     }
 }

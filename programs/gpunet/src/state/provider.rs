@@ -17,8 +17,6 @@ pub struct Provider {
     pub unbonding_ends_at: i64,
     /// Total ever slashed from this provider.
     pub slashed: u64,
-    /// Total paid out to this provider by settlements (after fees).
-    pub earned: u64,
     /// Registered nodes.
     pub node_count: u32,
     /// Canonical bump of this PDA.

@@ -377,6 +377,7 @@ impl Harness {
                 lease_vault: lease.vault,
                 client: lease.client,
                 client_tokens: *client_tokens,
+                treasury: self.treasury,
                 token_program: spl_token::ID,
             },
             ix::FinalizeLease {},
@@ -406,6 +407,20 @@ impl Harness {
         )
     }
 
+    pub fn sweep_fees_ix(&self, sweeper: &Pubkey, lease: &LeaseRef) -> Instruction {
+        program_ix(
+            acc::SweepFees {
+                sweeper: *sweeper,
+                config: config_pda(),
+                lease: lease.lease,
+                lease_vault: lease.vault,
+                treasury: self.treasury,
+                token_program: spl_token::ID,
+            },
+            ix::SweepFees {},
+        )
+    }
+
     // --- settlement and slashing
 
     pub fn settle_usage_ix(
@@ -413,7 +428,8 @@ impl Harness {
         attester: &Pubkey,
         lease: &LeaseRef,
         node: &GpuNode,
-        report: UsageReport,
+        receipt: Receipt,
+        accepted_gpu_seconds: u64,
     ) -> Instruction {
         program_ix(
             acc::SettleUsage {
@@ -424,34 +440,58 @@ impl Harness {
                 node: node.node,
                 provider: node.provider,
                 provider_tokens: node.payout_tokens,
-                treasury: self.treasury,
                 instructions: sysvar::instructions::ID,
                 token_program: spl_token::ID,
             },
-            ix::SettleUsage { report },
+            ix::SettleUsage { receipt, accepted_gpu_seconds },
         )
     }
 
-    /// The node-signed Ed25519 instruction followed by `settle_usage`.
-    pub fn usage_ixs(&self, lease: &LeaseRef, node: &GpuNode, report: UsageReport) -> [Instruction; 2] {
-        let message = report.message(&lease.lease, &node.key.pubkey());
-        [ed25519_ix(&node.key, &message), self.settle_usage_ix(&self.attester.pubkey(), lease, node, report)]
-    }
-
-    pub fn settle(&mut self, lease: &LeaseRef, node: &GpuNode, report: UsageReport) -> TxResult {
-        let attester = self.attester.insecure_clone();
-        self.send(&self.usage_ixs(lease, node, report), &[&attester])
-    }
-
-    /// The next report for `node` on `lease`: `seconds` of full use of its GPUs, ending now.
-    pub fn full_use_report(&self, lease: &LeaseRef, node: &GpuNode, seconds: i64) -> UsageReport {
+    /// The receipt's increment over the share's last settled receipt (0 if it is not above it):
+    /// what an attester that saw the node online throughout accepts.
+    pub fn increment(&self, lease: &LeaseRef, node: &GpuNode, receipt: &Receipt) -> u64 {
         let state: Lease = self.account(&lease.lease);
-        let share = state.assignments()[state.assignment_index(&node.node).expect("node in lease")];
-        UsageReport {
-            seq: share.last_seq + 1,
-            period_start: self.now() - seconds,
-            period_end: self.now(),
-            gpu_seconds: seconds as u64 * u64::from(share.gpus),
+        state
+            .assignment_index(&node.node)
+            .map_or(0, |i| receipt.gpu_seconds.saturating_sub(state.assignments[i].receipt_gpu_seconds))
+    }
+
+    /// The node-signed Ed25519 instruction followed by `settle_usage`, accepting the whole increment.
+    pub fn usage_ixs(&self, lease: &LeaseRef, node: &GpuNode, receipt: Receipt) -> [Instruction; 2] {
+        let accepted = self.increment(lease, node, &receipt);
+        self.usage_ixs_accepting(lease, node, receipt, accepted)
+    }
+
+    pub fn usage_ixs_accepting(
+        &self,
+        lease: &LeaseRef,
+        node: &GpuNode,
+        receipt: Receipt,
+        accepted: u64,
+    ) -> [Instruction; 2] {
+        let message = receipt.message(&lease.lease, &node.key.pubkey());
+        [ed25519_ix(&node.key, &message), self.settle_usage_ix(&self.attester.pubkey(), lease, node, receipt, accepted)]
+    }
+
+    pub fn settle(&mut self, lease: &LeaseRef, node: &GpuNode, receipt: Receipt) -> TxResult {
+        let attester = self.attester.insecure_clone();
+        self.send(&self.usage_ixs(lease, node, receipt), &[&attester])
+    }
+
+    /// `node`'s share of `lease` as it is on chain now.
+    pub fn share(&self, lease: &LeaseRef, node: &GpuNode) -> Assignment {
+        let state: Lease = self.account(&lease.lease);
+        state.assignments()[state.assignment_index(&node.node).expect("node in lease")]
+    }
+
+    /// The node's next receipt for `lease`: `seconds` more of full use of its GPUs than the last
+    /// settled receipt, through now.
+    pub fn full_use_receipt(&self, lease: &LeaseRef, node: &GpuNode, seconds: i64) -> Receipt {
+        let share = self.share(lease, node);
+        Receipt {
+            epoch: share.epoch,
+            gpu_seconds: share.receipt_gpu_seconds + seconds as u64 * u64::from(share.gpus),
+            through: self.now(),
         }
     }
 

@@ -1,16 +1,16 @@
-//! The usage-report message and its Ed25519 instruction match the shared test vector
-//! (tests/vectors/usage_message.json) that the Python SDK is tested against too.
+//! The usage-receipt message and its Ed25519 instruction match the shared test vector
+//! (tests/vectors/usage_receipt.json) that the Python SDK is tested against too.
 
 use std::str::FromStr;
 
 use crate::harness::builders::ed25519_ix;
 use anchor_lang::prelude::Pubkey;
-use gpunet::state::UsageReport;
+use gpunet::state::Receipt;
 use solana_keypair::Keypair;
 use solana_signer::Signer;
 
 fn vector() -> serde_json::Value {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/vectors/usage_message.json");
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/vectors/usage_receipt.json");
     serde_json::from_str(&std::fs::read_to_string(path).expect("read the vector")).expect("vector is JSON")
 }
 
@@ -19,18 +19,17 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 #[test]
-fn usage_message_matches_the_shared_vector() {
+fn receipt_message_matches_the_shared_vector() {
     let v = vector();
     assert_eq!(v["program_id"], gpunet::ID.to_string());
-    let report = UsageReport {
-        seq: v["seq"].as_u64().unwrap(),
-        period_start: v["period_start"].as_i64().unwrap(),
-        period_end: v["period_end"].as_i64().unwrap(),
+    let receipt = Receipt {
+        epoch: v["epoch"].as_u64().unwrap(),
         gpu_seconds: v["gpu_seconds"].as_u64().unwrap(),
+        through: v["through"].as_i64().unwrap(),
     };
     let lease = Pubkey::from_str(v["lease"].as_str().unwrap()).unwrap();
     let node = Pubkey::from_str(v["node_key"].as_str().unwrap()).unwrap();
-    assert_eq!(hex(&report.message(&lease, &node)), v["message_hex"].as_str().unwrap());
+    assert_eq!(hex(&receipt.message(&lease, &node)), v["message_hex"].as_str().unwrap());
 }
 
 #[test]
