@@ -170,7 +170,7 @@ class Attester:
         )
 
     async def finalize(self, lease: Pubkey) -> Signature | None:
-        """Ends a closing lease whose usage is settled: the vault's rest goes to the client."""
+        """Ends a closing lease whose usage is settled: its fees go to the treasury, the vault's rest to the client."""
         config = await fetch_config(self.client)
         account = await fetch(self.client, lease, "Lease")
 
@@ -183,7 +183,11 @@ class Attester:
                 self.key,
                 [
                     ix.finalize_lease(
-                        self.key.pubkey(), account.client, io_account(account.client, config.io_mint), lease
+                        self.key.pubkey(),
+                        config.treasury,
+                        account.client,
+                        io_account(account.client, config.io_mint),
+                        lease,
                     )
                 ],
             ),

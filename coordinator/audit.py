@@ -76,6 +76,7 @@ _FIELD_EVENTS = {
     "deposited": ("LeaseOpened", "LeaseToppedUp"),
     "paid": ("UsageSettled",),
     "fees": ("UsageSettled",),
+    "fees_swept": ("FeesSwept", "LeaseFinalized"),
     "refunded": ("LeaseClosed", "LeaseFinalized"),
     "donations": ("LeaseFinalized",),
     "status": ("LeaseOpened", "LeaseAssigned", "LeaseClosed", "LeaseFinalized"),
@@ -270,6 +271,7 @@ async def audit_lease(conn: Connection, rpc: ChainRpc, program: Pubkey, lease: s
             "deposited": account["deposited"],
             "paid": account["paid"],
             "fees": account["fees"],
+            "fees_swept": account["fees_swept"],
             "refunded": account["refunded"],
             "status": account["status"].lower(),
             "started_at": account["started_at"],
@@ -285,16 +287,23 @@ async def audit_lease(conn: Connection, rpc: ChainRpc, program: Pubkey, lease: s
             report,
             f"assignment[{a['node']}]",
             share,
-            {k: a[k] for k in ("gpus", "last_seq", "settled_until", "gpu_seconds")},
+            {k: a[k] for k in ("gpus", "epoch", "assigned_at", "settled_until", "receipt_gpu_seconds", "gpu_seconds")},
             [e for e in events if e.name in ("LeaseAssigned", "LeaseReassigned", "UsageSettled")],
         )
-    # The chain's own conservation: the vault holds the unspent escrow (closed: gone), plus whatever
-    # was sent to it from outside, which the escrow never counts (it goes to the client at finalization).
-    expected = account["deposited"] - account["paid"] - account["fees"] - account["refunded"]
+    # The chain's own conservation: the vault holds the unspent escrow and the fees not yet swept to
+    # the treasury (closed: gone), plus whatever was sent to it from outside, which the escrow never
+    # counts (it goes to the client at finalization).
+    expected = account["deposited"] - account["paid"] - account["refunded"] - account["fees_swept"]
     balance = await rpc.token_balance(str(lease_vault_pda(Pubkey.from_string(lease), program)))
     if (balance or 0) < expected:
         report.differences.append(
-            Difference("vault", "lease vault balance (at least the escrow)", expected, balance, _signatures(events))
+            Difference(
+                "vault",
+                "lease vault balance (at least the escrow and unswept fees)",
+                expected,
+                balance,
+                _signatures(events),
+            )
         )
     return report
 
@@ -343,7 +352,6 @@ async def audit_provider(conn: Connection, rpc: ChainRpc, program: Pubkey, key: 
                 "unbonding",
                 "unbonding_ends_at",
                 "slashed",
-                "earned",
                 "node_count",
             )
         },

@@ -1,15 +1,15 @@
 """The worker gateway: a WebSocket server where worker agents authenticate with their node key
-and then heartbeat, stream job status and logs, and send signed usage reports; the coordinator
-dispatches and cancels jobs and acknowledges reports through it (protocol: gpunet.protocol).
+and then heartbeat, stream job status and logs, and send signed usage receipts; the coordinator
+dispatches and cancels jobs and acknowledges receipts through it (protocol: gpunet.protocol).
 
 Admission: the hello names a node key; the gateway asks the coordinator whether that node may
 connect (registered on chain; a jailed node is admitted but gets no work), sends a fresh random
 challenge, and admits the worker only when the challenge answer is that key's signature (a
 replayed answer signs another nonce). A message that is malformed, out of place, or claims to be what the session is not
-(another simulated flag, a usage report the node did not sign) closes the session with the
+(another simulated flag, a usage receipt the node did not sign) closes the session with the
 protocol's close code and a reason, and reaches the coordinator not at all.
 
-A usage report is acknowledged only after the coordinator has recorded it durably, so a worker
+A usage receipt is acknowledged only after the coordinator has recorded it durably, so a worker
 re-sends anything that was lost in between; the coordinator's record is idempotent. Job status,
 log lines and checkpoints are numbered by the worker and recorded in order: each is confirmed
 (`recorded`) once the coordinator has it; one it cannot record now (its database down) is asked
@@ -45,7 +45,7 @@ from gpunet.protocol import (
     ProtocolError,
     Recorded,
     UsageAck,
-    UsageReportMessage,
+    UsageReceiptMessage,
     VerifyCommit,
     VerifyOpenings,
     Welcome,
@@ -78,8 +78,8 @@ class GatewayHandler(Protocol):
 
     async def job_log(self, node_key: Pubkey, line: JobLog) -> None: ...
 
-    async def usage(self, node_key: Pubkey, report: UsageReportMessage) -> None:
-        """Record the (signature-checked) report durably; the gateway acks it after this returns."""
+    async def usage(self, node_key: Pubkey, receipt: UsageReceiptMessage) -> None:
+        """Record the (signature-checked) receipt durably; the gateway acks it after this returns."""
 
     async def checkpoint(self, node_key: Pubkey, checkpoint: Checkpoint) -> None: ...
 
@@ -261,11 +261,16 @@ class Gateway:
                 await h.job_status(node_key, message)
             case JobLog():
                 await h.job_log(node_key, message)
-            case UsageReportMessage():
+            case UsageReceiptMessage():
                 if not message.verify(node_key):
-                    raise _Refused(CLOSE_UNAUTHORISED, f"usage report seq {message.seq} is not signed by this node")
+                    raise _Refused(
+                        CLOSE_UNAUTHORISED, f"usage receipt of lease {message.lease} is not signed by this node"
+                    )
                 await h.usage(node_key, message)
-                await ws.send(encode(UsageAck(lease=message.lease, seq=message.seq)))
+                ack = UsageAck(
+                    lease=message.lease, epoch=message.epoch, gpu_seconds=message.gpu_seconds, through=message.through
+                )
+                await ws.send(encode(ack))
             case Checkpoint():
                 await h.checkpoint(node_key, message)
             case Ack():

@@ -8,7 +8,7 @@ This module only wires them: each loop gets the narrow things it uses, and what 
 memory is one `Shared` object. Every loop reads its work from the database and the chain, not from
 memory, so a coordinator killed at any point and restarted picks up where it was: a placement in
 flight is found on chain, a job is dispatched again (a worker acknowledges a repeated dispatch of
-the job it has), and pending usage is settled against the chain's sequence numbers (never twice).
+the job it has), and pending usage receipts are settled against what the chain has settled (never twice).
 """
 
 from __future__ import annotations
@@ -80,6 +80,8 @@ class Coordinator:
             self.fleet,
             started_at=time.time(),
             reconnect_grace_seconds=settings.reconnect_grace_seconds,
+            interval_seconds=settings.settle_interval_seconds,
+            min_amount=settings.settle_min_amount,
         )
         settle = self.settlement.settle
         self.placement = Placement(pool, self.shared, view, chain_writer)
@@ -121,7 +123,7 @@ class Coordinator:
         self._tasks: list[asyncio.Task[Any]] = []
 
     async def start(self) -> Coordinator:
-        # Workers meter in the protocol's usage period (the most one report may cover).
+        # Workers send their newest usage receipt every usage period (they sign one every tick).
         config = await self._config()
         require_listed(config, self.attester_key.pubkey(), self.settings.attester_keypair)
         period = config.usage_period_seconds

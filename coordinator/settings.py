@@ -59,7 +59,22 @@ class Settings(BaseSettings):
         description="after a coordinator start, workers get this long to reconnect (they back off up to 30 s) "
         "before a node holding a share counts as lost; usage in that window is not held against them",
     )
-    settle_seconds: float = Field(default=5.0, gt=0, description="how often pending usage reports are settled")
+    settle_seconds: float = Field(
+        default=5.0, gt=0, description="how often the pending usage receipts are looked at (and the due ones settled)"
+    )
+    settle_interval_seconds: float = Field(
+        default=3_600.0,
+        ge=0,
+        le=43_200,
+        description="a share is settled once its newest receipt runs this long past its last settlement (and "
+        "the amount is worth it: settle_min_amount); sooner when its lease's escrow needs it, before its share "
+        "moves and at the lease's close",
+    )
+    settle_min_amount: int = Field(
+        default=10_000,
+        ge=0,
+        description="the least unpaid amount (IO base units) a regular settlement of a share is worth",
+    )
     # The program moves only the shares of nodes found lost on chain (slashed, so jailed): without this,
     # lost nodes' shares stay put. To move shares without taking stake, set that fault's slash to 0 bps.
     slash_lost_nodes: bool = Field(

@@ -1,25 +1,27 @@
-"""Turning the workers' signed usage reports into on-chain settlements.
+"""Turning the workers' signed usage receipts into on-chain settlements.
 
-The chain is the source of truth for what is settled: before anything is sent, each report's
-sequence number is compared with its share's `last_seq` on chain. A report at or below it was
-settled already (by us before a restart, or it is a replay): it is acknowledged, never sent
-again. A report beyond `last_seq + 1` waits for the ones before it, unless those were refused:
-the program accepts any higher seq, so a refused report is skipped for good and never blocks
-the node's later usage. So a coordinator that crashes at any point and is given the same reports
-again settles each exactly once.
+A receipt is cumulative (the share's GPU-seconds since its assignment, through an instant), so
+one settlement pays everything up to it and the chain is the source of truth for what is settled:
+before anything is sent, each receipt is compared with its share on chain. One not above the
+share's last settled receipt was settled already (by us before a restart, or it is a replay): it
+is acknowledged, never sent again. So a coordinator that crashes at any point and is given the
+same receipts again settles each second exactly once.
 
-Reports are checked before they cost a transaction: the node's signature over the canonical
-message, the period (not before what is settled, not longer than its span x GPUs, never past the
-lease's end or its close), and the GPU-seconds against the online time the coordinator itself
-observed (heartbeats). A closing lease takes reports until its settlement deadline. Accepted
-reports are packed several to a transaction, each Ed25519 instruction directly before its
-settle_usage, as the program requires.
+Receipts are checked before they cost a transaction: the node's signature over the canonical
+message, the assignment epoch (a receipt of an earlier assignment of the node to the lease is
+refused), the instant it runs through (after what is settled, never past the lease's end or its
+close), the cumulative against wall time x GPUs since the assignment, and the increment against
+the online time the coordinator itself observed (heartbeats) since the last settled receipt: of
+the increment, only the seconds it saw the node online (and at most wall time x GPUs since the
+last settled receipt) are accepted and paid; the rest is settled unpaid. A closing lease takes
+receipts until its settlement deadline. Accepted receipts are packed several to a transaction,
+each Ed25519 instruction directly before its settle_usage, as the program requires.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -39,28 +41,34 @@ from gpunet.client import TransactionExpired, TransactionFailed, send_and_confir
 from gpunet.fees import MAX_COMPUTE_UNITS, Budget, with_budget
 from gpunet.pda import node_pda
 from gpunet.tokens import io_account
-from gpunet.usage import UsageReport
+from gpunet.usage import Receipt
 
 __all__ = ["Outcome", "Settler", "SignedUsage", "Status"]
 
 PACKET_BYTES = 1232  # the most a Solana transaction may take on the wire
 
+_Ready = tuple["SignedUsage", int, list[Instruction]]  # a receipt, the GPU-seconds accepted, its instructions
+
+
+def _accepted(usage: SignedUsage, gpu_seconds: int) -> str:
+    return f"{gpu_seconds} GPU-seconds paid, through {usage.receipt.through}"
+
 
 @dataclass(frozen=True)
 class SignedUsage:
-    """One usage report as a worker sent it: the report and the node's signature over it."""
+    """One usage receipt as a worker sent it: the receipt and the node's signature over it."""
 
     lease: Pubkey
     node_key: Pubkey
-    report: UsageReport
+    receipt: Receipt
     signature: bytes
 
 
 class Status(StrEnum):
-    SETTLED = "settled"  # paid on chain by this call
-    ALREADY_SETTLED = "already_settled"  # its seq is settled on chain already: acknowledge, never resend
-    WAITING = "waiting"  # an earlier report of the share is missing; retry after it
-    REFUSED = "refused"  # bad signature, over-claim, wrong lease or node, or the program refused it
+    SETTLED = "settled"  # settled on chain by this call
+    ALREADY_SETTLED = "already_settled"  # not above what is settled on chain: acknowledge, never resend
+    WAITING = "waiting"  # not settleable yet (runs past the lease's current end, or ahead of the clock)
+    REFUSED = "refused"  # bad signature, over-claim, wrong lease, node or epoch, or the program refused it
 
 
 @dataclass(frozen=True)
@@ -69,10 +77,12 @@ class Outcome:
     status: Status
     reason: str = ""
     signature: Signature | None = None  # the settling transaction
+    gpu_seconds: int = 0  # of the receipt's increment, paid for (settled only)
 
 
-ObservedSeconds = Callable[[SignedUsage], int | None]
-"""Seconds the coordinator saw the node online during the report's period (None: not tracked)."""
+ObservedSeconds = Callable[[SignedUsage, int], int | None]
+"""Seconds the coordinator saw the node online from an instant (the share's last settled receipt)
+to the receipt's `through` (None: not tracked)."""
 
 
 class Settler:
@@ -82,19 +92,14 @@ class Settler:
         self._authorities: dict[Pubkey, Pubkey] = {}  # node key -> provider wallet (never changes)
 
     async def settle(
-        self,
-        batch: Sequence[SignedUsage],
-        observed: ObservedSeconds = lambda _: None,
-        refused: Collection[tuple[Pubkey, Pubkey, int]] = (),
+        self, batch: Sequence[SignedUsage], observed: ObservedSeconds = lambda _u, _s: None
     ) -> list[Outcome]:
-        """Checks every report against the chain and settles the good ones; one Outcome per report.
-        `refused`: (lease, node key, seq) of reports refused before, which later ones need not wait for."""
+        """Checks every receipt against the chain and settles the good ones; one Outcome per receipt."""
         config = await fetch_config(self.client)
         outcomes: list[Outcome] = []
-        ready: list[tuple[SignedUsage, list[Instruction]]] = []
-        ordered = sorted(batch, key=lambda u: (bytes(u.lease), bytes(u.node_key), u.report.seq))
+        ready: list[tuple[SignedUsage, int, list[Instruction]]] = []
+        ordered = sorted(batch, key=lambda u: (bytes(u.lease), bytes(u.node_key), u.receipt.epoch))
         leases: dict[Pubkey, Any] = {}
-        next_seq: dict[tuple[Pubkey, Pubkey], int] = {}
         for usage in ordered:
             try:
                 lease = leases.get(usage.lease) or await fetch(self.client, usage.lease, "Lease")
@@ -102,25 +107,25 @@ class Settler:
                 outcomes.append(Outcome(usage, Status.REFUSED, str(e)))
                 continue
             leases[usage.lease] = lease
-            outcome = self._check(usage, lease, next_seq, observed(usage), refused)
-            if outcome is not None:
-                outcomes.append(outcome)
+            checked = self._check(usage, lease, observed)
+            if isinstance(checked, Outcome):
+                outcomes.append(checked)
                 continue
-            next_seq[(usage.lease, usage.node_key)] = usage.report.seq + 1
             authority = await self._authority(usage.node_key)
             ready.append(
                 (
                     usage,
+                    checked,
                     [
-                        usage.report.signed_instruction(usage.lease, usage.node_key, usage.signature),
+                        usage.receipt.signed_instruction(usage.lease, usage.node_key, usage.signature),
                         ix.settle_usage(
                             self.attester.pubkey(),
-                            config.treasury,
                             usage.lease,
                             usage.node_key,
                             authority,
                             io_account(authority, config.io_mint),
-                            usage.report,
+                            usage.receipt,
+                            checked,
                         ),
                     ],
                 )
@@ -129,56 +134,49 @@ class Settler:
             outcomes.extend(await self._send(group))
         return outcomes
 
-    def _check(
-        self,
-        usage: SignedUsage,
-        lease: Any,
-        next_seq: dict,
-        online: int | None,
-        refused: Collection[tuple[Pubkey, Pubkey, int]],
-    ) -> Outcome | None:
-        r = usage.report
-        key = (usage.lease, usage.node_key)
+    def _check(self, usage: SignedUsage, lease: Any, observed: ObservedSeconds) -> Outcome | int:
+        """The GPU-seconds of the receipt's increment to pay for, or why it is not settled now."""
+        r = usage.receipt
 
-        def skip(reason: str) -> Outcome:
-            """Refuses the node's own signed report; its later ones go on without it."""
-            next_seq[key] = r.seq + 1
+        def refuse(reason: str) -> Outcome:
             return Outcome(usage, Status.REFUSED, reason)
 
         status = type(lease.status).__name__
         if status not in ("Active", "Closing"):
-            return Outcome(usage, Status.REFUSED, f"lease {usage.lease} is {status.lower()}: nothing is billable")
+            return refuse(f"lease {usage.lease} is {status.lower()}: nothing is billable")
         if status == "Closing" and time.time() > lease.settle_deadline:
-            return Outcome(
-                usage, Status.REFUSED, f"lease {usage.lease}'s settlement window ended at {lease.settle_deadline}"
-            )
+            return refuse(f"lease {usage.lease}'s settlement window ended at {lease.settle_deadline}")
         share = next((a for a in list(lease.assignments)[: lease.node_count] if a.node_key == usage.node_key), None)
         if share is None:
-            return Outcome(usage, Status.REFUSED, f"node {usage.node_key} has no share of lease {usage.lease}")
+            return refuse(f"node {usage.node_key} has no share of lease {usage.lease}")
+        if r.epoch != share.epoch:
+            return refuse(f"the receipt is of assignment {r.epoch}, the node's share is assignment {share.epoch}")
         if not r.verify(usage.lease, usage.node_key, usage.signature):
-            return Outcome(usage, Status.REFUSED, "the signature is not the node's over this report")
-        expected = next_seq.get(key, share.last_seq + 1)
-        while expected < r.seq and (usage.lease, usage.node_key, expected) in refused:
-            expected += 1
-        if r.seq < expected:
-            return Outcome(usage, Status.ALREADY_SETTLED, f"seq {r.seq} is settled on chain (last {share.last_seq})")
-        if r.seq > expected:
-            return Outcome(usage, Status.WAITING, f"seq {r.seq} waits for seq {expected}")
-        span = r.period_end - r.period_start
-        if r.period_start < share.settled_until or span <= 0:
-            return skip(
-                f"period {r.period_start}..{r.period_end} overlaps what is settled "
-                f"(until {share.settled_until}) or is empty"
+            return refuse("the signature is not the node's over this receipt")
+        if r.gpu_seconds <= share.receipt_gpu_seconds:
+            return Outcome(
+                usage,
+                Status.ALREADY_SETTLED,
+                f"{r.gpu_seconds} GPU-seconds are settled on chain (up to {share.receipt_gpu_seconds})",
             )
-        if status == "Closing" and r.period_end > lease.billable_until:
-            return skip(f"period ends at {r.period_end}, after the lease's billing ended ({lease.billable_until})")
-        if status == "Active" and r.period_end > (ends_at := lease_end(lease)):
-            # a top-up may still move the end; if the lease closes instead, the report is refused then
-            return Outcome(usage, Status.WAITING, f"period ends at {r.period_end}, after the lease's end ({ends_at})")
-        cap = min(span, online if online is not None else span) * share.gpus
-        if r.gpu_seconds > cap:
-            return skip(f"{r.gpu_seconds} GPU-seconds claimed, at most {cap} observed ({share.gpus} GPUs)")
-        return None
+        if r.through <= share.settled_until:
+            return refuse(f"more GPU-seconds through {r.through}, not after what is settled ({share.settled_until})")
+        if status == "Closing" and r.through > lease.billable_until:
+            return refuse(f"runs through {r.through}, after the lease's billing ended ({lease.billable_until})")
+        if status == "Active" and r.through > (ends_at := lease_end(lease)):
+            # a top-up may still move the end; if the lease closes instead, the node's final receipt comes
+            return Outcome(usage, Status.WAITING, f"runs through {r.through}, after the lease's end ({ends_at})")
+        if r.through > time.time():
+            return Outcome(usage, Status.WAITING, f"runs through {r.through}, ahead of this clock")
+        most = max(0, r.through - share.assigned_at) * share.gpus
+        if r.gpu_seconds > most:
+            return refuse(
+                f"{r.gpu_seconds} GPU-seconds claimed, at most {most} since the assignment ({share.gpus} GPUs)"
+            )
+        increment = r.gpu_seconds - share.receipt_gpu_seconds
+        span = r.through - share.settled_until
+        online = observed(usage, share.settled_until)
+        return min(increment, min(span, online if online is not None else span) * share.gpus)
 
     async def _authority(self, node_key: Pubkey) -> Pubkey:
         if node_key not in self._authorities:
@@ -186,11 +184,9 @@ class Settler:
             self._authorities[node_key] = (await fetch(self.client, node.provider, "Provider")).authority
         return self._authorities[node_key]
 
-    def _pack(
-        self, ready: list[tuple[SignedUsage, list[Instruction]]]
-    ) -> list[list[tuple[SignedUsage, list[Instruction]]]]:
-        """Groups settlements into transactions that fit the packet size (a share's reports stay in order)."""
-        groups: list[list[tuple[SignedUsage, list[Instruction]]]] = []
+    def _pack(self, ready: list[_Ready]) -> list[list[_Ready]]:
+        """Groups settlements into transactions that fit the packet size."""
+        groups: list[list[_Ready]] = []
         for item in ready:
             if groups and self._size(groups[-1] + [item]) <= PACKET_BYTES:
                 groups[-1].append(item)
@@ -198,22 +194,21 @@ class Settler:
                 groups.append([item])
         return groups
 
-    def _size(self, group: list[tuple[SignedUsage, list[Instruction]]]) -> int:
+    def _size(self, group: list[_Ready]) -> int:
         """The transaction's size as sent: with its compute budget, a priority fee included (the largest form)."""
-        instructions = with_budget([i for _, pair in group for i in pair], Budget(MAX_COMPUTE_UNITS, 1))
+        instructions = with_budget([i for _, _, pair in group for i in pair], Budget(MAX_COMPUTE_UNITS, 1))
         message = Message.new_with_blockhash(instructions, self.attester.pubkey(), Hash.default())
         return len(bytes(Transaction.new_unsigned(message)))
 
-    async def _send(self, group: list[tuple[SignedUsage, list[Instruction]]]) -> list[Outcome]:
-        instructions = [i for _, pair in group for i in pair]
+    async def _send(self, group: list[_Ready]) -> list[Outcome]:
+        instructions = [i for _, _, pair in group for i in pair]
         try:
             sig = await send_and_confirm(self.client, self.attester, instructions)
-            return [Outcome(u, Status.SETTLED, signature=sig) for u, _ in group]
+            return [Outcome(u, Status.SETTLED, _accepted(u, n), sig, n) for u, n, _ in group]
         except (TransactionFailed, TransactionExpired) as e:
             if len(group) == 1:
                 return [Outcome(group[0][0], Status.REFUSED, str(e), getattr(e, "signature", None))]
-        # One bad report refuses its whole transaction: settle the rest one by one (the program
-        # takes a share's later reports without a refused one in between).
+        # One bad receipt refuses its whole transaction: settle the rest one by one.
         outcomes: list[Outcome] = []
         for item in group:
             outcomes.extend(await self._send([item]))

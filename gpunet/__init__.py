@@ -12,14 +12,14 @@ from gpunet.pda import (
     provider_pda,
     stake_vault_pda,
 )
-from gpunet.usage import UsageReport, ed25519_instruction
+from gpunet.usage import Receipt, ed25519_instruction
 
 __all__ = [
     "PROGRAM_ID",
     "GpunetError",
     "KeypairFileError",
     "ProgramError",
-    "UsageReport",
+    "Receipt",
     "config_pda",
     "create_keypair_file",
     "custom_error_code",

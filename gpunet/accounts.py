@@ -136,7 +136,7 @@ def _b58(data: bytes) -> str:
 class Escrow:
     """What a lease holds and burns, in IO base units and seconds."""
 
-    balance: int  # in the lease vault now
+    balance: int  # in the lease vault now, less the protocol fees it keeps until they are swept
     burn_per_hour: int  # sum over its assignments of gpus x price per GPU-hour
     # How long the escrow lasts at the current burn rate; None while the lease burns nothing (open,
     # closing or closed). Not the time the lease has left: the escrow is sized at the client's maximum
@@ -154,7 +154,8 @@ def lease_end(lease: Any) -> int:
 
 async def escrow(client: AsyncClient, lease_address: Pubkey, lease: Any) -> Escrow:
     status = type(lease.status).__name__
-    balance = 0 if status == "Closed" else await token_balance(client, lease_vault_pda(lease_address))
+    held = 0 if status == "Closed" else await token_balance(client, lease_vault_pda(lease_address))
+    balance = max(0, held - (lease.fees - lease.fees_swept))  # the fees are the treasury's
     shares = list(lease.assignments)[: lease.node_count]
     burn = sum(a.gpus * a.price_per_gpu_hour for a in shares) if status == "Active" else 0
     return Escrow(

@@ -77,6 +77,8 @@ class ChainAuditReport:
     checks: list[Check] = field(default_factory=list)
     evidence: list[EvidenceCheck] = field(default_factory=list)  # one per slash among the transactions
     node_keys: dict[Pubkey, Pubkey] = field(default_factory=dict)  # node account -> node key, for the nodes named
+    earned: int | None = None  # a provider's: the payouts of its UsageSettled events
+    earned_from: tuple[Signature, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -123,12 +125,15 @@ def _lease_sums(lease: Pubkey, txs: list[ChainTransaction]) -> _Sums:
                 sums.add("paid", d.payout, tx.signature)
                 sums.add("fees", d.fee, tx.signature)
                 sums.add(f"gpu_seconds {d.node}", d.gpu_seconds, tx.signature)
+            elif ev.name == "FeesSwept":
+                sums.add("fees_swept", d.amount, tx.signature)
             elif ev.name == "LeaseReassigned":
                 sums.moved.update((d.from_node, d.assignment.node))
             elif ev.name in ("LeaseClosed", "LeaseFinalized"):
                 sums.add("refunded", d.refund, tx.signature)
                 if ev.name == "LeaseFinalized":
                     sums.add("donations", d.donations, tx.signature)
+                    sums.add("fees_swept", d.fees_to_treasury, tx.signature)
     return sums
 
 
@@ -181,16 +186,19 @@ async def audit_lease(client: AsyncClient, lease: Pubkey, coordinator: str | Non
     txs = await transactions_of(client, lease)
     sums = _lease_sums(lease, txs)
     report = ChainAuditReport(f"lease {lease}", len(txs))
-    for what in ("deposited", "paid", "fees", "refunded", "donations"):
+    for what in ("deposited", "paid", "fees", "fees_swept", "refunded", "donations"):
         report.checks.append(sums.check(what, getattr(account, what)))
-    escrow_from_events = sums.total["deposited"] - sums.total["paid"] - sums.total["fees"] - sums.total["refunded"]
+    # The vault keeps the escrow left and the fees not yet swept to the treasury.
+    escrow_from_events = (
+        sums.total["deposited"] - sums.total["paid"] - sums.total["fees_swept"] - sums.total["refunded"]
+    )
     vault = lease_vault_pda(lease)
     vault_balance = await token_balance(client, vault) if (await client.get_account_info(vault)).value else 0
     # Anyone can send tokens to the vault: it must hold at least the escrow (the surplus goes to the
     # client at finalization, counted as donations).
     report.checks.append(
         Check(
-            "lease vault covers the escrow",
+            "lease vault covers the escrow and unswept fees",
             escrow_from_events,
             min(vault_balance, escrow_from_events),
             tuple(t.signature for t in txs if t.events),
@@ -229,7 +237,10 @@ async def audit_provider(client: AsyncClient, key: Pubkey, coordinator: str | No
                 sums.add("earned", d.payout, tx.signature)
     report = ChainAuditReport(resolved.describe(), len(txs))
     report.checks.append(sums.check("slashed", account.slashed))
-    report.checks.append(sums.check("earned", account.earned))
+    # No account counts what the provider earned (a settlement writes no shared account): the events
+    # alone say it (`earned`), and every settlement among them was checked against its lease above.
+    report.earned = sums.total["earned"]
+    report.earned_from = tuple(sums.sources["earned"])
     held = sums.total["stake in"] - sums.total["withdrawn"] - sums.total["slashed"]
     sources = tuple(sums.sources["stake in"] + sums.sources["withdrawn"] + sums.sources["slashed"])
     report.checks.append(

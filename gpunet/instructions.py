@@ -38,7 +38,7 @@ from gpunet.pda import (
     provider_pda,
     stake_vault_pda,
 )
-from gpunet.usage import UsageReport
+from gpunet.usage import Receipt
 
 __all__ = [
     "ANY",
@@ -72,6 +72,7 @@ __all__ = [
     "settle_usage",
     "slash_provider",
     "stake",
+    "sweep_fees",
     "top_up_lease",
     "unjail_node",
     "update_config",
@@ -429,8 +430,11 @@ def close_lease(
     )
 
 
-def finalize_lease(finalizer: Pubkey, client: Pubkey, client_tokens: Pubkey, lease: Pubkey) -> Instruction:
-    """Ends a closing lease: everything its vault holds goes to the client and the vault is closed."""
+def finalize_lease(
+    finalizer: Pubkey, treasury: Pubkey, client: Pubkey, client_tokens: Pubkey, lease: Pubkey
+) -> Instruction:
+    """Ends a closing lease: the fees it collected go to the treasury, everything else its vault
+    holds to the client, and the vault is closed."""
     return _ix(
         "finalize_lease",
         accounts={
@@ -440,6 +444,22 @@ def finalize_lease(finalizer: Pubkey, client: Pubkey, client_tokens: Pubkey, lea
             "lease_vault": lease_vault_pda(lease),
             "client": client,
             "client_tokens": client_tokens,
+            "treasury": treasury,
+            "token_program": TOKEN_PROGRAM_ID,
+        },
+    )
+
+
+def sweep_fees(sweeper: Pubkey, treasury: Pubkey, lease: Pubkey) -> Instruction:
+    """Moves the fees a lease has collected (kept in its vault by every settlement) to the treasury; anyone may."""
+    return _ix(
+        "sweep_fees",
+        accounts={
+            "sweeper": sweeper,
+            "config": config_pda(),
+            "lease": lease,
+            "lease_vault": lease_vault_pda(lease),
+            "treasury": treasury,
             "token_program": TOKEN_PROGRAM_ID,
         },
     )
@@ -457,17 +477,21 @@ def reclaim_lease(reclaimer: Pubkey, client: Pubkey, lease: Pubkey) -> Instructi
 
 def settle_usage(
     attester: Pubkey,
-    treasury: Pubkey,
     lease: Pubkey,
     node_key: Pubkey,
     provider_authority: Pubkey,
     provider_tokens: Pubkey,
-    report: UsageReport,
+    receipt: Receipt,
+    accepted_gpu_seconds: int,
 ) -> Instruction:
-    """Must directly follow the node's Ed25519 instruction for `report` (`UsageReport.sign`)."""
+    """Must directly follow the node's Ed25519 instruction for `receipt` (`Receipt.sign`). Pays
+    `accepted_gpu_seconds` of the receipt's increment over the share's last settled receipt (at most
+    all of it); the rest of the increment is settled unpaid. Writes only the lease, its vault and
+    the supplier's token account."""
     return _ix(
         "settle_usage",
-        _values(report),
+        _values(receipt),
+        accepted_gpu_seconds,
         accounts={
             "attester": attester,
             "config": config_pda(),
@@ -476,7 +500,6 @@ def settle_usage(
             "node": node_pda(node_key),
             "provider": provider_pda(provider_authority),
             "provider_tokens": provider_tokens,
-            "treasury": treasury,
             "instructions": INSTRUCTIONS,
             "token_program": TOKEN_PROGRAM_ID,
         },
@@ -485,17 +508,19 @@ def settle_usage(
 
 def signed_settlement(
     attester: Pubkey,
-    treasury: Pubkey,
     lease: Pubkey,
     node: Keypair,
     provider_authority: Pubkey,
     provider_tokens: Pubkey,
-    report: UsageReport,
+    receipt: Receipt,
+    accepted_gpu_seconds: int,
 ) -> list[Instruction]:
     """The node's signature and the settlement, in the order the program requires."""
     return [
-        report.sign(lease, node),
-        settle_usage(attester, treasury, lease, node.pubkey(), provider_authority, provider_tokens, report),
+        receipt.sign(lease, node),
+        settle_usage(
+            attester, lease, node.pubkey(), provider_authority, provider_tokens, receipt, accepted_gpu_seconds
+        ),
     ]
 
 

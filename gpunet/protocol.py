@@ -10,8 +10,8 @@ Session (worker side first):
     gateway -> challenge{nonce}                      (fresh random 32 bytes per session)
     worker  -> challenge_answer{signature}           (node key over `challenge_message`)
     gateway -> welcome{heartbeat_seconds, usage_period_seconds}
-    then    worker: heartbeat, job_status, job_log, usage_report, checkpoint, ack
-            gateway: dispatch, cancel, lease_end, ack{lease, seq} (usage report journaled),
+    then    worker: heartbeat, job_status, job_log, usage_receipt, checkpoint, ack
+            gateway: dispatch, cancel, lease_end, ack{lease, epoch, gpu_seconds, through} (receipt recorded),
                      recorded{upto} (numbered job_status/job_log/checkpoint recorded), error
 
 Job status, log lines and checkpoints are numbered per agent process (`origin`, `n`): the worker
@@ -22,7 +22,10 @@ A dispatch hands a node its share of a lease (its GPUs, billed from then on) and
 current job (numbered 1, 2, ...; one at a time); cancel releases the share; lease_end moves the
 instant after which the share is no longer billed (a top-up). The share's assignment `epoch` (the
 transaction that gave it) comes with the dispatch and goes back with every job status, log line and
-checkpoint of it, so nothing of a share the node no longer holds is taken for the current one.
+checkpoint of it, so nothing of a share the node no longer holds is taken for the current one. Its
+on-chain counterpart, `share_epoch` (the lease's assignment number), is what the node's usage
+receipts name: cumulative GPU-seconds of the share, signed every metering tick, the newest sent
+every usage period (and the final one when the share is released).
 
 A gateway closes a bad session with one of the CLOSE_* codes. A worker refuses a bad
 coordinator message with ack{of, error} and keeps the session. Simulated GPUs: every worker
@@ -55,7 +58,7 @@ from solders.signature import Signature
 
 from gpunet.errors import GpunetError
 from gpunet.limits import MAX_GPUS_PER_NODE, MAX_LEASE_NODES
-from gpunet.usage import UsageReport
+from gpunet.usage import Receipt
 
 __all__ = [
     "CLOSE_MALFORMED",
@@ -93,7 +96,7 @@ __all__ = [
     "Recorded",
     "RowOpening",
     "UsageAck",
-    "UsageReportMessage",
+    "UsageReceiptMessage",
     "Verify",
     "VerifyCommit",
     "VerifyOpen",
@@ -407,26 +410,29 @@ class JobLog(_Recorded):
     line: ShortText
 
 
-class UsageReportMessage(_FromWorker):
-    """A signed usage report: `signature` is the node key's Ed25519 signature (base58) over
-    gpunet.usage's canonical 144-byte message, so the coordinator can settle it as is."""
+class UsageReceiptMessage(_FromWorker):
+    """A signed usage receipt: the share's cumulative GPU-seconds since its assignment `epoch`,
+    through `through`; `signature` is the node key's Ed25519 signature (base58) over gpunet.usage's
+    canonical 136-byte message, so the coordinator can settle it as is. Each receipt supersedes the
+    ones before; `final` marks the last one of the share (its billing ended, possibly earlier than
+    receipts sent before this news: that one is the one to settle)."""
 
-    type: Literal["usage_report"] = "usage_report"
+    type: Literal["usage_receipt"] = "usage_receipt"
     lease: PubkeyStr
-    seq: Annotated[int, Field(ge=1, lt=2**64)]
-    period_start: I64
-    period_end: I64
+    epoch: Annotated[int, Field(ge=1, lt=2**64)]
     gpu_seconds: U64
+    through: I64
+    final: bool = False
     signature: SignatureStr
 
-    def report(self) -> UsageReport:
-        return UsageReport(self.seq, self.period_start, self.period_end, self.gpu_seconds)
+    def receipt(self) -> Receipt:
+        return Receipt(self.epoch, self.gpu_seconds, self.through)
 
     def signature_bytes(self) -> bytes:
         return bytes(Signature.from_string(self.signature))
 
     def verify(self, node_key: Pubkey) -> bool:
-        return self.report().verify(Pubkey.from_string(self.lease), node_key, self.signature_bytes())
+        return self.receipt().verify(Pubkey.from_string(self.lease), node_key, self.signature_bytes())
 
 
 class Checkpoint(_Recorded):
@@ -481,7 +487,7 @@ WorkerMessage = Annotated[
     | Heartbeat
     | JobStatus
     | JobLog
-    | UsageReportMessage
+    | UsageReceiptMessage
     | Checkpoint
     | Ack
     | VerifyCommit
@@ -533,6 +539,9 @@ class Dispatch(_Model):
     # The share's assignment epoch: the transaction that gave this node its share. A node that still
     # holds a share of the lease from another epoch stops that one before it takes this one.
     epoch: SignatureStr | None = None
+    # The same assignment as the chain numbers it (`Assignment.epoch`: 1 for the lease's first share,
+    # one more for each assignment or move since): the node's usage receipts name it.
+    share_epoch: Annotated[int, Field(ge=1, lt=2**64)] = 1
     # The client's signature over the lease's job 1: the seed of the lease's checkpoint key
     # (gpunet.checkpoint.lease_key), for checkpoints through the coordinator's checkpoint store.
     checkpoint_seed: SignatureStr | None = None
@@ -567,11 +576,14 @@ class LeaseEnd(_Model):
 
 
 class UsageAck(_Model):
-    """The coordinator has durably recorded usage report `seq` of `lease`: the worker stops re-sending it."""
+    """The coordinator has durably recorded the usage receipt of `lease`'s share `epoch` with these
+    `gpu_seconds` through `through` (or a newer one): the worker stops re-sending it."""
 
     type: Literal["ack"] = "ack"
     lease: PubkeyStr
-    seq: Annotated[int, Field(ge=1, lt=2**64)]
+    epoch: Annotated[int, Field(ge=1, lt=2**64)]
+    gpu_seconds: U64
+    through: I64
 
 
 class Recorded(_Model):

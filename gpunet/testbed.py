@@ -25,7 +25,7 @@ from gpunet.client import TransactionFailed, send_and_confirm
 from gpunet.localnet import localnet_deployer
 from gpunet.pda import lease_pda, node_pda, provider_pda
 from gpunet.tokens import create_mint, ensure_io_account, mint_io
-from gpunet.usage import UsageReport
+from gpunet.usage import Receipt
 
 __all__ = ["Client", "Market", "Supplier", "funded_deployer", "funded_wallet"]
 
@@ -173,24 +173,24 @@ class Market:
         )
 
     async def settle(self, lease: Pubkey, s: Supplier, seconds: int = 1) -> Signature:
-        """Settles the next `seconds` of the share at full use, waiting for the chain clock if needed."""
+        """Settles the share's receipt for `seconds` more of full use, waiting for the chain clock if needed."""
         state = await fetch(self.chain, lease, "Lease")
         share = next(a for a in state.assignments[: state.node_count] if a.node == s.node)
-        start = share.settled_until
-        report = UsageReport(share.last_seq + 1, start, start + seconds, seconds * share.gpus)
+        more = seconds * share.gpus
+        receipt = Receipt(share.epoch, share.receipt_gpu_seconds + more, share.settled_until + seconds)
         for _ in range(100):
             try:
                 return await self.send(
                     self.attester,
                     ix.signed_settlement(
-                        self.attester.pubkey(), self.treasury, lease, s.node_key, s.wallet.pubkey(), s.tokens, report
+                        self.attester.pubkey(), lease, s.node_key, s.wallet.pubkey(), s.tokens, receipt, more
                     ),
                 )
-            except TransactionFailed as e:  # BadPeriod until the chain's clock passes the period's end
+            except TransactionFailed as e:  # BadPeriod until the chain's clock passes the receipt's `through`
                 if e.program_error is None or e.program_error.name != "BadPeriod":
                     raise
                 await asyncio.sleep(0.25)
-        raise TimeoutError("the chain clock never passed the period end")
+        raise TimeoutError("the chain clock never passed the receipt's end")
 
     async def slash(
         self, s: Supplier, victim: tuple[Pubkey, Client] | None = None, evidence_hash: bytes = bytes(range(32))
@@ -245,7 +245,10 @@ class Market:
                 )
             ],
         )
-        await self.send(self.attester, [ix.finalize_lease(self.attester.pubkey(), c.wallet.pubkey(), c.tokens, lease)])
+        await self.send(
+            self.attester,
+            [ix.finalize_lease(self.attester.pubkey(), self.treasury, c.wallet.pubkey(), c.tokens, lease)],
+        )
 
     async def every_event_kind(self) -> dict[str, object]:
         """Every kind of gpunet event at least once; the accounts involved. Needs a market created with

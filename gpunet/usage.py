@@ -1,7 +1,10 @@
-"""The canonical usage report a worker signs, and the Ed25519 precompile instruction that carries it.
+"""The canonical usage receipt a worker signs, and the Ed25519 precompile instruction that carries it.
 
-Byte for byte the layout `programs/gpunet/src/state/usage.rs` checks on chain (144 bytes,
-little-endian integers); tests/vectors/usage_message.json pins it for both languages.
+A receipt is cumulative: the GPU-seconds a node delivered to its share of a lease since the share
+was assigned to it (the share's `epoch`), through a moment. Each one supersedes the ones before;
+`settle_usage` pays the increment over what is settled. Byte for byte the layout
+`programs/gpunet/src/state/usage.rs` checks on chain (136 bytes, little-endian integers);
+tests/vectors/usage_receipt.json pins it for both languages.
 """
 
 from __future__ import annotations
@@ -18,15 +21,15 @@ from gpunet.idl import PROGRAM_ID
 
 __all__ = [
     "ED25519_PROGRAM_ID",
-    "USAGE_DOMAIN_TAG",
-    "USAGE_MESSAGE_LEN",
-    "UsageReport",
+    "RECEIPT_DOMAIN_TAG",
+    "RECEIPT_MESSAGE_LEN",
+    "Receipt",
     "ed25519_instruction",
     "ed25519_verify_instruction",
 ]
 
-USAGE_DOMAIN_TAG = b"gpunet-usage-v1\x00"
-USAGE_MESSAGE_LEN = 144
+RECEIPT_DOMAIN_TAG = b"gpunet-receipt1\x00"
+RECEIPT_MESSAGE_LEN = 136
 ED25519_PROGRAM_ID = Pubkey.from_string("Ed25519SigVerify111111111111111111111111111")
 
 _U64 = 2**64
@@ -34,46 +37,44 @@ _I64 = 2**63
 
 
 @dataclass(frozen=True)
-class UsageReport:
-    """One period of one node's usage on one lease."""
+class Receipt:
+    """One node's cumulative usage of its share of one lease: `gpu_seconds` since the assignment
+    `epoch`, through `through` (unix seconds)."""
 
-    seq: int
-    period_start: int
-    period_end: int
+    epoch: int
     gpu_seconds: int
+    through: int
 
     def __post_init__(self) -> None:
-        for name in ("seq", "gpu_seconds"):
+        for name in ("epoch", "gpu_seconds"):
             value = getattr(self, name)
             if not 0 <= value < _U64:
                 raise ValueError(f"{name} must be a u64, got {value}")
-        for name in ("period_start", "period_end"):
-            value = getattr(self, name)
-            if not -_I64 <= value < _I64:
-                raise ValueError(f"{name} must be an i64 (unix seconds), got {value}")
+        if not -_I64 <= self.through < _I64:
+            raise ValueError(f"through must be an i64 (unix seconds), got {self.through}")
 
     def message(self, lease: Pubkey, node_key: Pubkey, program_id: Pubkey = PROGRAM_ID) -> bytes:
-        """The 144 bytes the node key signs."""
+        """The 136 bytes the node key signs."""
         return (
-            USAGE_DOMAIN_TAG
+            RECEIPT_DOMAIN_TAG
             + bytes(program_id)
             + bytes(lease)
             + bytes(node_key)
-            + struct.pack("<QqqQ", self.seq, self.period_start, self.period_end, self.gpu_seconds)
+            + struct.pack("<QQq", self.epoch, self.gpu_seconds, self.through)
         )
 
     def signature(self, lease: Pubkey, node: Keypair, program_id: Pubkey = PROGRAM_ID) -> bytes:
-        """The node's 64-byte signature over this report (what a worker sends the coordinator)."""
+        """The node's 64-byte signature over this receipt (what a worker sends the coordinator)."""
         return bytes(node.sign_message(self.message(lease, node.pubkey(), program_id)))
 
     def verify(self, lease: Pubkey, node_key: Pubkey, signature: bytes, program_id: Pubkey = PROGRAM_ID) -> bool:
-        """Whether `signature` is `node_key`'s signature over this report."""
+        """Whether `signature` is `node_key`'s signature over this receipt."""
         if len(signature) != 64:
             return False
         return Signature.from_bytes(signature).verify(node_key, self.message(lease, node_key, program_id))
 
     def sign(self, lease: Pubkey, node: Keypair, program_id: Pubkey = PROGRAM_ID) -> Instruction:
-        """The Ed25519 instruction that must directly precede `settle_usage` for this report."""
+        """The Ed25519 instruction that must directly precede `settle_usage` for this receipt."""
         return ed25519_instruction(node, self.message(lease, node.pubkey(), program_id))
 
     def signed_instruction(

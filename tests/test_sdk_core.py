@@ -1,4 +1,4 @@
-"""SDK core without a chain: PDAs, the usage message and its Ed25519 instruction (against the
+"""SDK core without a chain: PDAs, the usage receipt message and its Ed25519 instruction (against the
 vector the Rust tests check too), keypair files, error mapping and event decoding."""
 
 from __future__ import annotations
@@ -18,16 +18,16 @@ from gpunet.events import decode_events, events_of_transaction
 from gpunet.idl import PROGRAM_ID, idl_json
 from gpunet.keys import KeypairFileError, create_keypair_file, load_keypair
 from gpunet.pda import config_pda, lease_pda, lease_vault_pda, node_pda, provider_pda, stake_vault_pda
-from gpunet.usage import ED25519_PROGRAM_ID, UsageReport, ed25519_instruction
+from gpunet.usage import ED25519_PROGRAM_ID, Receipt, ed25519_instruction
 
-VECTOR = json.loads((Path(__file__).parent / "vectors" / "usage_message.json").read_text())
+VECTOR = json.loads((Path(__file__).parent / "vectors" / "usage_receipt.json").read_text())
 
 
-def test_usage_message_matches_the_shared_vector() -> None:
-    report = UsageReport(VECTOR["seq"], VECTOR["period_start"], VECTOR["period_end"], VECTOR["gpu_seconds"])
+def test_receipt_message_matches_the_shared_vector() -> None:
+    receipt = Receipt(VECTOR["epoch"], VECTOR["gpu_seconds"], VECTOR["through"])
     lease, node = Pubkey.from_string(VECTOR["lease"]), Pubkey.from_string(VECTOR["node_key"])
-    message = report.message(lease, node)
-    assert len(message) == 144
+    message = receipt.message(lease, node)
+    assert len(message) == 136
     assert message.hex() == VECTOR["message_hex"]
     assert str(PROGRAM_ID) == VECTOR["program_id"]
 
@@ -44,15 +44,15 @@ def test_ed25519_instruction_matches_the_shared_vector() -> None:
 @pytest.mark.parametrize(
     "fields",
     [
-        {"seq": -1, "period_start": 0, "period_end": 1, "gpu_seconds": 0},
-        {"seq": 2**64, "period_start": 0, "period_end": 1, "gpu_seconds": 0},
-        {"seq": 1, "period_start": 2**63, "period_end": 1, "gpu_seconds": 0},
-        {"seq": 1, "period_start": 0, "period_end": 1, "gpu_seconds": -5},
+        {"epoch": -1, "gpu_seconds": 0, "through": 1},
+        {"epoch": 2**64, "gpu_seconds": 0, "through": 1},
+        {"epoch": 1, "gpu_seconds": 0, "through": 2**63},
+        {"epoch": 1, "gpu_seconds": -5, "through": 1},
     ],
 )
-def test_usage_report_rejects_values_the_program_cannot_hold(fields: dict[str, int]) -> None:
+def test_receipt_rejects_values_the_program_cannot_hold(fields: dict[str, int]) -> None:
     with pytest.raises(ValueError):
-        UsageReport(**fields)
+        Receipt(**fields)
 
 
 def test_pdas_use_the_program_seeds() -> None:

@@ -37,7 +37,7 @@ from gpunet.secrets import SecretError, open_sealed
 from worker.checkpoints import CheckpointStoreClient, CheckpointTooLarge, StoreError, fingerprint, snapshot
 from worker.gpus import GpuBackend
 from worker.journal import Journal
-from worker.metering import LeaseMeter, recover_open_periods
+from worker.metering import LeaseMeter
 from worker.runner import JobDirs, JobRunner
 from worker.sandbox import EngineChoice, NetworkPolicy, Sandbox, SandboxUnavailable
 from worker.session import Backoff, Session
@@ -163,10 +163,8 @@ class Agent:
             handle=self.handle,
             backoff=Backoff(settings.reconnect_base_seconds, settings.reconnect_cap_seconds),
         )
-        # periods a crash left open are closed at their last journaled instant, before anything else
-        recovered = recover_open_periods(self.journal, node, self.simulated)
-        if recovered:
-            log.info("usage.recovered reports=%d", len(recovered))
+        if unacked := self.journal.unacked():
+            log.info("usage.unacknowledged receipts=%d (sent once connected)", len(unacked))
 
     async def run(self) -> None:
         """Until cancelled: the session (reconnecting forever) and the metering clock."""
@@ -187,10 +185,11 @@ class Agent:
 
     async def stop_jobs(self, reason: str) -> None:
         """The agent stops: its shares are no longer held, so their billing ends now (journaled; the
-        reports are sent after the next start if not now)."""
+        receipts are sent after the next start if not now). Not final: the coordinator may hand the
+        same share back after a restart, and its count continues."""
         now = time.time()
         for share in self.shares.values():
-            self._send_all(share.meter.release(now))
+            self._send_all(share.meter.release(now, final=False))
             share.released = True
             if share.runner is not None:
                 share.runner.cancel(reason)
@@ -233,9 +232,14 @@ class Agent:
         elif isinstance(message, LeaseEnd):
             self._lease_end(message)
         elif isinstance(message, UsageAck):
-            ok = self.journal.record_ack(message.lease, message.seq)
+            ok = self.journal.record_ack(message.lease, message.epoch, message.gpu_seconds, message.through)
             if not ok:
-                self._refuse("ack", message.lease, f"no usage report {message.seq} of this lease was sent by this node")
+                self._refuse(
+                    "ack",
+                    message.lease,
+                    f"no usage receipt of {message.gpu_seconds} GPU-seconds through {message.through} "
+                    f"(epoch {message.epoch}) was sent by this node",
+                )
         elif isinstance(message, Error):
             log.warning("coordinator.error code=%s message=%s", message.code, message.message)
         elif isinstance(message, Verify):
@@ -326,7 +330,14 @@ class Agent:
             return
         uuids = free[: d.gpus]
         meter = LeaseMeter(
-            self.journal, self.node, d.lease, d.gpus, self.usage_period_seconds, self.simulated, ends_at=d.ends_at
+            self.journal,
+            self.node,
+            d.lease,
+            d.share_epoch,
+            d.gpus,
+            self.usage_period_seconds,
+            self.simulated,
+            ends_at=d.ends_at,
         )
         share = self.shares[d.lease] = _Share(d, uuids, meter)
         self._send_all(meter.hold(time.time()))
@@ -513,7 +524,7 @@ class Agent:
         self.session.send(Ack(simulated=self.simulated, of="lease_end", lease=message.lease))
 
     async def _meter_clock(self) -> None:
-        unacked_at_last_pass: set[tuple[str, int]] = set()
+        unacked_at_last_pass: set[tuple[str, int, int, int]] = set()
         last_pass = time.monotonic()
         while True:
             await asyncio.sleep(self.settings.meter_tick_seconds)
@@ -526,15 +537,15 @@ class Agent:
                     self._send_all(share.meter.tick(now))
                 self._send_checkpoint(lease, share)
 
-    def _resend_unacked(self, unacked_before: set[tuple[str, int]]) -> set[tuple[str, int]]:
-        """Sends again the reports that were unacknowledged at the previous pass too (a report sent
-        just now is not repeated before its ack had a chance); returns what is unacknowledged now."""
+    def _resend_unacked(self, unacked_before: set[tuple[str, int, int, int]]) -> set[tuple[str, int, int, int]]:
+        """Sends again the newest receipts that were unacknowledged at the previous pass too (one
+        sent just now is not repeated before its ack had a chance); returns what is unacknowledged now."""
         unacked = self.journal.unacked()
-        again = [r for r in unacked if (r.lease, r.seq) in unacked_before]
+        again = [r for r in unacked if (r.lease, r.epoch, r.gpu_seconds, r.through) in unacked_before]
         if again:
-            log.info("usage.resent reports=%d (not acknowledged yet)", len(again))
+            log.info("usage.resent receipts=%d (not acknowledged yet)", len(again))
             self._send_all(again)
-        return {(r.lease, r.seq) for r in unacked}
+        return {(r.lease, r.epoch, r.gpu_seconds, r.through) for r in unacked}
 
     async def _upload_checkpoint(self, lease: str, share: _Share, *, final: bool = False) -> None:
         """Sends the checkpoint directory to the store when it changed (only the chunks the store

@@ -30,9 +30,10 @@ class LeaseShare:
     status: str
     gpus: int
     price_per_gpu_hour: int
-    last_seq: int
+    epoch: int
     settled_until: int
-    settled_gpu_seconds: int
+    settled_receipt_gpu_seconds: int  # the cumulative of the last settled receipt
+    settled_gpu_seconds: int  # of which paid for
 
 
 async def _account(client: AsyncClient, address: Pubkey) -> Any | None:
@@ -56,8 +57,9 @@ def _share(lease: str, state: Any, node_key: Pubkey) -> LeaseShare | None:
                 type(state.status).__name__,
                 a.gpus,
                 a.price_per_gpu_hour,
-                a.last_seq,
+                a.epoch,
                 a.settled_until,
+                a.receipt_gpu_seconds,
                 a.gpu_seconds,
             )
     return None

@@ -267,11 +267,11 @@ def status(
             journal = Journal(journal_path, read_only=True)  # the agent may be writing it right now
         except JournalError as e:
             raise _fail(Exit.WORKER_STATE, str(e)) from None
-        for (lease, seq), message in journal.reports.items():
-            entry = leases.setdefault(lease, {"reports": 0, "acked": 0, "reported_gpu_seconds": 0})
-            entry["reports"] += 1
-            entry["acked"] += (lease, seq) in journal.acked
-            entry["reported_gpu_seconds"] += message.gpu_seconds
+        for (lease, epoch), message in journal.receipts.items():  # the newest receipt of each share
+            entry = leases.setdefault(lease, {"receipts": 0, "acked": 0, "receipt_gpu_seconds": 0})
+            entry["receipts"] += 1
+            entry["acked"] += (lease, epoch) in journal.acked
+            entry["receipt_gpu_seconds"] += message.gpu_seconds
     report["leases"] = leases
     report["chain"] = asyncio.run(_chain_status(_rpc_url(url), node, leases))
     if report["chain"].get("registered"):
@@ -297,12 +297,13 @@ async def _chain_status(rpc_url: str, node: Keypair, leases: dict[str, dict[str,
             spec, provider = record.node.spec, record.provider
             # every lease listing this node on chain joins those it journaled usage for
             for share in await fetch_node_leases(client, node.pubkey()):
-                entry = leases.setdefault(share.lease, {"reports": 0, "acked": 0, "reported_gpu_seconds": 0})
+                entry = leases.setdefault(share.lease, {"receipts": 0, "acked": 0, "receipt_gpu_seconds": 0})
                 entry |= {
                     "status": share.status,
                     "gpus": share.gpus,
                     "price_per_gpu_hour": share.price_per_gpu_hour,
-                    "settled_seq": share.last_seq,
+                    "epoch": share.epoch,
+                    "settled_until": share.settled_until,
                     "settled_gpu_seconds": share.settled_gpu_seconds,
                     "settled_gross": share.settled_gpu_seconds * share.price_per_gpu_hour // 3600,
                 }
@@ -324,7 +325,6 @@ async def _chain_status(rpc_url: str, node: Keypair, leases: dict[str, dict[str,
             "bonded": provider.bonded,
             "unbonding": provider.unbonding,
             "slashed": provider.slashed,
-            "earned": provider.earned,
         },
     }
 
@@ -377,19 +377,19 @@ def _print_status(report: dict[str, Any]) -> None:
         console.print(
             f"  stake: {format_io(p['staked'])} ({format_io(p['bonded'])} bonded, "
             f"{format_io(p['unbonding'])} unbonding, "
-            f"{format_io(p['slashed'])} slashed); provider earned {format_io(p['earned'])} in total"
+            f"{format_io(p['slashed'])} slashed)"
         )
-    table = Table(title="leases (from the usage journal; settled figures from the chain)")
-    for column in ("lease", "status", "GPUs", "reports", "acked", "GPU-s reported", "GPU-s settled", "settled (gross)"):
+    table = Table(title="leases (newest receipts from the usage journal; settled figures from the chain)")
+    for column in ("lease", "status", "GPUs", "receipts", "acked", "GPU-s signed", "GPU-s settled", "settled (gross)"):
         table.add_column(column, justify="left" if column == "lease" else "right")
     for lease, e in report["leases"].items():
         table.add_row(
             lease,
             e.get("status", "-"),
             str(e.get("gpus", "-")),
-            str(e["reports"]),
+            str(e["receipts"]),
             str(e["acked"]),
-            str(e["reported_gpu_seconds"]),
+            str(e["receipt_gpu_seconds"]),
             str(e.get("settled_gpu_seconds", "-")),
             format_io(e["settled_gross"]) if "settled_gross" in e else "-",
         )

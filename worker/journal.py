@@ -1,61 +1,53 @@
-"""The worker's append-only usage journal: every signed report, every acknowledgement, and the
-metering progress of each open usage period, fsynced before anything is sent.
+"""The worker's usage journal: the newest signed receipt of each share and whether the coordinator
+acknowledged it, fsynced before anything is sent.
 
-One JSON object per line (JSONL). After a crash the journal is the truth: reports without an
-ack are sent again; the last metered instant of each lease (its last report's period_end, or
-the progress of its open period) keeps a restart from metering the same seconds twice.
+One JSON object per line (JSONL), appended. A receipt is cumulative, so it supersedes every
+receipt of its share before it: the journal's state is one receipt per share, however long the
+lease. Superseded lines are compacted away (at open, and whenever they outnumber the live ones by
+`COMPACT_AFTER`), so the file stays small too. A share whose final receipt was acknowledged is
+done and dropped at compaction. After a crash the journal is the truth: an unacknowledged receipt
+is sent again, and a share held again continues from its newest receipt (never counting a second
+twice, nor the time the agent was down).
 """
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpunet.protocol import UsageReportMessage
+from gpunet.protocol import UsageReceiptMessage
 
-__all__ = ["Journal", "JournalError", "OpenPeriod"]
+__all__ = ["COMPACT_AFTER", "Journal", "JournalError", "ShareKey"]
+
+COMPACT_AFTER = 1_000  # superseded lines tolerated before the file is rewritten
+
+ShareKey = tuple[str, int]
+"""(lease, assignment epoch): one share of one lease on this node."""
 
 
 class JournalError(RuntimeError):
     """The journal file is damaged beyond a torn last line; the message names the line."""
 
 
-@dataclass(frozen=True)
-class OpenPeriod:
-    """A usage period being metered: the seconds the share was held in it so far (`run_seconds`,
-    the journal's name for them), as of `until` (unix seconds)."""
-
-    lease: str
-    gpus: int
-    period_start: int
-    until: float
-    run_seconds: float
+def _key(message: UsageReceiptMessage) -> ShareKey:
+    return (message.lease, message.epoch)
 
 
-def _progress(period: OpenPeriod) -> dict[str, Any]:
-    return {
-        "kind": "progress",
-        "lease": period.lease,
-        "gpus": period.gpus,
-        "period_start": period.period_start,
-        "until": period.until,
-        "run_seconds": period.run_seconds,
-    }
+def _same(message: UsageReceiptMessage, gpu_seconds: int, through: int) -> bool:
+    return (message.gpu_seconds, message.through) == (gpu_seconds, through)
 
 
 class Journal:
     """The agent's journal (`read_only=False`: one writer, which repairs a torn tail and compacts
-    superseded progress records at open), or a reader's view of it (`gpunet worker status`)."""
+    superseded records), or a reader's view of it (`gpunet worker status`)."""
 
     def __init__(self, path: Path, read_only: bool = False) -> None:
         self.path = path
-        self.reports: dict[tuple[str, int], UsageReportMessage] = {}
-        self.acked: set[tuple[str, int]] = set()
-        self.open_periods: dict[str, OpenPeriod] = {}
-        self._superseded = 0  # progress/closed records that no longer say anything
+        self.receipts: dict[ShareKey, UsageReceiptMessage] = {}  # the newest of each share
+        self.acked: set[ShareKey] = set()  # shares whose newest receipt the coordinator recorded
+        self._superseded = 0  # lines that no longer say anything
         if read_only:
             self._load(repair=False)
             self._file = None
@@ -67,12 +59,17 @@ class Journal:
         self._file = open(path, "a", encoding="utf-8")
 
     def _compact(self) -> None:
-        """Rewrites the journal with only what its state needs; atomic (rename) and durable (fsync)."""
-        records: list[dict[str, Any]] = [
-            {"kind": "report", "message": m.model_dump(mode="json")} for _, m in sorted(self.reports.items())
-        ]
-        records += [{"kind": "ack", "lease": lease, "seq": seq} for lease, seq in sorted(self.acked)]
-        records += [_progress(p) for p in self.open_periods.values()]
+        """Rewrites the journal with only what its state needs; atomic (rename) and durable (fsync).
+        Shares whose final receipt was acknowledged are done: they are left out."""
+        done = [key for key, m in self.receipts.items() if m.final and key in self.acked]
+        for key in done:
+            del self.receipts[key]
+            self.acked.discard(key)
+        records: list[dict[str, Any]] = []
+        for key, m in sorted(self.receipts.items()):
+            records.append({"kind": "receipt", "message": m.model_dump(mode="json")})
+            if key in self.acked:
+                records.append(_ack(m))
         tmp = self.path.with_suffix(".compact")
         with open(tmp, "w", encoding="utf-8") as f:
             f.writelines(json.dumps(r, separators=(",", ":")) + "\n" for r in records)
@@ -84,6 +81,7 @@ class Journal:
             os.fsync(directory)
         finally:
             os.close(directory)
+        self._superseded = 0
 
     def _load(self, repair: bool) -> None:
         if not self.path.exists():
@@ -108,21 +106,20 @@ class Journal:
 
     def _apply(self, record: dict[str, Any]) -> None:
         kind = record["kind"]
-        if kind == "report":
-            message = UsageReportMessage.model_validate(record["message"])
-            self.reports[(message.lease, message.seq)] = message
-            self._superseded += self.open_periods.pop(message.lease, None) is not None
+        if kind == "receipt":
+            message = UsageReceiptMessage.model_validate(record["message"])
+            key = _key(message)
+            if key in self.receipts:
+                self._superseded += 1 + (key in self.acked)  # the receipt, and its ack if any
+            self.receipts[key] = message
+            self.acked.discard(key)
         elif kind == "ack":
-            self.acked.add((record["lease"], record["seq"]))
-        elif kind == "progress":
-            period = OpenPeriod(
-                record["lease"], record["gpus"], record["period_start"], record["until"], record["run_seconds"]
-            )
-            self._superseded += period.lease in self.open_periods
-            self.open_periods[period.lease] = period
-        elif kind == "closed":
-            self._superseded += 1
-            self.open_periods.pop(record["lease"], None)
+            key = (record["lease"], record["epoch"])
+            newest = self.receipts.get(key)
+            if newest is not None and _same(newest, record["gpu_seconds"], record["through"]):
+                self.acked.add(key)
+            else:
+                self._superseded += 1  # an ack of a receipt superseded before it came
         else:
             raise ValueError(f"unknown record kind {kind!r}")
 
@@ -133,6 +130,10 @@ class Journal:
         self._file.write(json.dumps(record, separators=(",", ":")) + "\n")
         self._file.flush()
         os.fsync(self._file.fileno())
+        if self._superseded > max(COMPACT_AFTER, len(self.receipts)):
+            self._file.close()
+            self._compact()
+            self._file = open(self.path, "a", encoding="utf-8")
 
     def close(self) -> None:
         if self._file is not None and not self._file.closed:
@@ -140,37 +141,39 @@ class Journal:
 
     # --- writes
 
-    def record_report(self, message: UsageReportMessage) -> None:
-        """Before the report is sent: once this returns it survives a crash."""
-        self._append({"kind": "report", "message": message.model_dump(mode="json")})
+    def record_receipt(self, message: UsageReceiptMessage) -> None:
+        """Before the receipt is sent: once this returns it survives a crash, and it supersedes
+        the share's receipts before it."""
+        self._append({"kind": "receipt", "message": message.model_dump(mode="json")})
 
-    def record_ack(self, lease: str, seq: int) -> bool:
-        """False (and nothing written) for a report this worker never made or already acked."""
-        if (lease, seq) not in self.reports:
+    def record_ack(self, lease: str, epoch: int, gpu_seconds: int, through: int) -> bool:
+        """False (and nothing written) for a receipt this worker never made; an ack of a receipt
+        since superseded is true and changes nothing (the newer one is still to be acknowledged)."""
+        newest = self.receipts.get((lease, epoch))
+        if newest is None or ((gpu_seconds, through) > (newest.gpu_seconds, newest.through) and not newest.final):
             return False
-        if (lease, seq) not in self.acked:
-            self._append({"kind": "ack", "lease": lease, "seq": seq})
+        if _same(newest, gpu_seconds, through) and (lease, epoch) not in self.acked:
+            self._append(
+                {"kind": "ack", "lease": lease, "epoch": epoch, "gpu_seconds": gpu_seconds, "through": through}
+            )
         return True
-
-    def record_progress(self, period: OpenPeriod) -> None:
-        self._append(_progress(period))
-
-    def record_closed(self, lease: str) -> None:
-        """An open period ended with nothing to report."""
-        self._append({"kind": "closed", "lease": lease})
 
     # --- reads
 
-    def next_seq(self, lease: str) -> int:
-        return max((seq for (key, seq) in self.reports if key == lease), default=0) + 1
+    def newest(self, lease: str, epoch: int) -> UsageReceiptMessage | None:
+        """The share's newest receipt: a share held again continues from it."""
+        return self.receipts.get((lease, epoch))
 
-    def metered_until(self, lease: str) -> int | None:
-        """The end of the last reported period of `lease`: no later report may start before it."""
-        ends = [m.period_end for (key, _), m in self.reports.items() if key == lease]
-        return max(ends) if ends else None
-
-    def unacked(self) -> list[UsageReportMessage]:
-        return [m for key, m in sorted(self.reports.items()) if key not in self.acked]
+    def unacked(self) -> list[UsageReceiptMessage]:
+        return [m for key, m in sorted(self.receipts.items()) if key not in self.acked]
 
     def leases(self) -> list[str]:
-        return sorted({lease for lease, _ in self.reports} | set(self.open_periods))
+        return sorted({lease for lease, _ in self.receipts})
+
+    def size(self) -> int:
+        """Bytes on disk."""
+        return self.path.stat().st_size if self.path.exists() else 0
+
+
+def _ack(m: UsageReceiptMessage) -> dict[str, Any]:
+    return {"kind": "ack", "lease": m.lease, "epoch": m.epoch, "gpu_seconds": m.gpu_seconds, "through": m.through}

@@ -1,4 +1,4 @@
-"""GPU-seconds per usage period for the time a lease's share of this node is held, signed with
+"""The GPU-seconds a lease's share of this node is held, as cumulative usage receipts signed with
 the node key.
 
 A share is billable from the moment the node takes it (the lease's first dispatch reaching it)
@@ -6,149 +6,172 @@ until the coordinator releases it (cancel) or the lease ends (`ends_at`, which a
 whether the client's job is running, has finished or has not started: the GPUs are reserved
 for the lease all that time. The meter counts held wall time, not a job's run time.
 
-Periods are whole unix seconds, at most `period_seconds` long, each starting no earlier than
-the previous one ended (the program checks the same), never ending after the lease's end or
-after the current time, never empty; GPU-seconds are whole held seconds x GPUs, so never over
-wall time x GPUs nor over the whole seconds the coordinator saw the node online. Progress is
-journaled every tick, so a crash loses no more than a tick and a restart re-meters nothing.
+A receipt says: this share (lease, assignment epoch) has been held for `gpu_seconds` GPU-seconds
+in all since its assignment, through `through` (whole unix seconds). Each metering tick signs
+and journals a new one that supersedes the last (the journal keeps only the newest); the newest
+is sent every usage period and when the share is released, so the coordinator settles whenever
+it likes, paying the difference to what is settled. Held seconds count `gpus` each, so a receipt
+never exceeds wall time x GPUs since the assignment (the program checks the same), nor the
+whole seconds the coordinator saw the node online while it holds (the coordinator checks that
+on each settlement's increment). A crash loses at most a tick; the time the agent was down is
+never counted (a share held again continues from its newest receipt, from the moment it is held).
 """
 
 from __future__ import annotations
 
+import logging
 import math
 
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 from solders.signature import Signature
 
-from gpunet.protocol import UsageReportMessage
-from gpunet.usage import UsageReport
-from worker.journal import Journal, OpenPeriod
+from gpunet.protocol import UsageReceiptMessage
+from gpunet.usage import Receipt
+from worker.journal import Journal
 
-__all__ = ["LeaseMeter", "recover_open_periods", "sign_report"]
+__all__ = ["LeaseMeter", "sign_receipt"]
+
+log = logging.getLogger("gpunet.worker.metering")
 
 
-def sign_report(node: Keypair, lease: str, report: UsageReport, simulated: bool) -> UsageReportMessage:
-    signature = Signature.from_bytes(report.signature(Pubkey.from_string(lease), node))
-    return UsageReportMessage(
+def sign_receipt(
+    node: Keypair, lease: str, receipt: Receipt, simulated: bool, final: bool = False
+) -> UsageReceiptMessage:
+    signature = Signature.from_bytes(receipt.signature(Pubkey.from_string(lease), node))
+    return UsageReceiptMessage(
         simulated=simulated,
         lease=lease,
-        seq=report.seq,
-        period_start=report.period_start,
-        period_end=report.period_end,
-        gpu_seconds=report.gpu_seconds,
+        epoch=receipt.epoch,
+        gpu_seconds=receipt.gpu_seconds,
+        through=receipt.through,
+        final=final,
         signature=str(signature),
     )
 
 
-def _report(
-    journal: Journal, node: Keypair, period: OpenPeriod, end: int, simulated: bool
-) -> UsageReportMessage | None:
-    """Journals the report of `period` closed at `end` (None and a 'closed' record when it billed nothing).
-    `period.run_seconds` are the seconds the share was held in it."""
-    # Whole seconds only: the coordinator checks a report against the whole seconds it saw the
-    # node online, and the wall-time cap guards against clock steps.
-    held = min(math.floor(period.run_seconds), end - period.period_start)
-    if held <= 0:
-        journal.record_closed(period.lease)
-        return None
-    report = UsageReport(journal.next_seq(period.lease), period.period_start, end, held * period.gpus)
-    message = sign_report(node, period.lease, report, simulated)
-    journal.record_report(message)
-    return message
-
-
-def recover_open_periods(journal: Journal, node: Keypair, simulated: bool) -> list[UsageReportMessage]:
-    """After a restart: close every period left open by the crash at its last journaled instant."""
-    reports = []
-    for period in list(journal.open_periods.values()):
-        if (message := _report(journal, node, period, math.floor(period.until), simulated)) is not None:
-            reports.append(message)
-    return reports
-
-
 class LeaseMeter:
-    """The held time of one lease's share on this node, cut into signed usage periods.
+    """The held time of one share (lease, assignment epoch) of this node, as signed receipts.
 
-    `hold(now)` when the node takes the share, `tick(now)` regularly, `extend(ends_at, now)` when
-    the lease's end moves, `release(now)` when the coordinator releases the share (or the agent
-    stops). Each returns the reports it journaled, to be sent."""
+    `hold(now)` when the node takes the share, `tick(now)` every metering tick, `extend(ends_at, now)`
+    when the lease's end moves, `release(now)` when the coordinator releases the share (`final`) or
+    the agent stops. Each returns the receipts to send now (at most one: the newest)."""
 
     def __init__(
         self,
         journal: Journal,
         node: Keypair,
         lease: str,
+        epoch: int,
         gpus: int,
         period_seconds: int,
         simulated: bool,
         ends_at: int | None = None,
     ) -> None:
-        self.journal, self.node, self.lease, self.gpus = journal, node, lease, gpus
+        self.journal, self.node, self.lease, self.epoch, self.gpus = journal, node, lease, epoch, gpus
         self.period_seconds, self.simulated, self.ends_at = period_seconds, simulated, ends_at
-        self._period: OpenPeriod | None = None  # the open period, as last journaled (None: not billing now)
-        self._held_since: float | None = None  # when billing (re)started; None before hold and after release
+        newest = journal.newest(lease, epoch)
+        # The share's count so far (from the journal after a restart), and the instant it runs through.
+        self.gpu_seconds = newest.gpu_seconds if newest else 0
+        self.through: int | None = newest.through if newest else None
+        self.held = False  # between hold and release
+        self.billing = False  # held, and the lease not past its end
+        # Since when the share was held without a break up to `through`, and the count then: the
+        # count at any instant t in between is anchor + (t - since) x gpus.
+        self._since: int | None = None
+        self._anchor = self.gpu_seconds
+        self._sent_through: int | None = newest.through if newest else None  # the newest receipt sent
 
-    def hold(self, now: float) -> list[UsageReportMessage]:
+    def hold(self, now: float) -> list[UsageReceiptMessage]:
         """The node took the share at `now`: billing starts (unless the lease has ended)."""
+        self.held = True
         self._open(now)
         return self.tick(now)
 
-    def extend(self, ends_at: int, now: float) -> list[UsageReportMessage]:
+    def extend(self, ends_at: int, now: float) -> list[UsageReceiptMessage]:
         """The lease's end moved to `ends_at`. A share still held past its old end bills again from
         now: the seconds between the old end and this news are not billed."""
         self.ends_at = ends_at
-        if self._held_since is not None and self._period is None:
+        if self.held and not self.billing:
             self._open(now)
         return self.tick(now)
 
-    def tick(self, now: float) -> list[UsageReportMessage]:
-        """Closes every period that has ended by `now` (or at the lease's end) and journals progress."""
-        reports: list[UsageReportMessage] = []
+    def tick(self, now: float) -> list[UsageReceiptMessage]:
+        """Counts the held seconds up to `now` (or the lease's end) and signs the receipt; returns
+        it when a usage period has passed since the last one sent, or the lease has ended."""
+        if not self.billing:
+            return []
         t = self._capped(now)
-        while self._period is not None and t >= self._period.period_start + self.period_seconds:
-            reports += self._close(self._period.period_start + self.period_seconds)
-        if self._period is not None and self.ends_at is not None and t >= self.ends_at:
-            reports += self._close(self.ends_at)  # the lease's end: nothing after it is billed, cancel or not
-        if self._period is not None:
-            self._period = self._as_of(t)
-            self.journal.record_progress(self._period)
-        return reports
+        assert self._since is not None and self.through is not None
+        signed = self._sign(t) if t > max(self.through, self._since) else None  # a held second more
+        if self.ends_at is not None and t >= self.ends_at:
+            self.billing = False  # the lease's end: nothing after it is billed, cancel or not
+            return self._send(self.journal.newest(self.lease, self.epoch))
+        if signed is not None and (self._sent_through is None or t - self._sent_through >= self.period_seconds):
+            return self._send(signed)
+        return []
 
-    def release(self, now: float, billing_ended_at: int | None = None) -> list[UsageReportMessage]:
-        """The share is released at `now` (billing having ended at `billing_ended_at`, when the lease was
-        closed before this news arrived): the last, partial period is reported; billing ends."""
+    def release(self, now: float, billing_ended_at: int | None = None, final: bool = True) -> list[UsageReceiptMessage]:
+        """The share is released at `now` (billing having ended at `billing_ended_at`, when the lease
+        was closed before this news arrived). `final`: the coordinator released it (the agent
+        stopping is not final: the share is held again after a restart). The newest receipt is sent;
+        a final one runs through the billing end, which may be before receipts already signed."""
+        if not self.held:
+            return []  # released already (or never held)
         if billing_ended_at is not None:
             self.ends_at = billing_ended_at if self.ends_at is None else min(self.ends_at, billing_ended_at)
-        reports = self.tick(now)
-        if self._period is not None:
-            reports += self._close(math.floor(self._capped(now)))  # never an end in the future
-        self._period = self._held_since = None
-        return reports
+        if self.billing:
+            t = self._capped(now)
+            assert self._since is not None and self.through is not None
+            if t > max(self.through, self._since):
+                self._sign(t)
+        self.held = self.billing = False
+        if self.journal.newest(self.lease, self.epoch) is None:
+            return []  # not a whole second held: nothing to receipt
+        if not final:
+            return self._send(self.journal.newest(self.lease, self.epoch))
+        end = self.through if self.ends_at is None else min(self.through, self.ends_at)
+        if end < self.through:
+            if self._since is not None and end >= self._since:
+                # billing ended before receipts already signed: the count as of its end
+                self.gpu_seconds, self.through = self._anchor + (end - self._since) * self.gpus, end
+            else:  # held again after a restart past the end: the count as of the end is unknown
+                log.warning("usage.final_unknown lease=%s epoch=%d billing ended at %d", self.lease, self.epoch, end)
+        message = sign_receipt(
+            self.node, self.lease, Receipt(self.epoch, self.gpu_seconds, self.through), self.simulated, final=True
+        )
+        self.journal.record_receipt(message)
+        return self._send(message)
 
-    def _capped(self, now: float) -> float:
-        return now if self.ends_at is None else min(now, self.ends_at)
+    # --- internals
+
+    def _capped(self, now: float) -> int:
+        t = math.floor(now)
+        return t if self.ends_at is None else min(t, self.ends_at)
 
     def _open(self, now: float) -> None:
-        # never before the last reported period's end: those seconds are paid already
-        start = max(math.floor(now), self.journal.metered_until(self.lease) or 0)
-        self._held_since = now
+        # Whole held seconds only: from the next whole second (the coordinator checks a receipt's
+        # increment against the whole seconds it saw the node online).
+        start = math.ceil(now)
+        if self.through is not None:
+            start = max(start, self.through)  # never count a second twice
         if self.ends_at is not None and start >= self.ends_at:
+            self.billing = False
             return  # the lease has ended: nothing to bill
-        self._period = OpenPeriod(self.lease, self.gpus, start, start, 0.0)
+        self.billing = True
+        self._since, self._anchor = start, self.gpu_seconds
+        if self.through is None:  # the count starts here, at zero (nothing to sign yet)
+            self.through = self._sent_through = start
 
-    def _as_of(self, t: float) -> OpenPeriod:
-        """The open period with its held seconds counted up to `t` (a clock step back counts nothing)."""
-        assert self._period is not None and self._held_since is not None
-        p = self._period
-        held = max(p.run_seconds, t - max(p.period_start, self._held_since))
-        return OpenPeriod(self.lease, self.gpus, p.period_start, max(t, p.until), held)
+    def _sign(self, t: int) -> UsageReceiptMessage:
+        assert self._since is not None
+        self.gpu_seconds, self.through = self._anchor + max(0, t - self._since) * self.gpus, t
+        message = sign_receipt(self.node, self.lease, Receipt(self.epoch, self.gpu_seconds, t), self.simulated)
+        self.journal.record_receipt(message)
+        return message
 
-    def _close(self, end: int) -> list[UsageReportMessage]:
-        """Reports the open period up to `end`; the next one starts there while the share is held
-        (not at the lease's end)."""
-        message = _report(self.journal, self.node, self._as_of(end), end, self.simulated)
-        self._period = None
-        if self._held_since is not None and (self.ends_at is None or end < self.ends_at):
-            self._period = OpenPeriod(self.lease, self.gpus, end, end, 0.0)
-        return [message] if message is not None else []
+    def _send(self, message: UsageReceiptMessage | None) -> list[UsageReceiptMessage]:
+        if message is None:
+            return []
+        self._sent_through = message.through
+        return [message]

@@ -6,7 +6,7 @@ Job status, log lines and checkpoints are numbered (protocol: `origin`, `n`) and
 are sent until the gateway says they are recorded: when it could not record one (its database is
 down) it asks for it again, and the session holds everything from there on and sends it again, in
 order, a little later; what a dropped session left unconfirmed is sent again after the next welcome.
-Usage reports have their own, durable, path: the journal.
+Usage receipts have their own, durable, path: the journal.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from gpunet.protocol import (
     JobStatus,
     ProtocolError,
     Recorded,
-    UsageReportMessage,
+    UsageReceiptMessage,
     Welcome,
     answer_challenge,
     encode,
@@ -86,7 +86,7 @@ class _HandshakeRefused(Exception):
 
 class Session:
     """`hello()` builds the hello; `on_welcome(welcome)` returns what must be (re)sent first
-    (the journal's unacked usage reports); `handle(message)` gets each valid coordinator
+    (the journal's unacked usage receipts); `handle(message)` gets each valid coordinator
     message. Invalid ones are refused here with an ack naming the error."""
 
     def __init__(
@@ -108,7 +108,7 @@ class Session:
         self.heartbeat_seconds = 2.0
         self.connected = asyncio.Event()
         self.sessions = 0  # welcomed sessions so far
-        self._outbox: deque[BaseModel] = deque()  # sent once per session (usage reports: from the journal)
+        self._outbox: deque[BaseModel] = deque()  # sent once per session (usage receipts: from the journal)
         self.origin = secrets.token_hex(8)  # this agent process's numbering of what the coordinator records
         self._numbered = 0
         self._records: deque[Any] = deque()  # numbered, to be sent (again)
@@ -123,7 +123,7 @@ class Session:
 
     def send(self, message: BaseModel) -> None:
         """Queues a message; it is sent now if connected, else after the next welcome.
-        Usage reports are journaled before they get here and re-sent from the journal instead."""
+        Usage receipts are journaled before they get here and re-sent from the journal instead."""
         if isinstance(message, RECORDED):
             if isinstance(message, JobLog):
                 if self._queued_logs >= MAX_QUEUED_LOG_LINES:
@@ -212,13 +212,13 @@ class Session:
         if not isinstance(welcome, Welcome):
             raise _HandshakeRefused(f"expected welcome, got {welcome.type}")
         self.heartbeat_seconds = welcome.heartbeat_seconds
-        # reports already queued are in the journal: send them once, in order, from there
+        # receipts already queued are in the journal: send them once, in order, from there
         resend = self._on_welcome(welcome)
-        self._outbox = deque([*resend, *(m for m in self._outbox if not isinstance(m, UsageReportMessage))])
+        self._outbox = deque([*resend, *(m for m in self._outbox if not isinstance(m, UsageReceiptMessage))])
         self._send_unconfirmed_again()  # the last session may have ended before they were recorded
         self.sessions += 1
         self.connected.set()
-        log.info("session.welcome url=%s resent_reports=%d", self.url, len(resend))
+        log.info("session.welcome url=%s resent_receipts=%d", self.url, len(resend))
         return welcome
 
     async def _serve(self, ws: ClientConnection, welcome: Welcome) -> None:

@@ -42,22 +42,22 @@ from gpunet.client import send_and_confirm
 from gpunet.localnet import LocalnetProcess
 from gpunet.pda import lease_pda, node_pda
 from gpunet.testbed import Market, funded_wallet
-from gpunet.usage import UsageReport
+from gpunet.usage import Receipt
 
 TARGET_TPS = 500
 
 
 class Pair:
-    """One (lease, node) whose usage gets settled, one one-second period at a time."""
+    """One (lease, node) whose usage gets settled, one more second at a time."""
 
-    def __init__(self, node_key: Keypair, lease: Pubkey, settled_until: int):
-        self.node_key, self.lease = node_key, lease
-        self.seq = 0
+    def __init__(self, node_key: Keypair, lease: Pubkey, epoch: int, settled_until: int):
+        self.node_key, self.lease, self.epoch = node_key, lease, epoch
+        self.gpu_seconds = 0
         self.settled_until = settled_until
 
 
 class SettlementAccounts:
-    """The accounts every settlement names: the attester who sends it, the treasury, the supplier."""
+    """The accounts the settlements name: the attester who sends them and the supplier paid."""
 
     def __init__(self, attester: Keypair, treasury: Pubkey, supplier: Pubkey, supplier_tokens: Pubkey):
         self.attester, self.treasury = attester, treasury
@@ -119,18 +119,18 @@ async def setup(client: AsyncClient, nodes: int) -> tuple[list[Pair], Settlement
     for key, lease in made:
         state = await fetch(client, lease, "Lease")
         share = next(a for a in state.assignments if a.node == node_pda(key.pubkey()))
-        pairs.append(Pair(key, lease, share.settled_until))
+        pairs.append(Pair(key, lease, share.epoch, share.settled_until))
     return pairs, SettlementAccounts(admin, treasury, supplier.pubkey(), supplier_tokens)
 
 
 def settle_tx(p: Pair, accounts: SettlementAccounts, blockhash: Hash) -> Transaction:
-    """The node's next one-second report, signed by the node, settled by the attester."""
-    p.seq += 1
-    report = UsageReport(seq=p.seq, period_start=p.settled_until, period_end=p.settled_until + 1, gpu_seconds=1)
+    """The node's next receipt (one GPU-second more), signed by the node, settled by the attester."""
+    p.gpu_seconds += 1
     p.settled_until += 1
+    receipt = Receipt(p.epoch, p.gpu_seconds, p.settled_until)
     attester = accounts.attester
     instructions = ix.signed_settlement(
-        attester.pubkey(), accounts.treasury, p.lease, p.node_key, accounts.supplier, accounts.supplier_tokens, report
+        attester.pubkey(), p.lease, p.node_key, accounts.supplier, accounts.supplier_tokens, receipt, 1
     )
     return Transaction([attester], Message.new_with_blockhash(instructions, attester.pubkey(), blockhash), blockhash)
 

@@ -64,6 +64,7 @@ class ActiveShare:
     gpus: int
     price_per_gpu_hour: int
     assigned_by: str | None  # the assignment's transaction: its epoch
+    epoch: int  # the same assignment as the chain numbers it (its receipts name it)
     rank: int
     world_size: int
     started_at: int
@@ -99,6 +100,7 @@ async def active_shares(
             gpus=r["gpus"],
             price_per_gpu_hour=int(r["price_per_gpu_hour"]),
             assigned_by=r["assigned_by"],
+            epoch=int(r["epoch"]),
             rank=r["rank"],
             world_size=r["world_size"],
             started_at=r["started_at"],

@@ -1,7 +1,10 @@
-"""Usage reports as the nodes signed them (migration 0003): recorded once each before the worker's
-ack, then settled, refused or left waiting by the settlement loop."""
+"""Usage receipts as the nodes signed them (migration 0012): the newest of each share, recorded
+before the worker's ack, then settled, refused or left pending by the settlement loop."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
 
 from solders.pubkey import Pubkey
 from solders.signature import Signature
@@ -9,65 +12,87 @@ from solders.signature import Signature
 from coordinator.db.connection import Connection
 from coordinator.keys import NodeKey
 from coordinator.settlement import Outcome, SignedUsage
-from gpunet.protocol import UsageReportMessage
-from gpunet.usage import UsageReport
+from gpunet.protocol import UsageReceiptMessage
+from gpunet.usage import Receipt
 
-__all__ = ["pending_count", "pending_usage", "record_usage", "refused_usage", "settle_outcomes"]
+__all__ = ["PendingReceipt", "pending_count", "pending_receipts", "record_receipt", "settle_outcomes"]
 
 
-async def record_usage(conn: Connection, node_key: NodeKey, report: UsageReportMessage) -> None:
-    """Durable before the worker's ack; a re-sent report is the same row (never a second one)."""
+async def record_receipt(conn: Connection, node_key: NodeKey, message: UsageReceiptMessage) -> None:
+    """Durable before the worker's ack. A receipt replaces the share's stored one when it is newer
+    (runs through a later instant), or when it is the node's final one (its billing ended, maybe
+    before receipts it sent earlier: that one is the one to settle); a final one is replaced by
+    nothing. A re-sent receipt changes nothing."""
     await conn.execute(
-        """INSERT INTO usage_reports (lease, node_key, seq, period_start, period_end, gpu_seconds, signature, simulated)
-           VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (lease, node_key, seq) DO NOTHING""",
-        report.lease,
+        """INSERT INTO usage_receipts (lease, node_key, epoch, gpu_seconds, through, final, signature, simulated)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+           ON CONFLICT (lease, node_key, epoch) DO UPDATE
+           SET gpu_seconds = excluded.gpu_seconds, through = excluded.through, final = excluded.final,
+               signature = excluded.signature, simulated = excluded.simulated, status = 'pending', reason = '',
+               received_at = clock_timestamp()
+           WHERE NOT usage_receipts.final AND (excluded.final OR excluded.through > usage_receipts.through)""",
+        message.lease,
         str(node_key),
-        report.seq,
-        report.period_start,
-        report.period_end,
-        report.gpu_seconds,
-        report.signature,
-        report.simulated,
+        message.epoch,
+        message.gpu_seconds,
+        message.through,
+        message.final,
+        message.signature,
+        message.simulated,
     )
 
 
-async def pending_usage(conn: Connection, node_key: NodeKey | None = None, limit: int = 500) -> list[SignedUsage]:
+@dataclass(frozen=True)
+class PendingReceipt:
+    """A share's newest receipt not yet settled, with what the ledger (the indexer) knows of the
+    share and its lease, to decide whether it is worth a transaction now."""
+
+    usage: SignedUsage
+    price_per_gpu_hour: int | None  # None: the share is not (yet) indexed
+    settled_until: int | None
+    receipt_gpu_seconds: int | None  # of the last settled receipt
+    paid_gpu_seconds: int | None
+    escrow_left: int | None
+
+
+async def pending_receipts(conn: Connection, node_key: NodeKey | None = None, limit: int = 500) -> list[PendingReceipt]:
     rows = await conn.fetch(
-        "SELECT * FROM usage_reports WHERE status = 'pending' AND ($1::text IS NULL OR node_key = $1) "
-        "ORDER BY lease, node_key, seq LIMIT $2",
+        """SELECT r.*, a.price_per_gpu_hour, a.settled_until, a.receipt_gpu_seconds AS settled_receipt,
+                  a.gpu_seconds AS paid_gpu_seconds, l.deposited - l.paid - l.fees - l.refunded AS escrow_left
+           FROM usage_receipts r
+           LEFT JOIN assignments a ON a.lease = r.lease AND a.node_key = r.node_key AND a.epoch = r.epoch
+           LEFT JOIN leases l ON l.lease = r.lease
+           WHERE r.status = 'pending' AND ($1::text IS NULL OR r.node_key = $1)
+           ORDER BY r.lease, r.node_key, r.epoch LIMIT $2""",
         None if node_key is None else str(node_key),
         limit,
     )
+
+    def maybe(value: Any) -> int | None:
+        return None if value is None else int(value)
+
     return [
-        SignedUsage(
-            Pubkey.from_string(r["lease"]),
-            Pubkey.from_string(r["node_key"]),
-            UsageReport(int(r["seq"]), r["period_start"], r["period_end"], int(r["gpu_seconds"])),
-            bytes(Signature.from_string(r["signature"])),
+        PendingReceipt(
+            SignedUsage(
+                Pubkey.from_string(r["lease"]),
+                Pubkey.from_string(r["node_key"]),
+                Receipt(int(r["epoch"]), int(r["gpu_seconds"]), r["through"]),
+                bytes(Signature.from_string(r["signature"])),
+            ),
+            maybe(r["price_per_gpu_hour"]),
+            maybe(r["settled_until"]),
+            maybe(r["settled_receipt"]),
+            maybe(r["paid_gpu_seconds"]),
+            maybe(r["escrow_left"]),
         )
         for r in rows
     ]
 
 
-async def refused_usage(conn: Connection, batch: list[SignedUsage]) -> set[tuple[Pubkey, NodeKey, int]]:
-    """(lease, node key, seq) of the refused reports of the batch's shares: later ones need not wait for them."""
-    shares = {(str(u.lease), str(u.node_key)) for u in batch}
-    if not shares:
-        return set()
-    leases, nodes = zip(*shares, strict=True)
-    rows = await conn.fetch(
-        "SELECT lease, node_key, seq FROM usage_reports WHERE status = 'refused' "
-        "AND (lease, node_key) IN (SELECT * FROM unnest($1::text[], $2::text[]))",
-        list(leases),
-        list(nodes),
-    )
-    return {(Pubkey.from_string(r["lease"]), Pubkey.from_string(r["node_key"]), int(r["seq"])) for r in rows}
-
-
 async def pending_count(conn: Connection, lease: str, node_key: NodeKey | None = None) -> int:
-    """The lease's reports still pending (of one node, or of all)."""
+    """The lease's shares whose newest receipt is still pending (of one node, or of all)."""
     return await conn.fetchval(
-        "SELECT count(*) FROM usage_reports WHERE status = 'pending' AND lease = $1 "
+        "SELECT count(*) FROM usage_receipts WHERE status = 'pending' AND lease = $1 "
         "AND ($2::text IS NULL OR node_key = $2)",
         lease,
         None if node_key is None else str(node_key),
@@ -75,16 +100,20 @@ async def pending_count(conn: Connection, lease: str, node_key: NodeKey | None =
 
 
 async def settle_outcomes(conn: Connection, outcomes: list[Outcome]) -> None:
-    """Records what settlement decided; reports still waiting stay pending."""
+    """Records what settlement decided of each receipt (unless a newer one came meanwhile); receipts
+    still waiting stay pending."""
     for o in outcomes:
         if o.status.value == "waiting":
             continue
+        r = o.usage.receipt
         await conn.execute(
-            "UPDATE usage_reports SET status = $4, reason = $5, settled_by = $6 "
-            "WHERE lease = $1 AND node_key = $2 AND seq = $3",
+            "UPDATE usage_receipts SET status = $6, reason = $7, settled_by = coalesce($8, settled_by) "
+            "WHERE lease = $1 AND node_key = $2 AND epoch = $3 AND gpu_seconds = $4 AND through = $5",
             str(o.usage.lease),
             str(o.usage.node_key),
-            o.usage.report.seq,
+            r.epoch,
+            r.gpu_seconds,
+            r.through,
             o.status.value,
             o.reason,
             str(o.signature) if o.signature else None,

@@ -97,8 +97,10 @@ class Ledger:
                 "provider": a["provider"],
                 "gpus": a["gpus"],
                 "price_per_gpu_hour": a["price_per_gpu_hour"],
-                "last_seq": a["last_seq"],
+                "epoch": a["epoch"],
+                "assigned_at": a["assigned_at"],
                 "settled_until": a["settled_until"],
+                "receipt_gpu_seconds": a["receipt_gpu_seconds"],
                 "gpu_seconds": a["gpu_seconds"],
                 "active": True,
                 "assigned_by": e.signature,  # the share's epoch (row["signature"] moves on with each change)
@@ -231,6 +233,7 @@ def _lease_opened(ledger: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None:
             "deposited": d["deposit"],
             "paid": 0,
             "fees": 0,
+            "fees_swept": 0,
             "refunded": 0,
             "donations": 0,
             "nodes": [],
@@ -267,8 +270,12 @@ def _usage_settled(ledger: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None:
         lease["fees"] += d["fee"]
     if (share := ledger._get("assignments", (d["lease"], d["node"]), e)) is not None:
         share.update(
-            last_seq=d["seq"], settled_until=d["period_end"], gpu_seconds=share["gpu_seconds"] + d["gpu_seconds"]
+            settled_until=d["through"],
+            receipt_gpu_seconds=d["receipt_gpu_seconds"],
+            gpu_seconds=share["gpu_seconds"] + d["gpu_seconds"],
         )
+    # The provider's lifetime earnings: no account counts them (a settlement writes no shared
+    # account), the events do.
     if (p := ledger._get("providers", d["provider"], e)) is not None:
         p["earned"] += d["payout"]
     ledger.settlements.append(
@@ -297,6 +304,12 @@ def _lease_finalized(ledger: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None
         lease["status"] = "closed"
         lease["refunded"] += d["refund"]
         lease["donations"] += d["donations"]
+        lease["fees_swept"] += d["fees_to_treasury"]
+
+
+def _fees_swept(ledger: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None:
+    if (lease := ledger._get("leases", d["lease"], e)) is not None:
+        lease["fees_swept"] = d["fees_swept"]
 
 
 def _provider_slashed(ledger: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None:
@@ -327,9 +340,9 @@ _SETTLEMENT_FIELDS = (
     "lease",
     "node",
     "provider",
-    "seq",
-    "period_start",
-    "period_end",
+    "epoch",
+    "receipt_gpu_seconds",
+    "through",
     "gpu_seconds",
     "amount",
     "payout",
@@ -365,6 +378,7 @@ _HANDLERS: dict[str, Callable[[Ledger, IndexedEvent, dict[str, Any]], None]] = {
     "LeaseToppedUp": _lease_topped_up,
     "LeaseReassigned": _lease_reassigned,
     "UsageSettled": _usage_settled,
+    "FeesSwept": _fees_swept,
     "LeaseClosed": _lease_closed,
     "LeaseFinalized": _lease_finalized,
     "ProviderSlashed": _provider_slashed,

@@ -99,6 +99,7 @@ class Dispatch:
                 peers=peers,
                 restore=restore,
                 epoch=s.assigned_by,
+                share_epoch=s.epoch,
                 checkpoint_seed=seed,
                 secrets=sealed.get(str(s.node_key), {}),  # only ciphertext sealed to this node
             )

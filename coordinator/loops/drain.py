@@ -1,6 +1,6 @@
 """Drain: the shares of draining nodes (their suppliers' announced maintenance) move to spare
 nodes, gracefully and without any slash or fault. The job is cancelled on the draining node, which
-reports its last usage; everything it delivered is settled; then the share is reassigned on chain
+sends its last usage receipt; everything it delivered is settled; then the share is reassigned on chain
 and the job resumes on the new node from the lease's latest checkpoint. Without a spare node the
 share stays where it is and the lease goes on (the placement's reason says so)."""
 
@@ -29,11 +29,11 @@ __all__ = ["RELEASE_WAIT_SECONDS", "SETTLE_WAIT_SECONDS", "Drain"]
 
 log = logging.getLogger("gpunet.coordinator.drain")
 
-# A drained node sends its last usage report and checkpoint once its job has stopped (its worker
+# A drained node sends its last usage receipt and checkpoint once its job has stopped (its worker
 # gives a job a stop grace); if no heartbeat shows the share released (the worker died meanwhile)
 # the share moves after this long anyway.
 RELEASE_WAIT_SECONDS = 20.0
-# Its reports still pending after the release are given this long to settle before the move.
+# Its receipts still pending after the release are given this long to settle before the move.
 SETTLE_WAIT_SECONDS = 30.0
 
 
@@ -60,7 +60,7 @@ class Drain:
 
     def heartbeat(self, node_key: NodeKey, claimed: frozenset[str]) -> None:
         """A heartbeat after the job stopped no longer claims the share leaving the node: its last
-        usage report and checkpoint, sent before this heartbeat, are recorded (the gateway handles
+        usage receipt and checkpoint, sent before this heartbeat, are recorded (the gateway handles
         a session's messages in order, and the worker sends both as its job ends)."""
         for (lease, key), move in self.shared.drains.items():
             if key == node_key and move.stopped and lease not in claimed:
@@ -98,7 +98,7 @@ class Drain:
         if not move.released and now - move.cancelled_at < RELEASE_WAIT_SECONDS:
             return
         # Everything the node delivered is paid while it still holds the share (after the move its
-        # reports could not be settled any more).
+        # receipts could not be settled any more).
         await self.settle(node_key)
         if await usage.pending_count(conn, lease, node_key) and now - move.cancelled_at < SETTLE_WAIT_SECONDS:
             return

@@ -80,7 +80,7 @@ class LeaseEnd:
                 pass
 
     async def _close(self, lease: str) -> None:
-        await self.settle(None)  # the workers' last periods first
+        await self.settle(None)  # the workers' last receipts first
         await self._send("close", self.attester.close, lease)
 
     @staticmethod
@@ -93,8 +93,8 @@ class LeaseEnd:
         log.info("lease.%sd lease=%s", action, lease)
 
     async def _finalize(self, conn: Connection, lease: str) -> None:
-        """Finalizes a closing lease once no usage report of it is pending and every share whose node
-        is connected is paid up to the end of billing: a worker sends again the reports this process
+        """Finalizes a closing lease once no usage receipt of it is pending and every share whose node
+        is connected is paid up to the end of billing: a worker sends again the receipts this process
         could not record (its database was down, say) only every so often, and finalizing before they
         come would leave that usage unpayable. A connected node is waited for `UNPAID_WAIT_SECONDS`
         at most (a report of it refused for good must not hold the client's refund until the chain's

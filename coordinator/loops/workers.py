@@ -1,5 +1,5 @@
 """What workers say, as the gateway hands it over (`coordinator.gateway.GatewayHandler`):
-admission, liveness into the fleet, job statuses and log lines, usage reports and checkpoints into
+admission, liveness into the fleet, job statuses and log lines, usage receipts and checkpoints into
 the ledger. A node that speaks about a share it no longer holds is told so (and to cancel the job
 and release the GPUs), never recorded."""
 
@@ -13,7 +13,7 @@ from solana.rpc.async_api import AsyncClient
 
 from coordinator.db import jobs
 from coordinator.db import leases as ledger
-from coordinator.db import usage as usage_reports
+from coordinator.db import usage as usage_receipts
 from coordinator.fleet import Fleet
 from coordinator.keys import NodeKey
 from coordinator.loops.dispatch import Dispatch
@@ -32,7 +32,7 @@ from gpunet.protocol import (
     Hello,
     JobLog,
     JobStatus,
-    UsageReportMessage,
+    UsageReceiptMessage,
     VerifyCommit,
     VerifyOpenings,
 )
@@ -131,9 +131,9 @@ class WorkerMessages:
                 )
         return False
 
-    async def usage(self, node_key: NodeKey, report: UsageReportMessage) -> None:
+    async def usage(self, node_key: NodeKey, receipt: UsageReceiptMessage) -> None:
         async with self.pool.acquire() as conn:
-            await usage_reports.record_usage(conn, node_key, report)
+            await usage_receipts.record_receipt(conn, node_key, receipt)
 
     async def checkpoint(self, node_key: NodeKey, checkpoint: Checkpoint) -> None:
         async with self.pool.acquire() as conn:

@@ -83,10 +83,10 @@ def list_settlements(
                 "node": e.data.node,  # the node's account (what the event names)
                 "node_key": keys.get(e.data.node),  # its worker's key (what `gpunet node` commands take)
                 "provider": e.data.provider,
-                "seq": e.data.seq,
-                "period_start": e.data.period_start,
-                "period_end": e.data.period_end,
-                "gpu_seconds": e.data.gpu_seconds,
+                "epoch": e.data.epoch,  # the assignment the receipt is of
+                "receipt_gpu_seconds": e.data.receipt_gpu_seconds,  # the receipt's cumulative
+                "through": e.data.through,
+                "gpu_seconds": e.data.gpu_seconds,  # paid for by this settlement
                 "payout": e.data.payout,
                 "fee": e.data.fee,
                 "explorer": s.explorer_url("tx", tx.signature),
@@ -101,7 +101,7 @@ def list_settlements(
                 "time (UTC)",
                 "lease",
                 key_column("node key"),
-                "seq",
+                "through (UTC)",
                 "GPU-s",
                 "payout",
                 "fee",
@@ -114,7 +114,7 @@ def list_settlements(
                     when,
                     s.link("address", r["lease"], str(r["lease"])[:8]),
                     node_label(r["node"], r["node_key"]),
-                    str(r["seq"]),
+                    time.strftime("%H:%M:%S", time.gmtime(r["through"])),
                     str(r["gpu_seconds"]),
                     format_io(r["payout"]),
                     format_io(r["fee"]),
@@ -164,6 +164,7 @@ def audit(
             "subject": report.subject,
             "ok": report.ok,
             "evidence_ok": report.evidence_ok,
+            **({"earned": report.earned} if report.earned is not None else {}),
             "evidence": [
                 {
                     "signature": str(e.signature),
@@ -216,6 +217,8 @@ def audit(
                 t.add_row(
                     f"  {label(c)}: from", ", ".join(s.link("tx", x) for x in c.signatures) or "no transaction", "", ""
                 )
+            if report.earned is not None:  # no account counts it: the settlements' payouts say it
+                t.add_row("earned (its settlements' payouts)", format_io(report.earned), "-", "")
             return t
 
         def tables() -> Group:

@@ -144,7 +144,8 @@ async def lease_summary(client: Any, address: Any, lease: Any) -> dict[str, Any]
                 "node_key": a.node_key,
                 "gpus": a.gpus,
                 "price_per_gpu_hour": a.price_per_gpu_hour,
-                "last_seq": a.last_seq,
+                "epoch": a.epoch,
+                "settled_until": a.settled_until,
                 "gpu_seconds": a.gpu_seconds,
             }
             for a in list(lease.assignments)[: lease.node_count]
@@ -295,9 +296,9 @@ def close(
     async def command(s: Session) -> None:
         address = pubkey_arg(lease, "lease address")
         async with s.client() as client:
-            io_mint = (await fetch_config(client)).io_mint
+            config = await fetch_config(client)
             account = await fetch(client, address, "Lease")
-            client_tokens = io_account(account.client, io_mint)
+            client_tokens = io_account(account.client, config.io_mint)
             sig = None
             if _status(account) == "Closed":
                 raise BadInput(f"lease {address} is already closed and finalized")
@@ -313,7 +314,7 @@ def close(
                 sig = await s.send(
                     client,
                     "Finalizing the lease",
-                    [ix.finalize_lease(s.wallet.pubkey(), account.client, client_tokens, address)],
+                    [ix.finalize_lease(s.wallet.pubkey(), config.treasury, account.client, client_tokens, address)],
                 )
                 account = await fetch(client, address, "Lease")
             elif sig is None:
@@ -374,7 +375,8 @@ def show(
                 t.add_row(
                     f"node key {s.link('address', a['node_key'])}",
                     f"{a['gpus']} GPUs at {format_io(a['price_per_gpu_hour'])}/GPU-hour, "
-                    f"{a['gpu_seconds']} GPU-s settled (seq {a['last_seq']}); node account {a['node']}",
+                    f"{a['gpu_seconds']} GPU-s settled (through {clock.at(a['settled_until'])}, "
+                    f"assignment {a['epoch']}); node account {a['node']}",
                 )
             if not (waiting := data.get("waiting")):
                 return t

@@ -25,6 +25,7 @@ from gpunet.cli.common import (
     io_balance_check,
     pubkey_arg,
 )
+from gpunet.history import transactions_of
 from gpunet.pda import provider_pda, stake_vault_pda
 from gpunet.tokens import create_io_account_if_missing, io_account, io_balance
 
@@ -156,6 +157,13 @@ def show(
                         f"wallet {authority} is not a provider (register with `gpunet provider register`)"
                     ) from None
             vault = int((await client.get_token_account_balance(stake_vault_pda(address))).value.amount)
+            # No account counts earnings (a settlement writes no shared account): its events do.
+            earned = sum(
+                e.data.payout
+                for tx in await transactions_of(client, address)
+                for e in tx.events
+                if e.name == "UsageSettled" and e.data.provider == address
+            )
         data = {
             "provider": address,
             "authority": authority,
@@ -165,7 +173,7 @@ def show(
             "unbonding": p.unbonding,
             "unbonding_ends_at": p.unbonding_ends_at,
             "slashed": p.slashed,
-            "earned": p.earned,
+            "earned": earned,
             "nodes": p.node_count,
             "stake_vault_balance": vault,
         }

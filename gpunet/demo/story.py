@@ -50,7 +50,9 @@ __all__ = ["Demo", "DemoResult"]
 
 PRICE = 360 * IO  # per GPU-hour, every node: 0.1 IO per GPU-second, easy to follow
 MAX_PRICE = 540 * IO
-PERIOD = 3  # seconds per usage report: short, so the story takes a minute
+PERIOD = (
+    3  # seconds between a worker's usage receipts sent, and between settlements: short, so the story takes a minute
+)
 SUPPLIERS = (("ada", 2), ("bob", 2), ("cyd", 4))
 TRAIN = str(Path(__file__).with_name("train.py"))
 WIDTH = 80  # the demo's output reads in an 80-column terminal: titles and the summary fit it
@@ -58,8 +60,8 @@ SECTIONS = (  # the titles of the story's sections, each drawn as a rule
     "1. The admin initialises gpunet",
     "2. Suppliers stake, register nodes, start workers; their GPUs are verified",
     "3. A client leases 4 H100s as a 2-node cluster and gives it a job",
-    "4. The job runs; each period's signed usage is settled on chain",
-    "5. The lease ends: closed, last periods settled, escrow refunded",
+    "4. The job runs; the nodes' signed usage receipts are settled on chain",
+    "5. The lease ends: closed, last receipts settled, escrow refunded",
 )
 
 
@@ -209,6 +211,8 @@ class Demo:
             lost_after_seconds=3,
             reconnect_grace_seconds=6,
             settle_seconds=1,
+            settle_interval_seconds=PERIOD,  # production settles hourly: here every few seconds, to watch
+            settle_min_amount=0,
             close_grace_seconds=5,
             poll_seconds=1,
         )
@@ -318,9 +322,9 @@ class Demo:
                     ]
                     for s in settlements[seen_settlements:]:
                         progress.console.print(
-                            f"  {by_node.get(s['node'], '?')}: seq {s['seq']}, {s['gpu_seconds']} GPU-s "
-                            f"signed by its node → paid {format_io(s['payout'])}, fee {format_io(s['fee'])}  "
-                            f"[dim]tx {short(s['signature'])}[/]"
+                            f"  {by_node.get(s['node'], '?')}: receipt for {s['receipt_gpu_seconds']} GPU-s "
+                            f"signed by its node → {s['gpu_seconds']} more paid {format_io(s['payout'])}, "
+                            f"fee {format_io(s['fee'])} kept for the treasury  [dim]tx {short(s['signature'])}[/]"
                         )
                     seen_settlements = len(settlements)
                     paid_nodes = [by_node.get(s["node"]) for s in settlements]
@@ -361,7 +365,7 @@ class Demo:
         self._section(5)
         self.say(
             "the lease reached its end: the coordinator closed it (its nodes freed, billing stopped at the end), "
-            "settled the last periods and finalized it (the rest of the escrow refunded)"
+            "settled the last receipts and finalized it (the fees to the treasury, the rest of the escrow refunded)"
         )
 
     async def _restart(self, coordinator: CoordinatorProcess, progress: Progress) -> None:
@@ -426,7 +430,7 @@ class Demo:
         self.console.print(transactions_table(transactions))
         self.say(
             "the close refunded what the last usage could not cost; the finalization the rest, once the last "
-            "periods were settled; the slashed supplier's stake paid the client its share"
+            "receipts were settled; the slashed supplier's stake paid the client its share"
         )
         result.conserved = account.deposited == account.paid + account.fees + account.refunded
         self.say(
