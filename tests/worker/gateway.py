@@ -25,7 +25,7 @@ from gpunet.protocol import (
     Hello,
     Recorded,
     UsageAck,
-    UsageReportMessage,
+    UsageReceiptMessage,
     Welcome,
     encode,
     parse_worker_message,
@@ -38,7 +38,7 @@ class FakeGateway:
         self.welcome = Welcome(heartbeat_seconds=heartbeat_seconds, usage_period_seconds=usage_period_seconds)
         self.received: list[tuple[int, Any]] = []  # (session number, message)
         self.sessions = 0
-        self.ack_usage: Callable[[UsageReportMessage], bool] = lambda report: True
+        self.ack_usage: Callable[[UsageReceiptMessage], bool] = lambda receipt: True
         self.can_record: Callable[[Any], bool] = lambda message: True  # False: "my database is down"
         self.recorded: list[Any] = []  # numbered messages recorded: once each (by origin and n), in order
         self.refuse_next = 0  # sessions to close as unauthorised (an unregistered node) before admitting one
@@ -93,8 +93,11 @@ class FakeGateway:
         async for raw in ws:
             message = parse_worker_message(raw)
             await self._record(session, message)
-            if isinstance(message, UsageReportMessage) and self.ack_usage(message):
-                await ws.send(encode(UsageAck(lease=message.lease, seq=message.seq)))
+            if isinstance(message, UsageReceiptMessage) and self.ack_usage(message):
+                ack = UsageAck(
+                    lease=message.lease, epoch=message.epoch, gpu_seconds=message.gpu_seconds, through=message.through
+                )
+                await ws.send(encode(ack))
             n = getattr(message, "n", None)
             if n is None or (missing is not None and n > missing):
                 continue

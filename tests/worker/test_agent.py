@@ -30,7 +30,7 @@ from gpunet.protocol import (
     JobStatus,
     LeaseEnd,
     UsageAck,
-    UsageReportMessage,
+    UsageReceiptMessage,
 )
 from gpunet.secrets import seal
 from tests.worker.gateway import FakeGateway
@@ -88,15 +88,19 @@ def script(code: str) -> JobSpec:
     return JobSpec(command=[sys.executable, "-c", code], restart_policy="never")
 
 
-def contiguous(usage: list[UsageReportMessage]) -> bool:
-    """One unbroken run of billing: seqs 1, 2, ... and each period starting where the last one ended."""
-    return [r.seq for r in usage] == list(range(1, len(usage) + 1)) and all(
-        b.period_start == a.period_end for a, b in itertools.pairwise(usage)
+def increasing(usage: list[UsageReceiptMessage], gpus: int) -> bool:
+    """One share's receipts as sent: each newer than the last, never more GPU-seconds more than its
+    GPUs x the seconds since the last (a receipt sent again repeats the one before it)."""
+    usage = [b for a, b in itertools.pairwise(usage) if b != a] if usage else []
+    return len({r.epoch for r in usage}) <= 1 and all(
+        0 <= b.gpu_seconds - a.gpu_seconds <= gpus * (b.through - a.through) and b.through > a.through
+        for a, b in itertools.pairwise(usage)
     )
 
 
-def reports(gateway: FakeGateway, lease: str, session: int | None = None) -> list[UsageReportMessage]:
-    return [m for m in gateway.messages(UsageReportMessage, session) if m.lease == lease]
+def reports(gateway: FakeGateway, lease: str, session: int | None = None) -> list[UsageReceiptMessage]:
+    """The usage receipts of `lease` the gateway received (in a session, or in all)."""
+    return [m for m in gateway.messages(UsageReceiptMessage, session) if m.lease == lease]
 
 
 async def test_a_dispatched_job_runs_and_its_usage_is_signed_reported_and_acked(tmp_path) -> None:
@@ -112,15 +116,18 @@ async def test_a_dispatched_job_runs_and_its_usage_is_signed_reported_and_acked(
         lines = [m.line for m in gateway.messages(JobLog) if m.stream == "stdout"]
         assert lines[0] == "fresh start" and lines[-1] == "done" and len(lines) == 32
 
-        # usage: every report signed by the node key, contiguous, never over wall time x GPUs
-        # (the share stays held, so reports go on after the job: wait for those of its 3 s or more on 2 GPUs)
+        # usage: every receipt signed by the node key, cumulative, never over wall time x GPUs
+        # (the share stays held, so receipts go on after the job: wait for those of its 3 s or more on 2 GPUs)
         await gateway.wait_for(
-            lambda: agent.journal.unacked() == [] and sum(r.gpu_seconds for r in reports(gateway, lease)) >= 2 * 2,
+            lambda: (
+                agent.journal.unacked() == []
+                and max((r.gpu_seconds for r in reports(gateway, lease)), default=0) >= 2 * 2
+            ),
             what="acks",
         )
         usage = reports(gateway, lease)
-        assert contiguous(usage) and all(r.verify(node.pubkey()) for r in usage)
-        assert all(0 < r.gpu_seconds <= 2 * (r.period_end - r.period_start) for r in usage)
+        assert increasing(usage, 2) and all(r.verify(node.pubkey()) for r in usage)
+        assert usage[0].epoch == 1 and 0 < usage[0].gpu_seconds
         # simulated GPUs are marked in every message the worker sent
         assert gateway.received and all(m.simulated for _, m in gateway.received)
         assert [m.of for m in gateway.messages(Ack)] == ["dispatch"]
@@ -148,7 +155,7 @@ async def test_bad_coordinator_input_is_refused_and_reported_and_the_agent_keeps
             await gateway.send(raw)
         await gateway.send(Dispatch(lease=lease, gpus=3, job=job(steps=1)))  # valid, but only 2 GPUs here
         await gateway.send(Cancel(lease=str(Pubkey.new_unique())))  # no such job
-        await gateway.send(UsageAck(lease=lease, seq=7))  # never sent
+        await gateway.send(UsageAck(lease=lease, epoch=1, gpu_seconds=7, through=7))  # never sent
 
         refusals = await gateway.wait_for(lambda: len(gateway.messages(Ack)) >= 9, what="9 refusals")
         refusals = gateway.messages(Ack)
@@ -161,7 +168,7 @@ async def test_bad_coordinator_input_is_refused_and_reported_and_the_agent_keeps
         assert errors[5][0] == "cancel" and "not a base58 public key" in errors[5][1]
         assert errors[6] == ("dispatch", "3 GPUs asked for, 2 free and healthy on this node")
         assert errors[7] == ("cancel", "this node holds no share of this lease")
-        assert errors[8] == ("ack", "no usage report 7 of this lease was sent by this node")
+        assert errors[8] == ("ack", "no usage receipt of 7 GPU-seconds through 7 (epoch 1) was sent by this node")
         assert agent.shares == {} and not (tmp_path / "jobs").exists()  # nothing was started
 
         # still the same session, still serving: a good dispatch runs
@@ -176,7 +183,7 @@ async def test_a_dropped_connection_is_resumed_without_losing_or_repeating_anyth
         await gateway.wait_for(lambda: gateway.messages(Heartbeat), what="a heartbeat")
         gateway.ack_usage = lambda report: False  # nothing acked in the first session
         await gateway.send(Dispatch(lease=lease, gpus=1, job=job(steps=60)))
-        await gateway.wait_for(lambda: len(reports(gateway, lease, 1)) >= 2, what="two reports")
+        await gateway.wait_for(lambda: len(reports(gateway, lease, 1)) >= 2, what="two receipts")
         gateway.ack_usage = lambda report: True
         await gateway.drop()
 
@@ -192,10 +199,10 @@ async def test_a_dropped_connection_is_resumed_without_losing_or_repeating_anyth
         assert agent.session.unconfirmed == 0
         first = reports(gateway, lease, 1)
         second = reports(gateway, lease, 2)
-        # every unacked report of session 1 came again in session 2, once; then the new ones
-        assert [r.seq for r in second[: len(first)]] == [r.seq for r in first]
-        assert second[: len(first)] == first
-        assert [r.seq for r in second] == list(range(1, len(second) + 1))
+        # the newest receipt of session 1 (unacked, and superseding those before it) came again first
+        # in session 2, or a newer one already; then the new ones, all counting on from it
+        assert (second[0].through, second[0].gpu_seconds) >= (first[-1].through, first[-1].gpu_seconds)
+        assert increasing(first, 1) and increasing(first[-1:] + second, 1)
         assert gateway.messages(Ack, 2)[-1].of == "dispatch"
 
 
@@ -261,17 +268,19 @@ async def test_reports_the_coordinator_could_not_record_are_sent_again_in_the_sa
         await gateway.wait_for(lambda: gateway.messages(Heartbeat), what="a heartbeat")
         gateway.ack_usage = lambda report: False  # its database is down: nothing recorded, nothing acked
         await gateway.send(Dispatch(lease=lease, gpus=1, job=job(steps=100)))
-        await gateway.wait_for(lambda: len({r.seq for r in reports(gateway, lease, 1)}) >= 1, what="a report")
-        first = reports(gateway, lease, 1)[0]
-        await gateway.wait_for(lambda: reports(gateway, lease, 1).count(first) >= 2 or None, what="the report again")
+        await gateway.wait_for(lambda: reports(gateway, lease, 1), what="a receipt")
+        await gateway.wait_for(
+            lambda: any(a == b for a, b in itertools.pairwise(reports(gateway, lease, 1))) or None,
+            what="a receipt sent again",
+        )
         gateway.ack_usage = lambda report: True  # the database is back
-        await gateway.wait_for(lambda: agent.journal.unacked() == [] or None, what="every report acked")
+        await gateway.wait_for(lambda: agent.journal.unacked() == [] or None, what="every receipt acked")
         assert gateway.sessions == 1  # held, never reconnected
-        # the control: an acknowledged report is not sent again
-        acked = {r.seq for r in reports(gateway, lease, 1)}
+        # the control: an acknowledged receipt is not sent again
         sent = len(reports(gateway, lease, 1))
+        acked = set(map(str, reports(gateway, lease, 1)))
         await asyncio.sleep(1.5)
-        assert not {r.seq for r in reports(gateway, lease, 1)[sent:]} & acked
+        assert not set(map(str, reports(gateway, lease, 1)[sent:])) & acked
 
 
 async def test_a_held_share_is_billed_after_its_job_exits_and_the_next_job_runs_on_the_same_gpus(tmp_path) -> None:
@@ -290,15 +299,16 @@ async def test_a_held_share_is_billed_after_its_job_exits_and_the_next_job_runs_
         first = await gateway.wait_for(lambda: final_status(gateway, lease), what="job 1's end")
         assert first.state == "succeeded" and not [m for m in gateway.messages(JobStatus) if m.job_number == 2]
 
-        # nothing runs now, yet the share is held and billed: whole periods after the job's end
-        # (the first period began mid-second, at the dispatch: it is not whole)
-        ended = max((r.period_end for r in reports(gateway, lease)), default=0)
+        # nothing runs now, yet the share is held and billed: every second after the job's end
+        ended = len(reports(gateway, lease))
 
-        def idle() -> list[UsageReportMessage]:
-            return [r for r in reports(gateway, lease) if r.period_start >= ended and r.seq > 1]
+        def idle() -> list[UsageReceiptMessage]:
+            return reports(gateway, lease)[max(ended - 1, 0) :]
 
-        await gateway.wait_for(lambda: len(idle()) >= 2, what="two periods billed with no job running")
-        assert all(r.gpu_seconds == r.period_end - r.period_start for r in idle())  # every second x 1 GPU
+        await gateway.wait_for(lambda: len(idle()) >= 3, what="receipts with no job running")
+        assert all(
+            b.gpu_seconds - a.gpu_seconds == b.through - a.through for a, b in itertools.pairwise(idle())
+        )  # every second x 1 GPU
         beat = gateway.messages(Heartbeat)[-1]
         assert beat.held == [lease] and beat.running == []
 
@@ -311,7 +321,7 @@ async def test_a_held_share_is_billed_after_its_job_exits_and_the_next_job_runs_
         assert lines[1][0] in [g.uuid for g in agent.inventory.gpus]
         billed = len(reports(gateway, lease))
         await gateway.wait_for(lambda: len(reports(gateway, lease)) >= billed + 2, what="billing after job 2 too")
-        assert contiguous(reports(gateway, lease))
+        assert increasing(reports(gateway, lease), 1)
 
 
 async def test_a_repeated_dispatch_never_starts_a_second_copy_even_after_the_job_ended(tmp_path) -> None:
@@ -342,21 +352,23 @@ async def test_billing_stops_at_the_cancel_or_at_the_lease_end_which_a_top_up_mo
         await gateway.send(Dispatch(lease=cancelled, gpus=1, job=job(steps=100000)))
         await gateway.send(Dispatch(lease=ending, gpus=1, job=job(steps=100000), ends_at=now + 3))
         await gateway.send(LeaseEnd(lease=ending, ends_at=now + 5))  # a top-up
-        await gateway.wait_for(lambda: reports(gateway, cancelled), what="a report of the cancelled lease")
+        await gateway.wait_for(lambda: reports(gateway, cancelled), what="a receipt of the cancelled lease")
         await gateway.send(Cancel(lease=cancelled, reason="the lease was closed"))
         await gateway.wait_for(lambda: final_status(gateway, cancelled), what="the cancelled job's end")
         cancel_ack = next(i for i, (_, m) in enumerate(gateway.received) if isinstance(m, Ack) and m.of == "cancel")
         await asyncio.sleep(max(0.0, now + 8 - time.time()))  # past the end; no cancel for `ending`
 
-        # the cancelled lease: no report after the cancel; its GPU is free and no longer held
+        # the cancelled lease: its final receipt came before the cancel's ack, nothing after it; its GPU
+        # is free and no longer held
         late = [
-            m for _, m in gateway.received[cancel_ack:] if isinstance(m, UsageReportMessage) and m.lease == cancelled
+            m for _, m in gateway.received[cancel_ack:] if isinstance(m, UsageReceiptMessage) and m.lease == cancelled
         ]
-        assert late == [] and cancelled not in gateway.messages(Heartbeat)[-1].held and cancelled not in agent.shares
+        assert late == [] and reports(gateway, cancelled)[-1].final
+        assert cancelled not in gateway.messages(Heartbeat)[-1].held and cancelled not in agent.shares
         # the ended lease: billed up to its moved end exactly, then no more, though its share is still held
         usage = reports(gateway, ending)
-        assert contiguous(usage) and usage[-1].period_end == now + 5
-        assert sum(r.gpu_seconds for r in usage) >= 4  # the whole seconds from the dispatch to the end
+        assert increasing(usage, 1) and usage[-1].through == now + 5 and not usage[-1].final
+        assert usage[-1].gpu_seconds >= 4  # the whole seconds from the dispatch to the end
         assert ending in gateway.messages(Heartbeat)[-1].held
         await gateway.send(LeaseEnd(lease=cancelled, ends_at=now + 100))
         refusal = await gateway.wait_for(
@@ -373,7 +385,7 @@ async def test_a_dispatch_of_an_ended_job_holds_the_share_without_running_it(tmp
         await gateway.wait_for(lambda: gateway.messages(Heartbeat), what="a heartbeat")
         # e.g. the agent restarted after job 1 ended: the coordinator gives the share back, not the job
         await gateway.send(Dispatch(lease=lease, gpus=2, job=script("print('ran again')"), job_ended=True))
-        await gateway.wait_for(lambda: len(reports(gateway, lease)) >= 2, what="two reports")
+        await gateway.wait_for(lambda: len(reports(gateway, lease)) >= 2, what="two receipts")
         assert gateway.messages(JobStatus) == [] and gateway.messages(JobLog) == []
         assert agent.shares[lease].runner is None and gateway.messages(Heartbeat)[-1].held == [lease]
         # the control: the lease's next job does run there

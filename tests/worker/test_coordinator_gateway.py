@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import sys
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
 from coordinator.gateway import Gateway
-from gpunet.protocol import Ack, Checkpoint, Dispatch, Heartbeat, Hello, JobLog, JobSpec, JobStatus, UsageReportMessage
+from gpunet.protocol import Ack, Checkpoint, Dispatch, Heartbeat, Hello, JobLog, JobSpec, JobStatus, UsageReceiptMessage
 from tests.worker.sandboxes import HOST_JOBS_SETTINGS
 from worker.agent import Agent, WorkerSettings
 from worker.simulate import SimulatedGpus
@@ -43,8 +44,8 @@ class Coordinator:
     async def job_log(self, node_key: Pubkey, line: JobLog) -> None:
         self.seen.append(line)
 
-    async def usage(self, node_key: Pubkey, report: UsageReportMessage) -> None:
-        self.seen.append(report)
+    async def usage(self, node_key: Pubkey, receipt: UsageReceiptMessage) -> None:
+        self.seen.append(receipt)
 
     async def worker_ack(self, node_key: Pubkey, ack: Ack) -> None:
         self.seen.append(ack)
@@ -104,10 +105,12 @@ async def test_the_worker_and_the_coordinators_gateway_speak_the_same_protocol(t
             await gateway.send(node.pubkey(), Dispatch(lease=lease, gpus=2, job=job))
             await until(lambda: any(s.state == "succeeded" for s in coordinator.of(JobStatus)), "the job's end")
             await until(
-                lambda: coordinator.of(UsageReportMessage) and not agent.journal.unacked(), "every report acked"
+                lambda: coordinator.of(UsageReceiptMessage) and not agent.journal.unacked(), "every receipt acked"
             )
-            usage = coordinator.of(UsageReportMessage)
-            assert [r.seq for r in usage] == list(range(1, len(usage) + 1))
+            usage = coordinator.of(UsageReceiptMessage)
+            assert all(
+                b.gpu_seconds > a.gpu_seconds and b.through > a.through for a, b in itertools.pairwise(usage)
+            ) and all(r.verify(node.pubkey()) for r in usage)
             assert [line.line for line in coordinator.of(JobLog)][-1] == "done"
             # the job's last checkpoint reaches the coordinator, so another node could resume it
             await until(

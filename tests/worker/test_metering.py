@@ -58,9 +58,7 @@ def test_a_held_share_is_billed_cumulatively_for_the_held_time(tmp_path: Path, o
     assert summary(journal.unacked()) == [(44, 1023, True)]  # only the newest is kept
 
 
-def test_a_close_that_reaches_the_node_late_ends_the_final_receipt_at_the_close(
-    tmp_path: Path, open_journal
-) -> None:
+def test_a_close_that_reaches_the_node_late_ends_the_final_receipt_at_the_close(tmp_path: Path, open_journal) -> None:
     # the client closed at 1014 (billing ended there on chain); the cancel arrives at 1016.5
     m = meter(open_journal(tmp_path / "usage.jsonl"), Keypair())
     m.hold(1000.0)
@@ -131,9 +129,7 @@ def test_acks_are_journaled_and_unknown_acks_refused(tmp_path: Path, open_journa
     assert summary(again.unacked()) == [(6, 103, False)]
 
 
-def test_a_restart_resends_the_newest_receipt_and_counts_on_without_the_downtime(
-    tmp_path: Path, open_journal
-) -> None:
+def test_a_restart_resends_the_newest_receipt_and_counts_on_without_the_downtime(tmp_path: Path, open_journal) -> None:
     path, node = tmp_path / "usage.jsonl", Keypair()
     journal = open_journal(path)
     m = meter(journal, node)

@@ -42,8 +42,8 @@ from gpunet.protocol import (
     parse_worker_message,
     verify_challenge_answer,
 )
-from gpunet.usage import UsageReport
-from worker.metering import sign_report
+from gpunet.usage import Receipt
+from worker.metering import sign_receipt
 from worker.simulate import SimulatedGpus
 
 LEASE = str(Pubkey.new_unique())
@@ -66,7 +66,7 @@ def worker_messages() -> list:
             simulated=False, lease=LEASE, job_number=2, state="failed", exit_code=1, restarts=2, detail="exited with 1"
         ),
         JobLog(simulated=False, lease=LEASE, job_number=2, stream="stderr", line="CUDA out of memory"),
-        sign_report(NODE, LEASE, UsageReport(1, 100, 160, 120), simulated=False),
+        sign_receipt(NODE, LEASE, Receipt(1, 120, 160), simulated=False),
         Ack(simulated=False, of="dispatch", lease=LEASE, error="8 GPUs asked for, 2 free", unable=True),
         VerifyCommit(simulated=True, id="ab" * 16, root="cd" * 32),
         VerifyOpenings(
@@ -94,7 +94,7 @@ def coordinator_messages() -> list:
         ),
         Cancel(lease=LEASE, reason="lease closed"),
         LeaseEnd(lease=LEASE, ends_at=1_700_007_200),
-        UsageAck(lease=LEASE, seq=3),
+        UsageAck(lease=LEASE, epoch=2, gpu_seconds=120, through=160),
         Error(message="node is jailed", code=4401),
         Verify(id="ab" * 16, gpu=1, seed="01" * 16, n=4096, depth=8192, products=14392, expected_seconds=8.0),
         VerifyOpen(id="ab" * 16, rows=[[3, 17], [0, 0]]),
@@ -126,7 +126,7 @@ def test_each_direction_knows_only_its_own_types() -> None:
         (lambda m: {k: v for k, v in m.items() if k != "simulated"}, "simulated: Field required"),
         (lambda m: m | {"gpu_seconds": -1}, "gpu_seconds: Input should be greater than or equal to 0"),
         (lambda m: m | {"gpu_seconds": 2**64}, "gpu_seconds: Input should be less than"),
-        (lambda m: m | {"seq": 0}, "seq: Input should be greater than or equal to 1"),
+        (lambda m: m | {"epoch": 0}, "epoch: Input should be greater than or equal to 1"),
         (lambda m: m | {"signature": "abc"}, "signature: Value error, not a base58 Ed25519 signature"),
         (lambda m: m | {"lease": "0" * 44}, "lease: Value error, not a base58 public key"),
         (lambda m: m | {"extra": 1}, "extra: Extra inputs are not permitted"),
@@ -136,7 +136,7 @@ def test_a_bad_field_is_named_in_the_error(change, error) -> None:
     usage = json.loads(encode(worker_messages()[5]))
     with pytest.raises(ProtocolError, match=error) as refused:
         parse_worker_message(json.dumps(change(usage)))
-    assert str(refused.value).startswith("bad usage_report message: ") and refused.value.close_code == CLOSE_MALFORMED
+    assert str(refused.value).startswith("bad usage_receipt message: ") and refused.value.close_code == CLOSE_MALFORMED
 
 
 def test_unreadable_and_oversized_messages() -> None:

@@ -1,6 +1,6 @@
-"""Usage reports made by the agent, as the gateway receives them, verify with the SDK and are
-accepted on chain by settle_usage on gpunet-localnet (the real program); `gpunet worker status`
-then shows the registration, the stake, the lease and the earnings."""
+"""Usage receipts made by the agent, as the gateway receives them, verify with the SDK and are
+accepted on chain by settle_usage on gpunet-localnet (the real program), each paying its increment;
+`gpunet worker status` then shows the registration, the stake and the lease."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from gpunet.client import send_and_confirm
 from gpunet.events import decode_events
 from gpunet.keys import create_keypair_file
 from gpunet.pda import lease_pda
-from gpunet.protocol import Dispatch, JobSpec, UsageReportMessage
+from gpunet.protocol import Dispatch, JobSpec, UsageReceiptMessage
 from gpunet.testbed import funded_deployer, funded_wallet
 from gpunet.tokens import create_mint, create_token_account, mint_io, token_balance
 from tests.worker.gateway import FakeGateway
@@ -67,18 +67,18 @@ async def worker_status(keyfile: Path, state: Path, rpc_url: str, *, as_json: bo
 async def settle(
     client: AsyncClient,
     attester: Keypair,
-    treasury: Pubkey,
     lease: Pubkey,
     node_key: Pubkey,
     supplier: Pubkey,
     supplier_tokens: Pubkey,
-    message: UsageReportMessage,
+    message: UsageReceiptMessage,
+    accepted: int,
 ):
     """What the coordinator will do: the node's own signature, carried into the Ed25519 instruction."""
-    report = message.report()
-    verify = report.signed_instruction(lease, node_key, message.signature_bytes())
-    settle_ix = ix.settle_usage(attester.pubkey(), treasury, lease, node_key, supplier, supplier_tokens, report)
-    while time.time() < report.period_end + 1:  # the program takes no period ending after its clock
+    receipt = message.receipt()
+    verify = receipt.signed_instruction(lease, node_key, message.signature_bytes())
+    settle_ix = ix.settle_usage(attester.pubkey(), lease, node_key, supplier, supplier_tokens, receipt, accepted)
+    while time.time() < receipt.through + 1:  # the program takes no receipt running past its clock
         await asyncio.sleep(0.2)
     sig = await send_and_confirm(client, attester, [verify, settle_ix])
     tx = (await client.get_transaction(sig, commitment=Confirmed, max_supported_transaction_version=0)).value
@@ -86,7 +86,7 @@ async def settle(
     return event.data
 
 
-async def test_the_workers_signed_reports_settle_on_chain(node, tmp_path, capsys) -> None:
+async def test_the_workers_signed_receipts_settle_on_chain(node, tmp_path, capsys) -> None:
     keyfile = tmp_path / "node.json"
     node_key = create_keypair_file(keyfile)
     inventory = SimulatedGpus.parse("H100:2:80", str(node_key.pubkey())).inventory()
@@ -156,13 +156,14 @@ async def test_the_workers_signed_reports_settle_on_chain(node, tmp_path, capsys
         status = await worker_status(keyfile, tmp_path / "state", node.url)  # placed, nothing run yet
         assert status["leases"] == {
             str(lease): {
-                "reports": 0,
+                "receipts": 0,
                 "acked": 0,
-                "reported_gpu_seconds": 0,
+                "receipt_gpu_seconds": 0,
                 "status": "Active",
                 "gpus": 2,
                 "price_per_gpu_hour": PRICE,
-                "settled_seq": 0,
+                "epoch": 1,
+                "settled_until": status["leases"][str(lease)]["settled_until"],  # the assignment's time
                 "settled_gpu_seconds": 0,
                 "settled_gross": 0,
             }
@@ -175,39 +176,46 @@ async def test_the_workers_signed_reports_settle_on_chain(node, tmp_path, capsys
             await gateway.send(Dispatch(lease=str(lease), gpus=2, job=spec))
             await gateway.wait_for(lambda: final_status(gateway, str(lease)), what="the job's end")
             await gateway.wait_for(
-                lambda: final_status(gateway, str(lease)) and len(reports(gateway, str(lease))) >= 2, what="the reports"
+                lambda: final_status(gateway, str(lease)) and len(reports(gateway, str(lease))) >= 2,
+                what="the receipts",
             )
             usage = reports(gateway, str(lease))
 
         before = await token_balance(client, supplier_tokens)
-        settled_payout = 0
+        settled_payout, settled = 0, 0
+        expected_payout = 0
         for message in usage:
-            assert message.verify(node_key.pubkey())
+            assert message.verify(node_key.pubkey()) and message.epoch == 1
+            assert message.gpu_seconds >= settled  # each newer than the last (or the same one sent again)
+            if message.gpu_seconds == settled:
+                continue
+            more = message.gpu_seconds - settled
             event = await settle(
-                client, attester, treasury, lease, node_key.pubkey(), supplier.pubkey(), supplier_tokens, message
+                client, attester, lease, node_key.pubkey(), supplier.pubkey(), supplier_tokens, message, more
             )
-            assert (event.seq, event.gpu_seconds, event.period_end) == (
-                message.seq,
+            assert (event.receipt_gpu_seconds, event.through, event.gpu_seconds) == (
                 message.gpu_seconds,
-                message.period_end,
+                message.through,
+                more,
             )
+            amount = message.gpu_seconds * PRICE // 3600 - settled * PRICE // 3600  # cumulative: no unit lost
+            expected_payout += amount + (-amount * 500 // 10_000)  # the fee rounds up
             settled_payout += event.payout
-        total = sum(m.gpu_seconds for m in usage)
+            settled = message.gpu_seconds
+        total = usage[-1].gpu_seconds
         assert total >= 2 * 3  # 3.5 s of steps on 2 GPUs
-        assert await token_balance(client, supplier_tokens) == before + settled_payout
-        amounts = [m.gpu_seconds * PRICE // 3600 for m in usage]
-        assert settled_payout == sum(a + (-a * 500 // 10_000) for a in amounts)  # the fee rounds up
+        assert await token_balance(client, supplier_tokens) == before + settled_payout == before + expected_payout
 
     status = await worker_status(keyfile, state, node.url)
     assert status["inventory"]["simulated"] and status["inventory"]["hash"] == inventory.hash().hex()
     chain = status["chain"]
     assert chain["registered"] and chain["inventory_hash"] == inventory.hash().hex()
     assert (chain["gpu_model"], chain["gpu_count"], chain["gpus_leased"], chain["jailed"]) == ("H100", 2, 2, False)
-    assert chain["provider"]["staked"] == 200 * IO and chain["provider"]["earned"] == settled_payout
+    assert chain["provider"]["staked"] == 200 * IO
     entry = status["leases"][str(lease)]
-    assert entry["reports"] == entry["acked"] == len(usage)
-    assert entry["reported_gpu_seconds"] == entry["settled_gpu_seconds"] == total
-    assert entry["settled_seq"] == len(usage) and entry["status"] == "Active"
+    assert entry["receipts"] == 1  # the journal keeps the share's newest receipt only
+    assert entry["receipt_gpu_seconds"] >= entry["settled_gpu_seconds"] == total  # signed again as the agent stopped
+    assert entry["epoch"] == 1 and entry["status"] == "Active"
 
     text = await worker_status(keyfile, state, node.url, as_json=False)
     assert "registered: 2x H100 80 GB in us-east" in text and "inventory matches" in text

@@ -17,7 +17,7 @@ use crate::vault;
 pub struct FinalizeLease<'info> {
     pub finalizer: Signer<'info>,
     #[account(seeds = [SEED_CONFIG], bump = config.bump)]
-    pub config: Account<'info, Config>,
+    pub config: Box<Account<'info, Config>>,
     #[account(
         mut, has_one = client @ GpunetError::AccountMismatch,
         seeds = [SEED_LEASE, lease.client.as_ref(), lease.lease_id.to_le_bytes().as_ref()],
@@ -25,7 +25,7 @@ pub struct FinalizeLease<'info> {
     )]
     pub lease: Box<Account<'info, Lease>>,
     #[account(mut, seeds = [SEED_LEASE_VAULT, lease.key().as_ref()], bump = lease.vault_bump)]
-    pub lease_vault: Account<'info, TokenAccount>,
+    pub lease_vault: Box<Account<'info, TokenAccount>>,
     /// CHECK: the lease's client (checked by `has_one`), receives the vault's rent.
     #[account(mut)]
     pub client: UncheckedAccount<'info>,
@@ -34,9 +34,9 @@ pub struct FinalizeLease<'info> {
         token::mint = config.io_mint,
         token::authority = client
     )]
-    pub client_tokens: Account<'info, TokenAccount>,
+    pub client_tokens: Box<Account<'info, TokenAccount>>,
     #[account(mut, address = config.treasury @ GpunetError::WrongTreasury)]
-    pub treasury: Account<'info, TokenAccount>,
+    pub treasury: Box<Account<'info, TokenAccount>>,
     pub token_program: Program<'info, Token>,
 }
 
