@@ -16,7 +16,7 @@ from gpunet.client import send_and_confirm
 from gpunet.pda import lease_pda
 from gpunet.testbed import Market
 from gpunet.tokens import io_account, token_balance
-from gpunet.usage import UsageReport
+from gpunet.usage import Receipt
 
 PERIOD = 2
 
@@ -66,15 +66,30 @@ class Cluster:
         supplier, node_key = self.nodes[node]
         return ix.Share(node_key.pubkey(), supplier.pubkey(), 2, self.PRICE)
 
-    def report(self, node: int, seq: int, gpu_seconds: int | None = None, signer: Keypair | None = None) -> SignedUsage:
+    def receipt(
+        self,
+        node: int,
+        tick: int,
+        gpu_seconds: int | None = None,
+        signer: Keypair | None = None,
+        epoch: int | None = None,
+        through: int | None = None,
+    ) -> SignedUsage:
+        """Node `node`'s receipt of full use of its 2 GPUs through `tick` periods after the assignment
+        (its epoch: the node's place in the assignment, 1 or 2)."""
         node_key = self.nodes[node][1]
-        start = self.started + (seq - 1) * PERIOD
-        report = UsageReport(seq, start, start + PERIOD, PERIOD * 2 if gpu_seconds is None else gpu_seconds)
-        return SignedUsage(self.lease, node_key.pubkey(), report, report.signature(self.lease, signer or node_key))
+        through = self.started + tick * PERIOD if through is None else through
+        gpu_seconds = (through - self.started) * 2 if gpu_seconds is None else gpu_seconds
+        receipt = Receipt(node + 1 if epoch is None else epoch, gpu_seconds, through)
+        return SignedUsage(self.lease, node_key.pubkey(), receipt, receipt.signature(self.lease, signer or node_key))
 
-    async def wait_for_period(self, seq: int) -> None:
-        while await _chain_time(self.client) < self.started + seq * PERIOD:
+    async def wait_for_period(self, tick: int) -> None:
+        while await _chain_time(self.client) < self.started + tick * PERIOD:
             await asyncio.sleep(0.2)
+
+    async def now(self) -> int:
+        """The chain's clock."""
+        return await _chain_time(self.client)
 
     async def earned(self, node: int) -> int:
         return await token_balance(self.client, io_account(self.nodes[node][0].pubkey(), self.mint))

@@ -1,90 +1,202 @@
-"""The coordinator's settlement path on gpunet-localnet with the real program: signed reports
-verified and settled in packed transactions; forged, replayed, out-of-order and over-claimed
-reports refused or held; a restarted coordinator given the same reports settles nothing twice."""
+"""The coordinator's settlement path on gpunet-localnet with the real program: signed cumulative
+receipts verified and settled in packed transactions, each paying its increment; forged, stale,
+over-claimed and early receipts refused or held; the increment cut to what the coordinator saw
+online; a restarted coordinator given the same receipts settles nothing twice. Through the
+database and the settlement loop: a lease metered every second pays exactly its receipts whatever
+the cadence, and a restart between metering and settlement loses nothing."""
 
 from __future__ import annotations
 
+import asyncio
+
+import asyncpg
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
+from solders.signature import Signature
 
+from coordinator.db import usage
+from coordinator.fleet import Fleet
+from coordinator.loops.settlement import Settlement
 from coordinator.settlement import Settler, SignedUsage, Status
 from gpunet.accounts import fetch
-from gpunet.usage import UsageReport
+from gpunet.protocol import UsageReceiptMessage
+from gpunet.usage import Receipt
 
-from .chain import PERIOD
+from .chain import PERIOD, Cluster
+from .conftest import eventually
 
 
-async def test_good_reports_settle_packed_and_a_restarted_settler_pays_nothing_twice(cluster) -> None:
+def cost(gpu_seconds: int) -> int:
+    return gpu_seconds * Cluster.PRICE // 3_600
+
+
+async def test_good_receipts_settle_packed_and_a_restarted_settler_pays_nothing_twice(cluster) -> None:
     await cluster.wait_for_period(2)
-    reports = [cluster.report(n, seq) for n in (0, 1) for seq in (1, 2)]
+    receipts = [cluster.receipt(n, 2) for n in (0, 1)]
     before = [await cluster.earned(n) for n in (0, 1)]
-    outcomes = await Settler(cluster.client, cluster.admin).settle(list(reversed(reports)))
-    assert [o.status for o in outcomes] == [Status.SETTLED] * 4, [o.reason for o in outcomes]
-    assert len({o.signature for o in outcomes}) < 4  # several settlements share a transaction
+    outcomes = await Settler(cluster.client, cluster.admin).settle(list(reversed(receipts)))
+    assert [o.status for o in outcomes] == [Status.SETTLED] * 2, [o.reason for o in outcomes]
+    assert len({o.signature for o in outcomes}) == 1  # both settlements in one transaction
     lease = await fetch(cluster.client, cluster.lease, "Lease")
-    assert [(a.last_seq, a.gpu_seconds) for a in list(lease.assignments)[:2]] == [(2, 8), (2, 8)]
+    shares = list(lease.assignments)[:2]
+    assert [(a.epoch, a.receipt_gpu_seconds, a.gpu_seconds) for a in shares] == [(1, 8, 8), (2, 8, 8)]
     paid = [await cluster.earned(n) - before[n] for n in (0, 1)]
-    assert paid[0] == paid[1] > 0 and sum(paid) == lease.paid
+    assert paid[0] == paid[1] > 0 and sum(paid) == lease.paid and lease.paid + lease.fees == 2 * cost(8)
 
-    # The coordinator restarts and is handed the same reports (a worker re-sent them): all
+    # The coordinator restarts and is handed the same receipts (a worker re-sent them): all
     # are acknowledged as settled on chain, and no token moves.
-    again = await Settler(cluster.client, cluster.admin).settle(reports)
+    again = await Settler(cluster.client, cluster.admin).settle(receipts)
     assert {o.status for o in again} == {Status.ALREADY_SETTLED}
     assert [await cluster.earned(n) - before[n] for n in (0, 1)] == paid
     assert (await fetch(cluster.client, cluster.lease, "Lease")).paid == lease.paid
 
+    # A later receipt pays only its increment
+    await cluster.wait_for_period(3)
+    [later] = await Settler(cluster.client, cluster.admin).settle([cluster.receipt(0, 3)])
+    assert later.status is Status.SETTLED and later.gpu_seconds == 4
 
-async def test_forged_overclaimed_and_out_of_order_reports_are_refused_or_held(cluster) -> None:
+
+async def test_forged_stale_overclaimed_and_early_receipts_are_refused_or_held(cluster) -> None:
     await cluster.wait_for_period(2)
     settler = Settler(cluster.client, cluster.admin)
-    forged = cluster.report(0, 1, signer=Keypair())
-    wrong_node = cluster.report(1, 1, signer=cluster.nodes[0][1])
-    over_span = cluster.report(0, 1, gpu_seconds=PERIOD * 2 + 1)  # more than 2 GPUs x 2 s
-    gap = cluster.report(1, 2)  # seq 2 before seq 1 of node 1
-    outcomes = {id(o.usage): o for o in await settler.settle([forged, wrong_node, over_span, gap])}
+    forged = cluster.receipt(0, 2, signer=Keypair())
+    wrong_node = cluster.receipt(1, 2, signer=cluster.nodes[0][1])
+    over_span = cluster.receipt(0, 2, gpu_seconds=PERIOD * 2 * 2 + 1)  # more than 2 GPUs x 4 s
+    stale = cluster.receipt(1, 2, epoch=1)  # node 1's share is the lease's assignment 2
+    ahead = cluster.receipt(1, 2, through=await cluster.now() + 60)
+    outcomes = {id(o.usage): o for o in await settler.settle([forged, wrong_node, over_span, stale, ahead])}
     assert outcomes[id(forged)].status is Status.REFUSED and "signature" in outcomes[id(forged)].reason
     assert outcomes[id(wrong_node)].status is Status.REFUSED
     assert outcomes[id(over_span)].status is Status.REFUSED and "GPU-seconds claimed" in outcomes[id(over_span)].reason
-    assert outcomes[id(gap)].status is Status.WAITING
-
-    # Over what the coordinator observed online (1 s of the 2 s period): refused, nothing paid.
-    observed_half = await settler.settle([cluster.report(0, 1)], observed=lambda u: 1)
-    assert observed_half[0].status is Status.REFUSED and "at most 2 observed" in observed_half[0].reason
+    assert outcomes[id(stale)].status is Status.REFUSED and "assignment 1" in outcomes[id(stale)].reason
+    assert outcomes[id(ahead)].status is Status.WAITING
     lease = await fetch(cluster.client, cluster.lease, "Lease")
-    assert lease.paid == 0 and [a.last_seq for a in list(lease.assignments)[:2]] == [0, 0]
-
-    # Once the missing report arrives, both settle in order.
-    outcomes = await settler.settle([gap, cluster.report(1, 1)])
+    assert lease.paid == 0 and [a.receipt_gpu_seconds for a in list(lease.assignments)[:2]] == [0, 0]
+    # the controls: the same shares' honest receipts settle
+    outcomes = await settler.settle([cluster.receipt(0, 2), cluster.receipt(1, 2)])
     assert [o.status for o in outcomes] == [Status.SETTLED, Status.SETTLED]
 
 
-async def test_reports_for_an_unknown_lease_or_a_node_without_a_share_are_refused(cluster) -> None:
-    stray = SignedUsage(Pubkey.new_unique(), cluster.nodes[0][1].pubkey(), UsageReport(1, 0, 1, 1), bytes(64))
+async def test_receipts_for_an_unknown_lease_or_a_node_without_a_share_are_refused(cluster) -> None:
+    stray = SignedUsage(Pubkey.new_unique(), cluster.nodes[0][1].pubkey(), Receipt(1, 1, 1), bytes(64))
     outsider = Keypair()
-    report = UsageReport(1, cluster.started, cluster.started + 1, 1)
-    foreign = SignedUsage(cluster.lease, outsider.pubkey(), report, report.signature(cluster.lease, outsider))
+    receipt = Receipt(1, 1, cluster.started + 1)
+    foreign = SignedUsage(cluster.lease, outsider.pubkey(), receipt, receipt.signature(cluster.lease, outsider))
     outcomes = await Settler(cluster.client, cluster.admin).settle([stray, foreign])
     assert [o.status for o in outcomes] == [Status.REFUSED, Status.REFUSED]
     assert "no Lease account" in outcomes[0].reason and "has no share" in outcomes[1].reason
 
 
-async def test_a_refused_report_never_blocks_the_share_s_later_usage(cluster) -> None:
+async def test_only_the_seconds_seen_online_are_paid_and_the_share_goes_on(cluster) -> None:
     await cluster.wait_for_period(2)
     settler = Settler(cluster.client, cluster.admin)
-    node_key = cluster.nodes[0][1].pubkey()
-    # seq 1 claims more than the coordinator saw online (1 s of its 2 s): refused
-    [first] = await settler.settle([cluster.report(0, 1)], observed=lambda u: 1)
-    assert first.status is Status.REFUSED
-    # a later batch that does not know it was refused waits for it (the control) ...
-    [waiting] = await settler.settle([cluster.report(0, 2)])
-    assert waiting.status is Status.WAITING
-    # ... and one that knows settles seq 2 past it: the program takes a higher seq
-    [settled] = await settler.settle([cluster.report(0, 2)], refused={(cluster.lease, node_key, 1)})
-    assert settled.status is Status.SETTLED, settled.reason
-    # within one batch, node 1's refused seq 1 does not hold its seq 2 back either
-    outcomes = await settler.settle(
-        [cluster.report(1, 1), cluster.report(1, 2)], observed=lambda u: 1 if u.report.seq == 1 else None
-    )
-    assert [o.status for o in outcomes] == [Status.REFUSED, Status.SETTLED]
+    # node 0 claims 4 s x 2 GPUs; the coordinator saw it online 1 s of them: 2 GPU-seconds are paid
+    [cut] = await settler.settle([cluster.receipt(0, 2)], observed=lambda u, since: 1)
+    assert cut.status is Status.SETTLED and cut.gpu_seconds == 2
+    share = next(iter((await fetch(cluster.client, cluster.lease, "Lease")).assignments))
+    assert (share.receipt_gpu_seconds, share.gpu_seconds) == (8, 2)  # the rest of the increment is settled unpaid
+    # the share's later usage is not blocked: the next receipt pays its own increment, in full
+    await cluster.wait_for_period(3)
+    [later] = await settler.settle([cluster.receipt(0, 3)], observed=lambda u, since: u.receipt.through - since)
+    assert later.status is Status.SETTLED and later.gpu_seconds == 4
     lease = await fetch(cluster.client, cluster.lease, "Lease")
-    assert [(a.last_seq, a.gpu_seconds) for a in list(lease.assignments)[:2]] == [(2, 4), (2, 4)]
+    assert lease.paid + lease.fees == cost(6)
+
+
+# --- through the database and the settlement loop
+
+
+def _message(u: SignedUsage) -> UsageReceiptMessage:
+    r = u.receipt
+    return UsageReceiptMessage(
+        simulated=True,
+        lease=str(u.lease),
+        epoch=r.epoch,
+        gpu_seconds=r.gpu_seconds,
+        through=r.through,
+        signature=str(Signature.from_bytes(u.signature)),
+    )
+
+
+async def _record(pool: asyncpg.Pool, u: SignedUsage) -> None:
+    async with pool.acquire() as conn:
+        await usage.record_receipt(conn, u.node_key, _message(u))
+
+
+def _settlement(pool: asyncpg.Pool, cluster: Cluster, interval: float) -> Settlement:
+    # Everything before `blind_until` is unseen and not held against the nodes (no heartbeats here).
+    return Settlement(
+        pool,
+        Settler(cluster.client, cluster.admin),
+        Fleet(),
+        started_at=0,
+        reconnect_grace_seconds=4e9,
+        interval_seconds=interval,
+        min_amount=0,
+    )
+
+
+async def _indexed(pool: asyncpg.Pool, cluster: Cluster) -> None:
+    async def both() -> bool:
+        async with pool.acquire() as conn:
+            return await conn.fetchval("SELECT count(*) FROM assignments WHERE lease = $1", str(cluster.lease)) == 2
+
+    await eventually(both, what="the lease's shares indexed")
+
+
+async def _meter(pool: asyncpg.Pool, cluster: Cluster, seconds: int, each_second=None) -> list[SignedUsage]:
+    """Both nodes sign (and the coordinator records) a receipt every second of the chain's clock."""
+    newest: list[SignedUsage] = []
+    last = await cluster.now()
+    end = last + seconds
+    while last < end:
+        while (now := await cluster.now()) <= last:
+            await asyncio.sleep(0.1)
+        last = now
+        newest = [cluster.receipt(n, 0, through=now) for n in (0, 1)]
+        for u in newest:
+            await _record(pool, u)
+        if each_second is not None:
+            await each_second()
+    return newest
+
+
+async def test_a_lease_metered_every_second_pays_exactly_its_receipts_whatever_the_cadence(
+    cluster, pool, indexer
+) -> None:
+    await _indexed(pool, cluster)
+    before = [await cluster.earned(n) for n in (0, 1)]
+    # Hourly (the default cadence): a few seconds of receipts are not worth a transaction yet ...
+    hourly = _settlement(pool, cluster, 3_600)
+    await _meter(pool, cluster, 3, each_second=hourly.step)
+    assert (await fetch(cluster.client, cluster.lease, "Lease")).paid == 0
+    # ... on a short cadence they settle as they come, a few seconds at a time
+    short = _settlement(pool, cluster, 2)
+    newest = await _meter(pool, cluster, 6, each_second=short.step)
+    mid = await fetch(cluster.client, cluster.lease, "Lease")
+    assert mid.paid > 0
+    # at the close everything pending is settled, due or not
+    await short.settle()
+    lease = await fetch(cluster.client, cluster.lease, "Lease")
+    totals = [u.receipt.gpu_seconds for u in newest]
+    assert [a.receipt_gpu_seconds for a in list(lease.assignments)[:2]] == totals
+    # to the base unit: what the escrow paid is the cost of the newest receipts, however split
+    assert lease.paid + lease.fees == sum(cost(t) for t in totals)
+    assert sum([await cluster.earned(n) - before[n] for n in (0, 1)]) == lease.paid
+    async with pool.acquire() as conn:
+        settlements = await conn.fetchval("SELECT count(DISTINCT settled_by) FROM usage_receipts")
+        statuses = {r["status"] for r in await conn.fetch("SELECT status FROM usage_receipts")}
+    assert statuses == {"settled"} and settlements >= 1
+
+
+async def test_a_coordinator_restart_between_metering_and_settlement_loses_nothing(cluster, pool) -> None:
+    newest = await _meter(pool, cluster, 3)  # recorded by the coordinator that then stops, unsettled
+    restarted = _settlement(pool, cluster, 3_600)  # a new process over the same database
+    await restarted.settle()
+    lease = await fetch(cluster.client, cluster.lease, "Lease")
+    assert lease.paid + lease.fees == sum(cost(u.receipt.gpu_seconds) for u in newest)
+    # and once more after another restart: nothing is paid twice
+    await _settlement(pool, cluster, 3_600).settle()
+    assert (await fetch(cluster.client, cluster.lease, "Lease")).paid == lease.paid
+    async with pool.acquire() as conn:
+        assert await usage.pending_receipts(conn) == []
