@@ -42,6 +42,7 @@ INSTRUCTIONS = {
     "reassign_lease",
     "close_lease",
     "settle_usage",
+    "sweep_fees",
     "slash_provider",
 }
 ACCOUNTS = {"Config", "Provider", "Node", "Lease", "Evidence"}
@@ -66,6 +67,7 @@ EVENTS = {
     "LeaseReassigned",
     "LeaseClosed",
     "UsageSettled",
+    "FeesSwept",
     "ProviderSlashed",
 }
 

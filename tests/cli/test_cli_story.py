@@ -17,7 +17,7 @@ from gpunet.amounts import IO
 from gpunet.client import send_and_confirm
 from gpunet.keys import load_keypair
 from gpunet.tokens import io_account
-from gpunet.usage import UsageReport
+from gpunet.usage import Receipt
 
 
 async def _assign_and_settle(g, lease: Pubkey) -> None:
@@ -33,18 +33,18 @@ async def _assign_and_settle(g, lease: Pubkey) -> None:
         started = (await fetch(client, lease, "Lease")).started_at
         while (await client.get_block_time((await client.get_slot()).value)).value < started + 2:
             await asyncio.sleep(0.2)
-        report = UsageReport(1, started, started + 2, 4)  # 2 GPUs x 2 s
+        receipt = Receipt(1, 4, started + 2)  # 2 GPUs x 2 s since the assignment
         await send_and_confirm(
             client,
             admin,
             ix.signed_settlement(
                 admin.pubkey(),
-                config.treasury,
                 lease,
                 node_key,
                 supplier.pubkey(),
                 io_account(supplier.pubkey(), config.io_mint),
-                report,
+                receipt,
+                4,
             ),
         )
 
@@ -105,7 +105,12 @@ def test_a_supplier_and_a_client_from_registration_to_audit(market) -> None:
     assert listed["lease"] == lease and listed["escrow_balance"] == shown["escrow_balance"]
 
     [settled] = g.json("settlements", "list", "--lease", lease)
-    assert (settled["seq"], settled["gpu_seconds"], settled["node"]) == (1, 4, shown["assignments"][0]["node"])
+    assert (settled["epoch"], settled["receipt_gpu_seconds"], settled["gpu_seconds"], settled["node"]) == (
+        1,
+        4,
+        4,
+        shown["assignments"][0]["node"],
+    )
     assert settled["payout"] + settled["fee"] == 4 * 2_500_000 // 3600  # floor(GPU-s x price / 3600)
     assert g.json("settlements", "list", "--provider", g.pubkey("supplier")) == [settled]
     # the provider account (what the rows show) names the same provider as its wallet

@@ -103,7 +103,7 @@ async def test_resources_filters_and_pagination(node, market: Market, indexer, p
         assert item["status"] == "active" and item["deposited"] == 12_000_000
         assert sorted(a["node"] for a in item["assignments"]) == sorted([str(ada.node), str(bob.node)])
         settlements = (await http.get("/settlements", params={"lease": str(lease)})).json()["items"]
-        assert [(s["node"], s["seq"]) for s in settlements] == [(str(ada.node), 1)]
+        assert [(s["node"], s["epoch"]) for s in settlements] == [(str(ada.node), 1)]
         assert (await http.get("/settlements", params={"node": str(bob.node)})).json()["items"] == []
         assert (
             len((await http.get("/nodes", params={"provider": str(bob.provider), "jailed": "false"})).json()["items"])

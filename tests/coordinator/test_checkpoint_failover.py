@@ -73,6 +73,8 @@ async def test_a_big_checkpoint_moves_on_failover_and_the_job_resumes_with_every
         heartbeat_seconds=0.5,
         lost_after_seconds=3.0,
         settle_seconds=1,
+        settle_interval_seconds=0,  # every receipt as it comes (production: hourly)
+        settle_min_amount=0,
         close_grace_seconds=4,
         reconnect_grace_seconds=2,
     )

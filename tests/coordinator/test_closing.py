@@ -27,15 +27,15 @@ async def test_usage_past_the_lease_end_is_never_submitted(chain) -> None:
     cluster = await Cluster().build(chain, seconds=2 * PERIOD)
     await _past_the_end(cluster)
     settler = Settler(cluster.client, cluster.admin)
-    within = [cluster.report(0, 1), cluster.report(0, 2)]  # the control: up to the end exactly
-    past = cluster.report(0, 3)  # a worker that ignored the end (or a cheating one)
-    outcomes = {o.usage.report.seq: o for o in await settler.settle([*within, past])}
-    assert [outcomes[seq].status for seq in (1, 2)] == [Status.SETTLED] * 2
-    assert outcomes[3].status is Status.WAITING and "after the lease's end" in outcomes[3].reason
-    assert outcomes[3].signature is None, "nothing was sent for it"
+    past = cluster.receipt(0, 3)  # a worker that ignored the end (or a cheating one)
+    [waiting] = await settler.settle([past])
+    assert waiting.status is Status.WAITING and "after the lease's end" in waiting.reason
+    assert waiting.signature is None, "nothing was sent for it"
+    [within] = await settler.settle([cluster.receipt(0, 2)])  # the control: up to the end exactly
+    assert within.status is Status.SETTLED
     paid = (await fetch(cluster.client, cluster.lease, "Lease")).paid
 
-    # The lease closes (billing ended at its end): the report is refused for good, nothing moves.
+    # The lease closes (billing ended at its end): the receipt is refused for good, nothing moves.
     await Attester(cluster.client, cluster.admin).close(cluster.lease)
     [again] = await settler.settle([past])
     assert again.status is Status.REFUSED and "billing ended" in again.reason
@@ -65,7 +65,7 @@ async def test_a_lease_whose_vault_got_a_donation_closes_and_finalizes(chain, do
             ],
         )
     await _past_the_end(cluster)
-    settled = await Settler(cluster.client, cluster.admin).settle([cluster.report(n, 1) for n in (0, 1)])
+    settled = await Settler(cluster.client, cluster.admin).settle([cluster.receipt(n, 1) for n in (0, 1)])
     assert {o.status for o in settled} == {Status.SETTLED}
     before = await token_balance(chain, cluster.client_tokens)
 

@@ -100,6 +100,8 @@ async def test_a_database_crash_loses_nothing_reruns_nothing_and_the_lease_close
         heartbeat_seconds=0.5,
         lost_after_seconds=2.0,
         settle_seconds=1,
+        settle_interval_seconds=0,  # every receipt as it comes (production: hourly)
+        settle_min_amount=0,
         close_grace_seconds=4,
         reconnect_grace_seconds=2,
         database_outage_exit_seconds=120,
@@ -131,8 +133,8 @@ async def test_a_database_crash_loses_nothing_reruns_nothing_and_the_lease_close
                 reports = [
                     dict(r)
                     for r in await conn.fetch(
-                        "SELECT node_key, seq, period_start, period_end, status, reason FROM usage_reports "
-                        "ORDER BY node_key, seq"
+                        "SELECT node_key, epoch, gpu_seconds, through, status, reason FROM usage_receipts "
+                        "ORDER BY node_key, epoch"
                     )
                 ]
                 assert {r["status"] for r in reports} <= {"settled", "already_settled"}, "\n".join(map(str, reports))

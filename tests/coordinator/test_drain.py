@@ -57,6 +57,8 @@ def _settings(node, database_url: str) -> Settings:
         heartbeat_seconds=0.5,
         lost_after_seconds=3.0,
         settle_seconds=1,
+        settle_interval_seconds=0,  # every receipt as it comes (production: hourly)
+        settle_min_amount=0,
         close_grace_seconds=4,
         reconnect_grace_seconds=2,
     )
@@ -132,14 +134,14 @@ async def test_a_drained_node_s_share_moves_without_a_slash_and_it_gets_no_new_l
         # Everything the drained node delivered was settled before the move, up to its release
         # (after the drain was announced), and nothing of it was refused or left pending.
         async with pool.acquire() as conn:
-            reports = await conn.fetch("SELECT status, period_end FROM usage_reports WHERE node_key = $1", drained)
+            reports = await conn.fetch("SELECT status, through FROM usage_receipts WHERE node_key = $1", drained)
         # (already_settled: two settlement passes sent it at once and the chain paid it once)
         assert reports and {r["status"] for r in reports} <= {"settled", "already_settled"}, [dict(r) for r in reports]
-        last_reported = max(r["period_end"] for r in reports)
+        last_reported = max(r["through"] for r in reports)
         assert last_reported >= announced
         drained_pda = node_pda(Pubkey.from_string(drained))
-        paid_until = max(e.period_end for e in await settlement_events(chain, lease) if e.node == drained_pda)
-        assert paid_until == last_reported, "the chain paid the drained node up to its last report"
+        paid_until = max(e.through for e in await settlement_events(chain, lease) if e.node == drained_pda)
+        assert paid_until == last_reported, "the chain paid the drained node up to its last receipt"
 
         # The job resumes on the new node from the checkpoint, and the reason says what happened.
         assert await eventually(

@@ -57,7 +57,7 @@ async def _slashed(chain: AsyncClient, world: World) -> dict[str, int]:
 
 async def _refused_reports(pool) -> list[str]:
     async with pool.acquire() as conn:
-        return [r["reason"] for r in await conn.fetch("SELECT reason FROM usage_reports WHERE status = 'refused'")]
+        return [r["reason"] for r in await conn.fetch("SELECT reason FROM usage_receipts WHERE status = 'refused'")]
 
 
 def _settings(node, database_url: str) -> Settings:
@@ -71,6 +71,8 @@ def _settings(node, database_url: str) -> Settings:
         heartbeat_seconds=0.5,
         lost_after_seconds=LOST_AFTER,
         settle_seconds=1,
+        settle_interval_seconds=0,  # every receipt as it comes (production: hourly)
+        settle_min_amount=0,
         close_grace_seconds=4,
         reconnect_grace_seconds=2,
     )

@@ -1,5 +1,5 @@
 """The worker gateway over a real WebSocket: admission by node key and a fresh challenge, the
-protocol's close codes for every kind of bad message, and usage reports acknowledged only
+protocol's close codes for every kind of bad message, and usage receipts acknowledged only
 after the coordinator recorded them. (The worker side is played with raw frames here, so that
 each bad message can be sent exactly; tests/worker runs the real agent.)"""
 
@@ -28,7 +28,7 @@ from gpunet.protocol import (
     encode,
     parse_coordinator_message,
 )
-from gpunet.usage import UsageReport
+from gpunet.usage import Receipt
 
 
 class Recorder:
@@ -92,23 +92,22 @@ async def test_a_registered_node_is_admitted_and_its_signed_usage_is_recorded_th
     ws = await _admitted(gw, node)
     assert gw.online(node.pubkey()) and recorder.kinds() == ["connected"]
     lease = Pubkey.new_unique()
-    report = UsageReport(1, 100, 160, 120)
+    receipt = Receipt(1, 120, 160)
     await ws.send(
         json.dumps(
             {
-                "type": "usage_report",
+                "type": "usage_receipt",
                 "simulated": True,
                 "lease": str(lease),
-                "seq": 1,
-                "period_start": 100,
-                "period_end": 160,
+                "epoch": 1,
                 "gpu_seconds": 120,
-                "signature": str(node.sign_message(report.message(lease, node.pubkey()))),
+                "through": 160,
+                "signature": str(node.sign_message(receipt.message(lease, node.pubkey()))),
             }
         )
     )
     ack = parse_coordinator_message(await ws.recv())
-    assert (ack.type, ack.lease, ack.seq) == ("ack", str(lease), 1)
+    assert (ack.type, ack.lease, ack.epoch, ack.gpu_seconds, ack.through) == ("ack", str(lease), 1, 120, 160)
     assert recorder.kinds() == ["connected", "usage"]  # recorded before the ack was sent
     await gw.send(node.pubkey(), Cancel(lease=str(lease), reason="lease closed"))
     assert parse_coordinator_message(await ws.recv()).type == "cancel"
@@ -169,21 +168,20 @@ async def test_bad_messages_close_the_session_with_their_code_and_reach_nothing(
     assert recorder.kinds() == ["connected", "disconnected"]
 
 
-async def test_a_usage_report_the_node_did_not_sign_is_refused_and_not_recorded(gateway) -> None:
+async def test_a_usage_receipt_the_node_did_not_sign_is_refused_and_not_recorded(gateway) -> None:
     gw, recorder, node = gateway
     ws = await _admitted(gw, node)
     lease = Pubkey.new_unique()
-    forged = Keypair().sign_message(UsageReport(1, 0, 60, 60).message(lease, node.pubkey()))
+    forged = Keypair().sign_message(Receipt(1, 60, 60).message(lease, node.pubkey()))
     await ws.send(
         json.dumps(
             {
-                "type": "usage_report",
+                "type": "usage_receipt",
                 "simulated": True,
                 "lease": str(lease),
-                "seq": 1,
-                "period_start": 0,
-                "period_end": 60,
+                "epoch": 1,
                 "gpu_seconds": 60,
+                "through": 60,
                 "signature": str(forged),
             }
         )
@@ -208,17 +206,16 @@ async def test_a_message_the_coordinator_cannot_record_keeps_the_session_and_is_
     gw, recorder, node = gateway
     ws = await _admitted(gw, node)
     lease = Pubkey.new_unique()
-    report = UsageReport(1, 100, 160, 120)
+    receipt = Receipt(1, 120, 160)
     frame = json.dumps(
         {
-            "type": "usage_report",
+            "type": "usage_receipt",
             "simulated": True,
             "lease": str(lease),
-            "seq": 1,
-            "period_start": 100,
-            "period_end": 160,
+            "epoch": 1,
             "gpu_seconds": 120,
-            "signature": str(node.sign_message(report.message(lease, node.pubkey()))),
+            "through": 160,
+            "signature": str(node.sign_message(receipt.message(lease, node.pubkey()))),
         }
     )
 
@@ -230,10 +227,10 @@ async def test_a_message_the_coordinator_cannot_record_keeps_the_session_and_is_
     error = parse_coordinator_message(await ws.recv())
     assert error.type == "error" and "send it again later" in error.message  # no ack: the worker keeps it
     assert gw.online(node.pubkey())  # the session is kept: no reconnect storm
-    del recorder.usage  # the database is back: the same report is recorded and acked
+    del recorder.usage  # the database is back: the same receipt is recorded and acked
     await ws.send(frame)
     ack = parse_coordinator_message(await ws.recv())
-    assert (ack.type, ack.seq) == ("ack", 1) and recorder.kinds()[-1] == "usage"
+    assert (ack.type, ack.gpu_seconds) == ("ack", 120) and recorder.kinds()[-1] == "usage"
     await ws.close()
 
 

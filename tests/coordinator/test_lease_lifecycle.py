@@ -66,6 +66,8 @@ async def test_a_cluster_lease_survives_a_lost_worker_and_every_token_is_account
         heartbeat_seconds=0.5,
         lost_after_seconds=3,
         settle_seconds=1,
+        settle_interval_seconds=0,  # every receipt as it comes (production: hourly)
+        settle_min_amount=0,
         close_grace_seconds=4,
     )
     api = f"http://127.0.0.1:{settings.api_port}"

@@ -78,6 +78,8 @@ async def test_a_lease_pays_for_its_reserved_gpus_whether_or_not_a_job_runs(
         gateway_port=0,
         heartbeat_seconds=0.5,
         settle_seconds=1,
+        settle_interval_seconds=0,  # every receipt as it comes (production: hourly)
+        settle_min_amount=0,
         close_grace_seconds=4,
     )
     api = f"http://127.0.0.1:{settings.api_port}"
@@ -142,8 +144,8 @@ async def test_a_lease_pays_for_its_reserved_gpus_whether_or_not_a_job_runs(
 
     ends_at = started + DURATION + TOP_UP
     settled = await settlement_events(chain, lease)
-    assert settled and all(e.period_end <= ends_at for e in settled)  # nothing after the lease's end
-    assert max(e.period_end for e in settled) == ends_at  # ...and up to it, the top-up included
+    assert settled and all(e.through <= ends_at for e in settled)  # nothing after the lease's end
+    assert max(e.through for e in settled) == ends_at  # ...and up to it, the top-up included
     gpu_seconds = sum(e.gpu_seconds for e in settled)
     # the whole reserved time x GPUs, less the part-second before the first dispatch reached the node
     assert (DURATION + TOP_UP - 3) * GPUS <= gpu_seconds <= (DURATION + TOP_UP) * GPUS, gpu_seconds

@@ -64,6 +64,8 @@ def _settings(node, database_url: str) -> Settings:
         heartbeat_seconds=0.5,
         lost_after_seconds=2.0,
         settle_seconds=1,
+        settle_interval_seconds=0,  # every receipt as it comes (production: hourly)
+        settle_min_amount=0,
         reconnect_grace_seconds=2,
     )
 

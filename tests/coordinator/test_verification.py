@@ -38,6 +38,8 @@ def _settings(node, database_url: str) -> Settings:
         heartbeat_seconds=0.5,
         lost_after_seconds=5.0,
         settle_seconds=1,
+        settle_interval_seconds=0,  # every receipt as it comes (production: hourly)
+        settle_min_amount=0,
         reconnect_grace_seconds=2,
         verify_simulated_seconds=3.0,  # long enough to see the lease wait for it
     )

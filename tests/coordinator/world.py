@@ -198,9 +198,10 @@ async def resumed_on(api: str, client: Keypair, lease: Pubkey, node_key: str) ->
 
 
 async def settled_count(pool, node_key: str) -> int:
+    """The settlements of the node's usage the indexer has seen on chain."""
     async with pool.acquire() as conn:
         return await conn.fetchval(
-            "SELECT count(*) FROM usage_reports WHERE node_key = $1 AND status = 'settled'", node_key
+            "SELECT count(*) FROM settlements s JOIN nodes n ON n.node = s.node WHERE n.node_key = $1", node_key
         )
 
 

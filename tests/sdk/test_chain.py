@@ -28,7 +28,7 @@ from gpunet.pda import (
 )
 from gpunet.testbed import funded_deployer, funded_wallet
 from gpunet.tokens import create_mint, create_token_account, mint_io, token_balance
-from gpunet.usage import UsageReport, ed25519_instruction
+from gpunet.usage import Receipt, ed25519_instruction
 
 
 async def fetch(client: AsyncClient, name: str, address: Pubkey):
@@ -98,12 +98,12 @@ async def test_a_lease_from_opening_to_settlement_through_the_sdk(node) -> None:
         start = (await fetch(client, "Lease", lease)).assignments[0].settled_until
 
         await asyncio.sleep(2.2)  # the node's clock follows wall time
-        report = UsageReport(seq=1, period_start=start, period_end=start + 2, gpu_seconds=4)
+        report = Receipt(epoch=1, gpu_seconds=4, through=start + 2)
         settle = ix.settle_usage(
-            attester.pubkey(), treasury, lease, node_key.pubkey(), supplier.pubkey(), supplier_tokens, report
+            attester.pubkey(), lease, node_key.pubkey(), supplier.pubkey(), supplier_tokens, report, 4
         )
 
-        # one byte changed in the signed message: validly signed, but not this report
+        # one byte changed in the signed message: validly signed, but not this receipt
         tampered = bytearray(report.message(lease, node_key.pubkey()))
         tampered[-1] ^= 1
         with pytest.raises(TransactionFailed) as failed:
@@ -115,14 +115,14 @@ async def test_a_lease_from_opening_to_settlement_through_the_sdk(node) -> None:
         amount = 2 * IO * 4 // 3_600
         fee = -(-amount * 500 // 10_000)  # the protocol fee rounds up
         assert await token_balance(client, supplier_tokens) == before + amount - fee
-        assert await token_balance(client, treasury) == fee
+        assert await token_balance(client, treasury) == 0  # the fee stays in the lease's vault until swept
 
         tx = (await client.get_transaction(sig, commitment=Confirmed, max_supported_transaction_version=0)).value
         events = decode_events(tx.transaction.meta.log_messages)
         assert [e.name for e in events] == ["UsageSettled"]
-        assert (events[0].data.seq, events[0].data.gpu_seconds, events[0].data.payout) == (1, 4, amount - fee)
+        assert (events[0].data.epoch, events[0].data.gpu_seconds, events[0].data.payout) == (1, 4, amount - fee)
 
-        # replaying the same signed report is refused by the program (a new blockhash makes it a
+        # replaying the same signed receipt is refused by the program (a new blockhash makes it a
         # new transaction; the same bytes again would be refused earlier, as a duplicate)
         await asyncio.sleep(0.3)
         with pytest.raises(TransactionFailed) as failed:
@@ -146,11 +146,16 @@ async def test_a_lease_from_opening_to_settlement_through_the_sdk(node) -> None:
         )
         closing = await fetch(client, "Lease", lease)
         kept = closing.deposited - closing.paid - closing.fees - closing.refunded  # the node's unsettled seconds
+        # anyone may sweep the lease's fees to the treasury
+        await send_and_confirm(client, client_wallet, [ix.sweep_fees(client_wallet.pubkey(), treasury, lease)])
+        assert await token_balance(client, treasury) == fee
         assert type(closing.status).__name__ == "Closing" and kept > 0
         assert await token_balance(client, client_tokens) == 1_000 * IO - amount - kept
         # the attester declares its settlement done: the rest comes back and the vault is closed
         await send_and_confirm(
-            client, attester, [ix.finalize_lease(attester.pubkey(), client_wallet.pubkey(), client_tokens, lease)]
+            client,
+            attester,
+            [ix.finalize_lease(attester.pubkey(), treasury, client_wallet.pubkey(), client_tokens, lease)],
         )
         assert await token_balance(client, client_tokens) == 1_000 * IO - amount
         assert (await client.get_account_info(lease_vault_pda(lease))).value is None
