@@ -124,10 +124,15 @@ async def test_a_cluster_lease_survives_a_lost_worker_and_every_token_is_account
     assert final.deposited == final.paid + final.fees + final.refunded  # conservation, to the base unit
     assert (await chain.get_account_info(lease_vault_pda(lease))).value is None  # the vault is closed, empty
 
-    # Each settlement paid exactly its GPU-seconds at the node's price, and no seq twice.
+    # Each settlement paid exactly its receipt's increment at the node's price, and no receipt twice:
+    # each share's receipts only grow, and the sum of a share's increments is its newest receipt.
     settled = await settlement_events(chain, lease)
-    assert len({(e.node, e.seq) for e in settled}) == len(settled)
+    assert len({(e.node, e.epoch, e.receipt_gpu_seconds) for e in settled}) == len(settled)
     assert all(e.payout + e.fee == e.gpu_seconds * PRICE // 3600 for e in settled)
+    for share in {(e.node, e.epoch) for e in settled}:
+        mine = [e for e in settled if (e.node, e.epoch) == share]
+        assert [e.receipt_gpu_seconds for e in mine] == sorted(e.receipt_gpu_seconds for e in mine)
+        assert sum(e.gpu_seconds for e in mine) <= mine[-1].receipt_gpu_seconds
     assert sum(e.payout for e in settled) == final.paid and sum(e.fee for e in settled) == final.fees
     paid_nodes = {str(e.node) for e in settled}
     assert str(node_pda(Pubkey.from_string(spare))) in paid_nodes  # the spare was paid for its part
