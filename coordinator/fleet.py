@@ -1,7 +1,7 @@
 """What the coordinator has seen of each node: when it was online (from its heartbeats), whether
 it reports healthy GPUs, and when it counts as lost.
 
-Online time is the evidence usage reports are checked against: a node counts as online from a
+Online time is the evidence usage receipts are checked against: a node counts as online from a
 heartbeat until `lost_after_seconds` after it, the same rule that declares it lost. A shorter
 gap (a network blip, a reconnect) is not held against it; a longer one is offline time that
 no report may bill. A refused report blocks its share's later reports (the chain wants every

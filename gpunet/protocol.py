@@ -739,7 +739,7 @@ def sign_request(
 
 def challenge_message(nonce_hex: str, node_key: Pubkey) -> bytes:
     """The bytes a worker signs to prove it holds `node_key`: domain tag, node key, nonce.
-    The domain tag keeps this signature from ever being a valid usage report or transaction."""
+    The domain tag keeps this signature from ever being a valid usage receipt or transaction."""
     return CHALLENGE_DOMAIN_TAG + bytes(node_key) + bytes.fromhex(_nonce(nonce_hex))
 
 

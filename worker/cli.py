@@ -115,7 +115,7 @@ def run(
         help="RPC URL or cluster name: check the node's registration at start-up.",
     ),
     usage_period: int = typer.Option(
-        None, "--usage-period", help="Seconds per usage report until the coordinator says."
+        None, "--usage-period", help="Seconds between the usage receipts sent, until the coordinator says."
     ),
     api: str = typer.Option(
         None,

@@ -2,7 +2,7 @@
 WebSocket (the fake sits at the module boundary; the real gateway is the coordinator's).
 
 It checks the hello and the challenge answer, welcomes the worker, records every message,
-acks usage reports (unless told not to), records numbered messages once each and in order as the
+acks usage receipts (unless told not to), records numbered messages once each and in order as the
 real gateway does (or asks for them again while told it cannot), and lets a test send any text to
 the worker.
 """

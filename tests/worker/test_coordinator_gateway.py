@@ -1,6 +1,6 @@
 """The worker agent against the coordinator's real gateway (coordinator.gateway): both sides of
 gpunet.protocol agree — admission by node key and challenge, heartbeats, a dispatched job's
-statuses and logs, usage reports checked, recorded and acked; an unregistered node refused."""
+statuses and logs, usage receipts checked, recorded and acked; an unregistered node refused."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@
 //! *what* it verified: we check that the instruction right before ours holds exactly one
 //! signature whose public key, signature and message all live inside its own data (so no
 //! other instruction can swap them in), that the key is the node's and that the message
-//! is byte for byte the usage report being settled. The same sysvar tells whether we run as a
+//! is byte for byte the usage receipt being settled. The same sysvar tells whether we run as a
 //! top-level instruction (`require_top_level`).
 use anchor_lang::prelude::*;
 use anchor_lang::solana_program::ed25519_program;

@@ -55,7 +55,8 @@ pub struct ConfigParams {
     pub min_stake_per_gpu: u64,
     /// Seconds between `request_unstake` and `withdraw_unstaked`.
     pub unbonding_seconds: i64,
-    /// Longest period one usage report may cover, in seconds.
+    /// How often (seconds) a worker sends its newest usage receipt to the attester (it signs one
+    /// every metering tick; settlement does not depend on it).
     pub usage_period_seconds: i64,
     /// Seconds a slashed node stays jailed before its provider may unjail it.
     pub jail_seconds: i64,
@@ -127,7 +128,8 @@ pub struct Config {
     pub min_stake_per_gpu: u64,
     /// Unbonding delay in seconds.
     pub unbonding_seconds: i64,
-    /// Longest period one usage report may cover, in seconds.
+    /// How often (seconds) a worker sends its newest usage receipt to the attester (it signs one
+    /// every metering tick; settlement does not depend on it).
     pub usage_period_seconds: i64,
     /// Jail cool-down in seconds.
     pub jail_seconds: i64,

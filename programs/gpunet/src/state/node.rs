@@ -31,7 +31,7 @@ pub struct NodeSpec {
 pub struct Node {
     /// The owning provider account (PDA).
     pub provider: Pubkey,
-    /// The key the worker signs usage reports with.
+    /// The key the worker signs usage receipts with.
     pub node_key: Pubkey,
     /// The hardware and price on offer.
     pub spec: NodeSpec,
