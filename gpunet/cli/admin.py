@@ -48,7 +48,9 @@ TreasuryOpt = Annotated[
 FeeOpt = Annotated[int | None, typer.Option("--fee-bps", help="Protocol fee in basis points (default 500).")]
 MinStakeOpt = Annotated[str | None, typer.Option("--min-stake-per-gpu", help="IO per registered GPU (default 100).")]
 UnbondingOpt = Annotated[str | None, typer.Option("--unbonding", help="Unstake delay, e.g. 7d (default 7d).")]
-PeriodOpt = Annotated[str | None, typer.Option("--usage-period", help="How often workers send their newest usage receipt (default 60s).")]
+PeriodOpt = Annotated[
+    str | None, typer.Option("--usage-period", help="How often workers send their newest usage receipt (default 60s).")
+]
 JailOpt = Annotated[str | None, typer.Option("--jail", help="Jail time after a slash (default 1h).")]
 SlashOpt = Annotated[
     str | None,
