@@ -197,30 +197,30 @@ fn per_instruction() -> Vec<(String, Vec<u64>)> {
 enum Shape {
     /// Reports of the nodes of one cluster lease, each node from its own supplier.
     OneClusterLease,
-    /// One report per lease, each lease on its own supplier's node.
+    /// One receipt per lease, each lease on its own supplier's node.
     SeparateLeases,
 }
 
-/// Grows a batch one report at a time until it no longer fits, printing each size.
+/// Grows a batch one receipt at a time until it no longer fits, printing each size.
 fn settle_batches(shape: Shape) {
-    let reports = MAX_LEASE_NODES; // enough to pass the size limit in both shapes
+    let receipts = MAX_LEASE_NODES; // enough to pass the size limit in both shapes
     let mut h = Harness::new();
     let client = h.client(1_000_000 * IO);
     let mut pairs: Vec<(LeaseRef, GpuNode)> = Vec::new();
     match shape {
         Shape::OneClusterLease => {
-            let nodes: Vec<GpuNode> = (0..reports)
+            let nodes: Vec<GpuNode> = (0..receipts)
                 .map(|_| {
                     let s = h.supplier(1_000 * IO);
                     h.node(&s, h100_spec(1))
                 })
                 .collect();
-            let lease = h.open_lease(&client, 1, terms(reports, 1));
+            let lease = h.open_lease(&client, 1, terms(receipts, 1));
             h.assign(&lease, &nodes.iter().map(|n| (n, 1)).collect::<Vec<_>>()).expect("assign");
             pairs.extend(nodes.into_iter().map(|n| (lease, n)));
         }
         Shape::SeparateLeases => {
-            for id in 0..reports as u64 {
+            for id in 0..receipts as u64 {
                 let s = h.supplier(1_000 * IO);
                 let node = h.node(&s, h100_spec(1));
                 let lease = h.open_lease(&client, id + 1, terms(1, 1));
@@ -250,7 +250,7 @@ fn settle_batches(shape: Shape) {
         let fits_size = bytes <= PACKET_BYTES;
         let fits_cu = cu <= cu_limit;
         println!(
-            "    {k} report(s): {bytes:>5} bytes{} {cu:>7} CU of {cu_limit}{}",
+            "    {k} receipt(s): {bytes:>5} bytes{} {cu:>7} CU of {cu_limit}{}",
             if fits_size { "" } else { " (too large)" },
             if fits_cu { "" } else { " (over compute)" },
         );
@@ -262,10 +262,10 @@ fn settle_batches(shape: Shape) {
     }
     match best {
         Some((k, bytes, cu)) => println!(
-            "    largest: {k} report(s) per transaction ({bytes} bytes, {cu} CU, {}% of its compute); {} stops the next",
+            "    largest: {k} receipt(s) per transaction ({bytes} bytes, {cu} CU, {}% of its compute); {} stops the next",
             cu * 100 / (DEFAULT_INSTRUCTION_CU * k as u64).min(MAX_TRANSACTION_CU),
-            stopped_by.unwrap_or("nothing (every prepared report fit)"),
+            stopped_by.unwrap_or("nothing (every prepared receipt fit)"),
         ),
-        None => println!("    not even one report fits"),
+        None => println!("    not even one receipt fits"),
     }
 }
