@@ -33,6 +33,7 @@ from solders.pubkey import Pubkey
 from solders.signature import Signature
 from solders.transaction import Transaction
 
+from coordinator.payers import FeePayers
 from gpunet import instructions as ix
 from gpunet.accounts import AccountError, fetch, fetch_config, lease_end
 from gpunet.client import TransactionExpired, TransactionFailed, send_and_confirm
@@ -76,9 +77,10 @@ ObservedSeconds = Callable[[SignedUsage], int | None]
 
 
 class Settler:
-    def __init__(self, client: AsyncClient, attester: Keypair) -> None:
+    def __init__(self, client: AsyncClient, attester: Keypair, payers: FeePayers | None = None) -> None:
         self.client = client
         self.attester = attester
+        self.payers = payers or FeePayers(client, attester)  # who pays each fee (coordinator.payers)
         self._authorities: dict[Pubkey, Pubkey] = {}  # node key -> provider wallet (never changes)
 
     async def settle(
@@ -201,13 +203,14 @@ class Settler:
     def _size(self, group: list[tuple[SignedUsage, list[Instruction]]]) -> int:
         """The transaction's size as sent: with its compute budget, a priority fee included (the largest form)."""
         instructions = with_budget([i for _, pair in group for i in pair], Budget(MAX_COMPUTE_UNITS, 1))
-        message = Message.new_with_blockhash(instructions, self.attester.pubkey(), Hash.default())
+        message = Message.new_with_blockhash(instructions, self.payers.sizing_payer, Hash.default())
         return len(bytes(Transaction.new_unsigned(message)))
 
     async def _send(self, group: list[tuple[SignedUsage, list[Instruction]]]) -> list[Outcome]:
         instructions = [i for _, pair in group for i in pair]
         try:
-            sig = await send_and_confirm(self.client, self.attester, instructions)
+            payer, cosigners = await self.payers.signing()
+            sig = await send_and_confirm(self.client, payer, instructions, cosigners)
             return [Outcome(u, Status.SETTLED, signature=sig) for u, _ in group]
         except (TransactionFailed, TransactionExpired) as e:
             if len(group) == 1:
