@@ -51,7 +51,7 @@ from gpunet.pda import lease_pda
 from gpunet.protocol import InputFile, JobSpec
 from gpunet.tokens import io_account, io_balance
 
-app = typer.Typer(help="Leases: open, job, status, top up, close, show, list.", no_args_is_help=True)
+app = typer.Typer(help="Leases: open, job, status, watch, top up, close, show, list.", no_args_is_help=True)
 STATUS_LINES = 20  # the latest log lines `lease status` shows (`lease logs` prints them all)
 FOLLOW_SECONDS = 1.0
 PLACEMENT_WAIT_SECONDS = 300.0  # how long `lease job --secret` waits for the lease's nodes to seal to
@@ -831,7 +831,3 @@ def logs(
             await asyncio.sleep(FOLLOW_SECONDS)
 
     Session(url, keypair, json_output).run(command_)
-
-
-# `lease watch` lives in its own module and registers itself on `app`; imported last, as it uses the above.
-import gpunet.cli.lease_watch  # noqa: E402, F401

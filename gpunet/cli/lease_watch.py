@@ -35,7 +35,6 @@ from gpunet.cli.lease import (
     LeaseArg,
     SecretFileOpt,
     SecretOpt,
-    app,
     lease_summary,
     secrets_arg,
     top_up_escrow,
@@ -84,7 +83,6 @@ def time_left(summary: dict[str, Any]) -> int | None:
     return min((s for s in spans if s is not None), default=None)
 
 
-@app.command("watch")
 def watch(
     lease: LeaseArg,
     auto_top_up: Annotated[
