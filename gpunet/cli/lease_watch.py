@@ -274,7 +274,8 @@ class _Watch:
             self._event(
                 "cap_reached",
                 f"the cap is reached: {format_io(self.topped_up)} of {format_io(self.cap)} topped up; no more "
-                f"top-ups, the lease has {clock.span(left)} left (under the {clock.span(self.runway)} runway)",
+                f"top-ups, the lease has {clock.span(left)} left"
+                + (f" (under the {clock.span(self.runway)} runway)" if left < self.runway else ""),
                 topped_up=self.topped_up,
                 cap=self.cap,
                 time_left_seconds=left,
