@@ -27,7 +27,7 @@ from coordinator.db import SchemaTooNew, open_database
 from coordinator.indexer import Indexer
 from coordinator.indexer.rpc import ChainRpc, RpcError
 from coordinator.indexer.service import ChainMismatch
-from coordinator.payers import FeePayers, fee_payer_keys
+from coordinator.payers import balances, fee_payer_keys
 from coordinator.service import Coordinator, DatabaseLost
 from coordinator.settings import Settings, settings_help
 from gpunet.accounts import AccountError, fetch_config
@@ -227,7 +227,7 @@ def fee_payers(json_output: bool = typer.Option(False, "--json", help="JSON inst
 
     async def read() -> list[tuple[str, int]]:
         async with AsyncClient(settings.rpc_url) as client:
-            return [(str(k), v) for k, v in await FeePayers(client, Keypair(), keys).balances()]
+            return [(str(k), v) for k, v in await balances(client, keys)]
 
     try:
         rows = asyncio.run(read())

@@ -22,7 +22,7 @@ from solders.pubkey import Pubkey
 
 from gpunet.keys import create_keypair_file, load_keypair
 
-__all__ = ["FeePayers", "fee_payer_keys"]
+__all__ = ["FeePayers", "balances", "fee_payer_keys"]
 
 log = logging.getLogger("gpunet.coordinator.payers")
 
@@ -42,6 +42,11 @@ def fee_payer_keys(directory: Path, count: int) -> list[Keypair]:
             create_keypair_file(path, Keypair())
         keys.append(load_keypair(path))
     return keys
+
+
+async def balances(client: AsyncClient, keys: list[Keypair]) -> list[tuple[Pubkey, int]]:
+    """Each key and its balance in lamports, read now."""
+    return [(k.pubkey(), (await client.get_balance(k.pubkey())).value) for k in keys]
 
 
 class FeePayers:
@@ -84,8 +89,7 @@ class FeePayers:
         return self.attester, []
 
     async def balances(self) -> list[tuple[Pubkey, int]]:
-        """Each payer of the pool and its balance in lamports, read now."""
-        return [(k.pubkey(), (await self.client.get_balance(k.pubkey())).value) for k in self.pool]
+        return await balances(self.client, self.pool)
 
     async def _funded(self, payer: Pubkey) -> bool:
         now = self.clock()

@@ -89,3 +89,21 @@ def test_the_fee_payers_command_lists_each_address_and_whether_it_is_funded(node
     ]
     table = CliRunner().invoke(app, ["fee-payers"], env=env).stdout
     assert payers[1]["address"] in table and "(skipped: fund it)" in table.splitlines()[1]
+
+
+async def test_a_coordinator_pays_its_settlements_and_attester_transactions_from_its_pool(
+    settings, pool, tmp_path
+) -> None:
+    from coordinator.service import Coordinator
+
+    attester = Keypair()
+    configured = settings.model_copy(update={"fee_payers": 3, "fee_payer_dir": tmp_path})
+    coordinator = Coordinator(configured, pool, attester)
+    try:
+        pool_keys = [k.pubkey() for k in coordinator.payers.pool]
+        assert pool_keys == [k.pubkey() for k in fee_payer_keys(tmp_path, 3)], "the files' keys"
+        assert coordinator.settlement.settler.payers is coordinator.payers
+        assert coordinator.placement.attester.payers is coordinator.payers
+        assert coordinator.payers.attester is attester
+    finally:
+        await coordinator.chain.close()
