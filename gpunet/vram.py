@@ -1,0 +1,325 @@
+"""GPU verification's memory check: that a GPU holds the memory its claimed model has.
+
+The verifier sends a fresh random seed and a workload sized from the claimed model's VRAM
+(`memory_workload_for`): `MEMORY_FRACTION` of it, in `lanes` independent lanes of `blocks` blocks of
+`block_bytes` each. The prover fills it with a memory-hard recurrence (`fill`): block 0 of lane l is
+expand(seed, l); block j is expand(seed, l, j, block j-1, its `PARENTS` parents), the parents being
+earlier blocks of the lane picked by block j-1's content (`parents_of`): which blocks a later step
+reads is known only once the one before it is computed, so a prover cannot plan which to drop.
+Lanes are independent (a GPU fills them in parallel); each lane is sequential. SHAKE-128 is the
+expansion (one hash per block, its output as long as a block).
+
+The prover commits, before a deadline derived from the claimed model's memory bandwidth
+(`MemoryWorkload.deadline`), to the Merkle root over the blocks' 64-bit digests (the compute
+challenge's tree, gpunet.verification). The verifier then names random blocks (`choose_blocks`);
+within a short deadline (`MemoryWorkload.answer_deadline`: round trips, not computation) the
+prover sends, for each, the chunk and path of its digest, and the contents of its predecessor and
+parents with theirs (`open_blocks`). The verifier checks the paths and recomputes each named block
+from its inputs (`check_memory`): (2 + PARENTS) hashes per named block against the prover's one per
+block of the whole fill.
+
+What that catches: a prover that filled the blocks with anything but the recurrence fails a named
+block's recomputation (a fraction f of wrong blocks survives with probability (1 - f)**openings);
+answers for another seed (a replay) or not matching the commitment fail every opening. A prover
+that kept only a share s of the blocks (its VRAM smaller than claimed) must recompute each missing
+one it is asked for from its inputs, and each missing input from its own: with 1 + PARENTS inputs
+per block, each missing with probability 1 - s, that recomputation spreads over the lane's earlier
+blocks once (1 + PARENTS) * (1 - s) > 1, i.e. s < 3/4 (`recompute_cost` counts it exactly, and the
+dependency depth bounds its time however parallel the prover is). Such a prover misses the answer
+deadline as long as the fill's sequential time per lane is far above the round trip.
+
+What it does not prove: that the memory is the GPU's. It proves only that about that much fast
+memory was held during the challenge; host RAM (or another GPU's) could hold it unless the fill
+and the answer deadline are bandwidth-bound to the GPU's own memory, which the reference
+parameters do not pin. A prover that kept more than about three quarters of the blocks recomputes
+the rest in a few hashes each, inside the deadline: a GPU with 60 GiB claiming 80 GiB can pass (the
+fill is 80 % of the claim), one with 40 GiB cannot. The GPU backend's fill time must stay well above
+the network's round trip for the deadline to bite; that is its parameters' job (not fixed here).
+
+numpy/hashlib is the reference path: the verifier, and simulated workers, which emulate their
+model's memory bandwidth (`MemoryWorkload.expected_seconds`) and, when they hold less memory than
+their model (a lie), the time its recomputation takes at least (`short_answer_seconds`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import secrets
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpunet import verification as v
+from gpunet.catalog import GpuModel
+
+__all__ = [
+    "MEMORY_FRACTION",
+    "PARENTS",
+    "BlockOpening",
+    "Filled",
+    "MemoryWorkload",
+    "check_memory",
+    "choose_blocks",
+    "derive",
+    "fill",
+    "kept_share",
+    "memory_workload_for",
+    "open_blocks",
+    "parents_of",
+    "recompute_cost",
+    "short_answer_seconds",
+    "simulated_fill_seconds",
+]
+
+MEMORY_FRACTION = 0.8  # of the claimed model's VRAM (the rest: the driver, the context, the tree)
+PARENTS = 7  # earlier blocks each block reads besides its predecessor (3: half the recomputation depth)
+OPENINGS = v.OPENINGS  # blocks named per challenge
+MARGIN = v.MARGIN  # the fill deadline's allowance over the expected time
+WORDS = 2  # uint32 digest words per block (a 64-bit digest)
+REAL_BLOCK_BYTES = 2048  # 16 openings * (1 + PARENTS) contents and chunks stay under a message's MiB
+REAL_LANES = 65536
+REAL_EFFICIENCY = 0.25  # the share of its peak bandwidth a GPU reaches filling (reads + hashing + write)
+REAL_ALLOWANCE_SECONDS = 2.0  # round trips, kernel launches
+SIMULATED_BLOCK_BYTES = 1024
+SIMULATED_LANES = 4
+SIMULATED_MEMORY_SCALE = 2.0**-16  # a simulated H100's 64 GiB fill is 1 MiB
+SIMULATED_BANDWIDTH_SCALE = 2.8e-7  # a simulated H100 fills its 1 MiB (9 MiB of traffic) in 10 s
+SIMULATED_ALLOWANCE_SECONDS = 1.0
+REAL_ANSWER_SECONDS = 2.0  # the answer's deadline from the naming of the blocks: round trips, reading them
+SIMULATED_ANSWER_SECONDS = 1.0  # a local round trip on a loaded machine, and the reference prover's openings
+
+
+@dataclass(frozen=True)
+class MemoryWorkload:
+    """One GPU's memory challenge: what to fill and by when."""
+
+    seed: bytes  # 16 random bytes from the verifier
+    lanes: int
+    blocks: int  # per lane
+    block_bytes: int
+    expected_seconds: float  # the fill at the claimed model's bandwidth
+    simulated: bool
+
+    @property
+    def total_blocks(self) -> int:
+        return self.lanes * self.blocks
+
+    @property
+    def bytes(self) -> int:
+        return self.total_blocks * self.block_bytes
+
+    @property
+    def deadline(self) -> float:
+        """Seconds from the challenge's sending to its commitment's arrival."""
+        allowance = SIMULATED_ALLOWANCE_SECONDS if self.simulated else REAL_ALLOWANCE_SECONDS
+        return self.expected_seconds * (1 + MARGIN) + allowance
+
+    @property
+    def answer_deadline(self) -> float:
+        """Seconds from the naming of the blocks to the answer's arrival: no time to recompute."""
+        return SIMULATED_ANSWER_SECONDS if self.simulated else REAL_ANSWER_SECONDS
+
+
+def _traffic(lanes: int, blocks: int, block_bytes: int) -> int:
+    """Bytes a fill moves: each block reads its predecessor and parents and is written once."""
+    return lanes * blocks * block_bytes * (2 + PARENTS)
+
+
+def _rate(model: GpuModel, simulated: bool) -> float:
+    """Bytes/s the model is expected to move filling."""
+    peak = model.memory_tbps * 1e12
+    return peak * SIMULATED_BANDWIDTH_SCALE if simulated else peak * REAL_EFFICIENCY
+
+
+def memory_workload_for(model: GpuModel, seed: bytes, *, simulated: bool) -> MemoryWorkload:
+    """A fill of MEMORY_FRACTION of the model's VRAM (scaled down for simulated GPUs)."""
+    size = model.vram_gb * 2**30 * MEMORY_FRACTION
+    if simulated:
+        lanes, block_bytes, size = SIMULATED_LANES, SIMULATED_BLOCK_BYTES, size * SIMULATED_MEMORY_SCALE
+    else:
+        lanes, block_bytes = REAL_LANES, REAL_BLOCK_BYTES
+    blocks = max(2, math.floor(size / (lanes * block_bytes)))
+    expected = _traffic(lanes, blocks, block_bytes) / _rate(model, simulated)
+    return MemoryWorkload(seed, lanes, blocks, block_bytes, expected, simulated)
+
+
+def simulated_fill_seconds(workload: MemoryWorkload, model: GpuModel) -> float:
+    """How long a simulated GPU of `model` takes over the fill: what its worker emulates."""
+    return _traffic(workload.lanes, workload.blocks, workload.block_bytes) / _rate(model, True)
+
+
+def _expand(w: MemoryWorkload, lane: int, j: int, inputs: Sequence[bytes]) -> bytes:
+    h = hashlib.shake_128(b"gpunet-vram" + w.seed + lane.to_bytes(4, "little") + j.to_bytes(4, "little"))
+    for block in inputs:
+        h.update(block)
+    return h.digest(w.block_bytes)
+
+
+def parents_of(j: int, previous: bytes) -> list[int]:
+    """Block j's parents (j >= 1): earlier blocks of its lane, picked by its predecessor's content."""
+    return [int.from_bytes(previous[8 * i : 8 * i + 8], "little") % j for i in range(PARENTS)]
+
+
+def derive(w: MemoryWorkload, lane: int, j: int, previous: bytes | None, parents: Sequence[bytes]) -> bytes:
+    """Block j of the lane from its inputs (none for block 0)."""
+    return _expand(w, lane, j, [] if previous is None else [previous, *parents])
+
+
+def _digest(block: bytes) -> bytes:
+    return hashlib.sha256(block).digest()[: 4 * WORDS]
+
+
+@dataclass
+class Filled:
+    """A prover's fill: every block, their digests (the committed words) and each block's parents."""
+
+    workload: MemoryWorkload
+    blocks: list[list[bytes]]  # [lane][j]
+    digests: np.ndarray  # uint32, WORDS per block, lane-major
+    parents: np.ndarray  # int64 [lane, j, PARENTS] (block 0: -1)
+
+    def root(self) -> bytes:
+        return v.commit(self.digests)
+
+
+def fill(w: MemoryWorkload) -> Filled:
+    """The reference prover's whole work: every lane, block after block."""
+    lanes: list[list[bytes]] = []
+    parents = np.full((w.lanes, w.blocks, PARENTS), -1, dtype=np.int64)
+    for lane in range(w.lanes):
+        blocks = [derive(w, lane, 0, None, [])]
+        for j in range(1, w.blocks):
+            picked = parents_of(j, blocks[j - 1])
+            parents[lane, j] = picked
+            blocks.append(derive(w, lane, j, blocks[j - 1], [blocks[p] for p in picked]))
+        lanes.append(blocks)
+    raw = b"".join(_digest(b) for blocks in lanes for b in blocks)
+    return Filled(w, lanes, np.frombuffer(raw, dtype="<u4").copy(), parents)
+
+
+def choose_blocks(w: MemoryWorkload, count: int = OPENINGS) -> list[tuple[int, int]]:
+    """(lane, block) pairs to name, chosen after the commitment, unpredictably."""
+    rng = secrets.SystemRandom()
+    return [(rng.randrange(w.lanes), rng.randrange(w.blocks)) for _ in range(count)]
+
+
+@dataclass(frozen=True)
+class BlockOpening:
+    """A block's chunk of digest words and the chunk's Merkle path; with its content when it is an input."""
+
+    lane: int
+    block: int
+    content: bytes | None
+    chunk: list[int]
+    path: list[bytes]
+
+
+def _inputs(w: MemoryWorkload, j: int, previous: bytes) -> list[int]:
+    return [j - 1, *parents_of(j, previous)] if j > 0 else []
+
+
+def open_blocks(filled: Filled, asked: Sequence[tuple[int, int]]) -> list[BlockOpening]:
+    """Each named block's digest opening, then its predecessor's and parents' contents and openings
+    (each block once)."""
+    w, levels = filled.workload, v.merkle_levels(filled.digests)
+    opened: dict[tuple[int, int], BlockOpening] = {}
+
+    def add(lane: int, j: int, content: bytes | None) -> None:
+        if (lane, j) not in opened or (content is not None and opened[(lane, j)].content is None):
+            chunk, path = v.open_chunk(levels, filled.digests, WORDS * (lane * w.blocks + j))
+            opened[(lane, j)] = BlockOpening(lane, j, content, chunk, path)
+
+    for lane, j in asked:
+        add(lane, j, None)
+        if j > 0:
+            for i in _inputs(w, j, filled.blocks[lane][j - 1]):
+                add(lane, i, filled.blocks[lane][i])
+    return list(opened.values())
+
+
+def check_memory(
+    w: MemoryWorkload, root: bytes, openings: Sequence[BlockOpening], asked: Sequence[tuple[int, int]]
+) -> str | None:
+    """None when every named block's inputs are opened with contents that match the commitment, and
+    the block recomputed from them is the committed one; else the first reason."""
+    opened = {(o.lane, o.block): o for o in openings}
+
+    def holds(o: BlockOpening, digest: bytes) -> bool:
+        position = WORDS * (o.lane * w.blocks + o.block)
+        first = (position // v.CHUNK) * v.CHUNK
+        if len(o.chunk) != min(v.CHUNK, WORDS * w.total_blocks - first):
+            return False
+        words = [int(x) for x in np.frombuffer(digest, dtype="<u4")]
+        at = position - first
+        return o.chunk[at : at + WORDS] == words and v.leads_to_root(root, position, o.chunk, o.path)
+
+    for lane, j in asked:
+        if not (0 <= lane < w.lanes and 0 <= j < w.blocks):
+            return f"block {j} of lane {lane} is outside the workload"
+        named = opened.get((lane, j))
+        if named is None:
+            return f"block {j} of lane {lane} was not opened"
+        inputs: list[bytes] = []
+        if j > 0:
+            previous = opened.get((lane, j - 1))
+            if previous is None or previous.content is None or len(previous.content) != w.block_bytes:
+                return f"block {j} of lane {lane}: its predecessor's content was not sent"
+            for i in _inputs(w, j, previous.content):
+                o = opened.get((lane, i))
+                if o is None or o.content is None or len(o.content) != w.block_bytes:
+                    return f"block {j} of lane {lane}: the content of its input {i} was not sent"
+                if not holds(o, _digest(o.content)):
+                    return f"lane {lane} block {i}: the content sent is not the committed block (not held, or replaced)"
+                inputs.append(o.content)
+        block = derive(w, lane, j, inputs[0] if inputs else None, inputs[1:])
+        if not holds(named, _digest(block)):
+            return (
+                f"lane {lane} block {j}: the committed block is not the one its inputs make "
+                "(filled with something else, or another seed's)"
+            )
+    return None
+
+
+def recompute_cost(filled: Filled, stored: np.ndarray, asked: Iterable[tuple[int, int]]) -> tuple[int, int]:
+    """What a prover that kept only the blocks `stored` marks (bool [lane, j]) must recompute to
+    answer: (hashes, depth), depth being the longest chain of them that must run one after another.
+    It keeps every digest (they are small) so the named blocks themselves need no recomputation,
+    only their inputs."""
+    missing: set[tuple[int, int]] = set()
+    stack = [(lane, i) for lane, j in asked if j > 0 for i in [j - 1, *filled.parents[lane, j]] if not stored[lane, i]]
+    while stack:
+        lane, i = stack.pop()
+        if (lane, i) in missing:
+            continue
+        missing.add((lane, i))
+        if i > 0:
+            stack.extend((lane, int(d)) for d in [i - 1, *filled.parents[lane, i]] if not stored[lane, d])
+    depth: dict[tuple[int, int], int] = {}
+    for lane, i in sorted(missing):
+        inputs = [i - 1, *filled.parents[lane, i]] if i > 0 else []
+        depth[(lane, i)] = 1 + max((depth.get((lane, int(d)), 0) for d in inputs), default=0)
+    return len(missing), max(depth.values(), default=0)
+
+
+def short_answer_seconds(filled: Filled, stored: np.ndarray, asked: Iterable[tuple[int, int]]) -> float:
+    """The least time a prover that kept only `stored` needs to answer, at its model's speed: its
+    recomputation at the whole fill's rate, or its longest chain at a lane's sequential rate (each
+    lane's blocks come one after another in the fill), whichever is longer."""
+    w = filled.workload
+    hashes, depth = recompute_cost(filled, stored, asked)
+    return max(hashes * w.expected_seconds / w.total_blocks, depth * w.expected_seconds / w.blocks)
+
+
+def kept_share(w: MemoryWorkload, share: float, rng: np.random.Generator | None = None) -> np.ndarray:
+    """The blocks a prover with room for only `share` of them keeps, bool [lane, j]: block 0 of each
+    lane and others at random (a spread the recomputation finds as cheap as any simple rule tried;
+    keeping the blocks most read as parents made it deeper)."""
+    rng = rng or np.random.default_rng()
+    keep = max(1, min(w.blocks, math.floor(share * w.blocks)))
+    stored = np.zeros((w.lanes, w.blocks), dtype=bool)
+    stored[:, 0] = True
+    for lane in range(w.lanes):
+        stored[lane, 1 + rng.permutation(w.blocks - 1)[: keep - 1]] = True
+    return stored
