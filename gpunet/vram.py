@@ -36,9 +36,10 @@ the rest in a few hashes each, inside the deadline: a GPU with 60 GiB claiming 8
 fill is 80 % of the claim), one with 40 GiB cannot. The GPU backend's fill time must stay well above
 the network's round trip for the deadline to bite; that is its parameters' job (not fixed here).
 
-numpy/hashlib is the reference path: the verifier, and simulated workers, which emulate their
-model's memory bandwidth (`MemoryWorkload.expected_seconds`) and, when they hold less memory than
-their model (a lie), the time its recomputation takes at least (`short_answer_seconds`).
+numpy/hashlib is the reference path: the verifier, and simulated workers, which take the fill time
+the challenge expects (`MemoryWorkload.expected_seconds`, a setting of the simulation) and, when
+they hold less memory than their model (a lie), the least time their recomputation takes
+(`short_answer_seconds`), so that whether one is caught does not depend on the machine's speed.
 """
 
 from __future__ import annotations
@@ -70,7 +71,6 @@ __all__ = [
     "parents_of",
     "recompute_cost",
     "short_answer_seconds",
-    "simulated_fill_seconds",
 ]
 
 MEMORY_FRACTION = 0.8  # of the claimed model's VRAM (the rest: the driver, the context, the tree)
@@ -85,7 +85,6 @@ REAL_ALLOWANCE_SECONDS = 2.0  # round trips, kernel launches
 SIMULATED_BLOCK_BYTES = 1024
 SIMULATED_LANES = 4
 SIMULATED_MEMORY_SCALE = 2.0**-16  # a simulated H100's 64 GiB fill is 1 MiB
-SIMULATED_BANDWIDTH_SCALE = 2.8e-7  # a simulated H100 fills its 1 MiB (9 MiB of traffic) in 10 s
 SIMULATED_ALLOWANCE_SECONDS = 1.0
 REAL_ANSWER_SECONDS = 2.0  # the answer's deadline from the naming of the blocks: round trips, reading them
 SIMULATED_ANSWER_SECONDS = 1.0  # a local round trip on a loaded machine, and the reference prover's openings
@@ -127,27 +126,21 @@ def _traffic(lanes: int, blocks: int, block_bytes: int) -> int:
     return lanes * blocks * block_bytes * (2 + PARENTS)
 
 
-def _rate(model: GpuModel, simulated: bool) -> float:
-    """Bytes/s the model is expected to move filling."""
-    peak = model.memory_tbps * 1e12
-    return peak * SIMULATED_BANDWIDTH_SCALE if simulated else peak * REAL_EFFICIENCY
-
-
-def memory_workload_for(model: GpuModel, seed: bytes, *, simulated: bool) -> MemoryWorkload:
-    """A fill of MEMORY_FRACTION of the model's VRAM (scaled down for simulated GPUs)."""
+def memory_workload_for(
+    model: GpuModel, seed: bytes, *, simulated: bool, simulated_seconds: float = 10.0
+) -> MemoryWorkload:
+    """A fill of MEMORY_FRACTION of the model's VRAM (scaled down for simulated GPUs). A real GPU
+    is expected to fill at REAL_EFFICIENCY of its model's memory bandwidth; a simulated one takes
+    `simulated_seconds` (the check tests what is held, not speed: the compute check pins speed)."""
     size = model.vram_gb * 2**30 * MEMORY_FRACTION
     if simulated:
         lanes, block_bytes, size = SIMULATED_LANES, SIMULATED_BLOCK_BYTES, size * SIMULATED_MEMORY_SCALE
     else:
         lanes, block_bytes = REAL_LANES, REAL_BLOCK_BYTES
     blocks = max(2, math.floor(size / (lanes * block_bytes)))
-    expected = _traffic(lanes, blocks, block_bytes) / _rate(model, simulated)
+    rate = model.memory_tbps * 1e12 * REAL_EFFICIENCY
+    expected = simulated_seconds if simulated else _traffic(lanes, blocks, block_bytes) / rate
     return MemoryWorkload(seed, lanes, blocks, block_bytes, expected, simulated)
-
-
-def simulated_fill_seconds(workload: MemoryWorkload, model: GpuModel) -> float:
-    """How long a simulated GPU of `model` takes over the fill: what its worker emulates."""
-    return _traffic(workload.lanes, workload.blocks, workload.block_bytes) / _rate(model, True)
 
 
 def _expand(w: MemoryWorkload, lane: int, j: int, inputs: Sequence[bytes]) -> bytes:

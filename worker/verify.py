@@ -16,7 +16,7 @@ import base64
 import logging
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -101,16 +101,15 @@ class Prover:
             self._kept.popitem(last=False)
 
     async def commit_memory(self, challenge: VerifyMemory, simulated: bool) -> VerifyCommit:
-        """Fills the memory check's blocks and commits to them (emulating the simulated model's
-        bandwidth); a GPU with less memory than its model keeps only what fits."""
+        """Fills the memory check's blocks and commits to them, taking the time the challenge expects
+        (a simulated fill's time is the simulation's setting); a GPU with less memory than its model
+        keeps only what fits."""
         model = self._model(challenge.gpu)
         started = time.monotonic()
         workload = vram.MemoryWorkload(
             bytes.fromhex(challenge.seed), challenge.lanes, challenge.blocks, challenge.block_bytes,
             challenge.expected_seconds, self.inventory.simulated,
         )  # fmt: skip
-        # Its own model's time, whatever the challenge expects: the recomputation's is counted in it.
-        workload = replace(workload, expected_seconds=vram.simulated_fill_seconds(workload, model))
         if workload.bytes > vram.SIMULATED_MEMORY_SCALE * model.vram_gb * 2**30:
             raise ChallengeRefused(f"a fill of {workload.bytes} bytes is more than a simulated {model.name} holds")
         filled = await asyncio.to_thread(vram.fill, workload)
