@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import hashlib
+import math
 import secrets
 import time
 
@@ -17,7 +18,16 @@ import pytest
 from gpunet import verification as v
 from gpunet import vram
 from gpunet.catalog import gpu_model
-from gpunet.protocol import GpuInfo, Inventory, VerifyMemory, VerifyOpen
+from gpunet.protocol import (
+    MAX_MESSAGE_BYTES,
+    GpuInfo,
+    Inventory,
+    MemoryBlock,
+    VerifyMemory,
+    VerifyMemoryOpenings,
+    VerifyOpen,
+    encode,
+)
 from worker.verify import ChallengeRefused, Prover
 
 H100 = gpu_model("H100")
@@ -200,3 +210,19 @@ async def test_the_prover_refuses_what_it_cannot_answer() -> None:
     real = Prover(_inventory().model_copy(update={"simulated": False}))
     with pytest.raises(ChallengeRefused, match="no GPU backend"):
         await real.commit_memory(_challenge(w), False)
+
+
+def test_a_real_gpus_answer_fits_in_one_message() -> None:
+    """The largest answer a real GPU's memory check asks for (every named block's inputs distinct,
+    chunks of the widest digests, the deepest tree of the largest model) is one message."""
+    w = vram.memory_workload_for(gpu_model("B200"), v.new_seed(), simulated=False)
+    depth = math.ceil(math.log2(vram.WORDS * w.total_blocks / v.CHUNK))
+    block = MemoryBlock(
+        lane=w.lanes - 1,
+        block=w.blocks - 1,
+        content=base64.b64encode(bytes(w.block_bytes)).decode(),
+        chunk=[2**32 - 1] * v.CHUNK,
+        path=["ff" * 32] * depth,
+    )
+    answer = VerifyMemoryOpenings(simulated=False, id="ab" * 16, blocks=[block] * (vram.OPENINGS * (2 + vram.PARENTS)))
+    assert len(encode(answer)) < MAX_MESSAGE_BYTES

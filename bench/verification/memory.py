@@ -102,8 +102,9 @@ def main() -> None:
         print(f"{model.name:<8} {shape:<36} {real.expected_seconds:>6.2f} s  {w.bytes / 2**20:>5.2f} MiB"
               f"  {prove:>8.3f} s  {verify:>10.4f} s  {prove / verify:>5.0f}x"
               f"  {real.total_blocks / (vram.OPENINGS * (2 + vram.PARENTS)):>12.0f}x")  # fmt: skip
-    print(f"(the real answer deadline is {vram.REAL_ANSWER_SECONDS:.0f} s: longer than every real fill above, so on a "
-          "real GPU these parameters do not yet bind; see gpunet.vram)")  # fmt: skip
+    print(f"(real: the expected fill is a lane's {vram.REAL_LANE_BLOCKS} steps of an assumed "
+          f"{vram.REAL_STEP_SECONDS * 1e6:.0f} us, against an answer deadline of {vram.REAL_ANSWER_SECONDS:.0f} s; "
+          "no GPU backend has measured the step yet)")  # fmt: skip
 
     w = _workload()
     filled = vram.fill(w)
