@@ -9,7 +9,7 @@ reads is known only once the one before it is computed, so a prover cannot plan 
 Lanes are independent (a GPU fills them in parallel); each lane is sequential. SHAKE-128 is the
 expansion (one hash per block, its output as long as a block).
 
-The prover commits, before a deadline derived from the claimed model's memory bandwidth
+The prover commits, before a deadline derived from the fill's expected time at the claimed model
 (`MemoryWorkload.deadline`), to the Merkle root over the blocks' 64-bit digests (the compute
 challenge's tree, gpunet.verification). The verifier then names random blocks (`choose_blocks`);
 within a short deadline (`MemoryWorkload.answer_deadline`: round trips, not computation) the
@@ -24,7 +24,7 @@ answers for another seed (a replay) or not matching the commitment fail every op
 that kept only a share s of the blocks (its VRAM smaller than claimed) must recompute each missing
 one it is asked for from its inputs, and each missing input from its own: with 1 + PARENTS inputs
 per block, each missing with probability 1 - s, that recomputation spreads over the lane's earlier
-blocks once (1 + PARENTS) * (1 - s) > 1, i.e. s < 3/4 (`recompute_cost` counts it exactly, and the
+blocks once (1 + PARENTS) * (1 - s) > 1, i.e. s < 7/8 (`recompute_cost` counts it exactly, and the
 dependency depth bounds its time however parallel the prover is). Such a prover misses the answer
 deadline as long as the fill's sequential time per lane is far above the round trip.
 
@@ -107,7 +107,7 @@ class MemoryWorkload:
     lanes: int
     blocks: int  # per lane
     block_bytes: int
-    expected_seconds: float  # the fill at the claimed model's bandwidth
+    expected_seconds: float  # the fill's, at the claimed model (memory_workload_for)
     simulated: bool
 
     @property
