@@ -28,10 +28,12 @@ blocks once (1 + PARENTS) * (1 - s) > 1, i.e. s < 7/8 (`recompute_cost` counts i
 dependency depth bounds its time however parallel the prover is). Such a prover misses the answer
 deadline as long as the fill's sequential time per lane is far above the round trip.
 
-What it does not prove: that the memory is the GPU's. It proves only that about that much fast
-memory was held during the challenge; host RAM (or another GPU's) could hold it unless the fill
-and the answer deadline are bandwidth-bound to the GPU's own memory, which these parameters do not
-pin (a lane's steps are sequential, and a few hundred lanes need far less bandwidth than a GPU has).
+What it does not prove: that the memory is the GPU's. It proves only that about that much memory
+was held during the challenge, by the prover or by anything it can reach within the answer
+deadline: host RAM, another GPU, even another machine (16 named blocks' inputs are 128 KiB) could
+hold it, as long as the fill's steps can read it. Only a fill and an answer deadline bound to the
+GPU's own memory bandwidth would pin it there, and these parameters are not (a lane's steps are
+sequential, and a few hundred lanes need far less bandwidth than a GPU has).
 Nor does it catch a small shortfall: the time a short prover needs is a share of the fill's time
 per lane (it can always fill again), so what is caught depends on that time over the answer
 deadline, ten to one in the simulation (10 s against 1 s) and in the real parameters (21 s against
