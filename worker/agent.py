@@ -7,7 +7,7 @@ import fcntl
 import logging
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Coroutine, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -244,18 +244,10 @@ class Agent:
                 self._refuse("ack", message.lease, f"no usage report {message.seq} of this lease was sent by this node")
         elif isinstance(message, Error):
             log.warning("coordinator.error code=%s message=%s", message.code, message.message)
-        elif isinstance(message, Verify):
-            task = asyncio.create_task(self._verify(message))
-            self._verifications.add(task)  # kept referenced until done
-            task.add_done_callback(self._verifications.discard)
-        elif isinstance(message, VerifyMemory):
-            task = asyncio.create_task(self._verify(message))
-            self._verifications.add(task)
-            task.add_done_callback(self._verifications.discard)
+        elif isinstance(message, Verify | VerifyMemory):
+            self._verification(self._verify(message))
         elif isinstance(message, VerifyOpen) and self.prover.holds_memory(message.id):
-            task = asyncio.create_task(self._open_memory(message))
-            self._verifications.add(task)
-            task.add_done_callback(self._verifications.discard)
+            self._verification(self._open_memory(message))  # it takes time when blocks were not kept
         elif isinstance(message, VerifyOpen):
             try:
                 self.session.send(self.prover.open(message, self.simulated))
@@ -263,6 +255,11 @@ class Agent:
                 self._refuse("verify_open", None, str(e))
 
     # --- GPU verification
+
+    def _verification(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._verifications.add(task)  # kept referenced until done
+        task.add_done_callback(self._verifications.discard)
 
     async def _verify(self, challenge: Verify | VerifyMemory) -> None:
         """A challenge (compute or memory) on a GPU no lease holds (one a lease took meanwhile is refused)."""
