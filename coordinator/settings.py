@@ -135,7 +135,7 @@ class Settings(BaseSettings):
         le=600,
         description="how long a simulated GPU's memory check fill takes (gpunet.vram): a simulated GPU short of "
         "memory answers in a share of this, so it is caught only when that share is over the 1 s answer deadline "
-        "(at 10 s: one holding 40 % of its model's VRAM or less every time, half in almost every check)",
+        "(at 10 s: one holding half its model's VRAM or less every time, 60 % in about half its checks)",
     )
     slash_failed_verification: bool = Field(
         default=True,

@@ -4,8 +4,9 @@ The verifier sends a fresh random seed and a workload sized from the claimed mod
 (`memory_workload_for`): `MEMORY_FRACTION` of it, in `lanes` independent lanes of `blocks` blocks of
 `block_bytes` each. The prover fills it with a memory-hard recurrence (`fill`): block 0 of lane l is
 expand(seed, l); block j is expand(seed, l, j, block j-1, its `PARENTS` parents), the parents being
-earlier blocks of the lane picked by block j-1's content (`parents_of`): which blocks a later step
-reads is known only once the one before it is computed, so a prover cannot plan which to drop.
+earlier blocks of the lane picked by block j-1's content at log-uniform distances (`parents_of`):
+which blocks a later step reads is known only once the one before it is computed, so a prover
+cannot plan which to drop, and dropped blocks cost a chain of recomputation as long as the lane.
 Lanes are independent (a GPU fills them in parallel); each lane is sequential. SHAKE-128 is the
 expansion (one hash per block, its output as long as a block).
 
@@ -34,13 +35,14 @@ deadline: host RAM, another GPU, even another machine (16 named blocks' inputs a
 hold it, as long as the fill's steps can read it. Only a fill and an answer deadline bound to the
 GPU's own memory bandwidth would pin it there, and these parameters are not (a lane's steps are
 sequential, and a few hundred lanes need far less bandwidth than a GPU has).
-Nor does it catch a small shortfall: the time a short prover needs is a share of the fill's time
-per lane (it can always fill again), so what is caught depends on that time over the answer
-deadline, ten to one in the simulation (10 s against 1 s) and in the real parameters (21 s against
-2 s). At ten to one, measured on the simulated fill (bench/verification/memory.py): a GPU holding
-60 % of its claimed VRAM (75 % of the fill's blocks) passes most challenges, 50 % is caught in
-almost every one, 40 % or less in every one. On a real GPU that holds only if a block's step takes
-what REAL_STEP_SECONDS assumes (a GPU backend must measure it and set the lanes' length so).
+Nor does it catch a small shortfall: the longest chain a short prover must recompute is a share
+of its lane (it can always fill again), a share that shrinks with what it kept, so what is caught
+depends on the lane's sequential time over the answer deadline. Measured (bench/verification/
+memory.py): in the simulation (10 s against 1 s) a GPU holding 60 % of its claimed VRAM (75 % of
+the fill's blocks) is caught in about half its checks, 50 % or less in every one; on a real lane
+(2**21 blocks, at an assumed 20 us a step, 42 s against 2 s) the chain reaches the deadline only
+for a GPU holding about 40 % or less. That rests on the step time REAL_STEP_SECONDS assumes: a GPU
+backend must measure it and set the lanes' length so.
 
 numpy/hashlib is the reference path: the verifier, and simulated workers, which take the fill time
 the challenge expects (`MemoryWorkload.expected_seconds`, a setting of the simulation) and, when
@@ -85,11 +87,10 @@ OPENINGS = v.OPENINGS  # blocks named per challenge
 MARGIN = v.MARGIN  # the fill deadline's allowance over the expected time
 WORDS = 2  # uint32 digest words per block (a 64-bit digest)
 REAL_BLOCK_BYTES = 1024  # 16 openings' (1 + PARENTS) contents, chunks and paths stay well under a message's MiB
-# Lanes are long (and so few: a lane per 2**20 blocks) because only a lane's sequential steps make
+# Lanes are long (and so few: a lane per 2**21 blocks) because only a lane's sequential steps make
 # recomputing costly in time: a GPU recomputes missing blocks in parallel at its full bandwidth, but
-# not the chain each depends on. A fill ten times the answer deadline, as in the simulation, is what
-# lets a deadline of round trips bind (see the module's docstring).
-REAL_LANE_BLOCKS = 2**20
+# not the chain each depends on, which is a share of the lane (see the module's docstring).
+REAL_LANE_BLOCKS = 2**21
 REAL_STEP_SECONDS = 20e-6  # one block's step on a GPU (a hash over 9 KiB): assumed, for a GPU backend to measure
 REAL_EFFICIENCY = 0.25  # the share of its peak bandwidth a GPU reaches filling (reads + hashing + write)
 REAL_ALLOWANCE_SECONDS = 2.0  # round trips, kernel launches
@@ -164,8 +165,18 @@ def _expand(w: MemoryWorkload, lane: int, j: int, inputs: Sequence[bytes]) -> by
 
 
 def parents_of(j: int, previous: bytes) -> list[int]:
-    """Block j's parents (j >= 1): earlier blocks of its lane, picked by its predecessor's content."""
-    return [int.from_bytes(previous[8 * i : 8 * i + 8], "little") % j for i in range(PARENTS)]
+    """Block j's parents (j >= 1): earlier blocks of its lane, picked by its predecessor's content,
+    each at a distance drawn log-uniformly from 1..j (a power-of-two range of distances at random,
+    then a distance in it at random). Near parents make a dropped block's recomputation a long
+    chain, so its time grows with the lane (with parents uniform over the lane the chain is only
+    logarithmic: most of a big recomputation could then run in parallel); far ones make it spread
+    back through the lane (no checkpoint of a few recent blocks lets a prover restart from there)."""
+    parents = []
+    for i in range(PARENTS):
+        word = int.from_bytes(previous[8 * i : 8 * i + 8], "little")
+        low = 1 << (word % j.bit_length())  # distances low..min(2 * low - 1, j)
+        parents.append(j - low - (word >> 8) % (min(2 * low - 1, j) - low + 1))
+    return parents
 
 
 def derive(w: MemoryWorkload, lane: int, j: int, previous: bytes | None, parents: Sequence[bytes]) -> bytes:

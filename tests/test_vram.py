@@ -112,7 +112,7 @@ def test_a_replay_of_an_old_seeds_answers_is_caught() -> None:
 def test_a_prover_short_of_memory_cannot_answer_in_time() -> None:
     """A simulated H100 holding a quarter of its VRAM keeps 31 % of the blocks: to answer, it must
     recompute the rest it is asked for, which takes it (at the fill's speed, however parallel) a
-    quarter of the fill or more (0.24 of it at the least in 4,000 draws), so over 1.5 times the
+    quarter of the fill or more (0.27 of it at the least in 4,000 draws), so over 1.5 times the
     answer deadline, every time; one holding all answers at once."""
     w = vram.memory_workload_for(H100, v.new_seed(), simulated=True, simulated_seconds=10.0)
     filled = vram.fill(w)
@@ -192,7 +192,7 @@ async def test_a_simulated_gpu_fills_in_the_time_expected_and_one_short_of_memor
     committed, answered, reason = await _round_trip(Prover(_inventory()), w)
     assert reason is None and committed < w.deadline and answered < w.answer_deadline / 2
     assert committed >= w.expected_seconds * 0.9  # it takes the fill time expected
-    # Holding an eighth of an H100's VRAM: its answer is right (recomputed) but far too late (0.38
+    # Holding an eighth of an H100's VRAM: its answer is right (recomputed) but far too late (0.37
     # of the fill at the least in 4,000 draws: 3 s).
     w = full
     committed, answered, reason = await _round_trip(Prover(_inventory(), vram_share=0.125), w)

@@ -9,9 +9,11 @@ GPUs holding a share of their model's VRAM, the least time their answer takes (r
 they could not keep) against the answer deadline, with the share caught; then the false positives
 over honest simulated challenges (target 0) and the detection rate over the lie matrix (target
 100 %): short of memory (a quarter of it), blocks filled with something else, answers that do not
-match the commitment, a replay of an old seed's answers.
+match the commitment, a replay of an old seed's answers. With --real-lane, the recomputation's
+longest chain on one lane of a real length, as a time at the assumed step against the real answer
+deadline (the lane's length is what makes that chain long: it grows with the lane).
 
-    .venv/bin/python bench/verification/memory.py [--honest 1000] [--lies 50]
+    .venv/bin/python bench/verification/memory.py [--honest 1000] [--lies 50] [--real-lane 2097152]
 
 No GPU backend exists yet: the real shapes are sized, not run.
 """
@@ -81,6 +83,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--honest", type=int, default=1000, help="honest simulated challenges for the false positives")
     parser.add_argument("--lies", type=int, default=50, help="challenges per kind of lie")
+    parser.add_argument("--real-lane", type=int, default=0, help="also measure the chain on one lane this long "
+                        "(2097152 is a real lane: minutes here)")  # fmt: skip
     args = parser.parse_args()
 
     print(f"memory check: {vram.MEMORY_FRACTION:.0%} of the claimed VRAM, {vram.PARENTS} parents per block, "
@@ -120,6 +124,22 @@ def main() -> None:
         caught = (a > w.answer_deadline).mean()
         print(f"  holds {share:>6.1%} of its VRAM (keeps {kept:>5.1%} of the blocks): answer min {a.min():5.2f} s, "
               f"median {np.median(a):5.2f} s -> caught in {caught:.0%}")  # fmt: skip
+
+    if args.real_lane:
+        lane = vram.MemoryWorkload(v.new_seed(), 1, args.real_lane, 64, 1.0, True)  # small blocks: same graph
+        t = time.monotonic()
+        filled = vram.fill(lane)
+        print(f"\none real lane of {args.real_lane} blocks (filled in {time.monotonic() - t:.0f} s here): the longest "
+              f"chain a GPU short of memory recomputes, at the assumed {vram.REAL_STEP_SECONDS * 1e6:.0f} us a step, "
+              f"against the {vram.REAL_ANSWER_SECONDS:.0f} s answer deadline")  # fmt: skip
+        for share in (0.6, 0.5, 0.4, 0.25):
+            kept = share / vram.MEMORY_FRACTION
+            depths = [vram.recompute_cost(filled, vram.kept_share(lane, kept), vram.choose_blocks(lane))[1]
+                      for _ in range(3)]  # fmt: skip
+            least = min(depths) * vram.REAL_STEP_SECONDS * vram.REAL_LANE_BLOCKS / args.real_lane
+            verdict = "caught" if least > vram.REAL_ANSWER_SECONDS else "NOT caught"
+            print(f"  holds {share:.0%} of its VRAM: chain {min(depths) / args.real_lane:.3f} of the lane -> at least "
+                  f"{least:.1f} s on a lane of {vram.REAL_LANE_BLOCKS} -> {verdict}")  # fmt: skip
 
     t = time.monotonic()
     false_positives = sum(_honest(vram.fill(_workload())) is not None for _ in range(args.honest))
