@@ -125,6 +125,17 @@ def test_a_prover_short_of_memory_cannot_answer_in_time() -> None:
         assert vram.short_answer_seconds(filled, quarter, asked) > 1.5 * w.answer_deadline
 
 
+def test_a_short_provers_chain_stays_a_share_of_a_long_lane() -> None:
+    """What makes the check bind on a real GPU, whose lanes are long: the chain of recomputation one
+    after another stays a share of the lane (0.15 of 4,096 blocks at the least in 40 draws, half of
+    them kept), not a logarithm of it (with parents uniform over the lane it was 0.02)."""
+    w = vram.MemoryWorkload(v.new_seed(), 1, 4096, 64, 1.0, True)  # small blocks: the same graph
+    filled = vram.fill(w)
+    for _ in range(10):
+        _, depth = vram.recompute_cost(filled, vram.kept_share(w, 0.5), vram.choose_blocks(w))
+        assert depth > 0.08 * w.blocks
+
+
 def test_recomputation_cost_counts_every_missing_input_once() -> None:
     w = vram.MemoryWorkload(v.new_seed(), 1, 6, 64, 6.0, True)
     filled = vram.fill(w)
