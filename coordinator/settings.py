@@ -146,6 +146,14 @@ class Settings(BaseSettings):
     verify_simulated_seconds: float = Field(
         default=1.5, gt=0, le=600, description="the same for simulated GPUs (at their model's simulated speed)"
     )
+    verify_simulated_memory_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        le=600,
+        description="how long a simulated GPU's memory check fill takes (gpunet.vram): a simulated GPU short of "
+        "memory answers in a share of this, so it is caught only when that share is over the 1 s answer deadline "
+        "(at 10 s: one holding half its model's VRAM or less every time, 60 % in about half its checks)",
+    )
     slash_failed_verification: bool = Field(
         default=True,
         description="slash (fault FailedVerification, which jails) a node that fails a challenge it took or "
