@@ -102,7 +102,7 @@ class Verification:
         self.inventories: dict[NodeKey, Inventory] = {}  # from each worker's hello
         self.due: dict[NodeKey, float] = {}  # node -> when it is verified next
         self._running: dict[NodeKey, asyncio.Task[None]] = {}
-        self._challenges: dict[NodeKey, _Challenge] = {}  # one at a time per node
+        self._challenges: dict[str, _Challenge] = {}  # by id: a node's GPUs are challenged at once
         self._config_read = 0.0
 
     # --- what the workers say (from the worker messages)
@@ -114,22 +114,25 @@ class Verification:
             self.due[node_key] = 0.0
 
     def committed(self, node_key: NodeKey, message: VerifyCommit) -> None:
-        c = self._challenges.get(node_key)
-        if c is not None and c.id == message.id and not c.committed.done():
+        c = self._challenges.get(message.id)
+        if c is not None and c.node_key == node_key and not c.committed.done():
             c.committed.set_result(message)
 
     def opened(self, node_key: NodeKey, message: VerifyOpenings | VerifyMemoryOpenings) -> None:
-        c = self._challenges.get(node_key)
-        if c is not None and c.id == message.id and not c.opened.done():
+        c = self._challenges.get(message.id)
+        if c is not None and c.node_key == node_key and not c.opened.done():
             c.opened.set_result(message)
 
     def refused(self, node_key: NodeKey, ack: Ack) -> None:
-        c = self._challenges.get(node_key)
-        if c is None or ack.of not in ("verify", "verify_memory", "verify_open"):
+        """A refusal names no challenge: every challenge the node has open is refused (its verification
+        is all or nothing anyway)."""
+        if ack.of not in ("verify", "verify_memory", "verify_open"):
             return
-        for future in (c.committed, c.opened):
-            if not future.done():
-                future.set_exception(_Refused(ack.error or "refused"))
+        for c in [c for c in self._challenges.values() if c.node_key == node_key]:
+            for future in (c.committed, c.opened):
+                if not future.done():
+                    future.set_exception(_Refused(ack.error or "refused"))
+                    future.exception()  # retrieved here: the challenge may already be past waiting on it
 
     async def refused_dispatch(self, node_key: NodeKey, lease: str, error: str) -> None:
         """The node cannot take a share it was given (it lacks the GPUs it registered): the fault is
@@ -213,16 +216,21 @@ class Verification:
             return await self._unfit(node_key, inventory, model.name, "simulated GPUs are not accepted on this cluster")
         if (duplicate := await self._claim_identities(node_key, inventory, model)) is not None:
             return duplicate
-        for gpu in gpus[: node.spec.gpu_count]:
-            try:
-                await self._challenge(node_key, inventory, model, gpu.index, gpu.uuid)
-                await self._memory_check(node_key, inventory, model, gpu.index, gpu.uuid)
-            except _Refused as e:
-                log.warning("verification.refused node=%s gpu=%d %s", node_key, gpu.index, e)
-                return f"GPU {gpu.index} refused its challenge: {e}"
-            except _Failed as e:
-                await self._failed(node_key, str(e))
-                return str(e)
+        # Every GPU at once: a node verified in the time of one GPU, and the memory checks' fills held
+        # all together (one GPU's worth of memory cannot answer for each GPU in turn).
+        outcomes = await asyncio.gather(
+            *(self._gpu(node_key, inventory, model, gpu.index, gpu.uuid) for gpu in gpus[: node.spec.gpu_count]),
+            return_exceptions=True,
+        )
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException) and not isinstance(outcome, _Refused | _Failed):
+                raise outcome
+        if failed := [o for o in outcomes if isinstance(o, _Failed)]:
+            await self._failed(node_key, str(failed[0]))
+            return str(failed[0])
+        if refused := [o for o in outcomes if isinstance(o, _Refused)]:
+            log.warning("verification.refused node=%s %s", node_key, refused[0])
+            return str(refused[0])
         tier = SIMULATED_TIER if inventory.simulated else VERIFIED_TIER
         self.shared.unfit.pop(node_key, None)
         await self._record_pass(node_key, tier)
@@ -245,11 +253,20 @@ class Verification:
         self.shared.unfit[other] = reason
         return await self._unfit(node_key, inventory, model.name, reason)
 
+    async def _gpu(self, node_key: NodeKey, inventory: Inventory, model: GpuModel, gpu: int, uuid: str) -> None:
+        """One GPU's checks, compute then memory; raises _Refused or _Failed (its reason)."""
+        try:
+            await self._challenge(node_key, inventory, model, gpu, uuid)
+            await self._memory_check(node_key, inventory, model, gpu, uuid)
+        except _Refused as e:
+            raise _Refused(f"GPU {gpu} refused its challenge: {e}") from None
+
     async def _challenge(self, node_key: NodeKey, inventory: Inventory, model: GpuModel, gpu: int, uuid: str) -> None:
         """One GPU's challenge; raises _Refused or _Failed (its reason), recording the evidence either way."""
         seconds = self.settings.verify_simulated_seconds if inventory.simulated else self.settings.verify_seconds
         workload = v.workload_for(model, v.new_seed(), simulated=inventory.simulated, seconds=seconds)
-        c = self._challenges[node_key] = _Challenge(secrets.token_hex(16), node_key)
+        c = _Challenge(secrets.token_hex(16), node_key)
+        self._challenges[c.id] = c
         evidence = Verdict(
             node_key, model.name, inventory.simulated, "passed", gpu_index=gpu, gpu_uuid=uuid, challenge=c.id,
             kind="compute",
@@ -293,7 +310,7 @@ class Verification:
             await self._store(replace(evidence, verdict="failed", reason=str(e)))
             raise
         finally:
-            self._challenges.pop(node_key, None)
+            self._challenges.pop(c.id, None)
 
     async def _memory_check(
         self, node_key: NodeKey, inventory: Inventory, model: GpuModel, gpu: int, uuid: str
@@ -304,7 +321,8 @@ class Verification:
             model, v.new_seed(), simulated=inventory.simulated,
             simulated_seconds=self.settings.verify_simulated_memory_seconds,
         )  # fmt: skip
-        c = self._challenges[node_key] = _Challenge(secrets.token_hex(16), node_key)
+        c = _Challenge(secrets.token_hex(16), node_key)
+        self._challenges[c.id] = c
         evidence = Verdict(
             node_key, model.name, inventory.simulated, "passed", gpu_index=gpu, gpu_uuid=uuid, challenge=c.id,
             kind="memory", seed=w.seed.hex(), lanes=w.lanes, blocks=w.blocks, block_bytes=w.block_bytes,
@@ -359,7 +377,7 @@ class Verification:
             await self._store(replace(evidence, verdict="failed", reason=str(e)))
             raise
         finally:
-            self._challenges.pop(node_key, None)
+            self._challenges.pop(c.id, None)
 
     async def _store(self, verdict: Verdict) -> None:
         async with self.pool.acquire() as conn:
