@@ -15,10 +15,12 @@ from typing import Any
 import httpx
 from solana.exceptions import SolanaRpcException
 from solana.rpc.async_api import AsyncClient
+from solders.instruction import Instruction
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 from solders.signature import Signature
 
+from coordinator.payers import FeePayers
 from gpunet import instructions as ix
 from gpunet.accounts import AccountError, fetch, fetch_config
 from gpunet.audit import evidence_hash  # the auditors' hash: what goes on chain for a slash
@@ -42,11 +44,24 @@ def require_listed(config: Any, key: Pubkey, keypair_path: object) -> None:
 
 
 class Attester:
-    def __init__(self, client: AsyncClient, key: Keypair, *, attempts: int = 6, backoff_s: float = 0.2) -> None:
+    def __init__(
+        self,
+        client: AsyncClient,
+        key: Keypair,
+        *,
+        payers: FeePayers | None = None,
+        attempts: int = 6,
+        backoff_s: float = 0.2,
+    ) -> None:
         self.client = client
         self.key = key
+        self.payers = payers or FeePayers(client, key)  # who pays each fee (the attester signs every one)
         self.attempts = attempts
         self.backoff_s = backoff_s
+
+    async def _send(self, instructions: list[Instruction]) -> Signature:
+        payer, cosigners = await self.payers.signing()
+        return await send_and_confirm(self.client, payer, instructions, cosigners)
 
     async def _retry(
         self, send: Callable[[], Awaitable[Signature]], landed: Callable[[], Awaitable[bool]]
@@ -75,9 +90,7 @@ class Attester:
             status, nodes = await self._lease_nodes(lease)
             return status == "Active" and nodes == wanted
 
-        return await self._retry(
-            lambda: send_and_confirm(self.client, self.key, [ix.assign_lease(self.key.pubkey(), lease, shares)]), landed
-        )
+        return await self._retry(lambda: self._send([ix.assign_lease(self.key.pubkey(), lease, shares)]), landed)
 
     async def reassign(self, lease: Pubkey, lost_node_key: Pubkey, to: ix.Share) -> Signature | None:
         """Moves the lost node's share of the lease to `to`."""
@@ -87,9 +100,7 @@ class Attester:
             return lost_node_key not in nodes and to.node_key in nodes
 
         return await self._retry(
-            lambda: send_and_confirm(
-                self.client, self.key, [ix.reassign_lease(self.key.pubkey(), lease, lost_node_key, to)]
-            ),
+            lambda: self._send([ix.reassign_lease(self.key.pubkey(), lease, lost_node_key, to)]),
             landed,
         )
 
@@ -111,9 +122,7 @@ class Attester:
             return not jailed_before and (await fetch(self.client, node_pda(node_key), "Node")).jailed
 
         return await self._retry(
-            lambda: send_and_confirm(
-                self.client,
-                self.key,
+            lambda: self._send(
                 [ix.slash_provider(self.key.pubkey(), config.treasury, node_key, authority, fault, digest, victim)],
             ),
             landed,
@@ -130,9 +139,7 @@ class Attester:
             return type((await fetch(self.client, lease, "Lease")).status).__name__ in ("Closing", "Closed")
 
         return await self._retry(
-            lambda: send_and_confirm(
-                self.client,
-                self.key,
+            lambda: self._send(
                 [
                     ix.close_lease(
                         self.key.pubkey(), account.client, io_account(account.client, config.io_mint), lease, nodes
@@ -157,9 +164,7 @@ class Attester:
             return (await fetch(self.client, node_pda(node_key), "Node")).verified_until == valid_until
 
         return await self._retry(
-            lambda: send_and_confirm(
-                self.client,
-                self.key,
+            lambda: self._send(
                 [
                     ix.record_verification(
                         self.key.pubkey(), node_key, tier, valid_until, digest, bytes(node.spec.inventory_hash)
@@ -178,9 +183,7 @@ class Attester:
             return type((await fetch(self.client, lease, "Lease")).status).__name__ == "Closed"
 
         return await self._retry(
-            lambda: send_and_confirm(
-                self.client,
-                self.key,
+            lambda: self._send(
                 [
                     ix.finalize_lease(
                         self.key.pubkey(),

@@ -27,6 +27,7 @@ from coordinator.db import SchemaTooNew, open_database
 from coordinator.indexer import Indexer
 from coordinator.indexer.rpc import ChainRpc, RpcError
 from coordinator.indexer.service import ChainMismatch
+from coordinator.payers import balances, fee_payer_keys
 from coordinator.service import Coordinator, DatabaseLost
 from coordinator.settings import Settings, settings_help
 from gpunet.accounts import AccountError, fetch_config
@@ -214,6 +215,36 @@ def audit(
     typer.echo(json.dumps(result, indent=2))
     if not result.get("ok"):
         raise typer.Exit(1)
+
+
+@app.command("fee-payers", epilog=_SETTINGS_EPILOG)
+def fee_payers(json_output: bool = typer.Option(False, "--json", help="JSON instead of a table.")) -> None:
+    """The pool of keys that pays the coordinator's transaction fees (GPUNET_FEE_PAYERS of them, in
+    GPUNET_FEE_PAYER_DIR, made when missing): each address and its SOL balance, to fund them before
+    (and while) the coordinator runs. A payer under GPUNET_FEE_PAYER_MIN_LAMPORTS is skipped."""
+    settings = Settings()
+    keys = fee_payer_keys(settings.fee_payer_path, settings.fee_payers)
+
+    async def read() -> list[tuple[str, int]]:
+        async with AsyncClient(settings.rpc_url) as client:
+            return [(str(k), v) for k, v in await balances(client, keys)]
+
+    try:
+        rows = asyncio.run(read())
+    except (SolanaRpcException, httpx.HTTPError, OSError) as e:
+        typer.echo(f"coordinator fee-payers: cannot reach the RPC node at {settings.rpc_url}: {e}", err=True)
+        raise typer.Exit(int(Exit.UNREACHABLE)) from None
+    low = settings.fee_payer_min_lamports
+    if json_output:
+        payers = [{"address": a, "lamports": v, "funded": v >= low} for a, v in rows]
+        typer.echo(json.dumps({"directory": str(settings.fee_payer_path), "min_lamports": low, "payers": payers}))
+        return
+    if not rows:
+        typer.echo("no fee-payer pool (GPUNET_FEE_PAYERS=0): the attester pays the coordinator's fees")
+        return
+    typer.echo(f"fee payers in {settings.fee_payer_path} (each needs {low / 1e9:g} SOL or more to be used):")
+    for address, lamports in rows:
+        typer.echo(f"  {address}  {lamports / 1e9:>14.9f} SOL{'' if lamports >= low else '  (skipped: fund it)'}")
 
 
 @app.command("resume-slashing")

@@ -47,6 +47,7 @@ from gpunet.protocol import (
     UsageAck,
     UsageReceiptMessage,
     VerifyCommit,
+    VerifyMemoryOpenings,
     VerifyOpenings,
     Welcome,
     encode,
@@ -87,7 +88,7 @@ class GatewayHandler(Protocol):
 
     async def verify_commit(self, node_key: Pubkey, commit: VerifyCommit) -> None: ...
 
-    async def verify_openings(self, node_key: Pubkey, openings: VerifyOpenings) -> None: ...
+    async def verify_openings(self, node_key: Pubkey, openings: VerifyOpenings | VerifyMemoryOpenings) -> None: ...
 
     async def disconnected(self, node_key: Pubkey) -> None: ...
 
@@ -277,7 +278,7 @@ class Gateway:
                 await h.worker_ack(node_key, message)
             case VerifyCommit():
                 await h.verify_commit(node_key, message)
-            case VerifyOpenings():
+            case VerifyOpenings() | VerifyMemoryOpenings():
                 await h.verify_openings(node_key, message)
             case _:
                 raise _Refused(CLOSE_MALFORMED, f"{message.type} is only valid during the handshake")

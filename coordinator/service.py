@@ -41,6 +41,7 @@ from coordinator.loops.settlement import Settlement
 from coordinator.loops.verification import Verification
 from coordinator.loops.workers import WorkerMessages
 from coordinator.outages import WATCH_EVERY_SECONDS, DatabaseLost, Outages
+from coordinator.payers import FeePayers, fee_payer_keys
 from coordinator.scheduler import LeaseRequest, NotPlaced, Scheduler
 from coordinator.scheduler import Placement as Placed
 from coordinator.settings import Settings
@@ -70,13 +71,20 @@ class Coordinator:
             drain_seconds=max(1.0, 2 * settings.heartbeat_seconds),
         )
         self.shared = Shared(Scheduler(accept_simulated=settings.accept_simulated))
-        chain_writer = Attester(self.chain, attester)
+        # The attester signs every transaction; the fees are spread over the pool (coordinator.payers).
+        self.payers = FeePayers(
+            self.chain,
+            attester,
+            fee_payer_keys(settings.fee_payer_path, settings.fee_payers),
+            min_lamports=settings.fee_payer_min_lamports,
+        )
+        chain_writer = Attester(self.chain, attester, payers=self.payers)
         self.gateway = Gateway(heartbeat_seconds=settings.heartbeat_seconds)
         view = FleetView(self.shared, self.fleet, self.gateway)
         self.outages = Outages(settings, pool, self.chain, self.fleet, self.shared.region, self.fatal)
         self.settlement = Settlement(
             pool,
-            Settler(self.chain, attester),
+            Settler(self.chain, attester, self.payers),
             self.fleet,
             started_at=time.time(),
             reconnect_grace_seconds=settings.reconnect_grace_seconds,
@@ -147,6 +155,8 @@ class Coordinator:
         ):
             self._tasks.append(asyncio.create_task(self._every(name, step, every), name=name))
         log.info("coordinator.started gateway=%s attester=%s", self.gateway.url, self.attester_key.pubkey())
+        for payer, lamports in await self.payers.balances():
+            log.info("coordinator.fee_payer payer=%s lamports=%d", payer, lamports)
         return self
 
     async def _checkpoint_retention(self) -> None:

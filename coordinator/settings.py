@@ -47,6 +47,23 @@ class Settings(BaseSettings):
         default=Path("~/.config/solana/id.json"),
         description="the coordinator's key (`run` only): one of the config's attesters, to assign, settle and slash",
     )
+    fee_payers: int = Field(
+        default=0,
+        ge=0,
+        le=256,
+        description="how many fee-payer keys the coordinator's transactions are spread over (round robin), so "
+        "no single payer is a hot account; 0: the attester pays its own fees. The keys are fee-payer-N.json "
+        "in the fee-payer dir, made when missing: fund each with SOL (`gpunet coordinator fee-payers` lists them)",
+    )
+    fee_payer_dir: Path | None = Field(
+        default=None, description="where the fee-payer keypair files are kept; unset: the state dir's fee-payers/"
+    )
+    fee_payer_min_lamports: int = Field(
+        default=10_000_000,
+        ge=0,
+        description="a fee payer holding less is skipped (with a warning) until it is funded again; when none "
+        "holds enough, the attester pays",
+    )
     gateway_host: str = Field(default="127.0.0.1", description="the worker gateway's address")
     gateway_port: int = Field(default=8910, ge=0, le=65535, description="the worker gateway's port")
     heartbeat_seconds: float = Field(default=2.0, gt=0, le=300, description="heartbeat interval asked of every worker")
@@ -144,6 +161,14 @@ class Settings(BaseSettings):
     verify_simulated_seconds: float = Field(
         default=1.5, gt=0, le=600, description="the same for simulated GPUs (at their model's simulated speed)"
     )
+    verify_simulated_memory_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        le=600,
+        description="how long a simulated GPU's memory check fill takes (gpunet.vram): a simulated GPU short of "
+        "memory answers in a share of this, so it is caught only when that share is over the 1 s answer deadline "
+        "(at 10 s: one holding half its model's VRAM or less every time, 60 % in about half its checks)",
+    )
     slash_failed_verification: bool = Field(
         default=True,
         description="slash (fault FailedVerification, which jails) a node that fails a challenge it took or "
@@ -163,6 +188,10 @@ class Settings(BaseSettings):
     @property
     def program(self) -> Pubkey:
         return Pubkey.from_string(self.program_id)
+
+    @property
+    def fee_payer_path(self) -> Path:
+        return (self.fee_payer_dir or self.state_dir / "fee-payers").expanduser()
 
 
 def settings_help() -> str:

@@ -35,6 +35,7 @@ from solders.pubkey import Pubkey
 from solders.signature import Signature
 from solders.transaction import Transaction
 
+from coordinator.payers import FeePayers
 from gpunet import instructions as ix
 from gpunet.accounts import AccountError, fetch, fetch_config, lease_end
 from gpunet.client import TransactionExpired, TransactionFailed, send_and_confirm
@@ -86,9 +87,10 @@ to the receipt's `through` (None: not tracked)."""
 
 
 class Settler:
-    def __init__(self, client: AsyncClient, attester: Keypair) -> None:
+    def __init__(self, client: AsyncClient, attester: Keypair, payers: FeePayers | None = None) -> None:
         self.client = client
         self.attester = attester
+        self.payers = payers or FeePayers(client, attester)  # who pays each fee (coordinator.payers)
         self._authorities: dict[Pubkey, Pubkey] = {}  # node key -> provider wallet (never changes)
 
     async def settle(
@@ -98,8 +100,10 @@ class Settler:
         config = await fetch_config(self.client)
         outcomes: list[Outcome] = []
         ready: list[tuple[SignedUsage, int, list[Instruction]]] = []
-        ordered = sorted(batch, key=lambda u: (bytes(u.lease), bytes(u.node_key), u.receipt.epoch))
+        ordered = sorted(batch, key=lambda u: (bytes(u.lease), bytes(u.node_key), u.receipt.epoch, u.receipt.through))
         leases: dict[Pubkey, Any] = {}
+        # A share's receipts queued in this batch: the next one pays its increment over the last of them.
+        queued: dict[tuple[Pubkey, Pubkey], tuple[int, int]] = {}  # -> (cumulative, through)
         for usage in ordered:
             try:
                 lease = leases.get(usage.lease) or await fetch(self.client, usage.lease, "Lease")
@@ -107,10 +111,12 @@ class Settler:
                 outcomes.append(Outcome(usage, Status.REFUSED, str(e)))
                 continue
             leases[usage.lease] = lease
-            checked = self._check(usage, lease, observed)
+            key = (usage.lease, usage.node_key)
+            checked = self._check(usage, lease, observed, queued.get(key))
             if isinstance(checked, Outcome):
                 outcomes.append(checked)
                 continue
+            queued[key] = (usage.receipt.gpu_seconds, usage.receipt.through)
             authority = await self._authority(usage.node_key)
             ready.append(
                 (
@@ -134,8 +140,11 @@ class Settler:
             outcomes.extend(await self._send(group))
         return outcomes
 
-    def _check(self, usage: SignedUsage, lease: Any, observed: ObservedSeconds) -> Outcome | int:
-        """The GPU-seconds of the receipt's increment to pay for, or why it is not settled now."""
+    def _check(
+        self, usage: SignedUsage, lease: Any, observed: ObservedSeconds, queued: tuple[int, int] | None
+    ) -> Outcome | int:
+        """The GPU-seconds of the receipt's increment to pay for, or why it is not settled now. `queued`:
+        the share's last receipt queued before it in this batch (cumulative, through), if any."""
         r = usage.receipt
 
         def refuse(reason: str) -> Outcome:
@@ -153,14 +162,13 @@ class Settler:
             return refuse(f"the receipt is of assignment {r.epoch}, the node's share is assignment {share.epoch}")
         if not r.verify(usage.lease, usage.node_key, usage.signature):
             return refuse("the signature is not the node's over this receipt")
-        if r.gpu_seconds <= share.receipt_gpu_seconds:
+        settled, settled_until = queued or (share.receipt_gpu_seconds, share.settled_until)
+        if r.gpu_seconds <= settled:
             return Outcome(
-                usage,
-                Status.ALREADY_SETTLED,
-                f"{r.gpu_seconds} GPU-seconds are settled on chain (up to {share.receipt_gpu_seconds})",
+                usage, Status.ALREADY_SETTLED, f"{r.gpu_seconds} GPU-seconds are settled on chain (up to {settled})"
             )
-        if r.through <= share.settled_until:
-            return refuse(f"more GPU-seconds through {r.through}, not after what is settled ({share.settled_until})")
+        if r.through <= settled_until:
+            return refuse(f"more GPU-seconds through {r.through}, not after what is settled ({settled_until})")
         if status == "Closing" and r.through > lease.billable_until:
             return refuse(f"runs through {r.through}, after the lease's billing ended ({lease.billable_until})")
         if status == "Active" and r.through > (ends_at := lease_end(lease)):
@@ -173,9 +181,9 @@ class Settler:
             return refuse(
                 f"{r.gpu_seconds} GPU-seconds claimed, at most {most} since the assignment ({share.gpus} GPUs)"
             )
-        increment = r.gpu_seconds - share.receipt_gpu_seconds
-        span = r.through - share.settled_until
-        online = observed(usage, share.settled_until)
+        increment = r.gpu_seconds - settled
+        span = r.through - settled_until
+        online = observed(usage, settled_until)
         return min(increment, min(span, online if online is not None else span) * share.gpus)
 
     async def _authority(self, node_key: Pubkey) -> Pubkey:
@@ -197,13 +205,14 @@ class Settler:
     def _size(self, group: list[_Ready]) -> int:
         """The transaction's size as sent: with its compute budget, a priority fee included (the largest form)."""
         instructions = with_budget([i for _, _, pair in group for i in pair], Budget(MAX_COMPUTE_UNITS, 1))
-        message = Message.new_with_blockhash(instructions, self.attester.pubkey(), Hash.default())
+        message = Message.new_with_blockhash(instructions, self.payers.sizing_payer, Hash.default())
         return len(bytes(Transaction.new_unsigned(message)))
 
     async def _send(self, group: list[_Ready]) -> list[Outcome]:
         instructions = [i for _, _, pair in group for i in pair]
         try:
-            sig = await send_and_confirm(self.client, self.attester, instructions)
+            payer, cosigners = await self.payers.signing()
+            sig = await send_and_confirm(self.client, payer, instructions, cosigners)
             return [Outcome(u, Status.SETTLED, _accepted(u, n), sig, n) for u, n, _ in group]
         except (TransactionFailed, TransactionExpired) as e:
             if len(group) == 1:

@@ -26,20 +26,25 @@ class GpuModel:
     # whitepapers): RTX 3090 71, RTX 4090 165, RTX 5090 210; A10 125 (A10G: the A10's datasheet);
     # T4 65; L4 121.
     fp16_tflops: float
+    # Peak memory bandwidth in TB/s: what the memory check's fill deadline is derived from
+    # (gpunet.vram). From NVIDIA's datasheets: H100 SXM 3.35; H200 4.8; A100 80GB SXM 2.039; L40S
+    # 0.864; RTX 4090 1.008; RTX 3090 0.936; A10G 0.6 (the A10's); T4 0.32; B200 8 (HGX B200 per
+    # GPU); RTX 5090 1.792; L4 0.3.
+    memory_tbps: float
 
 
 GPU_MODELS: tuple[GpuModel, ...] = (
-    GpuModel(1, "H100", 80, r"\bH100\b", 989),
-    GpuModel(2, "H200", 141, r"\bH200\b", 989),
-    GpuModel(3, "A100", 80, r"\bA100\b", 312),
-    GpuModel(4, "L40S", 48, r"\bL40S\b", 362),
-    GpuModel(5, "RTX4090", 24, r"RTX 4090\b", 165),
-    GpuModel(6, "RTX3090", 24, r"RTX 3090\b", 71),
-    GpuModel(7, "A10G", 24, r"\bA10G\b", 125),
-    GpuModel(8, "T4", 16, r"\bT4\b", 65),
-    GpuModel(9, "B200", 180, r"\bB200\b", 2250),
-    GpuModel(10, "RTX5090", 32, r"RTX 5090\b", 210),
-    GpuModel(11, "L4", 24, r"\bL4\b", 121),
+    GpuModel(1, "H100", 80, r"\bH100\b", 989, 3.35),
+    GpuModel(2, "H200", 141, r"\bH200\b", 989, 4.8),
+    GpuModel(3, "A100", 80, r"\bA100\b", 312, 2.039),
+    GpuModel(4, "L40S", 48, r"\bL40S\b", 362, 0.864),
+    GpuModel(5, "RTX4090", 24, r"RTX 4090\b", 165, 1.008),
+    GpuModel(6, "RTX3090", 24, r"RTX 3090\b", 71, 0.936),
+    GpuModel(7, "A10G", 24, r"\bA10G\b", 125, 0.6),
+    GpuModel(8, "T4", 16, r"\bT4\b", 65, 0.32),
+    GpuModel(9, "B200", 180, r"\bB200\b", 2250, 8),
+    GpuModel(10, "RTX5090", 32, r"RTX 5090\b", 210, 1.792),
+    GpuModel(11, "L4", 24, r"\bL4\b", 121, 0.3),
 )
 
 REGIONS: dict[int, str] = {

@@ -92,6 +92,7 @@ __all__ = [
     "JobSpec",
     "JobStatus",
     "LeaseEnd",
+    "MemoryBlock",
     "ProtocolError",
     "Recorded",
     "RowOpening",
@@ -99,6 +100,8 @@ __all__ = [
     "UsageReceiptMessage",
     "Verify",
     "VerifyCommit",
+    "VerifyMemory",
+    "VerifyMemoryOpenings",
     "VerifyOpen",
     "VerifyOpenings",
     "Welcome",
@@ -481,6 +484,25 @@ class VerifyOpenings(_FromWorker):
     openings: Annotated[list[RowOpening], Field(max_length=64)]
 
 
+class MemoryBlock(_Model):
+    """One block of a memory check (gpunet.vram): its chunk of digest words and the chunk's Merkle
+    path; with its content (base64) when it is an input of a named block."""
+
+    lane: Annotated[int, Field(ge=0, lt=2**31)]
+    block: Annotated[int, Field(ge=0, lt=2**31)]
+    content: Annotated[str, Field(max_length=87384, pattern=r"^[A-Za-z0-9+/]*={0,2}$")] | None = None  # <= 64 KiB
+    chunk: Annotated[list[Annotated[int, Field(ge=0, lt=2**32)]], Field(max_length=VERIFY_CHUNK)]
+    path: Annotated[list[Hash32Hex], Field(max_length=48)]
+
+
+class VerifyMemoryOpenings(_FromWorker):
+    """The blocks the verifier named (`verify_open` of a memory check) and their inputs' contents."""
+
+    type: Literal["verify_memory_openings"] = "verify_memory_openings"
+    id: ChallengeId
+    blocks: Annotated[list[MemoryBlock], Field(max_length=1024)]  # each named block and its inputs
+
+
 WorkerMessage = Annotated[
     Hello
     | ChallengeAnswer
@@ -491,7 +513,8 @@ WorkerMessage = Annotated[
     | Checkpoint
     | Ack
     | VerifyCommit
-    | VerifyOpenings,
+    | VerifyOpenings
+    | VerifyMemoryOpenings,
     Field(discriminator="type"),
 ]
 
@@ -618,8 +641,24 @@ class Verify(_Model):
     expected_seconds: Annotated[float, Field(gt=0, le=3600)]
 
 
+class VerifyMemory(_Model):
+    """Prove GPU `gpu` holds its claimed model's memory (gpunet.vram): fill `lanes` lanes of `blocks`
+    blocks of `block_bytes` from the seed, answer with `verify_commit` before the deadline, then open
+    the blocks `verify_open` names ([lane, block] pairs) at once. Sent only for a GPU no lease holds."""
+
+    type: Literal["verify_memory"] = "verify_memory"
+    id: ChallengeId
+    gpu: Annotated[int, Field(ge=0, lt=64)]
+    seed: Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")]
+    lanes: Annotated[int, Field(ge=1, le=1 << 20)]
+    blocks: Annotated[int, Field(ge=2, le=1 << 24)]
+    block_bytes: Annotated[int, Field(ge=64, le=65536)]
+    expected_seconds: Annotated[float, Field(gt=0, le=3600)]
+
+
 class VerifyOpen(_Model):
-    """The (product, row) pairs of challenge `id` to open, chosen after its commitment."""
+    """The (product, row) pairs of challenge `id` to open, chosen after its commitment (of a memory
+    check: its (lane, block) pairs)."""
 
     type: Literal["verify_open"] = "verify_open"
     id: ChallengeId
@@ -631,7 +670,17 @@ class VerifyOpen(_Model):
 
 
 CoordinatorMessage = Annotated[
-    Challenge | Welcome | Dispatch | Cancel | LeaseEnd | UsageAck | Recorded | Error | Verify | VerifyOpen,
+    Challenge
+    | Welcome
+    | Dispatch
+    | Cancel
+    | LeaseEnd
+    | UsageAck
+    | Recorded
+    | Error
+    | Verify
+    | VerifyMemory
+    | VerifyOpen,
     Field(discriminator="type"),
 ]
 

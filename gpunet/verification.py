@@ -19,8 +19,8 @@ prover's O(products · n² · depth), and checks its digest and the path (`check
 What that catches: a GPU slower than the claimed model misses the deadline (`Workload.deadline`);
 a prover that skipped or corrupted a fraction f of the rows fails an opening with probability
 1 - (1 - f)**openings; digests of another seed (a replay) or answers that do not match the
-commitment fail every opening. What it does not: memory (a check of the claimed VRAM is not part
-of this challenge), and a GPU of another model with the same throughput passes the compute check.
+commitment fail every opening. What it does not: memory (the claimed VRAM is the memory check's,
+gpunet.vram), and a GPU of another model with the same throughput passes the compute check.
 
 numpy is the reference path: the verifier, and the simulated workers, which emulate their model's
 speed (`simulated_seconds`), so their verdicts are labelled simulated everywhere.
@@ -49,8 +49,11 @@ __all__ = [
     "choose_rows",
     "commit",
     "digests_of",
+    "leads_to_root",
     "matrix",
+    "merkle_levels",
     "new_seed",
+    "open_chunk",
     "open_row",
     "product",
     "row_digests",
@@ -212,16 +215,37 @@ class Opening:
     path: list[bytes]
 
 
-def open_row(workload: Workload, digests: np.ndarray, k: int, row: int) -> Opening:
-    position = k * workload.n + row
+def merkle_levels(digests: np.ndarray) -> list[list[bytes]]:
+    """The Merkle tree over the chunks of `digests` (uint32 words), leaves first: built once by a prover
+    that opens many positions (`open_chunk`)."""
+    return _levels(digests)
+
+
+def open_chunk(levels: list[list[bytes]], digests: np.ndarray, position: int) -> tuple[list[int], list[bytes]]:
+    """The chunk of digests holding word `position`, and the chunk's Merkle path to the root."""
     index = position // CHUNK
-    path, levels = [], _levels(digests)
+    path = []
     for level in levels[:-1]:
         sibling = index ^ 1
         path.append(level[sibling] if sibling < len(level) else level[index])
         index //= 2
-    chunk = digests[(position // CHUNK) * CHUNK : (position // CHUNK + 1) * CHUNK]
-    return Opening(k, row, [int(d) for d in chunk], path)
+    first = (position // CHUNK) * CHUNK
+    return [int(d) for d in digests[first : first + CHUNK]], path
+
+
+def leads_to_root(root: bytes, position: int, chunk: Sequence[int], path: Sequence[bytes]) -> bool:
+    """Whether `chunk`, the chunk holding word `position`, leads by `path` to the committed root."""
+    index = position // CHUNK
+    node = _leaf(index, np.array(chunk, dtype=np.uint64))
+    for sibling in path:
+        node = _parent(node, sibling) if index % 2 == 0 else _parent(sibling, node)
+        index //= 2
+    return node == root
+
+
+def open_row(workload: Workload, digests: np.ndarray, k: int, row: int) -> Opening:
+    chunk, path = open_chunk(_levels(digests), digests, k * workload.n + row)
+    return Opening(k, row, chunk, path)
 
 
 def check_opening(workload: Workload, root: bytes, opening: Opening) -> str | None:
@@ -239,11 +263,7 @@ def check_opening(workload: Workload, root: bytes, opening: Opening) -> str | No
     digest = int(row_digests(w, k, true_row, first_row=row)[0])
     if opening.chunk[position % CHUNK] != digest:
         return f"product {k} row {row}: the committed digest is not the row's (a wrong or skipped result)"
-    node = _leaf(index, np.array(opening.chunk, dtype=np.uint64))
-    for sibling in opening.path:
-        node = _parent(node, sibling) if index % 2 == 0 else _parent(sibling, node)
-        index //= 2
-    if node != root:
+    if not leads_to_root(root, position, opening.chunk, opening.path):
         return f"product {k} row {row}: the chunk does not lead to the committed root"
     return None
 

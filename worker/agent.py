@@ -7,7 +7,7 @@ import fcntl
 import logging
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Coroutine, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from gpunet.protocol import (
     LeaseEnd,
     UsageAck,
     Verify,
+    VerifyMemory,
     VerifyOpen,
     Welcome,
 )
@@ -66,6 +67,9 @@ class WorkerSettings(BaseSettings):
     # Simulated GPUs only: how much slower than their model they answer GPU verification challenges
     # (1: as fast as the model; more plays a GPU that is not what it claims, to see it caught).
     simulate_slowdown: float = 1.0
+    # Simulated GPUs only: the share of their model's VRAM they hold (1: all of it; less plays a GPU
+    # with less memory than it claims, which keeps only what fits of the memory check's blocks).
+    simulate_vram_share: float = Field(1.0, gt=0, le=1)
     # The coordinator's API (http:// or https://): checkpoints of any size go to its checkpoint store
     # as sealed chunks (gpunet.checkpoint). Unset: only checkpoints up to 512 KiB move, through the gateway.
     api_url: str | None = None
@@ -141,7 +145,9 @@ class Agent:
         )
         self.simulated = gpus.simulated
         self.inventory = gpus.inventory()
-        self.prover = Prover(self.inventory, slowdown=settings.simulate_slowdown)
+        self.prover = Prover(
+            self.inventory, slowdown=settings.simulate_slowdown, vram_share=settings.simulate_vram_share
+        )
         self._verifications: set[asyncio.Task[None]] = set()
         self._lock = _lock_state_dir(settings.state_dir)
         try:
@@ -242,10 +248,10 @@ class Agent:
                 )
         elif isinstance(message, Error):
             log.warning("coordinator.error code=%s message=%s", message.code, message.message)
-        elif isinstance(message, Verify):
-            task = asyncio.create_task(self._verify(message))
-            self._verifications.add(task)  # kept referenced until done
-            task.add_done_callback(self._verifications.discard)
+        elif isinstance(message, Verify | VerifyMemory):
+            self._verification(self._verify(message))
+        elif isinstance(message, VerifyOpen) and self.prover.holds_memory(message.id):
+            self._verification(self._open_memory(message))  # it takes time when blocks were not kept
         elif isinstance(message, VerifyOpen):
             try:
                 self.session.send(self.prover.open(message, self.simulated))
@@ -254,15 +260,29 @@ class Agent:
 
     # --- GPU verification
 
-    async def _verify(self, challenge: Verify) -> None:
-        """A challenge on a GPU no lease holds (one a lease took meanwhile is refused)."""
+    def _verification(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._verifications.add(task)  # kept referenced until done
+        task.add_done_callback(self._verifications.discard)
+
+    async def _verify(self, challenge: Verify | VerifyMemory) -> None:
+        """A challenge (compute or memory) on a GPU no lease holds (one a lease took meanwhile is refused)."""
         try:
             gpu = self.inventory.gpus[challenge.gpu].uuid if challenge.gpu < len(self.inventory.gpus) else None
             if gpu is not None and any(gpu in share.gpu_uuids for share in self.shares.values()):
                 raise ChallengeRefused(f"GPU {challenge.gpu} is leased: it is verified once it is free")
-            self.session.send(await self.prover.commit(challenge, self.simulated))
+            if isinstance(challenge, VerifyMemory):
+                self.session.send(await self.prover.commit_memory(challenge, self.simulated))
+            else:
+                self.session.send(await self.prover.commit(challenge, self.simulated))
         except ChallengeRefused as e:
-            self._refuse("verify", None, str(e))
+            self._refuse(challenge.type, None, str(e))
+
+    async def _open_memory(self, request: VerifyOpen) -> None:
+        try:
+            self.session.send(await self.prover.open_memory(request, self.simulated))
+        except ChallengeRefused as e:
+            self._refuse("verify_open", None, str(e))
 
     # --- jobs
 

@@ -1,23 +1,39 @@
-"""The prover's side of GPU verification (gpunet.verification): a challenge runs on one GPU no
-lease holds, its row digests are committed, and the rows the verifier then names are opened.
+"""The prover's side of GPU verification (gpunet.verification, gpunet.vram): a challenge runs on one
+GPU no lease holds, its row digests (compute) or its filled blocks (memory) are committed, and the
+rows or blocks the verifier then names are opened.
 
 Simulated GPUs run the reference path (numpy, scaled down) and take as long as their model's
-simulated throughput says, so a simulated node answers like a GPU of that model would. A real GPU
+simulated throughput and bandwidth say, so a simulated node answers like a GPU of that model would.
+One set up to hold less memory than its model (`vram_share` < 1, a lie to see caught) keeps only
+the blocks that fit and takes, to answer, at least the time recomputing the others would. A real GPU
 needs a GPU backend for the products; this worker has none yet, so it refuses challenges on real
 GPUs, saying so: a refusal leaves the node unverified, it is never a failed verification."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import time
 from collections import OrderedDict
+from dataclasses import dataclass
 
 import numpy as np
 
 from gpunet import verification as v
-from gpunet.catalog import CatalogError, gpu_model
-from gpunet.protocol import Inventory, RowOpening, Verify, VerifyCommit, VerifyOpen, VerifyOpenings
+from gpunet import vram
+from gpunet.catalog import CatalogError, GpuModel, gpu_model
+from gpunet.protocol import (
+    Inventory,
+    MemoryBlock,
+    RowOpening,
+    Verify,
+    VerifyCommit,
+    VerifyMemory,
+    VerifyMemoryOpenings,
+    VerifyOpen,
+    VerifyOpenings,
+)
 
 __all__ = ["ChallengeRefused", "Prover"]
 
@@ -30,11 +46,20 @@ class ChallengeRefused(Exception):
     """This worker does not take the challenge (the message says why)."""
 
 
+@dataclass
+class _Filled:
+    """A memory check's fill, and the blocks this GPU could keep of it."""
+
+    filled: vram.Filled
+    stored: np.ndarray  # bool [lane, j]
+
+
 class Prover:
-    def __init__(self, inventory: Inventory, *, slowdown: float = 1.0) -> None:
+    def __init__(self, inventory: Inventory, *, slowdown: float = 1.0, vram_share: float = 1.0) -> None:
         self.inventory = inventory
         self.slowdown = slowdown  # > 1: a simulated GPU slower than its model (tests of the deadline)
-        self._kept: OrderedDict[str, tuple[v.Workload, np.ndarray]] = OrderedDict()
+        self.vram_share = vram_share  # < 1: a simulated GPU with less memory than its model (tests of the memory check)
+        self._kept: OrderedDict[str, tuple[v.Workload, np.ndarray] | _Filled] = OrderedDict()
 
     def workload(self, challenge: Verify) -> v.Workload:
         return v.Workload(
@@ -48,30 +73,86 @@ class Prover:
 
     async def commit(self, challenge: Verify, simulated: bool) -> VerifyCommit:
         """Runs the challenge on its GPU and commits to the digests (emulating the simulated model's speed)."""
-        if challenge.gpu >= len(self.inventory.gpus):
-            raise ChallengeRefused(f"this node has no GPU {challenge.gpu}")
-        gpu = self.inventory.gpus[challenge.gpu]
-        if not self.inventory.simulated:
-            raise ChallengeRefused(
-                "this worker has no GPU backend for verification challenges yet: the node stays unverified"
-            )
-        try:
-            model = gpu_model(gpu.model)
-        except CatalogError as e:
-            raise ChallengeRefused(f"GPU {challenge.gpu} is not a listed model: {e}") from None
+        model = self._model(challenge.gpu)
         started = time.monotonic()
         workload = self.workload(challenge)
         digests = await asyncio.to_thread(v.digests_of, workload)
         emulated = v.simulated_seconds(workload, model) * self.slowdown
         await asyncio.sleep(max(0.0, emulated - (time.monotonic() - started)))
-        self._kept[challenge.id] = (workload, digests)
+        self._keep(challenge.id, (workload, digests))
+        return VerifyCommit(simulated=simulated, id=challenge.id, root=v.commit(digests).hex())
+
+    def _model(self, gpu: int) -> GpuModel:
+        """The model of a GPU this worker can run a challenge on."""
+        if gpu >= len(self.inventory.gpus):
+            raise ChallengeRefused(f"this node has no GPU {gpu}")
+        if not self.inventory.simulated:
+            raise ChallengeRefused(
+                "this worker has no GPU backend for verification challenges yet: the node stays unverified"
+            )
+        try:
+            return gpu_model(self.inventory.gpus[gpu].model)
+        except CatalogError as e:
+            raise ChallengeRefused(f"GPU {gpu} is not a listed model: {e}") from None
+
+    def _keep(self, challenge: str, kept: tuple[v.Workload, np.ndarray] | _Filled) -> None:
+        self._kept[challenge] = kept
         while len(self._kept) > KEEP:
             self._kept.popitem(last=False)
-        return VerifyCommit(simulated=simulated, id=challenge.id, root=v.commit(digests).hex())
+
+    async def commit_memory(self, challenge: VerifyMemory, simulated: bool) -> VerifyCommit:
+        """Fills the memory check's blocks and commits to them, taking the time the challenge expects
+        (a simulated fill's time is the simulation's setting); a GPU with less memory than its model
+        keeps only what fits."""
+        model = self._model(challenge.gpu)
+        started = time.monotonic()
+        workload = vram.MemoryWorkload(
+            bytes.fromhex(challenge.seed), challenge.lanes, challenge.blocks, challenge.block_bytes,
+            challenge.expected_seconds, self.inventory.simulated,
+        )  # fmt: skip
+        if workload.bytes > vram.SIMULATED_MEMORY_SCALE * model.vram_gb * 2**30:
+            raise ChallengeRefused(f"a fill of {workload.bytes} bytes is more than a simulated {model.name} holds")
+        filled = await asyncio.to_thread(vram.fill, workload)
+        share = min(1.0, self.vram_share / vram.MEMORY_FRACTION)
+        stored = vram.kept_share(workload, share) if share < 1 else np.ones((workload.lanes, workload.blocks), bool)
+        emulated = workload.expected_seconds * self.slowdown
+        await asyncio.sleep(max(0.0, emulated - (time.monotonic() - started)))
+        self._keep(challenge.id, _Filled(filled, stored))
+        return VerifyCommit(simulated=simulated, id=challenge.id, root=filled.root().hex())
+
+    def holds_memory(self, challenge: str) -> bool:
+        """Whether `challenge` is a memory check this prover committed to (its opening takes time)."""
+        return isinstance(self._kept.get(challenge), _Filled)
+
+    async def open_memory(self, request: VerifyOpen, simulated: bool) -> VerifyMemoryOpenings:
+        """The named blocks' openings, as soon as the blocks are at hand: at once when all were kept,
+        else after the recomputation of the missing inputs would take at the model's speed."""
+        started = time.monotonic()
+        kept = self._kept.pop(request.id, None)
+        if not isinstance(kept, _Filled):
+            raise ChallengeRefused(f"no memory commitment of challenge {request.id} is kept here")
+        w = kept.filled.workload
+        asked = [(lane, j) for lane, j in request.rows]
+        if any(not (lane < w.lanes and j < w.blocks) for lane, j in asked):
+            raise ChallengeRefused(f"a block asked for is outside challenge {request.id}")
+        opened = await asyncio.to_thread(vram.open_blocks, kept.filled, asked)
+        recompute = vram.short_answer_seconds(kept.filled, kept.stored, asked) * self.slowdown
+        await asyncio.sleep(max(0.0, recompute - (time.monotonic() - started)))
+        blocks = [
+            MemoryBlock(
+                lane=o.lane,
+                block=o.block,
+                chunk=o.chunk,
+                path=[p.hex() for p in o.path],
+                content=None if o.content is None else base64.b64encode(o.content).decode(),
+            )
+            for o in opened
+        ]
+        return VerifyMemoryOpenings(simulated=simulated, id=request.id, blocks=blocks)
 
     def open(self, request: VerifyOpen, simulated: bool) -> VerifyOpenings:
         kept = self._kept.pop(request.id, None)
-        if kept is None:
+        if kept is None or isinstance(kept, _Filled):
             raise ChallengeRefused(f"no commitment of challenge {request.id} is kept here")
         workload, digests = kept
         openings = []

@@ -9,7 +9,8 @@ corrupted rows, skipped work, answers that do not match the commitment, a replay
 
     .venv/bin/python bench/verification/verification.py [--honest 1000]
 
-No GPU backend exists yet: the real shape is timed on the CPU for the verifier's side only.
+No GPU backend exists yet: the real shape is timed on the CPU for the verifier's side only. The
+memory check's figures: bench/verification/memory.py.
 """
 
 from __future__ import annotations

@@ -297,6 +297,19 @@ NODE_VERIFICATIONS = _object(
                     "verdict": {"type": "string", "enum": ["passed", "failed", "refused", "unfit", "unverified"]},
                     "reason": _TEXT,
                     "at": _TIME,
+                    "kind": {
+                        "type": ["string", "null"],
+                        "enum": ["compute", "memory", None],
+                        "description": "the GPU's compute or memory check (gpunet.vram); null: a verdict on the node",
+                    },
+                    "lanes": {**_MAYBE_INT, "description": "memory check: lanes of blocks filled"},
+                    "blocks": {**_MAYBE_INT, "description": "memory check: blocks per lane"},
+                    "block_bytes": _MAYBE_INT,
+                    "answer_deadline_seconds": {
+                        **_MAYBE_NUMBER,
+                        "description": "memory check: from naming the blocks to the answer",
+                    },
+                    "answered_seconds": {**_MAYBE_NUMBER, "description": "memory check: null: no answer in time"},
                 }
             ),
         },

@@ -1,5 +1,6 @@
-"""GPU verification's records (migration 0010_gpu_verifications): every challenge and its verdict,
-and the GPU identities seen on each node."""
+"""GPU verification's records (migrations 0010_gpu_verifications, 0013_memory_checks): every
+challenge (a GPU's compute check and its memory check) and its verdict, and the GPU identities seen
+on each node."""
 
 from __future__ import annotations
 
@@ -33,15 +34,23 @@ class Verdict:
     expected_seconds: float | None = None
     deadline_seconds: float | None = None
     committed_seconds: float | None = None
+    kind: str | None = None  # compute or memory (None: a verdict on the node)
+    lanes: int | None = None  # the memory check's
+    blocks: int | None = None
+    block_bytes: int | None = None
+    answer_deadline_seconds: float | None = None
+    answered_seconds: float | None = None
 
 
 async def record(conn: Connection, v: Verdict) -> None:
     await conn.execute(
         """INSERT INTO verifications (node_key, gpu_index, gpu_uuid, model, simulated, challenge, seed, n, depth,
-                                      products, expected_seconds, deadline_seconds, committed_seconds, verdict, reason)
-           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)""",
+                                      products, expected_seconds, deadline_seconds, committed_seconds, verdict, reason,
+                                      kind, lanes, blocks, block_bytes, answer_deadline_seconds, answered_seconds)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)""",
         str(v.node_key), v.gpu_index, v.gpu_uuid, v.model, v.simulated, v.challenge, v.seed, v.n, v.depth,
         v.products, v.expected_seconds, v.deadline_seconds, v.committed_seconds, v.verdict, v.reason,
+        v.kind, v.lanes, v.blocks, v.block_bytes, v.answer_deadline_seconds, v.answered_seconds,
     )  # fmt: skip
 
 

@@ -9,9 +9,11 @@ evidence, `coordinator/db/verifications.py`, served by the API):
    supplier fixes one or the other (no slash);
 2. none of its GPUs' identities (UUID, serial) is claimed by another node — else both are *unfit*
    until one stops claiming it (the fault is recorded, no slash);
-3. each registered GPU answers a challenge (gpunet.verification) in time and right — else
-   *failed*: slashed with fault FailedVerification (which jails the node), unless the worker
-   *refused* the challenge (no GPU backend, a lease took the GPU): then it stays unverified.
+3. each registered GPU answers a compute check (gpunet.verification) and then a memory check
+   (gpunet.vram), each in time and right — else *failed* (the reason says which check: a memory
+   failure's reads "GPU i memory check: ..."): slashed with fault FailedVerification (which jails
+   the node), unless the worker *refused* the challenge (no GPU backend, a lease took the GPU):
+   then it stays unverified. Each check is a row of evidence (its `kind`).
 A node whose every GPU passed is recorded on chain as verified (tier 1 for simulated GPUs, which
 only clusters that accept simulated nodes take; tier 2 for real ones) until the verification runs out.
 """
@@ -19,6 +21,8 @@ only clusters that accept simulated nodes take; tier 2 for real ones) until the 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import contextlib
 import logging
 import random
@@ -39,10 +43,20 @@ from coordinator.keys import NodeKey
 from coordinator.settings import Settings
 from coordinator.state import Shared, WorkerLink
 from gpunet import verification as v
+from gpunet import vram
 from gpunet.accounts import AccountError, fetch, fetch_config
 from gpunet.catalog import CatalogError, GpuModel, gpu_model
 from gpunet.pda import node_pda
-from gpunet.protocol import Ack, Inventory, Verify, VerifyCommit, VerifyOpen, VerifyOpenings
+from gpunet.protocol import (
+    Ack,
+    Inventory,
+    Verify,
+    VerifyCommit,
+    VerifyMemory,
+    VerifyMemoryOpenings,
+    VerifyOpen,
+    VerifyOpenings,
+)
 
 __all__ = ["SIMULATED_TIER", "VERIFIED_TIER", "Verification"]
 
@@ -67,9 +81,10 @@ class _Failed(Exception):
 class _Challenge:
     id: str
     node_key: NodeKey
-    workload: v.Workload
     committed: asyncio.Future[VerifyCommit] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
-    opened: asyncio.Future[VerifyOpenings] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+    opened: asyncio.Future[VerifyOpenings | VerifyMemoryOpenings] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
 
 
 class Verification:
@@ -87,7 +102,7 @@ class Verification:
         self.inventories: dict[NodeKey, Inventory] = {}  # from each worker's hello
         self.due: dict[NodeKey, float] = {}  # node -> when it is verified next
         self._running: dict[NodeKey, asyncio.Task[None]] = {}
-        self._challenges: dict[NodeKey, _Challenge] = {}  # one at a time per node
+        self._challenges: dict[str, _Challenge] = {}  # by id: a node's GPUs are challenged at once
         self._config_read = 0.0
 
     # --- what the workers say (from the worker messages)
@@ -99,22 +114,25 @@ class Verification:
             self.due[node_key] = 0.0
 
     def committed(self, node_key: NodeKey, message: VerifyCommit) -> None:
-        c = self._challenges.get(node_key)
-        if c is not None and c.id == message.id and not c.committed.done():
+        c = self._challenges.get(message.id)
+        if c is not None and c.node_key == node_key and not c.committed.done():
             c.committed.set_result(message)
 
-    def opened(self, node_key: NodeKey, message: VerifyOpenings) -> None:
-        c = self._challenges.get(node_key)
-        if c is not None and c.id == message.id and not c.opened.done():
+    def opened(self, node_key: NodeKey, message: VerifyOpenings | VerifyMemoryOpenings) -> None:
+        c = self._challenges.get(message.id)
+        if c is not None and c.node_key == node_key and not c.opened.done():
             c.opened.set_result(message)
 
     def refused(self, node_key: NodeKey, ack: Ack) -> None:
-        c = self._challenges.get(node_key)
-        if c is None or ack.of not in ("verify", "verify_open"):
+        """A refusal names no challenge: every challenge the node has open is refused (its verification
+        is all or nothing anyway)."""
+        if ack.of not in ("verify", "verify_memory", "verify_open"):
             return
-        for future in (c.committed, c.opened):
-            if not future.done():
-                future.set_exception(_Refused(ack.error or "refused"))
+        for c in [c for c in self._challenges.values() if c.node_key == node_key]:
+            for future in (c.committed, c.opened):
+                if not future.done():
+                    future.set_exception(_Refused(ack.error or "refused"))
+                    future.exception()  # retrieved here: the challenge may already be past waiting on it
 
     async def refused_dispatch(self, node_key: NodeKey, lease: str, error: str) -> None:
         """The node cannot take a share it was given (it lacks the GPUs it registered): the fault is
@@ -198,15 +216,21 @@ class Verification:
             return await self._unfit(node_key, inventory, model.name, "simulated GPUs are not accepted on this cluster")
         if (duplicate := await self._claim_identities(node_key, inventory, model)) is not None:
             return duplicate
-        for gpu in gpus[: node.spec.gpu_count]:
-            try:
-                await self._challenge(node_key, inventory, model, gpu.index, gpu.uuid)
-            except _Refused as e:
-                log.warning("verification.refused node=%s gpu=%d %s", node_key, gpu.index, e)
-                return f"GPU {gpu.index} refused its challenge: {e}"
-            except _Failed as e:
-                await self._failed(node_key, str(e))
-                return str(e)
+        # Every GPU at once: a node verified in the time of one GPU, and the memory checks' fills held
+        # all together (one GPU's worth of memory cannot answer for each GPU in turn).
+        outcomes = await asyncio.gather(
+            *(self._gpu(node_key, inventory, model, gpu.index, gpu.uuid) for gpu in gpus[: node.spec.gpu_count]),
+            return_exceptions=True,
+        )
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException) and not isinstance(outcome, _Refused | _Failed):
+                raise outcome
+        if failed := [o for o in outcomes if isinstance(o, _Failed)]:
+            await self._failed(node_key, str(failed[0]))
+            return str(failed[0])
+        if refused := [o for o in outcomes if isinstance(o, _Refused)]:
+            log.warning("verification.refused node=%s %s", node_key, refused[0])
+            return str(refused[0])
         tier = SIMULATED_TIER if inventory.simulated else VERIFIED_TIER
         self.shared.unfit.pop(node_key, None)
         await self._record_pass(node_key, tier)
@@ -229,13 +253,23 @@ class Verification:
         self.shared.unfit[other] = reason
         return await self._unfit(node_key, inventory, model.name, reason)
 
+    async def _gpu(self, node_key: NodeKey, inventory: Inventory, model: GpuModel, gpu: int, uuid: str) -> None:
+        """One GPU's checks, compute then memory; raises _Refused or _Failed (its reason)."""
+        try:
+            await self._challenge(node_key, inventory, model, gpu, uuid)
+            await self._memory_check(node_key, inventory, model, gpu, uuid)
+        except _Refused as e:
+            raise _Refused(f"GPU {gpu} refused its challenge: {e}") from None
+
     async def _challenge(self, node_key: NodeKey, inventory: Inventory, model: GpuModel, gpu: int, uuid: str) -> None:
         """One GPU's challenge; raises _Refused or _Failed (its reason), recording the evidence either way."""
         seconds = self.settings.verify_simulated_seconds if inventory.simulated else self.settings.verify_seconds
         workload = v.workload_for(model, v.new_seed(), simulated=inventory.simulated, seconds=seconds)
-        c = self._challenges[node_key] = _Challenge(secrets.token_hex(16), node_key, workload)
+        c = _Challenge(secrets.token_hex(16), node_key)
+        self._challenges[c.id] = c
         evidence = Verdict(
             node_key, model.name, inventory.simulated, "passed", gpu_index=gpu, gpu_uuid=uuid, challenge=c.id,
+            kind="compute",
             seed=workload.seed.hex(), n=workload.n, depth=workload.depth, products=workload.products,
             expected_seconds=workload.expected_seconds, deadline_seconds=workload.deadline,
         )  # fmt: skip
@@ -260,6 +294,8 @@ class Verification:
                 answer = await asyncio.wait_for(asyncio.shield(c.opened), OPEN_TIMEOUT_SECONDS)
             except (NodeOffline, TimeoutError):
                 raise _Failed(f"GPU {gpu} committed but did not open the rows asked for") from None
+            if not isinstance(answer, VerifyOpenings):
+                raise _Failed(f"GPU {gpu} answered its compute check with a memory check's openings")
             openings = [
                 v.Opening(o.product, o.row, o.chunk, [bytes.fromhex(p) for p in o.path]) for o in answer.openings
             ]
@@ -274,7 +310,74 @@ class Verification:
             await self._store(replace(evidence, verdict="failed", reason=str(e)))
             raise
         finally:
-            self._challenges.pop(node_key, None)
+            self._challenges.pop(c.id, None)
+
+    async def _memory_check(
+        self, node_key: NodeKey, inventory: Inventory, model: GpuModel, gpu: int, uuid: str
+    ) -> None:
+        """One GPU's memory check (gpunet.vram); raises _Refused or _Failed (its reason, "GPU i memory
+        check: ..."), recording the evidence either way."""
+        w = vram.memory_workload_for(
+            model, v.new_seed(), simulated=inventory.simulated,
+            simulated_seconds=self.settings.verify_simulated_memory_seconds,
+        )  # fmt: skip
+        c = _Challenge(secrets.token_hex(16), node_key)
+        self._challenges[c.id] = c
+        evidence = Verdict(
+            node_key, model.name, inventory.simulated, "passed", gpu_index=gpu, gpu_uuid=uuid, challenge=c.id,
+            kind="memory", seed=w.seed.hex(), lanes=w.lanes, blocks=w.blocks, block_bytes=w.block_bytes,
+            expected_seconds=w.expected_seconds, deadline_seconds=w.deadline, answer_deadline_seconds=w.answer_deadline,
+        )  # fmt: skip
+        what = f"GPU {gpu} memory check"
+        sent = time.monotonic()
+        try:
+            try:
+                await self.link.send(node_key, VerifyMemory(
+                    id=c.id, gpu=gpu, seed=w.seed.hex(), lanes=w.lanes, blocks=w.blocks, block_bytes=w.block_bytes,
+                    expected_seconds=w.expected_seconds,
+                ))  # fmt: skip
+                commit = await asyncio.wait_for(asyncio.shield(c.committed), w.deadline)
+            except NodeOffline:
+                raise _Refused("the worker disconnected") from None
+            except TimeoutError:
+                raise _Failed(f"{what}: it missed the fill deadline of {w.deadline:.1f} s (a {model.name} fills "
+                              f"{w.bytes} bytes in about {w.expected_seconds:.1f} s)") from None  # fmt: skip
+            evidence = replace(evidence, committed_seconds=round(time.monotonic() - sent, 3))
+            asked = vram.choose_blocks(w)
+            named = time.monotonic()
+            try:
+                await self.link.send(node_key, VerifyOpen(id=c.id, rows=[[lane, j] for lane, j in asked]))
+                answer = await asyncio.wait_for(asyncio.shield(c.opened), w.answer_deadline)
+            except NodeOffline:
+                raise _Failed(f"{what}: it committed but did not answer the blocks asked for") from None
+            except TimeoutError:
+                raise _Failed(
+                    f"{what}: the blocks asked for took over the {w.answer_deadline:.1f} s deadline "
+                    "(a GPU holding its fill answers at once; one short of memory must recompute)"
+                ) from None
+            evidence = replace(evidence, answered_seconds=round(time.monotonic() - named, 3))
+            if not isinstance(answer, VerifyMemoryOpenings):
+                raise _Failed(f"{what}: it answered with a compute check's openings")
+            try:
+                openings = [
+                    vram.BlockOpening(b.lane, b.block, None if b.content is None else base64.b64decode(b.content),
+                                      b.chunk, [bytes.fromhex(p) for p in b.path])
+                    for b in answer.blocks
+                ]  # fmt: skip
+            except binascii.Error as e:
+                raise _Failed(f"{what}: a block's content is not base64 ({e})") from None
+            wrong = await asyncio.to_thread(vram.check_memory, w, bytes.fromhex(commit.root), openings, asked)
+            if wrong is not None:
+                raise _Failed(f"{what}: {wrong}")
+            await self._store(evidence)
+        except _Refused as e:
+            await self._store(replace(evidence, verdict="refused", reason=str(e)))
+            raise
+        except _Failed as e:
+            await self._store(replace(evidence, verdict="failed", reason=str(e)))
+            raise
+        finally:
+            self._challenges.pop(c.id, None)
 
     async def _store(self, verdict: Verdict) -> None:
         async with self.pool.acquire() as conn:
@@ -292,8 +395,10 @@ class Verification:
         async with self.pool.acquire() as conn:
             rows = await verifications.of_node(conn, str(node_key), limit=16)
         evidence = {"fault": "FailedVerification", "node_key": str(node_key), "reason": reason,
-                    "challenges": [{k: r[k] for k in ("challenge", "gpu_index", "seed", "n", "depth", "products",
-                                                      "deadline_seconds", "committed_seconds", "verdict", "reason")}
+                    "challenges": [{k: r[k] for k in ("challenge", "kind", "gpu_index", "seed", "n", "depth",
+                                                      "products", "lanes", "blocks", "block_bytes", "deadline_seconds",
+                                                      "committed_seconds", "answer_deadline_seconds",
+                                                      "answered_seconds", "verdict", "reason")}
                                    for r in rows]}  # fmt: skip
         async with self.pool.acquire() as conn:
             fault = await nodes.record_fault(

@@ -34,6 +34,7 @@ from gpunet.protocol import (
     JobStatus,
     UsageReceiptMessage,
     VerifyCommit,
+    VerifyMemoryOpenings,
     VerifyOpenings,
 )
 
@@ -163,7 +164,7 @@ class WorkerMessages:
     async def verify_commit(self, node_key: NodeKey, commit: VerifyCommit) -> None:
         self.verification.committed(node_key, commit)
 
-    async def verify_openings(self, node_key: NodeKey, openings: VerifyOpenings) -> None:
+    async def verify_openings(self, node_key: NodeKey, openings: VerifyOpenings | VerifyMemoryOpenings) -> None:
         self.verification.opened(node_key, openings)
 
     async def disconnected(self, node_key: NodeKey) -> None:

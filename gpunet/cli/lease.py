@@ -51,7 +51,7 @@ from gpunet.pda import lease_pda
 from gpunet.protocol import InputFile, JobSpec
 from gpunet.tokens import io_account, io_balance
 
-app = typer.Typer(help="Leases: open, job, status, top up, close, show, list.", no_args_is_help=True)
+app = typer.Typer(help="Leases: open, job, status, watch, top up, close, show, list.", no_args_is_help=True)
 STATUS_LINES = 20  # the latest log lines `lease status` shows (`lease logs` prints them all)
 FOLLOW_SECONDS = 1.0
 PLACEMENT_WAIT_SECONDS = 300.0  # how long `lease job --secret` waits for the lease's nodes to seal to
@@ -259,25 +259,29 @@ def top_up(
 
     async def command(s: Session) -> None:
         address, extra = pubkey_arg(lease, "lease address"), duration_arg(duration)
-        me = s.wallet.pubkey()
         async with s.client() as client:
-            io_mint = (await fetch_config(client)).io_mint
-            account = await fetch(client, address, "Lease")
-            if account.client != me:
-                raise BadInput(
-                    f"lease {address} belongs to {account.client}: only the lease's client can top it up "
-                    "(sign with that wallet, -k)"
-                )
-            amount = escrow_for(account.terms.max_price_per_gpu_hour, account.terms.gpu_count, extra)
-            io_balance_check(f"extending by {_hms(extra)}", amount, await io_balance(client, me, io_mint))
-            sig = await s.send(
-                client,
-                f"Topping up {format_io(amount)}",
-                [ix.top_up_lease(me, io_account(me, io_mint), address, extra)],
-            )
+            sig, amount = await top_up_escrow(s, client, address, await fetch(client, address, "Lease"), extra)
         s.done(f"lease {address} extended by {_hms(extra)} for {format_io(amount)}", sig, amount=amount)
 
     Session(url, keypair, json_output).run(command)
+
+
+async def top_up_escrow(s: Session, client: Any, address: Any, lease: Any, extra: int) -> tuple[Any, int]:
+    """Extends the lease by `extra` seconds, escrowing them at its max price from the wallet (the one
+    top-up path: `lease top-up` and `lease watch --auto-top-up`); the signature and the amount."""
+    me = s.wallet.pubkey()
+    if lease.client != me:
+        raise BadInput(
+            f"lease {address} belongs to {lease.client}: only the lease's client can top it up "
+            "(sign with that wallet, -k)"
+        )
+    io_mint = (await fetch_config(client)).io_mint
+    amount = escrow_for(lease.terms.max_price_per_gpu_hour, lease.terms.gpu_count, extra)
+    io_balance_check(f"extending by {_hms(extra)}", amount, await io_balance(client, me, io_mint))
+    sig = await s.send(
+        client, f"Topping up {format_io(amount)}", [ix.top_up_lease(me, io_account(me, io_mint), address, extra)]
+    )
+    return sig, amount
 
 
 def _settled(lease: Any) -> bool:

@@ -327,14 +327,19 @@ def list_nodes(
     Session(url, json_output=json_output, commitment_flag=commitment, explorer_flag=explorer).run(command)
 
 
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f} s"
+
+
 @app.command("verifications")
 def verifications(
     node: Annotated[str, typer.Argument(help="The node's key or its node account.")],
     coordinator: CoordinatorOpt = DEFAULT_COORDINATOR,
     json_output: JsonOpt = False,
 ) -> None:
-    """A node's GPU verification history, newest first: each challenge (model it was sized for,
-    deadline, how long the node took) and its verdict, with why. The coordinator keeps it."""
+    """A node's GPU verification history, newest first: each GPU's compute check and memory check
+    (model it was sized for, deadline, how long the node took; for the memory check also the answer's
+    deadline and time) and its verdict, with why. The coordinator keeps it."""
 
     async def command(s: Session) -> None:
         key = pubkey_arg(node, "node key or node account")
@@ -342,14 +347,18 @@ def verifications(
         rows = found["items"]
 
         def table() -> Table:
-            t = Table("when", "GPU", "model", "deadline", "took", "verdict", "why", title=f"node {found['node_key']}")
+            t = Table("when", "GPU", "check", "model", "deadline", "took", "verdict", "why",
+                      title=f"node {found['node_key']}")  # fmt: skip
             for r in rows:
-                took = "-" if r["committed_seconds"] is None else f"{r['committed_seconds']:.2f} s"
-                deadline = "-" if r["deadline_seconds"] is None else f"{r['deadline_seconds']:.2f} s"
+                took = _seconds(r["committed_seconds"])
+                deadline = _seconds(r["deadline_seconds"])
+                if r.get("kind") == "memory" and r.get("answer_deadline_seconds") is not None:
+                    took += f", answer {_seconds(r['answered_seconds'])}"  # the fill, then the answer
+                    deadline += f", answer {_seconds(r['answer_deadline_seconds'])}"
                 colour = {"passed": "green", "failed": "red"}.get(r["verdict"], "yellow")
                 sim = " (simulated)" if r["simulated"] else ""
-                t.add_row(r["at"], "-" if r["gpu_index"] is None else str(r["gpu_index"]), r["model"] + sim,
-                          deadline, took, f"[{colour}]{r['verdict']}[/]", r["reason"])  # fmt: skip
+                t.add_row(r["at"], "-" if r["gpu_index"] is None else str(r["gpu_index"]), r.get("kind") or "node",
+                          r["model"] + sim, deadline, took, f"[{colour}]{r['verdict']}[/]", r["reason"])  # fmt: skip
             return t
 
         s.show(rows, table)

@@ -119,12 +119,18 @@ async def test_every_answer_holds_to_the_documented_schema(served, pool) -> None
     assert accepted.status_code == 201
     _check(doc, "/leases/{key}/job", "post", accepted)
 
-    # GPU verification's evidence for bob's node: a challenge passed, and a verdict on its inventory.
+    # GPU verification's evidence for bob's node: a compute check passed, a memory check failed, and a
+    # verdict on its inventory.
     challenge = Verdict(bob.node_key.pubkey(), "H100", True, "passed", gpu_index=0, gpu_uuid="GPU-sim-1",
                         challenge="ab" * 16, seed="01" * 16, n=64, depth=256, products=15, expected_seconds=1.5,
-                        deadline_seconds=2.9, committed_seconds=1.6)  # fmt: skip
+                        deadline_seconds=2.9, committed_seconds=1.6, kind="compute")  # fmt: skip
+    memory = Verdict(bob.node_key.pubkey(), "H100", True, "failed", "GPU 0 memory check: too late", gpu_index=0,
+                     gpu_uuid="GPU-sim-1", challenge="cd" * 16, seed="02" * 16, expected_seconds=10.0,
+                     deadline_seconds=13.5, committed_seconds=10.1, kind="memory", lanes=4, blocks=256,
+                     block_bytes=1024, answer_deadline_seconds=1.0)  # fmt: skip
     async with pool.acquire() as conn:
         await verifications.record(conn, challenge)
+        await verifications.record(conn, memory)
         await verifications.record(conn, Verdict(bob.node_key.pubkey(), "H100", True, "unfit", "its GPUs differ"))
 
     # The waiting lease's latest checkpoint, read by its client (a signed GET) and refused unsigned.

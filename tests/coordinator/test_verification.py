@@ -1,12 +1,15 @@
-"""GPU verification with real processes (gpunet-localnet, PostgreSQL, the coordinator, three
+"""GPU verification with real processes (gpunet-localnet, PostgreSQL, the coordinator, four
 workers with simulated H100s) on a cluster that requires verified nodes: the honest node passes
-and is recorded verified on chain; a node whose GPUs are slower than the H100s it registered
-misses the deadline, is slashed and jailed with its evidence; a node whose machine is not what
-it registered is unfit (no slash, no lease); a lease is placed on the verified node only, and
-waits, saying why, while none is; the evidence is served."""
+both checks of each GPU and is recorded verified on chain; a node whose GPUs are slower than the
+H100s it registered misses the compute check's deadline, and one whose GPUs hold an eighth of an
+H100's memory fails the memory check: each is slashed and jailed with its evidence; a node whose
+machine is not what it registered is unfit (no slash, no lease); a lease is placed on the verified
+node only, and waits, saying why, while none is; the evidence is served."""
 
 from __future__ import annotations
 
+import json
+import re
 import sys
 import time
 
@@ -42,6 +45,8 @@ def _settings(node, database_url: str) -> Settings:
         settle_min_amount=0,
         reconnect_grace_seconds=2,
         verify_simulated_seconds=3.0,  # long enough to see the lease wait for it
+        # A node with an eighth of its memory answers in 3 s or more (the deadline is 1 s).
+        verify_simulated_memory_seconds=8.0,
     )
 
 
@@ -58,9 +63,9 @@ async def test_only_nodes_whose_gpus_prove_what_was_registered_are_verified_and_
     node, chain, database_url, pool, tmp_path, spawned
 ) -> None:
     # node 0 honest; node 1 registered 2 H100s but its GPUs answer 4x slower; node 2 registered one
-    # H100 while its machine has two.
-    world = await World().build(chain, tmp_path, min_verification_tier=ix.TIER_SIMULATED, inventories=[2, 2, 1])
-    honest, slow, misregistered = (k.pubkey() for _, k in world.suppliers)
+    # H100 while its machine has two; node 3's GPUs hold an eighth of an H100's VRAM.
+    world = await World().build(chain, tmp_path, min_verification_tier=ix.TIER_SIMULATED, inventories=[2, 2, 1, 2])
+    honest, slow, misregistered, short = (k.pubkey() for _, k in world.suppliers)
     settings = _settings(node, database_url)
     api = f"http://127.0.0.1:{settings.api_port}"
 
@@ -74,7 +79,8 @@ async def test_only_nodes_whose_gpus_prove_what_was_registered_are_verified_and_
         spec = JobSpec(command=[sys.executable, JOB], env={"STEPS": "100000", "STEP_SECONDS": "0.2"})
         await eventually(lambda: submitted(api, world.client, lease, spec), what="the job accepted")
         gateway = coordinator.gateway.url
-        for i, env in enumerate(({}, {"GPUNET_WORKER_SIMULATE_SLOWDOWN": "4"}, {})):
+        lies = ({}, {"GPUNET_WORKER_SIMULATE_SLOWDOWN": "4"}, {}, {"GPUNET_WORKER_SIMULATE_VRAM_SHARE": "0.125"})
+        for i, env in enumerate(lies):
             spawned.append(start_worker(world, i, gateway, tmp_path / f"worker{i}.log", env))
 
         async def waits_for_verification() -> bool:
@@ -88,7 +94,7 @@ async def test_only_nodes_whose_gpus_prove_what_was_registered_are_verified_and_
             return n.verification_tier == ix.TIER_SIMULATED and n.verified_until > time.time()
 
         await eventually(lambda: verified(honest), timeout=90, what="the honest node verified on chain")
-        assert [v for v, _ in await _verdicts(pool, honest)] == ["passed", "passed"]  # one challenge per GPU
+        assert [v for v, _ in await _verdicts(pool, honest)] == ["passed"] * 4  # a compute and a memory check per GPU
 
         # The slower node: past the deadline, slashed with the evidence, jailed; its verification is none.
         async def jailed(key: Pubkey) -> bool:
@@ -102,6 +108,17 @@ async def test_only_nodes_whose_gpus_prove_what_was_registered_are_verified_and_
         assert fault["kind"] == "FailedVerification" and fault["slash_signature"]
         assert (await fetch(chain, node_pda(slow), "Node")).verification_tier == 0
 
+        # The node short of memory: its compute check passes, its memory check's answer comes too late.
+        await eventually(lambda: jailed(short), timeout=90, what="the node short of memory slashed")
+        failed = await _verdicts(pool, short)
+        # Its GPUs are checked at once: each passes its compute check, and each memory check fails.
+        assert [v for v, _ in failed] == ["passed", "passed", "failed", "failed"], failed
+        assert all(re.match(r"GPU [01] memory check: .*deadline", reason) for _, reason in failed[2:]), failed
+        async with pool.acquire() as conn:
+            fault = await conn.fetchrow("SELECT * FROM faults WHERE node_key = $1", str(short))
+        assert fault["kind"] == "FailedVerification" and fault["slash_signature"]
+        assert json.loads(fault["evidence"])["challenges"][0]["kind"] == "memory"
+
         # The misregistered node: unfit, not slashed (the supplier fixes the registration or the machine).
         async def unfit(key: Pubkey) -> list:
             return [r for v, r in await _verdicts(pool, key) if v == "unfit"]
@@ -112,7 +129,7 @@ async def test_only_nodes_whose_gpus_prove_what_was_registered_are_verified_and_
 
         # The lease goes to the verified node alone.
         view = await eventually(lambda: placed_view(api, world.client, lease), timeout=60, what="the lease placed")
-        assert view["placement"]["nodes"] == [str(honest)]
+        assert view["placement"]["nodes"] == [str(honest)]  # not the node short of memory
 
         # Anyone can read the evidence, by node key or node account.
         evidence = await node_verifications(api, node_pda(slow))
@@ -120,6 +137,10 @@ async def test_only_nodes_whose_gpus_prove_what_was_registered_are_verified_and_
         latest = evidence["items"][0]
         assert latest["committed_seconds"] is None or latest["committed_seconds"] > latest["deadline_seconds"]
         assert latest["seed"] and latest["products"] >= 1 and latest["model"] == "H100" and latest["simulated"]
+        memory = (await node_verifications(api, node_pda(short)))["items"][0]
+        assert (memory["kind"], memory["verdict"]) == ("memory", "failed") and memory["lanes"] and memory["blocks"]
+        assert memory["answered_seconds"] is None and memory["answer_deadline_seconds"] == 1.0
+        assert memory["committed_seconds"] < memory["deadline_seconds"]  # it filled in time, then could not answer
         async with httpx.AsyncClient() as http:
             missing = await http.get(f"{api}/nodes/{Pubkey.new_unique()}/verifications")
         assert missing.status_code == 404

@@ -17,7 +17,7 @@ from coordinator.settings import Settings
 from gpunet import instructions as ix
 from gpunet.accounts import fetch
 from gpunet.pda import node_pda
-from gpunet.protocol import Ack, GpuInfo, Inventory, Verify, VerifyOpen
+from gpunet.protocol import Ack, GpuInfo, Inventory, Verify, VerifyMemory, VerifyOpen
 from gpunet.testbed import Market
 from worker.verify import Prover
 
@@ -52,10 +52,15 @@ class _Link:
 
     async def send(self, node_key: Pubkey, message: Any) -> None:
         self.sent.append((node_key, message))
+        prover = self.provers[node_key]
         if isinstance(message, Verify):
-            self.verification.committed(node_key, await self.provers[node_key].commit(message, True))
+            self.verification.committed(node_key, await prover.commit(message, True))
+        elif isinstance(message, VerifyMemory):
+            self.verification.committed(node_key, await prover.commit_memory(message, True))
+        elif isinstance(message, VerifyOpen) and prover.holds_memory(message.id):
+            self.verification.opened(node_key, await prover.open_memory(message, True))
         elif isinstance(message, VerifyOpen):
-            self.verification.opened(node_key, self.provers[node_key].open(message, True))
+            self.verification.opened(node_key, prover.open(message, True))
 
 
 async def _verdicts(pool, key: Pubkey) -> list[str]:
@@ -70,7 +75,7 @@ async def test_one_gpu_counts_once_and_a_refused_share_fails_verification(node, 
     first, second, own = [await market.supplier(2, inventory_hash=inv.hash()) for inv in inventories]
     keys = [s.node_key.pubkey() for s in (first, second, own)]
     settings = Settings(rpc_url=node.url, ws_url=node.ws_url, database_url=database_url,
-                        verify_simulated_seconds=0.2)  # fmt: skip
+                        verify_simulated_seconds=0.2, verify_simulated_memory_seconds=0.2)  # fmt: skip
     coordinator = Coordinator(settings, pool, market.admin)  # not started: only its verification runs
     link = _Link(coordinator, dict(zip(keys, inventories, strict=True)))
     coordinator.verification.link = link
@@ -87,7 +92,10 @@ async def test_one_gpu_counts_once_and_a_refused_share_fails_verification(node, 
 
         # The first node claims GPU-a first and is verified; then the second claims it too.
         await connects(0)
-        assert await eventually(lambda: judged(keys[0]), what="the first node judged") == ["passed", "passed"]
+        # Per GPU a compute check and a memory check.
+        assert (
+            await eventually(lambda: judged(keys[0]), what="the first node judged") == ["passed"] * 4
+        )  # compute, memory per GPU
         assert (await fetch(chain, node_pda(keys[0]), "Node")).verification_tier == ix.TIER_SIMULATED
         await connects(1)
         assert await eventually(lambda: judged(keys[1]), what="the second node judged") == ["unfit"]
@@ -97,7 +105,9 @@ async def test_one_gpu_counts_once_and_a_refused_share_fails_verification(node, 
         assert fault["kind"] == "DuplicateGpu" and fault["slash_signature"] is None  # recorded, not slashed
         # The control: a node with its own GPUs is verified.
         await connects(2)
-        assert await eventually(lambda: judged(keys[2]), what="the third node judged") == ["passed", "passed"]
+        assert (
+            await eventually(lambda: judged(keys[2]), what="the third node judged") == ["passed"] * 4
+        )  # compute, memory per GPU
         assert keys[2] not in shared.unfit
 
         # The third node then refuses a share it could never take: a failed verification at once.

@@ -43,7 +43,8 @@ PERIOD = 3
 
 
 class World:
-    """Config (admin = the coordinator's attester), three suppliers with a 2-GPU H100 node each, a client."""
+    """Config (admin = the coordinator's attester), three suppliers (or one per `inventories`) with a
+    2-GPU H100 node each, a client."""
 
     async def build(
         self, chain: AsyncClient, home: Path, *, min_verification_tier: int = 0, inventories: list[int] | None = None
@@ -54,7 +55,7 @@ class World:
         market = await Market.create(chain, usage_period_seconds=PERIOD, min_verification_tier=min_verification_tier)
         self.admin, self.mint = market.admin, market.mint
         self.suppliers: list[tuple[Keypair, Keypair]] = []
-        for i in range(3):
+        for i in range(3 if inventories is None else len(inventories)):
             node_key = Keypair()
             registered = bytes(32)
             if inventories is not None:

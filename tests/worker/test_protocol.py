@@ -27,11 +27,14 @@ from gpunet.protocol import (
     JobSpec,
     JobStatus,
     LeaseEnd,
+    MemoryBlock,
     ProtocolError,
     RowOpening,
     UsageAck,
     Verify,
     VerifyCommit,
+    VerifyMemory,
+    VerifyMemoryOpenings,
     VerifyOpen,
     VerifyOpenings,
     Welcome,
@@ -74,6 +77,14 @@ def worker_messages() -> list:
             id="ab" * 16,
             openings=[RowOpening(product=3, row=17, chunk=[0, 2**32 - 1], path=["ef" * 32])],
         ),
+        VerifyMemoryOpenings(
+            simulated=True,
+            id="ab" * 16,
+            blocks=[
+                MemoryBlock(lane=2, block=9, chunk=[7, 2**32 - 1], path=["ef" * 32]),
+                MemoryBlock(lane=2, block=8, content="AAEC/w==", chunk=[7], path=[]),
+            ],
+        ),
     ]
 
 
@@ -97,6 +108,9 @@ def coordinator_messages() -> list:
         UsageAck(lease=LEASE, epoch=2, gpu_seconds=120, through=160),
         Error(message="node is jailed", code=4401),
         Verify(id="ab" * 16, gpu=1, seed="01" * 16, n=4096, depth=8192, products=14392, expected_seconds=8.0),
+        VerifyMemory(
+            id="ab" * 16, gpu=0, seed="02" * 16, lanes=65536, blocks=512, block_bytes=2048, expected_seconds=0.7
+        ),
         VerifyOpen(id="ab" * 16, rows=[[3, 17], [0, 0]]),
     ]
 

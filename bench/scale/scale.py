@@ -1,0 +1,211 @@
+"""Benchmark (not a test): what settling a fleet of 10 k, 100 k and 1 M GPUs (8 per node) costs the
+chain, before and after cumulative receipts, against mainnet's limits (cited in the output).
+
+From bench/cu's CU of settle_usage on the SBF build (its output read from a file, run here, or
+given) and the accounts each settlement writes (bench/scale/model.py, as data), for a metering tick
+and a settlement cadence it prints settlement transactions per second, CU per block, the most CU
+any one account takes per block, and the base fees in SOL per GPU-day, with PASS/FAIL against the
+target: 1 M GPUs settled hourly with no account above 5 % of its per-block write limit and all of
+gpunet under 5 % of a block.
+
+  before: one settle_usage per node per 60 s usage period, each writing the treasury (one for all
+          of gpunet: the hot account), the provider and its token account, the lease and its vault,
+          with the attester as the one fee payer;
+  after:  cumulative receipts signed every metering tick, settled hourly, each settlement writing
+          only the lease, its vault and the provider's token account; the fees spread over the
+          coordinator's fee-payer pool (the attester co-signs: one more signature).
+
+    .venv/bin/python bench/scale/scale.py                          # bench/cu's figure, see --cu
+    .venv/bin/python bench/scale/scale.py --cu cu.txt               # bench/cu's output, saved
+    .venv/bin/python bench/scale/scale.py --run-cu                  # runs bench/cu (needs scripts/build-sbf)
+    .venv/bin/python bench/scale/scale.py --settle-cu 47830 --settle-cu-after 41000 --fee-payers 16
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+from fractions import Fraction
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from model import Fleet, Limits, Scope, Settlement, figures, verdict  # noqa: E402
+from solders.hash import Hash  # noqa: E402
+from solders.message import Message  # noqa: E402
+from solders.pubkey import Pubkey  # noqa: E402
+from solders.transaction import Transaction  # noqa: E402
+
+from gpunet import instructions as ix  # noqa: E402
+from gpunet.fees import MAX_COMPUTE_UNITS, Budget, with_budget  # noqa: E402
+from gpunet.usage import Receipt  # noqa: E402
+
+FLEETS = (10_000, 100_000, 1_000_000)
+TARGET = Fraction(5, 100)
+# The settle_usage figure of bench/cu on the SBF build, as the README's instruction table records it:
+# used when bench/cu's output is neither given nor run.
+README_SETTLE_CU = 47_830
+
+# Mainnet's limits, late 2026, with where each comes from.
+LIMITS = {
+    "current": Limits(60_000_000, 24_000_000, 1_232, 5_000, Fraction(2, 5)),
+    "historical": Limits(60_000_000, 12_000_000, 1_232, 5_000, Fraction(2, 5)),
+    "simd-0286": Limits(100_000_000, 40_000_000, 1_232, 5_000, Fraction(2, 5)),
+}
+SOURCES = """limits (mainnet, late 2026):
+  block: 60,000,000 CU (SIMD-0256, feature raise_block_limits_to_60m, active; Agave
+    cost-model/src/block_cost_limits.rs MAX_BLOCK_UNITS = MAX_BLOCK_UNITS_SIMD_0256). SIMD-0286 (100 M)
+    has a feature gate (raise_block_limits_to_100m) that was not active as of August 2026
+    (solana-improvement-documents issue #603, reading Agave at 3eeb5658: CostTrackerLimits::new(24_000_000,
+    60_000_000, ...), scaled by 100/60 when the gate is on): --limits simd-0286 shows 100 M / 40 M.
+  per account written: 24,000,000 CU = 40 % of the block (SIMD-0306, feature raise_account_cu_limit,
+    Agave PR #7127); 12,000,000 before it (SIMD-0256's table; --limits historical).
+  transaction: 1,232 bytes (PACKET_DATA_SIZE); base fee 5,000 lamports per signature, the Ed25519
+    precompile's signatures included; slot 400 ms (2.5 blocks per second).
+  block cost of a transaction (Agave's cost model): executed CU + 720 per signature + 2,280 per Ed25519
+    precompile signature + 300 per write-locked account; each written account is charged all of it."""
+
+
+def settle_cu_from(text: str) -> int:
+    """settle_usage's CU from bench/cu's output (its per-instruction table)."""
+    m = re.search(r"^settle_usage\b.*?\s(\d{4,})\s", text, re.MULTILINE)
+    if not m:
+        raise SystemExit("bench/scale: no settle_usage row in bench/cu's output")
+    return int(m.group(1))
+
+
+def run_cu() -> str:
+    out = subprocess.run(["cargo", "run", "-q", "-p", "gpunet", "--example", "cu"], cwd=ROOT, capture_output=True,
+                         text=True)  # fmt: skip
+    if out.returncode:
+        raise SystemExit(f"bench/scale: bench/cu failed (build the SBF program first: scripts/build-sbf)\n{out.stderr}")
+    return out.stdout
+
+
+def transaction_bytes(distinct_payer: bool) -> int:
+    """The wire size of one settlement transaction as the coordinator sends it (today's settle_usage with
+    its Ed25519 instruction and a compute budget with a price), paid by the attester or by another key."""
+    keys = [Pubkey.new_unique() for _ in range(7)]  # attester, lease, node key, authority, ...
+    attester, lease, node_key, authority, tokens, payer, _ = keys
+    receipt = Receipt(1, 8 * 3_600, 3_600)
+    signed = receipt.signed_instruction(lease, node_key, bytes(64))
+    settle = ix.settle_usage(attester, lease, node_key, authority, tokens, receipt, 8 * 3_600)
+    instructions = with_budget([signed, settle], Budget(MAX_COMPUTE_UNITS, 1))
+    message = Message.new_with_blockhash(instructions, payer if distinct_payer else attester, Hash.default())
+    return len(bytes(Transaction.new_unsigned(message)))
+
+
+def models(
+    settle_cu: int, settle_cu_after: int, fee_payers: int, tick: int, period: int, every: int
+) -> list[Settlement]:
+    before = Settlement(
+        "before",
+        settle_every_seconds=period,
+        metering_tick_seconds=period,  # a report per period, each one settled
+        settle_cu=settle_cu,
+        signatures=1,  # the attester signs and pays
+        ed25519_signatures=1,
+        writable={  # the treasury first: as hot as the attester, and no pool can spread it
+            "treasury token account": Scope.GLOBAL,
+            "fee payer (the attester)": Scope.GLOBAL,
+            "provider": Scope.PROVIDER,
+            "provider token account": Scope.PROVIDER,
+            "lease": Scope.LEASE,
+            "lease vault": Scope.LEASE,
+        },
+    )
+    after = Settlement(
+        "after",
+        settle_every_seconds=every,
+        metering_tick_seconds=tick,
+        settle_cu=settle_cu_after,
+        signatures=2,  # a payer of the pool, and the attester
+        ed25519_signatures=1,
+        writable={
+            "fee payer (one of the pool)": Scope.PAYER_POOL,
+            "provider token account": Scope.PROVIDER,
+            "lease": Scope.LEASE,
+            "lease vault": Scope.LEASE,
+        },
+        fee_payers=fee_payers,
+    )
+    return [before, after]
+
+
+def _pct(x: Fraction) -> str:
+    return f"{float(x) * 100:.3g} %"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--cu", type=Path, help="bench/cu's output, saved to a file")
+    p.add_argument("--run-cu", action="store_true", help="run bench/cu (needs target/deploy/gpunet.so)")
+    p.add_argument("--settle-cu", type=int, help="settle_usage's CU (default: bench/cu's figure)")
+    p.add_argument("--settle-cu-after", type=int, help="a receipt settlement's CU (default: the same)")
+    p.add_argument("--fee-payers", type=int, default=8, help="the coordinator's fee-payer pool (after)")
+    p.add_argument("--tick", type=int, default=5, help="metering tick in seconds (after; off chain)")
+    p.add_argument("--period", type=int, default=60, help="usage period in seconds (before)")
+    p.add_argument("--settle-every", type=int, default=3_600, help="settlement cadence in seconds (after)")
+    p.add_argument("--provider-share", type=Fraction, default=Fraction(1, 10),
+                   help="the largest provider's share of the nodes, e.g. 1/10")  # fmt: skip
+    p.add_argument("--limits", choices=sorted(LIMITS), default="current")
+    a = p.parse_args()
+
+    if a.settle_cu is not None:
+        settle_cu, source = a.settle_cu, "given (--settle-cu)"
+    elif a.cu or a.run_cu:
+        settle_cu = settle_cu_from(a.cu.read_text() if a.cu else run_cu())
+        source = f"bench/cu ({a.cu or 'run now'})"
+    else:
+        settle_cu, source = README_SETTLE_CU, "bench/cu on the SBF build, as the README's table records it"
+    after_cu = a.settle_cu_after if a.settle_cu_after is not None else settle_cu
+    limits = LIMITS[a.limits]
+    print("bench/scale: settling a fleet on Solana mainnet, before and after cumulative receipts\n")
+    print(SOURCES)
+    print(f"  chosen: {a.limits}: block {limits.block_cu:,} CU, per account {limits.account_cu:,} CU\n")
+    print(f"settle_usage: {settle_cu:,} CU executed ({source}); after: {after_cu:,} CU")
+    print(f"one settlement transaction: {transaction_bytes(False):,} bytes paid by the attester, "
+          f"{transaction_bytes(True):,} paid by a pool key (limit {limits.transaction_bytes:,})\n")  # fmt: skip
+
+    header = (f"{'model':<7} {'GPUs':>9} {'nodes':>7} {'settle tx/s':>11} {'CU/block':>12} {'of block':>9} "
+              f"{'hottest account':<28} {'CU/block':>12} {'of limit':>9} {'SOL/GPU-day':>12} "
+              f"{'receipts/s':>10}")  # fmt: skip
+    verdicts = []
+    for model in models(settle_cu, after_cu, a.fee_payers, a.tick, a.period, a.settle_every):
+        print(f"{model.name}: settle every {model.settle_every_seconds} s per node, metering tick "
+              f"{model.metering_tick_seconds} s, {model.transaction_cu:,} CU of block cost per transaction "
+              f"({model.signatures} signature(s) + {model.ed25519_signatures} Ed25519, "
+              f"{len(model.writable)} accounts written; fee payers: {model.fee_payers})")  # fmt: skip
+        for account, scope in model.writable.items():
+            print(f"    writes {account}: {scope.value}")
+        print(header)
+        for gpus in FLEETS:
+            fleet = Fleet(gpus, largest_provider_share=a.provider_share)
+            f = figures(model, fleet, limits)
+            v = verdict(f, limits, TARGET)
+            hot, hot_cu = f.hottest
+            print(f"{model.name:<7} {gpus:>9,} {fleet.nodes:>7,} {float(f.transactions_per_second):>11.2f} "
+                  f"{float(f.cu_per_block):>12,.0f} {_pct(v.block_share):>9} {hot:<28} {float(hot_cu):>12,.0f} "
+                  f"{_pct(v.account_share):>9} {float(f.lamports_per_gpu_day) / 1e9:>12.6f} "
+                  f"{float(f.receipts_per_second):>10.1f}")  # fmt: skip
+            if gpus == 1_000_000:
+                verdicts.append((model, v))
+        print()
+    print(f"target: 1,000,000 GPUs settled hourly, no account above {_pct(TARGET)} of its per-block write limit "
+          f"and all of gpunet under {_pct(TARGET)} of a block ({a.limits} limits)")  # fmt: skip
+    for model, v in verdicts:
+        outcome = "PASS" if v.passed else "FAIL"
+        print(
+            f"  {model.name:<7} {outcome}: block {_pct(v.block_share)}, hottest account {_pct(v.account_share)}"
+            + ("" if model.settle_every_seconds == 3_600 else f" (settled every {model.settle_every_seconds} s)")
+        )
+    print("\nfees: base fees only (priority fees come on top: the coordinator bids the 75th percentile of recent "
+          "fees for the accounts it writes, capped by GPUNET_PRIORITY_FEE_MAX)")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,114 @@
+"""Who pays the fee of each coordinator transaction. The attester signs every one (the program checks
+that key), but the fee payer is a writable account of every transaction it pays for: one payer for
+all of them would be a hot account, its writes capped per block like any other's. So the fees are
+spread over a pool of keys, round robin, each a keypair file the operator funds with SOL
+(`gpunet coordinator fee-payers` lists them with their balances). A payer holding less than the
+minimum is skipped with a warning until it is funded again; with no pool (the default), or none
+funded, the attester pays, as a single coordinator always did.
+
+This is the one place that decides a transaction's fee payer: the attester's transactions
+(`coordinator.attester`) and the settlements (`coordinator.settlement`) both ask `signing()`."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from solana.rpc.async_api import AsyncClient
+from solders.keypair import Keypair
+from solders.pubkey import Pubkey
+
+from gpunet.keys import create_keypair_file, load_keypair
+
+__all__ = ["FeePayers", "balances", "fee_payer_keys"]
+
+log = logging.getLogger("gpunet.coordinator.payers")
+
+BALANCE_TTL_SECONDS = 10.0  # a payer's balance is read again after this long (fees drain it slowly)
+
+
+def fee_payer_keys(directory: Path, count: int) -> list[Keypair]:
+    """The pool's keys: fee-payer-0.json .. fee-payer-{count-1}.json in `directory`, each made (mode
+    0600) when missing, so an operator can list their addresses and fund them before the coordinator
+    uses them."""
+    directory = directory.expanduser()
+    keys = []
+    for i in range(count):
+        path = directory / f"fee-payer-{i}.json"
+        if not path.exists():
+            directory.mkdir(parents=True, exist_ok=True)
+            create_keypair_file(path, Keypair())
+        keys.append(load_keypair(path))
+    return keys
+
+
+async def balances(client: AsyncClient, keys: list[Keypair]) -> list[tuple[Pubkey, int]]:
+    """Each key and its balance in lamports, read now."""
+    return [(k.pubkey(), (await client.get_balance(k.pubkey())).value) for k in keys]
+
+
+class FeePayers:
+    def __init__(
+        self,
+        client: AsyncClient,
+        attester: Keypair,
+        pool: list[Keypair] | None = None,
+        *,
+        min_lamports: int = 10_000_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.client, self.attester, self.pool = client, attester, list(pool or [])
+        self.min_lamports, self.clock = min_lamports, clock
+        self._next = 0
+        self._balances: dict[Pubkey, tuple[float, int]] = {}  # payer -> (read at, lamports)
+        self._short: set[Pubkey] = set()  # payers found under the minimum (warned once until funded)
+
+    @property
+    def sizing_payer(self) -> Pubkey:
+        """A payer to size a transaction with: another key than the attester whenever the pool may pay
+        (its signature makes the transaction 96 bytes longer)."""
+        return self.pool[0].pubkey() if self.pool else self.attester.pubkey()
+
+    async def signing(self) -> tuple[Keypair, list[Keypair]]:
+        """The next funded payer of the pool and the co-signers the transaction then needs (the
+        attester); the attester alone when there is no pool or no payer in it holds the minimum."""
+        for _ in range(len(self.pool)):
+            payer = self.pool[self._next % len(self.pool)]
+            self._next += 1
+            if await self._funded(payer.pubkey()):
+                return payer, [self.attester]
+        if self.pool:
+            log.warning(
+                "coordinator.fee_payers_empty none of the %d fee payers holds %d lamports: the attester %s pays",
+                len(self.pool),
+                self.min_lamports,
+                self.attester.pubkey(),
+            )
+        return self.attester, []
+
+    async def balances(self) -> list[tuple[Pubkey, int]]:
+        return await balances(self.client, self.pool)
+
+    async def _funded(self, payer: Pubkey) -> bool:
+        now = self.clock()
+        read_at, lamports = self._balances.get(payer, (float("-inf"), 0))
+        if now - read_at > BALANCE_TTL_SECONDS:
+            lamports = (await self.client.get_balance(payer)).value
+            self._balances[payer] = (now, lamports)
+        if lamports >= self.min_lamports:
+            if payer in self._short:
+                self._short.discard(payer)
+                log.info("coordinator.fee_payer_funded payer=%s lamports=%d: paying again", payer, lamports)
+            return True
+        if payer not in self._short:
+            self._short.add(payer)
+            log.warning(
+                "coordinator.fee_payer_skipped payer=%s lamports=%d under the minimum %d: fund it "
+                "(`gpunet coordinator fee-payers` lists the pool)",
+                payer,
+                lamports,
+                self.min_lamports,
+            )
+        return False
