@@ -271,6 +271,7 @@ class Market:
         )
         await self.settle(lease, cyd)
         await self.settle(lease, ada)
+        await self.send(dev.wallet, [ix.sweep_fees(dev.wallet.pubkey(), self.treasury, lease)])  # anyone may
         await self.close(dev, lease)
         for draining in (True, False):  # cyd's announced maintenance, and its end
             await self.send(cyd.wallet, [ix.set_node_draining(cyd.wallet.pubkey(), cyd.node_key.pubkey(), draining)])
