@@ -43,7 +43,7 @@ from gpunet.checkpoint import CHUNK_BYTES, lease_key
 from worker.checkpoints import CheckpointStoreClient
 
 LEASE = str(Keypair().pubkey())
-SEED = str(Keypair().sign_message(b"job 1"))
+CLIENT = Keypair()  # the lease's client, whose wallet the key derives from
 MiB = 1 << 20
 
 
@@ -53,12 +53,18 @@ def serve(root: Path, nodes: set[str]) -> tuple[uvicorn.Server, threading.Thread
     async def authorize(lease: str, node: str) -> bool:
         return lease == LEASE and node in nodes
 
+    async def signers(lease: str) -> list[str]:
+        return sorted(nodes)
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     server = uvicorn.Server(
         uvicorn.Config(
-            Starlette(routes=checkpoint_routes(store, authorize)), host="127.0.0.1", port=port, log_level="warning"
+            Starlette(routes=checkpoint_routes(store, authorize, signers)),
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
         )
     )
     thread = threading.Thread(target=server.run, daemon=True)
@@ -86,9 +92,10 @@ def run(mib: int, base: Path) -> None:
         with (src / "model.bin").open("wb") as f:
             for _ in range(mib):
                 f.write(os.urandom(MiB))
-        key = lease_key(LEASE, SEED)
+        key = lease_key(CLIENT, LEASE)
+        signers = {str(old.pubkey()), str(new.pubkey())}
         print(f"\n{mib} MiB checkpoint, {CHUNK_BYTES // MiB} MiB chunks ({-(-mib * MiB // CHUNK_BYTES)} chunks)")
-        with CheckpointStoreClient(url, old, LEASE, key) as up:
+        with CheckpointStoreClient(url, old, LEASE, key, signers=signers) as up:
             t = time.perf_counter()
             first = up.upload(src)
             total = time.perf_counter() - t
@@ -113,7 +120,7 @@ def run(mib: int, base: Path) -> None:
                 f"  upload, 1% changed:  {total:7.2f} s  {mib / total:7.1f} MiB/s  sent {changed.sent_chunks} chunks  "
                 + shares(total, changed.seconds_seal, changed.seconds_hash, changed.seconds_transfer)
             )
-        with CheckpointStoreClient(url, new, LEASE, key) as down:
+        with CheckpointStoreClient(url, new, LEASE, key, signers=signers) as down:
             t = time.perf_counter()
             got = down.restore(work / "dst")
             total = time.perf_counter() - t
