@@ -16,6 +16,15 @@ store), and its share of the failover is shown.
     .venv/bin/python bench/checkpoint/failover.py [--mib 256] [--trials 2] [--lost-after 3]
 
 Target: under 15 s from detection with 256 MiB, the transfer being most of it.
+
+Figures (2 shared CPU cores, 5 workers, 3 trials, lost_after 3 s):
+
+    node loss detected -> job running again elsewhere: p50 3.5 s, max 3.8 s (target < 15 s: met)
+    worker killed -> job running again elsewhere:      p50 5.9 s, max 6.7 s
+    restore of the 256 MiB checkpoint: 2.5 s on average, 73% of the failover from detection;
+    of it: decryption 19%, hashing 8%, transfer 31%, writing the files 41%
+    (the rest of the failover: the slash and reassign_lease on chain, the dispatch, the client's
+    re-seal of the key, which `lease status --follow` does every second and this bench every 0.25 s)
 """
 
 from __future__ import annotations
@@ -50,7 +59,9 @@ async def main(mib: int, trials: int, lost_after: float) -> None:
     from_kill: list[float] = []
     restores: list[tuple[float, float, float, float]] = []
     async with deployment(lost_after_seconds=lost_after, reconnect_grace_seconds=2 * lost_after) as dep:
-        await dep.add_nodes(1 + trials, gpus=1, store=True)
+        # a killed node stays dead: fewer than half the fleet silent, or the coordinator sees a
+        # correlated outage and moves nothing
+        await dep.add_nodes(2 * trials + 1, gpus=1, store=True)
         api = dep.coordinator.api_url
         for t in range(trials):
             lease, _ = await dep.open(1, 600, spec, gpus_per_node=None)
