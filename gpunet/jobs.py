@@ -133,7 +133,9 @@ async def submit_job(
     job_number: int | None = None,
 ) -> Any:
     """Signs the job with the client's wallet and gives it to the lease as its job `job_number`
-    (default: the next one). The coordinator takes it once the lease's current job has ended."""
+    (default: the next one). The coordinator takes it once the lease's current job has ended.
+    Then seal the lease's checkpoint key to its nodes (`seal_missing_checkpoint_key`, again after
+    a failover), or its checkpoints stay on the node that wrote them."""
     number = job_number or await next_job_number(coordinator_url, client, lease)
     signature = client.sign_message(job_message(lease, spec, gpus_per_node, number))
     body = {

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import httpx
+import jsonschema_rs
 import pytest
 import uvicorn
 from hypothesis import HealthCheck, given
@@ -25,6 +26,7 @@ from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
 from coordinator.api import create_app
+from coordinator.api.openapi import openapi_document
 from coordinator.api.work import work_routes
 from coordinator.indexer.rpc import ChainRpc
 from coordinator.service import Coordinator
@@ -674,6 +676,9 @@ async def test_lease_files_serves_the_checkpoint_store_s_newest_checkpoint_that_
     got = await http.get(url, headers=_signed_files(lease, world.client_wallet))
     assert got.status_code == 200, got.text
     assert "weights" not in got.text and got.json()["sealed"]["manifest"]["manifest"]["seq"] == seqs[1][0]
+    schema = openapi_document()["paths"]["/leases/{key}/files"]["get"]["responses"]["200"]["content"]
+    errors = list(jsonschema_rs.Draft202012Validator(schema["application/json"]["schema"]).iter_errors(got.json()))
+    assert not errors, [e.message for e in errors][:3]  # the sealed answer is the documented one
     _, files = await lease_files(api, world.client_wallet, lease)  # the client opens it
     assert [(f.path, f.content()) for f in files] == [("model.pt", b"step 3 weights")]
     # the store's disk holds no plaintext
