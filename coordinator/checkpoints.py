@@ -7,8 +7,11 @@ Layout, under the blob store's root (the coordinator's `state_dir/checkpoints` b
     leases/<lease>/manifests/<seq, 20 digits>.json     (a SignedManifest, written once all its chunks are in)
 
 A manifest is accepted only when every chunk it names is in the store, so the newest manifest is
-always a complete checkpoint; a chunk is accepted only when its bytes hash to its id. Everything
-of a lease goes once the lease has ended and `retention_seconds` have passed.
+always a complete checkpoint; a chunk is accepted only when its bytes hash to its id. A lease's
+chunks may take at most `quota_bytes`; the chunks no kept manifest names any more (an older
+checkpoint's) are deleted when a newer manifest comes, once they are `orphan_grace_seconds` old
+(a chunk of an upload under way is named by no manifest yet). Everything of a lease goes once the
+lease has ended and `retention_seconds` have passed.
 
 The HTTP routes (`checkpoint_routes`) are for the lease's nodes only: each request is signed by
 the node key (gpunet.checkpoint.signed_headers) and the node must hold a share of the lease now.
@@ -27,6 +30,7 @@ import re
 import secrets
 import shutil
 import tempfile
+import threading
 import time
 from base64 import b64encode
 from collections.abc import Awaitable, Callable, Iterator
@@ -52,6 +56,7 @@ __all__ = [
     "BlobStore",
     "CheckpointStore",
     "DiskBlobs",
+    "OverQuota",
     "S3Blobs",
     "TooLargeToServe",
     "blob_store",
@@ -66,6 +71,8 @@ MAX_CHUNK_BODY = 64 * 1024 * 1024
 CHUNK_ID = re.compile(r"[0-9a-f]{64}")
 MAX_MANIFEST_BODY = 16 * 1024 * 1024
 KEEP_MANIFESTS = 3  # per lease: the newest ones (a refused one falls back to the one before)
+DEFAULT_QUOTA_BYTES = 64 * 2**30  # per lease, its stored chunks
+ORPHAN_GRACE = 600.0  # seconds a chunk no manifest names is kept: an upload under way names it later
 
 
 STREAM_BYTES = 1024 * 1024  # a chunk moves between a request and the store in parts of this size
@@ -84,6 +91,7 @@ class BlobStore(Protocol):
     def get(self, key: str) -> bytes | None: ...
     def reader(self, key: str) -> Iterator[bytes] | None: ...
     def list(self, prefix: str) -> list[str]: ...
+    def sizes(self, prefix: str) -> dict[str, int]: ...
     def delete(self, key: str) -> None: ...
     def delete_prefix(self, prefix: str) -> None: ...
 
@@ -146,6 +154,13 @@ class DiskBlobs:
         return sorted(
             str(p.relative_to(self.root)) for p in base.rglob("*") if p.is_file() and not p.name.startswith(".")
         )
+
+    def sizes(self, prefix: str) -> dict[str, int]:
+        out = {}
+        for key in self.list(prefix):
+            with contextlib.suppress(FileNotFoundError):
+                out[key] = self._path(key).stat().st_size
+        return out
 
     def delete(self, key: str) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -211,12 +226,15 @@ class S3Blobs:
         return parts()
 
     def list(self, prefix: str) -> list[str]:
-        keys: list[str] = []
+        return sorted(self.sizes(prefix))
+
+    def sizes(self, prefix: str) -> dict[str, int]:
+        out: dict[str, int] = {}
         for page in self.s3.get_paginator("list_objects_v2").paginate(
             Bucket=self.bucket, Prefix=self.prefix + prefix.rstrip("/") + "/"
         ):
-            keys += [str(o["Key"])[len(self.prefix) :] for o in page.get("Contents", [])]
-        return sorted(keys)
+            out |= {str(o["Key"])[len(self.prefix) :]: int(o["Size"]) for o in page.get("Contents", [])}
+        return out
 
     def delete(self, key: str) -> None:
         self.s3.delete_object(Bucket=self.bucket, Key=self.prefix + key)
@@ -239,9 +257,37 @@ def blob_store(
     return DiskBlobs(directory)
 
 
+class OverQuota(ValueError):
+    """A chunk that would take the lease's stored chunks over its quota."""
+
+
 class CheckpointStore:
-    def __init__(self, blobs: BlobStore) -> None:
-        self.blobs = blobs
+    def __init__(
+        self, blobs: BlobStore, *, quota_bytes: int = DEFAULT_QUOTA_BYTES, orphan_grace_seconds: float = ORPHAN_GRACE
+    ) -> None:
+        self.blobs, self.quota_bytes, self.orphan_grace_seconds = blobs, quota_bytes, orphan_grace_seconds
+        self._lock = threading.Lock()  # the routes call in from threads
+        self._used: dict[str, int] = {}  # lease -> bytes of its stored chunks (read from the store once)
+        self._put_at: dict[tuple[str, str], float] = {}  # (lease, chunk) -> when this process stored it
+
+    def used(self, lease: str) -> int:
+        """Bytes of the lease's stored chunks."""
+        with self._lock:
+            if lease not in self._used:
+                self._used[lease] = sum(self.blobs.sizes(f"leases/{lease}/chunks").values())
+            return self._used[lease]
+
+    def _admit(self, lease: str, cid: str, size: int) -> None:
+        """Counts a new chunk against the lease's quota (OverQuota, nothing counted, if over)."""
+        used = self.used(lease)
+        with self._lock:
+            if used + size > self.quota_bytes:
+                raise OverQuota(
+                    f"lease {lease}'s checkpoints take {used} bytes of its {self.quota_bytes}: this chunk "
+                    f"({size} bytes) does not fit (older checkpoints' chunks go as newer ones come)"
+                )
+            self._used[lease] = used + size
+            self._put_at[(lease, cid)] = time.monotonic()
 
     @staticmethod
     def _chunk(lease: str, cid: str) -> str:
@@ -255,18 +301,21 @@ class CheckpointStore:
         return [c for c in dict.fromkeys(ids) if not self.blobs.has(self._chunk(lease, c))]
 
     def put_chunk(self, lease: str, cid: str, data: bytes) -> bool:
-        """Keeps a sealed chunk; False (nothing kept) when its bytes are not its id."""
+        """Keeps a sealed chunk; False (nothing kept) when its bytes are not its id; OverQuota."""
         if hashlib.sha256(data).hexdigest() != cid:
             return False
         if not self.blobs.has(self._chunk(lease, cid)):
+            self._admit(lease, cid, len(data))
             self.blobs.put(self._chunk(lease, cid), data)
         return True
 
     def put_chunk_file(self, lease: str, cid: str, path: Path) -> None:
-        """Keeps a sealed chunk streamed to `path` (under the blobs' `staging`, its id checked by the caller)."""
+        """Keeps a sealed chunk streamed to `path` (under the blobs' `staging`, its id checked by the
+        caller); OverQuota (the file is left to the caller)."""
         if self.blobs.has(self._chunk(lease, cid)):
             path.unlink(missing_ok=True)
         else:
+            self._admit(lease, cid, path.stat().st_size)
             self.blobs.put_file(self._chunk(lease, cid), path)
 
     def chunk(self, lease: str, cid: str) -> bytes | None:
@@ -288,9 +337,36 @@ class CheckpointStore:
         if lacking:
             return f"{len(lacking)} of its chunks are not in the store yet"
         self.blobs.put(self._manifest(lease, manifest.seq), signed.model_dump_json().encode())
-        for old in self.manifest_seqs(lease)[KEEP_MANIFESTS:]:
-            self.blobs.delete(self._manifest(lease, old))
+        old = self.manifest_seqs(lease)[KEEP_MANIFESTS:]
+        for seq in old:
+            self.blobs.delete(self._manifest(lease, seq))
+        if old:
+            self._collect(lease)
         return None
+
+    def _collect(self, lease: str) -> None:
+        """Deletes the lease's chunks that no kept manifest names, once `orphan_grace_seconds` old
+        (by this process's clock; one stored before it started counts as old)."""
+        named: set[str] = set()
+        for seq in self.manifest_seqs(lease):
+            signed = self.manifest(lease, seq)
+            if signed is None:
+                return  # changed meanwhile: the next manifest collects
+            named.update(signed.manifest.chunk_ids())
+        now, freed = time.monotonic(), 0
+        for key, size in self.blobs.sizes(f"leases/{lease}/chunks").items():
+            cid = key.rsplit("/", 1)[-1]
+            put_at = self._put_at.get((lease, cid))
+            if cid in named or (put_at is not None and now - put_at < self.orphan_grace_seconds):
+                continue
+            self.blobs.delete(key)
+            freed += size
+            self._put_at.pop((lease, cid), None)
+        with self._lock:
+            if lease in self._used:
+                self._used[lease] = max(0, self._used[lease] - freed)
+        if freed:
+            log.info("checkpoint.collected lease=%s bytes=%d (chunks of older checkpoints)", lease, freed)
 
     def manifest_seqs(self, lease: str) -> list[int]:
         """The lease's manifests, newest first."""
@@ -326,6 +402,10 @@ class CheckpointStore:
 
     def delete_lease(self, lease: str) -> None:
         self.blobs.delete_prefix(f"leases/{lease}")
+        with self._lock:
+            self._used.pop(lease, None)
+            for key in [k for k in self._put_at if k[0] == lease]:
+                del self._put_at[key]
 
     def leases(self) -> list[str]:
         return sorted({k.split("/")[1] for k in self.blobs.list("leases")})
@@ -422,7 +502,10 @@ def checkpoint_routes(store: CheckpointStore, authorize: Authorize, signers: Sig
                 await asyncio.to_thread(os.fsync, f.fileno())
             if digest.hexdigest() != cid:
                 return _error(400, "the chunk's bytes are not its id (SHA-256)")
-            await asyncio.to_thread(store.put_chunk_file, who[0], cid, staged)
+            try:
+                await asyncio.to_thread(store.put_chunk_file, who[0], cid, staged)
+            except OverQuota as e:
+                return _error(413, str(e))
         finally:
             staged.unlink(missing_ok=True)
         return JSONResponse({"id": cid, "stored": True}, status_code=201)

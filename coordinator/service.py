@@ -97,7 +97,8 @@ class Coordinator:
                 settings.checkpoint_s3_bucket,
                 settings.checkpoint_s3_endpoint,
                 settings.checkpoint_s3_prefix,
-            )
+            ),
+            quota_bytes=settings.checkpoint_quota_bytes,
         )
         self.dispatch = Dispatch(
             pool, self.shared, self.gateway, cluster_port=settings.cluster_port, checkpoints=self.checkpoints

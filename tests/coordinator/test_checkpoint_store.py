@@ -49,8 +49,8 @@ CHUNK = 1 * MiB  # small chunks keep the files small; the agent uses 8 MiB
 
 
 class Server:
-    def __init__(self, blobs: BlobStore, allowed: set[str]) -> None:
-        self.store = CheckpointStore(blobs)
+    def __init__(self, blobs: BlobStore, allowed: set[str], **store: float) -> None:
+        self.store = CheckpointStore(blobs, **store)  # type: ignore[arg-type]
         self.allowed = allowed  # the nodes holding a share now
         self.signers = set(allowed)  # the nodes that hold or held one
         self.puts = 0
@@ -443,6 +443,58 @@ def test_chunks_stream_through_the_store_in_bounded_memory(tmp_path, server, nod
     assert server.store.missing(LEASE, [cid, *lacking]) == lacking
     staging = server.store.blobs.staging
     assert not any(staging.iterdir()), list(staging.iterdir())
+
+
+def test_older_checkpoints_chunks_go_as_newer_ones_come_and_a_lease_keeps_to_its_quota(tmp_path, blobs, nodes):
+    """Five checkpoints of 3 MiB each under a 13 MiB quota: the store keeps the newest three
+    manifests and deletes the chunks only older ones named (without that, the fifth would not fit);
+    a checkpoint over what is left is refused, and the newest complete one is still restored."""
+    server = Server(blobs, {str(n.pubkey()) for n in nodes}, quota_bytes=13 * MiB, orphan_grace_seconds=0)
+    try:
+        up = CheckpointStoreClient(
+            server.url, nodes[0], LEASE, lease_key(CLIENT, LEASE), signers=server.signers, chunk_bytes=CHUNK
+        )
+        uploads = []
+        for i in range(5):
+            (tmp_path / "a").mkdir(exist_ok=True)
+            (tmp_path / "a" / "model.bin").write_bytes(os.urandom(3 * MiB))
+            uploads.append(up.upload(tmp_path / "a", seq=1000 + i))
+        kept = [server.store.manifest(LEASE, u.seq) for u in uploads[2:]]
+        named = {c for m in kept if m is not None for c in m.manifest.chunk_ids()}
+        stored = {k.rsplit("/", 1)[-1] for k in server.store.blobs.list(f"leases/{LEASE}/chunks")}
+        assert server.store.manifest_seqs(LEASE) == [1004, 1003, 1002] and stored == named
+        assert server.store.used(LEASE) == sum(server.store.blobs.sizes(f"leases/{LEASE}/chunks").values())
+        assert 9 * MiB < server.store.used(LEASE) < 9 * MiB + 4096
+        # over the quota: 9 MiB kept, 5 MiB more does not fit
+        (tmp_path / "a" / "model.bin").write_bytes(os.urandom(5 * MiB))
+        with pytest.raises(StoreError, match="does not fit"):
+            up.upload(tmp_path / "a", seq=2000)
+        assert server.store.used(LEASE) <= 13 * MiB
+        assert client(server, nodes[1]).restore(tmp_path / "b").seq == 1004
+        up.close()
+    finally:
+        while OPEN:
+            OPEN.pop().close()
+        server.stop()
+
+
+def test_a_chunk_of_an_upload_under_way_is_not_collected(tmp_path, blobs, nodes):
+    """A chunk no manifest names yet (its upload has not sent its manifest) survives a collection
+    within the grace period; past it (here 0 s), the same chunk goes."""
+    for grace, survives in ((600.0, True), (0.0, False)):
+        server = Server(blobs, {str(n.pubkey()) for n in nodes}, orphan_grace_seconds=grace)
+        try:
+            pending = os.urandom(1000)
+            assert server.store.put_chunk(LEASE, chunk_id(pending), pending)
+            for i in range(4):  # the fourth manifest makes the store drop the first, and collect
+                write_checkpoint(tmp_path / f"c{grace}-{i}", 1 * MiB)
+                client(server, nodes[0]).upload(tmp_path / f"c{grace}-{i}", seq=3000 + i)
+            assert server.store.missing(LEASE, [chunk_id(pending)]) == ([] if survives else [chunk_id(pending)])
+        finally:
+            while OPEN:
+                OPEN.pop().close()
+            server.stop()
+            server.store.delete_lease(LEASE)
 
 
 async def test_a_lease_s_checkpoints_are_deleted_once_it_ended_and_the_retention_period_passed(pool, tmp_path):
