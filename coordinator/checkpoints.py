@@ -7,11 +7,17 @@ Layout, under the blob store's root (the coordinator's `state_dir/checkpoints` b
     leases/<lease>/manifests/<seq, 20 digits>.json     (a SignedManifest, written once all its chunks are in)
 
 A manifest is accepted only when every chunk it names is in the store, so the newest manifest is
-always a complete checkpoint; a chunk is accepted only when its bytes hash to its id. Everything
-of a lease goes once the lease has ended and `retention_seconds` have passed.
+always a complete checkpoint; a chunk is accepted only when its bytes hash to its id. A lease's
+chunks may take at most `quota_bytes`; the chunks no kept manifest names any more (an older
+checkpoint's) are deleted when a newer manifest comes, once they are `orphan_grace_seconds` old
+(a chunk of an upload under way is named by no manifest yet). Everything of a lease goes once the
+lease has ended and `retention_seconds` have passed.
 
 The HTTP routes (`checkpoint_routes`) are for the lease's nodes only: each request is signed by
-the node key (gpunet.checkpoint.signed_headers) and the node must hold a share of the lease now."""
+the node key (gpunet.checkpoint.signed_headers) and the node must hold a share of the lease now.
+A manifest is kept, and served, only when signed by a node that holds or held a share of the lease.
+The coordinator never holds the lease's key (the client seals it to the nodes): it serves the
+client's `GET /leases/{key}/files` the newest manifest and its sealed chunks, which the client opens."""
 
 from __future__ import annotations
 
@@ -20,10 +26,14 @@ import contextlib
 import hashlib
 import logging
 import os
+import re
+import secrets
 import shutil
+import tempfile
+import threading
 import time
 from base64 import b64encode
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Protocol
 
@@ -31,17 +41,14 @@ from pydantic import ValidationError
 from solders.pubkey import Pubkey
 from solders.signature import Signature
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from gpunet.checkpoint import (
     AT_HEADER,
     NODE_HEADER,
     SIGNATURE_HEADER,
-    ChunkRefused,
     SignedManifest,
-    lease_key,
-    open_chunk,
     request_message,
 )
 
@@ -49,28 +56,42 @@ __all__ = [
     "BlobStore",
     "CheckpointStore",
     "DiskBlobs",
+    "OverQuota",
     "S3Blobs",
     "TooLargeToServe",
     "blob_store",
     "checkpoint_routes",
-    "latest_files",
+    "latest_sealed",
 ]
 
 log = logging.getLogger("gpunet.coordinator.checkpoints")
 
 CLOCK_SKEW_SECONDS = 120
 MAX_CHUNK_BODY = 64 * 1024 * 1024
+CHUNK_ID = re.compile(r"[0-9a-f]{64}")
 MAX_MANIFEST_BODY = 16 * 1024 * 1024
 KEEP_MANIFESTS = 3  # per lease: the newest ones (a refused one falls back to the one before)
+DEFAULT_QUOTA_BYTES = 64 * 2**30  # per lease, its stored chunks
+ORPHAN_GRACE = 600.0  # seconds a chunk no manifest names is kept: an upload under way names it later
+
+
+STREAM_BYTES = 1024 * 1024  # a chunk moves between a request and the store in parts of this size
 
 
 class BlobStore(Protocol):
-    """Where the bytes live: the coordinator's disk (DiskBlobs) or an S3-compatible object store."""
+    """Where the bytes live: the coordinator's disk (DiskBlobs) or an S3-compatible object store.
+    Chunks go in from a file (`put_file`, written under `staging` as the request streams in) and out
+    as parts (`reader`), so no request holds a whole chunk in memory."""
+
+    staging: Path
 
     def has(self, key: str) -> bool: ...
     def put(self, key: str, data: bytes) -> None: ...
+    def put_file(self, key: str, path: Path) -> None: ...
     def get(self, key: str) -> bytes | None: ...
+    def reader(self, key: str) -> Iterator[bytes] | None: ...
     def list(self, prefix: str) -> list[str]: ...
+    def sizes(self, prefix: str) -> dict[str, int]: ...
     def delete(self, key: str) -> None: ...
     def delete_prefix(self, prefix: str) -> None: ...
 
@@ -80,7 +101,8 @@ class DiskBlobs:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        root.mkdir(parents=True, exist_ok=True)
+        self.staging = root / ".incoming"  # same file system: a finished chunk is renamed in
+        self.staging.mkdir(parents=True, exist_ok=True)
 
     def _path(self, key: str) -> Path:
         if ".." in key.split("/") or key.startswith("/"):
@@ -100,11 +122,30 @@ class DiskBlobs:
             os.fsync(f.fileno())
         os.replace(tmp, path)
 
+    def put_file(self, key: str, path: Path) -> None:
+        """Moves `path` (under `staging`, fsynced by the caller) in as the blob `key`."""
+        target = self._path(key)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(path, target)
+
     def get(self, key: str) -> bytes | None:
         try:
             return self._path(key).read_bytes()
         except FileNotFoundError:
             return None
+
+    def reader(self, key: str) -> Iterator[bytes] | None:
+        try:
+            f = self._path(key).open("rb")
+        except FileNotFoundError:
+            return None
+
+        def parts() -> Iterator[bytes]:
+            with f:
+                while part := f.read(STREAM_BYTES):
+                    yield part
+
+        return parts()
 
     def list(self, prefix: str) -> list[str]:
         base = self._path(prefix)
@@ -113,6 +154,13 @@ class DiskBlobs:
         return sorted(
             str(p.relative_to(self.root)) for p in base.rglob("*") if p.is_file() and not p.name.startswith(".")
         )
+
+    def sizes(self, prefix: str) -> dict[str, int]:
+        out = {}
+        for key in self.list(prefix):
+            with contextlib.suppress(FileNotFoundError):
+                out[key] = self._path(key).stat().st_size
+        return out
 
     def delete(self, key: str) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -134,6 +182,8 @@ class S3Blobs:
 
         self.bucket, self.prefix = bucket, prefix.strip("/") + "/" if prefix.strip("/") else ""
         self.s3 = boto3.client("s3", endpoint_url=endpoint_url, region_name=region or "us-east-1")
+        self.staging = Path(tempfile.gettempdir()) / "gpunet-checkpoint-incoming"
+        self.staging.mkdir(parents=True, exist_ok=True)
 
     def has(self, key: str) -> bool:
         try:
@@ -147,19 +197,44 @@ class S3Blobs:
     def put(self, key: str, data: bytes) -> None:
         self.s3.put_object(Bucket=self.bucket, Key=self.prefix + key, Body=data)
 
+    def put_file(self, key: str, path: Path) -> None:
+        from boto3.s3.transfer import TransferConfig
+
+        # one PUT read from the file as it goes (a chunk is at most MAX_CHUNK_BODY), no part buffers
+        whole = TransferConfig(multipart_threshold=MAX_CHUNK_BODY + 1, use_threads=False)
+        try:
+            self.s3.upload_file(str(path), self.bucket, self.prefix + key, Config=whole)
+        finally:
+            path.unlink(missing_ok=True)
+
     def get(self, key: str) -> bytes | None:
         try:
             return bytes(self.s3.get_object(Bucket=self.bucket, Key=self.prefix + key)["Body"].read())
         except self.s3.exceptions.NoSuchKey:
             return None
 
+    def reader(self, key: str) -> Iterator[bytes] | None:
+        try:
+            body = self.s3.get_object(Bucket=self.bucket, Key=self.prefix + key)["Body"]
+        except self.s3.exceptions.NoSuchKey:
+            return None
+
+        def parts() -> Iterator[bytes]:
+            with contextlib.closing(body):
+                yield from body.iter_chunks(STREAM_BYTES)
+
+        return parts()
+
     def list(self, prefix: str) -> list[str]:
-        keys: list[str] = []
+        return sorted(self.sizes(prefix))
+
+    def sizes(self, prefix: str) -> dict[str, int]:
+        out: dict[str, int] = {}
         for page in self.s3.get_paginator("list_objects_v2").paginate(
             Bucket=self.bucket, Prefix=self.prefix + prefix.rstrip("/") + "/"
         ):
-            keys += [str(o["Key"])[len(self.prefix) :] for o in page.get("Contents", [])]
-        return sorted(keys)
+            out |= {str(o["Key"])[len(self.prefix) :]: int(o["Size"]) for o in page.get("Contents", [])}
+        return out
 
     def delete(self, key: str) -> None:
         self.s3.delete_object(Bucket=self.bucket, Key=self.prefix + key)
@@ -182,9 +257,37 @@ def blob_store(
     return DiskBlobs(directory)
 
 
+class OverQuota(ValueError):
+    """A chunk that would take the lease's stored chunks over its quota."""
+
+
 class CheckpointStore:
-    def __init__(self, blobs: BlobStore) -> None:
-        self.blobs = blobs
+    def __init__(
+        self, blobs: BlobStore, *, quota_bytes: int = DEFAULT_QUOTA_BYTES, orphan_grace_seconds: float = ORPHAN_GRACE
+    ) -> None:
+        self.blobs, self.quota_bytes, self.orphan_grace_seconds = blobs, quota_bytes, orphan_grace_seconds
+        self._lock = threading.Lock()  # the routes call in from threads
+        self._used: dict[str, int] = {}  # lease -> bytes of its stored chunks (read from the store once)
+        self._put_at: dict[tuple[str, str], float] = {}  # (lease, chunk) -> when this process stored it
+
+    def used(self, lease: str) -> int:
+        """Bytes of the lease's stored chunks."""
+        with self._lock:
+            if lease not in self._used:
+                self._used[lease] = sum(self.blobs.sizes(f"leases/{lease}/chunks").values())
+            return self._used[lease]
+
+    def _admit(self, lease: str, cid: str, size: int) -> None:
+        """Counts a new chunk against the lease's quota (OverQuota, nothing counted, if over)."""
+        used = self.used(lease)
+        with self._lock:
+            if used + size > self.quota_bytes:
+                raise OverQuota(
+                    f"lease {lease}'s checkpoints take {used} bytes of its {self.quota_bytes}: this chunk "
+                    f"({size} bytes) does not fit (older checkpoints' chunks go as newer ones come)"
+                )
+            self._used[lease] = used + size
+            self._put_at[(lease, cid)] = time.monotonic()
 
     @staticmethod
     def _chunk(lease: str, cid: str) -> str:
@@ -198,20 +301,34 @@ class CheckpointStore:
         return [c for c in dict.fromkeys(ids) if not self.blobs.has(self._chunk(lease, c))]
 
     def put_chunk(self, lease: str, cid: str, data: bytes) -> bool:
-        """Keeps a sealed chunk; False (nothing kept) when its bytes are not its id."""
+        """Keeps a sealed chunk; False (nothing kept) when its bytes are not its id; OverQuota."""
         if hashlib.sha256(data).hexdigest() != cid:
             return False
         if not self.blobs.has(self._chunk(lease, cid)):
+            self._admit(lease, cid, len(data))
             self.blobs.put(self._chunk(lease, cid), data)
         return True
+
+    def put_chunk_file(self, lease: str, cid: str, path: Path) -> None:
+        """Keeps a sealed chunk streamed to `path` (under the blobs' `staging`, its id checked by the
+        caller); OverQuota (the file is left to the caller)."""
+        if self.blobs.has(self._chunk(lease, cid)):
+            path.unlink(missing_ok=True)
+        else:
+            self._admit(lease, cid, path.stat().st_size)
+            self.blobs.put_file(self._chunk(lease, cid), path)
 
     def chunk(self, lease: str, cid: str) -> bytes | None:
         return self.blobs.get(self._chunk(lease, cid))
 
-    def put_manifest(self, lease: str, signed: SignedManifest) -> str | None:
-        """Keeps a node's signed manifest once all its chunks are in; the reason when refused."""
+    def chunk_reader(self, lease: str, cid: str) -> Iterator[bytes] | None:
+        return self.blobs.reader(self._chunk(lease, cid))
+
+    def put_manifest(self, lease: str, signed: SignedManifest, signers: set[str]) -> str | None:
+        """Keeps a node's signed manifest once all its chunks are in, when `signers` (the nodes that
+        hold or held a share of the lease) has its signer; the reason when refused."""
         try:
-            manifest = signed.verified()
+            manifest = signed.verified(signers)
         except ValueError as e:
             return str(e)
         if manifest.lease != lease:
@@ -220,9 +337,36 @@ class CheckpointStore:
         if lacking:
             return f"{len(lacking)} of its chunks are not in the store yet"
         self.blobs.put(self._manifest(lease, manifest.seq), signed.model_dump_json().encode())
-        for old in self.manifest_seqs(lease)[KEEP_MANIFESTS:]:
-            self.blobs.delete(self._manifest(lease, old))
+        old = self.manifest_seqs(lease)[KEEP_MANIFESTS:]
+        for seq in old:
+            self.blobs.delete(self._manifest(lease, seq))
+        if old:
+            self._collect(lease)
         return None
+
+    def _collect(self, lease: str) -> None:
+        """Deletes the lease's chunks that no kept manifest names, once `orphan_grace_seconds` old
+        (by this process's clock; one stored before it started counts as old)."""
+        named: set[str] = set()
+        for seq in self.manifest_seqs(lease):
+            signed = self.manifest(lease, seq)
+            if signed is None:
+                return  # changed meanwhile: the next manifest collects
+            named.update(signed.manifest.chunk_ids())
+        now, freed = time.monotonic(), 0
+        for key, size in self.blobs.sizes(f"leases/{lease}/chunks").items():
+            cid = key.rsplit("/", 1)[-1]
+            put_at = self._put_at.get((lease, cid))
+            if cid in named or (put_at is not None and now - put_at < self.orphan_grace_seconds):
+                continue
+            self.blobs.delete(key)
+            freed += size
+            self._put_at.pop((lease, cid), None)
+        with self._lock:
+            if lease in self._used:
+                self._used[lease] = max(0, self._used[lease] - freed)
+        if freed:
+            log.info("checkpoint.collected lease=%s bytes=%d (chunks of older checkpoints)", lease, freed)
 
     def manifest_seqs(self, lease: str) -> list[int]:
         """The lease's manifests, newest first."""
@@ -258,6 +402,10 @@ class CheckpointStore:
 
     def delete_lease(self, lease: str) -> None:
         self.blobs.delete_prefix(f"leases/{lease}")
+        with self._lock:
+            self._used.pop(lease, None)
+            for key in [k for k in self._put_at if k[0] == lease]:
+                del self._put_at[key]
 
     def leases(self) -> list[str]:
         return sorted({k.split("/")[1] for k in self.blobs.list("leases")})
@@ -280,13 +428,17 @@ def _error(status: int, message: str) -> JSONResponse:
 
 
 Authorize = Callable[[str, str], Awaitable[bool]]  # (lease, node key) -> does the node hold a share now
+Signers = Callable[[str], Awaitable[list[str]]]  # lease -> the node keys that hold or held a share of it
 
 
-def checkpoint_routes(store: CheckpointStore, authorize: Authorize) -> list[Route]:
+def checkpoint_routes(store: CheckpointStore, authorize: Authorize, signers: Signers) -> list[Route]:
     """PUT/GET chunks, POST the ids a node is about to send (answer: those missing), PUT a signed
     manifest, GET the lease's manifests (newest first) and one of them."""
 
-    async def _authorized(request: Request, body: bytes) -> tuple[str, str] | Response:
+    async def _authorized(request: Request, body: bytes | str) -> tuple[str, str] | Response:
+        """(lease, node key) when a node of the lease signed the request; `body`: the body, or its
+        SHA-256 (hex) when it is checked against it later (a streamed chunk)."""
+        body_sha256 = body if isinstance(body, str) else hashlib.sha256(body).hexdigest()
         lease = request.path_params["key"]
         try:
             Pubkey.from_string(lease)
@@ -299,7 +451,7 @@ def checkpoint_routes(store: CheckpointStore, authorize: Authorize) -> list[Rout
             at_ms = int(at, 10)
             ok = Signature.from_string(sig).verify(
                 Pubkey.from_string(node),
-                request_message(request.method, request.url.path, at_ms, hashlib.sha256(body).hexdigest()),
+                request_message(request.method, request.url.path, at_ms, body_sha256),
             )
         except ValueError:
             ok = False
@@ -324,25 +476,48 @@ def checkpoint_routes(store: CheckpointStore, authorize: Authorize) -> list[Rout
         return b"".join(chunks)
 
     async def put_chunk(request: Request) -> Response:
-        body = await _body(request, MAX_CHUNK_BODY)
-        if isinstance(body, Response):
-            return body
-        who = await _authorized(request, body)
+        """The body is streamed to a staging file (bounded memory), hashed on the way: a chunk's id is
+        its SHA-256, which is also the body hash the node signed, so the signature is checked before
+        a byte is read and the bytes against the id after."""
+        cid = request.path_params["id"]
+        if not CHUNK_ID.fullmatch(cid):
+            return _error(400, "a chunk's id is the 64-hex SHA-256 of its sealed bytes")
+        who = await _authorized(request, cid)
         if isinstance(who, Response):
             return who
-        cid = request.path_params["id"]
-        if not await asyncio.to_thread(store.put_chunk, who[0], cid, body):
-            return _error(400, "the chunk's bytes are not its id (SHA-256)")
+        length = request.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > MAX_CHUNK_BODY:
+            return _error(413, f"at most {MAX_CHUNK_BODY} bytes")
+        staged = store.blobs.staging / f"{cid}.{os.getpid()}.{secrets.token_hex(8)}"
+        digest, size = hashlib.sha256(), 0
+        try:
+            with staged.open("wb") as f:
+                async for part in request.stream():
+                    size += len(part)
+                    if size > MAX_CHUNK_BODY:
+                        return _error(413, f"at most {MAX_CHUNK_BODY} bytes")
+                    digest.update(part)
+                    f.write(part)  # into the page cache: microseconds a part
+                f.flush()
+                await asyncio.to_thread(os.fsync, f.fileno())
+            if digest.hexdigest() != cid:
+                return _error(400, "the chunk's bytes are not its id (SHA-256)")
+            try:
+                await asyncio.to_thread(store.put_chunk_file, who[0], cid, staged)
+            except OverQuota as e:
+                return _error(413, str(e))
+        finally:
+            staged.unlink(missing_ok=True)
         return JSONResponse({"id": cid, "stored": True}, status_code=201)
 
     async def get_chunk(request: Request) -> Response:
         who = await _authorized(request, b"")
         if isinstance(who, Response):
             return who
-        data = await asyncio.to_thread(store.chunk, who[0], request.path_params["id"])
-        if data is None:
+        parts = await asyncio.to_thread(store.chunk_reader, who[0], request.path_params["id"])
+        if parts is None:
             return _error(404, "no such chunk")
-        return Response(data, media_type="application/octet-stream")
+        return StreamingResponse(parts, media_type="application/octet-stream")  # read in a thread, part by part
 
     async def missing(request: Request) -> Response:
         body = await _body(request, MAX_MANIFEST_BODY)
@@ -370,7 +545,7 @@ def checkpoint_routes(store: CheckpointStore, authorize: Authorize) -> list[Rout
             return _error(400, f"not a signed manifest: {e.errors()[0]['msg']}")
         if signed.manifest.node_key != who[1]:
             return _error(403, "a node sends only the manifests it signed")
-        refused = await asyncio.to_thread(store.put_manifest, who[0], signed)
+        refused = await asyncio.to_thread(store.put_manifest, who[0], signed, set(await signers(who[0])))
         if refused is not None:
             return _error(409, refused)
         log.info(
@@ -397,6 +572,8 @@ def checkpoint_routes(store: CheckpointStore, authorize: Authorize) -> list[Rout
         signed = await asyncio.to_thread(store.manifest, who[0], int(raw)) if raw.isdigit() else None
         if signed is None:
             return _error(404, "no such checkpoint")
+        if signed.manifest.node_key not in await signers(who[0]):
+            return _error(409, f"checkpoint {raw} is signed by {signed.manifest.node_key}, never a node of the lease")
         return Response(signed.model_dump_json(), media_type="application/json")
 
     base = "/leases/{key}/checkpoint"
@@ -417,48 +594,34 @@ class TooLargeToServe(ValueError):
     """A stored checkpoint over what one JSON answer of `GET /leases/{key}/files` carries."""
 
 
-def latest_files(
-    store: CheckpointStore, lease: str, seed: str | None
-) -> tuple[str, float, list[dict[str, str]]] | None:
-    """The newest stored checkpoint that checks out, opened with the lease's key (the coordinator can
-    derive it: see gpunet.checkpoint), as (node key, taken at, [{path, sha256, data_b64}]) for the
-    client's `GET /leases/{key}/files`; None if there is none. TooLargeToServe over 64 MiB."""
-    if seed is None:
-        return None
-    key = lease_key(lease, seed)
+def latest_sealed(
+    store: CheckpointStore, lease: str, signers: set[str]
+) -> tuple[SignedManifest, dict[str, str]] | None:
+    """The newest stored checkpoint signed by a node of the lease with all its chunks in the store
+    (each checked against its id),
+    as (its signed manifest, chunk id -> base64 sealed chunk) for the client's `GET /leases/{key}/files`:
+    the client opens them with its key, the coordinator cannot. None if there is none;
+    TooLargeToServe over 64 MiB."""
     for seq in store.manifest_seqs(lease):
         signed = store.manifest(lease, seq)
         if signed is None:
             continue
         try:
-            manifest = signed.verified()
-            if manifest.size > FILES_ROUTE_LIMIT:
-                raise TooLargeToServe(
-                    f"the latest checkpoint is {manifest.size} bytes, over the {FILES_ROUTE_LIMIT} one answer carries"
-                )
-            out = []
-            for entry in manifest.files:
-                parts = []
-                for cid in entry.chunks:
-                    sealed = store.chunk(lease, cid)
-                    if sealed is None:
-                        raise ChunkRefused(f"chunk {cid[:16]}… is not in the store")
-                    parts.append(open_chunk(key, lease, cid, sealed))
-                data = b"".join(parts)
-                out.append(
-                    {
-                        "path": entry.path,
-                        "sha256": hashlib.sha256(data).hexdigest(),
-                        "data_b64": b64encode(data).decode(),
-                    }
-                )
-        except ChunkRefused as e:
-            log.warning("checkpoint.refused lease=%s seq=%d: %s", lease, seq, e)
-            continue
+            manifest = signed.verified(signers)
         except ValueError as e:
-            if isinstance(e, TooLargeToServe):
-                raise
             log.warning("checkpoint.refused lease=%s seq=%d: %s", lease, seq, e)
             continue
-        return manifest.node_key, manifest.seq / 1000, out
+        if manifest.size > FILES_ROUTE_LIMIT:
+            raise TooLargeToServe(
+                f"the latest checkpoint is {manifest.size} bytes, over the {FILES_ROUTE_LIMIT} one answer carries"
+            )
+        chunks: dict[str, str] = {}
+        for cid in manifest.chunk_ids():
+            sealed = store.chunk(lease, cid)
+            if sealed is None or hashlib.sha256(sealed).hexdigest() != cid:  # the id checks without the key
+                break
+            chunks[cid] = b64encode(sealed).decode()
+        else:
+            return signed, chunks
+        log.warning("checkpoint.refused lease=%s seq=%d: a chunk is missing or not its id", lease, seq)
     return None

@@ -93,7 +93,18 @@ class Coordinator:
         )
         settle = self.settlement.settle
         self.placement = Placement(pool, self.shared, view, chain_writer)
-        self.dispatch = Dispatch(pool, self.shared, self.gateway, cluster_port=settings.cluster_port)
+        self.checkpoints = CheckpointStore(
+            blob_store(
+                settings.checkpoint_dir or settings.state_dir / "checkpoints",
+                settings.checkpoint_s3_bucket,
+                settings.checkpoint_s3_endpoint,
+                settings.checkpoint_s3_prefix,
+            ),
+            quota_bytes=settings.checkpoint_quota_bytes,
+        )
+        self.dispatch = Dispatch(
+            pool, self.shared, self.gateway, cluster_port=settings.cluster_port, checkpoints=self.checkpoints
+        )
         self.failover = Failover(
             settings, pool, self.chain, self.shared, view, self.fleet, self.outages, chain_writer, settle
         )
@@ -120,14 +131,6 @@ class Coordinator:
             self.verification,
         )
         self.indexer = Indexer(settings, pool)
-        self.checkpoints = CheckpointStore(
-            blob_store(
-                settings.checkpoint_dir or settings.state_dir / "checkpoints",
-                settings.checkpoint_s3_bucket,
-                settings.checkpoint_s3_endpoint,
-                settings.checkpoint_s3_prefix,
-            )
-        )
         self._tasks: list[asyncio.Task[Any]] = []
 
     async def start(self) -> Coordinator:
@@ -173,6 +176,11 @@ class Coordinator:
         """Whether a node may use the lease's checkpoint store: it holds a share of the running lease."""
         async with self.pool.acquire() as conn:
             return await jobs.holds_share(conn, lease, node_key)
+
+    async def checkpoint_signers(self, lease: str) -> list[str]:
+        """The node keys that hold or held a share of the lease: the only signers its checkpoints may have."""
+        async with self.pool.acquire() as conn:
+            return await jobs.lease_node_keys(conn, lease)
 
     async def _config(self) -> Any:
         """The protocol configuration; waits (saying so) while the cluster is not initialised yet."""

@@ -147,6 +147,12 @@ class Settings(BaseSettings):
     checkpoint_retention_seconds: float = Field(
         default=86_400.0, ge=0, description="a lease's stored checkpoints are deleted this long after it ended"
     )
+    checkpoint_quota_bytes: int = Field(
+        default=64 * 2**30,
+        ge=1,
+        description="the most a lease's stored checkpoint chunks may take (older checkpoints' chunks are deleted "
+        "as newer ones come)",
+    )
 
     # --- GPU verification (gpunet.verification; README, "Verified supply")
     verify_every_seconds: float = Field(

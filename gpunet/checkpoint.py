@@ -7,23 +7,30 @@ and a manifest signed by the node key, moved over HTTP through the coordinator's
   bytes, is stable: an upload cut off halfway, or redone after an agent restart, sends only the
   chunks the store lacks, and a later checkpoint only the chunks that changed. Equal chunks of one
   lease are visible as equal; nothing else of the plaintext is.
-- The lease's key is HKDF-SHA256 over the client's Ed25519 signature of the lease's job 1
-  (`job_message`; deterministic, so the client's wallet derives it again at will) with the lease
-  as salt. Who can derive it: the client, the lease's nodes (their dispatch carries that
-  signature) and the coordinator (it verified and keeps it). The store (the coordinator's disk or
-  an object store) holds ciphertext only.
+- The lease's key is the client's: HKDF-SHA256 over the client wallet's secret key with the lease
+  as salt (`lease_key`), computed on the client's machine from nothing it ever sends, so the
+  client derives it again at will (`gpunet lease files` decrypts with it). The client seals it to
+  each node the lease is placed on, as it seals a job's secrets (`seal_key`, gpunet.secrets), and
+  seals it again to the node a failover moves the lease to (`gpunet lease status`); the node
+  opens it with its node key (`open_key`). Who holds it: the client and the lease's nodes. The
+  coordinator relays the sealed key and the store (the coordinator's disk or an object store)
+  holds ciphertext only: neither can derive it.
 - The manifest (files -> chunk ids and sizes, the node, the lease, a sequence number) is signed by
-  the node key; a restore checks the signature, each chunk's id and each chunk's GCM tag, and a
-  manifest that fails any of them is refused (the previous one is used).
+  the node key; the store keeps it only from a node of the lease, and a restore checks the
+  signature, that the signer holds or held a share of the lease (no other node key may plant a
+  checkpoint), each chunk's id and each chunk's GCM tag: a manifest that fails any of them is
+  refused (the previous one is used).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import hmac
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Annotated
 
@@ -36,6 +43,7 @@ from solders.pubkey import Pubkey
 from solders.signature import Signature
 
 from gpunet.errors import GpunetError
+from gpunet.secrets import SecretError, open_sealed, seal
 
 __all__ = [
     "AT_HEADER",
@@ -48,9 +56,12 @@ __all__ = [
     "SignedManifest",
     "chunk_id",
     "lease_key",
+    "open_checkpoint",
     "open_chunk",
+    "open_key",
     "request_message",
     "seal_chunk",
+    "seal_key",
     "sign_manifest",
 ]
 
@@ -66,12 +77,36 @@ class ChunkRefused(GpunetError, ValueError):
     """A chunk whose bytes are not its id, or that does not open under the lease's key."""
 
 
-def lease_key(lease: str, seed_signature: str) -> bytes:
-    """The lease's 32-byte checkpoint key (see the module's note for who can derive it)."""
+KEY_BYTES = 32
+
+
+def lease_key(client: Keypair, lease: str) -> bytes:
+    """The lease's 32-byte checkpoint key, derived by its client from the wallet's secret key (see
+    the module's note): deterministic, so any of the client's machines with the wallet has it."""
     hkdf = HKDF(
-        algorithm=hashes.SHA256(), length=32, salt=bytes(Pubkey.from_string(lease)), info=b"gpunet-checkpoint-v1"
+        algorithm=hashes.SHA256(),
+        length=KEY_BYTES,
+        salt=bytes(Pubkey.from_string(lease)),
+        info=b"gpunet-checkpoint-key-v2",
     )
-    return hkdf.derive(bytes(Signature.from_string(seed_signature)))
+    return hkdf.derive(bytes(client)[:32])
+
+
+def seal_key(node_key: Pubkey, key: bytes) -> str:
+    """The lease's checkpoint key sealed to one node's key (base64, as a job's secrets are sealed)."""
+    return seal(node_key, base64.b64encode(key).decode())
+
+
+def open_key(node: Keypair, sealed: str) -> bytes:
+    """The checkpoint key sealed to `node`, opened with its node key; SecretError for anything else."""
+    text = open_sealed(node, sealed)
+    try:
+        key = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        key = b""
+    if len(key) != KEY_BYTES:
+        raise SecretError("the sealed checkpoint key is not a 32-byte key")
+    return key
 
 
 def seal_chunk(key: bytes, lease: str, plain: bytes) -> bytes:
@@ -136,8 +171,13 @@ class SignedManifest(_Model):
     manifest: Manifest
     signature: str  # base58, the node key's over manifest.message()
 
-    def verified(self) -> Manifest:
-        """The manifest if its node key signed it (ValueError if not)."""
+    def verified(self, signers: Collection[str]) -> Manifest:
+        """The manifest if its node key signed it and is one of `signers`, the nodes that hold or
+        held a share of the lease (ValueError if not): no other node key may plant a checkpoint."""
+        if self.manifest.node_key not in signers:
+            raise ValueError(
+                f"checkpoint {self.manifest.seq}: signed by {self.manifest.node_key}, never a node of the lease"
+            )
         try:
             ok = Signature.from_string(self.signature).verify(
                 Pubkey.from_string(self.manifest.node_key), self.manifest.message()
@@ -169,3 +209,23 @@ def file_chunks(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
     with path.open("rb") as f:
         while block := f.read(chunk_bytes):
             yield block
+
+
+def open_checkpoint(
+    key: bytes, signed: SignedManifest, sealed: dict[str, bytes], signers: Collection[str]
+) -> list[tuple[str, bytes]]:
+    """A checkpoint's files (path, plaintext) from its signed manifest and its sealed chunks, each
+    checked (the signer, every chunk's id and tag, every file's size): ChunkRefused or ValueError if not."""
+    manifest = signed.verified(signers)
+    out = []
+    for entry in manifest.files:
+        parts = []
+        for cid in entry.chunks:
+            if cid not in sealed:
+                raise ChunkRefused(f"chunk {cid[:16]}… of {entry.path} is missing")
+            parts.append(open_chunk(key, manifest.lease, cid, sealed[cid]))
+        data = b"".join(parts)
+        if len(data) != entry.size:
+            raise ValueError(f"{entry.path}: {len(data)} bytes, the manifest says {entry.size}")
+        out.append((entry.path, data))
+    return out

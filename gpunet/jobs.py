@@ -4,9 +4,13 @@ gpunet.protocol.sign_request); and the operator's one signed call (`resume_slash
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
 import json
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
@@ -14,6 +18,7 @@ import httpx
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
+from gpunet.checkpoint import SignedManifest, lease_key, open_checkpoint, seal_key
 from gpunet.errors import GpunetError
 from gpunet.protocol import (
     CheckpointFile,
@@ -26,6 +31,7 @@ from gpunet.secrets import seal_all
 
 __all__ = [
     "CoordinatorError",
+    "LeaseFile",
     "job_logs",
     "job_view",
     "lease_files",
@@ -33,10 +39,27 @@ __all__ = [
     "node_verifications",
     "quote",
     "resume_slashing",
+    "seal_missing_checkpoint_key",
     "seal_missing_secrets",
+    "submit_checkpoint_key",
     "submit_job",
     "submit_secrets",
 ]
+
+
+@dataclass(frozen=True)
+class LeaseFile:
+    """One file of a lease's checkpoint, as `lease_files` got it."""
+
+    path: str
+    sha256: str
+    data: bytes
+
+    def content(self) -> bytes:
+        """The file's bytes, checked against its sha256 (ValueError when they differ)."""
+        if hashlib.sha256(self.data).hexdigest() != self.sha256:
+            raise ValueError(f"checkpoint file {self.path}: content does not match its sha256")
+        return self.data
 
 
 class CoordinatorError(GpunetError):
@@ -110,7 +133,9 @@ async def submit_job(
     job_number: int | None = None,
 ) -> Any:
     """Signs the job with the client's wallet and gives it to the lease as its job `job_number`
-    (default: the next one). The coordinator takes it once the lease's current job has ended."""
+    (default: the next one). The coordinator takes it once the lease's current job has ended.
+    Then seal the lease's checkpoint key to its nodes (`seal_missing_checkpoint_key`, again after
+    a failover), or its checkpoints stay on the node that wrote them."""
     number = job_number or await next_job_number(coordinator_url, client, lease)
     signature = client.sign_message(job_message(lease, spec, gpus_per_node, number))
     body = {
@@ -146,17 +171,26 @@ async def job_logs(
             return
 
 
-async def lease_files(
-    coordinator_url: str, client: Keypair, lease: Pubkey
-) -> tuple[dict[str, Any], list[CheckpointFile]]:
+async def lease_files(coordinator_url: str, client: Keypair, lease: Pubkey) -> tuple[dict[str, Any], list[LeaseFile]]:
     """The lease's latest checkpoint as the coordinator keeps it: ({lease, node_key, received_at}, its
     files, each checked against its sha256 when read with .content()). A GET signed with the lease
     client's wallet (fresh each call); anyone else is refused (401)."""
     body = await _signed_call("GET", f"{coordinator_url.rstrip('/')}/leases/{lease}/files", client)
     try:
-        files = [CheckpointFile.model_validate(f) for f in body["files"]]
-    except (KeyError, TypeError, ValueError) as e:
-        raise CoordinatorError(f"the coordinator's answer is not a checkpoint: {e}") from None
+        if body.get("sealed"):  # from the checkpoint store: opened here, with the lease's key
+            signed = SignedManifest.model_validate(body["sealed"]["manifest"])
+            chunks = {cid: base64.b64decode(data, validate=True) for cid, data in body["sealed"]["chunks"].items()}
+            # the coordinator picked a manifest signed by a node of the lease; what proves the
+            # content is the lease's key, which opens only what the client or its nodes sealed
+            opened = open_checkpoint(lease_key(client, str(lease)), signed, chunks, {signed.manifest.node_key})
+            files = [LeaseFile(path, hashlib.sha256(data).hexdigest(), data) for path, data in opened]
+        else:  # a small one sent through the gateway
+            files = [
+                LeaseFile(f.path, f.sha256, base64.b64decode(f.data_b64))
+                for f in (CheckpointFile.model_validate(raw) for raw in body["files"])
+            ]
+    except (KeyError, TypeError, ValueError, binascii.Error) as e:
+        raise CoordinatorError(f"the coordinator's answer is not a checkpoint of this lease: {e}") from None
     return {k: body.get(k) for k in ("lease", "node_key", "received_at")}, files
 
 
@@ -231,3 +265,30 @@ async def resume_slashing(coordinator_url: str, attester: Keypair, region: str |
 async def node_verifications(coordinator_url: str, node: Pubkey) -> Any:
     """A node's GPU verification challenges and verdicts (by node account or node key), newest first."""
     return await _call("GET", f"{coordinator_url.rstrip('/')}/nodes/{node}/verifications")
+
+
+async def submit_checkpoint_key(coordinator_url: str, client: Keypair, lease: Pubkey, nodes: list[Pubkey]) -> Any:
+    """Seals the lease's checkpoint key (gpunet.checkpoint.lease_key, derived here from the client's
+    wallet) to each of `nodes` and gives the sealed keys to the coordinator, which keeps and relays
+    only them. A request signed with the client's wallet."""
+    key = lease_key(client, str(lease))
+    payload = {"nodes": {str(n): seal_key(n, key) for n in nodes}}
+    url = f"{coordinator_url.rstrip('/')}/leases/{lease}/checkpoint-key"
+    return await _signed_call("POST", url, client, None, payload)
+
+
+async def seal_missing_checkpoint_key(
+    coordinator_url: str, client: Keypair, lease: Pubkey, view: Any = None
+) -> list[str]:
+    """Seals the lease's checkpoint key to each node the lease is placed on that lacks it (its first
+    placement, or a node a failover moved it to: that node's job waits for it before it restores
+    the lease's checkpoint); the node keys sealed to now. `view`: a job view just read."""
+    view = view if view is not None else await job_view(coordinator_url, client, lease, tail=1)
+    placement = view.get("placement")
+    if not view.get("job") or not placement or placement.get("state") != "placed":
+        return []
+    sealed = set(view.get("checkpoint_key_sealed_to") or [])
+    missing = [k for k in placement.get("nodes") or [] if k not in sealed]
+    if missing:
+        await submit_checkpoint_key(coordinator_url, client, lease, [Pubkey.from_string(k) for k in missing])
+    return missing

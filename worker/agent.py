@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from solders.keypair import Keypair
 
-from gpunet.checkpoint import lease_key
+from gpunet.checkpoint import open_key
 from gpunet.protocol import (
     PROTOCOL_VERSION,
     Ack,
@@ -121,6 +121,7 @@ class _Share:
     released: bool = False  # cancelled: no longer billed; the GPUs are free once the job has stopped
     checkpoint_seen: tuple = ()  # fingerprint of the checkpoint last sent to the coordinator
     upload: asyncio.Task[None] | None = None  # a checkpoint on its way to the checkpoint store
+    chunk_ids: dict[tuple[str, int, int], list[str]] = field(default_factory=dict)  # of files sealed before
     successor: Dispatch | None = None  # a newer assignment of the lease, taken once this share's job stopped
 
     @property
@@ -328,9 +329,14 @@ class Agent:
             share.dispatch, share.runner, share.task = d, None, None
             if not d.job_ended:
                 self._start_job(share)
-        elif share.runner is None and share.task is None and not d.job_ended and d.secrets:
-            share.dispatch = d  # the job waited for its secrets: this dispatch brings them
+        elif share.runner is None and share.task is None and not d.job_ended and (d.secrets or d.checkpoint_key):
+            share.dispatch = d  # the job waited for its secrets or checkpoint key: this dispatch may bring them
             self._start_job(share)
+        elif d.checkpoint_key is not None and d.checkpoint_key != share.dispatch.checkpoint_key:
+            # the key came while the job runs: its checkpoints go to the store from now on
+            share.dispatch = share.dispatch.model_copy(
+                update={"checkpoint_key": d.checkpoint_key, "checkpoint_signers": d.checkpoint_signers}
+            )
         # else a repeated dispatch (e.g. after a reconnect): never a second copy of the job
         self.session.send(Ack(simulated=self.simulated, of="dispatch", lease=d.lease))
 
@@ -429,6 +435,8 @@ class Agent:
         secrets = self._secrets(d) if d.job.secrets else {}
         if secrets is None:
             return  # a dispatch with the secrets starts it
+        if self._waits_for_checkpoint_key(d):
+            return  # a dispatch with the key starts it
         if secrets:  # into the job's environment only (the share keeps the sealed dispatch)
             d = d.model_copy(update={"job": d.job.model_copy(update={"env": d.job.env | secrets})})
         runner = JobRunner(
@@ -445,14 +453,53 @@ class Agent:
         log.info("job.started lease=%s job=%d", d.lease, d.job_number)
 
     def _uses_store(self, dispatch: Dispatch) -> bool:
-        return self.settings.api_url is not None and dispatch.checkpoint_seed is not None
+        """Checkpoints go through the coordinator's checkpoint store (once the lease's key is sealed
+        to this node; until then they stay here), not through the gateway."""
+        return self.settings.api_url is not None
+
+    def _checkpoint_key(self, dispatch: Dispatch) -> bytes | None:
+        """The lease's checkpoint key the client sealed to this node, opened with the node key; None
+        when none is sealed to it (yet), or what is does not open."""
+        if dispatch.checkpoint_key is None:
+            return None
+        try:
+            return open_key(self.node, dispatch.checkpoint_key)
+        except SecretError as e:
+            log.warning("checkpoint.key_refused lease=%s error=%s", dispatch.lease, e)
+            return None
+
+    def _waits_for_checkpoint_key(self, d: Dispatch) -> bool:
+        """The store holds a checkpoint of the lease and this node has no key to open it: the job
+        waits (telling the coordinator why) rather than start over; the key's dispatch starts it."""
+        if not self._uses_store(d) or not d.checkpoint_stored or self._checkpoint_key(d) is not None:
+            return False
+        self.session.send(
+            JobStatus(
+                simulated=self.simulated,
+                lease=d.lease,
+                job_number=d.job_number,
+                state="waiting_secrets",
+                detail="waiting for the client's checkpoint key sealed to this node (to restore its checkpoint)",
+                epoch=d.epoch,
+            )
+        )
+        log.info("job.waiting_checkpoint_key lease=%s job=%d", d.lease, d.job_number)
+        return True
 
     def _store(self, lease: str, dispatch: Dispatch) -> CheckpointStoreClient | None:
-        """The lease's checkpoint store, when the coordinator's API is known and the dispatch carries the key's seed."""
-        if self.settings.api_url is None or dispatch.checkpoint_seed is None:
+        """The lease's checkpoint store, when the coordinator's API is known and the lease's key is
+        sealed to this node."""
+        key = self._checkpoint_key(dispatch) if self.settings.api_url is not None else None
+        if self.settings.api_url is None or key is None:
             return None
+        share = self.shares.get(lease)
         return CheckpointStoreClient(
-            self.settings.api_url, self.node, lease, lease_key(lease, dispatch.checkpoint_seed)
+            self.settings.api_url,
+            self.node,
+            lease,
+            key,
+            signers=set(dispatch.checkpoint_signers),
+            known=share.chunk_ids if share is not None else None,
         )
 
     async def _restore_from_store(self, lease: str, share: _Share, runner: JobRunner) -> None:
@@ -474,11 +521,16 @@ class Agent:
                     log.warning("checkpoint.refused lease=%s %s", lease, refused)
                 if stats.seq:
                     log.info(
-                        "checkpoint.restored lease=%s seq=%d files=%d bytes=%d",
+                        "checkpoint.restored lease=%s seq=%d files=%d bytes=%d seconds=%.3f open=%.3f hash=%.3f "
+                        "transfer=%.3f",
                         lease,
                         stats.seq,
                         stats.files,
                         stats.bytes,
+                        stats.seconds,
+                        stats.seconds_open,
+                        stats.seconds_hash,
+                        stats.seconds_transfer,
                     )
                     # what was restored is not sent back
                     share.checkpoint_seen = fingerprint(runner.dirs.checkpoint)

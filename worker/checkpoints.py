@@ -115,6 +115,7 @@ class RestoreStats:
     files: int = 0
     bytes: int = 0
     refused: list[str] = field(default_factory=list)  # manifests skipped, with why
+    seconds: float = 0.0  # the whole restore
     seconds_open: float = 0.0  # GCM open (decryption and tag)
     seconds_hash: float = 0.0
     seconds_transfer: float = 0.0
@@ -131,6 +132,8 @@ class CheckpointStoreClient:
         lease: str,
         key: bytes,
         *,
+        signers: set[str],
+        known: dict[tuple[str, int, int], list[str]] | None = None,
         timeout: float = 120.0,
         chunk_bytes: int = CHUNK_BYTES,
     ) -> None:
@@ -141,6 +144,10 @@ class CheckpointStoreClient:
             key,
             chunk_bytes,
         )
+        self.signers = signers  # the nodes that hold or held a share of the lease: a restore takes their manifests only
+        # (path, size, mtime) -> chunk ids, kept by the caller between uploads: an unchanged file is
+        # not sealed again just to learn its ids (a changed one has another mtime)
+        self.known = {} if known is None else known
         self.http = httpx.Client(timeout=timeout)
         self.base = f"/leases/{lease}/checkpoint"
 
@@ -169,6 +176,17 @@ class CheckpointStoreClient:
         entries: list[FileEntry] = []
         self._where: dict[str, tuple[Path, int]] = {}
         for p in _files(directory):
+            rel = str(p.relative_to(directory))
+            try:
+                st = p.stat()
+            except FileNotFoundError:
+                continue
+            seen = (rel, st.st_size, st.st_mtime_ns)
+            if seen in self.known:  # sealed before, unchanged since (a send checks each chunk's id again)
+                for i, cid in enumerate(self.known[seen]):
+                    self._where.setdefault(cid, (p, i))
+                entries.append(FileEntry(path=rel, size=st.st_size, chunks=self.known[seen]))
+                continue
             ids, size = [], 0
             try:
                 for i, plain in enumerate(file_chunks(p, self.chunk_bytes)):
@@ -183,7 +201,11 @@ class CheckpointStoreClient:
                     size += len(plain)
             except FileNotFoundError:
                 continue
-            entries.append(FileEntry(path=str(p.relative_to(directory)), size=size, chunks=ids))
+            if size == st.st_size:
+                for old in [k for k in self.known if k[0] == rel]:
+                    del self.known[old]
+                self.known[seen] = ids
+            entries.append(FileEntry(path=rel, size=size, chunks=ids))
         return entries
 
     def upload(self, directory: Path, seq: int | None = None) -> UploadStats:
@@ -229,30 +251,38 @@ class CheckpointStoreClient:
         return stats
 
     def restore(self, directory: Path) -> RestoreStats:
-        """Writes the newest checkpoint that checks out (manifest signature, every chunk's id and tag)
+        """Writes the newest checkpoint that checks out (manifest signature by a node that holds or held
+        a share of the lease, every chunk's id and tag)
         into an empty directory; one that does not is skipped for the one before. Nothing is written
         into a non-empty directory (it is this node's own, newer state), nor for an unchecked file."""
         stats = RestoreStats()
         if _files(directory):
             return stats
+        started = time.perf_counter()
+        try:
+            self._restore_newest(directory, stats)
+        finally:
+            stats.seconds = time.perf_counter() - started
+        return stats
+
+    def _restore_newest(self, directory: Path, stats: RestoreStats) -> None:
         t = time.perf_counter()
         seqs = self._request("GET", f"{self.base}/manifests").json()["seqs"]
         stats.seconds_transfer += time.perf_counter() - t
         for seq in seqs:
             try:
                 self._restore_one(directory, seq, stats)
-                return stats
+                return
             except (ValueError, StoreError) as e:
                 stats.refused.append(f"checkpoint {seq}: {e}")
                 for p in _files(directory):  # nothing of a refused checkpoint stays
                     p.unlink()
-        return stats
 
     def _restore_one(self, directory: Path, seq: int, stats: RestoreStats) -> None:
         r = self._request("GET", f"{self.base}/manifests/{seq}")
         if r.status_code == 404:
             raise StoreError("gone")
-        manifest = SignedManifest.model_validate_json(r.content).verified()
+        manifest = SignedManifest.model_validate_json(r.content).verified(self.signers)
         if manifest.lease != self.lease:
             raise ValueError(f"the manifest is of lease {manifest.lease}")
         staging = directory.with_name(directory.name + ".restoring")

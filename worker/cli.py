@@ -120,8 +120,9 @@ def run(
     api: str = typer.Option(
         None,
         "--api",
-        help="The coordinator's API (http:// or https://): checkpoints of any size go to its checkpoint store "
-        "(GPUNET_WORKER_API_URL); without it only checkpoints up to 512 KiB move between nodes.",
+        help="The coordinator's API (http:// or https://): checkpoints of any size go to its checkpoint store, "
+        "encrypted under the lease's key the client seals to this node (GPUNET_WORKER_API_URL); without it only "
+        "checkpoints up to 512 KiB move between nodes.",
     ),
     allow_host_jobs: bool = typer.Option(
         None,

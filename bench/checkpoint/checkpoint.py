@@ -4,23 +4,26 @@ this process's thread; the node's side, worker.checkpoints.CheckpointStoreClient
 thread), with random data (incompressible, every chunk new).
 
 Per size: the first upload (every chunk sealed twice: once for its id, once as it is sent), an
-upload of the same directory again (nothing sent: the ids only), an upload after 1% of the data
-changed (one chunk), and a restore into an empty directory on "another node" (every chunk's id
-and GCM tag checked); throughput in MiB/s of checkpoint data and the share of the time in
-encryption (AES-256-GCM and the nonce's HMAC), hashing (SHA-256 ids) and transfer (HTTP, with
-the store's writes/reads and the server's checks).
+upload of the same directory again (nothing sealed or sent: the node remembers the ids of the files
+it sealed, by path, size and mtime, as the agent does), an upload after 1% of the data changed (the
+changed file sealed again for its ids, one chunk sent), and a restore into an empty directory on
+"another node" (every chunk's id and GCM tag checked); throughput in MiB/s of checkpoint data and
+the share of the time in encryption (AES-256-GCM and the nonce's HMAC), hashing (SHA-256 ids) and
+transfer (HTTP, with the store's writes/reads and the server's checks).
 
     .venv/bin/python bench/checkpoint/checkpoint.py [--mib 256,2048] [--dir /tmp]
 
-Figures (2 shared CPU cores, another three engineers' work on them; the server shares the
-client's process and GIL, so "transfer" includes the server's SHA-256 check, fsync and write):
+Figures (2 shared CPU cores, other helpers' work on them; the server shares the client's process
+and GIL, so "transfer" includes the server's streaming to a staging file, SHA-256 check and fsync):
 
-    size      first upload         unchanged (ids only)  1% changed            restore
-    256 MiB   2.9 s   89 MiB/s     0.43 s  594 MiB/s     0.56 s  459 MiB/s     1.6 s  158 MiB/s
-    2 GiB     19.5 s  105 MiB/s    3.4 s   602 MiB/s     4.3 s   475 MiB/s     11.3 s 181 MiB/s
+    size      first upload         unchanged             1% changed            restore
+    256 MiB   2.5 s   103 MiB/s    0.004 s (a stat)      0.63 s  409 MiB/s     2.0 s  129 MiB/s
+    2 GiB     24.2 s  85 MiB/s     0.01 s                5.7 s   358 MiB/s     10.9 s 188 MiB/s
 
-    first upload: encryption 19-24%, hashing 5-6%, transfer 62-66%, other ~9%
-    restore:      decryption 16-20%, hashing 10-11%, transfer 26-27%, other (writing the files) 43-48%
+    first upload: encryption 21-32%, hashing 6-7%, transfer 49-62%, other 11-13%
+    restore:      decryption 16-20%, hashing 11-13%, transfer 31-37%, other (writing the files) 30-42%
+
+Failover with a 256 MiB checkpoint, real processes: bench/checkpoint/failover.py.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from gpunet.checkpoint import CHUNK_BYTES, lease_key
 from worker.checkpoints import CheckpointStoreClient
 
 LEASE = str(Keypair().pubkey())
-SEED = str(Keypair().sign_message(b"job 1"))
+CLIENT = Keypair()  # the lease's client, whose wallet the key derives from
 MiB = 1 << 20
 
 
@@ -53,12 +56,18 @@ def serve(root: Path, nodes: set[str]) -> tuple[uvicorn.Server, threading.Thread
     async def authorize(lease: str, node: str) -> bool:
         return lease == LEASE and node in nodes
 
+    async def signers(lease: str) -> list[str]:
+        return sorted(nodes)
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     server = uvicorn.Server(
         uvicorn.Config(
-            Starlette(routes=checkpoint_routes(store, authorize)), host="127.0.0.1", port=port, log_level="warning"
+            Starlette(routes=checkpoint_routes(store, authorize, signers)),
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
         )
     )
     thread = threading.Thread(target=server.run, daemon=True)
@@ -68,10 +77,10 @@ def serve(root: Path, nodes: set[str]) -> tuple[uvicorn.Server, threading.Thread
     return server, thread, f"http://127.0.0.1:{port}"
 
 
-def shares(total: float, seal: float, hashing: float, transfer: float) -> str:
+def shares(total: float, seal: float, hashing: float, transfer: float, crypto: str = "encryption") -> str:
     rest = max(0.0, total - seal - hashing - transfer)
     return (
-        f"encryption {100 * seal / total:4.1f}%  hashing {100 * hashing / total:4.1f}%  "
+        f"{crypto} {100 * seal / total:4.1f}%  hashing {100 * hashing / total:4.1f}%  "
         f"transfer {100 * transfer / total:4.1f}%  other {100 * rest / total:4.1f}%"
     )
 
@@ -86,9 +95,10 @@ def run(mib: int, base: Path) -> None:
         with (src / "model.bin").open("wb") as f:
             for _ in range(mib):
                 f.write(os.urandom(MiB))
-        key = lease_key(LEASE, SEED)
+        key = lease_key(CLIENT, LEASE)
+        signers = {str(old.pubkey()), str(new.pubkey())}
         print(f"\n{mib} MiB checkpoint, {CHUNK_BYTES // MiB} MiB chunks ({-(-mib * MiB // CHUNK_BYTES)} chunks)")
-        with CheckpointStoreClient(url, old, LEASE, key) as up:
+        with CheckpointStoreClient(url, old, LEASE, key, signers=signers) as up:
             t = time.perf_counter()
             first = up.upload(src)
             total = time.perf_counter() - t
@@ -113,14 +123,14 @@ def run(mib: int, base: Path) -> None:
                 f"  upload, 1% changed:  {total:7.2f} s  {mib / total:7.1f} MiB/s  sent {changed.sent_chunks} chunks  "
                 + shares(total, changed.seconds_seal, changed.seconds_hash, changed.seconds_transfer)
             )
-        with CheckpointStoreClient(url, new, LEASE, key) as down:
+        with CheckpointStoreClient(url, new, LEASE, key, signers=signers) as down:
             t = time.perf_counter()
             got = down.restore(work / "dst")
             total = time.perf_counter() - t
             assert got.seq == changed.seq and not got.refused, got
             print(
                 f"  restore:             {total:7.2f} s  {mib / total:7.1f} MiB/s  "
-                + shares(total, got.seconds_open, got.seconds_hash, got.seconds_transfer)
+                + shares(total, got.seconds_open, got.seconds_hash, got.seconds_transfer, crypto="decryption")
             )
         server.should_exit = True
         thread.join(10)

@@ -69,13 +69,16 @@ class Deployment:
         client = await self.market.client(1_000_000 * IO)
         self.client, self.client_tokens = client.wallet, client.tokens
 
-    async def add_nodes(self, count: int, gpus: int) -> None:
+    async def add_nodes(self, count: int, gpus: int, *, store: bool = False) -> None:
+        """`count` registered nodes with running workers; with `store`, they use the coordinator's
+        checkpoint store (worker --api)."""
         for _ in range(count):
             name = f"n{len(self.nodes)}"
             s = await self.market.supplier(gpus, PRICE, 500 * IO)
             keyfile = self.workdir / f"node-{name}.json"
             create_keypair_file(keyfile, s.node_key)
-            worker = WorkerProcess(self.workdir, name, keyfile, f"H100:{gpus}:80", self.coordinator.gateway_url)
+            api = self.coordinator.api_url if store else None
+            worker = WorkerProcess(self.workdir, name, keyfile, f"H100:{gpus}:80", self.coordinator.gateway_url, api)
             worker.start()
             self.nodes.append(Node(name, s.wallet, s.node_key, worker))
         await until(lambda: self.online(len(self.nodes)), 120, "the workers online")

@@ -15,6 +15,7 @@ _KEY = {"name": "key", "in": "path", "required": True, "schema": PUBKEY_SCHEMA}
 _WHY = {
     400: "a bad parameter or body (the message says which and why)",
     401: "not signed by whom it must be",
+    403: "signed by a node that holds no share of the lease now",
     404: "not found (or no such route on this server)",
     409: "refused in the current state",
     413: "too large",
@@ -49,6 +50,87 @@ def _op(
         "summary": summary,
         "parameters": parameters,
         "responses": {str(status): ok, **_errors(400, 404, *errors)},
+    }
+
+
+def _checkpoint_paths(paths: dict[str, Any]) -> None:
+    """The checkpoint store's routes, for the lease's nodes (coordinator.checkpoints.checkpoint_routes)."""
+    from gpunet.checkpoint import AT_HEADER, NODE_HEADER, SIGNATURE_HEADER
+
+    signed = [
+        {"name": NODE_HEADER, "in": "header", "required": True, "schema": PUBKEY_SCHEMA},
+        {"name": AT_HEADER, "in": "header", "required": True, "schema": {"type": "string"}},
+        {"name": SIGNATURE_HEADER, "in": "header", "required": True, "schema": SIGNATURE_SCHEMA},
+    ]
+    how = (
+        f"For the lease's nodes only: signed by a node key that holds a share of the lease now ({NODE_HEADER}, "
+        f"{AT_HEADER} in unix milliseconds within 120 s, {SIGNATURE_HEADER} over "
+        "gpunet.checkpoint.request_message: method, path, time and the body's SHA-256)."
+    )
+    chunk = {"name": "id", "in": "path", "required": True, "schema": {"type": "string", "pattern": "^[0-9a-f]{64}$"}}
+    seq = {"name": "seq", "in": "path", "required": True, "schema": {"type": "string", "pattern": "^[0-9]+$"}}
+    octets = {"description": "bytes", "content": {"application/octet-stream": {"schema": {"type": "string"}}}}
+    base = "/leases/{key}/checkpoint"
+    paths[base + "/chunks/{id}"] = {
+        "put": {
+            **_op(
+                f"Store one sealed chunk (the body; its SHA-256 is its id), streamed to the store. {how}",
+                [_KEY, chunk, *signed],
+                _json("stored", schemas.CHUNK_STORED),
+                401,
+                403,
+                413,
+                status=201,
+            ),
+            "requestBody": {"required": True, "content": {"application/octet-stream": {"schema": {"type": "string"}}}},
+        },
+        "get": _op(f"One sealed chunk of the lease, streamed. {how}", [_KEY, chunk, *signed], octets, 401, 403),
+    }
+    paths[base + "/missing"] = {
+        "post": {
+            **_op(
+                f"Of the chunks a signed manifest (the body) names, those not in the store yet. {how}",
+                [_KEY, *signed],
+                _json("the chunks to send", schemas.CHUNKS_MISSING),
+                401,
+                403,
+                413,
+            ),
+            "requestBody": {"required": True, "content": {"application/json": {"schema": schemas.SIGNED_MANIFEST}}},
+        }
+    }
+    paths[base + "/manifests"] = {
+        "get": _op(
+            f"The lease's stored checkpoints (manifest sequence numbers), newest first. {how}",
+            [_KEY, *signed],
+            _json("ok", schemas.MANIFEST_SEQS),
+            401,
+            403,
+        )
+    }
+    paths[base + "/manifests/{seq}"] = {
+        "put": {
+            **_op(
+                "Store a checkpoint's manifest, signed by the node sending it, once every chunk it names is in the "
+                f"store (409 if not, or if its signer never held a share of the lease). {how}",
+                [_KEY, seq, *signed],
+                _json("stored", schemas.MANIFEST_STORED),
+                401,
+                403,
+                409,
+                413,
+                status=201,
+            ),
+            "requestBody": {"required": True, "content": {"application/json": {"schema": schemas.SIGNED_MANIFEST}}},
+        },
+        "get": _op(
+            "One stored manifest (409: its signer never held a share of the lease, it is not served). " + how,
+            [_KEY, seq, *signed],
+            _json("the signed manifest", schemas.SIGNED_MANIFEST),
+            401,
+            403,
+            409,
+        ),
     }
 
 
@@ -219,6 +301,39 @@ def openapi_document() -> dict[str, Any]:
             },
         }
     }
+    paths["/leases/{key}/checkpoint-key"] = {
+        "post": {
+            "summary": "The lease's client gives the lease's checkpoint key (derived from its wallet, "
+            "gpunet.checkpoint.lease_key), sealed to each node's key as secrets are; the coordinator keeps and "
+            "relays only the ciphertext, and the nodes get the job again with it (a node that takes a share over "
+            "after a failover waits for it before it restores the lease's checkpoint). Only by the lease's client, "
+            f"as {how}.",
+            "parameters": [_KEY, *signed],
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {
+                        "schema": {
+                            "type": "object",
+                            "required": ["nodes"],
+                            "properties": {
+                                "nodes": {
+                                    "type": "object",
+                                    "description": "node key -> base64 sealed box of the key",
+                                    "additionalProperties": {"type": "string"},
+                                },
+                            },
+                        }
+                    }
+                },
+            },
+            "responses": {
+                "201": _json("kept and relayed", schemas.CHECKPOINT_KEY_ACCEPTED),
+                **_errors(400, 401, 404, 413),
+            },
+        }
+    }
+    _checkpoint_paths(paths)
     paths["/quote"] = {
         "get": _op(
             "Which nodes a lease would get now, at what burn rate, or why none; the matching nodes (price, region, "

@@ -353,6 +353,11 @@ JOB_VIEW = _object(
             "items": _KEY,
             "description": "the nodes the client sealed the current job's secrets to (only ciphertext is kept)",
         },
+        "checkpoint_key_sealed_to": {
+            "type": "array",
+            "items": _KEY,
+            "description": "the nodes the client sealed the lease's checkpoint key to (only ciphertext is kept)",
+        },
         "logs": {
             "type": "array",
             "items": _object(
@@ -384,6 +389,39 @@ JOB_VIEW = _object(
 JOB_ACCEPTED = _object({"lease": _KEY, "job_number": _INT, "accepted": {"type": "boolean", "enum": [True]}})
 
 SECRETS_ACCEPTED = _object({"lease": _KEY, "job_number": _INT, "sealed_to": {"type": "array", "items": _KEY}})
+
+CHECKPOINT_KEY_ACCEPTED = _object({"lease": _KEY, "sealed_to": {"type": "array", "items": _KEY}})
+
+_CHUNK_ID = {**_HEX, "minLength": 64, "maxLength": 64, "description": "SHA-256 of the sealed chunk"}
+
+SIGNED_MANIFEST = _object(
+    {
+        "manifest": _object(
+            {
+                "lease": _KEY,
+                "node_key": _KEY,
+                "seq": {"type": "integer", "minimum": 1, "description": "unix milliseconds when it was taken"},
+                "chunk_bytes": {"type": "integer", "minimum": 1},
+                "files": {
+                    "type": "array",
+                    "items": _object(
+                        {
+                            "path": _TEXT,
+                            "size": {"type": "integer", "minimum": 0},
+                            "chunks": {"type": "array", "items": _CHUNK_ID},
+                        }
+                    ),
+                },
+            }
+        ),
+        "signature": {"type": "string", "description": "the node key's, over gpunet.checkpoint.Manifest.message()"},
+    }
+)
+
+CHUNK_STORED = _object({"id": _CHUNK_ID, "stored": {"type": "boolean", "enum": [True]}})
+CHUNKS_MISSING = _object({"missing": {"type": "array", "items": _CHUNK_ID}})
+MANIFEST_SEQS = _object({"seqs": {"type": "array", "items": _INT, "description": "newest first"}})
+MANIFEST_STORED = _object({"seq": _INT, "stored": {"type": "boolean", "enum": [True]}})
 
 _QUOTE_TERMS = _object(
     {
@@ -449,9 +487,25 @@ LEASE_FILES = _object(
         "received_at": _TIME,
         "files": {
             "type": "array",
+            "description": "a small checkpoint sent through the gateway, in the clear (empty when `sealed`)",
             "items": _object({"path": _TEXT, "sha256": {**_HEX, "minLength": 64, "maxLength": 64}, "data_b64": _TEXT}),
         },
-    }
+        "sealed": {
+            "description": "a checkpoint from the checkpoint store, sealed under the lease's key (which the "
+            "coordinator does not hold): the client opens it (gpunet.checkpoint.open_checkpoint)",
+            **_object(
+                {
+                    "manifest": SIGNED_MANIFEST,
+                    "chunks": {
+                        "type": "object",
+                        "description": "chunk id -> base64 sealed chunk",
+                        "additionalProperties": {"type": "string"},
+                    },
+                }
+            ),
+        },
+    },
+    optional=("sealed",),
 )
 
 WORKERS = _object(

@@ -1,11 +1,12 @@
 """The client API of a running coordinator: give a lease its jobs (numbered 1, 2, ..., one at a
 time, each signed by the lease's client), follow its placement, job status and logs, read its
-latest checkpoint, give its job's secrets sealed to its nodes, ask for a quote, and see the workers
-connected now (simulated ones say so). A lease's job view, logs, files and secrets are private: each
-request is signed (gpunet.protocol.request_message, headers X-Gpunet-Time-Ms, X-Gpunet-Wallet,
-X-Gpunet-Nonce, X-Gpunet-Signature, within 60 s and used once) by the lease's client (or, to read, by the supplier of
-a node the lease is on); anything else is 401 and shows nothing. Errors are JSON `{"error": message}` with a 4xx status,
-like the read API; a refused request changes nothing."""
+latest checkpoint, give its job's secrets and its checkpoint key sealed to its nodes, ask for a
+quote, and see the workers connected now (simulated ones say so). A lease's job view, logs, files,
+secrets and checkpoint key are private: each request is signed (gpunet.protocol.request_message,
+headers X-Gpunet-Time-Ms, X-Gpunet-Wallet, X-Gpunet-Nonce, X-Gpunet-Signature, within 60 s and used
+once) by the lease's client (or, to read, by the supplier of a node the lease is on); anything else
+is 401 and shows nothing. Errors are JSON `{"error": message}` with a 4xx status, like the read API;
+a refused request changes nothing."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from coordinator.api.params import BadRequest, Param, parse_pubkey, parse_query
-from coordinator.checkpoints import TooLargeToServe, checkpoint_routes, latest_files
+from coordinator.checkpoints import TooLargeToServe, checkpoint_routes, latest_sealed
 from coordinator.db import jobs
 from coordinator.db import leases as ledger
 from coordinator.db.connection import Connection
@@ -239,6 +240,7 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
                 return _error(404, f"no job or placement for lease {lease}")
             job, placement, statuses, logs, more = view
             sealed = await jobs.sealed_secrets(conn, lease, job["number"]) if job else {}
+            keys = await jobs.sealed_checkpoint_keys(conn, lease)
         checkpoint = await asyncio.to_thread(coordinator.checkpoints.summary, lease)
         return JSONResponse(
             {
@@ -252,6 +254,8 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
                 "nodes": [{**dict(s), "at": s["at"].isoformat()} for s in statuses],
                 # the nodes the client sealed the current job's secrets to (the values never leave them)
                 "secrets_sealed_to": sorted(sealed),
+                # the nodes the client sealed the lease's checkpoint key to (the key never leaves them)
+                "checkpoint_key_sealed_to": sorted(keys),
                 "logs": [dict(r) for r in logs],
                 "more": more,
                 # the newest checkpoint in the store (sizes; None: none yet, or only a small one)
@@ -299,6 +303,36 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
             for key in nodes:
                 given.discard(Pubkey.from_string(key))
         return JSONResponse({"lease": lease, "job_number": number, "sealed_to": sorted(nodes)}, status_code=201)
+
+    async def give_checkpoint_key(request: Request) -> Response:
+        """The client's checkpoint key of the lease, sealed to each of its nodes (signed)."""
+        parse_query(request.query_params, ())
+        lease = parse_pubkey("lease", request.path_params["key"])
+        body = await request.body()
+        if len(body) > MAX_BODY:
+            return _error(413, f"a checkpoint key submission is at most {MAX_BODY} bytes")
+        async with pool.acquire() as conn:
+            refused = await authorize(conn, request, lease, body, suppliers=False)
+            if refused is not None:
+                return refused
+            try:
+                payload = json.loads(body)
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                raise BadRequest(f"the body is not JSON: {e}") from None
+            shape = '{"nodes": {node key: base64 sealed box}}'
+            nodes = payload.get("nodes") if isinstance(payload, dict) and set(payload) == {"nodes"} else None
+            if not isinstance(nodes, dict) or not nodes:
+                raise BadRequest(f"the body must be {shape}, with at least one node")
+            for key, sealed in nodes.items():
+                parse_pubkey("node key", key)
+                if not isinstance(sealed, str) or not 0 < len(sealed) <= 1024:
+                    raise BadRequest(f"node {key}: the sealed key must be a base64 sealed box")
+            await jobs.save_checkpoint_keys(conn, lease, nodes)
+        given = coordinator.shared.dispatched.get(lease)
+        if given is not None:  # their nodes get the job again, now with the key
+            for key in nodes:
+                given.discard(Pubkey.from_string(key))
+        return JSONResponse({"lease": lease, "sealed_to": sorted(nodes)}, status_code=201)
 
     async def quote(request: Request) -> Response:
         values = parse_query(request.query_params, QUOTE_PARAMS)
@@ -422,18 +456,22 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
             if refused is not None:
                 return refused
             latest = await jobs.latest_checkpoint(conn, lease)
-            seed = await jobs.first_job_signature(conn, lease)
+            signers = set(await jobs.lease_node_keys(conn, lease))
         try:  # the checkpoint store's newest one, when newer than a small one sent through the gateway
-            stored = await asyncio.to_thread(latest_files, coordinator.checkpoints, lease, seed)
+            stored = await asyncio.to_thread(latest_sealed, coordinator.checkpoints, lease, signers)
         except TooLargeToServe as e:
             return _error(413, f"{e}: it is kept for the lease's nodes (resume and failover)")
-        if stored is not None and (latest is None or stored[1] > latest[1].timestamp()):
+        if stored is not None and (latest is None or stored[0].manifest.seq / 1000 > latest[1].timestamp()):
+            signed, chunks = stored
             return JSONResponse(
                 {
                     "lease": lease,
-                    "node_key": stored[0],
-                    "received_at": datetime.fromtimestamp(stored[1], UTC).isoformat(),
-                    "files": stored[2],
+                    "node_key": signed.manifest.node_key,
+                    "received_at": datetime.fromtimestamp(signed.manifest.seq / 1000, UTC).isoformat(),
+                    # sealed under the lease's key, which only the client and its nodes hold: the
+                    # client checks and opens them (gpunet.checkpoint.open_checkpoint)
+                    "sealed": {"manifest": signed.model_dump(mode="json"), "chunks": chunks},
+                    "files": [],
                 }
             )
         if latest is None:
@@ -498,8 +536,9 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
         Route("/leases/{key}/job", job_view),
         Route("/leases/{key}/files", files),
         Route("/leases/{key}/secrets", give_secrets, methods=["POST"]),
+        Route("/leases/{key}/checkpoint-key", give_checkpoint_key, methods=["POST"]),
         Route("/quote", quote),
         Route("/workers", workers),
         Route("/slashing/resume", resume_slashing, methods=["POST"]),
-        *checkpoint_routes(coordinator.checkpoints, coordinator.checkpoint_holder),
+        *checkpoint_routes(coordinator.checkpoints, coordinator.checkpoint_holder, coordinator.checkpoint_signers),
     ]

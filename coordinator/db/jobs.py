@@ -1,6 +1,7 @@
 """A lease's jobs (numbered, one current per lease, earlier ones kept), what the nodes say about
 them (job_events: statuses and log lines, each recorded once) and the lease's latest checkpoint
-(migrations 0003, 0007, 0008), and the job's secrets as sealed to each node (0011)."""
+(migrations 0003, 0007, 0008), the job's secrets as sealed to each node (0011) and the lease's
+checkpoint key as sealed to each node (0014)."""
 
 from __future__ import annotations
 
@@ -21,16 +22,18 @@ __all__ = [
     "checkpoint_of",
     "checkpoints_past_retention",
     "current_job",
-    "first_job_signature",
     "holds_share",
     "job_states",
     "job_view",
     "latest_checkpoint",
+    "lease_node_keys",
     "of_current_share",
     "record_checkpoint",
     "record_job_event",
+    "save_checkpoint_keys",
     "save_job",
     "save_secrets",
+    "sealed_checkpoint_keys",
     "sealed_secrets",
     "supplies_lease",
 ]
@@ -183,14 +186,29 @@ async def holds_share(conn: Connection, lease: str, node_key: str) -> bool:
     )
 
 
-async def first_job_signature(conn: Connection, lease: str) -> str | None:
-    """The client's signature over the lease's job 1: the seed of the lease's checkpoint key."""
-    value = await conn.fetchval(
-        """SELECT signature FROM jobs WHERE lease = $1 AND number = 1
-           UNION ALL SELECT signature FROM earlier_jobs WHERE lease = $1 AND number = 1 LIMIT 1""",
-        lease,
-    )
-    return None if value is None else str(value)
+async def save_checkpoint_keys(conn: Connection, lease: str, sealed: dict[str, str]) -> None:
+    """Keeps the lease's checkpoint key as its client sealed it to each node (node key -> sealed);
+    a node's new one replaces its old one."""
+    for node_key, value in sealed.items():
+        await conn.execute(
+            "INSERT INTO checkpoint_keys (lease, node_key, sealed) VALUES ($1, $2, $3) "
+            "ON CONFLICT (lease, node_key) DO UPDATE SET sealed = EXCLUDED.sealed, given_at = clock_timestamp()",
+            lease,
+            node_key,
+            value,
+        )
+
+
+async def sealed_checkpoint_keys(conn: Connection, lease: str) -> dict[str, str]:
+    """The lease's checkpoint key sealed to each node, by node key."""
+    rows = await conn.fetch("SELECT node_key, sealed FROM checkpoint_keys WHERE lease = $1", lease)
+    return {r["node_key"]: r["sealed"] for r in rows}
+
+
+async def lease_node_keys(conn: Connection, lease: str) -> list[str]:
+    """The node keys that hold or held a share of the lease (the signers its checkpoints may have)."""
+    rows = await conn.fetch("SELECT DISTINCT node_key FROM assignments WHERE lease = $1 ORDER BY node_key", lease)
+    return [r["node_key"] for r in rows]
 
 
 async def checkpoints_past_retention(conn: Connection, leases: list[str], ended_before: int) -> list[str]:

@@ -1,14 +1,17 @@
 """Dispatch: every node of a placed lease gets its share and the lease's current job (again after
 its worker reconnects: a worker acknowledges a job it has), and is told when a top-up moves the
 lease's end. A job with secrets goes to each node with those the client sealed to it; when the
-client gives them later (the API's secrets route), the node gets the job again, now with them."""
+client gives them later (the API's secrets route), the node gets the job again, now with them; so
+with the lease's checkpoint key, which the client seals to each node (the checkpoint-key route)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import asyncpg
 
+from coordinator.checkpoints import CheckpointStore
 from coordinator.db import jobs
 from coordinator.db import leases as ledger
 from coordinator.db.connection import Connection
@@ -25,8 +28,17 @@ log = logging.getLogger("gpunet.coordinator.dispatch")
 
 
 class Dispatch:
-    def __init__(self, pool: asyncpg.Pool, shared: Shared, link: WorkerLink, *, cluster_port: int) -> None:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        shared: Shared,
+        link: WorkerLink,
+        *,
+        cluster_port: int,
+        checkpoints: CheckpointStore | None = None,
+    ) -> None:
         self.pool, self.shared, self.link, self.cluster_port = pool, shared, link, cluster_port
+        self.checkpoints = checkpoints
         self.dispatched_job: dict[str, int] = {}  # lease -> the job number `shared.dispatched` is about
         self.ends_sent: dict[tuple[str, NodeKey], int] = {}  # (lease, node) -> the lease end it was last told
 
@@ -78,7 +90,9 @@ class Dispatch:
             return  # a cluster job needs every peer's address; a single one its node
         peers = [f"{self.link.host(k)}:{self.cluster_port}" for k in keys] if len(shares) > 1 else []
         restore = await jobs.checkpoint_of(conn, lease)
-        seed = await jobs.first_job_signature(conn, lease)
+        sealed_keys = await jobs.sealed_checkpoint_keys(conn, lease)
+        signers = await jobs.lease_node_keys(conn, lease)
+        stored = bool(self.checkpoints and await asyncio.to_thread(self.checkpoints.manifest_seqs, lease))
         sealed = await jobs.sealed_secrets(conn, lease, job.number) if job.spec.secrets else {}
         states = await jobs.job_states(conn, lease, job.number)
         over = job_over(states, keys)
@@ -100,7 +114,9 @@ class Dispatch:
                 restore=restore,
                 epoch=s.assigned_by,
                 share_epoch=s.epoch,
-                checkpoint_seed=seed,
+                checkpoint_key=sealed_keys.get(str(s.node_key)),  # only the key sealed to this node
+                checkpoint_stored=stored,
+                checkpoint_signers=signers,
                 secrets=sealed.get(str(s.node_key), {}),  # only ciphertext sealed to this node
             )
             try:

@@ -44,7 +44,15 @@ from gpunet.cli.common import (
     pubkey_arg,
 )
 from gpunet.cli.waiting import what_to_change, why_not
-from gpunet.jobs import CoordinatorError, job_logs, job_view, lease_files, seal_missing_secrets, submit_job
+from gpunet.jobs import (
+    CoordinatorError,
+    job_logs,
+    job_view,
+    lease_files,
+    seal_missing_checkpoint_key,
+    seal_missing_secrets,
+    submit_job,
+)
 from gpunet.limits import MAX_GPUS_PER_NODE, MAX_LEASE_GPUS
 from gpunet.market import lease_reach
 from gpunet.pda import lease_pda
@@ -566,6 +574,8 @@ def job(
         if secrets:
             with s.waiting("Waiting for the lease's nodes, to seal the secrets to them"):
                 accepted["secrets_sealed_to"] = await _seal_once_placed(coordinator, s, address, secrets)
+        # the lease's checkpoint key, to the nodes it is placed on now (`lease status` seals it later ones)
+        accepted["checkpoint_key_sealed_to"] = await seal_missing_checkpoint_key(coordinator, s.wallet, address)
         s.show(
             accepted,
             lambda: (
@@ -656,6 +666,8 @@ def _print_change(s: Session, event: dict[str, Any]) -> None:
         text = f"job {event['job_number']} is the lease's job now"
     elif event["event"] == "secrets":
         text = f"secrets sealed to node(s) {', '.join(event['sealed_to'])}"
+    elif event["event"] == "checkpoint_key":
+        text = f"the lease's checkpoint key sealed to node(s) {', '.join(event['sealed_to'])}"
     else:
         arrow = f"{event['was']} -> {event['state']}" if event["was"] else event["state"]
         text = f"node {event['node_key']}: {arrow}" + (f" ({event['detail']})" if event["detail"] else "")
@@ -695,8 +707,9 @@ def status(
     --follow, then every new log line and change of state as it comes, until the job ends (--json:
     one JSON object per line, the status first, then each line and each change with its "event").
     Only the lease's client (or a supplier of its nodes) may read it: the request is signed with your
-    wallet. With the job's secrets (--secret, --secret-file), it seals them to every node of the lease
-    that has none yet: after a failover, the new node's job waits ("waiting_secrets") until then."""
+    wallet. It seals the lease's checkpoint key (derived from your wallet) to every node of the lease
+    that lacks it, and with the job's secrets (--secret, --secret-file) seals them too: after a
+    failover, the new node's job waits ("waiting_secrets") until then."""
 
     async def command_(s: Session) -> None:
         address = pubkey_arg(lease, "lease address")
@@ -706,6 +719,8 @@ def status(
         async def reseal(latest: dict[str, Any]) -> None:
             if secrets and (sealed := await seal_missing_secrets(coordinator, s.wallet, address, secrets, latest)):
                 _print_change(s, {"event": "secrets", "sealed_to": sealed})
+            if keyed := await seal_missing_checkpoint_key(coordinator, s.wallet, address, latest):
+                _print_change(s, {"event": "checkpoint_key", "sealed_to": keyed})
 
         await reseal(view)
 

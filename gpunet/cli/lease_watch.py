@@ -1,8 +1,8 @@
 """`gpunet lease watch LEASE [--auto-top-up MAX_IO]`: follows a lease (its state, end, time left and
 escrow runway, as `lease show` computes them) and, with --auto-top-up, keeps it running: when the
 time it has left falls under --runway, it tops the escrow up through `lease top-up`'s path, never
-beyond MAX_IO in all over the watch. Given the job's secrets, it seals them to any node the lease
-moves to, as `lease status --follow` does."""
+beyond MAX_IO in all over the watch. Given the job's secrets, it seals them, and the lease's
+checkpoint key, to any node the lease moves to, as `lease status --follow` does."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ from gpunet.cli.lease import (
 )
 from gpunet.client import TransactionExpired, TransactionFailed
 from gpunet.exits import Exit
-from gpunet.jobs import CoordinatorError, job_view, seal_missing_secrets
+from gpunet.jobs import CoordinatorError, job_view, seal_missing_checkpoint_key, seal_missing_secrets
 
 __all__ = ["TopUp", "plan_top_up", "time_left", "watch"]
 
@@ -282,10 +282,12 @@ class _Watch:
             )
 
     async def _seal(self) -> None:
-        """Seals the job's secrets to any node of the lease that has none (a node it moved to)."""
+        """Seals the job's secrets, and the lease's checkpoint key, to any node of the lease that has
+        none (a node it moved to)."""
         try:
             view = await job_view(self.coordinator, self.s.wallet, self.address, tail=1)
             sealed = await seal_missing_secrets(self.coordinator, self.s.wallet, self.address, self.secrets, view)
+            keyed = await seal_missing_checkpoint_key(self.coordinator, self.s.wallet, self.address, view)
         except CoordinatorError as e:  # said once per cause; the next read tries again
             if str(e) != self.coordinator_error:
                 self.coordinator_error = str(e)
@@ -294,6 +296,10 @@ class _Watch:
         self.coordinator_error = None
         if sealed:
             self._event("secrets", f"secrets sealed to node(s) {', '.join(sealed)}", sealed_to=sealed)
+        if keyed:
+            self._event(
+                "checkpoint_key", f"the lease's checkpoint key sealed to node(s) {', '.join(keyed)}", sealed_to=keyed
+            )
 
     def _event(self, name: str, text: str, **data: Any) -> None:
         if self.s.json_output:

@@ -93,8 +93,12 @@ class CoordinatorProcess(_Process):
 
 
 class WorkerProcess(_Process):
-    def __init__(self, workdir: Path, name: str, node_keypair: Path, gpus: str, gateway_url: str) -> None:
+    def __init__(
+        self, workdir: Path, name: str, node_keypair: Path, gpus: str, gateway_url: str, api_url: str | None = None
+    ) -> None:
         self.name = name
+        # with the coordinator's API: checkpoints of any size, through its checkpoint store
+        api = ["--api", api_url] if api_url else []
         super().__init__(
             [
                 _gpunet(),
@@ -112,6 +116,7 @@ class WorkerProcess(_Process):
                 "--allow-host-jobs",
                 "--host-job-path",
                 str(Path(__file__).parent),
+                *api,
             ],
             workdir / f"worker-{name}.log",
             {

@@ -38,7 +38,7 @@ from gpunet.cli.links import Explorer, ExplorerError, explorer_for
 from gpunet.demo.processes import CoordinatorProcess, WorkerProcess
 from gpunet.history import transactions_of
 from gpunet.idl import PROGRAM_ID
-from gpunet.jobs import CoordinatorError, job_view, submit_job
+from gpunet.jobs import CoordinatorError, job_view, seal_missing_checkpoint_key, submit_job
 from gpunet.keys import create_keypair_file
 from gpunet.localnet import LocalnetProcess, program_build
 from gpunet.pda import lease_pda, node_pda, provider_pda
@@ -50,11 +50,11 @@ __all__ = ["Demo", "DemoResult"]
 
 PRICE = 360 * IO  # per GPU-hour, every node: 0.1 IO per GPU-second, easy to follow
 MAX_PRICE = 540 * IO
-PERIOD = (
-    3  # seconds between a worker's usage receipts sent, and between settlements: short, so the story takes a minute
-)
+# Seconds between a worker's usage receipts sent, and between settlements: short, so the story takes a minute.
+PERIOD = 3
 SUPPLIERS = (("ada", 2), ("bob", 2), ("cyd", 4))
 TRAIN = str(Path(__file__).with_name("train.py"))
+CHECKPOINT_MIB = 32  # of random weights in each rank's checkpoint, restored and checked after the failover
 WIDTH = 80  # the demo's output reads in an 80-column terminal: titles and the summary fit it
 SECTIONS = (  # the titles of the story's sections, each drawn as a rule
     "1. The admin initialises gpunet",
@@ -87,6 +87,8 @@ class DemoResult:
     killed: str = ""
     moved_to: str = ""
     resumed_from_step: int = 0
+    checkpoint_bytes: int = 0  # the largest checkpoint the store held for the lease
+    weights_verified: bool = False  # the resumed job found every byte of its checkpoint's weights
     events_on_chain: int = 0
     events_indexed_once: bool = False  # the coordinator's ledger holds every program event exactly once
     paid_by_supplier: dict[str, int] = field(default_factory=dict)
@@ -96,7 +98,13 @@ class DemoResult:
 
     @property
     def ok(self) -> bool:
-        return self.conserved and self.audits_ok and self.events_indexed_once and self.resumed_from_step > 0
+        return (
+            self.conserved
+            and self.audits_ok
+            and self.events_indexed_once
+            and self.resumed_from_step > 0
+            and self.weights_verified
+        )
 
 
 def short(value: object) -> str:
@@ -234,7 +242,9 @@ class Demo:
             supplier = Supplier(name, gpus, registered.wallet, node_key)
             keyfile = self.workdir / f"node-{name}.json"
             create_keypair_file(keyfile, node_key)
-            supplier.worker = WorkerProcess(self.workdir, name, keyfile, f"H100:{gpus}:80", coordinator.gateway_url)
+            supplier.worker = WorkerProcess(
+                self.workdir, name, keyfile, f"H100:{gpus}:80", coordinator.gateway_url, coordinator.api_url
+            )
             supplier.worker.start()
             self.suppliers.append(supplier)
             self.say(
@@ -276,7 +286,10 @@ class Demo:
             f"lease {lease}: 4 GPUs for {self.lease_seconds} s at <= {format_io(MAX_PRICE)}/GPU-hour, "
             f"{format_io(deposit)} escrowed on chain"
         )
-        spec = JobSpec(command=[sys.executable, TRAIN], env={"STEPS": "100000", "STEP_SECONDS": "0.1"})
+        spec = JobSpec(
+            command=[sys.executable, TRAIN],
+            env={"STEPS": "100000", "STEP_SECONDS": "0.1", "CHECKPOINT_MIB": str(CHECKPOINT_MIB)},
+        )
         await self._until(lambda: self._submit(coordinator, client.wallet, lease, spec), 60, "the job accepted")
         view = await self._until(lambda: self._placed(coordinator, client.wallet, lease), 60, "the placement")
         names = {str(s.node_key.pubkey()): s.name for s in self.suppliers}
@@ -284,6 +297,11 @@ class Demo:
         self.say(
             f"placed by the coordinator on {' and '.join(result.placed_on)} (2 GPUs each, ranks 0 and 1)  "
             f"[dim]tx {short(view['placement']['signature'])}[/]"
+        )
+        sealed = await seal_missing_checkpoint_key(coordinator.api_url, client.wallet, lease)
+        self.say(
+            f"the client sealed the lease's checkpoint key to {' and '.join(names[k] for k in sealed)}: "
+            f"each rank's {CHECKPOINT_MIB} MiB checkpoint goes to the coordinator's store encrypted"
         )
 
         self._section(4)
@@ -328,7 +346,20 @@ class Demo:
                         )
                     seen_settlements = len(settlements)
                     paid_nodes = [by_node.get(s["node"]) for s in settlements]
-                    if not result.killed and all(paid_nodes.count(n) >= 2 for n in result.placed_on):
+                    view = await job_view(coordinator.api_url, client, lease, after_log)
+                    stored = (view.get("checkpoint") or {}).get("bytes", 0)
+                    if stored >= CHECKPOINT_MIB << 20 > result.checkpoint_bytes:  # the first one of full size
+                        progress.console.print(
+                            f"  checkpoint in the coordinator's store: {stored / 2**20:.1f} MiB "
+                            f"({view['checkpoint']['chunks']} encrypted chunks) from "
+                            f"{names.get(view['checkpoint']['node_key'], '?')}"
+                        )
+                    result.checkpoint_bytes = max(result.checkpoint_bytes, stored)
+                    if (
+                        not result.killed
+                        and all(paid_nodes.count(n) >= 2 for n in result.placed_on)
+                        and result.checkpoint_bytes >= CHECKPOINT_MIB << 20
+                    ):
                         victim = next(s for s in self.suppliers if s.name == result.placed_on[0])
                         assert victim.worker is not None
                         victim.worker.kill()
@@ -345,8 +376,19 @@ class Demo:
                             f"(evidence {short(s['evidence_hash'])})  [dim]tx {short(s['signature'])}[/]"
                         )
                     seen_slashes = len(slashes)
-                    view = await job_view(coordinator.api_url, client, lease, after_log)
+                    # the client follows the lease: a node the lease moves to gets the key (its job waits till then)
+                    for key in await seal_missing_checkpoint_key(coordinator.api_url, client, lease, view):
+                        progress.console.print(
+                            f"  the client sealed the lease's checkpoint key to {names.get(key, '?')}"
+                        )
                     for line in view["logs"]:
+                        if "weights verified" in line["line"] and result.killed and not result.weights_verified:
+                            who = names.get(line["node_key"], "?")
+                            result.weights_verified = who not in result.placed_on
+                            progress.console.print(
+                                f"[green]  {who} restored the checkpoint from the store (every chunk's hash and tag "
+                                f"checked); the job: {escape(line['line'].split(': ', 1)[-1])}[/]"
+                            )
                         if "resumed from step" in line["line"] and not result.moved_to:
                             result.moved_to = names.get(line["node_key"], "?")
                             result.resumed_from_step = int(line["line"].rsplit(" ", 1)[-1])

@@ -1,18 +1,24 @@
 """A checkpoint of real size moves on failover, with real processes (gpunet-localnet, embedded
 PostgreSQL, the coordinator and its API, `gpunet worker run` processes with --api): the job writes
 CHECKPOINT_MIB MiB of random data (256 by default), its node sends it to the coordinator's
-checkpoint store as sealed chunks, the node is killed, the share moves to the spare node, which
-restores the checkpoint (every chunk checked) before the job starts: the job finds every byte
-(its SHA-256) as written, and so does the test, file against file. The store holds no plaintext."""
+checkpoint store as sealed chunks under the lease's key (which the client derives from its wallet
+and seals to the node), the node is killed, the share moves to the spare node, whose job waits for
+the key until the client's `gpunet lease status` seals it to that node, then restores the
+checkpoint (every chunk checked) before the job starts: the job finds every byte (its SHA-256) as
+written, and so does the test, file against file. The store holds no plaintext, and neither the
+coordinator's database, its disk nor any of its answers holds the key."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import os
 import signal
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 from solana.rpc.async_api import AsyncClient
 from solana.rpc.commitment import Confirmed
@@ -21,12 +27,13 @@ from solders.pubkey import Pubkey
 
 from coordinator.settings import Settings
 from gpunet import instructions as ix
+from gpunet.checkpoint import lease_key
 from gpunet.client import send_and_confirm
-from gpunet.jobs import job_view
+from gpunet.jobs import job_view, seal_missing_checkpoint_key
 from gpunet.keys import create_keypair_file
 from gpunet.localnet import free_ports
 from gpunet.pda import lease_pda
-from gpunet.protocol import JobSpec
+from gpunet.protocol import JobSpec, sign_request
 
 from .conftest import eventually
 from .world import PRICE, World, placed_view, start_worker, submitted
@@ -114,6 +121,8 @@ async def test_a_big_checkpoint_moves_on_failover_and_the_job_resumes_with_every
         [first] = (await eventually(lambda: placed_view(api, client, lease), what="the lease placed"))["placement"][
             "nodes"
         ]
+        # the client seals the lease's key to the node (`gpunet lease job` does it once placed)
+        assert await seal_missing_checkpoint_key(api, client, lease) == [first]
         fresh = await eventually(
             lambda: _line(api, client, lease, first, "fresh "), timeout=120, what="the checkpoint written"
         )
@@ -124,15 +133,9 @@ async def test_a_big_checkpoint_moves_on_failover_and_the_job_resumes_with_every
         assert stored["node_key"] == first and stored["chunks"] >= MIB // 8
         # `lease status` shows it (the coordinator runs in this process: the command runs beside it)
         create_keypair_file(tmp_path / "client.json", world.client)
-        proc = await asyncio.create_subprocess_exec(
-            str(Path(sys.executable).with_name("gpunet")),
-            *("lease", "status", str(lease), "--coordinator", api, "-k", str(tmp_path / "client.json")),
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            env={**os.environ, "COLUMNS": "250"},
-        )
-        shown = (await asyncio.wait_for(proc.communicate(), 60))[0].decode()
+        shown = await _lease_status(api, lease, tmp_path / "client.json")
         assert f"checkpoint: {MIB:.1f} MiB in 2 files" in shown, shown
+        assert "checkpoint key sealed" not in shown  # the node has it already
 
         # The node dies; its share moves and the job resumes on the spare from the store's checkpoint.
         i = world.node_keys().index(first)
@@ -140,6 +143,13 @@ async def test_a_big_checkpoint_moves_on_failover_and_the_job_resumes_with_every
         moved = await eventually(
             lambda: _placed_elsewhere(api, client, lease, first), timeout=120, what="the share moved"
         )
+        # the new node has no key to open the store's checkpoint: its job waits rather than start over
+        detail = await eventually(lambda: _waiting(api, client, lease, moved), timeout=120, what="the job waiting")
+        assert "checkpoint key" in detail
+        assert await _line(api, client, lease, moved, "fresh ") is None
+        # the client's status (as `--follow` does on each poll) seals the key to the new node
+        shown = await _lease_status(api, lease, tmp_path / "client.json")
+        assert f"checkpoint key sealed to node(s) {moved}" in shown, shown
         resumed = await eventually(
             lambda: _line(api, client, lease, moved, "resumed "),
             timeout=240,
@@ -162,6 +172,46 @@ async def test_a_big_checkpoint_moves_on_failover_and_the_job_resumes_with_every
                 content = p.read_bytes()
                 assert not any(w in content for w in windows), p
                 assert written.encode() not in content or p.suffix == ".json", p  # the digest file sealed too
+
+        # The lease's key is nowhere at the coordinator: not in its database (every table, every
+        # row), not on its disk, not in its answers; it holds the key only as sealed to each node.
+        key = lease_key(client, str(lease))
+        forms = [key, key.hex().encode(), base64.b64encode(key), base64.urlsafe_b64encode(key)]
+        async with pool.acquire() as conn:
+            tables = [
+                r["tablename"] for r in await conn.fetch("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+            ]
+            rows = [str(r[0]) for t in tables for r in await conn.fetch(f'SELECT row_to_json(t)::text FROM "{t}" t')]
+            sealed = await conn.fetch("SELECT node_key FROM checkpoint_keys WHERE lease = $1", str(lease))
+        assert sorted(r["node_key"] for r in sealed) == sorted([first, moved])
+        assert len(rows) > 40  # the ledger, the jobs, their events, the sealed keys: all read
+        assert not any(f.decode("latin-1") in row for row in rows for f in forms)
+        for p in state.rglob("*"):
+            if p.is_file():
+                content = p.read_bytes()
+                assert not any(f in content for f in forms), p
+        answers = [json.dumps(await job_view(api, client, lease))]
+        async with httpx.AsyncClient(base_url=api, timeout=60) as http:
+            for path in (f"/leases/{lease}", f"/leases/{lease}/files", f"/leases/{lease}/job", "/workers"):
+                answers.append((await http.get(path, headers=sign_request(client, "GET", path))).text)
+        assert not any(f.decode("latin-1") in a for a in answers for f in forms)
+
+
+async def _lease_status(api: str, lease: Pubkey, keypair: Path) -> str:
+    proc = await asyncio.create_subprocess_exec(
+        str(Path(sys.executable).with_name("gpunet")),
+        *("lease", "status", str(lease), "--coordinator", api, "-k", str(keypair)),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        env={**os.environ, "COLUMNS": "250"},
+    )
+    return (await asyncio.wait_for(proc.communicate(), 60))[0].decode()
+
+
+async def _waiting(api: str, client: Keypair, lease: Pubkey, node_key: str) -> str | None:
+    view = await job_view(api, client, lease, tail=1)
+    state = next((n for n in view["nodes"] if n["node_key"] == node_key), None)
+    return state["detail"] if state and state["state"] == "waiting_secrets" else None
 
 
 async def _all_connected(coordinator, n: int) -> bool:

@@ -1,19 +1,23 @@
 """Checkpoints of real size through the coordinator's checkpoint store, over real HTTP (uvicorn on a
 port, in a thread), on the coordinator's disk and on an S3-compatible object store (moto's server,
 a real HTTP server process): sealed chunks, signed manifests, resumable uploads, only changed chunks sent,
-tampered chunks refused for the previous checkpoint, no plaintext in the store. The node's
-share is checked by a callable here (in the coordinator it is coordinator.db.jobs.holds_share,
-exercised in test_checkpoint_failover.py)."""
+tampered chunks refused for the previous checkpoint, no plaintext in the store, no manifest of
+a key that never was a node of the lease, no checkpoint opened without the lease's key. The node's
+share, and the lease's nodes, are callables here (in the coordinator coordinator.db.jobs.holds_share
+and lease_node_keys, exercised in test_checkpoint_failover.py)."""
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import os
 import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+import tracemalloc
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import httpx
@@ -23,25 +27,41 @@ from solders.keypair import Keypair
 from starlette.applications import Starlette
 
 from coordinator.checkpoints import BlobStore, CheckpointStore, DiskBlobs, S3Blobs, checkpoint_routes
-from gpunet.checkpoint import chunk_id, lease_key, sign_manifest, signed_headers
+from gpunet.checkpoint import (
+    AT_HEADER,
+    NODE_HEADER,
+    SIGNATURE_HEADER,
+    chunk_id,
+    lease_key,
+    open_key,
+    request_message,
+    seal_key,
+    sign_manifest,
+    signed_headers,
+)
+from gpunet.secrets import SecretError
 from worker.checkpoints import CheckpointStoreClient, StoreError
 
 LEASE = str(Keypair().pubkey())
-SEED = str(Keypair().sign_message(b"job 1 of the lease"))
+CLIENT = Keypair()  # the lease's client: the key is derived from its wallet
 MiB = 1024 * 1024
 CHUNK = 1 * MiB  # small chunks keep the files small; the agent uses 8 MiB
 
 
 class Server:
-    def __init__(self, blobs: BlobStore, allowed: set[str]) -> None:
-        self.store = CheckpointStore(blobs)
-        self.allowed = allowed
+    def __init__(self, blobs: BlobStore, allowed: set[str], **store: float) -> None:
+        self.store = CheckpointStore(blobs, **store)  # type: ignore[arg-type]
+        self.allowed = allowed  # the nodes holding a share now
+        self.signers = set(allowed)  # the nodes that hold or held one
         self.puts = 0
 
         async def authorize(lease: str, node: str) -> bool:
             return lease == LEASE and node in self.allowed
 
-        app = Starlette(routes=checkpoint_routes(self.store, authorize))
+        async def signers(lease: str) -> list[str]:
+            return sorted(self.signers) if lease == LEASE else []
+
+        app = Starlette(routes=checkpoint_routes(self.store, authorize, signers))
 
         async def counting(scope, receive, send):  # counts the chunk PUTs that reach the server
             if scope["type"] == "http" and scope["method"] == "PUT" and "/chunks/" in scope["path"]:
@@ -121,8 +141,9 @@ def server(blobs, nodes) -> Iterator[Server]:
     s.stop()
 
 
-def client(server: Server, node: Keypair) -> CheckpointStoreClient:
-    c = CheckpointStoreClient(server.url, node, LEASE, lease_key(LEASE, SEED), chunk_bytes=CHUNK)
+def client(server: Server, node: Keypair, key: bytes | None = None) -> CheckpointStoreClient:
+    key = lease_key(CLIENT, LEASE) if key is None else key
+    c = CheckpointStoreClient(server.url, node, LEASE, key, signers=server.signers, chunk_bytes=CHUNK)
     OPEN.append(c)
     return c
 
@@ -172,6 +193,35 @@ def test_after_the_first_checkpoint_only_the_changed_chunks_are_sent(tmp_path, s
     second = client(server, nodes[0]).upload(tmp_path / "a", seq=first.seq + 1)
     assert second.sent_chunks == 1 and second.chunks == first.chunks
     assert client(server, nodes[1]).restore(tmp_path / "b").seq == second.seq
+    assert read_dir(tmp_path / "b") == read_dir(tmp_path / "a")
+
+
+def test_an_unchanged_file_is_not_sealed_again_to_learn_its_ids(tmp_path, server, nodes):
+    """The agent keeps the ids of the files it sealed (by path, size and mtime) between uploads: an
+    unchanged file costs a stat, a changed one is sealed again, and the store gets the same checkpoint."""
+    write_checkpoint(tmp_path / "a", 8 * MiB)
+    known: dict = {}
+
+    def node_client() -> CheckpointStoreClient:
+        c = CheckpointStoreClient(
+            server.url,
+            nodes[0],
+            LEASE,
+            lease_key(CLIENT, LEASE),
+            signers=server.signers,
+            known=known,
+            chunk_bytes=CHUNK,
+        )
+        OPEN.append(c)
+        return c
+
+    first = node_client().upload(tmp_path / "a")
+    again = node_client().upload(tmp_path / "a", seq=first.seq + 1)
+    assert again.seconds_seal == 0 and again.sent_chunks == 0 and again.chunks == first.chunks
+    (tmp_path / "a" / "step").write_bytes(b"42\n")  # a new mtime and content
+    third = node_client().upload(tmp_path / "a", seq=first.seq + 2)
+    assert third.sent_chunks == 1
+    assert client(server, nodes[1]).restore(tmp_path / "b").seq == third.seq
     assert read_dir(tmp_path / "b") == read_dir(tmp_path / "a")
 
 
@@ -258,6 +308,193 @@ def test_only_nodes_of_the_lease_with_their_own_signature_reach_the_store(tmp_pa
     other = sign_manifest(nodes[0], signed.manifest.model_copy(update={"seq": first.seq + 1})).model_dump_json()
     r = httpx.put(server.url + put, content=other, headers=signed_headers(nodes[1], "PUT", put, other.encode()))
     assert r.status_code == 403
+
+
+def test_a_manifest_signed_by_a_key_that_never_was_a_node_of_the_lease_is_not_restored(tmp_path, server, nodes):
+    """A rogue node key plants a manifest in the store (straight into the blob store, as the routes
+    refuse it: see the next test) naming the lease's own chunks, newer than the honest one: the
+    restoring node takes the honest one, and the store's route does not serve the rogue one."""
+    files = write_checkpoint(tmp_path / "a", 2 * MiB)
+    first = client(server, nodes[0]).upload(tmp_path / "a")
+    signed = server.store.manifest(LEASE, first.seq)
+    assert signed is not None
+    rogue = Keypair()
+    planted = sign_manifest(
+        rogue,
+        signed.manifest.model_copy(update={"seq": first.seq + 5, "node_key": str(rogue.pubkey())}),
+    )
+    server.store.blobs.put(
+        f"leases/{LEASE}/manifests/{planted.manifest.seq:020d}.json", planted.model_dump_json().encode()
+    )
+    path = f"/leases/{LEASE}/checkpoint/manifests/{planted.manifest.seq}"
+    served = httpx.get(server.url + path, headers=signed_headers(nodes[1], "GET", path))
+    assert served.status_code == 409 and "never a node of the lease" in served.json()["error"]
+    got = client(server, nodes[1]).restore(tmp_path / "b")
+    assert got.seq == first.seq and "never a node of the lease" in got.refused[0]
+    assert read_dir(tmp_path / "b") == files
+    # honest control: once that key is a node of the lease (it took a share over), its manifest is the newest
+    server.signers.add(str(rogue.pubkey()))
+    assert client(server, nodes[1]).restore(tmp_path / "c").seq == planted.manifest.seq
+
+
+def test_the_store_accepts_a_manifest_only_from_a_node_of_that_lease(tmp_path, server, nodes):
+    write_checkpoint(tmp_path / "a", 1 * MiB)
+    first = client(server, nodes[0]).upload(tmp_path / "a")
+    signed = server.store.manifest(LEASE, first.seq)
+    assert signed is not None
+    put = f"/leases/{LEASE}/checkpoint/manifests/{first.seq + 1}"
+    # a node of another lease, signing its own manifest for this one: not a node of this lease
+    rogue = Keypair()
+    forged = sign_manifest(
+        rogue, signed.manifest.model_copy(update={"seq": first.seq + 1, "node_key": str(rogue.pubkey())})
+    )
+    body = forged.model_dump_json().encode()
+    assert httpx.put(server.url + put, content=body, headers=signed_headers(rogue, "PUT", put, body)).status_code == 403
+    # the store itself refuses it too, whatever the route let through
+    assert "never a node of the lease" in (server.store.put_manifest(LEASE, forged, server.signers) or "")
+    assert server.store.manifest_seqs(LEASE) == [first.seq]
+    # honest control: the same manifest signed by a node of the lease is kept
+    honest = sign_manifest(
+        nodes[1], signed.manifest.model_copy(update={"seq": first.seq + 1, "node_key": str(nodes[1].pubkey())})
+    )
+    body = honest.model_dump_json().encode()
+    assert (
+        httpx.put(server.url + put, content=body, headers=signed_headers(nodes[1], "PUT", put, body)).status_code == 201
+    )
+
+
+def test_a_node_never_sent_the_lease_s_key_cannot_open_its_checkpoints(tmp_path, server, nodes):
+    """The key reaches a node only sealed to it: another node cannot open the sealed key, and with
+    any other key (e.g. another client's for this lease) every checkpoint is refused."""
+    key = lease_key(CLIENT, LEASE)
+    sealed = seal_key(nodes[0].pubkey(), key)
+    assert open_key(nodes[0], sealed) == key  # control: the node it was sealed to
+    with pytest.raises(SecretError):
+        open_key(nodes[1], sealed)
+    write_checkpoint(tmp_path / "a", 2 * MiB)
+    first = client(server, nodes[0]).upload(tmp_path / "a")
+    got = client(server, nodes[1], key=lease_key(Keypair(), LEASE)).restore(tmp_path / "b")
+    assert got.seq == 0 and "does not open under the lease's key" in got.refused[0] and read_dir(tmp_path / "b") == {}
+    assert client(server, nodes[1]).restore(tmp_path / "c").seq == first.seq  # control: with the key
+
+
+def test_chunks_stream_through_the_store_in_bounded_memory(tmp_path, server, nodes):
+    """A 48 MiB chunk goes in and comes out through the routes with the server holding a few MiB at
+    most (the whole Python process is traced: the client streams too); a body that is not its id,
+    or over the limit, is refused and leaves nothing behind."""
+    node = nodes[0]
+    sealed = os.urandom(48 * MiB)
+    cid = chunk_id(sealed)
+    path = f"/leases/{LEASE}/checkpoint/chunks/{cid}"
+
+    def parts(data: bytes) -> Iterator[bytes]:
+        for at in range(0, len(data), MiB):
+            yield data[at : at + MiB]
+
+    with httpx.Client(base_url=server.url, timeout=60) as http:
+        tracemalloc.start()
+        tracemalloc.reset_peak()
+        before = tracemalloc.get_traced_memory()[0]
+        put = http.put(path, content=parts(sealed), headers=signed_headers(node, "PUT", path, sealed))
+        assert put.status_code == 201, put.text
+        with http.stream("GET", path, headers=signed_headers(node, "GET", path)) as got:
+            digest = hashlib.sha256()
+            for part in got.iter_bytes():
+                digest.update(part)
+        peak = tracemalloc.get_traced_memory()[1] - before
+        tracemalloc.stop()
+        assert digest.hexdigest() == cid
+        assert peak < 16 * MiB, f"{peak / MiB:.1f} MiB held for a 48 MiB chunk"
+        # a body that is not its id: refused, nothing kept
+        other = os.urandom(MiB)
+        bad_path = f"/leases/{LEASE}/checkpoint/chunks/{chunk_id(b'something else')}"
+        r = http.put(bad_path, content=other, headers=signed_headers(node, "PUT", bad_path, b"something else"))
+        assert r.status_code == 400 and "not its id" in r.json()["error"]
+        # signed over other bytes than its id: refused before the body is read
+        r = http.put(path, content=other, headers=signed_headers(node, "PUT", path, other))
+        assert r.status_code == 401
+    # over the limit, streamed without a length (in process: the refusal comes before the body's end)
+    huge = f"/leases/{LEASE}/checkpoint/chunks/{'a' * 64}"
+
+    async def over_the_limit() -> httpx.Response:
+        app = Starlette(routes=checkpoint_routes(server.store, allow_all, node_signers))
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://store") as store:
+            at = int(time.time() * 1000)
+            headers = {
+                NODE_HEADER: str(node.pubkey()),
+                AT_HEADER: str(at),
+                SIGNATURE_HEADER: str(node.sign_message(request_message("PUT", huge, at, "a" * 64))),
+            }
+
+            async def body() -> AsyncIterator[bytes]:
+                for _ in range(65):
+                    yield bytes(MiB)
+
+            return await store.put(huge, content=body(), headers=headers)
+
+    async def allow_all(lease: str, node_key: str) -> bool:
+        return True
+
+    async def node_signers(lease: str) -> list[str]:
+        return [str(node.pubkey())]
+
+    assert asyncio.run(over_the_limit()).status_code == 413
+    lacking = [chunk_id(b"something else"), "a" * 64]
+    assert server.store.missing(LEASE, [cid, *lacking]) == lacking
+    staging = server.store.blobs.staging
+    assert not any(staging.iterdir()), list(staging.iterdir())
+
+
+def test_older_checkpoints_chunks_go_as_newer_ones_come_and_a_lease_keeps_to_its_quota(tmp_path, blobs, nodes):
+    """Five checkpoints of 3 MiB each under a 13 MiB quota: the store keeps the newest three
+    manifests and deletes the chunks only older ones named (without that, the fifth would not fit);
+    a checkpoint over what is left is refused, and the newest complete one is still restored."""
+    server = Server(blobs, {str(n.pubkey()) for n in nodes}, quota_bytes=13 * MiB, orphan_grace_seconds=0)
+    try:
+        up = CheckpointStoreClient(
+            server.url, nodes[0], LEASE, lease_key(CLIENT, LEASE), signers=server.signers, chunk_bytes=CHUNK
+        )
+        uploads = []
+        for i in range(5):
+            (tmp_path / "a").mkdir(exist_ok=True)
+            (tmp_path / "a" / "model.bin").write_bytes(os.urandom(3 * MiB))
+            uploads.append(up.upload(tmp_path / "a", seq=1000 + i))
+        kept = [server.store.manifest(LEASE, u.seq) for u in uploads[2:]]
+        named = {c for m in kept if m is not None for c in m.manifest.chunk_ids()}
+        stored = {k.rsplit("/", 1)[-1] for k in server.store.blobs.list(f"leases/{LEASE}/chunks")}
+        assert server.store.manifest_seqs(LEASE) == [1004, 1003, 1002] and stored == named
+        assert server.store.used(LEASE) == sum(server.store.blobs.sizes(f"leases/{LEASE}/chunks").values())
+        assert 9 * MiB < server.store.used(LEASE) < 9 * MiB + 4096
+        # over the quota: 9 MiB kept, 5 MiB more does not fit
+        (tmp_path / "a" / "model.bin").write_bytes(os.urandom(5 * MiB))
+        with pytest.raises(StoreError, match="does not fit"):
+            up.upload(tmp_path / "a", seq=2000)
+        assert server.store.used(LEASE) <= 13 * MiB
+        assert client(server, nodes[1]).restore(tmp_path / "b").seq == 1004
+        up.close()
+    finally:
+        while OPEN:
+            OPEN.pop().close()
+        server.stop()
+
+
+def test_a_chunk_of_an_upload_under_way_is_not_collected(tmp_path, blobs, nodes):
+    """A chunk no manifest names yet (its upload has not sent its manifest) survives a collection
+    within the grace period; past it (here 0 s), the same chunk goes."""
+    for grace, survives in ((600.0, True), (0.0, False)):
+        server = Server(blobs, {str(n.pubkey()) for n in nodes}, orphan_grace_seconds=grace)
+        try:
+            pending = os.urandom(1000)
+            assert server.store.put_chunk(LEASE, chunk_id(pending), pending)
+            for i in range(4):  # the fourth manifest makes the store drop the first, and collect
+                write_checkpoint(tmp_path / f"c{grace}-{i}", 1 * MiB)
+                client(server, nodes[0]).upload(tmp_path / f"c{grace}-{i}", seq=3000 + i)
+            assert server.store.missing(LEASE, [chunk_id(pending)]) == ([] if survives else [chunk_id(pending)])
+        finally:
+            while OPEN:
+                OPEN.pop().close()
+            server.stop()
+            server.store.delete_lease(LEASE)
 
 
 async def test_a_lease_s_checkpoints_are_deleted_once_it_ended_and_the_retention_period_passed(pool, tmp_path):

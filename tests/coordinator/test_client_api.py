@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import httpx
+import jsonschema_rs
 import pytest
 import uvicorn
 from hypothesis import HealthCheck, given
@@ -25,12 +26,23 @@ from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
 from coordinator.api import create_app
+from coordinator.api.openapi import openapi_document
 from coordinator.api.work import work_routes
 from coordinator.indexer.rpc import ChainRpc
 from coordinator.service import Coordinator
 from coordinator.settings import Settings
-from gpunet.checkpoint import FileEntry, Manifest, chunk_id, lease_key, seal_chunk, sign_manifest
-from gpunet.jobs import job_logs
+from gpunet.checkpoint import (
+    ChunkRefused,
+    FileEntry,
+    Manifest,
+    SignedManifest,
+    chunk_id,
+    lease_key,
+    open_checkpoint,
+    seal_chunk,
+    sign_manifest,
+)
+from gpunet.jobs import job_logs, lease_files
 from gpunet.keys import create_keypair_file
 from gpunet.localnet import free_ports
 from gpunet.protocol import (
@@ -621,16 +633,21 @@ async def test_the_latest_checkpoint_is_read_by_the_lease_client_alone_and_downl
     ]
 
 
-async def test_lease_files_serves_the_checkpoint_store_s_newest_checkpoint_that_checks_out(api, tmp_path) -> None:
-    """A checkpoint that came through the checkpoint store (sealed chunks, a node-signed manifest) is
-    what `GET /leases/{key}/files` serves, opened with the lease's key; a tampered chunk makes it
-    fall back to the checkpoint before; the small one recorded from the gateway is the control."""
-    http, world, pool, coordinator = api
+async def test_lease_files_serves_the_checkpoint_store_s_newest_checkpoint_that_checks_out(
+    placed_api, tmp_path
+) -> None:
+    """A checkpoint that came through the checkpoint store (sealed chunks, a manifest signed by a
+    node of the lease) is what `GET /leases/{key}/files` serves, sealed: the client opens it with
+    the lease's key, which the coordinator does not hold; a tampered chunk makes it fall back to
+    the checkpoint before; the small one recorded from the gateway is the control."""
+    http, world, pool, coordinator = placed_api
     lease, url = world.lease, f"/leases/{world.lease}/files"
+    api = str(http.base_url).rstrip("/")
     spec = JobSpec(command=["python", "train.py"])
     accepted = await http.post(f"/leases/{lease}/job", json=_body(world, spec))
     assert accepted.status_code == 201, accepted.text
     node = world.nodes[0][1]
+    await eventually(lambda: _assigned(pool, str(lease), str(node.pubkey())), what="the assignment indexed")
     small = [CheckpointFile.of("step", b"1\n")]
     async with pool.acquire() as conn:  # a small checkpoint through the gateway first, as before
         await conn.execute(
@@ -642,9 +659,8 @@ async def test_lease_files_serves_the_checkpoint_store_s_newest_checkpoint_that_
     got = await http.get(url, headers=_signed_files(lease, world.client_wallet))
     assert got.status_code == 200 and got.json()["files"] == [f.model_dump() for f in small]
 
-    seed = json.loads(accepted.request.content)["signature"]
     store = coordinator.checkpoints
-    key = lease_key(str(lease), seed)
+    key = lease_key(world.client_wallet, str(lease))
     seqs = []
     for step, data in ((2, b"step 2 weights"), (3, b"step 3 weights")):
         sealed = seal_chunk(key, str(lease), data)
@@ -655,20 +671,40 @@ async def test_lease_files_serves_the_checkpoint_store_s_newest_checkpoint_that_
             seq=time.time_ns() // 1_000_000 + step,
             files=[FileEntry(path="model.pt", size=len(data), chunks=[chunk_id(sealed)])],
         )
-        assert store.put_manifest(str(lease), sign_manifest(node, manifest)) is None
+        assert store.put_manifest(str(lease), sign_manifest(node, manifest), {str(node.pubkey())}) is None
         seqs.append((manifest.seq, chunk_id(sealed)))
     got = await http.get(url, headers=_signed_files(lease, world.client_wallet))
     assert got.status_code == 200, got.text
-    assert [f["data_b64"] for f in got.json()["files"]] == [base64.b64encode(b"step 3 weights").decode()]
+    assert "weights" not in got.text and got.json()["sealed"]["manifest"]["manifest"]["seq"] == seqs[1][0]
+    schema = openapi_document()["paths"]["/leases/{key}/files"]["get"]["responses"]["200"]["content"]
+    errors = list(jsonschema_rs.Draft202012Validator(schema["application/json"]["schema"]).iter_errors(got.json()))
+    assert not errors, [e.message for e in errors][:3]  # the sealed answer is the documented one
+    _, files = await lease_files(api, world.client_wallet, lease)  # the client opens it
+    assert [(f.path, f.content()) for f in files] == [("model.pt", b"step 3 weights")]
     # the store's disk holds no plaintext
     assert not any(b"weights" in p.read_bytes() for p in store.blobs.root.rglob("*") if p.is_file())  # type: ignore[attr-defined]
+    # another wallet's key does not open it (nor does the coordinator hold one that does)
+    other = Keypair()
+    body = got.json()["sealed"]
+    chunks = {cid: base64.b64decode(b) for cid, b in body["chunks"].items()}
+    with pytest.raises(ChunkRefused, match="does not open"):
+        open_checkpoint(
+            lease_key(other, str(lease)), SignedManifest.model_validate(body["manifest"]), chunks, {str(node.pubkey())}
+        )
     # the newest one's chunk is tampered with: the one before is served
     victim = store.blobs.root / "leases" / str(lease) / "chunks" / seqs[1][1]  # type: ignore[attr-defined]
     victim.write_bytes(victim.read_bytes()[:-1] + bytes([victim.read_bytes()[-1] ^ 1]))
-    got = await http.get(url, headers=_signed_files(lease, world.client_wallet))
-    assert [f["data_b64"] for f in got.json()["files"]] == [base64.b64encode(b"step 2 weights").decode()]
+    _, files = await lease_files(api, world.client_wallet, lease)
+    assert [(f.path, f.content()) for f in files] == [("model.pt", b"step 2 weights")]
     view = (await http.get(f"/leases/{lease}/job", headers=_signed(world.client_wallet, f"/leases/{lease}/job"))).json()
     assert view["checkpoint"]["seq"] == seqs[1][0] and view["checkpoint"]["bytes"] == len(b"step 3 weights")
+
+
+async def _assigned(pool, lease: str, node_key: str) -> bool:
+    async with pool.acquire() as conn:
+        return bool(
+            await conn.fetchval("SELECT 1 FROM assignments WHERE lease = $1 AND node_key = $2", lease, node_key)
+        )
 
 
 async def test_the_job_view_answers_the_client_and_its_nodes_suppliers_alone(placed_api) -> None:

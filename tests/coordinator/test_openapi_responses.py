@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -15,14 +17,26 @@ import jsonschema_rs
 import pytest
 import uvicorn
 from solders.keypair import Keypair
+from starlette.applications import Starlette
 
 from coordinator.api import create_app
 from coordinator.api.work import work_routes
+from coordinator.checkpoints import CheckpointStore, DiskBlobs, checkpoint_routes
 from coordinator.db import nodes, verifications
 from coordinator.db.verifications import Verdict
 from coordinator.indexer.rpc import ChainRpc
 from coordinator.service import Coordinator
 from coordinator.settings import Settings
+from gpunet.checkpoint import (
+    FileEntry,
+    Manifest,
+    chunk_id,
+    lease_key,
+    seal_chunk,
+    seal_key,
+    sign_manifest,
+    signed_headers,
+)
 from gpunet.localnet import free_ports
 from gpunet.protocol import (
     CheckpointFile,
@@ -95,6 +109,9 @@ def _check(doc: dict[str, Any], path: str, method: str, response: httpx.Response
     content = documented[str(response.status_code)]["content"]
     if "text/plain" in content:
         assert response.headers["content-type"].startswith("text/plain")
+        return
+    if "application/octet-stream" in content:
+        assert response.headers["content-type"].startswith("application/octet-stream")
         return
     schema = content["application/json"]["schema"]
     errors = [
@@ -169,6 +186,22 @@ async def test_every_answer_holds_to_the_documented_schema(served, pool) -> None
     assert unsigned.status_code == 401 and "job" not in unsigned.json()
     _check(doc, "/leases/{key}/job", "get", unsigned)
 
+    # The lease's checkpoint key sealed to bob's node (a signed POST); the job view lists the node.
+    key = lease_key(client.wallet, waiting)
+    keyed = json.dumps({"nodes": {str(bob.node_key.pubkey()): seal_key(bob.node_key.pubkey(), key)}}).encode()
+    key_path = f"/leases/{waiting}/checkpoint-key"
+    given = await http.post(key_path, content=keyed, headers=sign_request(client.wallet, "POST", key_path, keyed))
+    assert given.status_code == 201, given.text
+    _check(doc, "/leases/{key}/checkpoint-key", "post", given)
+    _check(doc, "/leases/{key}/checkpoint-key", "post", await http.post(key_path, content=keyed))  # unsigned: 401
+    view_path = f"/leases/{waiting}/job"
+    view = await http.get(view_path, headers=sign_request(client.wallet, "GET", view_path))
+    assert view.json()["checkpoint_key_sealed_to"] == [str(bob.node_key.pubkey())]
+
+    # The checkpoint store's routes: on the coordinator, a node without a share of the lease (403) and
+    # an unsigned request (401); every other answer from the same routes over a store that lets bob's node in.
+    checkpoint_gets = await _checkpoint_answers(doc, http, waiting, bob.node_key, key)
+
     stranger = str(Keypair().pubkey())
     requests: list[tuple[str, str, dict[str, Any], int]] = [  # (document path, URL, query, expected status)
         ("/health", "/health", {}, 200),
@@ -201,9 +234,56 @@ async def test_every_answer_holds_to_the_documented_schema(served, pool) -> None
         if path in _PAGES and status == 200:
             assert response.json()["items"], f"{path} served no rows: its row schema went unchecked"
 
-    exercised = {path for path, *_ in requests} | {"/leases/{key}/files", "/leases/{key}/job"}
+    exercised = {path for path, *_ in requests} | {"/leases/{key}/files", "/leases/{key}/job"} | checkpoint_gets
     gets = {path for path, operations in doc["paths"].items() if "get" in operations}
     assert gets <= exercised, f"GET routes no answer of which is checked: {sorted(gets - exercised)}"
+
+
+async def _checkpoint_answers(
+    doc: dict[str, Any], http: httpx.AsyncClient, lease: str, node: Keypair, key: bytes
+) -> set[str]:
+    """Every checkpoint route's answers, checked against the document; the GET paths exercised."""
+    base = f"/leases/{lease}/checkpoint"
+    sealed = seal_chunk(key, lease, b"weights " * 1000)
+    cid = chunk_id(sealed)
+    manifest = Manifest(
+        lease=lease, node_key=str(node.pubkey()), seq=1, files=[FileEntry(path="m.pt", size=8000, chunks=[cid])]
+    )
+    body = sign_manifest(node, manifest).model_dump_json().encode()
+    calls = [  # (document path, method, URL, body)
+        ("/leases/{key}/checkpoint/chunks/{id}", "put", f"{base}/chunks/{cid}", sealed),
+        ("/leases/{key}/checkpoint/missing", "post", f"{base}/missing", body),
+        ("/leases/{key}/checkpoint/manifests/{seq}", "put", f"{base}/manifests/1", body),
+        ("/leases/{key}/checkpoint/chunks/{id}", "get", f"{base}/chunks/{cid}", b""),
+        ("/leases/{key}/checkpoint/manifests", "get", f"{base}/manifests", b""),
+        ("/leases/{key}/checkpoint/manifests/{seq}", "get", f"{base}/manifests/1", b""),
+        ("/leases/{key}/checkpoint/manifests/{seq}", "get", f"{base}/manifests/7", b""),
+        ("/leases/{key}/checkpoint/chunks/{id}", "get", f"{base}/chunks/{'0' * 64}", b""),
+    ]
+    for path, method, url, content in calls:  # the coordinator: bob's node holds no share of this lease
+        refused = await http.request(method, url, content=content, headers=signed_headers(node, method, url, content))
+        assert refused.status_code == 403, refused.text
+        _check(doc, path, method, refused)
+        _check(doc, path, method, await http.request(method, url, content=content))  # unsigned: 401
+
+    async def holder(lease_: str, node_key: str) -> bool:
+        return lease_ == lease and node_key == str(node.pubkey())
+
+    async def signers(lease_: str) -> list[str]:
+        return [str(node.pubkey())]
+
+    with tempfile.TemporaryDirectory() as root:
+        app = Starlette(routes=checkpoint_routes(CheckpointStore(DiskBlobs(Path(root))), holder, signers))
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://store") as store:
+            statuses = []
+            for path, method, url, content in calls:
+                answer = await store.request(
+                    method, url, content=content, headers=signed_headers(node, method, url, content)
+                )
+                _check(doc, path, method, answer)
+                statuses.append(answer.status_code)
+    assert statuses == [201, 200, 201, 200, 200, 200, 404, 404]
+    return {path for path, method, *_ in calls if method == "get"}
 
 
 async def test_required_parameters_are_marked_required(served) -> None:

@@ -118,7 +118,14 @@ async def test_a_lease_pays_for_its_reserved_gpus_whether_or_not_a_job_runs(
             create_keypair_file(keyfile, world.client)
             second = await _lease_job(api, keyfile, lease, "sh -c 'echo second job on $CUDA_VISIBLE_DEVICES; sleep 8'")
             assert second.returncode == 0, second.stderr
-            assert json.loads(second.stdout) == {"lease": str(lease), "job_number": 2, "accepted": True}
+            node = str(world.node_keys()[0])
+            # the lease's checkpoint key goes to its node with the job (job 1 came through the SDK)
+            assert json.loads(second.stdout) == {
+                "lease": str(lease),
+                "job_number": 2,
+                "accepted": True,
+                "checkpoint_key_sealed_to": [node],
+            }
             await eventually(lambda: _running(api, world.client, lease, 2), what="job 2 running")
             third = await _lease_job(api, keyfile, lease, "true")
             refusal = json.loads(third.stdout)["error"]

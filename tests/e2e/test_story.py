@@ -9,7 +9,7 @@ import pytest
 from rich.console import Console
 
 from gpunet.amounts import format_io
-from gpunet.demo.story import Demo
+from gpunet.demo.story import CHECKPOINT_MIB, Demo
 
 
 @pytest.mark.timeout(420)
@@ -22,10 +22,13 @@ async def test_the_whole_story_with_a_lost_worker_and_a_coordinator_restart(
     transcript = out.getvalue()
     assert "the coordinator is stopped and started again mid-lease" in transcript, transcript
 
-    # Placed as a 2-node cluster; the killed worker's share moved to the third node, which resumed
-    # the job from its checkpoint.
+    # Placed as a 2-node cluster; the killed worker's share moved to the third node, which got the
+    # lease's key from the client, restored the checkpoint of real size from the store and resumed
+    # the job from it, every byte of its weights checked.
     assert len(result.placed_on) == 2 and result.killed == result.placed_on[0]
     assert result.moved_to not in result.placed_on and result.resumed_from_step > 0
+    assert result.checkpoint_bytes >= CHECKPOINT_MIB << 20 and result.weights_verified
+    assert f"the client sealed the lease's checkpoint key to {result.moved_to}" in transcript
     # Conservation to the base unit, and every node paid only for what it settled.
     assert result.deposited == result.paid + result.fees + result.refunded and result.refunded > 0
     assert sum(result.paid_by_supplier.values()) == result.paid
