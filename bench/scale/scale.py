@@ -18,7 +18,7 @@ gpunet under 5 % of a block.
     .venv/bin/python bench/scale/scale.py                          # bench/cu's figure, see --cu
     .venv/bin/python bench/scale/scale.py --cu cu.txt               # bench/cu's output, saved
     .venv/bin/python bench/scale/scale.py --run-cu                  # runs bench/cu (needs scripts/build-sbf)
-    .venv/bin/python bench/scale/scale.py --settle-cu 47830 --settle-cu-after 41000 --fee-payers 16
+    .venv/bin/python bench/scale/scale.py --settle-cu 47830 --settle-cu-after 39984 --fee-payers 16
 """
 
 from __future__ import annotations
@@ -46,9 +46,11 @@ from gpunet.usage import Receipt  # noqa: E402
 
 FLEETS = (10_000, 100_000, 1_000_000)
 TARGET = Fraction(5, 100)
-# The settle_usage figure of bench/cu on the SBF build, as the README's instruction table records it:
-# used when bench/cu's output is neither given nor run.
-README_SETTLE_CU = 47_830
+# settle_usage on the SBF build (bench/cu): per-period reports before receipts (the last figure the
+# README's table recorded for them), and the receipt settlement as the README's table records it now
+# (used when bench/cu's output is neither given nor run).
+BEFORE_SETTLE_CU = 47_830
+README_SETTLE_CU = 39_984
 
 # Mainnet's limits, late 2026, with where each comes from.
 LIMITS = {
@@ -144,8 +146,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cu", type=Path, help="bench/cu's output, saved to a file")
     p.add_argument("--run-cu", action="store_true", help="run bench/cu (needs target/deploy/gpunet.so)")
-    p.add_argument("--settle-cu", type=int, help="settle_usage's CU (default: bench/cu's figure)")
-    p.add_argument("--settle-cu-after", type=int, help="a receipt settlement's CU (default: the same)")
+    p.add_argument("--settle-cu", type=int, help=f"a per-period settlement's CU (before; default {BEFORE_SETTLE_CU:,})")
+    p.add_argument("--settle-cu-after", type=int, help="a receipt settlement's CU (default: bench/cu's figure)")
     p.add_argument("--fee-payers", type=int, default=8, help="the coordinator's fee-payer pool (after)")
     p.add_argument("--tick", type=int, default=5, help="metering tick in seconds (after; off chain)")
     p.add_argument("--period", type=int, default=60, help="usage period in seconds (before)")
@@ -155,19 +157,19 @@ def main() -> None:
     p.add_argument("--limits", choices=sorted(LIMITS), default="current")
     a = p.parse_args()
 
-    if a.settle_cu is not None:
-        settle_cu, source = a.settle_cu, "given (--settle-cu)"
+    settle_cu = a.settle_cu if a.settle_cu is not None else BEFORE_SETTLE_CU
+    if a.settle_cu_after is not None:
+        after_cu, source = a.settle_cu_after, "given (--settle-cu-after)"
     elif a.cu or a.run_cu:
-        settle_cu = settle_cu_from(a.cu.read_text() if a.cu else run_cu())
+        after_cu = settle_cu_from(a.cu.read_text() if a.cu else run_cu())
         source = f"bench/cu ({a.cu or 'run now'})"
     else:
-        settle_cu, source = README_SETTLE_CU, "bench/cu on the SBF build, as the README's table records it"
-    after_cu = a.settle_cu_after if a.settle_cu_after is not None else settle_cu
+        after_cu, source = README_SETTLE_CU, "bench/cu on the SBF build, as the README's table records it"
     limits = LIMITS[a.limits]
     print("bench/scale: settling a fleet on Solana mainnet, before and after cumulative receipts\n")
     print(SOURCES)
     print(f"  chosen: {a.limits}: block {limits.block_cu:,} CU, per account {limits.account_cu:,} CU\n")
-    print(f"settle_usage: {settle_cu:,} CU executed ({source}); after: {after_cu:,} CU")
+    print(f"settle_usage: before {settle_cu:,} CU executed (per-period reports); after {after_cu:,} CU ({source})")
     print(f"one settlement transaction: {transaction_bytes(False):,} bytes paid by the attester, "
           f"{transaction_bytes(True):,} paid by a pool key (limit {limits.transaction_bytes:,})\n")  # fmt: skip
 
