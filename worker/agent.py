@@ -121,6 +121,7 @@ class _Share:
     released: bool = False  # cancelled: no longer billed; the GPUs are free once the job has stopped
     checkpoint_seen: tuple = ()  # fingerprint of the checkpoint last sent to the coordinator
     upload: asyncio.Task[None] | None = None  # a checkpoint on its way to the checkpoint store
+    kept_local_warned: bool = False  # said once that a keyed lease's checkpoints stay on this node
     chunk_ids: dict[tuple[str, int, int], list[str]] = field(default_factory=dict)  # of files sealed before
     successor: Dispatch | None = None  # a newer assignment of the lease, taken once this share's job stopped
 
@@ -661,6 +662,17 @@ class Agent:
         if self._uses_store(share.dispatch):  # through the checkpoint store, in the background
             if share.upload is None or share.upload.done():
                 share.upload = asyncio.create_task(self._upload_checkpoint(lease, share))
+            return
+        if share.dispatch.checkpoint_key is not None:
+            # The client sealed a key: its checkpoints leave this node encrypted or not at all, and
+            # without the store (no --api) the gateway would carry them in the clear.
+            if not share.kept_local_warned:
+                share.kept_local_warned = True
+                log.warning(
+                    "checkpoint.kept_local lease=%s reason=the client sealed a checkpoint key and this worker has "
+                    "no --api (the coordinator's checkpoint store): its checkpoints stay on this node",
+                    lease,
+                )
             return
         seen = fingerprint(share.runner.dirs.checkpoint)
         if seen == share.checkpoint_seen:

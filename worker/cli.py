@@ -122,7 +122,7 @@ def run(
         "--api",
         help="The coordinator's API (http:// or https://): checkpoints of any size go to its checkpoint store, "
         "encrypted under the lease's key the client seals to this node (GPUNET_WORKER_API_URL); without it only "
-        "checkpoints up to 512 KiB move between nodes.",
+        "checkpoints up to 512 KiB of leases whose client sealed no key move between nodes.",
     ),
     allow_host_jobs: bool = typer.Option(
         None,

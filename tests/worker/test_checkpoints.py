@@ -9,6 +9,7 @@ import pytest
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
+from gpunet.checkpoint import lease_key, seal_key
 from gpunet.protocol import Checkpoint, CheckpointFile, Dispatch, Hello, JobLog, JobStatus
 from tests.worker.gateway import FakeGateway
 from tests.worker.sandboxes import host_jobs
@@ -38,6 +39,21 @@ async def test_the_checkpoint_travels_to_the_coordinator_and_a_new_node_resumes_
         assert status.state == "succeeded"
         stdout = [m.line for m in gateway.messages(JobLog) if m.stream == "stdout"]
         assert stdout[0] == "resumed from 4" and stdout[1:3] == ["step 5", "step 6"]
+
+
+async def test_a_lease_whose_client_sealed_a_key_never_sends_its_checkpoint_in_the_clear(tmp_path) -> None:
+    """Without --api (no checkpoint store) the gateway is the only way out, unencrypted: a lease whose
+    client sealed a checkpoint key keeps its checkpoints on the node instead. The control is the test
+    above: without a key, the same job's checkpoints travel."""
+    lease, node = str(Pubkey.new_unique()), Keypair()
+    sealed = seal_key(node.pubkey(), lease_key(Keypair(), lease))
+    async with FakeGateway() as gateway:
+        async with running_agent(gateway, tmp_path / "node", node):
+            await gateway.send(Dispatch(lease=lease, gpus=1, job=job(steps=4, step_seconds=0.3), checkpoint_key=sealed))
+            status = await gateway.wait_for(lambda: final_status(gateway, lease), what="the run's end")
+    assert status.state == "succeeded"
+    assert "step 4" in [m.line for m in gateway.messages(JobLog) if m.stream == "stdout"]
+    assert not gateway.messages(Checkpoint)
 
 
 def test_restore_checks_every_file_and_never_overwrites_the_nodes_own_state(tmp_path) -> None:
