@@ -129,6 +129,7 @@ class Coordinator:
             self.dispatch,
             self.drain,
             self.verification,
+            log_lines_per_lease=settings.log_lines_per_lease,
         )
         self.indexer = Indexer(settings, pool)
         self._tasks: list[asyncio.Task[Any]] = []

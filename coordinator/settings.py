@@ -147,6 +147,12 @@ class Settings(BaseSettings):
     checkpoint_retention_seconds: float = Field(
         default=86_400.0, ge=0, description="a lease's stored checkpoints are deleted this long after it ended"
     )
+    log_lines_per_lease: int = Field(
+        default=100_000,
+        ge=1,
+        description="the most log lines the ledger keeps of a lease (its jobs' newest; older ones are deleted as "
+        "new ones come, and a follower's next page starts at the oldest kept)",
+    )
     checkpoint_quota_bytes: int = Field(
         default=64 * 2**30,
         ge=1,

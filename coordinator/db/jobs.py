@@ -19,6 +19,7 @@ from gpunet.protocol import Checkpoint, CheckpointFile, JobLog, JobSpec, JobStat
 
 __all__ = [
     "Job",
+    "cap_logs",
     "checkpoint_of",
     "checkpoints_past_retention",
     "current_job",
@@ -130,6 +131,17 @@ async def record_job_event(conn: Connection, node_key: NodeKey, message: JobStat
     )
     # nothing inserted: a repeat of a recorded message, or one of a share the node no longer holds
     return status.endswith(" 1") or await of_current_share(conn, node_key, message.lease, message.epoch)
+
+
+async def cap_logs(conn: Connection, lease: str, keep: int) -> int:
+    """Deletes all but the newest `keep` log lines of `lease` (its statuses stay); how many went."""
+    status = await conn.execute(
+        """DELETE FROM job_events WHERE lease = $1 AND kind = 'log' AND id <= (
+               SELECT id FROM job_events WHERE lease = $1 AND kind = 'log' ORDER BY id DESC OFFSET $2 LIMIT 1)""",
+        lease,
+        keep,
+    )
+    return int(status.split()[-1])
 
 
 async def of_current_share(conn: Connection, node_key: NodeKey, lease: str, epoch: str | None) -> bool:

@@ -42,6 +42,8 @@ __all__ = ["WorkerMessages"]
 
 log = logging.getLogger("gpunet.coordinator.workers")
 
+CAP_EVERY = 1_000  # log lines of a lease between two cuts of its log to the cap
+
 
 class WorkerMessages:
     def __init__(
@@ -55,10 +57,14 @@ class WorkerMessages:
         dispatch: Dispatch,
         drain: Drain,
         verification: Verification,
+        *,
+        log_lines_per_lease: int = 100_000,
     ) -> None:
         self.pool, self.chain, self.shared, self.fleet, self.link = pool, chain, shared, fleet, link
         self.outages, self.dispatch, self.drain, self.verification = outages, dispatch, drain, verification
+        self.log_lines_per_lease = log_lines_per_lease
         self._stale_told: set[tuple[NodeKey, str, str | None]] = set()  # (node, lease, epoch) told it moved
+        self._lines_since_cap: dict[str, int] = {}  # lease -> log lines recorded since its log was last cut
 
     async def admit(self, node_key: NodeKey, hello: Hello) -> str | None:
         info = (await self.chain.get_account_info(node_pda(node_key))).value
@@ -106,7 +112,19 @@ class WorkerMessages:
             self.drain.job_ended(node_key, status.lease, status.state)
 
     async def job_log(self, node_key: NodeKey, line: JobLog) -> None:
-        await self._record_job_event(node_key, line)
+        if not await self._record_job_event(node_key, line):
+            return
+        # The ledger keeps a lease's newest lines only: cut it now and then, not at every line (the cut
+        # counts the lease's lines), so a lease holds at most the cap plus CAP_EVERY lines.
+        seen = self._lines_since_cap[line.lease] = self._lines_since_cap.get(line.lease, 0) + 1
+        if seen >= min(CAP_EVERY, self.log_lines_per_lease):
+            self._lines_since_cap[line.lease] = 0
+            async with self.pool.acquire() as conn:
+                cut = await jobs.cap_logs(conn, line.lease, self.log_lines_per_lease)
+            if cut:
+                log.info(
+                    "job.log_cut lease=%s lines=%d (over the cap of %d)", line.lease, cut, self.log_lines_per_lease
+                )
 
     async def _record_job_event(self, node_key: NodeKey, message: JobStatus | JobLog) -> bool:
         """One job, one place: what a node says about a share it no longer holds (of an earlier
