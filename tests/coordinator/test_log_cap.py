@@ -1,0 +1,51 @@
+"""A lease's logs in the ledger are capped: the coordinator keeps its jobs' newest lines only (a job
+printing without end cannot fill the database), cutting now and then; statuses are never cut."""
+
+from __future__ import annotations
+
+from solders.keypair import Keypair
+from solders.pubkey import Pubkey
+
+from coordinator.db import jobs
+from coordinator.loops.workers import WorkerMessages
+from gpunet.protocol import JobLog, JobStatus
+
+
+def _line(lease: str, n: int) -> JobLog:
+    return JobLog(simulated=True, lease=lease, stream="stdout", line=f"step {n}", origin="0123456789abcdef", n=n + 1)
+
+
+async def _lines(pool, lease: str) -> list[str]:
+    async with pool.acquire() as conn:
+        rows = await conn.fetch("SELECT line FROM job_events WHERE lease = $1 AND kind = 'log' ORDER BY id", lease)
+    return [r["line"] for r in rows]
+
+
+async def test_the_ledger_keeps_a_leases_newest_lines_and_every_status(pool) -> None:
+    node = Keypair().pubkey()
+    noisy, quiet = str(Pubkey.new_unique()), str(Pubkey.new_unique())
+    async with pool.acquire() as conn:
+        await jobs.record_job_event(conn, node, JobStatus(simulated=True, lease=noisy, state="running"))
+        for n in range(30):
+            await jobs.record_job_event(conn, node, _line(noisy, n))
+        for n in range(30, 35):
+            await jobs.record_job_event(conn, node, _line(quiet, n))
+        assert await jobs.cap_logs(conn, noisy, 10) == 20
+        assert await jobs.cap_logs(conn, noisy, 10) == 0  # at the cap: nothing more goes
+        assert await jobs.cap_logs(conn, quiet, 10) == 0  # the control: a lease under the cap keeps all
+        statuses = await conn.fetchval("SELECT count(*) FROM job_events WHERE lease = $1 AND kind = 'status'", noisy)
+    assert await _lines(pool, noisy) == [f"step {n}" for n in range(20, 30)]
+    assert await _lines(pool, quiet) == [f"step {n}" for n in range(30, 35)]
+    assert statuses == 1
+
+
+async def test_the_workers_lines_are_cut_to_the_cap_as_they_come(pool) -> None:
+    # Only the ledger is used by a log line's path: the other parts are not needed here.
+    workers = WorkerMessages(pool, *[None] * 8, log_lines_per_lease=7)  # type: ignore[arg-type]
+    node, lease = Keypair().pubkey(), str(Pubkey.new_unique())
+    for n in range(20):
+        await workers.job_log(node, _line(lease, n))
+    lines = await _lines(pool, lease)
+    # cut every 7th line (the cap, under CAP_EVERY) to the newest 7: at the 14th, to 7..13; then 14..19 come
+    assert lines == [f"step {n}" for n in range(7, 20)]
+    assert len(lines) < 20
