@@ -390,8 +390,18 @@ class _Recorded(_FromWorker):
 
 
 # waiting_secrets: the job names secrets not (yet) sealed to this node; it starts once the client's arrive.
+# pulling: the node is fetching the job's image (its progress in the job's log); the time limit starts after.
 JobState = Literal[
-    "waiting_secrets", "starting", "running", "restarting", "succeeded", "failed", "cancelled", "timed_out", "refused"
+    "waiting_secrets",
+    "pulling",
+    "starting",
+    "running",
+    "restarting",
+    "succeeded",
+    "failed",
+    "cancelled",
+    "timed_out",
+    "refused",
 ]
 
 

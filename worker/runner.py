@@ -130,7 +130,9 @@ class JobRunner:
             await asyncio.to_thread(self._fetch_inputs)
         except (OSError, ValueError) as e:
             return self._status("failed", detail=f"inputs: {e}")
-        loop = asyncio.get_running_loop()
+        if self.image is not None and (failed := await self._pull(self.image)) is not None:
+            return failed
+        loop = asyncio.get_running_loop()  # the job's time limit runs from here: a pull is not its time
         deadline = None if self.spec.time_limit_seconds is None else loop.time() + self.spec.time_limit_seconds
         while True:
             self._status("starting" if self.restarts == 0 else "restarting")
@@ -203,12 +205,51 @@ class JobRunner:
         if self.image is not None:
             await self._engine("rm", "--force", self._container)  # gone even if `run` was killed
 
-    async def _engine(self, *args: str) -> None:
+    async def _pull(self, image: str) -> JobStatus | None:
+        """The job's image, pulled first when this node lacks it: the job shows "pulling", with the
+        engine's progress as its log lines (stderr, "[gpunet: pull] ..."). A failed pull fails the job
+        with the engine's last word; a cancel stops the pull. None when the image is here."""
+        if await self._engine("image", "inspect", image) == 0:
+            return None
+        assert self.sandbox.engine is not None
+        self._status("pulling", detail=f"pulling image {image}")
+        pull = await asyncio.create_subprocess_exec(
+            *self.sandbox.engine, "pull", image,
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True, limit=2 * MAX_LINE,
+        )  # fmt: skip
+        assert pull.stdout is not None
+        last = ""
+
+        async def progress(stream: asyncio.StreamReader) -> None:
+            nonlocal last
+            async for raw in stream:
+                if line := raw.decode(errors="replace").rstrip():
+                    last = line
+                    self._log("stderr", f"[gpunet: pull] {line}")
+
+        reader = asyncio.create_task(progress(pull.stdout))
+        exited = asyncio.create_task(pull.wait())
+        cancelled = asyncio.create_task(self._cancelled.wait())
+        await asyncio.wait({exited, cancelled}, return_when=asyncio.FIRST_COMPLETED)
+        cancelled.cancel()
+        if not exited.done():
+            self._signal(pull, signal.SIGTERM)
+            await exited
+            reader.cancel()
+            return self._status("cancelled", None, self._cancel_reason)
+        await asyncio.wait({reader}, timeout=5)
+        reader.cancel()
+        if exited.result() != 0:
+            return self._status("failed", exited.result(), f"pulling image {image!r} failed: {last or 'no output'}")
+        return None
+
+    async def _engine(self, *args: str) -> int:
         assert self.sandbox.engine is not None
         command = await asyncio.create_subprocess_exec(
             *self.sandbox.engine, *args, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
         )
-        await command.wait()
+        return await command.wait()
 
     @staticmethod
     def _signal(process: asyncio.subprocess.Process, sig: signal.Signals) -> None:

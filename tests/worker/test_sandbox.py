@@ -184,6 +184,28 @@ async def test_a_container_job_runs_with_every_restriction_in_force(tmp_path, po
     assert out["pids"] == "64" and out["memory"] in (str(256 * 2**20), "268435456")
 
 
+async def test_an_image_the_node_lacks_is_pulled_first_and_a_failed_pull_fails_the_job(tmp_path, podman) -> None:
+    state = _state(tmp_path)
+    # No registry is reachable here: the pull fails, and says so in the job's status and log.
+    missing = Dispatch(lease=str(Pubkey.new_unique()), gpus=1, job=JobSpec(image="localhost/gpunet-absent:1",
+                                                                             command=["true"]))  # fmt: skip
+    rec = Recorder()
+    final = await JobRunner(
+        missing, ["GPU-sim-a"], JobDirs.of(state, missing), simulated=True, send=rec.send, sandbox=podman
+    ).run()
+    assert rec.states() == ["pulling", "failed"], rec.states()
+    assert "pulling image 'localhost/gpunet-absent:1' failed" in final.detail
+    assert any(line.startswith("[gpunet: pull] ") for line in rec.lines("stderr"))
+    # The control: an image the node has runs at once, without a pull.
+    here = Dispatch(lease=str(Pubkey.new_unique()), gpus=1, job=JobSpec(image=IMAGE, command=["true"]))
+    rec = Recorder()
+    final = await JobRunner(
+        here, ["GPU-sim-a"], JobDirs.of(state, here), simulated=True, send=rec.send, sandbox=podman
+    ).run()
+    assert final.state == "succeeded"
+    assert "pulling" not in rec.states()
+
+
 @pytest.mark.parametrize(
     ("policy", "peers", "reaches"),
     [
