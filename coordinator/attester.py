@@ -20,6 +20,7 @@ from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 from solders.signature import Signature
 
+from coordinator.metrics import Metrics
 from coordinator.payers import FeePayers
 from gpunet import instructions as ix
 from gpunet.accounts import AccountError, fetch, fetch_config
@@ -52,8 +53,10 @@ class Attester:
         payers: FeePayers | None = None,
         attempts: int = 6,
         backoff_s: float = 0.2,
+        metrics: Metrics | None = None,
     ) -> None:
         self.client = client
+        self.metrics = metrics or Metrics()
         self.key = key
         self.payers = payers or FeePayers(client, key)  # who pays each fee (the attester signs every one)
         self.attempts = attempts
@@ -73,6 +76,7 @@ class Attester:
                     return None
                 return await send()
             except TRANSIENT:
+                self.metrics.rpc_errors.inc()
                 if attempt == self.attempts - 1:
                     raise
                 await asyncio.sleep(self.backoff_s * 2**attempt * (0.5 + random.random()))
@@ -121,12 +125,14 @@ class Attester:
         async def landed() -> bool:
             return not jailed_before and (await fetch(self.client, node_pda(node_key), "Node")).jailed
 
-        return await self._retry(
+        sig = await self._retry(
             lambda: self._send(
                 [ix.slash_provider(self.key.pubkey(), config.treasury, node_key, authority, fault, digest, victim)],
             ),
             landed,
         )
+        self.metrics.slashes.labels(fault).inc()  # sent (or an earlier attempt of it landed)
+        return sig
 
     async def close(self, lease: Pubkey) -> Signature | None:
         """Closes a lease past its end (and grace): its nodes are freed, what their last usage could

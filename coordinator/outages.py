@@ -18,6 +18,7 @@ from solana.rpc.async_api import AsyncClient
 from coordinator.db import ping
 from coordinator.fleet import Fleet
 from coordinator.keys import NodeKey
+from coordinator.metrics import Metrics
 from coordinator.settings import Settings
 from gpunet.catalog import region_name
 
@@ -42,8 +43,10 @@ class Outages:
         fleet: Fleet,
         region_of: Callable[[NodeKey], int | None],
         fatal: asyncio.Future[None],
+        metrics: Metrics | None = None,
     ) -> None:
         self.settings, self.pool, self.chain, self.fleet, self.region_of = settings, pool, chain, fleet, region_of
+        self.metrics = metrics or Metrics()
         self.fatal = fatal  # set with DatabaseLost when the coordinator must stop
         self.slashing_paused = False
         self.slashing_paused_reason = ""
@@ -69,6 +72,7 @@ class Outages:
             async with asyncio.timeout(3):
                 await ping(self.pool)
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as e:
+            self.metrics.database_errors.inc()
             if self._database_down_since is None:
                 self._database_down_since = now
                 log.error(
@@ -95,6 +99,7 @@ class Outages:
         sleep that wakes late by more than `stall_after_seconds` means nothing was observed meanwhile."""
         stall = self.fleet.watch(WATCH_EVERY_SECONDS, self.settings.stall_after_seconds)
         if stall:
+            self.metrics.stalls.inc()
             log.warning(
                 "coordinator.stalled seconds=%.1f (its own pause: nobody's silence includes it; nodes are "
                 "judged again once their waiting messages are read)",
@@ -201,5 +206,6 @@ class Outages:
             async with asyncio.timeout(3):
                 await self.chain.get_slot()
         except Exception as e:  # any transport error: the chain is not reachable from here
+            self.metrics.rpc_errors.inc()
             return f"the chain RPC does not answer ({e or type(e).__name__})"
         return None

@@ -21,6 +21,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import asyncpg
+import httpx
+from solana.exceptions import SolanaRpcException
 from solana.rpc.async_api import AsyncClient
 from solana.rpc.commitment import Confirmed
 from solders.keypair import Keypair
@@ -40,6 +42,7 @@ from coordinator.loops.placement import Placement
 from coordinator.loops.settlement import Settlement
 from coordinator.loops.verification import Verification
 from coordinator.loops.workers import WorkerMessages
+from coordinator.metrics import Metrics
 from coordinator.outages import WATCH_EVERY_SECONDS, DatabaseLost, Outages
 from coordinator.payers import FeePayers, fee_payer_keys
 from coordinator.scheduler import LeaseRequest, NotPlaced, Scheduler
@@ -71,6 +74,7 @@ class Coordinator:
             drain_seconds=max(1.0, 2 * settings.heartbeat_seconds),
         )
         self.shared = Shared(Scheduler(accept_simulated=settings.accept_simulated))
+        self.metrics: Metrics = self.shared.metrics
         # The attester signs every transaction; the fees are spread over the pool (coordinator.payers).
         self.payers = FeePayers(
             self.chain,
@@ -78,10 +82,12 @@ class Coordinator:
             fee_payer_keys(settings.fee_payer_path, settings.fee_payers),
             min_lamports=settings.fee_payer_min_lamports,
         )
-        chain_writer = Attester(self.chain, attester, payers=self.payers)
+        chain_writer = Attester(self.chain, attester, payers=self.payers, metrics=self.metrics)
         self.gateway = Gateway(heartbeat_seconds=settings.heartbeat_seconds)
         view = FleetView(self.shared, self.fleet, self.gateway)
-        self.outages = Outages(settings, pool, self.chain, self.fleet, self.shared.region, self.fatal)
+        self.outages = Outages(
+            settings, pool, self.chain, self.fleet, self.shared.region, self.fatal, metrics=self.metrics
+        )
         self.settlement = Settlement(
             pool,
             Settler(self.chain, attester, self.payers),
@@ -90,6 +96,7 @@ class Coordinator:
             reconnect_grace_seconds=settings.reconnect_grace_seconds,
             interval_seconds=settings.settle_interval_seconds,
             min_amount=settings.settle_min_amount,
+            metrics=self.metrics,
         )
         settle = self.settlement.settle
         self.placement = Placement(pool, self.shared, view, chain_writer)
@@ -156,12 +163,25 @@ class Coordinator:
             ("verification", self.verification.step, 1.0),
             ("settlement", self.settlement.step, self.settings.settle_seconds),
             ("checkpoint-retention", self._checkpoint_retention, 60.0),
+            ("attester-balance", self._read_attester_balance, self.settings.attester_balance_seconds),
         ):
-            self._tasks.append(asyncio.create_task(self._every(name, step, every), name=name))
+            self._tasks.append(asyncio.create_task(self._every(name, step, every, self.metrics), name=name))
         log.info("coordinator.started gateway=%s attester=%s", self.gateway.url, self.attester_key.pubkey())
         for payer, lamports in await self.payers.balances():
             log.info("coordinator.fee_payer payer=%s lamports=%d", payer, lamports)
         return self
+
+    async def _read_attester_balance(self) -> None:
+        """The attester's SOL balance, for /metrics and /readyz (it signs every transaction)."""
+        lamports = (await self.chain.get_balance(self.attester_key.pubkey())).value
+        self.metrics.set_attester_balance(lamports)
+        if lamports < self.settings.attester_min_lamports:
+            log.warning(
+                "coordinator.attester_low attester=%s lamports=%d under GPUNET_ATTESTER_MIN_LAMPORTS=%d: fund it",
+                self.attester_key.pubkey(),
+                lamports,
+                self.settings.attester_min_lamports,
+            )
 
     async def _checkpoint_retention(self) -> None:
         """Deletes the stored checkpoints of leases that ended more than the retention period ago."""
@@ -213,13 +233,18 @@ class Coordinator:
         return self.shared.scheduler.place(request)
 
     @staticmethod
-    async def _every(name: str, step: Callable[[], Awaitable[None]], seconds: float) -> None:
-        """Runs `step` every `seconds`; a failing step is logged and retried, never fatal."""
+    async def _every(name: str, step: Callable[[], Awaitable[None]], seconds: float, metrics: Metrics) -> None:
+        """Runs `step` every `seconds`; a failing step is logged (and counted, when the database or
+        the RPC failed it) and retried, never fatal."""
         while True:
             try:
                 await step()
             except asyncio.CancelledError:
                 raise
-            except Exception:
+            except Exception as e:
+                if isinstance(e, (asyncpg.PostgresError, asyncpg.InterfaceError)):
+                    metrics.database_errors.inc()
+                elif isinstance(e, (SolanaRpcException, httpx.HTTPError)):
+                    metrics.rpc_errors.inc()
                 log.exception("coordinator.%s failed; retrying", name)
             await asyncio.sleep(seconds)

@@ -64,6 +64,15 @@ class Settings(BaseSettings):
         description="a fee payer holding less is skipped (with a warning) until it is funded again; when none "
         "holds enough, the attester pays",
     )
+    attester_min_lamports: int = Field(
+        default=50_000_000,
+        ge=0,
+        description="/readyz is not ready while the attester holds less SOL than this (it signs, and may pay for, "
+        "every coordinator transaction)",
+    )
+    attester_balance_seconds: float = Field(
+        default=30.0, gt=0, description="how often the attester's balance is read (for /metrics and /readyz)"
+    )
     gateway_host: str = Field(default="127.0.0.1", description="the worker gateway's address")
     gateway_port: int = Field(default=8910, ge=0, le=65535, description="the worker gateway's port")
     heartbeat_seconds: float = Field(default=2.0, gt=0, le=300, description="heartbeat interval asked of every worker")

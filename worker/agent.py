@@ -39,6 +39,7 @@ from worker.checkpoints import CheckpointStoreClient, CheckpointTooLarge, StoreE
 from worker.gpus import GpuBackend
 from worker.journal import Journal
 from worker.metering import LeaseMeter
+from worker.metrics import MetricsServer
 from worker.runner import JobDirs, JobRunner
 from worker.sandbox import EngineChoice, NetworkPolicy, Sandbox, SandboxUnavailable
 from worker.session import Backoff, Session
@@ -83,6 +84,9 @@ class WorkerSettings(BaseSettings):
     # Host jobs (a job without image, and no default image): only with this opt-in, inside bubblewrap.
     allow_host_jobs: bool = False
     host_job_paths: list[Path] = []  # what host jobs may read besides the system dirs and Python
+    # The operator port (worker/metrics.py: /metrics, /healthz, /readyz); unset: none is opened.
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int | None = Field(None, ge=0, le=65535)
 
     @field_validator("gateway_url")
     @classmethod
@@ -176,11 +180,18 @@ class Agent:
 
     async def run(self) -> None:
         """Until cancelled: the session (reconnecting forever) and the metering clock."""
+        metrics = None
+        if self.settings.metrics_port is not None:
+            metrics = MetricsServer(self, self.settings.metrics_host, self.settings.metrics_port)
+            await metrics.start()
+            log.info("worker.metrics url=http://%s:%d/metrics", metrics.host, metrics.port)
         meter = asyncio.create_task(self._meter_clock())
         try:
             await self.session.run_forever()
         finally:
             meter.cancel()
+            if metrics is not None:
+                await metrics.stop()
             await self.stop_jobs("agent stopping")
             self.close()
 

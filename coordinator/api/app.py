@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
@@ -23,7 +24,7 @@ from coordinator.api.resources import PAGE, RESOURCES, Resource
 from coordinator.audit import NotFound, audit_lease, audit_provider
 from coordinator.db import chain as ledger
 from coordinator.db import nodes as faults
-from coordinator.db import verifications
+from coordinator.db import ping, verifications
 from coordinator.indexer.rpc import ChainRpc, RpcError
 from coordinator.settings import Settings
 
@@ -151,6 +152,39 @@ def create_app(
             {"status": "ok", **{k: state[k] for k in ("cursor_signature", "cursor_slot", "synced_slot")}}
         )
 
+    async def healthz(request: Request) -> Response:
+        """Liveness: the process answers (nothing else is checked)."""
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(request: Request) -> Response:
+        """Readiness: the database and the chain RPC answer now and, where the coordinator runs, its
+        attester holds at least the minimum SOL (as last read); 503 names what failed."""
+        checks: dict[str, str] = {}
+        try:
+            async with asyncio.timeout(3):
+                await ping(pool)
+            checks["database"] = "ok"
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as e:
+            checks["database"] = f"does not answer: {e or type(e).__name__}"
+        try:
+            async with asyncio.timeout(3):
+                await rpc.slot()
+            checks["rpc"] = "ok"
+        except (RpcError, TimeoutError) as e:
+            checks["rpc"] = f"does not answer: {e or type(e).__name__}"
+        if coordinator is not None:
+            lamports, minimum = coordinator.metrics.attester_balance, settings.attester_min_lamports
+            if lamports is None:
+                checks["attester_balance"] = "not read yet"
+            elif lamports < minimum:
+                checks["attester_balance"] = f"{lamports} lamports, under the minimum {minimum}"
+            else:
+                checks["attester_balance"] = "ok"
+        ready = all(v == "ok" for v in checks.values())
+        return JSONResponse(
+            {"status": "ready" if ready else "not_ready", "checks": checks}, status_code=200 if ready else 503
+        )
+
     async def metrics(request: Request) -> Response:
         text = coordinator_metrics(coordinator) if coordinator else ""
         try:
@@ -171,7 +205,13 @@ def create_app(
     async def openapi(request: Request) -> Response:
         return JSONResponse(openapi_document())
 
-    routes = [Route("/health", health), Route("/metrics", metrics), Route("/openapi.json", openapi)]
+    routes = [
+        Route("/health", health),
+        Route("/healthz", healthz),
+        Route("/readyz", readyz),
+        Route("/metrics", metrics),
+        Route("/openapi.json", openapi),
+    ]
     for resource in RESOURCES.values():
         routes.append(Route(f"/{resource.name}", listing(resource)))
         if resource.key:

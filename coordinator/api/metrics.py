@@ -1,6 +1,7 @@
 """/metrics in the Prometheus text format, from the indexer's row in the ledger (so the API and
 the indexer may run in different processes), and, where the API runs inside the coordinator, the
-coordinator's own state (`coordinator_metrics`)."""
+coordinator's own state (`coordinator_metrics`: the gauges below, then what its loops count,
+`coordinator.metrics`)."""
 
 from __future__ import annotations
 
@@ -88,4 +89,4 @@ def coordinator_metrics(coordinator: Coordinator) -> str:
     lines = []
     for name, value, help_text in gauges:
         lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge", f"{name} {value}"]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + coordinator.metrics.render()

@@ -155,6 +155,24 @@ def openapi_document() -> dict[str, Any]:
                 },
             }
         },
+        "/healthz": {
+            "get": _op("Liveness: the process answers (nothing else is checked).", [], _json("ok", schemas.HEALTHZ))
+        },
+        "/readyz": {
+            "get": {
+                **_op(
+                    "Readiness: the database and the chain RPC answer now and, on a coordinator, its attester holds "
+                    "at least GPUNET_ATTESTER_MIN_LAMPORTS (as last read); each check says ok or why not.",
+                    [],
+                    _json("ready", schemas.READINESS),
+                ),
+                "responses": {
+                    "200": _json("ready", schemas.READINESS),
+                    "400": _json(_WHY[400], schemas.ERROR),
+                    "503": _json("not ready: the checks say which failed", schemas.READINESS),
+                },
+            }
+        },
         "/metrics": {
             "get": _op(
                 "Prometheus metrics (gpunet_indexer_*, gpunet_coordinator_*).",
@@ -341,6 +359,15 @@ def openapi_document() -> dict[str, Any]:
             "regions by name (or catalog code), answered by name.",
             [_query(p) for p in QUOTE_PARAMS],
             _json("the placement, or why none", schemas.QUOTE),
+        )
+    }
+    paths["/nodes/{key}/telemetry"] = {
+        "get": _op(
+            "A node's last heartbeat as this coordinator received it (by node key or node account): its GPUs' "
+            "telemetry (utilisation, memory, temperature, power, ECC errors, throttling). Kept in memory: 404 until "
+            "the node's first heartbeat since the coordinator started.",
+            [_KEY],
+            _json("ok", schemas.TELEMETRY),
         )
     }
     paths["/workers"] = {

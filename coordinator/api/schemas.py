@@ -8,20 +8,24 @@ from __future__ import annotations
 from typing import Any
 
 from coordinator.api.params import PUBKEY_SCHEMA, SIGNATURE_SCHEMA
+from gpunet.protocol import GpuTelemetry
 
 __all__ = [
     "AUDIT",
     "ERROR",
     "HEALTH",
+    "HEALTHZ",
     "JOB_ACCEPTED",
     "JOB_VIEW",
     "LEASE_FILES",
     "NODE_VERIFICATIONS",
     "QUOTE",
+    "READINESS",
     "SECRETS_ACCEPTED",
     "SLASHING_RESUMED",
     "SLASH_EVIDENCE",
     "TABLE_COLUMNS",
+    "TELEMETRY",
     "WORKERS",
     "item_schema",
     "page_schema",
@@ -215,6 +219,27 @@ HEALTH = _object(
         "cursor_signature": _MAYBE_SIG,
         "cursor_slot": _MAYBE_INT,
         "synced_slot": _MAYBE_INT,
+    }
+)
+
+HEALTHZ = _object({"status": {"type": "string", "enum": ["ok"]}})
+
+_CHECK: Schema = {"type": "string", "description": "ok, or why not"}
+READINESS = _object(
+    {
+        "status": {"type": "string", "enum": ["ready", "not_ready"]},
+        # attester_balance: only where the API runs inside the coordinator
+        "checks": _object({"database": _CHECK, "rpc": _CHECK, "attester_balance": _CHECK}, ("attester_balance",)),
+    }
+)
+
+TELEMETRY = _object(
+    {
+        "node_key": _KEY,
+        "received_at": {"type": "number", "description": "unix seconds"},
+        "connected": _BOOL,
+        "healthy": _BOOL,
+        "gpus": {"type": "array", "items": GpuTelemetry.model_json_schema()},
     }
 )
 

@@ -25,6 +25,7 @@ from starlette.routing import Route
 
 from coordinator.api.params import BadRequest, Param, parse_pubkey, parse_query
 from coordinator.checkpoints import TooLargeToServe, checkpoint_routes, latest_sealed
+from coordinator.db import chain as indexed
 from coordinator.db import jobs
 from coordinator.db import leases as ledger
 from coordinator.db.connection import Connection
@@ -368,6 +369,27 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
             answer["escrow"] = _escrow(terms, given, placement, values["duration_seconds"])
         return JSONResponse(answer)
 
+    async def telemetry(request: Request) -> Response:
+        """The node's last heartbeat as this coordinator received it: its GPUs' telemetry."""
+        parse_query(request.query_params, ())
+        key = parse_pubkey("key", request.path_params["key"])
+        async with pool.acquire() as conn:  # a node account names its node key
+            node = await indexed.row(conn, "nodes", "node", key)
+        node_key = Pubkey.from_string(node["node_key"] if node is not None else key)
+        last = coordinator.shared.telemetry.get(node_key)
+        if last is None:
+            return _error(404, f"no heartbeat from node {key} since this coordinator started")
+        beat = last.heartbeat
+        return JSONResponse(
+            {
+                "node_key": str(node_key),
+                "received_at": last.received_at,
+                "connected": coordinator.gateway.online(node_key),
+                "healthy": beat.healthy,
+                "gpus": [gpu.model_dump(mode="json") for gpu in beat.gpus],
+            }
+        )
+
     async def workers(request: Request) -> Response:
         parse_query(request.query_params, ())
         fleet, outages = coordinator.fleet, coordinator.outages
@@ -539,6 +561,7 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
         Route("/leases/{key}/checkpoint-key", give_checkpoint_key, methods=["POST"]),
         Route("/quote", quote),
         Route("/workers", workers),
+        Route("/nodes/{key}/telemetry", telemetry),
         Route("/slashing/resume", resume_slashing, methods=["POST"]),
         *checkpoint_routes(coordinator.checkpoints, coordinator.checkpoint_holder, coordinator.checkpoint_signers),
     ]

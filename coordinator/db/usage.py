@@ -15,7 +15,14 @@ from coordinator.settlement import Outcome, SignedUsage
 from gpunet.protocol import UsageReceiptMessage
 from gpunet.usage import Receipt
 
-__all__ = ["PendingReceipt", "pending_count", "pending_receipts", "record_receipt", "settle_outcomes"]
+__all__ = [
+    "PendingReceipt",
+    "pending_count",
+    "pending_receipts",
+    "pending_summary",
+    "record_receipt",
+    "settle_outcomes",
+]
 
 
 async def record_receipt(conn: Connection, node_key: NodeKey, message: UsageReceiptMessage) -> None:
@@ -87,6 +94,18 @@ async def pending_receipts(conn: Connection, node_key: NodeKey | None = None, li
         )
         for r in rows
     ]
+
+
+async def pending_summary(conn: Connection) -> tuple[int, int | None]:
+    """The receipts pending settlement, and the oldest instant their shares are paid up to (None:
+    none pending, or none the ledger knows the share of yet): the settlement queue and its lag."""
+    row = await conn.fetchrow(
+        """SELECT count(*) AS pending, min(a.settled_until) AS oldest FROM usage_receipts r
+           LEFT JOIN assignments a ON a.lease = r.lease AND a.node_key = r.node_key AND a.epoch = r.epoch
+           WHERE r.status = 'pending'"""
+    )
+    assert row is not None
+    return int(row["pending"]), None if row["oldest"] is None else int(row["oldest"])
 
 
 async def pending_count(conn: Connection, lease: str, node_key: NodeKey | None = None) -> int:

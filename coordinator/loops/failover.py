@@ -163,5 +163,6 @@ class Failover:
             conn, lease, "placed", f"node {lost} lost; share moved to {target.node_key}", list(decision.node_keys)
         )
         self.shared.dispatched.get(lease, set()).discard(lost)
+        self.shared.metrics.failovers.inc()
         log.warning("lease.failover lease=%s from=%s to=%s", lease, lost, target.node_key)
         return True

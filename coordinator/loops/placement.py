@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 
 import asyncpg
 from solders.pubkey import Pubkey
@@ -10,6 +11,7 @@ from solders.pubkey import Pubkey
 from coordinator.attester import Attester
 from coordinator.db import leases as ledger
 from coordinator.db.connection import Connection
+from coordinator.metrics import WAITING_REASONS, waiting_reason
 from coordinator.scheduler import LeaseRequest, NotPlaced, SchedulerError
 from coordinator.state import Shared
 from coordinator.view import FleetView
@@ -20,23 +22,34 @@ __all__ = ["Placement"]
 
 log = logging.getLogger("gpunet.coordinator.placement")
 
+NO_JOB = "waiting for the client's job (gpunet lease job LEASE ...)"
+
 
 class Placement:
     def __init__(self, pool: asyncpg.Pool, shared: Shared, view: FleetView, attester: Attester) -> None:
         self.pool, self.shared, self.view, self.attester = pool, shared, view, attester
+        # lease -> when this process first saw it open and waiting (the placement latency's start)
+        self._seen: dict[str, float] = {}
 
     async def step(self) -> None:
+        waiting = dict.fromkeys(WAITING_REASONS, 0)
         async with self.pool.acquire() as conn:
             await self.view.refresh(conn)
-            for lease in await ledger.waiting_leases(conn):
+            leases = await ledger.waiting_leases(conn)
+            now = time.monotonic()
+            self._seen = {lease["lease"]: self._seen.get(lease["lease"], now) for lease in leases}
+            for lease in leases:
                 if not lease["has_job"]:
-                    await ledger.set_placement(
-                        conn, lease["lease"], "waiting", "waiting for the client's job (gpunet lease job LEASE ...)"
-                    )
+                    await ledger.set_placement(conn, lease["lease"], "waiting", NO_JOB)
+                    waiting[waiting_reason(NO_JOB)] += 1
                     continue
-                await self._place(conn, lease)
+                if (why := await self._place(conn, lease)) is not None:
+                    waiting[waiting_reason(why)] += 1
+        for reason, count in waiting.items():
+            self.shared.metrics.leases_waiting.labels(reason).set(count)
 
-    async def _place(self, conn: Connection, lease: asyncpg.Record) -> None:
+    async def _place(self, conn: Connection, lease: asyncpg.Record) -> str | None:
+        """Places the lease; the reason it still waits, if it does (None: placed, or failed for good)."""
         scheduler = self.shared.scheduler
         try:
             terms = ix.LeaseTerms(
@@ -50,11 +63,11 @@ class Placement:
             request = LeaseRequest(lease["lease"], terms, gpus_per_node=lease["gpus_per_node"])
         except SchedulerError as e:
             await ledger.set_placement(conn, lease["lease"], "failed", str(e))
-            return
+            return None
         decision = scheduler.place(request)
         if isinstance(decision, NotPlaced):
             await ledger.set_placement(conn, lease["lease"], "waiting", decision.reason)
-            return
+            return decision.reason
         scheduler.reserve(decision)
         nodes = list(decision.node_keys)
         await ledger.set_placement(conn, lease["lease"], "assigning", "", nodes)
@@ -62,11 +75,16 @@ class Placement:
             sig = await self.attester.assign(Pubkey.from_string(lease["lease"]), decision.sdk_shares())
         except TransactionFailed as e:
             scheduler.release(lease["lease"])
-            await ledger.set_placement(conn, lease["lease"], "waiting", f"the chain refused the placement: {e}")
-            return
+            why = f"the chain refused the placement: {e}"
+            await ledger.set_placement(conn, lease["lease"], "waiting", why)
+            return why
         except BaseException:
             scheduler.release(lease["lease"])
             await ledger.set_placement(conn, lease["lease"], "waiting", "assign_lease did not complete; retrying")
             raise
         await ledger.set_placement(conn, lease["lease"], "placed", "", nodes, str(sig) if sig else None)
+        metrics = self.shared.metrics
+        metrics.placements.inc()
+        metrics.placement_seconds.observe(time.monotonic() - self._seen.pop(lease["lease"], time.monotonic()))
         log.info("lease.placed lease=%s nodes=%s", lease["lease"], ",".join(map(str, nodes)))
+        return None

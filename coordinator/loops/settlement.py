@@ -21,6 +21,7 @@ from coordinator.db import leases as ledger
 from coordinator.db import usage
 from coordinator.fleet import Fleet
 from coordinator.keys import NodeKey
+from coordinator.metrics import Metrics
 from coordinator.settlement import Settler, SignedUsage
 
 __all__ = ["Settlement", "unpaid"]
@@ -54,8 +55,10 @@ class Settlement:
         reconnect_grace_seconds: float,
         interval_seconds: float = 3_600.0,
         min_amount: int = 0,
+        metrics: Metrics | None = None,
     ) -> None:
         self.pool, self.settler, self.fleet = pool, settler, fleet
+        self.metrics = metrics or Metrics()
         self.interval_seconds, self.min_amount = interval_seconds, min_amount
         # Before this process started, and while workers had their grace to reconnect to it, it could not see.
         self.blind_until = started_at + reconnect_grace_seconds
@@ -65,8 +68,16 @@ class Settlement:
         self._one_pass = asyncio.Lock()
 
     async def step(self) -> None:
-        """The regular pass: the shares whose settlement is due."""
+        """The regular pass: the shares whose settlement is due (and the queue's figures, before and after)."""
+        await self._measure()
         await self._settle(None, due_only=True)
+        await self._measure()
+
+    async def _measure(self) -> None:
+        async with self.pool.acquire() as conn:
+            count, oldest = await usage.pending_summary(conn)
+        self.metrics.settlement_queue.set(count)
+        self.metrics.settlement_lag_seconds.set(0 if oldest is None else max(0.0, time.time() - oldest))
 
     async def settle(self, node_key: NodeKey | None = None) -> None:
         """Settles every pending receipt (of one node, or of all), due or not: before a share moves

@@ -382,6 +382,7 @@ class Verification:
     async def _store(self, verdict: Verdict) -> None:
         async with self.pool.acquire() as conn:
             await verifications.record(conn, verdict)
+        self.shared.metrics.verifications.labels(verdict.verdict).inc()
 
     async def _unfit(self, node_key: NodeKey, inventory: Inventory, model: str, reason: str) -> str:
         await self._store(Verdict(node_key, model, inventory.simulated, "unfit", reason))

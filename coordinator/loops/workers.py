@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 
 import asyncpg
 from solana.rpc.async_api import AsyncClient
@@ -20,7 +21,7 @@ from coordinator.loops.dispatch import Dispatch
 from coordinator.loops.drain import Drain
 from coordinator.loops.verification import Verification
 from coordinator.outages import Outages
-from coordinator.state import Shared, WorkerLink
+from coordinator.state import Shared, Telemetry, WorkerLink
 from gpunet.accounts import fetch
 from gpunet.pda import node_pda
 from gpunet.protocol import (
@@ -91,6 +92,8 @@ class WorkerMessages:
 
     async def heartbeat(self, node_key: NodeKey, beat: Heartbeat) -> None:
         self.fleet.heartbeat(node_key, beat.healthy)
+        self.shared.metrics.heartbeats.inc()
+        self.shared.telemetry[node_key] = Telemetry(time.time(), beat)
         # A node that comes back after its share moved (or after its lease ended) must neither run
         # the job twice nor keep the GPUs reserved and billed. The ledger is asked only when the
         # node's set of held and running leases changes (or it reconnected, or was lost), not on

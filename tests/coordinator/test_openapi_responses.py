@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import json
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from coordinator.db.verifications import Verdict
 from coordinator.indexer.rpc import ChainRpc
 from coordinator.service import Coordinator
 from coordinator.settings import Settings
+from coordinator.state import Telemetry
 from gpunet.checkpoint import (
     FileEntry,
     Manifest,
@@ -40,6 +42,8 @@ from gpunet.checkpoint import (
 from gpunet.localnet import free_ports
 from gpunet.protocol import (
     CheckpointFile,
+    GpuTelemetry,
+    Heartbeat,
     JobSpec,
     job_message,
     sign_request,
@@ -94,6 +98,12 @@ async def served(node, market: Market, pool, database_url):
                 await nodes.record_fault(
                     conn, bob.node_key.pubkey(), str(world["lease"]), "MissedHeartbeats", {"x": 1}, bytes(range(32))
                 )
+            # bob's node's last heartbeat, as worker messages keep it (no worker runs here)
+            coordinator.shared.telemetry[bob.node_key.pubkey()] = Telemetry(
+                time.time(),
+                Heartbeat(simulated=True, healthy=True, gpus=[GpuTelemetry(uuid="GPU-sim-1", healthy=True,
+                          utilization_pct=50, memory_used_mib=1024, temperature_c=61, power_w=300.5)]),
+            )  # fmt: skip
             yield http, world, {"lease": waiting, "client": client, "slash": slash["signature"]}
     finally:
         server.should_exit = True
@@ -205,6 +215,11 @@ async def test_every_answer_holds_to_the_documented_schema(served, pool) -> None
     stranger = str(Keypair().pubkey())
     requests: list[tuple[str, str, dict[str, Any], int]] = [  # (document path, URL, query, expected status)
         ("/health", "/health", {}, 200),
+        ("/healthz", "/healthz", {}, 200),
+        ("/readyz", "/readyz", {}, 200),
+        ("/nodes/{key}/telemetry", f"/nodes/{bob.node_key.pubkey()}/telemetry", {}, 200),
+        ("/nodes/{key}/telemetry", f"/nodes/{bob.node}/telemetry", {}, 200),
+        ("/nodes/{key}/telemetry", f"/nodes/{stranger}/telemetry", {}, 404),
         ("/metrics", "/metrics", {}, 200),
         ("/providers/{key}", f"/providers/{ada.provider}", {}, 200),
         ("/providers/{key}", f"/providers/{stranger}", {}, 404),
