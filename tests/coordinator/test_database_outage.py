@@ -18,6 +18,7 @@ from pathlib import Path
 import asyncpg
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from solana.rpc.async_api import AsyncClient
 from solana.rpc.commitment import Confirmed
 
@@ -79,6 +80,27 @@ async def _down(pool: asyncpg.Pool) -> bool:
     return False
 
 
+async def _readyz(api: str) -> httpx.Response:
+    async with httpx.AsyncClient(timeout=30) as http:
+        return await http.get(f"{api}/readyz")
+
+
+async def _ready(api: str) -> bool:
+    return (await _readyz(api)).status_code == 200
+
+
+async def _database_errors_counted(api: str) -> bool:
+    async with httpx.AsyncClient(timeout=10) as http:
+        text = (await http.get(f"{api}/metrics")).text
+    [count] = [
+        s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name == "gpunet_coordinator_database_errors_total"
+    ]
+    return count > 0
+
+
 async def _metric(api: str, line: str) -> bool:
     """Whether /metrics has `line` (it answers while the database is down: that is when it matters)."""
     async with httpx.AsyncClient(timeout=10) as http:
@@ -120,6 +142,12 @@ async def test_a_database_crash_loses_nothing_reruns_nothing_and_the_lease_close
             socket_dir = postgres.server.crash()  # the job has about 6 s to go, the lease at most 25 s
             assert await _down(pool)
             await eventually(lambda: _metric(api, "gpunet_coordinator_database_up 0"), what="/metrics: database down")
+            # Not ready, saying it is the database (the RPC still answers); the failed calls counted.
+            down = await _readyz(api)
+            assert down.status_code == 503, down.text
+            assert down.json()["checks"]["database"].startswith("does not answer"), down.json()
+            assert down.json()["checks"]["rpc"] == "ok"
+            await eventually(lambda: _database_errors_counted(api), what="/metrics: database errors counted")
             account = await fetch(chain, lease, "Lease")
             ends_at = account.started_at + account.terms.duration_seconds
             while time.time() < ends_at + 3:  # (gpunet-localnet's clock is the wall clock)
@@ -128,6 +156,7 @@ async def test_a_database_crash_loses_nothing_reruns_nothing_and_the_lease_close
             postgres.server.restart(socket_dir)
 
             await eventually(lambda: _metric(api, "gpunet_coordinator_database_up 1"), what="/metrics: database up")
+            await eventually(lambda: _ready(api), what="/readyz ready again with the database back")
             await eventually(lambda: closed(chain, lease), timeout=90, what="the lease closed after the outage")
             account = await fetch(chain, lease, "Lease")
             assert account.billable_until == ends_at

@@ -15,6 +15,7 @@ import time
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from solders.pubkey import Pubkey
 
 from coordinator.settings import Settings
@@ -144,3 +145,22 @@ async def test_only_nodes_whose_gpus_prove_what_was_registered_are_verified_and_
         async with httpx.AsyncClient() as http:
             missing = await http.get(f"{api}/nodes/{Pubkey.new_unique()}/verifications")
         assert missing.status_code == 404
+
+        # /metrics counts the verdicts as the ledger records them.
+        async def verdicts_counted() -> bool:
+            async with pool.acquire() as conn:
+                recorded = {
+                    r["verdict"]: r["n"]
+                    for r in await conn.fetch("SELECT verdict, count(*) AS n FROM verifications GROUP BY verdict")
+                }
+            async with httpx.AsyncClient() as http:
+                text = (await http.get(f"{api}/metrics")).text
+            counted = {
+                s.labels["verdict"]: s.value
+                for f in text_string_to_metric_families(text)
+                for s in f.samples
+                if s.name == "gpunet_coordinator_verifications_total"
+            }
+            return counted == recorded and recorded.keys() >= {"passed", "failed", "unfit"}
+
+        await eventually(verdicts_counted, what="the verdicts counted in /metrics")
