@@ -257,6 +257,8 @@ def status(
     try:
         gpus = open_gpus(simulate_gpus, str(node.pubkey()))
         inv = gpus.inventory()
+        # read now, as a heartbeat would send it (the coordinator keeps the last one it received)
+        report["telemetry"] = [sample.model_dump(mode="json") for sample in gpus.sample()]
         gpus.close()
         report["inventory"] = {"hash": inv.hash().hex(), **inv.model_dump(mode="json")}
     except (GpusUnavailable, SimulationSpecError) as e:
@@ -338,6 +340,24 @@ def _registered_copy(state_dir: Path) -> Inventory | None:
         return None
 
 
+def _telemetry_line(t: dict[str, Any]) -> str:
+    """One GPU's telemetry sample for a terminal; a figure the GPU does not report is left out."""
+    parts = [
+        f"{t[field]}{unit}"
+        for field, unit in (
+            ("utilization_pct", "% busy"),
+            ("memory_used_mib", " MiB used"),
+            ("temperature_c", " C"),
+            ("power_w", " W"),
+            ("ecc_uncorrected", " uncorrected ECC errors"),
+        )
+        if t.get(field) is not None
+    ]
+    health = "[green]healthy[/]" if t["healthy"] else f"[red]unhealthy[/] ({escape('; '.join(t['problems']))})"
+    throttled = f", throttled: {', '.join(t['throttle_reasons'])}" if t["throttle_reasons"] else ""
+    return f"{health}, {', '.join(parts)}{throttled}"
+
+
 def _print_status(report: dict[str, Any]) -> None:
     console.print(f"[bold]node[/] {report['node_key']}")
     inv = report["inventory"]
@@ -354,6 +374,8 @@ def _print_status(report: dict[str, Any]) -> None:
                 f"cc {g['compute_capability']}, PCIe gen {g['pcie_gen']} x{g['pcie_width']}, {g['power_limit_w']} W  "
                 f"[dim]{g['uuid']}[/]"
             )
+        for i, t in enumerate(report.get("telemetry", [])):
+            console.print(f"  GPU {i} now: {_telemetry_line(t)}")
     chain = report["chain"]
     if "error" in chain:
         console.print(f"  registration: [red]{chain['error']}[/]")

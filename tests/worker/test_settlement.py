@@ -208,6 +208,9 @@ async def test_the_workers_signed_receipts_settle_on_chain(node, tmp_path, capsy
 
     status = await worker_status(keyfile, state, node.url)
     assert status["inventory"]["simulated"] and status["inventory"]["hash"] == inventory.hash().hex()
+    # the GPUs' telemetry read now, as a heartbeat sends it
+    assert [t["uuid"] for t in status["telemetry"]] == [g.uuid for g in inventory.gpus]
+    assert all(t["healthy"] and t["temperature_c"] == 40 for t in status["telemetry"])
     chain = status["chain"]
     assert chain["registered"] and chain["inventory_hash"] == inventory.hash().hex()
     assert (chain["gpu_model"], chain["gpu_count"], chain["gpus_leased"], chain["jailed"]) == ("H100", 2, 2, False)
@@ -219,4 +222,5 @@ async def test_the_workers_signed_receipts_settle_on_chain(node, tmp_path, capsy
 
     text = await worker_status(keyfile, state, node.url, as_json=False)
     assert "registered: 2x H100 80 GB in us-east" in text and "inventory matches" in text
+    assert "GPU 1 now: healthy, 0% busy, 0 MiB used, 40 C, 0.0 W, 0 uncorrected ECC errors" in text
     assert "stake: 200 IO" in text and str(lease) in text
