@@ -8,6 +8,7 @@ the cadence, and a restart between metering and settlement loses nothing."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import asyncpg
 from solders.keypair import Keypair
@@ -170,6 +171,11 @@ async def test_a_lease_metered_every_second_pays_exactly_its_receipts_whatever_t
     hourly = _settlement(pool, cluster, 3_600)
     await _meter(pool, cluster, 3, each_second=hourly.step)
     assert (await fetch(cluster.client, cluster.lease, "Lease")).paid == 0
+    # /metrics' settlement figures: both shares' newest receipts wait, their usage unpaid since the start
+    figure = hourly.metrics.registry.get_sample_value
+    assert figure("gpunet_coordinator_settlement_queue") == 2
+    started = (await fetch(cluster.client, cluster.lease, "Lease")).started_at
+    assert figure("gpunet_coordinator_settlement_lag_seconds") >= time.time() - started - 1.5
     # ... on a short cadence they settle as they come, a few seconds at a time
     short = _settlement(pool, cluster, 2)
     newest = await _meter(pool, cluster, 6, each_second=short.step)
@@ -187,6 +193,9 @@ async def test_a_lease_metered_every_second_pays_exactly_its_receipts_whatever_t
         settlements = await conn.fetchval("SELECT count(DISTINCT settled_by) FROM usage_receipts")
         statuses = {r["status"] for r in await conn.fetch("SELECT status FROM usage_receipts")}
     assert statuses == {"settled"} and settlements >= 1
+    await short.step()  # nothing left: the queue is empty and nothing lags
+    assert short.metrics.registry.get_sample_value("gpunet_coordinator_settlement_queue") == 0
+    assert short.metrics.registry.get_sample_value("gpunet_coordinator_settlement_lag_seconds") == 0
 
 
 async def test_a_coordinator_restart_between_metering_and_settlement_loses_nothing(cluster, pool) -> None:
