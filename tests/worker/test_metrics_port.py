@@ -1,0 +1,80 @@
+"""The worker's operator port (worker/metrics.py) over real HTTP, with NVML faked at its module
+boundary (tests/worker/fake_pynvml.py) and the agent's parts it reads: each GPU's figures as NVML
+gives them (none made up for what a GPU does not report), a GPU with uncorrected ECC errors makes
+the worker not ready (the control: the same worker with a clean GPU is ready), and anything but a
+GET of its three routes is refused."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from types import SimpleNamespace
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.worker.fake_pynvml import FakeGpu, FakeNvml
+from worker.journal import Journal
+from worker.metrics import MetricsServer
+from worker.nvml import NvmlGpus
+
+CLEAN = FakeGpu(uuid="GPU-aaaaaaaa-0000-0000-0000-000000000000", ecc=None)  # no ECC: a consumer card
+SECOND = "GPU-bbbbbbbb-0000-0000-0000-000000000000"
+
+
+async def _serve(tmp_path: Path, nvml: FakeNvml) -> tuple[MetricsServer, SimpleNamespace]:
+    gpus = NvmlGpus(nvml.module())
+    connected = asyncio.Event()
+    connected.set()
+    agent = SimpleNamespace(
+        gpus=gpus,
+        inventory=gpus.inventory(),
+        shares={},
+        journal=Journal(tmp_path / "usage.jsonl"),
+        session=SimpleNamespace(connected=connected),
+    )
+    server = MetricsServer(agent, "127.0.0.1", 0)  # type: ignore[arg-type]
+    await server.start()
+    return server, agent
+
+
+async def test_gpu_figures_readiness_and_refusals(tmp_path: Path) -> None:
+    nvml = FakeNvml(gpus=[CLEAN, FakeGpu(uuid=SECOND, ecc=2, temp=83, util=100, power_mw=650_000)])
+    server, agent = await _serve(tmp_path, nvml)
+    url = f"http://127.0.0.1:{server.port}"
+    try:
+        async with httpx.AsyncClient(base_url=url, timeout=10) as http:
+            text = (await http.get("/metrics")).text
+            samples = {
+                (s.name, s.labels.get("uuid")): s.value
+                for f in text_string_to_metric_families(text)
+                for s in f.samples
+                if s.name.startswith("gpunet_worker_gpu_")
+            }
+            assert samples[("gpunet_worker_gpu_temperature_celsius", SECOND)] == 83
+            assert samples[("gpunet_worker_gpu_utilization_percent", SECOND)] == 100
+            assert samples[("gpunet_worker_gpu_power_watts", SECOND)] == 650
+            assert samples[("gpunet_worker_gpu_ecc_uncorrected_errors", SECOND)] == 2
+            assert samples[("gpunet_worker_gpu_healthy", SECOND)] == 0
+            assert samples[("gpunet_worker_gpu_healthy", CLEAN.uuid)] == 1
+            assert ("gpunet_worker_gpu_ecc_uncorrected_errors", CLEAN.uuid) not in samples  # not reported: absent
+            assert samples[("gpunet_worker_gpu_memory_used_mib", CLEAN.uuid)] == 1024
+
+            sick = await http.get("/readyz")
+            assert sick.status_code == 503
+            assert sick.json() == {"status": "not_ready", "checks": {"session": "ok", "gpus": f"unhealthy: {SECOND}"}}
+            nvml.gpus[1].ecc = 0  # the control: the same worker, its GPUs clean
+            ready = await http.get("/readyz")
+            assert ready.status_code == 200 and ready.json()["checks"] == {"session": "ok", "gpus": "ok"}
+            agent.session.connected.clear()
+            assert (await http.get("/readyz")).json()["checks"]["session"] == "not connected to the coordinator"
+            assert (await http.get("/healthz")).json() == {"status": "ok"}
+
+            missing = await http.get("/jobs")
+            assert missing.status_code == 404 and "/metrics" in missing.json()["error"]
+            posted = await http.post("/metrics", content=b"x")
+            assert posted.status_code == 405
+    finally:
+        await server.stop()
+        agent.journal.close()
+        agent.gpus.close()
