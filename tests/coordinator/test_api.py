@@ -90,6 +90,10 @@ async def test_resources_filters_and_pagination(node, market: Market, indexer, p
         await eventually(caught_up, what="the API to show every event")
 
         assert (await http.get("/health")).json()["status"] == "ok"
+        # the API alone (no coordinator, so no attester): ready when its database and RPC answer
+        ready = await http.get("/readyz")
+        assert ready.status_code == 200
+        assert ready.json() == {"status": "ready", "checks": {"database": "ok", "rpc": "ok"}}
         providers = (await http.get("/providers")).json()
         assert len(providers["items"]) == 2 and providers["next_offset"] is None
         page = (await http.get("/providers", params={"limit": 1})).json()
