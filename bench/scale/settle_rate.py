@@ -1,18 +1,18 @@
 """Benchmark (not a test): does the coordinator's settlement path keep up with a 10,000-GPU fleet on
 gpunet-localnet? 1,250 nodes of 8 GPUs (10 providers), one running 8-GPU lease per node, simulated
-usage: each node's signed report of one second of full use (today's usage report; the cumulative
-receipts of issue 20 are not in the program yet, and a receipt settlement is the same transaction
-shape: the node's Ed25519 instruction and settle_usage). Fees are paid by a pool of 8 fee payers
-(coordinator.payers), the attester co-signing, as a coordinator with GPUNET_FEE_PAYERS=8 sends them.
+usage: each node's signed cumulative receipt (gpunet.usage.Receipt) of its first seconds of full use,
+settled as the coordinator settles it (the node's Ed25519 instruction and settle_usage). Fees are
+paid by a pool of 8 fee payers (coordinator.payers), the attester co-signing, as a coordinator with
+GPUNET_FEE_PAYERS=8 sends them.
 
 Measured, on a node with 400 ms slots (mainnet's) unless --slot-ms:
   1. the coordinator's settler: `coordinator.settlement.Settler.settle` on a batch of --settler-reports
-     reports (default 250), one pass as the settlement loop runs it (it checks each report against
+     receipts (default 250), one pass as the settlement loop runs it (it checks each receipt against
      the chain, then sends the packed transactions one after another), cold caches: settlements/s;
   2. the raw rate: one settlement transaction per node (1,250), each signed, simulated, priced,
      sent and confirmed through the SDK (`gpunet.client.send_and_confirm`), --concurrency at a time.
-Against the rate the fleet needs: every 60 s (the usage period before) 1,250 / 60 = 20.8 per second;
-hourly (cumulative receipts) 0.35 per second.
+Against the rate the fleet needs: every 60 s (the per-period reports before receipts) 1,250 / 60 = 20.8
+per second; hourly (receipts, the default cadence) 0.35 per second.
 
     .venv/bin/python bench/scale/settle_rate.py
     .venv/bin/python bench/scale/settle_rate.py --slot-ms 100 --concurrency 64
