@@ -151,7 +151,7 @@ async def measure(url: str, a: argparse.Namespace) -> None:
         raw_s = time.perf_counter() - t
 
     need = {"every 60 s (before)": NODES / 60, "hourly (after)": NODES / 3_600}
-    print(f"\n1. coordinator settler, one pass: {settled}/{len(batch)} reports settled in {txs} transactions, "
+    print(f"\n1. coordinator settler, one pass: {settled}/{len(batch)} receipts settled in {txs} transactions, "
           f"{settler_s:.1f} s: {settler_rate:.2f} settlements/s (sequential sends, cold caches)")  # fmt: skip
     print(f"2. raw, {a.concurrency} concurrent through send_and_confirm: {len(latencies):,}/{NODES:,} confirmed in "
           f"{raw_s:.1f} s: {len(latencies) / raw_s:.1f} settlements/s, latency p50 "
