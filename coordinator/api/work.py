@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -153,6 +154,13 @@ def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
 
+def _json_body(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise BadRequest(f"the body is not JSON: {e}") from None
+
+
 def work_routes(coordinator: Coordinator) -> list[Route]:
     pool = coordinator.pool
 
@@ -161,10 +169,7 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
         body = await request.body()
         if len(body) > MAX_BODY:
             return _error(413, f"a job submission is at most {MAX_BODY} bytes")
-        try:
-            payload = json.loads(body)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise BadRequest(f"the body is not JSON: {e}") from None
+        payload = _json_body(body)
         if (
             not isinstance(payload, dict)
             or set(payload) - {"job", "gpus_per_node", "job_number", "signature"}
@@ -264,6 +269,13 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
             }
         )
 
+    def redispatch(lease: str, nodes: Iterable[str]) -> None:
+        """These nodes of the lease get its job again, now with what the client sealed to them."""
+        given = coordinator.shared.dispatched.get(lease)
+        if given is not None:
+            for key in nodes:
+                given.discard(Pubkey.from_string(key))
+
     async def give_secrets(request: Request) -> Response:
         """The client's secrets of the lease's current job, sealed to each of its nodes (signed)."""
         parse_query(request.query_params, ())
@@ -275,10 +287,7 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
             refused = await authorize(conn, request, lease, body, suppliers=False)
             if refused is not None:
                 return refused
-            try:
-                payload = json.loads(body)
-            except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                raise BadRequest(f"the body is not JSON: {e}") from None
+            payload = _json_body(body)
             shape = '{"job_number": n, "nodes": {node key: {secret name: base64 sealed box}}}'
             if not isinstance(payload, dict) or set(payload) != {"job_number", "nodes"}:
                 raise BadRequest(f"the body must be {shape}")
@@ -299,10 +308,7 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
                     if not isinstance(sealed, str) or not 0 < len(sealed) <= 65536:
                         raise BadRequest(f"node {key}: secret {name} must be a base64 sealed box")
             await jobs.save_secrets(conn, lease, number, nodes)
-        given = coordinator.shared.dispatched.get(lease)
-        if given is not None:  # their nodes get the job again, now with the secrets
-            for key in nodes:
-                given.discard(Pubkey.from_string(key))
+        redispatch(lease, nodes)
         return JSONResponse({"lease": lease, "job_number": number, "sealed_to": sorted(nodes)}, status_code=201)
 
     async def give_checkpoint_key(request: Request) -> Response:
@@ -316,10 +322,7 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
             refused = await authorize(conn, request, lease, body, suppliers=False)
             if refused is not None:
                 return refused
-            try:
-                payload = json.loads(body)
-            except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                raise BadRequest(f"the body is not JSON: {e}") from None
+            payload = _json_body(body)
             shape = '{"nodes": {node key: base64 sealed box}}'
             nodes = payload.get("nodes") if isinstance(payload, dict) and set(payload) == {"nodes"} else None
             if not isinstance(nodes, dict) or not nodes:
@@ -329,10 +332,7 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
                 if not isinstance(sealed, str) or not 0 < len(sealed) <= 1024:
                     raise BadRequest(f"node {key}: the sealed key must be a base64 sealed box")
             await jobs.save_checkpoint_keys(conn, lease, nodes)
-        given = coordinator.shared.dispatched.get(lease)
-        if given is not None:  # their nodes get the job again, now with the key
-            for key in nodes:
-                given.discard(Pubkey.from_string(key))
+        redispatch(lease, nodes)
         return JSONResponse({"lease": lease, "sealed_to": sorted(nodes)}, status_code=201)
 
     async def quote(request: Request) -> Response:
@@ -519,10 +519,7 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
         body = await request.body()
         if len(body) > 4096:
             return _error(413, "the body is at most 4096 bytes")
-        try:
-            payload = json.loads(body)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise BadRequest(f"the body is not JSON: {e}") from None
+        payload = _json_body(body)
         if not isinstance(payload, dict) or set(payload) != {"region", "at", "signature"}:
             raise BadRequest('the body must be {"region": name or null, "at": unix seconds, "signature": base58}')
         name, at = payload["region"], payload["at"]
