@@ -1,6 +1,8 @@
 """The coordinator's attester transactions: assign a placed lease, move a lost node's share,
 slash a provider for a recorded fault, close a lease past its end and finalize it once its last
-usage is settled. Each is safe to retry: a transport failure is retried
+usage is settled. With a fence (coordinator.leader), each send is first recorded as the leader's
+decision under the check that its term still leads: a stale leader is refused before the chain.
+Each is safe to retry: a transport failure is retried
 with backoff, and before any resend the chain is read to see whether the first attempt landed
 (the program would refuse a second assign anyway; reading first turns that into success)."""
 
@@ -29,7 +31,11 @@ from gpunet.client import TransactionExpired, send_and_confirm
 from gpunet.pda import node_pda
 from gpunet.tokens import io_account
 
-__all__ = ["Attester", "evidence_hash", "require_listed"]
+__all__ = ["Attester", "Intend", "evidence_hash", "require_listed"]
+
+Intend = Callable[[str, str], Awaitable[None]]
+"""Records a decision (kind, subject) before it is sent; raises when this process may not decide
+(`coordinator.leader.Fence.intend`)."""
 
 TRANSIENT = (SolanaRpcException, httpx.HTTPError, OSError, TransactionExpired)
 
@@ -54,8 +60,10 @@ class Attester:
         attempts: int = 6,
         backoff_s: float = 0.2,
         metrics: Metrics | None = None,
+        intend: Intend | None = None,
     ) -> None:
         self.client = client
+        self.intend = intend
         self.metrics = metrics or Metrics()
         self.key = key
         self.payers = payers or FeePayers(client, key)  # who pays each fee (the attester signs every one)
@@ -67,13 +75,19 @@ class Attester:
         return await send_and_confirm(self.client, payer, instructions, cosigners)
 
     async def _retry(
-        self, send: Callable[[], Awaitable[Signature]], landed: Callable[[], Awaitable[bool]]
+        self,
+        decision: tuple[str, str],
+        send: Callable[[], Awaitable[Signature]],
+        landed: Callable[[], Awaitable[bool]],
     ) -> Signature | None:
-        """Sends until it lands; None when an earlier attempt turns out to have landed."""
+        """Sends until it lands; None when an earlier attempt turns out to have landed. `decision`
+        (kind, subject) is recorded before every send, fenced (see the module's docstring)."""
         for attempt in range(self.attempts):
             try:
                 if attempt and await landed():
                     return None
+                if self.intend is not None:
+                    await self.intend(*decision)
                 return await send()
             except TRANSIENT:
                 self.metrics.rpc_errors.inc()
@@ -94,7 +108,9 @@ class Attester:
             status, nodes = await self._lease_nodes(lease)
             return status == "Active" and nodes == wanted
 
-        return await self._retry(lambda: self._send([ix.assign_lease(self.key.pubkey(), lease, shares)]), landed)
+        return await self._retry(
+            ("assign", str(lease)), lambda: self._send([ix.assign_lease(self.key.pubkey(), lease, shares)]), landed
+        )
 
     async def reassign(self, lease: Pubkey, lost_node_key: Pubkey, to: ix.Share) -> Signature | None:
         """Moves the lost node's share of the lease to `to`."""
@@ -104,6 +120,7 @@ class Attester:
             return lost_node_key not in nodes and to.node_key in nodes
 
         return await self._retry(
+            ("reassign", f"{lease} {lost_node_key}->{to.node_key}"),
             lambda: self._send([ix.reassign_lease(self.key.pubkey(), lease, lost_node_key, to)]),
             landed,
         )
@@ -126,6 +143,7 @@ class Attester:
             return not jailed_before and (await fetch(self.client, node_pda(node_key), "Node")).jailed
 
         sig = await self._retry(
+            ("slash", f"{node_key} {fault}"),
             lambda: self._send(
                 [ix.slash_provider(self.key.pubkey(), config.treasury, node_key, authority, fault, digest, victim)],
             ),
@@ -145,6 +163,7 @@ class Attester:
             return type((await fetch(self.client, lease, "Lease")).status).__name__ in ("Closing", "Closed")
 
         return await self._retry(
+            ("close", str(lease)),
             lambda: self._send(
                 [
                     ix.close_lease(
@@ -170,6 +189,7 @@ class Attester:
             return (await fetch(self.client, node_pda(node_key), "Node")).verified_until == valid_until
 
         return await self._retry(
+            ("verification", f"{node_key} tier {tier}"),
             lambda: self._send(
                 [
                     ix.record_verification(
@@ -189,6 +209,7 @@ class Attester:
             return type((await fetch(self.client, lease, "Lease")).status).__name__ == "Closed"
 
         return await self._retry(
+            ("finalize", str(lease)),
             lambda: self._send(
                 [
                     ix.finalize_lease(

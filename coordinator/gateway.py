@@ -9,6 +9,10 @@ replayed answer signs another nonce). A message that is malformed, out of place,
 (another simulated flag, a usage receipt the node did not sign) closes the session with the
 protocol's close code and a reason, and reaches the coordinator not at all.
 
+Replicas: only the leader's gateway admits workers. A follower's closes every session after the
+hello with CLOSE_NOT_LEADER and the leader's gateway URL as the reason (`leader_url`), and a replica
+that stops leading closes the sessions it has the same way (`redirect_all`).
+
 A usage receipt is acknowledged only after the coordinator has recorded it durably, so a worker
 re-sends anything that was lost in between; the coordinator's record is idempotent. Job status,
 log lines and checkpoints are numbered by the worker and recorded in order: each is confirmed
@@ -22,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -31,6 +36,7 @@ from websockets.exceptions import ConnectionClosed
 
 from gpunet.protocol import (
     CLOSE_MALFORMED,
+    CLOSE_NOT_LEADER,
     CLOSE_UNAUTHORISED,
     MAX_MESSAGE_BYTES,
     Ack,
@@ -117,6 +123,9 @@ class Gateway:
         self.sessions: dict[Pubkey, ServerConnection] = {}
         self.refused: dict[int, int] = {}  # close code -> sessions closed with it (for /metrics)
         self._server: Server | None = None
+        # Whether this replica leads (a lone gateway does); a follower refuses with the leader's gateway URL.
+        self.leading = True
+        self.leader_url: Callable[[], Awaitable[str]] = _no_leader
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> Gateway:
         if self._handler is None:
@@ -144,6 +153,12 @@ class Gateway:
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
+
+    async def redirect_all(self) -> None:
+        """This replica stopped leading: every worker is sent to the leader (or to its next gateway)."""
+        url = _close_reason(await self.leader_url())
+        for ws in list(self.sessions.values()):
+            await ws.close(CLOSE_NOT_LEADER, url)
 
     def online(self, node_key: Pubkey) -> bool:
         return node_key in self.sessions
@@ -196,6 +211,8 @@ class Gateway:
         hello = self._parse(await ws.recv())
         if not isinstance(hello, Hello):
             raise _Refused(CLOSE_MALFORMED, f"expected hello first, got {hello.type}")
+        if not self.leading:
+            raise _Refused(CLOSE_NOT_LEADER, _close_reason(await self.leader_url()))
         node_key = Pubkey.from_string(hello.node_key)
         if hello.inventory.simulated != hello.simulated:
             raise _Refused(CLOSE_MALFORMED, "hello.simulated and inventory.simulated differ")
@@ -282,3 +299,12 @@ class Gateway:
                 await h.verify_openings(node_key, message)
             case _:
                 raise _Refused(CLOSE_MALFORMED, f"{message.type} is only valid during the handshake")
+
+
+async def _no_leader() -> str:
+    return ""
+
+
+def _close_reason(url: str) -> str:
+    """The URL as a close reason; empty when it would not fit one (the worker tries its next gateway)."""
+    return url if len(url.encode()) <= 120 else ""

@@ -73,6 +73,20 @@ class Metrics:
         )
         self.rpc_errors = Counter("gpunet_coordinator_rpc_errors", "chain RPC calls that failed", registry=r)
         self.database_errors = Counter("gpunet_coordinator_database_errors", "database calls that failed", registry=r)
+        self.leader = Gauge(
+            "gpunet_coordinator_leader",
+            "1 while this replica leads (places, fails over, settles, slashes); the sum over replicas is 0 when "
+            "none leads",
+            registry=r,
+        )
+        self.leader_term = Gauge(
+            "gpunet_coordinator_leader_term", "the term this replica last led (0: never led)", registry=r
+        )
+        self.fenced_decisions = Counter(
+            "gpunet_coordinator_fenced_decisions",
+            "decisions this replica tried after its term ended, refused by the fencing check",
+            registry=r,
+        )
         # The attester's balance as last read (None: not yet); /readyz compares it with the minimum.
         self.attester_balance: int | None = None
 

@@ -30,10 +30,12 @@ from solders.keypair import Keypair
 from coordinator.attester import Attester, require_listed
 from coordinator.checkpoints import CheckpointStore, blob_store
 from coordinator.db import jobs
+from coordinator.db import leader as leader_db
 from coordinator.db import leases as ledger
 from coordinator.fleet import Fleet
 from coordinator.gateway import Gateway
 from coordinator.indexer import Indexer
+from coordinator.leader import Election, Fence, Fenced, replica_name
 from coordinator.loops.dispatch import Dispatch
 from coordinator.loops.drain import Drain
 from coordinator.loops.failover import Failover
@@ -63,18 +65,11 @@ class Coordinator:
     def __init__(
         self, settings: Settings, pool: asyncpg.Pool, attester: Keypair, clock: Callable[[], float] = time.time
     ) -> None:
-        self.settings, self.pool, self.attester_key = settings, pool, attester
+        self.settings, self.pool, self.attester_key, self.clock = settings, pool, attester, clock
         self.chain = AsyncClient(settings.rpc_url, commitment=Confirmed, timeout=30)
         # Set (with DatabaseLost) when the coordinator must stop; whoever runs it waits on it too.
         self.fatal: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        # After a blind window, heartbeats that waited in the sockets are read before anyone is judged.
-        self.fleet = Fleet(
-            lost_after_seconds=settings.lost_after_seconds,
-            clock=clock,
-            drain_seconds=max(1.0, 2 * settings.heartbeat_seconds),
-        )
-        self.shared = Shared(Scheduler(accept_simulated=settings.accept_simulated))
-        self.metrics: Metrics = self.shared.metrics
+        self.metrics = Metrics()
         # The attester signs every transaction; the fees are spread over the pool (coordinator.payers).
         self.payers = FeePayers(
             self.chain,
@@ -82,24 +77,9 @@ class Coordinator:
             fee_payer_keys(settings.fee_payer_path, settings.fee_payers),
             min_lamports=settings.fee_payer_min_lamports,
         )
-        chain_writer = Attester(self.chain, attester, payers=self.payers, metrics=self.metrics)
         self.gateway = Gateway(heartbeat_seconds=settings.heartbeat_seconds)
-        view = FleetView(self.shared, self.fleet, self.gateway)
-        self.outages = Outages(
-            settings, pool, self.chain, self.fleet, self.shared.region, self.fatal, metrics=self.metrics
-        )
-        self.settlement = Settlement(
-            pool,
-            Settler(self.chain, attester, self.payers),
-            self.fleet,
-            started_at=time.time(),
-            reconnect_grace_seconds=settings.reconnect_grace_seconds,
-            interval_seconds=settings.settle_interval_seconds,
-            min_amount=settings.settle_min_amount,
-            metrics=self.metrics,
-        )
-        settle = self.settlement.settle
-        self.placement = Placement(pool, self.shared, view, chain_writer)
+        self.gateway.leading = False  # until the election says otherwise
+        self.gateway.leader_url = self._leader_gateway
         self.checkpoints = CheckpointStore(
             blob_store(
                 settings.checkpoint_dir or settings.state_dir / "checkpoints",
@@ -109,13 +89,55 @@ class Coordinator:
             ),
             quota_bytes=settings.checkpoint_quota_bytes,
         )
+        self.indexer = Indexer(settings, pool)
+        self.replica = settings.replica_id or replica_name()
+        self.election: Election | None = None  # at start: it advertises the gateway's URL
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._leader_tasks: list[asyncio.Task[Any]] = []
+        self._term(self._follower_fence())
+
+    def _follower_fence(self) -> Fence:
+        """A follower's state is built with a fence that refuses everything (no loop runs on it)."""
+        return Fence(self.pool, self.replica, 0, lambda: False, self.metrics)
+
+    def _term(self, fence: Fence) -> None:
+        """The in-memory state of one term of leadership, built fresh: a new leader knows only what the
+        ledger and the chain say (as a restarted coordinator), and a replica that stops leading forgets it."""
+        settings, pool = self.settings, self.pool
+        # After a blind window, heartbeats that waited in the sockets are read before anyone is judged.
+        self.fleet = Fleet(
+            lost_after_seconds=settings.lost_after_seconds,
+            clock=self.clock,
+            drain_seconds=max(1.0, 2 * settings.heartbeat_seconds),
+        )
+        self.shared = Shared(Scheduler(accept_simulated=settings.accept_simulated), metrics=self.metrics)
+        chain_writer = Attester(
+            self.chain, self.attester_key, payers=self.payers, metrics=self.metrics, intend=fence.intend
+        )
+        view = FleetView(self.shared, self.fleet, self.gateway)
+        self.outages = Outages(
+            settings, pool, self.chain, self.fleet, self.shared.region, self.fatal, metrics=self.metrics
+        )
+        self.settlement = Settlement(
+            pool,
+            Settler(self.chain, self.attester_key, self.payers, intend=fence.intend),
+            self.fleet,
+            started_at=time.time(),
+            reconnect_grace_seconds=settings.reconnect_grace_seconds,
+            interval_seconds=settings.settle_interval_seconds,
+            min_amount=settings.settle_min_amount,
+            metrics=self.metrics,
+            fence=fence,
+        )
+        settle = self.settlement.settle
+        self.placement = Placement(pool, self.shared, view, chain_writer, fence=fence)
         self.dispatch = Dispatch(
             pool, self.shared, self.gateway, cluster_port=settings.cluster_port, checkpoints=self.checkpoints
         )
         self.failover = Failover(
-            settings, pool, self.chain, self.shared, view, self.fleet, self.outages, chain_writer, settle
+            settings, pool, self.chain, self.shared, view, self.fleet, self.outages, chain_writer, settle, fence=fence
         )
-        self.drain = Drain(pool, self.shared, view, self.gateway, chain_writer, settle)
+        self.drain = Drain(pool, self.shared, view, self.gateway, chain_writer, settle, fence=fence)
         self.lease_end = LeaseEnd(
             pool,
             self.chain,
@@ -124,8 +146,11 @@ class Coordinator:
             chain_writer,
             settle,
             close_grace_seconds=settings.close_grace_seconds,
+            fence=fence,
         )
-        self.verification = Verification(settings, pool, self.chain, self.shared, self.gateway, chain_writer)
+        self.verification = Verification(
+            settings, pool, self.chain, self.shared, self.gateway, chain_writer, fence=fence
+        )
         self.gateway.handler = self.workers = WorkerMessages(
             pool,
             self.chain,
@@ -138,8 +163,10 @@ class Coordinator:
             self.verification,
             log_lines_per_lease=settings.log_lines_per_lease,
         )
-        self.indexer = Indexer(settings, pool)
-        self._tasks: list[asyncio.Task[Any]] = []
+
+    @property
+    def leading(self) -> bool:
+        return self.election is not None and self.election.leading()
 
     async def start(self) -> Coordinator:
         # Workers send their newest usage receipt every usage period (they sign one every tick).
@@ -148,28 +175,85 @@ class Coordinator:
         period = config.usage_period_seconds
         self.gateway.welcome = Welcome(heartbeat_seconds=self.settings.heartbeat_seconds, usage_period_seconds=period)
         await self.gateway.start(self.settings.gateway_host, self.settings.gateway_port)
+        settings = self.settings
+        self.election = Election(
+            self.pool,
+            self.replica,
+            ttl_seconds=settings.leader_ttl_seconds,
+            renew_seconds=settings.leader_renew_seconds,
+            gateway_url=settings.advertise_gateway_url or self.gateway.url,
+            api_url=settings.advertise_api_url or f"http://{settings.api_host}:{settings.api_port}",
+            metrics=self.metrics,
+            on_lead=self._lead,
+            on_lose=self._follow,
+        )
+        # The indexer is idempotent (one writer at a time per database; what another wrote is skipped),
+        # so every replica runs it and serves a fresh ledger. The watches look at the current term's view.
+        self._tasks = [asyncio.create_task(self.indexer.run(), name="indexer")]
+        for name, step, every in (
+            ("stall-watch", lambda: self.outages.watch_own_stalls(), WATCH_EVERY_SECONDS),
+            ("database-watch", lambda: self.outages.watch_database(), 1.0),
+            ("attester-balance", self._read_attester_balance, self.settings.attester_balance_seconds),
+        ):
+            self._tasks.append(asyncio.create_task(self._every(name, step, every, self.metrics), name=name))
+        with contextlib.suppress(Exception):  # a lone coordinator leads from here on; a database fault: next round
+            await self.election.step()
+        self._tasks.append(asyncio.create_task(self.election.run(), name="election"))
+        log.info(
+            "coordinator.started gateway=%s attester=%s replica=%s leading=%s",
+            self.gateway.url,
+            self.attester_key.pubkey(),
+            self.replica,
+            self.leading,
+        )
+        for payer, lamports in await self.payers.balances():
+            log.info("coordinator.fee_payer payer=%s lamports=%d", payer, lamports)
+        return self
+
+    async def _lead(self, fence: Fence) -> None:
+        """This replica was elected: a new term's state, the workers' reconnect grace, the decision loops."""
+        self._term(fence)
         async with self.pool.acquire() as conn:  # nodes with work must come back, or be lost
             for share in await ledger.active_shares(conn):
                 self.fleet.expect(share.node_key, self.settings.reconnect_grace_seconds)
-        self._tasks = [asyncio.create_task(self.indexer.run(), name="indexer")]
+        self.gateway.leading = True
         for name, step, every in (
             ("placement", self.placement.step, 0.1),
             ("dispatch", self.dispatch.step, 0.1),
             ("lease-ends", self.lease_end.step, 1.0),
-            ("stall-watch", self.outages.watch_own_stalls, WATCH_EVERY_SECONDS),
-            ("database-watch", self.outages.watch_database, 1.0),
             ("failover", self.failover.step, 0.5),
             ("drain", self.drain.step, 0.5),
             ("verification", self.verification.step, 1.0),
             ("settlement", self.settlement.step, self.settings.settle_seconds),
             ("checkpoint-retention", self._checkpoint_retention, 60.0),
-            ("attester-balance", self._read_attester_balance, self.settings.attester_balance_seconds),
         ):
-            self._tasks.append(asyncio.create_task(self._every(name, step, every, self.metrics), name=name))
-        log.info("coordinator.started gateway=%s attester=%s", self.gateway.url, self.attester_key.pubkey())
-        for payer, lamports in await self.payers.balances():
-            log.info("coordinator.fee_payer payer=%s lamports=%d", payer, lamports)
-        return self
+            task = asyncio.create_task(self._every(name, step, every, self.metrics), name=name)
+            self._leader_tasks.append(task)
+        log.info("coordinator.leading replica=%s term=%d gateway=%s", self.replica, fence.term, self.gateway.url)
+
+    async def _follow(self) -> None:
+        """This replica stopped leading: its decision loops stop, its workers go to the leader, its
+        term's memory is dropped."""
+        self.gateway.leading = False
+        tasks, self._leader_tasks = self._leader_tasks, []
+        self.verification.stop()
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await self.gateway.redirect_all()
+        self._term(self._follower_fence())
+        log.info("coordinator.following replica=%s", self.replica)
+
+    async def _leader_gateway(self) -> str:
+        """The leader's gateway URL as the leader row has it ("" while none leads, or this replica does)."""
+        try:
+            async with self.pool.acquire() as conn:
+                lead = await leader_db.current(conn)
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+            return ""  # the database is down: the workers try their next gateway
+        return lead.gateway_url if lead.live and lead.holder != self.replica else ""
 
     async def _read_attester_balance(self) -> None:
         """The attester's SOL balance, for /metrics and /readyz (it signs every transaction)."""
@@ -213,6 +297,9 @@ class Coordinator:
                 await asyncio.sleep(1.0)
 
     async def stop(self) -> None:
+        if self.election is not None:  # the lead ends now: another replica takes over at once
+            with contextlib.suppress(Exception):
+                await self.election.resign()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -241,6 +328,8 @@ class Coordinator:
                 await step()
             except asyncio.CancelledError:
                 raise
+            except Fenced:
+                return  # this term is over (the election steps down); the next term starts its own loops
             except Exception as e:
                 if isinstance(e, (asyncpg.PostgresError, asyncpg.InterfaceError)):
                     metrics.database_errors.inc()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from solders.pubkey import Pubkey
 
@@ -75,6 +75,31 @@ class Settings(BaseSettings):
     )
     gateway_host: str = Field(default="127.0.0.1", description="the worker gateway's address")
     gateway_port: int = Field(default=8910, ge=0, le=65535, description="the worker gateway's port")
+    # --- replicas: any number share one database; one leads (coordinator.leader)
+    leader_ttl_seconds: float = Field(
+        default=3.0,
+        gt=0,
+        description="the leader's lease in the database: a replica takes the lead when the leader has not "
+        "renewed it for this long (a SIGKILLed leader is replaced within about this plus leader_renew_seconds)",
+    )
+    leader_renew_seconds: float = Field(
+        default=1.0,
+        gt=0,
+        description="how often the leader renews its lease (and a follower tries to take an expired one); "
+        "well under leader_ttl_seconds",
+    )
+    replica_id: str = Field(
+        default="", description="this replica's name in the leader row and the logs; unset: host-pid-random"
+    )
+    advertise_gateway_url: str = Field(
+        default="",
+        description="the worker gateway's URL as the other replicas tell workers (ws://host:port/worker); "
+        "unset: the address it listens on",
+    )
+    advertise_api_url: str = Field(
+        default="",
+        description="the API's URL as the other replicas point clients to; unset: http://api_host:api_port",
+    )
     heartbeat_seconds: float = Field(default=2.0, gt=0, le=300, description="heartbeat interval asked of every worker")
     lost_after_seconds: float = Field(
         default=10.0, gt=0, description="a node silent this long is lost: its shares move to other nodes"
@@ -205,6 +230,15 @@ class Settings(BaseSettings):
         except ValueError as e:
             raise ValueError(f"not a base58 public key: {value!r}") from e
         return value
+
+    @model_validator(mode="after")
+    def _leader_renews_within_its_lease(self) -> Settings:
+        if self.leader_renew_seconds * 2 > self.leader_ttl_seconds:
+            raise ValueError(
+                f"leader_renew_seconds ({self.leader_renew_seconds}) must be at most half of leader_ttl_seconds "
+                f"({self.leader_ttl_seconds}): one late renewal must not cost the lead"
+            )
+        return self
 
     @property
     def program(self) -> Pubkey:

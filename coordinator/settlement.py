@@ -15,7 +15,9 @@ the online time the coordinator itself observed (heartbeats) since the last sett
 the increment, only the seconds it saw the node online (and at most wall time x GPUs since the
 last settled receipt) are accepted and paid; the rest is settled unpaid. A closing lease takes
 receipts until its settlement deadline. Accepted receipts are packed several to a transaction,
-each Ed25519 instruction directly before its settle_usage, as the program requires.
+each Ed25519 instruction directly before its settle_usage, as the program requires. With a
+fence (coordinator.leader), each transaction is first recorded as the leader's decision under the
+check that its term still leads.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from solders.pubkey import Pubkey
 from solders.signature import Signature
 from solders.transaction import Transaction
 
+from coordinator.attester import Intend
 from coordinator.payers import FeePayers
 from gpunet import instructions as ix
 from gpunet.accounts import AccountError, fetch, fetch_config, lease_end
@@ -87,8 +90,11 @@ to the receipt's `through` (None: not tracked)."""
 
 
 class Settler:
-    def __init__(self, client: AsyncClient, attester: Keypair, payers: FeePayers | None = None) -> None:
+    def __init__(
+        self, client: AsyncClient, attester: Keypair, payers: FeePayers | None = None, *, intend: Intend | None = None
+    ) -> None:
         self.client = client
+        self.intend = intend
         self.attester = attester
         self.payers = payers or FeePayers(client, attester)  # who pays each fee (coordinator.payers)
         self._authorities: dict[Pubkey, Pubkey] = {}  # node key -> provider wallet (never changes)
@@ -210,6 +216,9 @@ class Settler:
 
     async def _send(self, group: list[_Ready]) -> list[Outcome]:
         instructions = [i for _, _, pair in group for i in pair]
+        if self.intend is not None:  # outside the try: a fenced settlement is no receipt's fault
+            subject = " ".join(f"{u.lease}/{u.node_key}@{u.receipt.gpu_seconds}" for u, _, _ in group)
+            await self.intend("settle", subject)
         try:
             payer, cosigners = await self.payers.signing()
             sig = await send_and_confirm(self.client, payer, instructions, cosigners)

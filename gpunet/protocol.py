@@ -62,6 +62,7 @@ from gpunet.usage import Receipt
 
 __all__ = [
     "CLOSE_MALFORMED",
+    "CLOSE_NOT_LEADER",
     "CLOSE_UNAUTHORISED",
     "CLOSE_VERSION_MISMATCH",
     "MAX_CHECKPOINT_BYTES",
@@ -124,6 +125,9 @@ VERIFY_CHUNK = 256  # row digests per Merkle leaf of a GPU verification (gpunet.
 CLOSE_MALFORMED = 4400  # not JSON, unknown type, or a field out of its schema
 CLOSE_UNAUTHORISED = 4401  # bad challenge signature, unregistered or jailed node
 CLOSE_VERSION_MISMATCH = 4426  # hello.version != PROTOCOL_VERSION
+# This coordinator replica does not lead: the close reason is the leader's gateway URL (empty when
+# no leader is known yet); the worker connects there, or to the next gateway it was given.
+CLOSE_NOT_LEADER = 4421
 
 CHALLENGE_DOMAIN_TAG = b"gpunet-session-v1\x00"
 NONCE_BYTES = 32

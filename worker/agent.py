@@ -91,9 +91,15 @@ class WorkerSettings(BaseSettings):
     @field_validator("gateway_url")
     @classmethod
     def _websocket_url(cls, url: str) -> str:
-        if not url.startswith(("ws://", "wss://")):
-            raise ValueError(f"the gateway URL must start with ws:// or wss://, got {url!r}")
+        for one in url.split(","):
+            if not one.strip().startswith(("ws://", "wss://")):
+                raise ValueError(f"a gateway URL must start with ws:// or wss://, got {one!r}")
         return url
+
+    @property
+    def gateway_urls(self) -> list[str]:
+        """The coordinator replicas' gateways, in the order given (comma-separated)."""
+        return [one.strip() for one in self.gateway_url.split(",")]
 
 
 class StateDirBusy(RuntimeError):
@@ -166,7 +172,7 @@ class Agent:
         self.shares: dict[str, _Share] = {}  # lease -> its share of this node
         self.usage_period_seconds = settings.usage_period_seconds
         self.session = Session(
-            settings.gateway_url,
+            settings.gateway_urls,
             node,
             simulated=self.simulated,
             hello=self.hello,

@@ -103,7 +103,11 @@ def _settings(**overrides: Any) -> WorkerSettings:
 @app.command("run")
 def run(
     keypair: Path = KeypairOption,
-    gateway: str = typer.Option(None, "--gateway", help="The coordinator's worker gateway (ws:// or wss://)."),
+    gateway: str = typer.Option(
+        None,
+        "--gateway",
+        help="The coordinator's worker gateway (ws:// or wss://); with replicas, each replica's, comma-separated.",
+    ),
     simulate_gpus: str = SimulateOption,
     state_dir: Path = StateDirOption,
     url: str = typer.Option(

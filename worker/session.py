@@ -1,6 +1,8 @@
 """The agent's WebSocket session with the coordinator's gateway: authenticate with the node key,
 heartbeat, deliver the outbox, hand coordinator messages to the agent, and reconnect with
-exponential backoff and full jitter when anything breaks — without losing queued messages.
+exponential backoff and full jitter when anything breaks — without losing queued messages. Given
+several gateways (coordinator replicas), it goes where a follower says the leader is, else to the
+next one, and backs off only once it has tried them all.
 
 Job status, log lines and checkpoints are numbered (protocol: `origin`, `n`) and kept after they
 are sent until the gateway says they are recorded: when it could not record one (its database is
@@ -27,6 +29,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
 from gpunet.protocol import (
     CLOSE_MALFORMED,
+    CLOSE_NOT_LEADER,
     CLOSE_UNAUTHORISED,
     CLOSE_VERSION_MISMATCH,
     MAX_MESSAGE_BYTES,
@@ -60,6 +63,7 @@ RECORDED = (JobStatus, JobLog, Checkpoint)
 _CLOSE_REASONS = {
     CLOSE_MALFORMED: "malformed message",
     CLOSE_UNAUTHORISED: "unauthorised",
+    CLOSE_NOT_LEADER: "not the leader",
     CLOSE_VERSION_MISMATCH: "protocol version mismatch",
 }
 
@@ -91,7 +95,7 @@ class Session:
 
     def __init__(
         self,
-        url: str,
+        urls: list[str],
         node: Keypair,
         *,
         simulated: bool,
@@ -102,7 +106,11 @@ class Session:
         backoff: Backoff | None = None,
         resend_after: float = 1.0,
     ) -> None:
-        self.url, self.node, self.simulated = url, node, simulated
+        if not urls:
+            raise ValueError("a worker needs at least one gateway URL")
+        # Coordinator replicas: any of them may be the leader's; a follower names the leader's (CLOSE_NOT_LEADER).
+        self.urls, self.url, self.node, self.simulated = list(urls), urls[0], node, simulated
+        self._tried = 0  # gateways tried since the last welcome, without waiting
         self._hello, self._heartbeat, self._on_welcome, self._handle = hello, heartbeat, on_welcome, handle
         self.backoff = backoff or Backoff()
         self.heartbeat_seconds = 2.0
@@ -173,24 +181,41 @@ class Session:
 
     async def run_forever(self) -> None:
         while True:
+            leader = None
             try:
                 async with connect(self.url, max_size=MAX_MESSAGE_BYTES, open_timeout=HANDSHAKE_TIMEOUT) as ws:
                     welcome = await self._handshake(ws)
                     self.backoff.reset()
+                    self._tried = 0
                     await self._serve(ws, welcome)
             except ConnectionClosed as e:
                 # e.g. 4401 (node not registered yet) or 4426 (upgrade the worker): logged, retried with backoff
                 code, reason = (e.rcvd.code, e.rcvd.reason) if e.rcvd else (None, "no close frame")
-                log.warning("session.closed code=%s reason=%s", code, _CLOSE_REASONS.get(code or 0, reason))
+                if code == CLOSE_NOT_LEADER:
+                    leader = reason if reason.startswith(("ws://", "wss://")) else None
+                    log.info("session.not_leader url=%s leader=%s", self.url, leader or "unknown yet")
+                else:
+                    log.warning("session.closed code=%s reason=%s", code, _CLOSE_REASONS.get(code or 0, reason))
             except (OSError, TimeoutError, InvalidHandshake, _HandshakeRefused) as e:
                 log.warning("session.failed url=%s error=%s", self.url, e or type(e).__name__)
             except InvalidURI as e:
                 raise ValueError(f"bad gateway URL {self.url!r}: {e}") from None
             finally:
                 self.connected.clear()
-            delay = self.backoff.next_delay()
-            log.info("session.reconnect in_seconds=%.2f attempt=%d", delay, self.backoff.attempt)
-            await asyncio.sleep(delay)
+            await self._next_gateway(leader)
+
+    async def _next_gateway(self, leader: str | None) -> None:
+        """Moves to the leader's gateway when a follower named it, else to the next one given; waits
+        (backoff) only once as many gateways as were given have been tried without a welcome."""
+        self._tried += 1
+        given = self.urls.index(self.url) + 1 if self.url in self.urls else 0
+        self.url = leader or self.urls[given % len(self.urls)]
+        if self._tried < len(self.urls) + (leader is not None):  # a named leader is tried at once, once a round
+            return
+        self._tried = 0
+        delay = self.backoff.next_delay()
+        log.info("session.reconnect url=%s in_seconds=%.2f attempt=%d", self.url, delay, self.backoff.attempt)
+        await asyncio.sleep(delay)
 
     async def _recv(self, ws: ClientConnection) -> Any:
         raw = await asyncio.wait_for(ws.recv(), HANDSHAKE_TIMEOUT)

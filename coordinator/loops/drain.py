@@ -19,6 +19,7 @@ from coordinator.db.connection import Connection
 from coordinator.gateway import NodeOffline
 from coordinator.jobs import TERMINAL
 from coordinator.keys import NodeKey
+from coordinator.leader import Fence
 from coordinator.loops.moves import move_share
 from coordinator.scheduler import NotPlaced
 from coordinator.state import DrainMove, Shared, WorkerLink
@@ -46,8 +47,10 @@ class Drain:
         link: WorkerLink,
         attester: Attester,
         settle: Callable[[NodeKey | None], Awaitable[None]],
+        *,
+        fence: Fence,
     ) -> None:
-        self.pool, self.shared, self.view, self.link = pool, shared, view, link
+        self.pool, self.shared, self.view, self.link, self.fence = pool, shared, view, link, fence
         self.attester, self.settle = attester, settle
         self._reasons: dict[str, str] = {}  # lease -> the drain reason last shown (written once)
 
@@ -85,7 +88,8 @@ class Drain:
     async def _reason(self, conn: Connection, lease: str, reason: str, nodes: list[NodeKey] | None = None) -> None:
         if self._reasons.get(lease) != reason or nodes is not None:
             self._reasons[lease] = reason
-            await ledger.set_placement(conn, lease, "placed", reason, nodes)
+            async with self.fence.decision(conn):
+                await ledger.set_placement(conn, lease, "placed", reason, nodes)
 
     async def _move(self, conn: Connection, lease: str, node_key: NodeKey) -> None:
         scheduler, key, now = self.shared.scheduler, (lease, node_key), time.time()

@@ -19,6 +19,7 @@ from coordinator.db import nodes
 from coordinator.db.connection import Connection
 from coordinator.fleet import Fleet, due_shares
 from coordinator.keys import NodeKey
+from coordinator.leader import Fence
 from coordinator.loops.moves import move_share
 from coordinator.outages import Outages
 from coordinator.settings import Settings
@@ -44,8 +45,11 @@ class Failover:
         outages: Outages,
         attester: Attester,
         settle: Callable[[NodeKey | None], Awaitable[None]],
+        *,
+        fence: Fence,
     ) -> None:
         self.settings, self.pool, self.chain, self.shared, self.view = settings, pool, chain, shared, view
+        self.fence = fence
         self.fleet, self.outages, self.attester, self.settle = fleet, outages, attester, settle
         self.silent: set[NodeKey] = set()  # nodes found silent, not judged yet
 
@@ -122,15 +126,17 @@ class Failover:
         jailed = (await fetch(self.chain, node_pda(node_key), "Node")).jailed
         if self.settings.slash_lost_nodes and not jailed:
             async with self.pool.acquire() as conn:
-                fault = await nodes.record_fault(
-                    conn, node_key, shares[0].lease, "MissedHeartbeats", evidence, evidence_hash(evidence)
-                )
+                async with self.fence.decision(conn):
+                    fault = await nodes.record_fault(
+                        conn, node_key, shares[0].lease, "MissedHeartbeats", evidence, evidence_hash(evidence)
+                    )
             try:
                 sig = await self.attester.slash(
                     node_key, "MissedHeartbeats", evidence, lease=Pubkey.from_string(shares[0].lease)
                 )
                 async with self.pool.acquire() as conn:
-                    await nodes.set_slash_signature(conn, fault, str(sig) if sig else None)
+                    async with self.fence.decision(conn):
+                        await nodes.set_slash_signature(conn, fault, str(sig) if sig else None)
             except Exception:
                 log.exception("node.slash_failed node=%s", node_key)
         for share in shares:
@@ -156,12 +162,14 @@ class Failover:
             return True  # the lease ended meanwhile, or the share moved already
         moved = await move_share(scheduler, self.attester, lease, lost)
         if isinstance(moved, str):
-            await ledger.set_placement(conn, lease, "placed", f"node {lost} lost; {moved}")
+            async with self.fence.decision(conn):
+                await ledger.set_placement(conn, lease, "placed", f"node {lost} lost; {moved}")
             return False
         decision, target = moved
-        await ledger.set_placement(
-            conn, lease, "placed", f"node {lost} lost; share moved to {target.node_key}", list(decision.node_keys)
-        )
+        async with self.fence.decision(conn):
+            await ledger.set_placement(
+                conn, lease, "placed", f"node {lost} lost; share moved to {target.node_key}", list(decision.node_keys)
+            )
         self.shared.dispatched.get(lease, set()).discard(lost)
         self.shared.metrics.failovers.inc()
         log.warning("lease.failover lease=%s from=%s to=%s", lease, lost, target.node_key)

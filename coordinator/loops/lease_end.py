@@ -18,6 +18,7 @@ from coordinator.db import usage
 from coordinator.db.connection import Connection
 from coordinator.gateway import NodeOffline
 from coordinator.keys import NodeKey
+from coordinator.leader import Fence
 from coordinator.state import Shared, WorkerLink
 from gpunet.accounts import fetch
 from gpunet.client import TransactionFailed
@@ -43,8 +44,9 @@ class LeaseEnd:
         settle: Callable[[NodeKey | None], Awaitable[None]],
         *,
         close_grace_seconds: float,
+        fence: Fence,
     ) -> None:
-        self.pool, self.chain, self.shared, self.link = pool, chain, shared, link
+        self.pool, self.chain, self.shared, self.link, self.fence = pool, chain, shared, link, fence
         self.attester, self.settle, self.close_grace_seconds = attester, settle, close_grace_seconds
 
     async def step(self) -> None:
@@ -69,7 +71,8 @@ class LeaseEnd:
             for lease in await ledger.closed_unended(conn):
                 await self._stop_workers(lease, "the lease was closed")
                 self.shared.forget(lease)
-                await ledger.set_placement(conn, lease, "ended", "the lease is closed")
+                async with self.fence.decision(conn):
+                    await ledger.set_placement(conn, lease, "ended", "the lease is closed")
 
     async def _stop_workers(self, lease: str, reason: str, billing_ended_at: int | None = None) -> None:
         reservations = self.shared.scheduler.reservations

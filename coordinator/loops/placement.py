@@ -11,6 +11,7 @@ from solders.pubkey import Pubkey
 from coordinator.attester import Attester
 from coordinator.db import leases as ledger
 from coordinator.db.connection import Connection
+from coordinator.leader import Fence
 from coordinator.metrics import WAITING_REASONS, waiting_reason
 from coordinator.scheduler import LeaseRequest, NotPlaced, SchedulerError
 from coordinator.state import Shared
@@ -26,8 +27,10 @@ NO_JOB = "waiting for the client's job (gpunet lease job LEASE ...)"
 
 
 class Placement:
-    def __init__(self, pool: asyncpg.Pool, shared: Shared, view: FleetView, attester: Attester) -> None:
-        self.pool, self.shared, self.view, self.attester = pool, shared, view, attester
+    def __init__(
+        self, pool: asyncpg.Pool, shared: Shared, view: FleetView, attester: Attester, *, fence: Fence
+    ) -> None:
+        self.pool, self.shared, self.view, self.attester, self.fence = pool, shared, view, attester, fence
         # lease -> when this process first saw it open and waiting (the placement latency's start)
         self._seen: dict[str, float] = {}
 
@@ -40,7 +43,8 @@ class Placement:
             self._seen = {lease["lease"]: self._seen.get(lease["lease"], now) for lease in leases}
             for lease in leases:
                 if not lease["has_job"]:
-                    await ledger.set_placement(conn, lease["lease"], "waiting", NO_JOB)
+                    async with self.fence.decision(conn):
+                        await ledger.set_placement(conn, lease["lease"], "waiting", NO_JOB)
                     waiting[waiting_reason(NO_JOB)] += 1
                     continue
                 if (why := await self._place(conn, lease)) is not None:
@@ -62,27 +66,33 @@ class Placement:
             )
             request = LeaseRequest(lease["lease"], terms, gpus_per_node=lease["gpus_per_node"])
         except SchedulerError as e:
-            await ledger.set_placement(conn, lease["lease"], "failed", str(e))
+            async with self.fence.decision(conn):
+                await ledger.set_placement(conn, lease["lease"], "failed", str(e))
             return None
         decision = scheduler.place(request)
         if isinstance(decision, NotPlaced):
-            await ledger.set_placement(conn, lease["lease"], "waiting", decision.reason)
+            async with self.fence.decision(conn):
+                await ledger.set_placement(conn, lease["lease"], "waiting", decision.reason)
             return decision.reason
         scheduler.reserve(decision)
         nodes = list(decision.node_keys)
-        await ledger.set_placement(conn, lease["lease"], "assigning", "", nodes)
+        async with self.fence.decision(conn):
+            await ledger.set_placement(conn, lease["lease"], "assigning", "", nodes)
         try:
             sig = await self.attester.assign(Pubkey.from_string(lease["lease"]), decision.sdk_shares())
         except TransactionFailed as e:
             scheduler.release(lease["lease"])
             why = f"the chain refused the placement: {e}"
-            await ledger.set_placement(conn, lease["lease"], "waiting", why)
+            async with self.fence.decision(conn):
+                await ledger.set_placement(conn, lease["lease"], "waiting", why)
             return why
         except BaseException:
             scheduler.release(lease["lease"])
-            await ledger.set_placement(conn, lease["lease"], "waiting", "assign_lease did not complete; retrying")
+            async with self.fence.decision(conn):
+                await ledger.set_placement(conn, lease["lease"], "waiting", "assign_lease did not complete; retrying")
             raise
-        await ledger.set_placement(conn, lease["lease"], "placed", "", nodes, str(sig) if sig else None)
+        async with self.fence.decision(conn):
+            await ledger.set_placement(conn, lease["lease"], "placed", "", nodes, str(sig) if sig else None)
         metrics = self.shared.metrics
         metrics.placements.inc()
         metrics.placement_seconds.observe(time.monotonic() - self._seen.pop(lease["lease"], time.monotonic()))

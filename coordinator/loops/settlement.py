@@ -21,6 +21,7 @@ from coordinator.db import leases as ledger
 from coordinator.db import usage
 from coordinator.fleet import Fleet
 from coordinator.keys import NodeKey
+from coordinator.leader import Fence
 from coordinator.metrics import Metrics
 from coordinator.settlement import Settler, SignedUsage
 
@@ -56,8 +57,9 @@ class Settlement:
         interval_seconds: float = 3_600.0,
         min_amount: int = 0,
         metrics: Metrics | None = None,
+        fence: Fence,
     ) -> None:
-        self.pool, self.settler, self.fleet = pool, settler, fleet
+        self.pool, self.settler, self.fleet, self.fence = pool, settler, fleet, fence
         self.metrics = metrics or Metrics()
         self.interval_seconds, self.min_amount = interval_seconds, min_amount
         # Before this process started, and while workers had their grace to reconnect to it, it could not see.
@@ -119,7 +121,8 @@ class Settlement:
                 batch, lambda u, since: self.observed(u, since, tolerance.get(str(u.lease), 0))
             )
             async with self.pool.acquire() as conn:
-                await usage.settle_outcomes(conn, outcomes)
+                async with self.fence.decision(conn):
+                    await usage.settle_outcomes(conn, outcomes)
         for o in outcomes:
             log.info(
                 "usage.%s lease=%s node=%s epoch=%d gpu_seconds=%d through=%d %s",

@@ -40,6 +40,7 @@ from coordinator.db import nodes, verifications
 from coordinator.db.verifications import Verdict
 from coordinator.gateway import NodeOffline
 from coordinator.keys import NodeKey
+from coordinator.leader import Fence
 from coordinator.settings import Settings
 from coordinator.state import Shared, WorkerLink
 from gpunet import verification as v
@@ -96,14 +97,21 @@ class Verification:
         shared: Shared,
         link: WorkerLink,
         attester: Attester,
+        *,
+        fence: Fence,
     ) -> None:
         self.settings, self.pool, self.chain, self.shared, self.link = settings, pool, chain, shared, link
-        self.attester = attester
+        self.attester, self.fence = attester, fence
         self.inventories: dict[NodeKey, Inventory] = {}  # from each worker's hello
         self.due: dict[NodeKey, float] = {}  # node -> when it is verified next
         self._running: dict[NodeKey, asyncio.Task[None]] = {}
         self._challenges: dict[str, _Challenge] = {}  # by id: a node's GPUs are challenged at once
         self._config_read = 0.0
+
+    def stop(self) -> None:
+        """This replica stopped leading: the verifications in flight end (the next leader starts them again)."""
+        for task in self._running.values():
+            task.cancel()
 
     # --- what the workers say (from the worker messages)
 
@@ -242,14 +250,18 @@ class Verification:
             f"serial:{g.serial}" for g in inventory.gpus if g.serial
         ]
         async with self.pool.acquire() as conn:
-            also = await verifications.claim_identities(conn, node_key, identities, self.settings.verify_every_seconds)
+            async with self.fence.decision(conn):
+                also = await verifications.claim_identities(
+                    conn, node_key, identities, self.settings.verify_every_seconds
+                )
         if not also:
             return None
         identity, other = next(iter(also.items()))
         reason = f"GPU {identity} is also claimed by node {other}: one GPU counts once (both stay unverified)"
         evidence = {"fault": "DuplicateGpu", "node_key": str(node_key), "identity": identity, "also": str(other)}
         async with self.pool.acquire() as conn:
-            await nodes.record_fault(conn, node_key, None, "DuplicateGpu", evidence, evidence_hash(evidence))
+            async with self.fence.decision(conn):
+                await nodes.record_fault(conn, node_key, None, "DuplicateGpu", evidence, evidence_hash(evidence))
         self.shared.unfit[other] = reason
         return await self._unfit(node_key, inventory, model.name, reason)
 
@@ -381,7 +393,8 @@ class Verification:
 
     async def _store(self, verdict: Verdict) -> None:
         async with self.pool.acquire() as conn:
-            await verifications.record(conn, verdict)
+            async with self.fence.decision(conn):
+                await verifications.record(conn, verdict)
         self.shared.metrics.verifications.labels(verdict.verdict).inc()
 
     async def _unfit(self, node_key: NodeKey, inventory: Inventory, model: str, reason: str) -> str:
@@ -402,16 +415,18 @@ class Verification:
                                                       "answered_seconds", "verdict", "reason")}
                                    for r in rows]}  # fmt: skip
         async with self.pool.acquire() as conn:
-            fault = await nodes.record_fault(
-                conn, node_key, lease, "FailedVerification", evidence, evidence_hash(evidence)
-            )
+            async with self.fence.decision(conn):
+                fault = await nodes.record_fault(
+                    conn, node_key, lease, "FailedVerification", evidence, evidence_hash(evidence)
+                )
         if not self.settings.slash_failed_verification:
             return
         try:
             victim = Pubkey.from_string(lease) if lease else None  # the client whose share it refused
             sig = await self.attester.slash(node_key, "FailedVerification", evidence, lease=victim)
             async with self.pool.acquire() as conn:
-                await nodes.set_slash_signature(conn, fault, str(sig) if sig else None)
+                async with self.fence.decision(conn):
+                    await nodes.set_slash_signature(conn, fault, str(sig) if sig else None)
         except Exception:
             log.exception("verification.slash_failed node=%s", node_key)
 
