@@ -123,9 +123,11 @@ class Gateway:
         self.sessions: dict[Pubkey, ServerConnection] = {}
         self.refused: dict[int, int] = {}  # close code -> sessions closed with it (for /metrics)
         self._server: Server | None = None
-        # Whether this replica leads (a lone gateway does); a follower refuses with the leader's gateway URL.
-        self.leading = True
+        # Whether this replica leads now (a lone gateway does): a follower admits nobody (it refuses with
+        # the leader's gateway URL) and sends nothing, nor does a leader whose lease may have run out.
+        self.leading: Callable[[], bool] = lambda: True
         self.leader_url: Callable[[], Awaitable[str]] = _no_leader
+        self._closing: set[asyncio.Task[None]] = set()  # redirected sessions still closing
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> Gateway:
         if self._handler is None:
@@ -157,8 +159,14 @@ class Gateway:
     async def redirect_all(self) -> None:
         """This replica stopped leading: every worker is sent to the leader (or to its next gateway)."""
         url = _close_reason(await self.leader_url())
-        for ws in list(self.sessions.values()):
-            await ws.close(CLOSE_NOT_LEADER, url)
+        # All at once, and not waiting long on each worker's answer: a close waits up to 10 s for the
+        # peer's close frame, and a replica that is not the leader must not hold its sessions meanwhile.
+        closing = {asyncio.create_task(ws.close(CLOSE_NOT_LEADER, url)) for ws in self.sessions.values()}
+        if closing:
+            await asyncio.wait(closing, timeout=1.0)
+        self._closing |= {task for task in closing if not task.done()}
+        for task in self._closing:
+            task.add_done_callback(self._closing.discard)
 
     def online(self, node_key: Pubkey) -> bool:
         return node_key in self.sessions
@@ -179,6 +187,8 @@ class Gateway:
         ws = self.sessions.get(node_key)
         if ws is None:
             raise NodeOffline(f"node {node_key} has no worker session")
+        if not self.leading():
+            raise NodeOffline(f"this coordinator replica does not lead: nothing is sent to node {node_key}")
         try:
             await ws.send(encode(message))
         except ConnectionClosed:
@@ -211,7 +221,7 @@ class Gateway:
         hello = self._parse(await ws.recv())
         if not isinstance(hello, Hello):
             raise _Refused(CLOSE_MALFORMED, f"expected hello first, got {hello.type}")
-        if not self.leading:
+        if not self.leading():
             raise _Refused(CLOSE_NOT_LEADER, _close_reason(await self.leader_url()))
         node_key = Pubkey.from_string(hello.node_key)
         if hello.inventory.simulated != hello.simulated:

@@ -53,8 +53,10 @@ class Fence:
         leading: Callable[[], bool],
         metrics: Metrics,
         on_refused: Callable[[], None] = lambda: None,
+        *,
+        idle_seconds: float = 3.0,
     ) -> None:
-        self.pool, self.holder, self.term = pool, holder, term
+        self.pool, self.holder, self.term, self.idle_seconds = pool, holder, term, idle_seconds
         self._leading, self.metrics, self._on_refused = leading, metrics, on_refused
 
     @contextlib.asynccontextmanager
@@ -78,7 +80,7 @@ class Fence:
         if not self._leading():
             self._refuse("decision", "its lease may have expired by this process's clock")
         try:
-            await leader_db.check_term(conn, self.holder, self.term)
+            await leader_db.check_term(conn, self.holder, self.term, self.idle_seconds)
         except Fenced as e:
             self._refuse("decision", str(e))
 
@@ -158,7 +160,13 @@ class Election:
         self._lost.clear()
         fence: Fence
         fence = self.fence = Fence(
-            self.pool, self.holder, term, self.leading, self.metrics, on_refused=lambda: self._fenced(fence)
+            self.pool,
+            self.holder,
+            term,
+            self.leading,
+            self.metrics,
+            on_refused=lambda: self._fenced(fence),
+            idle_seconds=self.ttl,  # a transaction paused longer would hold the lead past its lease
         )
         self.metrics.leader.set(1)
         self.metrics.leader_term.set(term)

@@ -78,7 +78,7 @@ class Coordinator:
             min_lamports=settings.fee_payer_min_lamports,
         )
         self.gateway = Gateway(heartbeat_seconds=settings.heartbeat_seconds)
-        self.gateway.leading = False  # until the election says otherwise
+        self.gateway.leading = lambda: self.leading
         self.gateway.leader_url = self._leader_gateway
         self.checkpoints = CheckpointStore(
             blob_store(
@@ -216,7 +216,6 @@ class Coordinator:
         async with self.pool.acquire() as conn:  # nodes with work must come back, or be lost
             for share in await ledger.active_shares(conn):
                 self.fleet.expect(share.node_key, self.settings.reconnect_grace_seconds)
-        self.gateway.leading = True
         for name, step, every in (
             ("placement", self.placement.step, 0.1),
             ("dispatch", self.dispatch.step, 0.1),
@@ -234,7 +233,6 @@ class Coordinator:
     async def _follow(self) -> None:
         """This replica stopped leading: its decision loops stop, its workers go to the leader, its
         term's memory is dropped."""
-        self.gateway.leading = False
         tasks, self._leader_tasks = self._leader_tasks, []
         self.verification.stop()
         for task in tasks:
@@ -246,14 +244,20 @@ class Coordinator:
         self._term(self._follower_fence())
         log.info("coordinator.following replica=%s", self.replica)
 
-    async def _leader_gateway(self) -> str:
-        """The leader's gateway URL as the leader row has it ("" while none leads, or this replica does)."""
+    async def other_leader(self) -> leader_db.Leader | None:
+        """The leader as the leader row has it, when another replica leads (None: none does, this
+        one does, or the database does not answer)."""
         try:
             async with self.pool.acquire() as conn:
                 lead = await leader_db.current(conn)
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
-            return ""  # the database is down: the workers try their next gateway
-        return lead.gateway_url if lead.live and lead.holder != self.replica else ""
+            return None
+        return lead if lead.live and lead.holder != self.replica else None
+
+    async def _leader_gateway(self) -> str:
+        """Where a follower sends workers ("": nowhere known; they try their next gateway)."""
+        lead = await self.other_leader()
+        return lead.gateway_url if lead is not None else ""
 
     async def _read_attester_balance(self) -> None:
         """The attester's SOL balance, for /metrics and /readyz (it signs every transaction)."""

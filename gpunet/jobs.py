@@ -68,7 +68,8 @@ class CoordinatorError(GpunetError):
 
 async def _request(method: str, url: str, **kwargs: Any) -> tuple[int, Any]:
     try:
-        async with httpx.AsyncClient(timeout=30) as http:
+        # follow_redirects: a coordinator replica that does not lead sends some routes to the leader (307)
+        async with httpx.AsyncClient(timeout=30, follow_redirects=True) as http:
             response = await http.request(method, url, **kwargs)
     except httpx.HTTPError as e:
         raise CoordinatorError(f"cannot reach the coordinator at {url}: {type(e).__name__}: {e}") from None

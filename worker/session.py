@@ -55,6 +55,9 @@ __all__ = ["Backoff", "Session"]
 log = logging.getLogger("gpunet.worker.session")
 
 HANDSHAKE_TIMEOUT = 15.0
+# A coordinator that stops answering pings (paused, its host gone) is left within two of these: well
+# inside the reconnect grace a new leader gives the workers (GPUNET_RECONNECT_GRACE_SECONDS, 30 s).
+PING_SECONDS = 10.0
 # Log lines kept while the coordinator cannot take them; newer ones are dropped (and counted) past
 # this, never a status or a checkpoint: dropping a line already numbered could leave a gap the
 # gateway waits on.
@@ -183,7 +186,13 @@ class Session:
         while True:
             leader = None
             try:
-                async with connect(self.url, max_size=MAX_MESSAGE_BYTES, open_timeout=HANDSHAKE_TIMEOUT) as ws:
+                async with connect(
+                    self.url,
+                    max_size=MAX_MESSAGE_BYTES,
+                    open_timeout=HANDSHAKE_TIMEOUT,
+                    ping_interval=PING_SECONDS,
+                    ping_timeout=PING_SECONDS,
+                ) as ws:
                     welcome = await self._handshake(ws)
                     self.backoff.reset()
                     self._tried = 0

@@ -402,4 +402,13 @@ def openapi_document() -> dict[str, Any]:
             "responses": {"200": _json("resumed", schemas.SLASHING_RESUMED), **_errors(400, 401, 404, 409, 413)},
         }
     }
+    # Answered from the leader's memory: a follower replica redirects them to the leader (coordinator.api.work).
+    for path in ("/quote", "/workers", "/nodes/{key}/telemetry", "/slashing/resume", "/leases/{key}/secrets",
+                 "/leases/{key}/checkpoint-key"):  # fmt: skip
+        for op in paths[path].values():
+            op["responses"]["307"] = _json(
+                "this coordinator replica does not lead: the leader answers at `leader` (the Location header)",
+                schemas.NOT_LEADER,
+            )
+            op["responses"]["503"] = _json("no coordinator replica leads right now: retry shortly", schemas.ERROR)
     return {"openapi": "3.1.0", "info": {"title": "gpunet coordinator API", "version": "1"}, "paths": paths}

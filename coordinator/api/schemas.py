@@ -212,6 +212,8 @@ def item_schema(table: str) -> Schema:
 
 
 ERROR = _object({"error": _TEXT})
+# A coordinator replica that does not lead, for a route only the leader answers (its Location header too).
+NOT_LEADER = _object({"error": _TEXT, "leader": {"type": "string", "description": "the leader's URL for this request"}})
 
 HEALTH = _object(
     {

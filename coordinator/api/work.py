@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -550,15 +550,35 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
         used[str(signature)] = at
         return JSONResponse({"resumed": where})
 
+    def leader_only(route: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+        """A route that answers from the leader's memory (the fleet it hears, the scheduler, its
+        dispatches): a follower redirects it to the leader's API (307 keeps the method and body; the
+        signature covers only the path, query and body), or says none leads right now (503)."""
+
+        async def answer(request: Request) -> Response:
+            if coordinator.leading:
+                return await route(request)
+            lead = await coordinator.other_leader()
+            if lead is None:
+                return _error(503, "no coordinator replica leads right now (an election is under way): retry shortly")
+            url = lead.api_url.rstrip("/") + request.url.path + (f"?{request.url.query}" if request.url.query else "")
+            return JSONResponse(
+                {"error": f"this coordinator replica does not lead; the leader answers at {url}", "leader": url},
+                status_code=307,
+                headers={"Location": url},
+            )
+
+        return answer
+
     return [
         Route("/leases/{key}/job", submit_job, methods=["POST"]),
         Route("/leases/{key}/job", job_view),
         Route("/leases/{key}/files", files),
-        Route("/leases/{key}/secrets", give_secrets, methods=["POST"]),
-        Route("/leases/{key}/checkpoint-key", give_checkpoint_key, methods=["POST"]),
-        Route("/quote", quote),
-        Route("/workers", workers),
-        Route("/nodes/{key}/telemetry", telemetry),
-        Route("/slashing/resume", resume_slashing, methods=["POST"]),
+        Route("/leases/{key}/secrets", leader_only(give_secrets), methods=["POST"]),
+        Route("/leases/{key}/checkpoint-key", leader_only(give_checkpoint_key), methods=["POST"]),
+        Route("/quote", leader_only(quote)),
+        Route("/workers", leader_only(workers)),
+        Route("/nodes/{key}/telemetry", leader_only(telemetry)),
+        Route("/slashing/resume", leader_only(resume_slashing), methods=["POST"]),
         *checkpoint_routes(coordinator.checkpoints, coordinator.checkpoint_holder, coordinator.checkpoint_signers),
     ]

@@ -65,10 +65,13 @@ async def release(conn: Connection, holder: str, term: int) -> None:
     )
 
 
-async def check_term(conn: Connection, holder: str, term: int) -> None:
+async def check_term(conn: Connection, holder: str, term: int, idle_seconds: float) -> None:
     """Raises Fenced unless `term` is current, held by `holder` and not expired. Run inside the
     transaction that writes the decision: the row is share-locked until it commits, so the lead
-    cannot change hands between this check and the write (a takeover waits for the commit)."""
+    cannot change hands between this check and the write (a takeover waits for the commit). A
+    process paused inside that transaction would hold the lock and so the lead: the server ends
+    the transaction (and its session) once it has been idle for `idle_seconds`."""
+    await conn.execute(f"SET LOCAL idle_in_transaction_session_timeout = {max(1, int(idle_seconds * 1000))}")
     held = await conn.fetchval(
         "SELECT term FROM leader WHERE holder = $1 AND term = $2 AND expires_at > now() FOR SHARE", holder, term
     )

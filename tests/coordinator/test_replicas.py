@@ -1,0 +1,197 @@
+"""Two coordinator replicas (`gpunet coordinator run` processes) on one PostgreSQL, with real
+workers given both gateways and a running cluster lease.
+
+The leader is paused (SIGSTOP) past its lease: the other takes over; resumed (SIGCONT), the old
+leader writes no decision and follows. Then the new leader is SIGKILLed: the first takes the lead
+back, the workers reconnect to it, the lease's usage keeps settling, and a worker killed after the
+takeover is failed over exactly once. Throughout, the ledger and the chain show no decision twice:
+one assignment of the lease, one slash and one move of the lost node's share, no receipt settled twice,
+and no decision of a term recorded after a later term's."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from solana.rpc.async_api import AsyncClient
+from solana.rpc.commitment import Confirmed
+from solders.pubkey import Pubkey
+
+from coordinator.db import leader as leader_db
+from gpunet.accounts import fetch
+from gpunet.demo.processes import CoordinatorProcess
+from gpunet.history import transactions_of
+from gpunet.keys import create_keypair_file
+from gpunet.pda import node_pda
+
+from .conftest import eventually
+from .world import World, resumed_on, running_lease, settlement_events, start_worker
+
+
+@pytest.fixture
+async def chain(node):
+    async with AsyncClient(node.url, commitment=Confirmed) as client:
+        yield client
+
+
+def replica(name: str, node, database_url: str, tmp_path, attester) -> CoordinatorProcess:
+    home = tmp_path / name
+    home.mkdir()
+    return CoordinatorProcess(
+        home,
+        node.url,
+        node.ws_url,
+        attester,
+        database_url=database_url,
+        replica_id=name,
+        poll_seconds=1,
+        heartbeat_seconds=0.5,
+        lost_after_seconds=3,
+        settle_seconds=1,
+        settle_interval_seconds=0,  # every receipt as it comes: settling is seen to go on
+        settle_min_amount=0,
+        leader_ttl_seconds=3,
+        leader_renew_seconds=1,
+    )
+
+
+async def leader(pool) -> leader_db.Leader:
+    async with pool.acquire() as conn:
+        return await leader_db.current(conn)
+
+
+async def leads(pool, name: str) -> bool:
+    lead = await leader(pool)
+    return lead.live and lead.holder == name
+
+
+async def decisions(pool) -> list[tuple[int, str, str, str]]:
+    async with pool.acquire() as conn:
+        return await leader_db.decisions(conn)
+
+
+async def metric(api: str, name: str) -> float | None:
+    """A sample of the replica's /metrics, read with Prometheus' own text parser."""
+    async with httpx.AsyncClient(timeout=5) as http:
+        text = (await http.get(f"{api}/metrics")).text
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name:
+                return sample.value
+    return None
+
+
+async def workers_online(api: str, count: int) -> bool:
+    """`count` workers connected to the leader (a follower's API redirects there)."""
+    try:
+        async with httpx.AsyncClient(timeout=5, follow_redirects=True) as http:
+            response = await http.get(f"{api}/workers")
+    except httpx.HTTPError:
+        return False
+    return response.status_code == 200 and sum(w["connected"] for w in response.json()["items"]) >= count
+
+
+async def settled(chain, lease) -> int:
+    return len(await settlement_events(chain, lease))
+
+
+async def slashes_of(chain, node_key: str) -> int:
+    node = node_pda(Pubkey.from_string(node_key))
+    return sum(e.name == "ProviderSlashed" for tx in await transactions_of(chain, node) for e in tx.events)
+
+
+@pytest.mark.timeout(480)
+async def test_replicas_hand_over_the_lead_without_losing_or_doubling_work(
+    node, chain, pool, database_url, tmp_path, spawned
+) -> None:
+    world = await World().build(chain, tmp_path)
+    attester = tmp_path / "attester.json"
+    create_keypair_file(attester, world.admin)
+    r1, r2 = (replica(name, node, database_url, tmp_path, attester) for name in ("r1", "r2"))
+    try:
+        r1.start()
+        await eventually(lambda: leads(pool, "r1"), what=f"r1 leading (log: {r1.log})")
+        r2.start()
+        await asyncio.to_thread(r2.wait_ready)
+        assert await leads(pool, "r1")  # a live lead is not taken
+        gateways = f"{r1.gateway_url},{r2.gateway_url}"
+        workers = {
+            key: start_worker(world, i, gateways, tmp_path / f"worker{i}.log")
+            for i, key in enumerate(world.node_keys())
+        }
+        spawned.extend(workers.values())
+        await eventually(lambda: workers_online(r2.api_url, 3), what="the workers on the leader")
+        # the client speaks to the follower: its API serves the ledger and redirects what the leader knows
+        lease, placed = await running_lease(world, r2.api_url, chain, 600)
+        await eventually(lambda: settled(chain, lease), what="a first settlement")
+
+        # --- the leader paused past its lease: the other takes over, the old one cannot decide
+        r1.proc.send_signal(signal.SIGSTOP)
+        await eventually(lambda: leads(pool, "r2"), what="r2 leading while r1 is paused")
+        term2 = (await leader(pool)).term
+        before = [d for d in await decisions(pool) if d[0] < term2]  # r1 is stopped: it can add none
+        r1.proc.send_signal(signal.SIGCONT)
+        await eventually(
+            lambda: _equals(metric(r1.api_url, "gpunet_coordinator_leader"), 0.0), what="r1 following again"
+        )
+        await eventually(lambda: workers_online(r2.api_url, 3), what="the workers on r2")
+        settled_by_2 = await eventually(lambda: _settled_in(pool, term2), what="r2 settling usage")
+        assert [d for d in await decisions(pool) if d[0] < term2] == before  # r1 decided nothing after waking
+        assert "leader.stepped_down holder=r1" in r1.log.read_text()
+
+        # --- the leader SIGKILLed mid-lease: the first takes the lead back
+        r2.kill()
+        await eventually(lambda: leads(pool, "r1"), what="r1 leading after r2's kill")
+        term3 = (await leader(pool)).term
+        assert term3 == term2 + 1
+        await eventually(lambda: workers_online(r1.api_url, 3), what="the workers reconnected to r1")
+        count = await settled(chain, lease)
+        await eventually(lambda: _more(settled(chain, lease), count), what="usage settling on after the takeover")
+        assert await _settled_in(pool, term3) and settled_by_2
+
+        # --- a worker lost after the takeover is failed over exactly once
+        victim, spare = placed[0], next(k for k in world.node_keys() if k not in placed)
+        workers[victim].send_signal(signal.SIGKILL)
+        await eventually(lambda: resumed_on(r1.api_url, world.client, lease, spare), timeout=120, what="the failover")
+        account = await fetch(chain, lease, "Lease")
+        assert {str(a.node_key) for a in list(account.assignments)[: account.node_count]} == {placed[1], spare}
+        assert await slashes_of(chain, victim) == 1
+        for other in (placed[1], spare):
+            assert await slashes_of(chain, other) == 0  # nobody else is punished for the handovers
+
+        # --- no decision twice, and none of a term after a later term's
+        made = await decisions(pool)
+        assert [d[2] for d in made if d[3] == str(lease)] == ["assign"]
+        assert sum(d[2] == "slash" and d[3].startswith(victim) for d in made) == 1
+        assert sum(d[2] == "reassign" and d[3].startswith(f"{lease} {victim}") for d in made) == 1
+        assert [d[0] for d in made] == sorted(d[0] for d in made)
+        events = await settlement_events(chain, lease)
+        assert len({(e.node, e.epoch, e.receipt_gpu_seconds) for e in events}) == len(events)
+        for share in {(e.node, e.epoch) for e in events}:
+            mine = [e.receipt_gpu_seconds for e in events if (e.node, e.epoch) == share]
+            assert mine == sorted(mine)
+    finally:
+        for proc in (r1, r2):
+            if proc.proc is not None and proc.alive():
+                proc.proc.send_signal(signal.SIGCONT)
+            proc.stop(60)
+        print(f"replica logs: {r1.log} {r2.log}", file=sys.stderr)
+
+
+async def _equals(value, expected) -> bool:
+    try:
+        return await value == expected
+    except httpx.HTTPError:
+        return False
+
+
+async def _more(value, than: int) -> bool:
+    return await value > than
+
+
+async def _settled_in(pool, term: int) -> int:
+    return sum(d[0] == term and d[2] == "settle" for d in await decisions(pool))
