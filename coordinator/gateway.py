@@ -9,9 +9,10 @@ replayed answer signs another nonce). A message that is malformed, out of place,
 (another simulated flag, a usage receipt the node did not sign) closes the session with the
 protocol's close code and a reason, and reaches the coordinator not at all.
 
-Replicas: only the leader's gateway admits workers. A follower's closes every session after the
-hello with CLOSE_NOT_LEADER and the leader's gateway URL as the reason (`leader_url`), and a replica
-that stops leading closes the sessions it has the same way (`redirect_all`).
+Replicas: only the leader's gateway admits workers and sends to them. A follower's closes every
+session after the hello with CLOSE_NOT_LEADER and the leader's gateway URL as the reason
+(`leader_url`); a replica that stops leading sends the sessions it has there the same way once
+another replica leads (`redirect_all`; until then they stay, idle: while the database is down, say).
 
 A usage receipt is acknowledged only after the coordinator has recorded it durably, so a worker
 re-sends anything that was lost in between; the coordinator's record is idempotent. Job status,
@@ -156,9 +157,10 @@ class Gateway:
             self._server.close()
             await self._server.wait_closed()
 
-    async def redirect_all(self) -> None:
-        """This replica stopped leading: every worker is sent to the leader (or to its next gateway)."""
-        url = _close_reason(await self.leader_url())
+    async def redirect_all(self, leader_url: str) -> None:
+        """Every worker is sent to the leader's gateway at `leader_url` (this replica's own, when it
+        starts a term with sessions left from before: they reconnect into the new term)."""
+        url = _close_reason(leader_url)
         # All at once, and not waiting long on each worker's answer: a close waits up to 10 s for the
         # peer's close frame, and a replica that is not the leader must not hold its sessions meanwhile.
         closing = {asyncio.create_task(ws.close(CLOSE_NOT_LEADER, url)) for ws in self.sessions.values()}

@@ -115,6 +115,7 @@ class Election:
         self.fence: Fence | None = None
         self._valid_until = 0.0  # by `clock`: the start of the last successful renewal plus the TTL
         self._lost = asyncio.Event()  # a fenced decision: step down at once, not at the next renewal
+        self._follower_wait = renew_seconds
         metrics.leader.set(0)
         metrics.leader_term.set(0)
 
@@ -132,8 +133,8 @@ class Election:
                 await self.resign()
 
     def _next_wait(self) -> float:
-        if self.fence is None:
-            return self.renew_seconds
+        if self.fence is None:  # a follower tries again when the lead expires (or in a renewal's time)
+            return self._follower_wait
         # wake before the lease runs out by this clock, whatever the renewal interval
         return max(0.0, min(self.renew_seconds, self._valid_until - self.clock()))
 
@@ -151,8 +152,12 @@ class Election:
         try:
             async with self.pool.acquire() as conn:
                 term = await leader_db.acquire(conn, self.holder, self.ttl, self.gateway_url, self.api_url)
+                if term is None:  # wake just after the lead expires, if it is not renewed meanwhile
+                    left = await leader_db.seconds_left(conn)
+                    self._follower_wait = min(self.renew_seconds, max(0.05, left + 0.02))
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as e:
             log.warning("leader.acquire_failed holder=%s error=%s", self.holder, e)
+            self._follower_wait = self.renew_seconds
             return
         if term is None:
             return

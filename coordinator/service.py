@@ -147,6 +147,8 @@ class Coordinator:
             settle,
             close_grace_seconds=settings.close_grace_seconds,
             fence=fence,
+            # the workers' last receipts may still come from nodes reconnecting into this term
+            finalize_after=time.time() + settings.reconnect_grace_seconds,
         )
         self.verification = Verification(
             settings, pool, self.chain, self.shared, self.gateway, chain_writer, fence=fence
@@ -194,6 +196,7 @@ class Coordinator:
             ("stall-watch", lambda: self.outages.watch_own_stalls(), WATCH_EVERY_SECONDS),
             ("database-watch", lambda: self.outages.watch_database(), 1.0),
             ("attester-balance", self._read_attester_balance, self.settings.attester_balance_seconds),
+            ("sessions-to-leader", self._sessions_to_leader, self.settings.leader_renew_seconds),
         ):
             self._tasks.append(asyncio.create_task(self._every(name, step, every, self.metrics), name=name))
         with contextlib.suppress(Exception):  # a lone coordinator leads from here on; a database fault: next round
@@ -228,6 +231,8 @@ class Coordinator:
         ):
             task = asyncio.create_task(self._every(name, step, every, self.metrics), name=name)
             self._leader_tasks.append(task)
+        if self.gateway.sessions:  # kept from before (no other replica led meanwhile): into this term
+            await self.gateway.redirect_all(self.election.gateway_url if self.election else self.gateway.url)
         log.info("coordinator.leading replica=%s term=%d gateway=%s", self.replica, fence.term, self.gateway.url)
 
     async def _follow(self) -> None:
@@ -240,9 +245,17 @@ class Coordinator:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        await self.gateway.redirect_all()
         self._term(self._follower_fence())
+        await self._sessions_to_leader()
         log.info("coordinator.following replica=%s", self.replica)
+
+    async def _sessions_to_leader(self) -> None:
+        """A follower sends the worker sessions it still has to the leader, once one leads: until then
+        (the database down, an election under way) they stay, idle, rather than reconnect in a loop."""
+        if self.leading or not self.gateway.sessions:
+            return
+        if (lead := await self.other_leader()) is not None:
+            await self.gateway.redirect_all(lead.gateway_url)
 
     async def other_leader(self) -> leader_db.Leader | None:
         """The leader as the leader row has it, when another replica leads (None: none does, this

@@ -8,7 +8,18 @@ from datetime import datetime
 
 from coordinator.db.connection import Connection
 
-__all__ = ["Fenced", "Leader", "acquire", "check_term", "current", "decisions", "record_decision", "release", "renew"]
+__all__ = [
+    "Fenced",
+    "Leader",
+    "acquire",
+    "check_term",
+    "current",
+    "decisions",
+    "record_decision",
+    "release",
+    "renew",
+    "seconds_left",
+]
 
 
 class Fenced(Exception):
@@ -44,6 +55,11 @@ async def acquire(conn: Connection, holder: str, ttl_seconds: float, gateway_url
         gateway_url,
         api_url,
     )
+
+
+async def seconds_left(conn: Connection) -> float:
+    """Seconds until the current lead expires by the database's clock (<= 0: it has)."""
+    return float(await conn.fetchval("SELECT extract(epoch FROM expires_at - now()) FROM leader"))
 
 
 async def renew(conn: Connection, holder: str, term: int, ttl_seconds: float) -> bool:

@@ -45,7 +45,9 @@ class LeaseEnd:
         *,
         close_grace_seconds: float,
         fence: Fence,
+        finalize_after: float = 0.0,
     ) -> None:
+        self.finalize_after = finalize_after  # unix seconds: none is finalized before (see _finalize)
         self.pool, self.chain, self.shared, self.link, self.fence = pool, chain, shared, link, fence
         self.attester, self.settle, self.close_grace_seconds = attester, settle, close_grace_seconds
 
@@ -101,7 +103,11 @@ class LeaseEnd:
         could not record (its database was down, say) only every so often, and finalizing before they
         come would leave that usage unpayable. A connected node is waited for `UNPAID_WAIT_SECONDS`
         at most (a report of it refused for good must not hold the client's refund until the chain's
-        settlement deadline); a node that is not connected, not at all."""
+        settlement deadline); a node that is not connected, not at all — but nothing is finalized
+        before `finalize_after`: the reconnect grace of this process's start (or of its term as the
+        leader), while nodes may still be reconnecting to send their last receipts."""
+        if time.time() < self.finalize_after:
+            return
         await self.settle(None)
         account = await fetch(self.chain, Pubkey.from_string(lease), "Lease")
         if type(account.status).__name__ != "Closing":
