@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+import asyncpg
 import pytest
 from solana.rpc.async_api import AsyncClient
 from solana.rpc.commitment import Confirmed
@@ -183,3 +184,19 @@ async def test_a_stale_leader_is_refused_before_the_chain(pool, three_nodes) -> 
     assert type((await fetch(c.client, c.lease, "Lease")).status).__name__ == "Active"
     async with pool.acquire() as conn:
         assert await leader_db.decisions(conn) == [(2, "b", "assign", str(c.lease))]
+
+
+async def test_a_leader_paused_inside_a_decision_does_not_keep_the_lead(pool) -> None:
+    a, b = Replica(pool, "a", ttl=1.0), Replica(pool, "b")
+    await a.election.step()
+    conn = await pool.acquire()
+    try:
+        with pytest.raises((asyncpg.PostgresError, asyncpg.InterfaceError)):
+            async with a.fence.decision(conn):
+                # a is paused here, holding the leader row's share lock: once its lease has expired, b's
+                # takeover waits on that lock only until the server ends a's idle transaction
+                await eventually(lambda: _leads_after_step(b), timeout=30, what="b leading")
+                await conn.execute("SELECT 1")  # a wakes and goes on with its decision: its session is gone
+    finally:
+        await pool.release(conn)
+    assert b.events == ["lead 2"]

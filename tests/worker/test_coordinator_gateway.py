@@ -1,6 +1,7 @@
 """The worker agent against the coordinator's real gateway (coordinator.gateway): both sides of
 gpunet.protocol agree — admission by node key and challenge, heartbeats, a dispatched job's
-statuses and logs, usage receipts checked, recorded and acked; an unregistered node refused."""
+statuses and logs, usage receipts checked, recorded and acked; an unregistered node refused; a
+follower replica's gateway sends the worker to the leader's."""
 
 from __future__ import annotations
 
@@ -73,9 +74,9 @@ async def until(condition, what: str, timeout: float = 60.0):
 
 
 @contextlib.asynccontextmanager
-async def agent_on(gateway: Gateway, node: Keypair, state_dir: Path):
+async def agent_on(gateway: Gateway | str, node: Keypair, state_dir: Path):
     settings = WorkerSettings(
-        gateway_url=gateway.url,
+        gateway_url=gateway if isinstance(gateway, str) else gateway.url,
         state_dir=state_dir,
         meter_tick_seconds=0.2,
         reconnect_base_seconds=0.1,
@@ -135,3 +136,29 @@ async def test_an_unregistered_node_is_refused_and_keeps_trying(tmp_path) -> Non
             await until(lambda: gateway.online(node.pubkey()), "admission")
     finally:
         await gateway.stop()
+
+
+async def test_a_follower_sends_the_worker_to_the_leaders_gateway_and_a_leader_that_steps_down_too(tmp_path) -> None:
+    node = Keypair()
+    coordinator = Coordinator({node.pubkey()})
+    first, second = await Gateway(coordinator).start(), await Gateway(coordinator).start()
+    leader = second
+
+    async def leader_url() -> str:
+        return leader.url
+
+    for gateway in (first, second):
+        gateway.leading = lambda gateway=gateway: gateway is leader
+        gateway.leader_url = leader_url
+    try:
+        async with agent_on(f"{first.url},{second.url}", node, tmp_path):  # the follower first
+            await until(lambda: second.online(node.pubkey()), "the worker on the leader's gateway")
+            assert set(first.refused) == {4421} and not first.online(node.pubkey())  # told where to go
+            assert second.refused == {}  # the control: the leader admits it
+            leader = first  # the lead changes hands: the old leader sends its sessions to the new one
+            await second.redirect_all(first.url)
+            await until(lambda: first.online(node.pubkey()), "the worker on the new leader's gateway")
+            assert not second.online(node.pubkey())
+    finally:
+        await first.stop()
+        await second.stop()
