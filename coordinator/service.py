@@ -9,6 +9,11 @@ memory is one `Shared` object. Every loop reads its work from the database and t
 memory, so a coordinator killed at any point and restarted picks up where it was: a placement in
 flight is found on chain, a job is dispatched again (a worker acknowledges a repeated dispatch of
 the job it has), and pending usage receipts are settled against what the chain has settled (never twice).
+
+Replicas (coordinator.leader): every replica runs the indexer, the API and the gateway; only the
+elected leader runs the decision loops, and each term of leadership builds that in-memory state
+afresh (`_term`), exactly as a restarted coordinator does, so a new leader picks up from the
+ledger and the chain where the last one was.
 """
 
 from __future__ import annotations
@@ -219,6 +224,8 @@ class Coordinator:
         async with self.pool.acquire() as conn:  # nodes with work must come back, or be lost
             for share in await ledger.active_shares(conn):
                 self.fleet.expect(share.node_key, self.settings.reconnect_grace_seconds)
+        if self.gateway.sessions:  # kept from before (no other replica led meanwhile): into this term
+            await self.gateway.redirect_all(self.election.gateway_url if self.election else self.gateway.url)
         for name, step, every in (
             ("placement", self.placement.step, 0.1),
             ("dispatch", self.dispatch.step, 0.1),
@@ -231,8 +238,6 @@ class Coordinator:
         ):
             task = asyncio.create_task(self._every(name, step, every, self.metrics), name=name)
             self._leader_tasks.append(task)
-        if self.gateway.sessions:  # kept from before (no other replica led meanwhile): into this term
-            await self.gateway.redirect_all(self.election.gateway_url if self.election else self.gateway.url)
         log.info("coordinator.leading replica=%s term=%d gateway=%s", self.replica, fence.term, self.gateway.url)
 
     async def _follow(self) -> None:
