@@ -24,6 +24,9 @@ from coordinator.db.embedded import EmbeddedPostgres
 from coordinator.db.migrate import migrate
 from coordinator.indexer import Indexer
 from coordinator.indexer.decode import plain
+from coordinator.leader import Election, Fence
+from coordinator.metrics import Metrics
+from coordinator.service import Coordinator
 from coordinator.settings import Settings
 from gpunet.events import decode_events
 from gpunet.testbed import Market, funded_wallet
@@ -68,6 +71,47 @@ async def pool(database_url) -> AsyncIterator[asyncpg.Pool]:
         await migrate(conn)
     yield pool
     await pool.close()
+
+
+async def _nothing(*_: object) -> None:
+    pass
+
+
+async def elected(pool, name: str, metrics: Metrics, on_lead=_nothing) -> Election:
+    """`name` elected leader of the test's database (a real election, a lease long enough for any test)."""
+    election = Election(
+        pool,
+        name,
+        ttl_seconds=3600,
+        renew_seconds=600,
+        gateway_url="",
+        api_url="",
+        metrics=metrics,
+        on_lead=on_lead,
+        on_lose=_nothing,
+    )
+    await election.step()
+    assert election.fence is not None, "another replica leads this database"
+    return election
+
+
+@pytest.fixture
+async def fence(pool) -> Fence:
+    """This test's process as the elected leader: what the coordinator's decision loops decide through."""
+    election = await elected(pool, "test", Metrics())
+    assert election.fence is not None
+    return election.fence
+
+
+async def leading_without_loops(coordinator: Coordinator) -> Coordinator:
+    """A coordinator not started, elected leader of its database with its term's state built, but
+    none of its loops running: the test steps what it looks at itself."""
+
+    async def term(fence: Fence) -> None:
+        coordinator._term(fence)
+
+    coordinator.election = await elected(coordinator.pool, coordinator.replica, coordinator.metrics, term)
+    return coordinator
 
 
 @pytest.fixture

@@ -21,6 +21,8 @@ from coordinator.service import Coordinator
 from coordinator.settings import Settings
 from gpunet.protocol import operator_message
 
+from .conftest import leading_without_loops
+
 EAST, WEST = 1, 2
 
 
@@ -88,7 +90,7 @@ async def test_the_operator_ends_a_pause_with_the_attester_key_and_nobody_else_c
     )
     attester = Keypair()
     clock = Clock()
-    coordinator = Coordinator(settings, pool, attester, clock=clock)
+    coordinator = await leading_without_loops(Coordinator(settings, pool, attester, clock=clock))
     fleet, outages, failover = coordinator.fleet, coordinator.outages, coordinator.failover
     east, west = [Pubkey.new_unique() for _ in range(3)], [Pubkey.new_unique() for _ in range(4)]
     for key, region in [*((k, EAST) for k in east), *((k, WEST) for k in west)]:

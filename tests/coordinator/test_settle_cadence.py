@@ -8,7 +8,9 @@ from solders.pubkey import Pubkey
 
 from coordinator.db.usage import PendingReceipt
 from coordinator.fleet import Fleet
+from coordinator.leader import Fence
 from coordinator.loops.settlement import Settlement, unpaid
+from coordinator.metrics import Metrics
 from coordinator.settlement import SignedUsage
 from gpunet.usage import Receipt
 
@@ -32,6 +34,7 @@ def loop(interval: float = 3_600, min_amount: int = 10_000) -> Settlement:
         reconnect_grace_seconds=0,
         interval_seconds=interval,
         min_amount=min_amount,
+        fence=Fence(None, "test", 0, lambda: False, Metrics()),  # type: ignore[arg-type]  # `due` decides nothing
     )
 
 

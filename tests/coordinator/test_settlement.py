@@ -17,6 +17,7 @@ from solders.signature import Signature
 
 from coordinator.db import usage
 from coordinator.fleet import Fleet
+from coordinator.leader import Fence
 from coordinator.loops.settlement import Settlement
 from coordinator.settlement import Settler, SignedUsage, Status
 from gpunet.accounts import fetch
@@ -124,16 +125,17 @@ async def _record(pool: asyncpg.Pool, u: SignedUsage) -> None:
         await usage.record_receipt(conn, u.node_key, _message(u))
 
 
-def _settlement(pool: asyncpg.Pool, cluster: Cluster, interval: float) -> Settlement:
+def _settlement(pool: asyncpg.Pool, cluster: Cluster, interval: float, fence: Fence) -> Settlement:
     # Everything before `blind_until` is unseen and not held against the nodes (no heartbeats here).
     return Settlement(
         pool,
-        Settler(cluster.client, cluster.admin),
+        Settler(cluster.client, cluster.admin, intend=fence.intend),
         Fleet(),
         started_at=0,
         reconnect_grace_seconds=4e9,
         interval_seconds=interval,
         min_amount=0,
+        fence=fence,
     )
 
 
@@ -163,12 +165,12 @@ async def _meter(pool: asyncpg.Pool, cluster: Cluster, seconds: int, each_second
 
 
 async def test_a_lease_metered_every_second_pays_exactly_its_receipts_whatever_the_cadence(
-    cluster, pool, indexer
+    cluster, pool, indexer, fence
 ) -> None:
     await _indexed(pool, cluster)
     before = [await cluster.earned(n) for n in (0, 1)]
     # Hourly (the default cadence): a few seconds of receipts are not worth a transaction yet ...
-    hourly = _settlement(pool, cluster, 3_600)
+    hourly = _settlement(pool, cluster, 3_600, fence)
     await _meter(pool, cluster, 3, each_second=hourly.step)
     assert (await fetch(cluster.client, cluster.lease, "Lease")).paid == 0
     # /metrics' settlement figures: both shares' newest receipts wait, their usage unpaid since the start
@@ -177,7 +179,7 @@ async def test_a_lease_metered_every_second_pays_exactly_its_receipts_whatever_t
     started = (await fetch(cluster.client, cluster.lease, "Lease")).started_at
     assert figure("gpunet_coordinator_settlement_lag_seconds") >= time.time() - started - 1.5
     # ... on a short cadence they settle as they come, a few seconds at a time
-    short = _settlement(pool, cluster, 2)
+    short = _settlement(pool, cluster, 2, fence)
     newest = await _meter(pool, cluster, 6, each_second=short.step)
     mid = await fetch(cluster.client, cluster.lease, "Lease")
     assert mid.paid > 0
@@ -198,14 +200,14 @@ async def test_a_lease_metered_every_second_pays_exactly_its_receipts_whatever_t
     assert short.metrics.registry.get_sample_value("gpunet_coordinator_settlement_lag_seconds") == 0
 
 
-async def test_a_coordinator_restart_between_metering_and_settlement_loses_nothing(cluster, pool) -> None:
+async def test_a_coordinator_restart_between_metering_and_settlement_loses_nothing(cluster, pool, fence) -> None:
     newest = await _meter(pool, cluster, 3)  # recorded by the coordinator that then stops, unsettled
-    restarted = _settlement(pool, cluster, 3_600)  # a new process over the same database
+    restarted = _settlement(pool, cluster, 3_600, fence)  # a new process over the same database
     await restarted.settle()
     lease = await fetch(cluster.client, cluster.lease, "Lease")
     assert lease.paid + lease.fees == sum(cost(u.receipt.gpu_seconds) for u in newest)
     # and once more after another restart: nothing is paid twice
-    await _settlement(pool, cluster, 3_600).settle()
+    await _settlement(pool, cluster, 3_600, fence).settle()
     assert (await fetch(cluster.client, cluster.lease, "Lease")).paid == lease.paid
     async with pool.acquire() as conn:
         assert await usage.pending_receipts(conn) == []

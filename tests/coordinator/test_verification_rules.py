@@ -21,7 +21,7 @@ from gpunet.protocol import Ack, GpuInfo, Inventory, Verify, VerifyMemory, Verif
 from gpunet.testbed import Market
 from worker.verify import Prover
 
-from .conftest import eventually
+from .conftest import eventually, leading_without_loops
 
 
 def _inventory(*uuids: str) -> Inventory:
@@ -76,7 +76,8 @@ async def test_one_gpu_counts_once_and_a_refused_share_fails_verification(node, 
     keys = [s.node_key.pubkey() for s in (first, second, own)]
     settings = Settings(rpc_url=node.url, ws_url=node.ws_url, database_url=database_url,
                         verify_simulated_seconds=0.2, verify_simulated_memory_seconds=0.2)  # fmt: skip
-    coordinator = Coordinator(settings, pool, market.admin)  # not started: only its verification runs
+    # not started: only its verification runs (as the leader: its verdicts and slashes are decisions)
+    coordinator = await leading_without_loops(Coordinator(settings, pool, market.admin))
     link = _Link(coordinator, dict(zip(keys, inventories, strict=True)))
     coordinator.verification.link = link
     verification, shared = coordinator.verification, coordinator.shared
