@@ -125,7 +125,10 @@ class Election:
     async def run(self) -> None:
         try:
             while True:
-                await self.step()
+                try:
+                    await self.step()
+                except Exception:  # the election must go on whatever failed (it is logged)
+                    log.exception("leader.round_failed holder=%s", self.holder)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._lost.wait(), self._next_wait())
         finally:
@@ -206,6 +209,7 @@ class Election:
     async def _step_down(self, why: str) -> None:
         fence, self.fence = self.fence, None
         assert fence is not None
+        self._lost.clear()  # (it wakes the loop only while leading)
         self.metrics.leader.set(0)
         log.warning("leader.stepped_down holder=%s term=%d: %s", self.holder, fence.term, why)
         await self.on_lose()

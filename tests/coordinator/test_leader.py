@@ -4,6 +4,7 @@ the fencing of its decisions, on the real database: each rule with its honest co
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 
 import asyncpg
@@ -159,6 +160,20 @@ async def test_fencing_refuses_a_stale_term_that_still_believes_it_leads(pool) -
     assert not a.election.leading()  # a refusal makes it step down at once
     await a.election.step()
     assert a.events == ["lead 1", "lose"]
+    # following, it tries for the lead at its pace again (every renewal interval), not in a spin
+    rounds, step = [], a.election.step
+
+    async def counted() -> None:
+        rounds.append(1)
+        await step()
+
+    a.election.step = counted  # type: ignore[method-assign]
+    running = asyncio.create_task(a.election.run())
+    await asyncio.sleep(0.5)
+    running.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await running
+    assert 1 <= len(rounds) <= 2
     await b.fence.intend("assign", "lease-2")
     async with pool.acquire() as conn:
         assert await leader_db.decisions(conn) == [(1, "a", "assign", "lease-1"), (2, "b", "assign", "lease-2")]
