@@ -141,7 +141,7 @@ async def test_replicas_hand_over_the_lead_without_losing_or_doubling_work(
         await eventually(lambda: workers_online(r2.api_url, 3), what="the workers on r2")
         settled_by_2 = await eventually(lambda: _settled_in(pool, term2), what="r2 settling usage")
         assert [d for d in await decisions(pool) if d[0] < term2] == before  # r1 decided nothing after waking
-        assert "leader.stepped_down holder=r1" in r1.log.read_text()
+        assert await metric(r1.api_url, "gpunet_coordinator_leader_term") == 1  # it did not lead again
 
         # --- the leader SIGKILLed mid-lease: the first takes the lead back
         r2.kill()
@@ -163,11 +163,16 @@ async def test_replicas_hand_over_the_lead_without_losing_or_doubling_work(
         for other in (placed[1], spare):
             assert await slashes_of(chain, other) == 0  # nobody else is punished for the handovers
 
-        # --- no decision twice, and none of a term after a later term's
+        # --- no decision twice (each by one term only: a send retried after a transport error is
+        # recorded again, by the same term), and none of a term after a later term's
         made = await decisions(pool)
-        assert [d[2] for d in made if d[3] == str(lease)] == ["assign"]
-        assert sum(d[2] == "slash" and d[3].startswith(victim) for d in made) == 1
-        assert sum(d[2] == "reassign" and d[3].startswith(f"{lease} {victim}") for d in made) == 1
+
+        def terms_of(kind: str, subject: str) -> set[int]:
+            return {d[0] for d in made if d[2] == kind and d[3].startswith(subject)}
+
+        assert len(terms_of("assign", str(lease))) == 1 and {d[2] for d in made if d[3] == str(lease)} == {"assign"}
+        assert terms_of("slash", victim) == {term3}
+        assert terms_of("reassign", f"{lease} {victim}") == {term3}
         assert [d[0] for d in made] == sorted(d[0] for d in made)
         events = await settlement_events(chain, lease)
         assert len({(e.node, e.epoch, e.receipt_gpu_seconds) for e in events}) == len(events)
