@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+
 from solana.rpc.types import TxOpts
 from solders.message import Message
 from solders.transaction import Transaction
 
 from coordinator.audit import audit_lease, audit_provider
+from coordinator.indexer import Indexer
 from coordinator.indexer.rpc import ChainRpc
 from gpunet import instructions as ix
 from gpunet.accounts import fetch
@@ -156,3 +160,32 @@ def test_reconnect_backoff_grows_exponentially_with_jitter_up_to_a_cap():
     assert len({round(d, 6) for d in delays}) > 1  # jittered, not a fixed schedule
     backoff.reset()
     assert backoff.next_delay() <= 0.2
+
+
+async def test_two_replicas_indexers_on_one_database_write_each_event_once(
+    node, market: Market, indexer, pool, settings
+) -> None:
+    # Every coordinator replica runs the indexer: a second one, on the same database, races the first.
+    second = asyncio.create_task(Indexer(settings, pool).run())
+    try:
+        story = await market.every_event_kind()
+        expected = await chain_events(node, market.signatures)
+        await eventually(lambda: _count_is(pool, len(expected)), what="every event indexed")
+        assert await indexed_events(pool) == expected  # once each, in chain order
+        s = await state(pool)
+        assert s["events_indexed"] == len(expected)  # counted once, whichever replica wrote it
+        # the derived tables were folded once: they agree with the chain to the base unit
+        rpc = ChainRpc(settings.rpc_url)
+        try:
+            async with pool.acquire() as conn:
+                report = await audit_lease(conn, rpc, settings.program, str(story["lease"]))
+                assert report.ok, report.differences
+                for supplier in story["suppliers"]:
+                    report = await audit_provider(conn, rpc, settings.program, str(supplier.provider))
+                    assert report.ok, report.differences
+        finally:
+            await rpc.close()
+    finally:
+        second.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await second
