@@ -20,7 +20,9 @@ CLOSE_SECONDS = 10.0
 
 
 async def connect_pool(url: str, **kwargs: Any) -> asyncpg.Pool:
-    pool = await asyncpg.create_pool(url, min_size=1, max_size=8, **kwargs)
+    # A loop step may hold a connection while the leader records a decision on another (the fence):
+    # room for every loop to do so at once, with the API and the worker sessions beside them.
+    pool = await asyncpg.create_pool(url, min_size=1, max_size=16, **kwargs)
     assert pool is not None
     return pool
 
