@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -52,11 +51,12 @@ from coordinator.settlement import Settler
 from coordinator.state import Shared
 from coordinator.view import FleetView
 from gpunet.accounts import AccountError, fetch_config
+from gpunet.logs import get_logger
 from gpunet.protocol import Welcome
 
 __all__ = ["Coordinator", "DatabaseLost"]
 
-log = logging.getLogger("gpunet.coordinator")
+log = get_logger("gpunet.coordinator")
 
 
 class Coordinator:
@@ -166,9 +166,9 @@ class Coordinator:
             ("attester-balance", self._read_attester_balance, self.settings.attester_balance_seconds),
         ):
             self._tasks.append(asyncio.create_task(self._every(name, step, every, self.metrics), name=name))
-        log.info("coordinator.started gateway=%s attester=%s", self.gateway.url, self.attester_key.pubkey())
+        log.info("coordinator.started", gateway=self.gateway.url, attester=self.attester_key.pubkey())
         for payer, lamports in await self.payers.balances():
-            log.info("coordinator.fee_payer payer=%s lamports=%d", payer, lamports)
+            log.info("coordinator.fee_payer", payer=payer, lamports=lamports)
         return self
 
     async def _read_attester_balance(self) -> None:
@@ -176,11 +176,11 @@ class Coordinator:
         lamports = (await self.chain.get_balance(self.attester_key.pubkey())).value
         self.metrics.set_attester_balance(lamports)
         if lamports < self.settings.attester_min_lamports:
-            log.warning(
-                "coordinator.attester_low attester=%s lamports=%d under GPUNET_ATTESTER_MIN_LAMPORTS=%d: fund it",
-                self.attester_key.pubkey(),
-                lamports,
-                self.settings.attester_min_lamports,
+            log.warning(  # under GPUNET_ATTESTER_MIN_LAMPORTS: fund it
+                "coordinator.attester_low",
+                attester=self.attester_key.pubkey(),
+                lamports=lamports,
+                min_lamports=self.settings.attester_min_lamports,
             )
 
     async def _checkpoint_retention(self) -> None:
@@ -209,7 +209,7 @@ class Coordinator:
             try:
                 return await fetch_config(self.chain)
             except AccountError as e:
-                log.warning("coordinator.waiting %s", e)
+                log.warning("coordinator.waiting", reason=str(e))
                 await asyncio.sleep(1.0)
 
     async def stop(self) -> None:
@@ -246,5 +246,5 @@ class Coordinator:
                     metrics.database_errors.inc()
                 elif isinstance(e, (SolanaRpcException, httpx.HTTPError)):
                     metrics.rpc_errors.inc()
-                log.exception("coordinator.%s failed; retrying", name)
+                log.exception("coordinator.loop_failed", loop=name)  # retried
             await asyncio.sleep(seconds)

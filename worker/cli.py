@@ -18,6 +18,7 @@ from solana.exceptions import SolanaRpcException
 from solana.rpc.async_api import AsyncClient
 from solders.keypair import Keypair
 
+from gpunet import logs
 from gpunet.amounts import format_io
 from gpunet.catalog import gpu_model_name, region_name
 from gpunet.cluster import ClusterError, resolve_cluster
@@ -147,11 +148,13 @@ def run(
         "[GPUNET_WORKER_HOST_JOB_PATHS, a JSON list].",
     ),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logging."),
+    log_format: str = typer.Option(None, "--log-format", metavar="json|human", help=logs.FORMAT_HELP),
 ) -> None:
     """Run the agent: inventory the GPUs, connect to the coordinator, run jobs, report usage."""
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s"
-    )
+    try:
+        logs.configure(log_format, logging.DEBUG if verbose else logging.INFO)
+    except ValueError as e:
+        raise _fail(Exit.BAD_INPUT, str(e)) from None
     settings = _settings(
         gateway_url=gateway,
         state_dir=state_dir,
