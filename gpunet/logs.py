@@ -44,7 +44,7 @@ FORMATS: tuple[LogFormat, ...] = ("json", "human")
 ENV = "GPUNET_LOG_FORMAT"  # json | human; unset: human on a terminal, JSON otherwise
 FORMAT_HELP = (
     "Log lines as JSON objects (one per line, for a collector) or human text; the same events and fields "
-    f"[env {ENV}; default: human on a terminal, JSON otherwise]."
+    f"[{ENV}; default: human on a terminal, JSON otherwise]."
 )
 
 P = ParamSpec("P")
