@@ -1,8 +1,9 @@
 """The worker's operator port (worker/metrics.py) over real HTTP, with NVML faked at its module
 boundary (tests/worker/fake_pynvml.py) and the agent's parts it reads: each GPU's figures as NVML
 gives them (none made up for what a GPU does not report), a GPU with uncorrected ECC errors makes
-the worker not ready (the control: the same worker with a clean GPU is ready), and anything but a
-GET of its three routes is refused."""
+the worker not ready (the control: the same worker with a clean GPU is ready), an Xid event and
+ECC errors move the counters of the GPU that had them and not the other's, and anything but a GET
+of its three routes is refused."""
 
 from __future__ import annotations
 
