@@ -193,8 +193,10 @@ async def test_a_real_placement_logs_its_lease_and_the_workers_their_node(
     connects = [line for line in lines if line["event"] == "worker.connected"]
     assert sorted(line["node"] for line in connects) == sorted(keys)
     # The human renderer saw the same events, in the same order, with the same fields.
+    # (gpunet's events: a library's free-text message could hold brackets the line's pattern would misread)
     human = _human_lines(as_text.getvalue())
-    assert [event for _, event, _, _ in human] == [line["event"] for line in lines]
+    ours = [line["event"] for line in lines if line["logger"].startswith("gpunet.")]
+    assert len(ours) >= 10 and [event for _, event, logger, _ in human if logger.startswith("gpunet.")] == ours
     [placed_text] = [fields for _, event, _, fields in human if event == "lease.placed"]
     assert f"lease={lease}" in placed_text and f"tx={placement['tx']}" in placed_text
 
