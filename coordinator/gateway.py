@@ -25,7 +25,6 @@ lost and none is recorded twice or out of order.
 from __future__ import annotations
 
 import asyncio
-import logging
 import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -35,6 +34,8 @@ from solders.pubkey import Pubkey
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
+from gpunet import logs
+from gpunet.logs import get_logger
 from gpunet.protocol import (
     CLOSE_MALFORMED,
     CLOSE_NOT_LEADER,
@@ -64,7 +65,7 @@ from gpunet.protocol import (
 
 __all__ = ["Gateway", "GatewayHandler", "NodeOffline"]
 
-log = logging.getLogger("gpunet.coordinator.gateway")
+log = get_logger("gpunet.coordinator.gateway")
 HANDSHAKE_TIMEOUT = 10.0
 
 
@@ -196,11 +197,13 @@ class Gateway:
         except ConnectionClosed:
             raise NodeOffline(f"node {node_key}'s worker session closed") from None
 
+    @logs.scoped
     async def _session(self, ws: ServerConnection) -> None:
         node_key: Pubkey | None = None
         try:
             key, hello = await asyncio.wait_for(self._handshake(ws), HANDSHAKE_TIMEOUT)
             node_key = key
+            logs.bind(node=key)  # every line of the session's work carries its node
             old, self.sessions[key] = self.sessions.get(key), ws
             if old is not None:  # the newest session wins (a worker that reconnected before noticing)
                 await old.close(CLOSE_UNAUTHORISED, "replaced by a newer session of the same node")
@@ -210,7 +213,7 @@ class Gateway:
                 await self._dispatch(key, hello.simulated, raw, ws, numbered)
         except _Refused as e:
             self.refused[e.code] = self.refused.get(e.code, 0) + 1
-            log.info("worker session %s closed: %s", node_key or ws.remote_address, e.reason)
+            log.info("gateway.session_refused", node=node_key, remote=ws.remote_address, reason=e.reason)
             await ws.close(e.code, e.reason[:120])
         except (TimeoutError, ConnectionClosed):
             pass
@@ -265,7 +268,7 @@ class Gateway:
         except Exception as e:  # the coordinator's side failed (its database is down, say): not the worker's fault
             # The session stays up: dropping it would only make every worker reconnect in a loop. A usage
             # report is not acknowledged and a numbered message is asked for again: the worker keeps both.
-            log.warning("gateway.could_not_record node=%s message=%s error=%s", node_key, message.type, e)
+            log.warning("gateway.could_not_record", node=node_key, message=message.type, error=str(e))
             if n is not None:
                 numbered.missing = n
             await ws.send(

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import os
 import secrets
 import socket
@@ -31,10 +30,11 @@ from coordinator.db import leader as leader_db
 from coordinator.db.connection import Connection
 from coordinator.db.leader import Fenced
 from coordinator.metrics import Metrics
+from gpunet.logs import get_logger
 
 __all__ = ["Election", "Fence", "Fenced", "replica_name"]
 
-log = logging.getLogger("gpunet.coordinator.leader")
+log = get_logger("gpunet.coordinator.leader")
 
 
 def replica_name() -> str:
@@ -86,7 +86,7 @@ class Fence:
 
     def _refuse(self, kind: str, why: str) -> None:
         self.metrics.fenced_decisions.inc()
-        log.warning("leader.fenced holder=%s term=%d kind=%s refused: %s", self.holder, self.term, kind, why)
+        log.warning("leader.fenced", holder=self.holder, term=self.term, kind=kind, reason=why)
         self._on_refused()
         raise Fenced(f"term {self.term} may not decide: {why}")
 
@@ -128,7 +128,7 @@ class Election:
                 try:
                     await self.step()
                 except Exception:  # the election must go on whatever failed (it is logged)
-                    log.exception("leader.round_failed holder=%s", self.holder)
+                    log.exception("leader.round_failed", holder=self.holder)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._lost.wait(), self._next_wait())
         finally:
@@ -159,7 +159,7 @@ class Election:
                     left = await leader_db.seconds_left(conn)
                     self._follower_wait = min(self.renew_seconds, max(0.05, left + 0.02))
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as e:
-            log.warning("leader.acquire_failed holder=%s error=%s", self.holder, e)
+            log.warning("leader.acquire_failed", holder=self.holder, error=str(e))
             self._follower_wait = self.renew_seconds
             return
         if term is None:
@@ -178,11 +178,11 @@ class Election:
         )
         self.metrics.leader.set(1)
         self.metrics.leader_term.set(term)
-        log.info("leader.elected holder=%s term=%d", self.holder, term)
+        log.info("leader.elected", holder=self.holder, term=term)
         try:
             await self.on_lead(fence)
         except Exception:  # its start failed (the database, say): the lead is given up, not held idle
-            log.exception("leader.start_failed holder=%s term=%d", self.holder, term)
+            log.exception("leader.start_failed", holder=self.holder, term=term)
             await self.resign()
 
     def _fenced(self, fence: Fence) -> None:
@@ -196,7 +196,9 @@ class Election:
             # a renewal that has not answered when the lease runs out by this clock has failed
             renewed = await asyncio.wait_for(self._renew_once(self.fence.term), self._valid_until - started)
         except (TimeoutError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as e:
-            log.warning("leader.renew_failed holder=%s term=%d error=%s", self.holder, self.fence.term, e)
+            log.warning(
+                "leader.renew_failed", holder=self.holder, term=self.fence.term, error=str(e) or type(e).__name__
+            )
             return False
         if renewed:
             self._valid_until = started + self.ttl
@@ -211,7 +213,7 @@ class Election:
         assert fence is not None
         self._lost.clear()  # (it wakes the loop only while leading)
         self.metrics.leader.set(0)
-        log.warning("leader.stepped_down holder=%s term=%d: %s", self.holder, fence.term, why)
+        log.warning("leader.stepped_down", holder=self.holder, term=fence.term, reason=why)
         await self.on_lose()
 
     async def resign(self) -> None:

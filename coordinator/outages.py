@@ -8,7 +8,6 @@ pause (`resume_slashing`); /metrics and /workers show the state.
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import Callable
 
@@ -21,10 +20,11 @@ from coordinator.keys import NodeKey
 from coordinator.metrics import Metrics
 from coordinator.settings import Settings
 from gpunet.catalog import region_name
+from gpunet.logs import get_logger
 
 __all__ = ["WATCH_EVERY_SECONDS", "DatabaseLost", "Outages"]
 
-log = logging.getLogger("gpunet.coordinator")
+log = get_logger("gpunet.coordinator")
 
 WATCH_EVERY_SECONDS = 0.2
 
@@ -75,10 +75,10 @@ class Outages:
             self.metrics.database_errors.inc()
             if self._database_down_since is None:
                 self._database_down_since = now
-                log.error(
-                    "database.unreachable (%s): decisions wait for it; the coordinator stops after %.0f s",
-                    e or type(e).__name__,
-                    self.settings.database_outage_exit_seconds,
+                log.error(  # decisions wait for it; the coordinator stops after exit_after_seconds
+                    "database.unreachable",
+                    error=str(e) or type(e).__name__,
+                    exit_after_seconds=self.settings.database_outage_exit_seconds,
                 )
             elif now - self._database_down_since > self.settings.database_outage_exit_seconds and not self.fatal.done():
                 self.fatal.set_exception(
@@ -91,7 +91,7 @@ class Outages:
             return
         if self._database_down_since is not None:
             self.fleet.add_blind(self._database_down_since, now)
-            log.warning("database.back after %.1f s", now - self._database_down_since)
+            log.warning("database.back", down_seconds=round(now - self._database_down_since, 1))
             self._database_down_since = None
 
     async def watch_own_stalls(self) -> None:
@@ -100,11 +100,8 @@ class Outages:
         stall = self.fleet.watch(WATCH_EVERY_SECONDS, self.settings.stall_after_seconds)
         if stall:
             self.metrics.stalls.inc()
-            log.warning(
-                "coordinator.stalled seconds=%.1f (its own pause: nobody's silence includes it; nodes are "
-                "judged again once their waiting messages are read)",
-                stall,
-            )
+            # its own pause: nobody's silence includes it; nodes are judged again once their waiting messages are read
+            log.warning("coordinator.stalled", seconds=round(stall, 1))
 
     async def may_judge(self) -> bool:
         """Whether silent nodes may be treated as lost now: this process sees its database (the
@@ -119,11 +116,11 @@ class Outages:
         if problem:
             if self._blind_since is None:
                 self._blind_since = now
-                log.warning("coordinator.blind %s: nobody is judged until it answers again", problem)
+                log.warning("coordinator.blind", reason=problem)  # nobody is judged until it answers again
             return False
         if self._blind_since is not None:
             self.fleet.add_blind(self._blind_since, now)
-            log.warning("coordinator.sighted after %.1f s blind", now - self._blind_since)
+            log.warning("coordinator.sighted", blind_seconds=round(now - self._blind_since, 1))
             self._blind_since = None
             return False  # heartbeats of the blind window are read first
         silent, of = self.fleet.silent_share(self.settings.fleet_window_seconds)
@@ -139,15 +136,13 @@ class Outages:
                     f"{silent} of {of} nodes silent at once (more than "
                     f"{self.settings.max_lost_fraction:.0%}): a correlated outage"
                 )
-                log.warning(
-                    "slashing.paused %s; no node is slashed or moved until the fleet is heard again",
-                    self.slashing_paused_reason,
-                )
+                # no node is slashed or moved until the fleet is heard again
+                log.warning("slashing.paused", reason=self.slashing_paused_reason, silent=silent, nodes=of)
             else:
                 # Silence during a correlated outage says nothing about a node: it counts for nobody,
                 # so the last nodes to reconnect get their full lost_after, like after a stall.
                 self.fleet.add_blind(self._paused_since, now)
-                log.warning("slashing.resumed %d of %d nodes silent", silent, of)
+                log.warning("slashing.resumed", silent=silent, nodes=of)
                 self.slashing_paused_reason = ""
                 return False
         if not pause:
@@ -170,7 +165,7 @@ class Outages:
                 raise LookupError(f"slashing is not paused in region {region_name(region)}")
         self._overridden.add(region)
         where = "the fleet" if region is None else f"region {region_name(region)}"
-        log.warning("slashing.resumed_by_operator %s: the silent nodes are judged now, their silence counts", where)
+        log.warning("slashing.resumed_by_operator", where=where)  # the silent nodes are judged now
         return where
 
     def _pause_regions(self, now: float) -> None:
@@ -185,20 +180,15 @@ class Outages:
                 self._overridden.discard(region)
             elif region not in self.paused_regions and region not in self._overridden:
                 self.paused_regions[region] = now
-                log.warning(
-                    "slashing.paused region=%s: %d of its %d nodes silent at once; none of them is "
-                    "slashed or moved until the region is heard again",
-                    region_name(region),
-                    silent,
-                    of,
-                )
+                # none of them is slashed or moved until the region is heard again
+                log.warning("slashing.paused", region=region_name(region), silent=silent, nodes=of)
         for region, since in list(self.paused_regions.items()):
             silent, of = shares.get(region, (0, 0))
             if of and silent / of > self.settings.max_lost_fraction:
                 continue
             del self.paused_regions[region]
             self.fleet.add_blind(since, now, [k for k in self.fleet.nodes if self.region_of(k) == region])
-            log.warning("slashing.resumed region=%s: %d of %d nodes silent", region_name(region), silent, of)
+            log.warning("slashing.resumed", region=region_name(region), silent=silent, nodes=of)
 
     async def _chain_outage(self) -> str | None:
         """Why this process cannot see the chain now, if it cannot (then nobody is judged)."""

@@ -11,7 +11,6 @@ This is the one place that decides a transaction's fee payer: the attester's tra
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,10 +20,11 @@ from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
 from gpunet.keys import create_keypair_file, load_keypair
+from gpunet.logs import get_logger
 
 __all__ = ["FeePayers", "balances", "fee_payer_keys"]
 
-log = logging.getLogger("gpunet.coordinator.payers")
+log = get_logger("gpunet.coordinator.payers")
 
 BALANCE_TTL_SECONDS = 10.0  # a payer's balance is read again after this long (fees drain it slowly)
 
@@ -80,11 +80,11 @@ class FeePayers:
             if await self._funded(payer.pubkey()):
                 return payer, [self.attester]
         if self.pool:
-            log.warning(
-                "coordinator.fee_payers_empty none of the %d fee payers holds %d lamports: the attester %s pays",
-                len(self.pool),
-                self.min_lamports,
-                self.attester.pubkey(),
+            log.warning(  # none of the pool holds the minimum: the attester pays
+                "coordinator.fee_payers_empty",
+                payers=len(self.pool),
+                min_lamports=self.min_lamports,
+                attester=self.attester.pubkey(),
             )
         return self.attester, []
 
@@ -100,15 +100,11 @@ class FeePayers:
         if lamports >= self.min_lamports:
             if payer in self._short:
                 self._short.discard(payer)
-                log.info("coordinator.fee_payer_funded payer=%s lamports=%d: paying again", payer, lamports)
+                log.info("coordinator.fee_payer_funded", payer=payer, lamports=lamports)  # paying again
             return True
         if payer not in self._short:
             self._short.add(payer)
-            log.warning(
-                "coordinator.fee_payer_skipped payer=%s lamports=%d under the minimum %d: fund it "
-                "(`gpunet coordinator fee-payers` lists the pool)",
-                payer,
-                lamports,
-                self.min_lamports,
+            log.warning(  # fund it (`gpunet coordinator fee-payers` lists the pool)
+                "coordinator.fee_payer_skipped", payer=payer, lamports=lamports, min_lamports=self.min_lamports
             )
         return False

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -59,11 +58,12 @@ from coordinator.settlement import Settler
 from coordinator.state import Shared
 from coordinator.view import FleetView
 from gpunet.accounts import AccountError, fetch_config
+from gpunet.logs import get_logger
 from gpunet.protocol import Welcome
 
 __all__ = ["Coordinator", "DatabaseLost"]
 
-log = logging.getLogger("gpunet.coordinator")
+log = get_logger("gpunet.coordinator")
 
 
 class Coordinator:
@@ -208,14 +208,14 @@ class Coordinator:
             await self.election.step()
         self._tasks.append(asyncio.create_task(self.election.run(), name="election"))
         log.info(
-            "coordinator.started gateway=%s attester=%s replica=%s leading=%s",
-            self.gateway.url,
-            self.attester_key.pubkey(),
-            self.replica,
-            self.leading,
+            "coordinator.started",
+            gateway=self.gateway.url,
+            attester=self.attester_key.pubkey(),
+            replica=self.replica,
+            leading=self.leading,
         )
         for payer, lamports in await self.payers.balances():
-            log.info("coordinator.fee_payer payer=%s lamports=%d", payer, lamports)
+            log.info("coordinator.fee_payer", payer=payer, lamports=lamports)
         return self
 
     async def _lead(self, fence: Fence) -> None:
@@ -238,7 +238,7 @@ class Coordinator:
         ):
             task = asyncio.create_task(self._every(name, step, every, self.metrics), name=name)
             self._leader_tasks.append(task)
-        log.info("coordinator.leading replica=%s term=%d gateway=%s", self.replica, fence.term, self.gateway.url)
+        log.info("coordinator.leading", replica=self.replica, term=fence.term, gateway=self.gateway.url)
 
     async def _follow(self) -> None:
         """This replica stopped leading: its decision loops stop, its workers go to the leader, its
@@ -252,7 +252,7 @@ class Coordinator:
                 await task
         self._term(self._follower_fence())
         await self._sessions_to_leader()
-        log.info("coordinator.following replica=%s", self.replica)
+        log.info("coordinator.following", replica=self.replica)
 
     async def _sessions_to_leader(self) -> None:
         """A follower sends the worker sessions it still has to the leader, once one leads: until then
@@ -282,11 +282,11 @@ class Coordinator:
         lamports = (await self.chain.get_balance(self.attester_key.pubkey())).value
         self.metrics.set_attester_balance(lamports)
         if lamports < self.settings.attester_min_lamports:
-            log.warning(
-                "coordinator.attester_low attester=%s lamports=%d under GPUNET_ATTESTER_MIN_LAMPORTS=%d: fund it",
-                self.attester_key.pubkey(),
-                lamports,
-                self.settings.attester_min_lamports,
+            log.warning(  # under GPUNET_ATTESTER_MIN_LAMPORTS: fund it
+                "coordinator.attester_low",
+                attester=self.attester_key.pubkey(),
+                lamports=lamports,
+                min_lamports=self.settings.attester_min_lamports,
             )
 
     async def _checkpoint_retention(self) -> None:
@@ -315,7 +315,7 @@ class Coordinator:
             try:
                 return await fetch_config(self.chain)
             except AccountError as e:
-                log.warning("coordinator.waiting %s", e)
+                log.warning("coordinator.waiting", reason=str(e))
                 await asyncio.sleep(1.0)
 
     async def stop(self) -> None:
@@ -357,5 +357,5 @@ class Coordinator:
                     metrics.database_errors.inc()
                 elif isinstance(e, (SolanaRpcException, httpx.HTTPError)):
                     metrics.rpc_errors.inc()
-                log.exception("coordinator.%s failed; retrying", name)
+                log.exception("coordinator.loop_failed", loop=name)  # retried
             await asyncio.sleep(seconds)

@@ -6,7 +6,6 @@ same GPUs twice, even after a restart."""
 from __future__ import annotations
 
 import contextlib
-import logging
 import time
 
 import asyncpg
@@ -18,10 +17,11 @@ from coordinator.db.nodes import registered_nodes
 from coordinator.fleet import Fleet
 from coordinator.scheduler import LeaseRequest, NodeView, PlacedShare, Placement, SchedulerError
 from coordinator.state import Shared, WorkerLink
+from gpunet.logs import get_logger
 
 __all__ = ["FleetView"]
 
-log = logging.getLogger("gpunet.coordinator.view")
+log = get_logger("gpunet.coordinator.view")
 
 
 class FleetView:
@@ -74,7 +74,7 @@ class FleetView:
                 placed = tuple(PlacedShare.of(scheduler.nodes[s.node_key], s.gpus) for s in shares)
                 scheduler.restore(Placement(LeaseRequest(lease, shares[0].terms), placed))
             except (KeyError, SchedulerError) as e:
-                log.warning("placement.restore_failed lease=%s %s", lease, e)
+                log.warning("placement.restore_failed", lease=lease, error=str(e))
 
     def _verified(self, key: Pubkey, node: asyncpg.Record, now: float) -> bool:
         """The node's GPUs are verified as the cluster requires (its config's tier, recorded on chain

@@ -264,6 +264,16 @@ class GpuTelemetry(_Model):
     power_w: Annotated[float, Field(ge=0)] | None = None
     ecc_uncorrected: Annotated[int, Field(ge=0)] | None = None  # None: not supported (consumer GPUs)
     throttle_reasons: Annotated[list[Annotated[str, Field(max_length=64)]], Field(max_length=16)] = []
+    # Added after protocol version 1 went out, so optional (an older worker sends none of them):
+    # ECC error counts as NVML keeps them, volatile (since the driver loaded) and aggregate (the
+    # GPU's lifetime); None: not supported.
+    ecc_corrected: Annotated[int, Field(ge=0)] | None = None
+    ecc_uncorrected_aggregate: Annotated[int, Field(ge=0)] | None = None
+    ecc_corrected_aggregate: Annotated[int, Field(ge=0)] | None = None
+    # Xid critical errors NVML reported since the agent started, and the last one's code; None: the
+    # GPU's Xid events cannot be watched (NVML refused to register them).
+    xid_errors: Annotated[int, Field(ge=0)] | None = None
+    last_xid: Annotated[int, Field(ge=0)] | None = None
 
 
 # --- jobs

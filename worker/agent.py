@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
-import logging
 import os
 import time
 from collections.abc import Coroutine, Iterable
@@ -16,7 +15,9 @@ from pydantic import BaseModel, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from solders.keypair import Keypair
 
+from gpunet import logs
 from gpunet.checkpoint import open_key
+from gpunet.logs import get_logger
 from gpunet.protocol import (
     PROTOCOL_VERSION,
     Ack,
@@ -47,7 +48,7 @@ from worker.verify import ChallengeRefused, Prover
 
 __all__ = ["Agent", "SandboxUnavailable", "StateDirBusy", "WorkerSettings"]
 
-log = logging.getLogger("gpunet.worker")
+log = get_logger("gpunet.worker")
 
 
 class WorkerSettings(BaseSettings):
@@ -164,7 +165,7 @@ class Agent:
         self._lock = _lock_state_dir(settings.state_dir)
         try:
             if leftovers := self.sandbox.remove_leftovers():  # ours: we hold the state directory
-                log.warning("jobs.leftover_containers_removed count=%d", leftovers)
+                log.warning("jobs.leftover_containers_removed", node=node.pubkey(), count=leftovers)
             self.journal = Journal(settings.state_dir / "usage.jsonl")
         except BaseException:
             os.close(self._lock)
@@ -182,15 +183,17 @@ class Agent:
             backoff=Backoff(settings.reconnect_base_seconds, settings.reconnect_cap_seconds),
         )
         if unacked := self.journal.unacked():
-            log.info("usage.unacknowledged receipts=%d (sent once connected)", len(unacked))
+            log.info("usage.unacknowledged", node=node.pubkey(), receipts=len(unacked))  # sent once connected
 
+    @logs.scoped
     async def run(self) -> None:
         """Until cancelled: the session (reconnecting forever) and the metering clock."""
+        logs.bind(node=self.node.pubkey())  # every line of this agent's work (its tasks inherit it)
         metrics = None
         if self.settings.metrics_port is not None:
             metrics = MetricsServer(self, self.settings.metrics_host, self.settings.metrics_port)
             await metrics.start()
-            log.info("worker.metrics url=http://%s:%d/metrics", metrics.host, metrics.port)
+            log.info("worker.metrics", url=f"http://{metrics.host}:{metrics.port}/metrics")
         meter = asyncio.create_task(self._meter_clock())
         try:
             await self.session.run_forever()
@@ -266,7 +269,7 @@ class Agent:
                     f"(epoch {message.epoch}) was sent by this node",
                 )
         elif isinstance(message, Error):
-            log.warning("coordinator.error code=%s message=%s", message.code, message.message)
+            log.warning("coordinator.error", code=message.code, message=message.message)
         elif isinstance(message, Verify | VerifyMemory):
             self._verification(self._verify(message))
         elif isinstance(message, VerifyOpen) and self.prover.holds_memory(message.id):
@@ -306,7 +309,7 @@ class Agent:
     # --- jobs
 
     def _refuse(self, of: str, lease: str | None, error: str, *, unable: bool = False) -> None:
-        log.warning("coordinator.refused of=%s lease=%s error=%s", of, lease, error)
+        log.warning("coordinator.refused", of=of, lease=lease, error=error)
         self.session.send(Ack(simulated=self.simulated, of=of, lease=lease, error=error, unable=unable))
 
     def _held(self, lease: str) -> _Share | None:
@@ -388,19 +391,13 @@ class Agent:
         if not d.job_ended:
             self._start_job(share)
         self.session.send(Ack(simulated=self.simulated, of="dispatch", lease=d.lease))
-        log.info(
-            "share.taken lease=%s gpus=%s job=%d%s",
-            d.lease,
-            ",".join(uuids),
-            d.job_number,
-            " (ended)" if d.job_ended else "",
-        )
+        log.info("share.taken", lease=d.lease, gpus=uuids, job=d.job_number, ended=d.job_ended)
 
     def _supersede(self, share: _Share, d: Dispatch) -> None:
         """One job, one place: this node still holds a share of the lease from an earlier assignment
         (its share moved away, and back, while it kept running). That one stops now (billing ends)
         and the new one is taken once its job has stopped, never both at once."""
-        log.warning("share.superseded lease=%s old_epoch=%s new_epoch=%s", d.lease, share.dispatch.epoch, d.epoch)
+        log.warning("share.superseded", lease=d.lease, old_epoch=share.dispatch.epoch, new_epoch=d.epoch)
         if not share.released:
             share.released = True
             self._send_all(share.meter.release(time.time()))
@@ -427,7 +424,7 @@ class Agent:
                     epoch=d.epoch,
                 )
             )
-            log.info("job.waiting_secrets lease=%s job=%d missing=%d", d.lease, d.job_number, len(missing))
+            log.info("job.waiting_secrets", lease=d.lease, job=d.job_number, missing=len(missing))
             return None
         opened: dict[str, str] = {}
         for name in d.job.secrets:
@@ -444,7 +441,7 @@ class Agent:
                         epoch=d.epoch,
                     )
                 )
-                log.warning("job.secret_refused lease=%s job=%d name=%s", d.lease, d.job_number, name)
+                log.warning("job.secret_refused", lease=d.lease, job=d.job_number, name=name)
                 return None
         return opened
 
@@ -468,7 +465,7 @@ class Agent:
         )
         share.runner = runner
         share.task = asyncio.create_task(self._run_job(d.lease, share, runner))
-        log.info("job.started lease=%s job=%d", d.lease, d.job_number)
+        log.info("job.started", lease=d.lease, job=d.job_number)
 
     def _uses_store(self, dispatch: Dispatch) -> bool:
         """Checkpoints go through the coordinator's checkpoint store (once the lease's key is sealed
@@ -483,7 +480,7 @@ class Agent:
         try:
             return open_key(self.node, dispatch.checkpoint_key)
         except SecretError as e:
-            log.warning("checkpoint.key_refused lease=%s error=%s", dispatch.lease, e)
+            log.warning("checkpoint.key_refused", lease=dispatch.lease, error=str(e))
             return None
 
     def _waits_for_checkpoint_key(self, d: Dispatch) -> bool:
@@ -501,7 +498,7 @@ class Agent:
                 epoch=d.epoch,
             )
         )
-        log.info("job.waiting_checkpoint_key lease=%s job=%d", d.lease, d.job_number)
+        log.info("job.waiting_checkpoint_key", lease=d.lease, job=d.job_number)
         return True
 
     def _store(self, lease: str, dispatch: Dispatch) -> CheckpointStoreClient | None:
@@ -532,38 +529,35 @@ class Agent:
                 try:
                     stats = await asyncio.to_thread(store.restore, runner.dirs.checkpoint)
                 except StoreError as e:
-                    log.warning("checkpoint.restore_failed lease=%s attempt=%d error=%s", lease, attempt + 1, e)
+                    log.warning("checkpoint.restore_failed", lease=lease, attempt=attempt + 1, error=str(e))
                     await asyncio.sleep(1.0 + attempt)
                     continue
                 for refused in stats.refused:
-                    log.warning("checkpoint.refused lease=%s %s", lease, refused)
+                    log.warning("checkpoint.refused", lease=lease, reason=refused)
                 if stats.seq:
                     log.info(
-                        "checkpoint.restored lease=%s seq=%d files=%d bytes=%d seconds=%.3f open=%.3f hash=%.3f "
-                        "transfer=%.3f",
-                        lease,
-                        stats.seq,
-                        stats.files,
-                        stats.bytes,
-                        stats.seconds,
-                        stats.seconds_open,
-                        stats.seconds_hash,
-                        stats.seconds_transfer,
+                        "checkpoint.restored",
+                        lease=lease,
+                        seq=stats.seq,
+                        files=stats.files,
+                        bytes=stats.bytes,
+                        seconds=round(stats.seconds, 3),
+                        open_seconds=round(stats.seconds_open, 3),
+                        hash_seconds=round(stats.seconds_hash, 3),
+                        transfer_seconds=round(stats.seconds_transfer, 3),
                     )
                     # what was restored is not sent back
                     share.checkpoint_seen = fingerprint(runner.dirs.checkpoint)
                 return
 
+    @logs.scoped
     async def _run_job(self, lease: str, share: _Share, runner: JobRunner) -> None:
+        logs.bind(lease=lease)
         try:
             await self._restore_from_store(lease, share, runner)
             final = await runner.run()
             log.info(
-                "job.ended lease=%s job=%d state=%s exit_code=%s",
-                lease,
-                runner.dispatch.job_number,
-                final.state,
-                final.exit_code,
+                "job.ended", lease=lease, job=runner.dispatch.job_number, state=final.state, exit_code=final.exit_code
             )
         finally:
             # the last one, written just before the job ended
@@ -603,7 +597,7 @@ class Agent:
                 )
             del self.shares[c.lease]
         self.session.send(Ack(simulated=self.simulated, of="cancel", lease=c.lease))
-        log.info("share.released lease=%s reason=%s", c.lease, c.reason)
+        log.info("share.released", lease=c.lease, reason=c.reason)
 
     def _lease_end(self, message: LeaseEnd) -> None:
         share = self._held(message.lease)
@@ -633,11 +627,13 @@ class Agent:
         unacked = self.journal.unacked()
         again = [r for r in unacked if (r.lease, r.epoch, r.gpu_seconds, r.through) in unacked_before]
         if again:
-            log.info("usage.resent receipts=%d (not acknowledged yet)", len(again))
+            log.info("usage.resent", receipts=len(again))  # not acknowledged yet
             self._send_all(again)
         return {(r.lease, r.epoch, r.gpu_seconds, r.through) for r in unacked}
 
+    @logs.scoped
     async def _upload_checkpoint(self, lease: str, share: _Share, *, final: bool = False) -> None:
+        logs.bind(lease=lease)
         """Sends the checkpoint directory to the store when it changed (only the chunks the store
         lacks); a failure is retried at the next tick, a final one a few times now."""
         if share.runner is None:
@@ -656,19 +652,19 @@ class Agent:
                 with store:
                     stats = await asyncio.to_thread(store.upload, directory)
             except (StoreError, OSError, ValueError) as e:
-                log.warning("checkpoint.upload_failed lease=%s attempt=%d error=%s", lease, attempt + 1, e)
+                log.warning("checkpoint.upload_failed", lease=lease, attempt=attempt + 1, error=str(e))
                 if final:
                     await asyncio.sleep(1.0)
                 continue
             share.checkpoint_seen = seen
             log.info(
-                "checkpoint.uploaded lease=%s seq=%d files=%d bytes=%d chunks=%d sent=%d",
-                lease,
-                stats.seq,
-                stats.files,
-                stats.bytes,
-                stats.chunks,
-                stats.sent_chunks,
+                "checkpoint.uploaded",
+                lease=lease,
+                seq=stats.seq,
+                files=stats.files,
+                bytes=stats.bytes,
+                chunks=stats.chunks,
+                sent_chunks=stats.sent_chunks,
             )
             return
 
@@ -686,9 +682,10 @@ class Agent:
             if not share.kept_local_warned:
                 share.kept_local_warned = True
                 log.warning(
-                    "checkpoint.kept_local lease=%s reason=the client sealed a checkpoint key and this worker has "
-                    "no --api (the coordinator's checkpoint store): its checkpoints stay on this node",
-                    lease,
+                    "checkpoint.kept_local",
+                    lease=lease,
+                    reason="the client sealed a checkpoint key and this worker has no --api (the coordinator's "
+                    "checkpoint store): its checkpoints stay on this node",
                 )
             return
         seen = fingerprint(share.runner.dirs.checkpoint)
@@ -698,7 +695,7 @@ class Agent:
         try:
             files = snapshot(share.runner.dirs.checkpoint)
         except CheckpointTooLarge as e:
-            log.warning("checkpoint.kept_local lease=%s reason=%s", lease, e)
+            log.warning("checkpoint.kept_local", lease=lease, reason=str(e))
             return
         if files:
             self.session.send(

@@ -6,24 +6,29 @@ import asyncio
 import json
 import logging
 import signal
+import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 from solana.exceptions import SolanaRpcException
 from solana.rpc.async_api import AsyncClient
 from solders.keypair import Keypair
 
+from gpunet import logs
 from gpunet.amounts import format_io
 from gpunet.catalog import gpu_model_name, region_name
 from gpunet.cluster import ClusterError, resolve_cluster
 from gpunet.exits import Exit
 from gpunet.keys import KeypairFileError, load_keypair, node_keypair_path
-from gpunet.protocol import Inventory
+from gpunet.protocol import GpuTelemetry, Inventory
 from worker.agent import Agent, SandboxUnavailable, StateDirBusy, WorkerSettings
 from worker.chain import fetch_node, fetch_node_leases
 from worker.gpus import GpuBackend, GpusUnavailable, open_gpus
@@ -151,11 +156,13 @@ def run(
         "[GPUNET_WORKER_HOST_JOB_PATHS, a JSON list].",
     ),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logging."),
+    log_format: str = typer.Option(None, "--log-format", metavar="json|human", help=logs.FORMAT_HELP),
 ) -> None:
     """Run the agent: inventory the GPUs, connect to the coordinator, run jobs, report usage."""
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s"
-    )
+    try:
+        logs.configure(log_format, logging.DEBUG if verbose else logging.INFO)
+    except ValueError as e:
+        raise _fail(Exit.BAD_INPUT, str(e)) from None
     settings = _settings(
         gateway_url=gateway,
         state_dir=state_dir,
@@ -251,15 +258,37 @@ def status(
     state_dir: Path = StateDirOption,
     url: str = UrlOption,
     json_output: bool = typer.Option(False, "--json", help="Print everything as one JSON object."),
+    api: str = typer.Option(
+        None,
+        "--api",
+        help="The coordinator's API: also show the GPU telemetry it last received from this node's agent "
+        "(with its Xid error counts, which only the running agent keeps) [GPUNET_WORKER_API_URL].",
+    ),
+    watch: float = typer.Option(
+        None,
+        "--watch",
+        metavar="SECONDS",
+        min=0.2,
+        help="Show the GPUs' telemetry live (and, with --api, the coordinator's), read again every SECONDS, "
+        "until Ctrl-C.",
+    ),
 ) -> None:
     """What the node sees, its registration and stake, its leases and its earnings."""
     node = _node(keypair)
-    settings = _settings(state_dir=state_dir)
+    settings = _settings(state_dir=state_dir, api_url=api)
+    if watch is not None:
+        if json_output:
+            raise _fail(Exit.BAD_INPUT, "--watch shows a live table; --json prints one report (choose one)")
+        _watch(node, simulate_gpus, settings.api_url, watch)
+        return
     _rpc_url(url)  # a bad --url is reported before anything else
     report: dict[str, Any] = {"node_key": str(node.pubkey())}
     inv: Inventory | None = None
+    if settings.api_url is not None:
+        report["coordinator_telemetry"] = _coordinator_telemetry(settings.api_url, node)
     try:
-        gpus = open_gpus(simulate_gpus, str(node.pubkey()))
+        # a one-off reading: no Xid count (the running agent's is in the coordinator's telemetry)
+        gpus = open_gpus(simulate_gpus, str(node.pubkey()), watch_xids=False)
         inv = gpus.inventory()
         # read now, as a heartbeat would send it (the coordinator keeps the last one it received)
         report["telemetry"] = [sample.model_dump(mode="json") for sample in gpus.sample()]
@@ -344,6 +373,23 @@ def _registered_copy(state_dir: Path) -> Inventory | None:
         return None
 
 
+def _coordinator_telemetry(api_url: str, node: Keypair) -> dict[str, Any]:
+    """The coordinator's last heartbeat of this node (GET /nodes/{key}/telemetry), or why there is none."""
+    url = f"{api_url.rstrip('/')}/nodes/{node.pubkey()}/telemetry"
+    try:
+        answer = httpx.get(url, timeout=10)
+    except httpx.HTTPError as e:
+        return {"error": f"cannot reach the coordinator at {api_url}: {type(e).__name__}: {e}"}
+    try:
+        body = answer.json()
+    except ValueError:
+        body = {}
+    if answer.status_code != 200 or not isinstance(body, dict) or not isinstance(body.get("gpus"), list):
+        why = body.get("error") if isinstance(body, dict) else None
+        return {"error": f"the coordinator answered {answer.status_code}: {why or answer.text[:200]}"}
+    return body
+
+
 def _telemetry_line(t: dict[str, Any]) -> str:
     """One GPU's telemetry sample for a terminal; a figure the GPU does not report is left out."""
     parts = [
@@ -354,9 +400,17 @@ def _telemetry_line(t: dict[str, Any]) -> str:
             ("temperature_c", " C"),
             ("power_w", " W"),
             ("ecc_uncorrected", " uncorrected ECC errors"),
+            ("ecc_corrected", " corrected"),
         )
         if t.get(field) is not None
     ]
+    if t.get("ecc_uncorrected_aggregate") is not None:
+        parts.append(
+            f"lifetime {t['ecc_uncorrected_aggregate']} uncorrected, {t.get('ecc_corrected_aggregate')} corrected"
+        )
+    if t.get("xid_errors") is not None:
+        last = f" (last: Xid {t['last_xid']})" if t.get("last_xid") is not None else ""
+        parts.append(f"{t['xid_errors']} Xid errors{last}")
     health = "[green]healthy[/]" if t["healthy"] else f"[red]unhealthy[/] ({escape('; '.join(t['problems']))})"
     throttled = f", throttled: {', '.join(t['throttle_reasons'])}" if t["throttle_reasons"] else ""
     return f"{health}, {', '.join(parts)}{throttled}"
@@ -380,6 +434,14 @@ def _print_status(report: dict[str, Any]) -> None:
             )
         for i, t in enumerate(report.get("telemetry", [])):
             console.print(f"  GPU {i} now: {_telemetry_line(t)}")
+    if (heard := report.get("coordinator_telemetry")) is not None:
+        if "error" in heard:
+            console.print(f"  coordinator: [red]{escape(heard['error'])}[/]")
+        else:
+            state = "connected" if heard["connected"] else "[red]not connected[/]"
+            console.print(f"  coordinator: {state}, last heartbeat at {_when(heard['received_at'])}")
+            for i, t in enumerate(heard["gpus"]):
+                console.print(f"  GPU {i} as the coordinator heard it: {_telemetry_line(t)}")
     chain = report["chain"]
     if "error" in chain:
         console.print(f"  registration: [red]{chain['error']}[/]")
@@ -421,3 +483,63 @@ def _print_status(report: dict[str, Any]) -> None:
             format_io(e["settled_gross"]) if "settled_gross" in e else "-",
         )
     console.print(table)
+
+
+def _when(unix: float) -> str:
+    return datetime.fromtimestamp(unix, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _gpu_table(node: Keypair, samples: list[GpuTelemetry], heard: dict[str, Any] | None) -> Table:
+    """The live view: each GPU read now, with the Xid counts of the coordinator's last heartbeat (the
+    running agent's) when there is one."""
+    xids = {g["uuid"]: g for g in heard.get("gpus", [])} if heard and "error" not in heard else {}
+    if heard is None:
+        caption = "Xid errors: give --api (the running agent counts them, the coordinator shows them)"
+    elif "error" in heard:
+        caption = escape(heard["error"])
+    else:
+        caption = f"coordinator's last heartbeat: {_when(heard['received_at'])}"
+    table = Table(title=f"node {node.pubkey()}: GPUs now ({datetime.now(UTC):%H:%M:%S} UTC)", caption=caption)
+    for column in ("GPU", "health", "busy", "memory", "temp", "power", "ECC uncorr.", "ECC corr.", "Xid", "last Xid"):
+        table.add_column(column, justify="left" if column in ("GPU", "health") else "right")
+
+    def figure(value: Any, unit: str = "") -> str:
+        return "-" if value is None else f"{value}{unit}"
+
+    for i, t in enumerate(samples):
+        xid = xids.get(t.uuid, {})
+        table.add_row(
+            str(i),
+            "[green]healthy[/]" if t.healthy else f"[red]{escape('; '.join(t.problems) or 'unhealthy')}[/]",
+            figure(t.utilization_pct, "%"),
+            figure(t.memory_used_mib, " MiB"),
+            figure(t.temperature_c, " C"),
+            figure(t.power_w, " W"),
+            f"{figure(t.ecc_uncorrected)} / {figure(t.ecc_uncorrected_aggregate)}",
+            f"{figure(t.ecc_corrected)} / {figure(t.ecc_corrected_aggregate)}",
+            figure(xid.get("xid_errors")),
+            figure(xid.get("last_xid")),
+        )
+    return table
+
+
+def _watch(node: Keypair, simulate: str | None, api_url: str | None, every: float) -> None:
+    """`status --watch`: the GPU table, read again every `every` seconds until Ctrl-C (or SIGTERM)."""
+    gpus = _gpus(simulate, node)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # stopped like Ctrl-C: the last table stays
+
+    def table() -> Table:
+        heard = _coordinator_telemetry(api_url, node) if api_url is not None else None
+        return _gpu_table(node, gpus.sample(), heard)
+
+    try:
+        with Live(table(), console=console, auto_refresh=False) as live:
+            errors.print(f"watching node {node.pubkey()}'s GPUs every {every:g} s; Ctrl-C to stop")
+            try:
+                while True:
+                    time.sleep(every)
+                    live.update(table(), refresh=True)
+            except KeyboardInterrupt:
+                live.update(table(), refresh=True)  # the state as it stopped
+    finally:
+        gpus.close()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Protocol
 
 from gpunet.protocol import GpuTelemetry, Inventory
@@ -27,12 +29,14 @@ class GpuBackend(Protocol):
     def close(self) -> None: ...
 
 
-def open_gpus(simulate: str | None, node_key: str) -> GpuBackend:
-    """Simulated GPUs when asked for explicitly, otherwise NVML (GpusUnavailable if it cannot start)."""
+def open_gpus(simulate: str | None, node_key: str, *, watch_xids: bool = True) -> GpuBackend:
+    """Simulated GPUs when asked for explicitly, otherwise NVML (GpusUnavailable if it cannot start);
+    `watch_xids`: count NVML's Xid events from now on (the agent does, a one-off reading does not)."""
     if simulate:
-        from worker.simulate import SimulatedGpus
+        from worker.simulate import FAULTS_ENV, SimulatedGpus
 
-        return SimulatedGpus.parse(simulate, node_key)
+        faults = os.environ.get(FAULTS_ENV)
+        return SimulatedGpus.parse(simulate, node_key, Path(faults) if faults else None)
     from worker.nvml import NvmlGpus
 
-    return NvmlGpus()
+    return NvmlGpus(watch_xids=watch_xids)

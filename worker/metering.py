@@ -19,20 +19,20 @@ never counted (a share held again continues from its newest receipt, from the mo
 
 from __future__ import annotations
 
-import logging
 import math
 
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 from solders.signature import Signature
 
+from gpunet.logs import get_logger
 from gpunet.protocol import UsageReceiptMessage
 from gpunet.usage import Receipt
 from worker.journal import Journal
 
 __all__ = ["LeaseMeter", "sign_receipt"]
 
-log = logging.getLogger("gpunet.worker.metering")
+log = get_logger("gpunet.worker.metering")
 
 
 def sign_receipt(
@@ -136,7 +136,7 @@ class LeaseMeter:
                 # billing ended before receipts already signed: the count as of its end
                 self.gpu_seconds, self.through = self._anchor + (end - self._since) * self.gpus, end
             else:  # held again after a restart past the end: the count as of the end is unknown
-                log.warning("usage.final_unknown lease=%s epoch=%d billing ended at %d", self.lease, self.epoch, end)
+                log.warning("usage.final_unknown", lease=self.lease, epoch=self.epoch, billing_ended_at=end)
         message = sign_receipt(
             self.node, self.lease, Receipt(self.epoch, self.gpu_seconds, self.through), self.simulated, final=True
         )

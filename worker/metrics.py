@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from gpunet.protocol import JobState
@@ -30,7 +30,14 @@ _GPU_FIELDS = (  # (metric, GpuTelemetry field, help)
     ("gpunet_worker_gpu_memory_used_mib", "memory_used_mib", "GPU memory used, MiB"),
     ("gpunet_worker_gpu_temperature_celsius", "temperature_c", "GPU temperature, degrees Celsius"),
     ("gpunet_worker_gpu_power_watts", "power_w", "GPU power draw, watts"),
-    ("gpunet_worker_gpu_ecc_uncorrected_errors", "ecc_uncorrected", "uncorrected ECC errors (volatile count)"),
+    ("gpunet_worker_gpu_last_xid", "last_xid", "the code of the last Xid critical error NVML reported"),
+)
+
+_ECC_COUNTS = (  # (GpuTelemetry field, error label, counter label)
+    ("ecc_corrected", "corrected", "volatile"),
+    ("ecc_uncorrected", "uncorrected", "volatile"),
+    ("ecc_corrected_aggregate", "corrected", "aggregate"),
+    ("ecc_uncorrected_aggregate", "uncorrected", "aggregate"),
 )
 
 
@@ -57,6 +64,27 @@ class _AgentCollector(Collector):
                 if value is not None:  # not supported by this GPU: no sample rather than a made-up one
                     family.add_metric([index.get(s.uuid, ""), s.uuid], float(value))
             yield family
+        # NVML's own counts: volatile ones restart at zero when the driver reloads, so a gauge.
+        ecc = GaugeMetricFamily(
+            "gpunet_worker_gpu_ecc_errors",
+            "ECC errors as NVML counts them: error corrected or uncorrected; counter volatile (since the driver "
+            "loaded) or aggregate (the GPU's life)",
+            labels=["gpu", "uuid", "error", "counter"],
+        )
+        xid = CounterMetricFamily(
+            "gpunet_worker_gpu_xid_errors",
+            "Xid critical errors NVML reported since the agent started (absent: the GPU's events cannot be watched)",
+            labels=["gpu", "uuid"],
+        )
+        for s in samples:
+            gpu = [index.get(s.uuid, ""), s.uuid]
+            for field, error, counter in _ECC_COUNTS:
+                if (count := getattr(s, field)) is not None:
+                    ecc.add_metric([*gpu, error, counter], count)
+            if s.xid_errors is not None:
+                xid.add_metric(gpu, s.xid_errors)
+        yield ecc
+        yield xid
         jobs = GaugeMetricFamily("gpunet_worker_jobs", "jobs of the shares this node holds, by state", labels=["state"])
         states = [s.runner.state for s in agent.shares.values() if not s.released and s.runner is not None]
         for state in _JOB_STATES:

@@ -1,8 +1,11 @@
-"""GPU inventory and health samples through NVML (nvidia-ml-py's `pynvml` module)."""
+"""GPU inventory and health samples through NVML (nvidia-ml-py's `pynvml` module), and each GPU's
+Xid critical errors as NVML reports them (events, watched in a thread)."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import threading
 from types import ModuleType
 from typing import Any
 
@@ -30,11 +33,14 @@ def _text(value: Any) -> str:
 
 
 class NvmlGpus:
-    """The machine's NVIDIA GPUs. `nvml` is the pynvml module (a fake one in unit tests)."""
+    """The machine's NVIDIA GPUs. `nvml` is the pynvml module (a fake one in unit tests). Without
+    `watch_xids` (a one-off reading such as `gpunet worker status`) no Xid counts are kept: a count
+    since a moment ago would pass for a clean record."""
 
     simulated = False
 
-    def __init__(self, nvml: ModuleType | None = None) -> None:
+    def __init__(self, nvml: ModuleType | None = None, *, watch_xids: bool = True) -> None:
+        self._xids: XidWatcher | None = None
         try:
             self._nvml = nvml or importlib.import_module("pynvml")
         except ImportError:
@@ -54,8 +60,12 @@ class NvmlGpus:
         if not self._inventory.gpus:
             self.close()
             raise GpusUnavailable("NVML works but lists no GPU")
+        if watch_xids:
+            self._xids = XidWatcher(self._nvml, self._inventory.gpus)
 
     def close(self) -> None:
+        if self._xids is not None:
+            self._xids.close()
         try:
             self._nvml.nvmlShutdown()
         except self._nvml.NVMLError:
@@ -128,9 +138,8 @@ class NvmlGpus:
                 return GpuTelemetry(
                     uuid=gpu.uuid, healthy=False, problems=[f"GPU disappeared (index {gpu.index} is now {uuid})"]
                 )
-            ecc = self._optional(
-                n.nvmlDeviceGetTotalEccErrors, handle, n.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, n.NVML_VOLATILE_ECC
-            )
+            ecc = self._ecc(handle, n.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, n.NVML_VOLATILE_ECC)
+            xids, last_xid = self._xids.read(gpu.uuid) if self._xids is not None else (None, None)
             reasons = self._optional(self._clock_event_reasons, handle) or 0
             power_mw = self._optional(n.nvmlDeviceGetPowerUsage, handle)
             sample = GpuTelemetry(
@@ -143,10 +152,20 @@ class NvmlGpus:
                 power_w=None if power_mw is None else power_mw / 1000,
                 ecc_uncorrected=ecc,
                 throttle_reasons=[name for bit, name in _THROTTLE_REASONS.items() if reasons & bit],
+                ecc_corrected=self._ecc(handle, n.NVML_MEMORY_ERROR_TYPE_CORRECTED, n.NVML_VOLATILE_ECC),
+                ecc_uncorrected_aggregate=self._ecc(handle, n.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, n.NVML_AGGREGATE_ECC),
+                ecc_corrected_aggregate=self._ecc(handle, n.NVML_MEMORY_ERROR_TYPE_CORRECTED, n.NVML_AGGREGATE_ECC),
+                xid_errors=xids,
+                last_xid=last_xid,
             )
         except n.NVMLError as e:
             return GpuTelemetry(uuid=gpu.uuid, healthy=False, problems=[f"NVML: {type(e).__name__}: {e}"])
         return sample
+
+    def _ecc(self, handle: Any, kind: int, counter: int) -> int | None:
+        """One of NVML's ECC error counts (kind: corrected or uncorrected; counter: volatile or aggregate)."""
+        count = self._optional(self._nvml.nvmlDeviceGetTotalEccErrors, handle, kind, counter)
+        return None if count is None else int(count)
 
     def _clock_event_reasons(self, handle: Any) -> int:
         # Renamed in NVML 12.x ("throttle" -> "clock event"); older drivers have only the old name.
@@ -154,3 +173,71 @@ class NvmlGpus:
             return self._nvml.nvmlDeviceGetCurrentClocksEventReasons(handle)
         except self._nvml.NVMLError_FunctionNotFound:
             return self._nvml.nvmlDeviceGetCurrentClocksThrottleReasons(handle)
+
+
+class XidWatcher:
+    """Counts each GPU's Xid critical errors (NVML's nvmlEventTypeXidCriticalError events: a GPU fault
+    the driver logged, e.g. 48 double-bit ECC, 79 fallen off the bus) since the agent started. NVML
+    hands events out through a blocking wait, so a thread waits, with a short timeout so that `close`
+    ends it promptly; the agent's event loop only reads the counts. A GPU whose events NVML will not
+    register (not supported there) has no count rather than a zero that would claim it is clean."""
+
+    WAIT_MS = 500
+
+    def __init__(self, nvml: ModuleType, gpus: list[GpuInfo]) -> None:
+        self._nvml = nvml
+        self._lock = threading.Lock()
+        self._counts: dict[str, int] = {}
+        self._last: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._set: Any = None
+        try:
+            self._set = nvml.nvmlEventSetCreate()
+        except nvml.NVMLError:
+            return  # no event sets here (a driver or a vGPU without them): no Xid counts
+        for gpu in gpus:
+            try:
+                handle = nvml.nvmlDeviceGetHandleByIndex(gpu.index)
+                nvml.nvmlDeviceRegisterEvents(handle, nvml.nvmlEventTypeXidCriticalError, self._set)
+            except nvml.NVMLError:
+                continue  # this GPU's Xid events are not available: it is not watched
+            self._counts[gpu.uuid] = 0
+        if self._counts:
+            self._thread = threading.Thread(target=self._watch, name="nvml-xid-events", daemon=True)
+            self._thread.start()
+
+    def read(self, uuid: str) -> tuple[int | None, int | None]:
+        """(Xid errors seen, the last one's code) of the GPU; (None, None) when it is not watched."""
+        with self._lock:
+            return self._counts.get(uuid), self._last.get(uuid)
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.WAIT_MS / 1000 + 2)
+        if self._set is not None:
+            with contextlib.suppress(self._nvml.NVMLError):
+                self._nvml.nvmlEventSetFree(self._set)
+            self._set = None
+
+    def _watch(self) -> None:
+        n = self._nvml
+        while not self._stop.is_set():
+            try:
+                event = n.nvmlEventSetWait_v2(self._set, self.WAIT_MS)
+            except n.NVMLError_Timeout:
+                continue
+            except n.NVMLError:
+                self._stop.wait(1.0)  # a GPU lost meanwhile (the samples say so): keep watching the others
+                continue
+            if not event.eventType & n.nvmlEventTypeXidCriticalError:
+                continue
+            try:
+                uuid = _text(n.nvmlDeviceGetUUID(event.device))
+            except n.NVMLError:
+                continue
+            with self._lock:
+                if uuid in self._counts:
+                    self._counts[uuid] += 1
+                    self._last[uuid] = int(event.eventData)

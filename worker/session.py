@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import random
 import secrets
 from collections import deque
@@ -27,6 +26,7 @@ from solders.keypair import Keypair
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
+from gpunet.logs import get_logger
 from gpunet.protocol import (
     CLOSE_MALFORMED,
     CLOSE_NOT_LEADER,
@@ -52,7 +52,7 @@ from gpunet.protocol import (
 
 __all__ = ["Backoff", "Session"]
 
-log = logging.getLogger("gpunet.worker.session")
+log = get_logger("gpunet.worker.session")
 
 HANDSHAKE_TIMEOUT = 15.0
 # A coordinator that stops answering pings (paused, its host gone) is left within two of these: well
@@ -165,10 +165,10 @@ class Session:
             self._resend.cancel()
         self.holding = True
         log.info(
-            "session.holding resend_from=%d in_seconds=%.1f unconfirmed=%d",
-            resend_from,
-            self._resend_delay,
-            self.unconfirmed,
+            "session.holding",
+            resend_from=resend_from,
+            in_seconds=round(self._resend_delay, 1),
+            unconfirmed=self.unconfirmed,
         )
         self._resend = asyncio.get_running_loop().call_later(self._resend_delay, self._send_unconfirmed_again)
         self._resend_delay = min(self._resend_delay * 2, 10.0)  # soon after the database is back
@@ -202,11 +202,11 @@ class Session:
                 code, reason = (e.rcvd.code, e.rcvd.reason) if e.rcvd else (None, "no close frame")
                 if code == CLOSE_NOT_LEADER:
                     leader = reason if reason.startswith(("ws://", "wss://")) else None
-                    log.info("session.not_leader url=%s leader=%s", self.url, leader or "unknown yet")
+                    log.info("session.not_leader", url=self.url, leader=leader or "unknown yet")
                 else:
-                    log.warning("session.closed code=%s reason=%s", code, _CLOSE_REASONS.get(code or 0, reason))
+                    log.warning("session.closed", code=code, reason=_CLOSE_REASONS.get(code or 0, reason))
             except (OSError, TimeoutError, InvalidHandshake, _HandshakeRefused) as e:
-                log.warning("session.failed url=%s error=%s", self.url, e or type(e).__name__)
+                log.warning("session.failed", url=self.url, error=str(e) or type(e).__name__)
             except InvalidURI as e:
                 raise ValueError(f"bad gateway URL {self.url!r}: {e}") from None
             finally:
@@ -223,7 +223,7 @@ class Session:
             return
         self._tried = 0
         delay = self.backoff.next_delay()
-        log.info("session.reconnect url=%s in_seconds=%.2f attempt=%d", self.url, delay, self.backoff.attempt)
+        log.info("session.reconnect", url=self.url, in_seconds=round(delay, 2), attempt=self.backoff.attempt)
         await asyncio.sleep(delay)
 
     async def _recv(self, ws: ClientConnection) -> Any:
@@ -252,7 +252,7 @@ class Session:
         self._send_unconfirmed_again()  # the last session may have ended before they were recorded
         self.sessions += 1
         self.connected.set()
-        log.info("session.welcome url=%s resent_receipts=%d", self.url, len(resend))
+        log.info("session.welcome", url=self.url, resent_receipts=len(resend))
         return welcome
 
     async def _serve(self, ws: ClientConnection, welcome: Welcome) -> None:
@@ -276,7 +276,7 @@ class Session:
                 message = parse_coordinator_message(raw)
             except ProtocolError as e:
                 # refused and reported; the session and the agent carry on
-                log.warning("session.refused error=%s", e)
+                log.warning("session.refused", error=str(e))
                 self.send(refusal(raw, e, self.simulated))
                 continue
             if isinstance(message, Recorded):

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import logging
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ import numpy as np
 from gpunet import verification as v
 from gpunet import vram
 from gpunet.catalog import CatalogError, GpuModel, gpu_model
+from gpunet.logs import get_logger
 from gpunet.protocol import (
     Inventory,
     MemoryBlock,
@@ -37,7 +37,7 @@ from gpunet.protocol import (
 
 __all__ = ["ChallengeRefused", "Prover"]
 
-log = logging.getLogger("gpunet.worker.verify")
+log = get_logger("gpunet.worker.verify")
 
 KEEP = 8  # challenges whose digests are kept for their openings
 

@@ -85,6 +85,11 @@ def coordinator_metrics(coordinator: Coordinator) -> str:
             sum(1 for key in fleet.nodes if fleet.online(key)),
             "nodes heard within lost_after",
         ),
+        (  # the alert on the attester's balance compares with it (ops/prometheus/alerts.yml)
+            "gpunet_coordinator_attester_min_lamports",
+            coordinator.settings.attester_min_lamports,
+            "GPUNET_ATTESTER_MIN_LAMPORTS: /readyz is not ready while the attester holds less",
+        ),
     )
     lines = []
     for name, value, help_text in gauges:

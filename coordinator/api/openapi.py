@@ -364,8 +364,8 @@ def openapi_document() -> dict[str, Any]:
     paths["/nodes/{key}/telemetry"] = {
         "get": _op(
             "A node's last heartbeat as this coordinator received it (by node key or node account): its GPUs' "
-            "telemetry (utilisation, memory, temperature, power, ECC errors, throttling). Kept in memory: 404 until "
-            "the node's first heartbeat since the coordinator started.",
+            "telemetry (utilisation, memory, temperature, power, ECC and Xid errors, throttling). Kept in memory: "
+            "404 until the node's first heartbeat since the coordinator started.",
             [_KEY],
             _json("ok", schemas.TELEMETRY),
         )

@@ -13,7 +13,6 @@ there is one path to get right, and it is the one that cannot leave a gap. The p
 from __future__ import annotations
 
 import asyncio
-import logging
 import random
 import warnings
 from collections import deque
@@ -27,6 +26,7 @@ from coordinator.db import chain as ledger
 from coordinator.indexer.decode import DecodedTransaction, decode_transaction
 from coordinator.indexer.rpc import ChainRpc, RpcError
 from coordinator.settings import Settings
+from gpunet.logs import get_logger
 
 with warnings.catch_warnings():
     # solana-py's websocket client is built on websockets.legacy, which warns on import
@@ -36,7 +36,7 @@ with warnings.catch_warnings():
 
 __all__ = ["Backoff", "ChainMismatch", "Indexer"]
 
-log = logging.getLogger("gpunet.indexer")
+log = get_logger("gpunet.indexer")
 
 _PREFETCH = 3  # batches fetched ahead of the one being written
 
@@ -82,10 +82,10 @@ class Indexer:
                     raise
                 except (RpcError, OSError, asyncpg.PostgresConnectionError) as e:
                     delay = backoff.next_delay()
-                    log.warning("backfill_failed error=%r retry_in=%.2f", str(e), delay)
+                    log.warning("indexer.backfill_failed", error=str(e), retry_in=round(delay, 2))
                 except Exception:  # a bug or an unforeseen answer: say so loudly, keep the daemon up
                     delay = backoff.next_delay()
-                    log.exception("backfill_crashed retry_in=%.2f", delay)
+                    log.exception("indexer.backfill_crashed", retry_in=round(delay, 2))
                 try:
                     await asyncio.wait_for(self._wake.wait(), delay)
                 except TimeoutError:
@@ -132,7 +132,7 @@ class Indexer:
         async with self.pool.acquire() as conn:
             await ledger.mark_synced(conn, head)
         if signatures:
-            log.info("backfill_done transactions=%d events=%d head_slot=%d", len(signatures), written, head)
+            log.info("indexer.backfill_done", transactions=len(signatures), events=written, head_slot=head)
         return written
 
     async def _fetch(self, signatures: list[str]) -> list[DecodedTransaction]:
@@ -164,18 +164,18 @@ class Indexer:
                     connected_before = True
                     backoff.reset()
                     self._wake.set()  # whatever happened while we were away
-                    log.info("subscribed ws_url=%s", self.settings.ws_url)
+                    log.info("indexer.subscribed", ws_url=self.settings.ws_url)
                     async for _ in ws:
                         self._wake.set()
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # any socket, handshake or protocol failure: reconnect
                 delay = backoff.next_delay()
-                log.warning("subscription_lost error=%r retry_in=%.2f", str(e), delay)
+                log.warning("indexer.subscription_lost", error=str(e), retry_in=round(delay, 2))
                 await asyncio.sleep(delay)
                 continue
             delay = backoff.next_delay()  # the server closed the socket cleanly
-            log.warning("subscription_closed retry_in=%.2f", delay)
+            log.warning("indexer.subscription_closed", retry_in=round(delay, 2))
             await asyncio.sleep(delay)
 
     async def _count_reconnect(self) -> Any:

@@ -7,7 +7,6 @@ with the lease's checkpoint key, which the client seals to each node (the checkp
 from __future__ import annotations
 
 import asyncio
-import logging
 
 import asyncpg
 
@@ -19,12 +18,14 @@ from coordinator.gateway import NodeOffline
 from coordinator.jobs import TERMINAL, job_over
 from coordinator.keys import NodeKey
 from coordinator.state import Shared, WorkerLink
+from gpunet import logs
+from gpunet.logs import get_logger
 from gpunet.protocol import Dispatch as DispatchMessage
 from gpunet.protocol import LeaseEnd
 
 __all__ = ["Dispatch"]
 
-log = logging.getLogger("gpunet.coordinator.dispatch")
+log = get_logger("gpunet.coordinator.dispatch")
 
 
 class Dispatch:
@@ -70,9 +71,11 @@ class Dispatch:
                 await self._tell_lease_end(lease, given, shares[0].ends_at)
                 await self._dispatch(conn, lease, shares, job, given)
 
+    @logs.scoped
     async def _dispatch(
         self, conn: Connection, lease: str, shares: list[ledger.ActiveShare], job: jobs.Job, given: set[NodeKey]
     ) -> None:
+        logs.bind(lease=lease)
         # a share leaving a draining node is not given its job again (it was cancelled there)
         # (nor a node the scheduler already moved the share away from, before the indexer shows it)
         reserved = self.shared.scheduler.reservations.get(lease)
@@ -126,14 +129,13 @@ class Dispatch:
             given.add(s.node_key)
             self.ends_sent[(lease, s.node_key)] = ends_at
             log.info(
-                "job.dispatched lease=%s job=%d%s node=%s rank=%d/%d restore=%d files",
-                lease,
-                job.number,
-                " (ended)" if ended else "",
-                s.node_key,
-                s.rank,
-                len(shares),
-                len(restore),
+                "job.dispatched",  # the lease: bound above
+                job=job.number,
+                ended=ended,
+                node=s.node_key,
+                rank=s.rank,
+                shares=len(shares),
+                restore_files=len(restore),
             )
 
     async def _tell_lease_end(self, lease: str, nodes: set[NodeKey], ends_at: int) -> None:
@@ -146,4 +148,4 @@ class Dispatch:
             except NodeOffline:
                 continue  # its next dispatch, after it reconnects, carries the end
             self.ends_sent[(lease, node_key)] = ends_at
-            log.info("lease.end_moved lease=%s node=%s ends_at=%d", lease, node_key, ends_at)
+            log.info("lease.end_moved", lease=lease, node=node_key, ends_at=ends_at)

@@ -6,7 +6,6 @@ share stays where it is and the lease goes on (the placement's reason says so)."
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Awaitable, Callable
 
@@ -24,11 +23,13 @@ from coordinator.loops.moves import move_share
 from coordinator.scheduler import NotPlaced
 from coordinator.state import DrainMove, Shared, WorkerLink
 from coordinator.view import FleetView
+from gpunet import logs
+from gpunet.logs import get_logger
 from gpunet.protocol import Cancel
 
 __all__ = ["RELEASE_WAIT_SECONDS", "SETTLE_WAIT_SECONDS", "Drain"]
 
-log = logging.getLogger("gpunet.coordinator.drain")
+log = get_logger("gpunet.coordinator.drain")
 
 # A drained node sends its last usage receipt and checkpoint once its job has stopped (its worker
 # gives a job a stop grace); if no heartbeat shows the share released (the worker died meanwhile)
@@ -91,7 +92,9 @@ class Drain:
             async with self.fence.decision(conn):
                 await ledger.set_placement(conn, lease, "placed", reason, nodes)
 
+    @logs.scoped
     async def _move(self, conn: Connection, lease: str, node_key: NodeKey) -> None:
+        logs.bind(lease=lease, node=node_key)
         scheduler, key, now = self.shared.scheduler, (lease, node_key), time.time()
         if lease not in scheduler.reservations or node_key not in scheduler.reservation(lease).node_keys:
             return
@@ -120,10 +123,12 @@ class Drain:
             f"node {node_key} drained (its supplier's maintenance, no slash); share moved to {target.node_key}",
             list(decision.node_keys),
         )
-        log.warning("lease.drained lease=%s from=%s to=%s", lease, node_key, target.node_key)
+        log.warning("lease.drained", lease=lease, node=node_key, to=target.node_key)
 
+    @logs.scoped
     async def _cancel(self, conn: Connection, lease: str, node_key: NodeKey, now: float) -> None:
         """The move's first step: the job stops on the draining node, once a spare exists."""
+        logs.bind(lease=lease, node=node_key)
         if not self.link.online(node_key):
             return  # silent: nothing to cancel there; if it stays silent the loss rule moves it
         # A spare must exist before the job is stopped here; it is chosen again at the move.
@@ -154,4 +159,4 @@ class Drain:
         if state not in ("starting", "running", "restarting"):
             move.stopped = True  # no job going there: nothing to wait for but the release
         await self._reason(conn, lease, f"node {node_key} is draining; its share is moving")
-        log.info("drain.cancelled lease=%s node=%s", lease, node_key)
+        log.info("drain.cancelled", lease=lease, node=node_key)

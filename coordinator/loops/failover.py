@@ -5,7 +5,6 @@ shares just move), and each of its shares moves to the best other qualifying nod
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Awaitable, Callable
 
@@ -25,12 +24,14 @@ from coordinator.outages import Outages
 from coordinator.settings import Settings
 from coordinator.state import Shared
 from coordinator.view import FleetView
+from gpunet import logs
 from gpunet.accounts import fetch
+from gpunet.logs import get_logger
 from gpunet.pda import node_pda
 
 __all__ = ["Failover"]
 
-log = logging.getLogger("gpunet.coordinator.failover")
+log = get_logger("gpunet.coordinator.failover")
 
 
 class Failover:
@@ -66,7 +67,7 @@ class Failover:
                     continue
                 if not self.fleet.silent(node_key):  # heard again, or its silence was partly blind time
                     self.fleet.unjudged(node_key)
-                    log.info("node.back node=%s (not silent for lost_after once blind time is left out)", node_key)
+                    log.info("node.back", node=node_key, reason="not silent for lost_after once blind time is left out")
                     continue
                 async with self.pool.acquire() as conn:
                     shares = await ledger.active_shares(conn, node_key=node_key)
@@ -77,7 +78,9 @@ class Failover:
     def queue(self, lease: str, lost: NodeKey) -> None:
         self.shared.failovers.setdefault(lease, set()).add(lost)
 
+    @logs.scoped
     async def _lost(self, node_key: NodeKey, shares: list[ledger.ActiveShare]) -> None:
+        logs.bind(node=node_key)
         # A lease's downtime tolerance (its client's choice at open, never below lost_after) delays
         # the loss of that lease's share only: the others are judged now, it on a later pass.
         shares, tolerated = due_shares(shares, self.fleet.silent_for(node_key), self.settings.lost_after_seconds)
@@ -85,7 +88,7 @@ class Failover:
             self.silent.add(node_key)
         if not shares:
             return
-        log.warning("node.lost node=%s leases=%s", node_key, [s.lease for s in shares])
+        log.warning("node.lost", node=node_key, leases=[s.lease for s in shares])
         # Pay what the node delivered before it went silent, while it still holds its shares.
         await self.settle(node_key)
         # Decided now, not when the silence was first noticed: the node may have been heard meanwhile,
@@ -98,16 +101,15 @@ class Failover:
         if seen is None or not self.fleet.silent(node_key, tolerance):
             self.fleet.unjudged(node_key)
             self.silent.discard(node_key)
-            log.info("node.back node=%s (heard again before the slash was sent)", node_key)
+            log.info("node.back", node=node_key, reason="heard again before the slash was sent")
             return
         silent = self.fleet.silent_for(node_key)
         async with self.pool.acquire() as conn:
             draining = await nodes.is_draining(conn, node_key)
         if draining:
             # Its supplier announced the maintenance: its shares move, nobody is slashed for it.
-            log.warning(
-                "node.lost_while_draining node=%s silent=%.1fs: its shares move without a slash", node_key, silent
-            )
+            # its shares move without a slash
+            log.warning("node.lost_while_draining", node=node_key, silent_seconds=round(silent, 1))
             for share in shares:
                 self.queue(share.lease, node_key)
             return
@@ -138,7 +140,7 @@ class Failover:
                     async with self.fence.decision(conn):
                         await nodes.set_slash_signature(conn, fault, str(sig) if sig else None)
             except Exception:
-                log.exception("node.slash_failed node=%s", node_key)
+                log.exception("node.slash_failed", node=node_key)
         for share in shares:
             self.queue(share.lease, node_key)
 
@@ -155,8 +157,10 @@ class Failover:
                 if not lost:
                     del failovers[lease]
 
+    @logs.scoped
     async def _move(self, conn: Connection, lease: str, lost: NodeKey) -> bool:
         """Moves the lost node's share; True when done (or no longer needed)."""
+        logs.bind(lease=lease, node=lost)
         scheduler = self.shared.scheduler
         if lease not in scheduler.reservations or lost not in scheduler.reservation(lease).node_keys:
             return True  # the lease ended meanwhile, or the share moved already
@@ -172,5 +176,5 @@ class Failover:
             )
         self.shared.dispatched.get(lease, set()).discard(lost)
         self.shared.metrics.failovers.inc()
-        log.warning("lease.failover lease=%s from=%s to=%s", lease, lost, target.node_key)
+        log.warning("lease.failover", to=target.node_key)  # lease and lost node: bound above
         return True

@@ -4,7 +4,6 @@ refunded)."""
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Awaitable, Callable
 
@@ -20,13 +19,15 @@ from coordinator.gateway import NodeOffline
 from coordinator.keys import NodeKey
 from coordinator.leader import Fence
 from coordinator.state import Shared, WorkerLink
+from gpunet import logs
 from gpunet.accounts import fetch
 from gpunet.client import TransactionFailed
+from gpunet.logs import get_logger
 from gpunet.protocol import Cancel
 
 __all__ = ["UNPAID_WAIT_SECONDS", "LeaseEnd"]
 
-log = logging.getLogger("gpunet.coordinator.lease_end")
+log = get_logger("gpunet.coordinator.lease_end")
 
 # A closing lease's connected nodes not yet paid to its end are waited for this long before it is
 # finalized: two of the worker's usage resends (GPUNET_WORKER_USAGE_RESEND_SECONDS, 15 s).
@@ -84,19 +85,22 @@ class LeaseEnd:
             except NodeOffline:
                 pass
 
+    @logs.scoped
     async def _close(self, lease: str) -> None:
+        logs.bind(lease=lease)
         await self.settle(None)  # the workers' last receipts first
         await self._send("close", self.attester.close, lease)
 
     @staticmethod
     async def _send(action: str, send: Callable[[Pubkey], Awaitable[object]], lease: str) -> None:
         try:
-            await send(Pubkey.from_string(lease))
+            tx = await send(Pubkey.from_string(lease))
         except TransactionFailed as e:
-            log.warning("lease.%s_refused lease=%s %s", action, lease, e)
+            log.warning(f"lease.{action}_refused", lease=lease, error=str(e))
             return
-        log.info("lease.%sd lease=%s", action, lease)
+        log.info(f"lease.{action}d", lease=lease, tx=tx)
 
+    @logs.scoped
     async def _finalize(self, conn: Connection, lease: str) -> None:
         """Finalizes a closing lease once no usage receipt of it is pending and every share whose node
         is connected is paid up to the end of billing: a worker sends again the receipts this process

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import time
 
 import asyncpg
@@ -17,11 +16,13 @@ from coordinator.scheduler import LeaseRequest, NotPlaced, SchedulerError
 from coordinator.state import Shared
 from coordinator.view import FleetView
 from gpunet import instructions as ix
+from gpunet import logs
 from gpunet.client import TransactionFailed
+from gpunet.logs import get_logger
 
 __all__ = ["Placement"]
 
-log = logging.getLogger("gpunet.coordinator.placement")
+log = get_logger("gpunet.coordinator.placement")
 
 NO_JOB = "waiting for the client's job (gpunet lease job LEASE ...)"
 
@@ -52,8 +53,10 @@ class Placement:
         for reason, count in waiting.items():
             self.shared.metrics.leases_waiting.labels(reason).set(count)
 
+    @logs.scoped
     async def _place(self, conn: Connection, lease: asyncpg.Record) -> str | None:
         """Places the lease; the reason it still waits, if it does (None: placed, or failed for good)."""
+        logs.bind(lease=lease["lease"])
         scheduler = self.shared.scheduler
         try:
             terms = ix.LeaseTerms(
@@ -96,5 +99,5 @@ class Placement:
         metrics = self.shared.metrics
         metrics.placements.inc()
         metrics.placement_seconds.observe(time.monotonic() - self._seen.pop(lease["lease"], time.monotonic()))
-        log.info("lease.placed lease=%s nodes=%s", lease["lease"], ",".join(map(str, nodes)))
+        log.info("lease.placed", nodes=nodes, tx=sig)  # the lease: bound above
         return None

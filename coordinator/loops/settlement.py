@@ -11,7 +11,6 @@ node or a lease through `settle`, before a share moves or a lease closes."""
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections import defaultdict
 
@@ -24,10 +23,11 @@ from coordinator.keys import NodeKey
 from coordinator.leader import Fence
 from coordinator.metrics import Metrics
 from coordinator.settlement import Settler, SignedUsage
+from gpunet.logs import get_logger
 
 __all__ = ["Settlement", "unpaid"]
 
-log = logging.getLogger("gpunet.coordinator.settlement")
+log = get_logger("gpunet.coordinator.settlement")
 
 SECONDS_PER_HOUR = 3_600
 
@@ -125,14 +125,14 @@ class Settlement:
                     await usage.settle_outcomes(conn, outcomes)
         for o in outcomes:
             log.info(
-                "usage.%s lease=%s node=%s epoch=%d gpu_seconds=%d through=%d %s",
-                o.status.value,
-                o.usage.lease,
-                o.usage.node_key,
-                o.usage.receipt.epoch,
-                o.usage.receipt.gpu_seconds,
-                o.usage.receipt.through,
-                o.reason or o.signature,
+                f"usage.{o.status.value}",
+                lease=o.usage.lease,
+                node=o.usage.node_key,
+                epoch=o.usage.receipt.epoch,
+                gpu_seconds=o.usage.receipt.gpu_seconds,
+                through=o.usage.receipt.through,
+                tx=o.signature,
+                reason=o.reason or None,
             )
 
     def observed(self, receipt: SignedUsage, since: int, tolerance: int = 0) -> int | None:

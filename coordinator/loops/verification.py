@@ -24,7 +24,6 @@ import asyncio
 import base64
 import binascii
 import contextlib
-import logging
 import random
 import secrets
 import time
@@ -43,10 +42,11 @@ from coordinator.keys import NodeKey
 from coordinator.leader import Fence
 from coordinator.settings import Settings
 from coordinator.state import Shared, WorkerLink
+from gpunet import logs, vram
 from gpunet import verification as v
-from gpunet import vram
 from gpunet.accounts import AccountError, fetch, fetch_config
 from gpunet.catalog import CatalogError, GpuModel, gpu_model
+from gpunet.logs import get_logger
 from gpunet.pda import node_pda
 from gpunet.protocol import (
     Ack,
@@ -61,7 +61,7 @@ from gpunet.protocol import (
 
 __all__ = ["SIMULATED_TIER", "VERIFIED_TIER", "Verification"]
 
-log = logging.getLogger("gpunet.coordinator.verification")
+log = get_logger("gpunet.coordinator.verification")
 
 SIMULATED_TIER = 1  # the reference path on simulated GPUs (clusters that accept simulated nodes)
 VERIFIED_TIER = 2  # compute challenges passed on real GPUs
@@ -172,11 +172,13 @@ class Verification:
         with contextlib.suppress(AccountError):
             self.shared.required_tier = int(getattr(await fetch_config(self.chain), "min_verification_tier", 0))
 
+    @logs.scoped
     async def _verify(self, node_key: NodeKey) -> None:
+        logs.bind(node=node_key)
         try:
             verdict = await self._judge(node_key)
         except Exception:
-            log.exception("verification.error node=%s", node_key)
+            log.exception("verification.error", node=node_key)
             verdict = "an error (logged)"
         finally:
             self._running.pop(node_key, None)
@@ -202,7 +204,7 @@ class Verification:
         if not any(node.spec.inventory_hash):
             reason = "no inventory hash is registered: register the one `gpunet worker inventory` prints"
             await self._store(Verdict(node_key, model.name, inventory.simulated, "unverified", reason))
-            log.info("verification.unverified node=%s %s", node_key, reason)
+            log.info("verification.unverified", node=node_key, reason=reason)
             return reason
         if inventory.hash() != bytes(node.spec.inventory_hash):
             return await self._unfit(
@@ -237,12 +239,12 @@ class Verification:
             await self._failed(node_key, str(failed[0]))
             return str(failed[0])
         if refused := [o for o in outcomes if isinstance(o, _Refused)]:
-            log.warning("verification.refused node=%s %s", node_key, refused[0])
+            log.warning("verification.refused", node=node_key, reason=str(refused[0]))
             return str(refused[0])
         tier = SIMULATED_TIER if inventory.simulated else VERIFIED_TIER
         self.shared.unfit.pop(node_key, None)
         await self._record_pass(node_key, tier)
-        log.info("verification.passed node=%s tier=%d gpus=%d", node_key, tier, node.spec.gpu_count)
+        log.info("verification.passed", node=node_key, tier=tier, gpus=node.spec.gpu_count)
         return None
 
     async def _claim_identities(self, node_key: NodeKey, inventory: Inventory, model: GpuModel) -> str | None:
@@ -400,12 +402,12 @@ class Verification:
     async def _unfit(self, node_key: NodeKey, inventory: Inventory, model: str, reason: str) -> str:
         await self._store(Verdict(node_key, model, inventory.simulated, "unfit", reason))
         self.shared.unfit[node_key] = reason
-        log.warning("verification.unfit node=%s %s", node_key, reason)
+        log.warning("verification.unfit", node=node_key, reason=reason)
         return reason
 
     async def _failed(self, node_key: NodeKey, reason: str, lease: str | None = None) -> None:
         self.shared.unfit[node_key] = reason
-        log.warning("verification.failed node=%s %s", node_key, reason)
+        log.warning("verification.failed", node=node_key, reason=reason)
         async with self.pool.acquire() as conn:
             rows = await verifications.of_node(conn, str(node_key), limit=16)
         evidence = {"fault": "FailedVerification", "node_key": str(node_key), "reason": reason,
@@ -428,7 +430,7 @@ class Verification:
                 async with self.fence.decision(conn):
                     await nodes.set_slash_signature(conn, fault, str(sig) if sig else None)
         except Exception:
-            log.exception("verification.slash_failed node=%s", node_key)
+            log.exception("verification.slash_failed", node=node_key)
 
     async def _record_pass(self, node_key: NodeKey, tier: int) -> None:
         """Records the pass on chain: valid for `verify_every_seconds` (or the config's maximum)."""

@@ -6,7 +6,6 @@ and release the GPUs), never recorded."""
 from __future__ import annotations
 
 import contextlib
-import logging
 import time
 
 import asyncpg
@@ -23,6 +22,7 @@ from coordinator.loops.verification import Verification
 from coordinator.outages import Outages
 from coordinator.state import Shared, Telemetry, WorkerLink
 from gpunet.accounts import fetch
+from gpunet.logs import get_logger
 from gpunet.pda import node_pda
 from gpunet.protocol import (
     Ack,
@@ -41,7 +41,7 @@ from gpunet.protocol import (
 
 __all__ = ["WorkerMessages"]
 
-log = logging.getLogger("gpunet.coordinator.workers")
+log = get_logger("gpunet.coordinator.workers")
 
 CAP_EVERY = 1_000  # log lines of a lease between two cuts of its log to the cap
 
@@ -76,11 +76,8 @@ class WorkerMessages:
         # running, and only a session can tell it to cancel the jobs of leases it no longer holds.
         node = await fetch(self.chain, node_pda(node_key), "Node")
         if node.jailed:
-            log.warning(
-                "worker.jailed node=%s jail_ends_at=%d (admitted; it gets no work until unjailed)",
-                node_key,
-                node.jail_ends_at,
-            )
+            # admitted: it gets no work until unjailed
+            log.warning("worker.jailed", node=node_key, jail_ends_at=node.jail_ends_at)
         return None
 
     async def connected(self, node_key: NodeKey, hello: Hello) -> None:
@@ -88,7 +85,7 @@ class WorkerMessages:
         self.verification.connected(node_key, hello.inventory)
         self.shared.running_checked.pop(node_key, None)
         self.dispatch.reconnected(node_key)
-        log.info("worker.connected node=%s simulated=%s gpus=%d", node_key, hello.simulated, len(hello.inventory.gpus))
+        log.info("worker.connected", node=node_key, simulated=hello.simulated, gpus=len(hello.inventory.gpus))
 
     async def heartbeat(self, node_key: NodeKey, beat: Heartbeat) -> None:
         self.fleet.heartbeat(node_key, beat.healthy)
@@ -125,9 +122,7 @@ class WorkerMessages:
             async with self.pool.acquire() as conn:
                 cut = await jobs.cap_logs(conn, line.lease, self.log_lines_per_lease)
             if cut:
-                log.info(
-                    "job.log_cut lease=%s lines=%d (over the cap of %d)", line.lease, cut, self.log_lines_per_lease
-                )
+                log.info("job.log_cut", lease=line.lease, lines=cut, cap=self.log_lines_per_lease)
 
     async def _record_job_event(self, node_key: NodeKey, message: JobStatus | JobLog) -> bool:
         """One job, one place: what a node says about a share it no longer holds (of an earlier
@@ -137,12 +132,8 @@ class WorkerMessages:
                 return True
         if (key := (node_key, message.lease, message.epoch)) not in self._stale_told:
             self._stale_told.add(key)
-            log.warning(
-                "job.stale node=%s lease=%s epoch=%s (not its current share: refused)",
-                node_key,
-                message.lease,
-                message.epoch,
-            )
+            # not its current share: refused
+            log.warning("job.stale", node=node_key, lease=message.lease, epoch=message.epoch)
             with contextlib.suppress(Exception):
                 await self.link.send(
                     node_key,
@@ -162,9 +153,10 @@ class WorkerMessages:
             recorded = await jobs.record_checkpoint(conn, node_key, checkpoint)
         if not recorded:
             log.warning(
-                "checkpoint.refused node=%s lease=%s (it holds no share of the running lease)",
-                node_key,
-                checkpoint.lease,
+                "checkpoint.refused",
+                node=node_key,
+                lease=checkpoint.lease,
+                reason="it holds no share of the running lease",
             )
             with contextlib.suppress(Exception):
                 await self.link.send(
@@ -177,7 +169,7 @@ class WorkerMessages:
 
     async def worker_ack(self, node_key: NodeKey, ack: Ack) -> None:
         if ack.error:
-            log.warning("worker.refused node=%s of=%s lease=%s error=%s", node_key, ack.of, ack.lease, ack.error)
+            log.warning("worker.refused", node=node_key, of=ack.of, lease=ack.lease, error=ack.error)
             self.verification.refused(node_key, ack)
             if ack.unable and ack.of == "dispatch" and ack.lease is not None:
                 await self.verification.refused_dispatch(node_key, ack.lease, ack.error)
@@ -190,4 +182,4 @@ class WorkerMessages:
 
     async def disconnected(self, node_key: NodeKey) -> None:
         self.fleet.disconnected(node_key)
-        log.info("worker.disconnected node=%s", node_key)
+        log.info("worker.disconnected", node=node_key)

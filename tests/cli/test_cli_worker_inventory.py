@@ -23,7 +23,7 @@ def _register_hash(g, spec: str) -> str:
 def test_gpus_that_cannot_be_read_are_not_said_to_differ(market, tmp_path, monkeypatch) -> None:
     _register_hash(market, "H100:4:80")
 
-    def no_driver(simulate, node_key):
+    def no_driver(simulate, node_key, *, watch_xids=True):
         raise GpusUnavailable("NVML cannot start (NVMLError_LibraryNotFound: NVML Shared Library Not Found)")
 
     monkeypatch.setattr(worker_cli, "open_gpus", no_driver)

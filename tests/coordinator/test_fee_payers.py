@@ -18,6 +18,11 @@ from gpunet import instructions as ix
 from gpunet.testbed import funded_wallet
 
 
+def _events(caplog) -> list[dict]:
+    """The gpunet events captured (gpunet.logs: a record's message is its event dict)."""
+    return [r.msg for r in caplog.records if isinstance(r.msg, dict)]
+
+
 async def _fee_payer(cluster, signature: Signature) -> Pubkey:
     """Who paid the transaction's fee: its first account key."""
     found = await cluster.client.get_transaction(signature, max_supported_transaction_version=0)
@@ -48,8 +53,8 @@ async def test_transactions_land_with_several_payers_and_an_empty_payer_is_skipp
     assert set(paid_by) <= {k.pubkey() for k in funded}, "only the funded payers paid: not the attester"
     assert len(set(paid_by)) >= 2, f"the fees were spread over the pool: {paid_by}"
     assert empty.pubkey() not in paid_by
-    skipped = [r.getMessage() for r in caplog.records if "fee_payer_skipped" in r.getMessage()]
-    assert len(skipped) == 1 and str(empty.pubkey()) in skipped[0], "said once, not at every transaction"
+    skipped = [e for e in _events(caplog) if e["event"] == "coordinator.fee_payer_skipped"]
+    assert len(skipped) == 1 and skipped[0]["payer"] == str(empty.pubkey()), "said once, not at every transaction"
 
 
 async def test_with_no_funded_payer_the_attester_pays(cluster, caplog) -> None:
@@ -59,7 +64,8 @@ async def test_with_no_funded_payer_the_attester_pays(cluster, caplog) -> None:
     [outcome] = await Settler(cluster.client, cluster.admin, payers).settle([cluster.receipt(0, 1)])
     assert outcome.status is Status.SETTLED and outcome.signature is not None
     assert await _fee_payer(cluster, outcome.signature) == cluster.admin.pubkey()
-    assert any("fee_payers_empty" in r.getMessage() for r in caplog.records)
+    [empty_pool] = [e for e in _events(caplog) if e["event"] == "coordinator.fee_payers_empty"]
+    assert empty_pool["payers"] == 2 and empty_pool["attester"] == str(cluster.admin.pubkey())
 
 
 def test_the_pool_s_keys_are_files_made_once_and_kept(tmp_path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import json
 import os
 import shutil
 import signal
@@ -67,9 +68,11 @@ async def test_run_with_embedded_postgres_indexes_serves_and_stops_cleanly(node,
         assert code == 0, log.read_text()[-2000:]
         assert not (state / "postgres" / "postmaster.pid").exists()  # PostgreSQL stopped with it
         # where to reach it is in its log from the start
+        # (its output is a file, not a terminal: JSON lines, gpunet.logs)
         text = log.read_text()
-        assert f"api.serving url=http://127.0.0.1:{port}" in text, text[-2000:]
-        assert f"gateway=ws://127.0.0.1:{gateway_port}/worker" in text, text[-2000:]
+        events = {e["event"]: e for e in (json.loads(t) for t in text.splitlines() if t.startswith("{"))}
+        assert events["api.serving"]["url"] == f"http://127.0.0.1:{port}", text[-2000:]
+        assert events["coordinator.started"]["gateway"] == f"ws://127.0.0.1:{gateway_port}/worker", text[-2000:]
     finally:
         shutil.rmtree(state, ignore_errors=True)
 
@@ -109,7 +112,8 @@ async def test_after_a_sigkill_the_next_coordinator_reuses_and_then_stops_its_po
 
 
 async def _subscribed(state: Path, times: int) -> bool:
-    return (state / "coordinator.log").read_text().count("subscribed ws_url") >= times
+    lines = (state / "coordinator.log").read_text().splitlines()
+    return sum(json.loads(line)["event"] == "indexer.subscribed" for line in lines if line.startswith("{")) >= times
 
 
 async def _running(pid_file: Path) -> bool:

@@ -1,8 +1,9 @@
 """A stand-in for nvidia-ml-py's `pynvml` module (unit tests only): the same names, GPUs as dicts,
-and switches to make a GPU fail or disappear."""
+switches to make a GPU fail or disappear, and Xid critical error events to send (`xid`)."""
 
 from __future__ import annotations
 
+import queue
 import types
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +32,10 @@ class NVMLError_FunctionNotFound(NVMLError):
     value = 13
 
 
+class NVMLError_Timeout(NVMLError):
+    value = 10
+
+
 @dataclass
 class FakeGpu:
     name: str = "NVIDIA H100 80GB HBM3"
@@ -43,7 +48,10 @@ class FakeGpu:
     power_mw: int = 312_500
     util: int = 87
     temp: int = 61
-    ecc: int | None = 0  # None: not supported
+    ecc: int | None = 0  # uncorrected, volatile; None: no ECC count is supported
+    ecc_corrected: int = 0  # volatile
+    ecc_aggregate: tuple[int, int] = (0, 0)  # (corrected, uncorrected) over the GPU's life
+    xid_events: bool = True  # False: registering its Xid events is not supported
     reasons: int = 0
     lost: bool = False  # every call on it raises GpuIsLost
     serial: str | None = "1654922012345"  # None: not supported (consumer cards)
@@ -58,6 +66,12 @@ class FakeNvml:
     cuda: int = 12040
     init_error: type[NVMLError] | None = None
     shutdowns: int = 0
+    events: queue.Queue = field(default_factory=queue.Queue)  # (GPU index, Xid) waiting to be read
+    event_sets_freed: int = 0
+
+    def xid(self, index: int, code: int) -> None:
+        """GPU `index` reports Xid `code` (as the driver would: an event the next wait returns)."""
+        self.events.put((index, code))
 
     def module(self) -> types.ModuleType:
         m = types.ModuleType("pynvml")
@@ -67,9 +81,11 @@ class FakeNvml:
             NVMLError_LibraryNotFound,
             NVMLError_GpuIsLost,
             NVMLError_FunctionNotFound,
+            NVMLError_Timeout,
         ):
             setattr(m, cls.__name__, cls)
         m.NVML_TEMPERATURE_GPU, m.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, m.NVML_VOLATILE_ECC = 0, 1, 0
+        m.NVML_MEMORY_ERROR_TYPE_CORRECTED, m.NVML_AGGREGATE_ECC, m.nvmlEventTypeXidCriticalError = 0, 1, 8
 
         def gpu(handle: int) -> FakeGpu:
             if self.gpus[handle].lost:
@@ -89,10 +105,27 @@ class FakeNvml:
             return gpu(handle).pcie[i]
 
         def ecc(handle: int, kind: int, counter: int) -> int:
-            assert (kind, counter) == (1, 0), "uncorrected, volatile"
-            if gpu(handle).ecc is None:
+            g = gpu(handle)
+            if g.ecc is None:
                 raise NVMLError_NotSupported()
-            return gpu(handle).ecc
+            if counter == 1:  # aggregate
+                return g.ecc_aggregate[kind]
+            return g.ecc if kind == 1 else g.ecc_corrected
+
+        def register_events(handle: int, types_: int, event_set: object) -> None:
+            assert types_ == 8 and event_set == "event-set", "Xid critical errors, on the set created"
+            if not gpu(handle).xid_events:
+                raise NVMLError_NotSupported()
+
+        def wait(event_set: object, timeout_ms: int) -> types.SimpleNamespace:
+            try:
+                index, code = self.events.get(timeout=timeout_ms / 1000)
+            except queue.Empty:
+                raise NVMLError_Timeout() from None
+            return types.SimpleNamespace(device=index, eventType=8, eventData=code)
+
+        def free(event_set: object) -> None:
+            self.event_sets_freed += 1
 
         def serial(handle: int) -> str:
             if gpu(handle).serial is None:
@@ -128,6 +161,10 @@ class FakeNvml:
             "nvmlDeviceGetSerial": serial,
             "nvmlDeviceGetPciInfo": lambda h: types.SimpleNamespace(busId=gpu(h).bus_id),
             "nvmlDeviceGetBoardId": lambda h: gpu(h).board_id,
+            "nvmlEventSetCreate": lambda: "event-set",
+            "nvmlDeviceRegisterEvents": register_events,
+            "nvmlEventSetWait_v2": wait,
+            "nvmlEventSetFree": free,
         }
         for name, fn in calls.items():
             setattr(m, name, fn)

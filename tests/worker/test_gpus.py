@@ -3,6 +3,9 @@ no-driver path, and simulated GPUs."""
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
 from gpunet.protocol import Inventory
@@ -176,3 +179,84 @@ def test_simulated_gpus_are_marked_and_stable() -> None:
 def test_bad_simulation_specs_are_refused(spec: str, error: str) -> None:
     with pytest.raises(SimulationSpecError, match=error):
         SimulatedGpus.parse(spec, "node")
+
+
+def _sample_when(gpus: NvmlGpus, ready) -> list:
+    """The GPUs' samples once `ready(samples)` holds (the Xid watcher's thread counts in the background)."""
+    deadline = time.monotonic() + 10
+    while not ready(samples := gpus.sample()):
+        assert time.monotonic() < deadline, f"not reached in 10 s: {samples}"
+        time.sleep(0.01)
+    return samples
+
+
+def test_xid_errors_and_every_ecc_count_are_read_per_gpu() -> None:
+    fake = FakeNvml(gpus=[FakeGpu(), FakeGpu(uuid="GPU-2"), FakeGpu(uuid="GPU-3", xid_events=False)])
+    before = set(threading.enumerate())
+    gpus = NvmlGpus(fake.module())
+    [watcher] = [t for t in threading.enumerate() if t not in before and t.name == "nvml-xid-events"]
+    try:
+        first, second, unwatched = gpus.sample()
+        assert (first.xid_errors, first.last_xid) == (0, None)  # watched, none yet
+        assert (unwatched.xid_errors, unwatched.last_xid) == (None, None)  # not watched: no count claimed
+        assert (first.ecc_corrected, first.ecc_uncorrected_aggregate, first.ecc_corrected_aggregate) == (0, 0, 0)
+        fake.gpus[0].ecc_corrected, fake.gpus[0].ecc_aggregate = 5, (12, 1)
+        fake.xid(0, 79)
+        fake.xid(0, 48)
+        first, second, unwatched = _sample_when(gpus, lambda s: s[0].xid_errors == 2)
+        assert first.last_xid == 48  # the newest
+        assert (first.ecc_corrected, first.ecc_uncorrected, first.ecc_uncorrected_aggregate) == (5, 0, 1)
+        assert first.ecc_corrected_aggregate == 12 and first.healthy  # corrected errors: still healthy
+        # The control: the other GPUs' counts did not move.
+        assert (second.xid_errors, second.last_xid, second.ecc_corrected) == (0, None, 0)
+        assert unwatched.xid_errors is None
+        fake.xid(1, 31)
+        _, second, _ = _sample_when(gpus, lambda s: s[1].xid_errors == 1)
+        assert second.last_xid == 31
+    finally:
+        gpus.close()
+    assert fake.event_sets_freed == 1 and fake.shutdowns == 1
+    assert not watcher.is_alive()  # closing ends the thread (its wait times out within WAIT_MS)
+
+
+def test_a_one_off_reading_keeps_no_xid_count_and_a_gpu_without_ecc_reports_none() -> None:
+    fake = FakeNvml(gpus=[FakeGpu(), RTX4090])
+    gpus = NvmlGpus(fake.module(), watch_xids=False)
+    h100, rtx = gpus.sample()
+    gpus.close()
+    assert h100.xid_errors is None and h100.ecc_corrected == 0
+    assert (rtx.ecc_uncorrected, rtx.ecc_corrected, rtx.ecc_corrected_aggregate) == (None, None, None)
+    assert fake.event_sets_freed == 0  # none was created
+
+
+def test_a_fault_injected_into_a_simulated_gpu_moves_its_counts_only(tmp_path, monkeypatch) -> None:
+    faults = tmp_path / "faults.jsonl"
+    monkeypatch.setenv("GPUNET_SIMULATED_GPU_FAULTS", str(faults))
+    gpus = open_gpus("H100:2:80", "NodeKeyA")
+    clean = gpus.sample()
+    assert all((s.xid_errors, s.ecc_corrected, s.ecc_uncorrected, s.last_xid) == (0, 0, 0, None) for s in clean)
+    faults.write_text('{"gpu": 1, "xid": 79}\n{"gpu": 1, "ecc_corrected": 3, "ecc_uncorrected": 1}\n{"gpu": 0')
+    first, second = gpus.sample()
+    assert (first.xid_errors, first.ecc_corrected, first.ecc_uncorrected) == (0, 0, 0) and first.healthy
+    assert (second.xid_errors, second.last_xid, second.ecc_corrected, second.ecc_uncorrected) == (1, 79, 3, 1)
+    assert (second.ecc_corrected_aggregate, second.ecc_uncorrected_aggregate) == (3, 1)
+    assert not second.healthy and second.problems == ["1 uncorrected ECC errors"]
+    # The half-written line is read once whole; a line read before is not counted twice.
+    with faults.open("a") as f:
+        f.write(', "xid": 13}\n')
+    first, second = gpus.sample()
+    assert (first.xid_errors, first.last_xid, second.xid_errors) == (1, 13, 1)
+
+
+@pytest.mark.parametrize(
+    "line",
+    ['{"gpu": 2, "xid": 79}', '{"gpu": 0, "xid": -1}', '{"gpu": 0, "xid": "79"}', '{"xid": 79}', "[1]", "not json",
+     '{"gpu": 0, "xid": 79, "extra": 1}'],
+)  # fmt: skip
+def test_a_bad_fault_line_is_refused_and_changes_nothing(tmp_path, line: str) -> None:
+    faults = tmp_path / "faults.jsonl"
+    faults.write_text(line + "\n")
+    gpus = SimulatedGpus.parse("H100:2:80", "node", faults)
+    assert all((s.xid_errors, s.ecc_corrected, s.ecc_uncorrected) == (0, 0, 0) for s in gpus.sample())
+    with pytest.raises(ValueError, match="no simulated GPU 2"):
+        gpus.inject(2, xid=79)

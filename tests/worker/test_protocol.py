@@ -231,6 +231,20 @@ def test_older_messages_without_the_job_number_or_the_lease_end_still_parse() ->
         )
 
 
+def test_an_older_worker_s_heartbeat_without_gpu_error_counts_still_parses() -> None:
+    gpu = {"uuid": "GPU-1", "healthy": True, "utilization_pct": 5, "ecc_uncorrected": 0}  # as version 1 sent it
+    beat = parse_worker_message(json.dumps({"type": "heartbeat", "simulated": False, "healthy": True, "gpus": [gpu]}))
+    [sample] = beat.gpus
+    assert (sample.xid_errors, sample.last_xid, sample.ecc_corrected, sample.ecc_corrected_aggregate) == (None,) * 4
+    newer = {**gpu, "xid_errors": 2, "last_xid": 79, "ecc_corrected": 5}
+    beat = parse_worker_message(json.dumps({"type": "heartbeat", "simulated": False, "healthy": True, "gpus": [newer]}))
+    assert (beat.gpus[0].xid_errors, beat.gpus[0].last_xid, beat.gpus[0].ecc_corrected) == (2, 79, 5)
+    with pytest.raises(ProtocolError, match=r"gpus\.0\.xid_errors: Input should be greater than or equal to 0"):
+        parse_worker_message(
+            json.dumps({"type": "heartbeat", "simulated": False, "healthy": True, "gpus": [{**gpu, "xid_errors": -1}]})
+        )
+
+
 def test_a_job_signature_is_bound_to_its_job_number() -> None:
     client, lease, spec = Keypair(), Pubkey.new_unique(), JobSpec(command=["python", "train.py"])
     signature = client.sign_message(job_message(lease, spec, 2, job_number=1))
