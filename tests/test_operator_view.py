@@ -31,9 +31,6 @@ OPS = Path(__file__).resolve().parents[1] / "ops"
 DASHBOARD = OPS / "grafana" / "gpunet.json"
 RULES = OPS / "prometheus" / "alerts.yml"
 
-# Expected from the coordinator replicas work (leader election), which adds this gauge (1 on the
-# replica that leads); it is not exported on a branch without it. The only name allowed here.
-EXPECTED_FROM_REPLICAS = {"gpunet_coordinator_leader"}
 # Series Prometheus makes itself for every scrape target.
 PROMETHEUS_OWN = {"up"}
 
@@ -130,7 +127,7 @@ def exported(tmp_path) -> set[str]:
 def test_every_metric_the_dashboard_and_the_alerts_use_is_exported(exported: set[str]) -> None:
     assert "gpunet_coordinator_placements_total" in exported and "gpunet_worker_gpu_xid_errors_total" in exported
     assert "gpunet_indexer_lag_seconds" in exported  # the three sources were scraped
-    known = exported | EXPECTED_FROM_REPLICAS | PROMETHEUS_OWN
+    known = exported | PROMETHEUS_OWN
     used = {(where, name) for where, expr in _dashboard_exprs() + _rule_exprs() for name in metric_names(expr)}
     assert len({name for _, name in used}) >= 30, "the checker found the names (not an empty pass)"
     unknown = sorted((where, name) for where, name in used if name not in known)
