@@ -50,6 +50,7 @@ from gpunet.protocol import (
     Hello,
     JobLog,
     JobStatus,
+    PortRange,
     ProtocolError,
     Recorded,
     UsageAck,
@@ -123,6 +124,7 @@ class Gateway:
         self._handler = handler  # may be set after (the coordinator's handler sends through this gateway)
         self.welcome = Welcome(heartbeat_seconds=heartbeat_seconds, usage_period_seconds=usage_period_seconds)
         self.sessions: dict[Pubkey, ServerConnection] = {}
+        self.hellos: dict[Pubkey, Hello] = {}  # each session's hello: how the node's cluster peers reach it
         self.refused: dict[int, int] = {}  # close code -> sessions closed with it (for /metrics)
         self._server: Server | None = None
         # Whether this replica leads now (a lone gateway does): a follower admits nobody (it refuses with
@@ -180,10 +182,21 @@ class Gateway:
         return ws.latency * 1000 if ws is not None and ws.latency > 0 else None
 
     def host(self, node_key: Pubkey) -> str:
-        """The address the node's session comes from, as a URL host (IPv6 in brackets)."""
+        """How the node's cluster peers reach it, as a URL host (IPv6 in brackets): the address it
+        advertises; from an older worker that advertises none, the address its session comes from
+        (a proxy's, behind NAT or a TLS-terminating proxy)."""
+        hello = self.hellos.get(node_key)
         ws = self.sessions.get(node_key)
-        host = ws.remote_address[0] if ws is not None and ws.remote_address else "127.0.0.1"
+        if hello is not None and hello.advertise_addr is not None:
+            host = hello.advertise_addr
+        else:
+            host = ws.remote_address[0] if ws is not None and ws.remote_address else "127.0.0.1"
         return f"[{host}]" if ":" in host else host
+
+    def cluster_ports(self, node_key: Pubkey) -> PortRange | None:
+        """The ports the node opens for cluster traffic (None: an older worker that says none)."""
+        hello = self.hellos.get(node_key)
+        return hello.cluster_ports if hello is not None else None
 
     async def send(self, node_key: Pubkey, message: Any) -> None:
         """Sends a coordinator message to the node's worker; NodeOffline when it has no session."""
@@ -205,6 +218,7 @@ class Gateway:
             node_key = key
             logs.bind(node=key)  # every line of the session's work carries its node
             old, self.sessions[key] = self.sessions.get(key), ws
+            self.hellos[key] = hello
             if old is not None:  # the newest session wins (a worker that reconnected before noticing)
                 await old.close(CLOSE_UNAUTHORISED, "replaced by a newer session of the same node")
             await self.handler.connected(key, hello)
@@ -220,6 +234,7 @@ class Gateway:
         finally:
             if node_key is not None and self.sessions.get(node_key) is ws:
                 del self.sessions[node_key]
+                self.hellos.pop(node_key, None)
                 await self.handler.disconnected(node_key)
 
     async def _handshake(self, ws: ServerConnection) -> tuple[Pubkey, Hello]:

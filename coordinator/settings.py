@@ -163,7 +163,11 @@ class Settings(BaseSettings):
         "(the workers' last reports)",
     )
     cluster_port: int = Field(
-        default=29500, ge=1, le=65535, description="MASTER_PORT given to cluster jobs (rank 0's node listens on it)"
+        default=29500,
+        ge=1,
+        le=65535,
+        description="MASTER_PORT given to cluster jobs whose rank 0 runs an older worker that advertises no "
+        "cluster ports (otherwise the first of rank 0's)",
     )
     checkpoint_dir: Path | None = Field(
         default=None,

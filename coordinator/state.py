@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from coordinator.keys import NodeKey
 from coordinator.metrics import Metrics
 from coordinator.scheduler import Scheduler
-from gpunet.protocol import Heartbeat
+from gpunet.protocol import Heartbeat, PortRange
 
 __all__ = ["DrainMove", "Shared", "Telemetry", "WorkerLink"]
 
@@ -27,7 +27,11 @@ class WorkerLink(Protocol):
 
     def latency_ms(self, node_key: NodeKey) -> float | None: ...
 
-    def host(self, node_key: NodeKey) -> str: ...
+    def host(self, node_key: NodeKey) -> str:
+        """How the node's cluster peers reach it (its advertised address), as a URL host."""
+
+    def cluster_ports(self, node_key: NodeKey) -> PortRange | None:
+        """The ports the node opens for cluster traffic; None: it advertised none."""
 
     async def send(self, node_key: NodeKey, message: Any) -> None:
         """Raises `coordinator.gateway.NodeOffline` when the node has no session."""

@@ -37,6 +37,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import ipaddress
 import json
 import re
 import secrets
@@ -79,6 +80,7 @@ __all__ = [
     "ChallengeAnswer",
     "Checkpoint",
     "CheckpointFile",
+    "ClusterPeer",
     "CoordinatorMessage",
     "Dispatch",
     "Error",
@@ -94,6 +96,7 @@ __all__ = [
     "JobStatus",
     "LeaseEnd",
     "MemoryBlock",
+    "PortRange",
     "ProtocolError",
     "Recorded",
     "RowOpening",
@@ -181,7 +184,20 @@ def _relative_path(value: str) -> str:
     return value
 
 
+def _host(value: str) -> str:
+    try:
+        ipaddress.ip_address(value)
+        return value
+    except ValueError:
+        pass
+    labels = value.rstrip(".").split(".")
+    if len(value) > 253 or not all(re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?", x) for x in labels):
+        raise ValueError("must be an IP address or a DNS name")
+    return value
+
+
 PubkeyStr = Annotated[str, AfterValidator(_pubkey)]
+HostStr = Annotated[str, AfterValidator(_host)]
 SignatureStr = Annotated[str, AfterValidator(_signature)]
 NonceHex = Annotated[str, AfterValidator(_nonce)]
 U64 = Annotated[int, Field(ge=0, lt=2**64)]
@@ -321,8 +337,15 @@ RESERVED_ENV = (
     "RANK",
     "WORLD_SIZE",
     "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "NODE_RANK",
     "MASTER_ADDR",
     "MASTER_PORT",
+    "PET_MASTER_ADDR",
+    "PET_MASTER_PORT",
+    "PET_NNODES",
+    "PET_NODE_RANK",
+    "RAY_ADDRESS",
 )
 
 
@@ -367,12 +390,42 @@ class _FromWorker(_Model):
     simulated: bool
 
 
+class PortRange(_Model):
+    """The ports `first`..`last` (inclusive) a node opens to its cluster peers for cluster traffic."""
+
+    first: Annotated[int, Field(ge=1, le=65535)]
+    last: Annotated[int, Field(ge=1, le=65535)]
+
+    @model_validator(mode="after")
+    def _check(self) -> PortRange:
+        if self.last < self.first:
+            raise ValueError(f"the port range {self.first}-{self.last} is empty")
+        return self
+
+    def __str__(self) -> str:
+        return f"{self.first}-{self.last}"
+
+    @classmethod
+    def parse(cls, text: str) -> PortRange:
+        """ "29500-29599" (or one port); ValueError saying what is wrong."""
+        first, _, last = text.strip().partition("-")
+        try:
+            return cls(first=int(first), last=int(last or first))
+        except ValueError as e:
+            raise ValueError(f"{text!r} is not a port range such as 29500-29599: {e}") from None
+
+
 class Hello(_FromWorker):
     type: Literal["hello"] = "hello"
     version: int
     node_key: PubkeyStr
     inventory: Inventory
     agent: Annotated[str, Field(max_length=64)] = "gpunet-worker"
+    # How the node's cluster peers reach it: the address it advertises (given by its supplier, or
+    # that of its interface that routes to the coordinator) and the ports it opens for cluster
+    # traffic. None: an older worker (the coordinator then uses the session's remote address).
+    advertise_addr: HostStr | None = None
+    cluster_ports: PortRange | None = None
 
 
 class ChallengeAnswer(_FromWorker):
@@ -557,11 +610,19 @@ class Welcome(_Model):
     usage_period_seconds: Annotated[int, Field(gt=0, le=86_400)] = 60
 
 
+class ClusterPeer(_Model):
+    """One node of a cluster lease as its peers reach it: its advertised address and cluster ports
+    (None: an older worker that advertised none)."""
+
+    host: HostStr
+    ports: PortRange | None = None
+
+
 class Dispatch(_Model):
     """Hold `gpus` of this node for `lease` (billed from the first dispatch until a cancel or
     `ends_at`, whether a job runs or not) and run the lease's job number `job_number` on them.
     Cluster leases: this node is `rank` of `world_size`, and `peers[0]` ("host:port") is the
-    rendezvous (MASTER_ADDR/MASTER_PORT)."""
+    rendezvous (MASTER_ADDR/MASTER_PORT); `cluster` (by rank) says how to reach every node."""
 
     type: Literal["dispatch"] = "dispatch"
     lease: PubkeyStr
@@ -580,6 +641,7 @@ class Dispatch(_Model):
     peers: Annotated[
         list[Annotated[str, Field(pattern=r"^[A-Za-z0-9.:\[\]-]{1,253}:\d{1,5}$")]], Field(max_length=MAX_LEASE_NODES)
     ] = []
+    cluster: Annotated[list[ClusterPeer], Field(max_length=MAX_LEASE_NODES)] = []
     # The lease's latest checkpoint (from the node it ran on before), written into an empty
     # checkpoint directory before the job starts.
     restore: Annotated[list[CheckpointFile], Field(max_length=64)] = []
@@ -608,6 +670,8 @@ class Dispatch(_Model):
             raise ValueError(f"rank {self.rank} is not below world_size {self.world_size}")
         if self.world_size > 1 and len(self.peers) != self.world_size:
             raise ValueError(f"a cluster of {self.world_size} needs {self.world_size} peers, got {len(self.peers)}")
+        if self.cluster and len(self.cluster) != len(self.peers):
+            raise ValueError(f"cluster names {len(self.cluster)} nodes, peers {len(self.peers)}")
         return self
 
 

@@ -23,12 +23,14 @@ from gpunet.protocol import (
     Ack,
     Cancel,
     Checkpoint,
+    ClusterPeer,
     Dispatch,
     Error,
     Heartbeat,
     Hello,
     JobStatus,
     LeaseEnd,
+    PortRange,
     UsageAck,
     Verify,
     VerifyMemory,
@@ -41,6 +43,7 @@ from worker.gpus import GpuBackend
 from worker.journal import Journal
 from worker.metering import LeaseMeter
 from worker.metrics import MetricsServer
+from worker.network import advertised_address
 from worker.runner import JobDirs, JobRunner
 from worker.sandbox import EngineChoice, NetworkPolicy, Sandbox, SandboxUnavailable
 from worker.session import Backoff, Session
@@ -85,9 +88,26 @@ class WorkerSettings(BaseSettings):
     # Host jobs (a job without image, and no default image): only with this opt-in, inside bubblewrap.
     allow_host_jobs: bool = False
     host_job_paths: list[Path] = []  # what host jobs may read besides the system dirs and Python
+    # How cluster peers reach this node (sent in the hello; the coordinator hands them to the other
+    # nodes of a cluster lease): the address to advertise (unset: that of the interface that routes
+    # to the gateway, worker/network.py) and the ports opened to them for cluster traffic (the
+    # supplier's firewall lets peers in on these): MASTER_PORT is the first, Ray uses them all.
+    advertise_addr: str | None = None
+    cluster_ports: str = Field("29500-29599", pattern=r"^\d{1,5}-\d{1,5}$")
     # The operator port (worker/metrics.py: /metrics, /healthz, /readyz); unset: none is opened.
     metrics_host: str = "127.0.0.1"
     metrics_port: int | None = Field(None, ge=0, le=65535)
+
+    @field_validator("cluster_ports")
+    @classmethod
+    def _port_range(cls, ports: str) -> str:
+        PortRange.parse(ports)  # ValueError saying what is wrong
+        return ports
+
+    @field_validator("advertise_addr")
+    @classmethod
+    def _advertised(cls, addr: str | None) -> str | None:
+        return None if addr is None else ClusterPeer(host=addr).host
 
     @field_validator("gateway_url")
     @classmethod
@@ -171,6 +191,9 @@ class Agent:
             os.close(self._lock)
             raise
         self.shares: dict[str, _Share] = {}  # lease -> its share of this node
+        self.cluster_ports = PortRange.parse(settings.cluster_ports)
+        self.advertise_addr = settings.advertise_addr or advertised_address(settings.gateway_url)
+        log.info("worker.cluster advertise_addr=%s cluster_ports=%s", self.advertise_addr, self.cluster_ports)
         self.usage_period_seconds = settings.usage_period_seconds
         self.session = Session(
             settings.gateway_urls,
@@ -232,6 +255,8 @@ class Agent:
             version=PROTOCOL_VERSION,
             node_key=str(self.node.pubkey()),
             inventory=self.inventory,
+            advertise_addr=self.advertise_addr,
+            cluster_ports=self.cluster_ports,
         )
 
     def heartbeat(self) -> Heartbeat:

@@ -155,6 +155,19 @@ def run(
         help="A path host jobs may read (repeatable; besides the system directories and Python) "
         "[GPUNET_WORKER_HOST_JOB_PATHS, a JSON list].",
     ),
+    advertise_addr: str = typer.Option(
+        None,
+        "--advertise-addr",
+        help="The address this node's cluster peers reach it at (MASTER_ADDR, the Ray head's) "
+        "[GPUNET_WORKER_ADVERTISE_ADDR; default: the address of the interface that routes to the gateway].",
+    ),
+    cluster_ports: str = typer.Option(
+        None,
+        "--cluster-ports",
+        metavar="FIRST-LAST",
+        help="The ports this node opens to its cluster peers (MASTER_PORT is the first; a Ray node uses "
+        "them all) [GPUNET_WORKER_CLUSTER_PORTS; default 29500-29599].",
+    ),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logging."),
     log_format: str = typer.Option(None, "--log-format", metavar="json|human", help=logs.FORMAT_HELP),
 ) -> None:
@@ -172,6 +185,8 @@ def run(
         default_image=default_image,
         network=network,
         host_job_paths=host_job_path or None,
+        advertise_addr=advertise_addr,
+        cluster_ports=cluster_ports,
     )
     rpc_url = _rpc_url(url) if url else None
     node = _node(keypair)

@@ -5,7 +5,9 @@ directory that outlives the process and the agent; stdout/stderr streamed line b
 policy; time limit; graceful stop.
 
 Contract seen by the job: CUDA_VISIBLE_DEVICES (GPU UUIDs), GPUNET_LEASE, GPUNET_CHECKPOINT_DIR,
-GPUNET_WORKDIR, RANK / WORLD_SIZE / LOCAL_RANK, and MASTER_ADDR / MASTER_PORT for clusters.
+GPUNET_WORKDIR, RANK / WORLD_SIZE / LOCAL_RANK / LOCAL_WORLD_SIZE / NODE_RANK, and for clusters
+MASTER_ADDR / MASTER_PORT (rank 0's advertised address and first cluster port), their PET_* forms
+for torchrun, GPUNET_PEERS and GPUNET_CLUSTER_PORTS (the ports this node opens to its peers).
 Stopping: SIGTERM to the job's process group, SIGKILL after the grace period.
 """
 
@@ -288,13 +290,28 @@ class JobRunner:
             "GPUNET_LEASE": d.lease,
             "GPUNET_CHECKPOINT_DIR": checkpoint,
             "GPUNET_WORKDIR": workdir,
+            # torch.distributed's variables: one process per node (torchrun sets its own for its children)
             "RANK": str(d.rank),
             "WORLD_SIZE": str(d.world_size),
             "LOCAL_RANK": "0",
+            "LOCAL_WORLD_SIZE": "1",
+            "NODE_RANK": str(d.rank),
         }
         if d.peers:
             host, _, port = d.peers[0].rpartition(":")
-            env |= {"MASTER_ADDR": host.strip("[]"), "MASTER_PORT": port, "GPUNET_PEERS": ",".join(d.peers)}
+            master = host.strip("[]")
+            env |= {
+                "MASTER_ADDR": master,
+                "MASTER_PORT": port,
+                # torchrun's own options from the environment: `torchrun --nproc-per-node=N job.py` is enough
+                "PET_MASTER_ADDR": master,
+                "PET_MASTER_PORT": port,
+                "PET_NNODES": str(d.world_size),
+                "PET_NODE_RANK": str(d.rank),
+                "GPUNET_PEERS": ",".join(d.peers),
+            }
+            if d.cluster and (ports := d.cluster[d.rank].ports) is not None:
+                env["GPUNET_CLUSTER_PORTS"] = str(ports)  # what this node opens to its peers
         return env
 
     def _env(self) -> dict[str, str]:
@@ -329,6 +346,7 @@ class JobRunner:
             secrets=set(self.spec.secrets),
             gpu_uuids=[] if self.simulated else self.gpu_uuids,
             network=self._network(),
+            host_network=bool(self.dispatch.peers),
         )
 
     def _network(self) -> bool:

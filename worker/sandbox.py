@@ -208,11 +208,18 @@ class Sandbox:
         env: dict[str, str],
         gpu_uuids: list[str],
         network: bool,
+        host_network: bool = False,
         secrets: Collection[str] = (),
     ) -> list[str]:
         """`podman run` (or `docker run`) of the job with every restriction in force. The `secrets`
         among `env` go by name only (`-e NAME`: the engine reads the value from its own environment),
-        never as values in a command line any user of the machine can read."""
+        never as values in a command line any user of the machine can read.
+
+        A network, when given, is the engine's bridge (outbound only); a cluster job's (`host_network`)
+        is the host's: its peers reach it at the node's advertised address on its cluster ports, and
+        NCCL, gloo and Ray advertise the address they bind, which behind the bridge's NAT would be the
+        container's private one. The job then also sees the host's interfaces and whatever listens on
+        the host's loopback (the supplier firewalls all but the cluster ports from outside)."""
         assert self.engine is not None
         podman = Path(self.engine[0]).name == "podman"
         argv = [
@@ -229,7 +236,7 @@ class Sandbox:
             *(["--read-only-tmpfs=false"] if podman else []),  # podman would add writable /tmp, /run
             f"--pids-limit={self.pids_limit}",
             *([f"--memory={self.memory}"] if self.memory else []),
-            f"--network={'bridge' if network else 'none'}",
+            f"--network={('host' if host_network else 'bridge') if network else 'none'}",
             "-v",
             f"{dirs.workdir}:/work:rw",
             "-v",

@@ -20,8 +20,8 @@ from coordinator.keys import NodeKey
 from coordinator.state import Shared, WorkerLink
 from gpunet import logs
 from gpunet.logs import get_logger
+from gpunet.protocol import ClusterPeer, LeaseEnd
 from gpunet.protocol import Dispatch as DispatchMessage
-from gpunet.protocol import LeaseEnd
 
 __all__ = ["Dispatch"]
 
@@ -91,7 +91,11 @@ class Dispatch:
         keys = [s.node_key for s in shares]
         if not all(self.link.online(k) for k in keys):
             return  # a cluster job needs every peer's address; a single one its node
-        peers = [f"{self.link.host(k)}:{self.cluster_port}" for k in keys] if len(shares) > 1 else []
+        # how the nodes reach each other (by rank): each one's advertised address and cluster ports;
+        # MASTER_PORT is the first of rank 0's (`cluster_port` for an older worker that says none)
+        reach = [(self.link.host(k), self.link.cluster_ports(k)) for k in keys] if len(keys) > 1 else []
+        peers = [f"{host}:{ports.first if ports else self.cluster_port}" for host, ports in reach]
+        cluster = [ClusterPeer(host=host.strip("[]"), ports=ports) for host, ports in reach]
         restore = await jobs.checkpoint_of(conn, lease)
         sealed_keys = await jobs.sealed_checkpoint_keys(conn, lease)
         signers = await jobs.lease_node_keys(conn, lease)
@@ -114,6 +118,7 @@ class Dispatch:
                 rank=s.rank,
                 world_size=len(shares),
                 peers=peers,
+                cluster=cluster,
                 restore=restore,
                 epoch=s.assigned_by,
                 share_epoch=s.epoch,

@@ -50,6 +50,9 @@ class _Link:
     def host(self, node_key: Pubkey) -> str:
         return "127.0.0.1"
 
+    def cluster_ports(self, node_key: Pubkey) -> None:
+        return None
+
     async def send(self, node_key: Pubkey, message: Any) -> None:
         self.sent.append((node_key, message))
         prover = self.provers[node_key]

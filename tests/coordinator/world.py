@@ -10,6 +10,7 @@ import contextlib
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import uvicorn
@@ -117,13 +118,26 @@ def start_worker(world: World, i: int, gateway: str, log: Path, env: dict[str, s
         )
 
 
+def cluster_env(i: int) -> dict[str, str]:
+    """Worker i's cluster networking as a supplier sets it: its own advertised address (127.0.0.2,
+    127.0.0.3, ...: not the 127.0.0.1 its gateway session comes from, so a test sees which one peers
+    were given) and its own 40 cluster ports (several nodes share this host)."""
+    first = 29500 + 40 * i
+    return {"GPUNET_WORKER_ADVERTISE_ADDR": f"127.0.0.{2 + i}", "GPUNET_WORKER_CLUSTER_PORTS": f"{first}-{first + 39}"}
+
+
 async def start_workers(
-    world: World, coordinator: Coordinator, home: Path, spawned: list[subprocess.Popen]
+    world: World,
+    coordinator: Coordinator,
+    home: Path,
+    spawned: list[subprocess.Popen],
+    env: Callable[[int], dict[str, str]] = cluster_env,
 ) -> dict[str, subprocess.Popen]:
     """A worker per node of the world, connected to the coordinator's gateway; by node key. Each is
-    also added to `spawned` (the `spawned` fixture kills what is left at teardown)."""
+    also added to `spawned` (the `spawned` fixture kills what is left at teardown). `env(i)`: worker
+    i's extra environment."""
     workers = {
-        key: start_worker(world, i, coordinator.gateway.url, home / f"worker{i}.log")
+        key: start_worker(world, i, coordinator.gateway.url, home / f"worker{i}.log", env(i))
         for i, key in enumerate(world.node_keys())
     }
     spawned.extend(workers.values())
@@ -140,6 +154,15 @@ async def running_lease(
 ) -> tuple[Pubkey, list[str]]:
     """The world's client opens a 4-GPU lease (two nodes) for `seconds` and gives it `spec` (by
     default the steps job, long enough to outlast any test); returns it once the job runs on both."""
+    lease, placed = await placed_lease(world, api, chain, seconds, spec)
+    await eventually(lambda: all_running(api, world.client, lease, placed), what="the job running on both nodes")
+    return lease, placed
+
+
+async def placed_lease(
+    world: World, api: str, chain: AsyncClient, seconds: int, spec: JobSpec | None = None, *, gpus: int = 4
+) -> tuple[Pubkey, list[str]]:
+    """As `running_lease`, returning once the lease is placed (its nodes by rank); `gpus` 2 per node."""
     lease = lease_pda(world.client.pubkey(), 1)
     await send_and_confirm(
         chain,
@@ -150,7 +173,7 @@ async def running_lease(
                 world.client_tokens,
                 world.mint,
                 1,
-                ix.LeaseTerms(1, 80, 4, 0, 2 * PRICE, seconds),
+                ix.LeaseTerms(1, 80, gpus, 0, 2 * PRICE, seconds),
             )
         ],
     )
@@ -159,7 +182,6 @@ async def running_lease(
     placed = (await eventually(lambda: placed_view(api, world.client, lease), what="the lease placed"))["placement"][
         "nodes"
     ]
-    await eventually(lambda: all_running(api, world.client, lease, placed), what="the job running on both nodes")
     return lease, placed
 
 

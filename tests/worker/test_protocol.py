@@ -18,6 +18,7 @@ from gpunet.protocol import (
     Ack,
     Cancel,
     Challenge,
+    ClusterPeer,
     Dispatch,
     Error,
     GpuTelemetry,
@@ -28,6 +29,7 @@ from gpunet.protocol import (
     JobStatus,
     LeaseEnd,
     MemoryBlock,
+    PortRange,
     ProtocolError,
     RowOpening,
     UsageAck,
@@ -85,6 +87,14 @@ def worker_messages() -> list:
                 MemoryBlock(lane=2, block=8, content="AAEC/w==", chunk=[7], path=[]),
             ],
         ),
+        Hello(
+            simulated=True,
+            version=PROTOCOL_VERSION,
+            node_key=str(NODE.pubkey()),
+            inventory=inventory,
+            advertise_addr="fd00::2",
+            cluster_ports=PortRange(first=29500, last=29599),
+        ),
     ]
 
 
@@ -99,6 +109,10 @@ def coordinator_messages() -> list:
             rank=1,
             world_size=2,
             peers=["10.0.0.1:29500", "[fd00::2]:29500"],
+            cluster=[
+                ClusterPeer(host="10.0.0.1", ports=PortRange(first=29500, last=29599)),
+                ClusterPeer(host="fd00::2"),
+            ],
             job_number=3,
             job_ended=True,
             ends_at=1_700_003_600,
@@ -216,6 +230,33 @@ def test_bad_job_specs_are_refused(dispatch, error) -> None:
         parse_coordinator_message(json.dumps(raw))
 
 
+@pytest.mark.parametrize(
+    ("hello", "error"),
+    [
+        ({"advertise_addr": "10.0.0.1; rm -rf /"}, "advertise_addr: Value error, must be an IP address or a DNS name"),
+        ({"advertise_addr": "-bad.example"}, "must be an IP address or a DNS name"),
+        ({"cluster_ports": {"first": 29599, "last": 29500}}, "the port range 29599-29500 is empty"),
+        (
+            {"cluster_ports": {"first": 0, "last": 10}},
+            "cluster_ports.first: Input should be greater than or equal to 1",
+        ),
+        ({"cluster_ports": {"first": 1, "last": 65536}}, "cluster_ports.last: Input should be less than or equal to"),
+    ],
+)
+def test_a_bad_advertised_address_or_port_range_is_refused(hello, error) -> None:
+    raw = json.loads(encode(worker_messages()[0])) | hello
+    with pytest.raises(ProtocolError, match=error):
+        parse_worker_message(json.dumps(raw))
+
+
+def test_a_port_range_reads_as_a_supplier_writes_it() -> None:
+    assert PortRange.parse("29500-29599") == PortRange(first=29500, last=29599)
+    assert PortRange.parse("29500") == PortRange(first=29500, last=29500)
+    for bad in ("29599-29500", "a-b", "70000-70001"):
+        with pytest.raises(ValueError, match="is not a port range such as 29500-29599"):
+            PortRange.parse(bad)
+
+
 def test_older_messages_without_the_job_number_or_the_lease_end_still_parse() -> None:
     dispatch = parse_coordinator_message(
         json.dumps({"type": "dispatch", "lease": LEASE, "gpus": 1, "job": {"command": ["x"]}})
@@ -250,3 +291,10 @@ def test_a_job_signature_is_bound_to_its_job_number() -> None:
     signature = client.sign_message(job_message(lease, spec, 2, job_number=1))
     assert signature.verify(client.pubkey(), job_message(lease, spec, 2, job_number=1))
     assert not signature.verify(client.pubkey(), job_message(lease, spec, 2, job_number=2))  # no replay as a later job
+
+
+def test_a_worker_advertises_the_address_of_its_interface_that_routes_to_the_gateway() -> None:
+    from worker.network import advertised_address
+
+    assert advertised_address("ws://127.0.0.1:8910/worker") == "127.0.0.1"
+    assert advertised_address("wss://no-such-host.invalid/worker") is None  # then the gateway's view, said in the log

@@ -24,6 +24,7 @@ from solders.pubkey import Pubkey
 
 from gpunet.exits import Exit
 from gpunet.keys import create_keypair_file
+from gpunet.localnet import free_ports
 from gpunet.protocol import Dispatch, JobLog, JobSpec, JobStatus
 from tests.worker.sandboxes import JOBS
 from worker.runner import JobDirs, JobRunner
@@ -225,6 +226,33 @@ async def test_a_container_job_gets_the_network_the_supplier_allows(
     )
     out, _ = await _run(sandbox, _state(tmp_path), spec, peers=peers)
     assert (out["connect"] == "ok") is reaches, out
+
+
+async def test_the_nodes_of_a_cluster_container_job_rendezvous_at_the_advertised_address(tmp_path, podman) -> None:
+    """A cluster's containers run on the host's network: rank 0 listens on its node's advertised
+    address and first cluster port (127.0.0.2 here, which no bridged container could be reached at),
+    rank 1 connects there (tests/worker/jobs/rendezvous.py, given to the image's python3)."""
+    state = _state(tmp_path)
+    (port,) = free_ports(1)
+    peers = [f"127.0.0.2:{port}", f"127.0.0.3:{port}"]
+    spec = JobSpec(image=IMAGE, command=["python3", "-c", (JOBS / "rendezvous.py").read_text()])
+    recorders = [Recorder(), Recorder()]
+    finals = await asyncio.gather(
+        *(
+            JobRunner(
+                # two leases: the container is named after its lease, and here both nodes are one host
+                d := Dispatch(lease=str(Pubkey.new_unique()), gpus=1, job=spec, rank=rank, world_size=2, peers=peers),
+                ["GPU-sim-a"],
+                JobDirs.of(state / f"node{rank}", d),
+                simulated=True,
+                send=recorders[rank].send,
+                sandbox=podman,
+            ).run()
+            for rank in (0, 1)
+        )
+    )
+    assert [f.state for f in finals] == ["succeeded", "succeeded"], [r.lines("stderr") for r in recorders]
+    assert [r.lines("stdout")[-1] for r in recorders] == [f"met ranks 0,1 at 127.0.0.2:{port}"] * 2
 
 
 STUBBORN = """
