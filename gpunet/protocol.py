@@ -365,11 +365,15 @@ class JobSpec(_Model):
     # of the lease's nodes (gpunet.secrets) and gives apart from the job (POST /leases/{key}/secrets);
     # the node runs the job only once it holds them all (job status "waiting_secrets" until then).
     secrets: Annotated[list[Annotated[str, Field(max_length=128)]], Field(max_length=64)] = []
+    # The lease as one Ray cluster (gpunet.raycluster): each node runs a Ray node with its GPUs,
+    # rank 0 the head; `command`, if any, runs on the head as the cluster's driver (RAY_ADDRESS set),
+    # again on a new head after a failover. The client submits more through the head's Jobs API.
+    ray: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> JobSpec:
-        if not self.command and self.image is None:
-            raise ValueError("a job needs a command or an image")
+        if not self.command and self.image is None and not self.ray:
+            raise ValueError("a job needs a command or an image (or ray)")
         if len(set(self.secrets)) != len(self.secrets):
             raise ValueError("a secret is named twice")
         for name in self.secrets:
@@ -831,6 +835,8 @@ def job_message(lease: Pubkey, spec: JobSpec, gpus_per_node: int | None = None, 
     job = spec.model_dump(mode="json")
     if not job["secrets"]:
         del job["secrets"]  # a job without secrets signs as it did before they existed
+    if not job["ray"]:
+        del job["ray"]  # so does one that is no Ray cluster
     body = {"job": job, "gpus_per_node": gpus_per_node, "job_number": job_number}
     return JOB_DOMAIN_TAG + bytes(lease) + json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
 

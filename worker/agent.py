@@ -94,6 +94,9 @@ class WorkerSettings(BaseSettings):
     # supplier's firewall lets peers in on these): MASTER_PORT is the first, Ray uses them all.
     advertise_addr: str | None = None
     cluster_ports: str = Field("29500-29599", pattern=r"^\d{1,5}-\d{1,5}$")
+    # The CPUs a Ray job's node offers Ray (--num-cpus); unset: the machine's in proportion to the
+    # lease's share of its GPUs.
+    ray_cpus: int | None = Field(None, ge=1)
     # The operator port (worker/metrics.py: /metrics, /healthz, /readyz); unset: none is opened.
     metrics_host: str = "127.0.0.1"
     metrics_port: int | None = Field(None, ge=0, le=65535)
@@ -383,6 +386,14 @@ class Agent:
             share.dispatch = share.dispatch.model_copy(
                 update={"checkpoint_key": d.checkpoint_key, "checkpoint_signers": d.checkpoint_signers}
             )
+        elif share.job_running and d.job.ray and d.cluster[:1] != share.dispatch.cluster[:1]:
+            # the Ray cluster's head moved (a failover): this node's Ray node joins the new one
+            assert share.runner is not None
+            share.dispatch = d
+            share.runner.rejoin(d)
+            log.info("ray.rejoin lease=%s head=%s", d.lease, d.peers[0] if d.peers else "-")
+        elif d.cluster != share.dispatch.cluster:
+            share.dispatch = share.dispatch.model_copy(update={"peers": d.peers, "cluster": d.cluster})
         # else a repeated dispatch (e.g. after a reconnect): never a second copy of the job
         self.session.send(Ack(simulated=self.simulated, of="dispatch", lease=d.lease))
 
@@ -487,6 +498,9 @@ class Agent:
             send=self.session.send,
             grace_seconds=self.settings.stop_grace_seconds,
             sandbox=self.sandbox,
+            reach=ClusterPeer(host=self.advertise_addr or "127.0.0.1", ports=self.cluster_ports),
+            ray_cpus=self.settings.ray_cpus
+            or max(1, (os.cpu_count() or 1) * len(share.gpu_uuids) // max(1, len(self.inventory.gpus))),
         )
         share.runner = runner
         share.task = asyncio.create_task(self._run_job(d.lease, share, runner))

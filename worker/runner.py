@@ -16,9 +16,12 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import hashlib
+import importlib.metadata
+import json
 import os
 import shutil
 import signal
+import sys
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,13 +29,15 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from gpunet.protocol import Dispatch, JobLog, JobState, JobStatus
+from gpunet.protocol import ClusterPeer, Dispatch, JobLog, JobState, JobStatus
+from gpunet.raycluster import RAY_INSTALL, RAY_VERSION, RayPorts, ray_endpoints
 from worker.checkpoints import restore
 from worker.sandbox import ENGINE_ENV, Sandbox
 
 __all__ = ["JobDirs", "JobRunner"]
 
 MAX_LINE = 4096  # longer lines are cut (the protocol's limit)
+RAY_LAUNCHER = (Path(__file__).parent / "ray_launcher.py").read_text()  # run as `python -c` in the sandbox
 _PR_SET_PDEATHSIG = 1
 
 
@@ -50,6 +55,20 @@ def _die_with_agent_ignoring_term() -> None:
     # would take the job with it at once); the job gets SIGTERM's default back (env --default-signal).
     _die_with_agent()
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def ray_installed() -> bool:
+    """Whether the worker's own Python has Ray, at the version gpunet pins (host jobs run that one)."""
+    try:
+        version = importlib.metadata.version("ray")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return version == RAY_VERSION and Path(sys.executable).with_name("ray").exists()
+
+
+def url_host(host: str) -> str:
+    """An address as the host part of a URL or "HOST:PORT" (IPv6 in brackets)."""
+    return f"[{host}]" if ":" in host else host
 
 
 @dataclass(frozen=True)
@@ -80,8 +99,14 @@ class JobRunner:
         grace_seconds: float = 10.0,
         restart_delay: float = 1.0,
         sandbox: Sandbox,
+        reach: ClusterPeer | None = None,
+        ray_cpus: int = 1,
     ) -> None:
         self.dispatch, self.spec, self.gpu_uuids, self.dirs = dispatch, dispatch.job, gpu_uuids, dirs
+        # how peers reach this node (its advertised address and cluster ports) when the dispatch does
+        # not say (a single-node lease): a Ray head listens there; and the CPUs its Ray node offers
+        self.reach, self.ray_cpus = reach, ray_cpus
+        self._rejoin = asyncio.Event()
         self.simulated, self._send = simulated, send
         self.grace_seconds, self.restart_delay, self.sandbox = grace_seconds, restart_delay, sandbox
         # the image it runs in; None: a host process in bubblewrap (only where the supplier allows it)
@@ -95,6 +120,13 @@ class JobRunner:
     def cancel(self, reason: str = "") -> None:
         self._cancel_reason = reason
         self._cancelled.set()
+
+    def rejoin(self, dispatch: Dispatch) -> None:
+        """The cluster's rank 0 moved (a failover): a Ray node stops and starts again, joining (or
+        being) the new head; not a restart of the job's own (it counts none)."""
+        # only where the nodes are (the runner's copy holds the job's opened secrets)
+        self.dispatch = self.dispatch.model_copy(update={"peers": dispatch.peers, "cluster": dispatch.cluster})
+        self._rejoin.set()
 
     def _status(self, state: JobState, exit_code: int | None = None, detail: str = "") -> JobStatus:
         self.state = state
@@ -113,10 +145,10 @@ class JobRunner:
 
     async def run(self) -> JobStatus:
         """Runs the job to its end (success, failure, time limit or cancel); returns the final status."""
-        refusal = self.sandbox.refusal(self.spec.image)
+        refusal = self.sandbox.refusal(self.spec.image) or (self._ray_refusal() if self.spec.ray else None)
         if refusal:
             return self._status("refused", detail=refusal)
-        if self.image is None:  # what bubblewrap would only say as its exit status 127
+        if self.image is None and not self.spec.ray:  # what bubblewrap would only say as its exit status 127
             program = self.spec.command[0] if self.spec.command else ""
             if not program or shutil.which(program, path=self._env().get("PATH")) is None:
                 return self._status("failed", detail=f"cannot start {program!r}: no such program on this node")
@@ -159,6 +191,10 @@ class JobRunner:
             outcome, code = await self._supervise(process, deadline)
             if code > 128:  # bubblewrap and the container engines report a job killed by signal N as 128 + N
                 code = 128 - code
+            if outcome == "rejoin":
+                self._rejoin.clear()
+                self._log("stderr", f"[gpunet: ray] the head moved to {self._ray_head()}: this node starts again")
+                continue
             if outcome == "cancelled":
                 return self._status("cancelled", code, self._cancel_reason)
             if outcome == "timed_out":
@@ -181,10 +217,20 @@ class JobRunner:
         ]
         exited = asyncio.create_task(process.wait())
         cancelled = asyncio.create_task(self._cancelled.wait())
+        rejoin = asyncio.create_task(self._rejoin.wait())
         timeout = None if deadline is None else max(0.0, deadline - asyncio.get_running_loop().time())
-        done, _ = await asyncio.wait({exited, cancelled}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-        outcome = "exited" if exited in done else "cancelled" if cancelled in done else "timed_out"
+        done, _ = await asyncio.wait({exited, cancelled, rejoin}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        outcome = (
+            "exited"
+            if exited in done
+            else "cancelled"
+            if cancelled in done
+            else "rejoin"
+            if rejoin in done
+            else "timed_out"
+        )
         cancelled.cancel()
+        rejoin.cancel()
         if outcome != "exited":
             await self._stop(process, exited)
         # a grandchild may still hold the pipes open: do not wait for it forever
@@ -297,6 +343,9 @@ class JobRunner:
             "LOCAL_WORLD_SIZE": "1",
             "NODE_RANK": str(d.rank),
         }
+        if self.spec.ray:
+            env["RAY_ADDRESS"] = self._ray_head()
+            env["RAY_USAGE_STATS_ENABLED"] = "0"  # nothing sent to Ray's makers from a supplier's machine
         if d.peers:
             host, _, port = d.peers[0].rpartition(":")
             master = host.strip("[]")
@@ -329,30 +378,87 @@ class JobRunner:
             | self._contract_env(str(self.dirs.checkpoint), str(self.dirs.workdir))
         )
 
+    def _reach(self, rank: int) -> ClusterPeer:
+        """How peers reach the lease's node `rank` (this one's own when the dispatch names none)."""
+        if self.dispatch.cluster:
+            return self.dispatch.cluster[rank]
+        assert self.reach is not None, "a Ray job needs this node's advertised address and ports"
+        return self.reach
+
+    def _ray_head(self) -> str:
+        head = self._reach(0)
+        assert head.ports is not None  # _ray_refusal checked it
+        return ray_endpoints(url_host(head.host), head.ports)["address"]
+
+    def _ray_refusal(self) -> str | None:
+        """Why this node cannot run the lease's Ray node, or None."""
+        if self.image is None and not ray_installed():
+            return (
+                f"this node cannot run Ray jobs: Ray {RAY_VERSION} is not installed with its worker "
+                f"(its supplier installs it with {RAY_INSTALL})"
+            )
+        for rank in {0, self.dispatch.rank}:
+            peer = self.dispatch.cluster[rank] if self.dispatch.cluster else self.reach
+            try:
+                if peer is None or peer.ports is None:
+                    raise ValueError(f"node {rank} of the lease advertises no cluster ports (an older worker)")
+                RayPorts.of(peer.ports)
+            except ValueError as e:
+                return f"a Ray cluster cannot run on this lease: {e}"
+        return None
+
+    def _command(self) -> list[str]:
+        """The job's argv: its command, or for a Ray job this node's Ray node (worker/ray_launcher.py)."""
+        if not self.spec.ray:
+            return list(self.spec.command)
+        d, own = self.dispatch, self._reach(self.dispatch.rank)
+        assert own.ports is not None
+        head = ray_endpoints(url_host(self._reach(0).host), self._reach(0).ports or own.ports)
+        config = {
+            # a host job runs the worker's own Ray; a container the image's (the same version)
+            "ray": str(Path(sys.executable).with_name("ray")) if self.image is None else "ray",
+            "start": [
+                *RayPorts.of(own.ports).start_args(host=own.host, head=None if d.rank == 0 else head["address"]),
+                f"--num-gpus={len(self.gpu_uuids)}",  # the lease's GPUs on this node only (CUDA_VISIBLE_DEVICES)
+                f"--num-cpus={self.ray_cpus}",
+                "--disable-usage-stats",
+            ],
+            "head": head["address"],
+            "is_head": d.rank == 0,
+            "dashboard": head["dashboard"],
+            "nodes": d.world_size,
+            "command": list(self.spec.command) if d.rank == 0 else [],
+        }
+        python = sys.executable if self.image is None else "python3"
+        return [python, "-c", RAY_LAUNCHER, json.dumps(config)]
+
     def _argv(self) -> list[str]:
         if self.image is None:
             return self.sandbox.host_argv(
-                list(self.spec.command),
+                self._command(),
                 self.dirs,
                 network=self._network(),
                 gpu_uuids=[] if self.simulated else self.gpu_uuids,
+                private_tmp=self.spec.ray,
             )
         return self.sandbox.container_argv(
             self.image,
-            list(self.spec.command),
+            self._command(),
             self.dirs,
             name=self._container,
             env=self.spec.env | self._contract_env("/checkpoint", "/work"),
             secrets=set(self.spec.secrets),
             gpu_uuids=[] if self.simulated else self.gpu_uuids,
             network=self._network(),
-            host_network=bool(self.dispatch.peers),
+            host_network=bool(self.dispatch.peers) or self.spec.ray,
+            private_tmp=self.spec.ray,
         )
 
     def _network(self) -> bool:
-        """Whether the job gets a network: the supplier's policy ("cluster": only a cluster's jobs)."""
+        """Whether the job gets a network: the supplier's policy ("cluster": only a cluster's jobs,
+        a Ray cluster's on one node too: its client reaches the head)."""
         policy = self.sandbox.network
-        return policy == "egress" or (policy == "cluster" and bool(self.dispatch.peers))
+        return policy == "egress" or (policy == "cluster" and (bool(self.dispatch.peers) or self.spec.ray))
 
     def _fetch_inputs(self) -> None:
         for item in self.spec.inputs:

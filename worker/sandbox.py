@@ -209,6 +209,7 @@ class Sandbox:
         gpu_uuids: list[str],
         network: bool,
         host_network: bool = False,
+        private_tmp: bool = False,
         secrets: Collection[str] = (),
     ) -> list[str]:
         """`podman run` (or `docker run`) of the job with every restriction in force. The `secrets`
@@ -219,7 +220,8 @@ class Sandbox:
         is the host's: its peers reach it at the node's advertised address on its cluster ports, and
         NCCL, gloo and Ray advertise the address they bind, which behind the bridge's NAT would be the
         container's private one. The job then also sees the host's interfaces and whatever listens on
-        the host's loopback (the supplier firewalls all but the cluster ports from outside)."""
+        the host's loopback (the supplier firewalls all but the cluster ports from outside).
+        `private_tmp`: a writable tmpfs of its own at /tmp (a Ray node's sockets and logs)."""
         assert self.engine is not None
         podman = Path(self.engine[0]).name == "podman"
         argv = [
@@ -237,6 +239,7 @@ class Sandbox:
             f"--pids-limit={self.pids_limit}",
             *([f"--memory={self.memory}"] if self.memory else []),
             f"--network={('host' if host_network else 'bridge') if network else 'none'}",
+            *(["--tmpfs", "/tmp:rw,nosuid,nodev"] if private_tmp else []),
             "-v",
             f"{dirs.workdir}:/work:rw",
             "-v",
@@ -253,7 +256,9 @@ class Sandbox:
             argv += ["-e", key if key in secrets else f"{key}={value}"]
         return [*argv, image, *command]
 
-    def host_argv(self, command: list[str], dirs: JobDirs, *, network: bool, gpu_uuids: list[str]) -> list[str]:
+    def host_argv(
+        self, command: list[str], dirs: JobDirs, *, network: bool, gpu_uuids: list[str], private_tmp: bool = False
+    ) -> list[str]:
         """bubblewrap around a host job: it sees the system directories and `host_paths` read-only,
         its own two directories writable, nothing of `hidden`; a pid namespace of its own; no
         capabilities; the host's network unless `network` is False; with real GPUs, the device nodes
@@ -299,6 +304,8 @@ class Sandbox:
         hidden = [str(p) for p in self.hidden if _under(p, bound) or any(_under(b, [p]) for b in bound)]
         for path in hidden:
             argv += ["--tmpfs", path]
+        if private_tmp:  # a writable /tmp of its own (a Ray node's sockets, whose paths must be short)
+            argv += ["--tmpfs", "/tmp"]
         for d in (dirs.workdir, dirs.checkpoint):
             argv += ["--bind", str(d), str(d)]
         for path in [*hidden, "/"]:  # bubblewrap's own root too: nothing writable but the job's dirs

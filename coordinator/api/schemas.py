@@ -410,6 +410,20 @@ JOB_VIEW = _object(
                 ),
             ],
         },
+        "ray": {
+            "description": "a Ray job's head, as the client reaches it (null: no Ray job, or its head not connected)",
+            "oneOf": [
+                {"type": "null"},
+                _object(
+                    {
+                        "head": _KEY,
+                        "address": {**_TEXT, "description": "HOST:PORT of the head's GCS (RAY_ADDRESS of a driver)"},
+                        "dashboard": {**_TEXT, "description": "the dashboard and Ray Jobs API (ray job submit)"},
+                        "client": {**_TEXT, "description": "ray://HOST:PORT of the Ray Client server"},
+                    }
+                ),
+            ],
+        },
     }
 )
 

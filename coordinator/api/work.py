@@ -47,6 +47,7 @@ from gpunet.protocol import (
     operator_message,
     request_message,
 )
+from gpunet.raycluster import ray_endpoints
 
 if TYPE_CHECKING:
     from coordinator.service import Coordinator
@@ -266,8 +267,24 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
                 "more": more,
                 # the newest checkpoint in the store (sizes; None: none yet, or only a small one)
                 "checkpoint": checkpoint,
+                "ray": ray_head(job, placement),
             }
         )
+
+    def ray_head(job: Any, placement: Any) -> dict[str, str] | None:
+        """A Ray job's head (rank 0) as the client reaches it: its node's advertised address and the
+        ports gpunet.raycluster lays out in its cluster ports. None: no Ray job, not placed, or the
+        head's worker is not connected (or advertises no usable ports)."""
+        if job is None or not json.loads(job["spec"]).get("ray") or not placement or not placement["nodes"]:
+            return None
+        head = Pubkey.from_string(placement["nodes"][0])
+        ports = coordinator.gateway.cluster_ports(head)
+        if not coordinator.gateway.online(head) or ports is None:
+            return None
+        try:
+            return {"head": str(head), **ray_endpoints(coordinator.gateway.host(head), ports)}
+        except ValueError:  # too few ports: its worker refuses the job, saying so
+            return None
 
     def redispatch(lease: str, nodes: Iterable[str]) -> None:
         """These nodes of the lease get its job again, now with what the client sealed to them."""

@@ -42,6 +42,7 @@ class Dispatch:
         self.checkpoints = checkpoints
         self.dispatched_job: dict[str, int] = {}  # lease -> the job number `shared.dispatched` is about
         self.ends_sent: dict[tuple[str, NodeKey], int] = {}  # (lease, node) -> the lease end it was last told
+        self.cluster_sent: dict[str, list[ClusterPeer]] = {}  # lease -> where its nodes were when last told
 
     def reconnected(self, node_key: NodeKey) -> None:
         """A worker reconnected: it is given its leases' jobs again (it ignores one it still runs)."""
@@ -56,6 +57,7 @@ class Dispatch:
                 leases.setdefault(share.lease, []).append(share)
             for lease in self.dispatched_job.keys() - leases.keys():  # ended, closed: forget what was sent
                 del self.dispatched_job[lease]
+                self.cluster_sent.pop(lease, None)
             for key in [k for k in self.ends_sent if k[0] not in leases]:
                 del self.ends_sent[key]
             for lease, shares in leases.items():
@@ -78,6 +80,20 @@ class Dispatch:
         logs.bind(lease=lease)
         # a share leaving a draining node is not given its job again (it was cancelled there)
         # (nor a node the scheduler already moved the share away from, before the indexer shows it)
+        keys = [s.node_key for s in shares]
+        if not all(self.link.online(k) for k in keys):
+            return  # a cluster job needs every peer's address; a single one its node
+        # how the nodes reach each other (by rank): each one's advertised address and cluster ports;
+        # MASTER_PORT is the first of rank 0's (`cluster_port` for an older worker that says none)
+        reach = [(self.link.host(k), self.link.cluster_ports(k)) for k in keys] if len(keys) > 1 else []
+        peers = [f"{host}:{ports.first if ports else self.cluster_port}" for host, ports in reach]
+        cluster = [ClusterPeer(host=host.strip("[]"), ports=ports) for host, ports in reach]
+        if job.spec.ray and self.cluster_sent.get(lease, cluster) != cluster:
+            # a node of the Ray cluster was replaced: every node hears where the others are now (the
+            # head moved: the others' Ray nodes join the new one)
+            log.info("ray.cluster_moved lease=%s head=%s", lease, peers[0] if peers else "-")
+            given.clear()
+        self.cluster_sent[lease] = cluster
         reserved = self.shared.scheduler.reservations.get(lease)
         todo = [
             s
@@ -88,14 +104,6 @@ class Dispatch:
         ]
         if not todo:
             return
-        keys = [s.node_key for s in shares]
-        if not all(self.link.online(k) for k in keys):
-            return  # a cluster job needs every peer's address; a single one its node
-        # how the nodes reach each other (by rank): each one's advertised address and cluster ports;
-        # MASTER_PORT is the first of rank 0's (`cluster_port` for an older worker that says none)
-        reach = [(self.link.host(k), self.link.cluster_ports(k)) for k in keys] if len(keys) > 1 else []
-        peers = [f"{host}:{ports.first if ports else self.cluster_port}" for host, ports in reach]
-        cluster = [ClusterPeer(host=host.strip("[]"), ports=ports) for host, ports in reach]
         restore = await jobs.checkpoint_of(conn, lease)
         sealed_keys = await jobs.sealed_checkpoint_keys(conn, lease)
         signers = await jobs.lease_node_keys(conn, lease)

@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shlex
+import subprocess
 import time
 import urllib.parse
 from datetime import UTC, datetime
@@ -44,6 +45,7 @@ from gpunet.cli.common import (
     pubkey_arg,
 )
 from gpunet.cli.waiting import what_to_change, why_not
+from gpunet.exits import Exit
 from gpunet.jobs import (
     CoordinatorError,
     job_logs,
@@ -57,6 +59,7 @@ from gpunet.limits import MAX_GPUS_PER_NODE, MAX_LEASE_GPUS
 from gpunet.market import lease_reach
 from gpunet.pda import lease_pda
 from gpunet.protocol import InputFile, JobSpec
+from gpunet.raycluster import RAY_INSTALL
 from gpunet.tokens import io_account, io_balance
 
 app = typer.Typer(help="Leases: open, job, status, watch, top up, close, show, list.", no_args_is_help=True)
@@ -533,6 +536,15 @@ def job(
     ] = None,
     secret: SecretOpt = None,
     secret_file: SecretFileOpt = None,
+    ray: Annotated[
+        bool,
+        typer.Option(
+            "--ray",
+            help="Make the lease one Ray cluster (a Ray node on each node, with its GPUs; rank 0 the head): "
+            "--command, if given, runs on the head as its driver; submit more with `gpunet lease ray LEASE -- "
+            "ray job submit ...`.",
+        ),
+    ] = False,
     coordinator: CoordinatorOpt = DEFAULT_COORDINATOR,
     url: UrlOpt = None,
     keypair: KeypairOpt = DEFAULT_KEYPAIR,
@@ -566,6 +578,7 @@ def job(
                 inputs=files,
                 time_limit_seconds=duration_arg(time_limit) if time_limit else None,
                 secrets=sorted(secrets),
+                ray=ray,
             )
         except ValidationError as e:
             raise BadInput(f"the job: {e.errors()[0]['msg']}") from None
@@ -685,6 +698,16 @@ def _checkpoint_caption(checkpoint: dict[str, Any] | None) -> str | None:
     )
 
 
+def _ray_caption(ray: dict[str, Any] | None) -> str | None:
+    """Where a Ray lease's head answers, for `lease status` (its log says what the cluster went through)."""
+    if not ray:
+        return None
+    return (
+        f"Ray: Jobs API and dashboard at {ray['dashboard']}, RAY_ADDRESS={ray['address']} (head: node "
+        f"{ray['head'][:8]}); `gpunet lease ray LEASE -- ray job submit ...`"
+    )
+
+
 @app.command("status")
 def status(
     lease: LeaseArg,
@@ -732,7 +755,10 @@ def status(
                 job,
                 "detail",
                 title=f"lease {lease}: {p.get('state', 'not seen')}  {p.get('reason', '')}",
-                caption=_checkpoint_caption(view.get("checkpoint")),
+                caption="\n".join(
+                    c for c in (_ray_caption(view.get("ray")), _checkpoint_caption(view.get("checkpoint"))) if c
+                )
+                or None,
             )
             for n in view["nodes"]:
                 t.add_row(s.link("address", n["node_key"]), n["state"], n.get("detail") or "")
@@ -848,3 +874,48 @@ def logs(
             await asyncio.sleep(FOLLOW_SECONDS)
 
     Session(url, keypair, json_output).run(command_)
+
+
+@app.command("ray")
+def ray_cli(
+    lease: LeaseArg,
+    argv: Annotated[
+        list[str], typer.Argument(help="Ray's own command, after --, e.g. -- ray job submit -- python job.py")
+    ],
+    coordinator: CoordinatorOpt = DEFAULT_COORDINATOR,
+    url: UrlOpt = None,
+    keypair: KeypairOpt = DEFAULT_KEYPAIR,
+) -> None:
+    """Run Ray's own CLI against the lease's Ray cluster (a job attached with --ray): RAY_ADDRESS and
+    RAY_API_SERVER_ADDRESS are its head's Jobs API (for `ray job submit|logs|status|list|stop`),
+    GPUNET_RAY_GCS its GCS address (`ray status --address $GPUNET_RAY_GCS` from the cluster's network).
+    Ray's CLI comes with gpunet's `ray` extra (`pip install 'gpunet\\[ray]'`). Exits with the command's
+    exit status."""
+    found: dict[str, Any] = {}
+
+    async def command_(s: Session) -> None:
+        address = pubkey_arg(lease, "lease address")
+        view = await job_view(coordinator, s.wallet, address, tail=1)
+        if not (view.get("job") or {}).get("ray"):
+            raise BadInput(
+                f"lease {address}'s job is no Ray cluster: attach one with `gpunet lease job {address} --ray`"
+            )
+        if not view.get("ray"):
+            raise CoordinatorError(
+                f"lease {address}'s Ray head is not up (placement: {(view.get('placement') or {}).get('state')}, "
+                "or its node's worker is not connected): see `gpunet lease status`"
+            )
+        found.update(view["ray"])
+
+    session = Session(url, keypair, False)
+    session.run(command_)
+    env = os.environ | {
+        "RAY_ADDRESS": found["dashboard"],
+        "RAY_API_SERVER_ADDRESS": found["dashboard"],
+        "GPUNET_RAY_GCS": found["address"],
+    }
+    try:
+        done = subprocess.run(argv, env=env, check=False)
+    except FileNotFoundError:
+        raise session.fail(Exit.BAD_INPUT, f"{argv[0]!r} is not installed here ({RAY_INSTALL} brings Ray's)") from None
+    raise typer.Exit(done.returncode)

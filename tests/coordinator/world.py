@@ -48,15 +48,21 @@ class World:
     2-GPU H100 node each, a client."""
 
     async def build(
-        self, chain: AsyncClient, home: Path, *, min_verification_tier: int = 0, inventories: list[int] | None = None
+        self,
+        chain: AsyncClient,
+        home: Path,
+        *,
+        min_verification_tier: int = 0,
+        inventories: list[int] | None = None,
+        nodes: int = 3,
     ) -> World:
         """`inventories`: per node, register the inventory hash of its worker's simulated H100s (this
-        many of them; GPU verification checks it against the worker's), else none."""
+        many of them; GPU verification checks it against the worker's), else none (for `nodes` nodes)."""
         self.chain, self.home = chain, home
         market = await Market.create(chain, usage_period_seconds=PERIOD, min_verification_tier=min_verification_tier)
         self.admin, self.mint = market.admin, market.mint
         self.suppliers: list[tuple[Keypair, Keypair]] = []
-        for i in range(3 if inventories is None else len(inventories)):
+        for i in range(nodes if inventories is None else len(inventories)):
             node_key = Keypair()
             registered = bytes(32)
             if inventories is not None:

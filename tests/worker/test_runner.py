@@ -12,8 +12,9 @@ import pytest
 from pydantic import BaseModel
 from solders.pubkey import Pubkey
 
-from gpunet.protocol import Dispatch, JobLog, JobSpec, JobStatus
+from gpunet.protocol import ClusterPeer, Dispatch, JobLog, JobSpec, JobStatus, PortRange
 from tests.worker.sandboxes import host_jobs
+from worker import runner as runner_module
 from worker.runner import JobDirs, JobRunner
 from worker.sandbox import Sandbox
 
@@ -260,3 +261,31 @@ async def test_a_container_job_s_secrets_pass_by_name_never_in_the_engine_s_argv
     assert "TOKEN" in argv and not any("hunter2" in arg for arg in argv)
     assert "MODE=train" in argv  # control: a plain value goes as before
     assert job._env()["TOKEN"] == "hunter2" and "MODE" not in job._env()
+
+
+def _ray_runner(tmp_path: Path, rec: Recorder, ports: str) -> JobRunner:
+    dispatch = Dispatch(lease=LEASE, gpus=2, job=JobSpec(ray=True))
+    return JobRunner(
+        dispatch,
+        UUIDS,
+        JobDirs.of(tmp_path / "state", dispatch),
+        simulated=True,
+        send=rec.send,
+        sandbox=host_jobs(tmp_path / "state"),
+        reach=ClusterPeer(host="127.0.0.2", ports=PortRange.parse(ports)),
+    )
+
+
+async def test_a_worker_without_ray_refuses_a_ray_job_saying_how_to_install_it(tmp_path, monkeypatch) -> None:
+    rec = Recorder()
+    monkeypatch.setattr(runner_module, "ray_installed", lambda: False)  # the package's presence, at its boundary
+    final = await _ray_runner(tmp_path, rec, "31000-31039").run()
+    assert final.state == "refused" and "pip install 'gpunet[ray]'" in final.detail, final
+    assert rec.states() == ["refused"]
+
+
+async def test_a_ray_job_on_too_few_cluster_ports_is_refused(tmp_path) -> None:
+    rec = Recorder()
+    final = await _ray_runner(tmp_path, rec, "31000-31009").run()
+    assert final.state == "refused"
+    assert "a Ray node needs at least 20 cluster ports, this node opens 31000-31009" in final.detail, final
