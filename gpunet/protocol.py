@@ -6,7 +6,7 @@ anything else is a `ProtocolError` whose message says what is wrong.
 
 Session (worker side first):
 
-    worker  -> hello{version, node_key, inventory, simulated}
+    worker  -> hello{version, node_key, inventory, simulated, advertise_addr?, cluster_ports?}
     gateway -> challenge{nonce}                      (fresh random 32 bytes per session)
     worker  -> challenge_answer{signature}           (node key over `challenge_message`)
     gateway -> welcome{heartbeat_seconds, usage_period_seconds}

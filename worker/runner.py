@@ -397,6 +397,9 @@ class JobRunner:
                 f"this node cannot run Ray jobs: Ray {RAY_VERSION} is not installed with its worker "
                 f"(its supplier installs it with {RAY_INSTALL})"
             )
+        if not self._network():
+            policy = self.sandbox.network
+            return f"this node's network policy ({policy}) gives this job no network: a Ray node needs one"
         for rank in {0, self.dispatch.rank}:
             peer = self.dispatch.cluster[rank] if self.dispatch.cluster else self.reach
             try:
@@ -413,7 +416,9 @@ class JobRunner:
             return list(self.spec.command)
         d, own = self.dispatch, self._reach(self.dispatch.rank)
         assert own.ports is not None
-        head = ray_endpoints(url_host(self._reach(0).host), self._reach(0).ports or own.ports)
+        head_reach = self._reach(0)
+        assert head_reach.ports is not None  # _ray_refusal checked it
+        head = ray_endpoints(url_host(head_reach.host), head_reach.ports)
         config = {
             # a host job runs the worker's own Ray; a container the image's (the same version)
             "ray": str(Path(sys.executable).with_name("ray")) if self.image is None else "ray",

@@ -78,7 +78,15 @@ class Deployment:
             keyfile = self.workdir / f"node-{name}.json"
             create_keypair_file(keyfile, s.node_key)
             api = self.coordinator.api_url if store else None
-            worker = WorkerProcess(self.workdir, name, keyfile, f"H100:{gpus}:80", self.coordinator.gateway_url, api)
+            worker = WorkerProcess(
+                self.workdir,
+                name,
+                keyfile,
+                f"H100:{gpus}:80",
+                self.coordinator.gateway_url,
+                api,
+                number=len(self.nodes),
+            )
             worker.start()
             self.nodes.append(Node(name, s.wallet, s.node_key, worker))
         await until(lambda: self.online(len(self.nodes)), 120, "the workers online")

@@ -1,5 +1,6 @@
 """`python -m gpunet.demo`: runs the story in a fresh directory; exit 0 when every token is
-accounted for and the audit passes."""
+accounted for and the audit passes. `python -m gpunet.demo ray`: the Ray cluster story
+(gpunet/demo/ray_story.py); exit 0 when the cluster ran a task on each node and was whole again."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from gpunet.demo.ray_story import RayDemo
 from gpunet.demo.story import Demo
 from gpunet.localnet import LocalnetError
 
@@ -18,7 +20,11 @@ def main() -> int:
     console = Console(soft_wrap=True)  # a key or signature is never cut across lines
     workdir = Path(tempfile.mkdtemp(prefix="gpunet-demo-"))
     try:
-        result = asyncio.run(Demo(workdir, console).run())
+        story = RayDemo if sys.argv[1:] == ["ray"] else Demo
+        if sys.argv[1:] not in ([], ["ray"]):
+            console.print(f"[red]demo: unknown story {' '.join(sys.argv[1:])!r} (none, or: ray)[/]")
+            return 2
+        result = asyncio.run(story(workdir, console).run())
     except (LocalnetError, RuntimeError, TimeoutError) as e:
         console.print(f"[red]demo: {e}[/]")
         return 2

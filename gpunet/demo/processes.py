@@ -94,11 +94,24 @@ class CoordinatorProcess(_Process):
 
 class WorkerProcess(_Process):
     def __init__(
-        self, workdir: Path, name: str, node_keypair: Path, gpus: str, gateway_url: str, api_url: str | None = None
+        self,
+        workdir: Path,
+        name: str,
+        node_keypair: Path,
+        gpus: str,
+        gateway_url: str,
+        api_url: str | None = None,
+        *,
+        number: int = 0,
     ) -> None:
+        """`number`: this machine's worker number: several share it, each with its own loopback
+        address (127.0.0.<2 + number>, Linux answers on all of 127/8) and 40 cluster ports, so that
+        their Ray nodes (and any cluster job's listeners) do not collide."""
         self.name = name
         # with the coordinator's API: checkpoints of any size, through its checkpoint store
         api = ["--api", api_url] if api_url else []
+        first = 30000 + 40 * (number % 800)
+        cluster = ["--advertise-addr", f"127.0.0.{2 + number % 250}", "--cluster-ports", f"{first}-{first + 39}"]
         super().__init__(
             [
                 _gpunet(),
@@ -117,10 +130,12 @@ class WorkerProcess(_Process):
                 "--host-job-path",
                 str(Path(__file__).parent),
                 *api,
+                *cluster,
             ],
             workdir / f"worker-{name}.log",
             {
                 "GPUNET_WORKER_STOP_GRACE_SECONDS": "3",
+                "GPUNET_WORKER_RAY_CPUS": "1",  # many Ray nodes on one small machine
                 # back within the coordinator's reconnect grace after it restarts
                 "GPUNET_WORKER_RECONNECT_CAP_SECONDS": "2",
             },

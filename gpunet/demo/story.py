@@ -243,7 +243,13 @@ class Demo:
             keyfile = self.workdir / f"node-{name}.json"
             create_keypair_file(keyfile, node_key)
             supplier.worker = WorkerProcess(
-                self.workdir, name, keyfile, f"H100:{gpus}:80", coordinator.gateway_url, coordinator.api_url
+                self.workdir,
+                name,
+                keyfile,
+                f"H100:{gpus}:80",
+                coordinator.gateway_url,
+                coordinator.api_url,
+                number=len(self.suppliers),
             )
             supplier.worker.start()
             self.suppliers.append(supplier)

@@ -289,3 +289,11 @@ async def test_a_ray_job_on_too_few_cluster_ports_is_refused(tmp_path) -> None:
     final = await _ray_runner(tmp_path, rec, "31000-31009").run()
     assert final.state == "refused"
     assert "a Ray node needs at least 20 cluster ports, this node opens 31000-31009" in final.detail, final
+
+
+async def test_a_ray_job_where_the_network_policy_gives_none_is_refused(tmp_path) -> None:
+    rec = Recorder()
+    job = _ray_runner(tmp_path, rec, "31000-31039")
+    job.sandbox = host_jobs(tmp_path / "state", network="none")
+    final = await job.run()
+    assert final.state == "refused" and "network policy (none) gives this job no network" in final.detail, final
