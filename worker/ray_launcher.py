@@ -57,8 +57,14 @@ if not config["is_head"]:
             break
         except OSError:
             time.sleep(0.5)
-node = subprocess.Popen([config["ray"], "start", "--block", *config["start"]], stdin=subprocess.DEVNULL)
+# Ray's own chatter goes to ray-node.log in the job's working directory (its tail comes to the job's
+# log if the node fails): the job's log keeps what happened to the cluster and the driver's output.
+chatter = open("ray-node.log", "ab")
+node = subprocess.Popen(
+    [config["ray"], "start", "--block", *config["start"]], stdin=subprocess.DEVNULL, stdout=chatter, stderr=chatter
+)
 children.append(node)
+say(f"{'head' if config['is_head'] else 'Ray node'} starting (its log: $GPUNET_WORKDIR/ray-node.log)")
 if stopping:
     stop(signal.SIGTERM, None)
 
@@ -95,5 +101,9 @@ if driver is not None and driver.poll() is None:
     driver.send_signal(signal.SIGTERM)
     driver.wait()
 if not stopping:
+    chatter.close()
+    with open("ray-node.log", "rb") as written:
+        for line in written.read().decode(errors="replace").splitlines()[-20:]:
+            print(line, flush=True)
     say(f"this Ray node stopped (ray start exited with {code})")
 sys.exit(0 if stopping else code or 1)

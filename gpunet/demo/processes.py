@@ -92,6 +92,11 @@ class CoordinatorProcess(_Process):
         raise RuntimeError(f"the coordinator did not answer on {self.api_url} in {timeout:.0f} s; see {self.log}")
 
 
+def loopback_address(number: int) -> str:
+    """The address worker `number` of this machine advertises (see WorkerProcess)."""
+    return f"127.0.0.{2 + number % 250}"
+
+
 class WorkerProcess(_Process):
     def __init__(
         self,
@@ -111,7 +116,7 @@ class WorkerProcess(_Process):
         # with the coordinator's API: checkpoints of any size, through its checkpoint store
         api = ["--api", api_url] if api_url else []
         first = 30000 + 40 * (number % 800)
-        cluster = ["--advertise-addr", f"127.0.0.{2 + number % 250}", "--cluster-ports", f"{first}-{first + 39}"]
+        cluster = ["--advertise-addr", loopback_address(number), "--cluster-ports", f"{first}-{first + 39}"]
         super().__init__(
             [
                 _gpunet(),

@@ -22,7 +22,7 @@ from solders.pubkey import Pubkey
 from gpunet import instructions as ix
 from gpunet.accounts import fetch
 from gpunet.amounts import IO
-from gpunet.demo.processes import CoordinatorProcess
+from gpunet.demo.processes import CoordinatorProcess, loopback_address
 from gpunet.demo.story import MAX_PRICE, Demo, DemoResult, short
 from gpunet.jobs import job_view
 from gpunet.keys import create_keypair_file
@@ -65,20 +65,20 @@ class RayResult(DemoResult):
 class RayDemo(Demo):
     async def _lease(self, node: LocalnetProcess, coordinator: CoordinatorProcess) -> DemoResult:
         self.console.rule("[bold]3. A client leases 4 H100s as a 2-node Ray cluster")
-        client = await self.market.client(100 * IO)
+        client = await self.market.client(500 * IO)
         keyfile = self.workdir / "client.json"
         create_keypair_file(keyfile, client.wallet)
         lease = lease_pda(client.wallet.pubkey(), 1)
         result = RayResult(lease)
-        terms = ix.LeaseTerms(1, 80, 4, ix.ANY, MAX_PRICE, 600)
+        terms = ix.LeaseTerms(1, 80, 4, ix.ANY, MAX_PRICE, 300)
         await self.market.send(
             client.wallet, [ix.open_lease(client.wallet.pubkey(), client.tokens, self.mint, 1, terms)]
         )
         opened = time.monotonic()
-        self.say(f"lease {lease}: 4 GPUs for 600 s; its job: `gpunet lease job LEASE --ray --gpus-per-node 2`")
+        self.say(f"lease {lease}: 4 GPUs for 300 s; its job: `gpunet lease job LEASE --ray --gpus-per-node 2`")
         await self._until(lambda: self._submit(coordinator, client.wallet, lease, JobSpec(ray=True)), 60, "the job")
         names = {str(s.node_key.pubkey()): s.name for s in self.suppliers}
-        ray = await self._until(lambda: self._cluster(coordinator, client.wallet, lease, 2), 180, "the Ray cluster")
+        ray = await self._until(lambda: self._cluster(coordinator, client.wallet, lease), 180, "the Ray cluster")
         view = await job_view(coordinator.api_url, client.wallet, lease, tail=1)
         placed = view["placement"]["nodes"]
         result.placed_on = [names[k] for k in placed]
@@ -104,7 +104,7 @@ class RayDemo(Demo):
         killed = time.monotonic()
         self.say(f"{victim.name}'s machine is gone (SIGKILL); the coordinator moves its share")
         await self._until(lambda: self._moved(coordinator, client.wallet, lease, placed[1]), 120, "the share moved")
-        ray = await self._until(lambda: self._cluster(coordinator, client.wallet, lease, 2), 180, "the cluster whole")
+        ray = await self._until(lambda: self._cluster(coordinator, client.wallet, lease), 180, "the cluster whole")
         now = (await job_view(coordinator.api_url, client.wallet, lease, tail=1))["placement"]["nodes"]
         result.whole_again = True
         self.say(
@@ -122,11 +122,17 @@ class RayDemo(Demo):
         self.say("the client closed the lease: the Ray nodes stopped with it, the escrow's rest came back")
         return result
 
-    async def _cluster(self, coordinator: CoordinatorProcess, client: Keypair, lease: Pubkey, nodes: int) -> Any:
-        """The lease's Ray head (the API's `ray`) once its dashboard lists `nodes` alive nodes."""
-        ray = (await job_view(coordinator.api_url, client, lease, tail=1))["ray"]
+    async def _cluster(self, coordinator: CoordinatorProcess, client: Keypair, lease: Pubkey) -> Any:
+        """The lease's Ray head (the API's `ray`) once its dashboard lists exactly the lease's nodes
+        alive (by their advertised addresses)."""
+        view = await job_view(coordinator.api_url, client, lease, tail=1)
+        ray, placement = view["ray"], view["placement"]
+        if not ray or not placement:
+            return None
+        numbers = {str(s.node_key.pubkey()): i for i, s in enumerate(self.suppliers)}
+        want = {loopback_address(numbers[k]) for k in placement["nodes"]}
         try:
-            return ray if ray and len(await asyncio.to_thread(_alive, ray["dashboard"])) >= nodes else None
+            return ray if await asyncio.to_thread(_alive, ray["dashboard"]) == want else None
         except OSError:
             return None
 

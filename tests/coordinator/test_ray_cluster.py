@@ -166,7 +166,7 @@ async def test_a_lost_head_is_replaced_and_the_driver_completes_from_its_checkpo
     async with running(settings, pool, world.admin) as coordinator:
         workers = await start_workers(world, coordinator, tmp_path, spawned, ray_env)
         spec = JobSpec(
-            ray=True, command=[sys.executable, str(JOBS / "ray_steps.py")], env={"STEPS": "40", "NODES": "3"}
+            ray=True, command=[sys.executable, str(JOBS / "ray_steps.py")], env={"STEPS": "20", "NODES": "3"}
         )
         lease, placed = await placed_lease(world, api, chain, 600, spec, gpus=6)
         await eventually(
@@ -177,14 +177,14 @@ async def test_a_lost_head_is_replaced_and_the_driver_completes_from_its_checkpo
         spare = next(k for k in world.node_keys() if k not in placed)
         workers[placed[0]].send_signal(signal.SIGKILL)
         done = await eventually(
-            lambda: line_of(api, world, lease, spare, "done: 40 steps"),
+            lambda: line_of(api, world, lease, spare, "done: 20 steps"),
             timeout=240,
             what="the driver done on the spare",
         )
-        assert done == "done: 40 steps"
+        assert done == "done: 20 steps"
         resumed = await line_of(api, world, lease, spare, "resumed from ")
         assert resumed is not None and int(resumed.split()[-1]) > 0, resumed  # from its checkpoint, not from 0
-        assert await line_of(api, world, lease, spare, "step 40 on 3 nodes")
+        assert await line_of(api, world, lease, spare, "step 20 on 3 nodes")
         ray = await eventually(lambda: ray_head(api, world, lease, spare), what="the new head's addresses")
         await eventually(
             lambda: cluster_of(ray["dashboard"], addresses(world, [spare, placed[1], placed[2]])),
