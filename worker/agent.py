@@ -196,7 +196,12 @@ class Agent:
         self.shares: dict[str, _Share] = {}  # lease -> its share of this node
         self.cluster_ports = PortRange.parse(settings.cluster_ports)
         self.advertise_addr = settings.advertise_addr or advertised_address(settings.gateway_url)
-        log.info("worker.cluster advertise_addr=%s cluster_ports=%s", self.advertise_addr, self.cluster_ports)
+        if self.advertise_addr is None:
+            log.warning(
+                "worker.no_advertise_addr", node=node.pubkey(), gateway=settings.gateway_url, fix="set --advertise-addr"
+            )
+        ports = str(self.cluster_ports)
+        log.info("worker.cluster", node=node.pubkey(), advertise_addr=self.advertise_addr, cluster_ports=ports)
         self.usage_period_seconds = settings.usage_period_seconds
         self.session = Session(
             settings.gateway_urls,
@@ -391,7 +396,7 @@ class Agent:
             assert share.runner is not None
             share.dispatch = d
             share.runner.rejoin(d)
-            log.info("ray.rejoin lease=%s head=%s", d.lease, d.peers[0] if d.peers else "-")
+            log.info("ray.rejoin", lease=d.lease, head=d.peers[0] if d.peers else None)
         elif d.cluster != share.dispatch.cluster:
             share.dispatch = share.dispatch.model_copy(update={"peers": d.peers, "cluster": d.cluster})
         # else a repeated dispatch (e.g. after a reconnect): never a second copy of the job

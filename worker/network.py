@@ -4,19 +4,17 @@ the node (the session's remote address): behind NAT or a TLS-terminating proxy t
 
 from __future__ import annotations
 
-import logging
 import socket
 from urllib.parse import urlsplit
 
 __all__ = ["advertised_address"]
 
-log = logging.getLogger("gpunet.worker.network")
-
 
 def advertised_address(gateway_url: str) -> str | None:
     """The local address the kernel would send packets to the gateway from (a UDP socket's
     `connect` picks the route and sends nothing); None when the gateway's host does not resolve or
-    has no route from here (the coordinator then falls back to the session's remote address)."""
+    has no route from here (the agent says so; the coordinator then falls back to the session's remote
+    address)."""
     parts = urlsplit(gateway_url)
     host, port = parts.hostname, parts.port or (443 if parts.scheme == "wss" else 80)
     if not host:
@@ -26,7 +24,6 @@ def advertised_address(gateway_url: str) -> str | None:
         with socket.socket(family, socket.SOCK_DGRAM) as probe:
             probe.connect(address)
             local = probe.getsockname()[0]
-    except OSError as e:
-        log.warning("worker.no_advertise_addr gateway=%s error=%s (set --advertise-addr)", gateway_url, e)
+    except OSError:
         return None
     return str(local).split("%")[0]  # an IPv6 link-local address's zone means nothing to a peer

@@ -91,7 +91,7 @@ class Dispatch:
         if job.spec.ray and self.cluster_sent.get(lease, cluster) != cluster:
             # a node of the Ray cluster was replaced: every node hears where the others are now (the
             # head moved: the others' Ray nodes join the new one)
-            log.info("ray.cluster_moved lease=%s head=%s", lease, peers[0] if peers else "-")
+            log.info("ray.cluster_moved", head=peers[0] if peers else None)  # the lease: bound above
             given.clear()
         self.cluster_sent[lease] = cluster
         reserved = self.shared.scheduler.reservations.get(lease)
