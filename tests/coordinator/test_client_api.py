@@ -30,7 +30,6 @@ from coordinator.api.openapi import openapi_document
 from coordinator.api.work import work_routes
 from coordinator.indexer.rpc import ChainRpc
 from coordinator.service import Coordinator
-from coordinator.settings import Settings
 from gpunet.checkpoint import (
     ChunkRefused,
     FileEntry,
@@ -44,7 +43,6 @@ from gpunet.checkpoint import (
 )
 from gpunet.jobs import job_logs, lease_files
 from gpunet.keys import create_keypair_file
-from gpunet.localnet import free_ports
 from gpunet.protocol import (
     REQUEST_AT_HEADER,
     REQUEST_CLOCK_SKEW_SECONDS,
@@ -58,6 +56,7 @@ from gpunet.protocol import (
 
 from .chain import Cluster
 from .conftest import eventually
+from .world import live_settings
 
 GPUNET = Path(sys.executable).with_name("gpunet")
 
@@ -80,13 +79,9 @@ async def placed_api(node, pool, database_url):
 async def serving(node, pool, database_url, assign: bool):
     async with AsyncClient(node.url, commitment=Confirmed) as chain:
         world = await Cluster().build(chain, assign=assign)
-        settings = Settings(
-            rpc_url=node.url,
-            ws_url=node.ws_url,
-            database_url=database_url,
-            poll_seconds=1.0,
-            api_port=free_ports(1)[0],
-            gateway_port=0,
+        settings = live_settings(
+            node,
+            database_url,
         )
         coordinator = await Coordinator(settings, pool, world.admin).start()
         rpc = ChainRpc(settings.rpc_url, settings.commitment)

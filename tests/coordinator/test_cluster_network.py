@@ -12,14 +12,12 @@ import pytest
 from solana.rpc.async_api import AsyncClient
 from solana.rpc.commitment import Confirmed
 
-from coordinator.settings import Settings
 from gpunet.jobs import job_view
-from gpunet.localnet import free_ports
 from gpunet.protocol import JobSpec
 from tests.worker.sandboxes import JOBS
 
 from .conftest import eventually
-from .world import World, cluster_env, placed_lease, running, start_workers
+from .world import World, cluster_env, live_settings, placed_lease, running, start_workers
 
 
 @pytest.fixture
@@ -41,14 +39,9 @@ async def test_a_two_node_cluster_job_rendezvouses_through_the_advertised_addres
     node, chain, pool, database_url, tmp_path, spawned
 ) -> None:
     world = await World().build(chain, tmp_path)
-    settings = Settings(
-        rpc_url=node.url,
-        ws_url=node.ws_url,
-        database_url=database_url,
-        poll_seconds=1.0,
-        api_port=free_ports(1)[0],
-        gateway_port=0,
-        heartbeat_seconds=0.5,
+    settings = live_settings(
+        node,
+        database_url,
     )
     api = f"http://127.0.0.1:{settings.api_port}"
     async with running(settings, pool, world.admin) as coordinator:

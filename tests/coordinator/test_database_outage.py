@@ -25,14 +25,12 @@ from solana.rpc.commitment import Confirmed
 from coordinator.db import connect_pool
 from coordinator.db.embedded import EmbeddedPostgres
 from coordinator.db.migrate import migrate
-from coordinator.settings import Settings
 from gpunet.accounts import fetch
-from gpunet.localnet import free_ports
 from gpunet.pda import provider_pda
 from gpunet.protocol import JobSpec
 
 from .conftest import eventually
-from .world import JOB, World, closed, running, running_lease, start_workers
+from .world import JOB, World, closed, live_settings, running, running_lease, start_workers
 
 STEPS = 60
 
@@ -116,14 +114,9 @@ async def test_a_database_crash_loses_nothing_reruns_nothing_and_the_lease_close
     async with pool.acquire() as conn:
         await migrate(conn)
     world = await World().build(chain, tmp_path)
-    settings = Settings(
-        rpc_url=node.url,
-        ws_url=node.ws_url,
-        database_url=postgres.url,
-        poll_seconds=1.0,
-        api_port=free_ports(1)[0],
-        gateway_port=0,
-        heartbeat_seconds=0.5,
+    settings = live_settings(
+        node,
+        postgres.url,
         lost_after_seconds=2.0,
         settle_seconds=1,
         settle_interval_seconds=0,  # every receipt as it comes (production: hourly)

@@ -20,7 +20,6 @@ from gpunet import instructions as ix
 from gpunet.accounts import fetch
 from gpunet.client import send_and_confirm
 from gpunet.jobs import job_view
-from gpunet.localnet import free_ports
 from gpunet.pda import lease_pda, node_pda, provider_pda
 from gpunet.protocol import JobSpec
 
@@ -30,6 +29,7 @@ from .world import (
     PRICE,
     World,
     all_running,
+    live_settings,
     placed_view,
     resumed_on,
     running,
@@ -47,14 +47,9 @@ async def chain(node):
 
 
 def _settings(node, database_url: str) -> Settings:
-    return Settings(
-        rpc_url=node.url,
-        ws_url=node.ws_url,
-        database_url=database_url,
-        poll_seconds=1.0,
-        api_port=free_ports(1)[0],
-        gateway_port=0,
-        heartbeat_seconds=0.5,
+    return live_settings(
+        node,
+        database_url,
         lost_after_seconds=3.0,
         settle_seconds=1,
         settle_interval_seconds=0,  # every receipt as it comes (production: hourly)

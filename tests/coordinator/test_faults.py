@@ -21,7 +21,6 @@ from solders.pubkey import Pubkey
 from coordinator.settings import Settings
 from gpunet.accounts import fetch
 from gpunet.audit import audit_provider
-from gpunet.localnet import free_ports
 from gpunet.pda import node_pda, provider_pda
 from gpunet.protocol import JobSpec
 from tests.worker.sandboxes import job_pid
@@ -31,6 +30,7 @@ from .world import (
     JOB,
     World,
     all_running,
+    live_settings,
     resumed_on,
     running,
     running_lease,
@@ -61,14 +61,9 @@ async def _refused_reports(pool) -> list[str]:
 
 
 def _settings(node, database_url: str) -> Settings:
-    return Settings(
-        rpc_url=node.url,
-        ws_url=node.ws_url,
-        database_url=database_url,
-        poll_seconds=1.0,
-        api_port=free_ports(1)[0],
-        gateway_port=0,
-        heartbeat_seconds=0.5,
+    return live_settings(
+        node,
+        database_url,
         lost_after_seconds=LOST_AFTER,
         settle_seconds=1,
         settle_interval_seconds=0,  # every receipt as it comes (production: hourly)

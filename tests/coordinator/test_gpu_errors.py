@@ -20,12 +20,11 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from coordinator.settings import Settings
 from gpunet.localnet import free_ports
 from worker.simulate import FAULTS_ENV
 
 from .conftest import eventually
-from .world import World, running, start_worker
+from .world import World, live_settings, running, start_worker
 
 
 def _gpu_errors(text: str) -> dict[tuple[str, str], float]:
@@ -55,14 +54,9 @@ async def test_an_injected_xid_and_ecc_errors_reach_the_metrics_the_coordinator_
     node, chain, pool, database_url, tmp_path, spawned
 ) -> None:
     world = await World().build(chain, tmp_path)
-    settings = Settings(
-        rpc_url=node.url,
-        ws_url=node.ws_url,
-        database_url=database_url,
-        poll_seconds=1.0,
-        api_port=free_ports(1)[0],
-        gateway_port=0,
-        heartbeat_seconds=0.5,
+    settings = live_settings(
+        node,
+        database_url,
     )
     api = f"http://127.0.0.1:{settings.api_port}"
     keys = world.node_keys()[:2]

@@ -18,12 +18,10 @@ from solana.rpc.async_api import AsyncClient
 from solana.rpc.commitment import Confirmed
 from solders.pubkey import Pubkey
 
-from coordinator.settings import Settings
 from gpunet import instructions as ix
 from gpunet.accounts import fetch
 from gpunet.audit import audit_lease
 from gpunet.client import send_and_confirm
-from gpunet.localnet import free_ports
 from gpunet.pda import lease_pda, lease_vault_pda, node_pda
 from gpunet.protocol import JobSpec
 
@@ -34,6 +32,7 @@ from .world import (
     World,
     all_running,
     closed,
+    live_settings,
     placed_view,
     resumed_on,
     running,
@@ -56,14 +55,9 @@ async def test_a_cluster_lease_survives_a_lost_worker_and_every_token_is_account
     node, chain, pool, database_url, tmp_path, spawned
 ) -> None:
     world = await World().build(chain, tmp_path)
-    settings = Settings(
-        rpc_url=node.url,
-        ws_url=node.ws_url,
-        database_url=database_url,
-        poll_seconds=1.0,
-        api_port=free_ports(1)[0],
-        gateway_port=0,
-        heartbeat_seconds=0.5,
+    settings = live_settings(
+        node,
+        database_url,
         lost_after_seconds=3,
         settle_seconds=1,
         settle_interval_seconds=0,  # every receipt as it comes (production: hourly)

@@ -21,12 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.settings import Settings
 from gpunet import logs
-from gpunet.localnet import free_ports
 
 from .conftest import eventually
-from .world import World, running, running_lease, start_worker
+from .world import World, live_settings, running, running_lease, start_worker
 
 # "2026-01-01T00:00:00.000000Z [info     ] lease.placed    [gpunet.coordinator.placement] lease=... nodes=..."
 HUMAN = re.compile(r"^(\S+) \[(\w+)\s*\] (.+?)\s+\[([\w.]+)\](.*)$")
@@ -142,14 +140,9 @@ async def test_a_real_placement_logs_its_lease_and_the_workers_their_node(
 ) -> None:
     caplog.set_level(logging.INFO)
     world = await World().build(chain, tmp_path)
-    settings = Settings(
-        rpc_url=node.url,
-        ws_url=node.ws_url,
-        database_url=database_url,
-        poll_seconds=1.0,
-        api_port=free_ports(1)[0],
-        gateway_port=0,
-        heartbeat_seconds=0.5,
+    settings = live_settings(
+        node,
+        database_url,
         settle_seconds=1,
     )
     api = f"http://127.0.0.1:{settings.api_port}"

@@ -26,7 +26,7 @@ from worker.simulate import SimulatedGpus
 
 from .conftest import eventually
 from .test_openapi_responses import _check
-from .world import World, running, running_lease, start_worker
+from .world import World, live_settings, running, running_lease, start_worker
 
 
 @pytest.fixture
@@ -69,14 +69,9 @@ async def test_metrics_move_with_placements_failovers_and_slashes_and_telemetry_
     node, chain, pool, database_url, tmp_path, spawned
 ) -> None:
     world = await World().build(chain, tmp_path)
-    settings = Settings(
-        rpc_url=node.url,
-        ws_url=node.ws_url,
-        database_url=database_url,
-        poll_seconds=1.0,
-        api_port=free_ports(1)[0],
-        gateway_port=0,
-        heartbeat_seconds=0.5,
+    settings = live_settings(
+        node,
+        database_url,
         lost_after_seconds=2.0,
         settle_seconds=1,
         settle_interval_seconds=0,

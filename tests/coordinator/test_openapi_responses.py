@@ -27,7 +27,6 @@ from coordinator.db import nodes, verifications
 from coordinator.db.verifications import Verdict
 from coordinator.indexer.rpc import ChainRpc
 from coordinator.service import Coordinator
-from coordinator.settings import Settings
 from coordinator.state import Telemetry
 from gpunet.checkpoint import (
     FileEntry,
@@ -39,7 +38,6 @@ from gpunet.checkpoint import (
     sign_manifest,
     signed_headers,
 )
-from gpunet.localnet import free_ports
 from gpunet.protocol import (
     CheckpointFile,
     GpuTelemetry,
@@ -52,6 +50,7 @@ from gpunet.secrets import seal
 from gpunet.testbed import Market
 
 from .conftest import eventually
+from .world import live_settings
 
 _PAGES = ("/providers", "/nodes", "/leases", "/settlements", "/slashes", "/stake_changes", "/events")
 
@@ -63,13 +62,9 @@ async def served(node, market: Market, pool, database_url):
     world = await market.every_event_kind()
     client = await market.client()
     waiting = await market.open_lease(client, 2, gpus=2)
-    settings = Settings(
-        rpc_url=node.url,
-        ws_url=node.ws_url,
-        database_url=database_url,
-        poll_seconds=1.0,
-        api_port=free_ports(1)[0],
-        gateway_port=0,
+    settings = live_settings(
+        node,
+        database_url,
     )
     coordinator = await Coordinator(settings, pool, market.attester).start()
     rpc = ChainRpc(settings.rpc_url, settings.commitment)

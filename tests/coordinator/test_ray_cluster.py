@@ -23,12 +23,11 @@ from solana.rpc.commitment import Confirmed
 from coordinator.settings import Settings
 from gpunet.jobs import job_view
 from gpunet.keys import create_keypair_file
-from gpunet.localnet import free_ports
 from gpunet.protocol import JobSpec
 from tests.worker.sandboxes import JOBS
 
 from .conftest import eventually
-from .world import World, cluster_env, placed_lease, running, start_workers
+from .world import World, cluster_env, live_settings, placed_lease, running, start_workers
 
 pytestmark = pytest.mark.timeout(420)
 
@@ -92,14 +91,9 @@ async def chain(node):
 
 
 def _settings(node, database_url) -> Settings:
-    return Settings(
-        rpc_url=node.url,
-        ws_url=node.ws_url,
-        database_url=database_url,
-        poll_seconds=1.0,
-        api_port=free_ports(1)[0],
-        gateway_port=0,
-        heartbeat_seconds=0.5,
+    return live_settings(
+        node,
+        database_url,
         lost_after_seconds=3,
     )
 

@@ -21,18 +21,16 @@ import pytest
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
-from coordinator.settings import Settings
 from gpunet import instructions as ix
 from gpunet.accounts import fetch
 from gpunet.client import send_and_confirm
 from gpunet.jobs import job_view
 from gpunet.keys import create_keypair_file
-from gpunet.localnet import free_ports
 from gpunet.pda import lease_pda, node_pda
 from gpunet.protocol import JobSpec
 
 from .conftest import eventually
-from .world import PRICE, World, closed, running, settlement_events, start_worker, submitted, truly
+from .world import PRICE, World, closed, live_settings, running, settlement_events, start_worker, submitted, truly
 
 GPUS, DURATION, TOP_UP = 2, 40, 6
 GPUNET = str(Path(sys.executable).with_name("gpunet"))
@@ -69,14 +67,9 @@ async def test_a_lease_pays_for_its_reserved_gpus_whether_or_not_a_job_runs(
     node, chain, pool, database_url, tmp_path
 ) -> None:
     world = await World().build(chain, tmp_path)
-    settings = Settings(
-        rpc_url=node.url,
-        ws_url=node.ws_url,
-        database_url=database_url,
-        poll_seconds=1.0,
-        api_port=free_ports(1)[0],
-        gateway_port=0,
-        heartbeat_seconds=0.5,
+    settings = live_settings(
+        node,
+        database_url,
         settle_seconds=1,
         settle_interval_seconds=0,  # every receipt as it comes (production: hourly)
         settle_min_amount=0,

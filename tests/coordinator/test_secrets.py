@@ -27,13 +27,12 @@ from gpunet import instructions as ix
 from gpunet.client import send_and_confirm
 from gpunet.jobs import job_view, seal_missing_secrets, submit_secrets
 from gpunet.keys import create_keypair_file
-from gpunet.localnet import free_ports
 from gpunet.pda import lease_pda
 from gpunet.protocol import JobSpec, sign_request
 from gpunet.secrets import seal
 
 from .conftest import eventually
-from .world import PRICE, World, placed_view, running, start_workers, submitted
+from .world import PRICE, World, live_settings, placed_view, running, start_workers, submitted
 
 GPUNET = str(Path(sys.executable).with_name("gpunet"))
 SECRET = "s3cret-token-Zq8xW2"  # the plaintext looked for everywhere
@@ -54,14 +53,9 @@ async def chain(node):
 
 
 def _settings(node, database_url: str) -> Settings:
-    return Settings(
-        rpc_url=node.url,
-        ws_url=node.ws_url,
-        database_url=database_url,
-        poll_seconds=1.0,
-        api_port=free_ports(1)[0],
-        gateway_port=0,
-        heartbeat_seconds=0.5,
+    return live_settings(
+        node,
+        database_url,
         lost_after_seconds=2.0,
         settle_seconds=1,
         settle_interval_seconds=0,  # every receipt as it comes (production: hourly)

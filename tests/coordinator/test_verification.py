@@ -23,23 +23,17 @@ from gpunet import instructions as ix
 from gpunet.accounts import fetch
 from gpunet.client import send_and_confirm
 from gpunet.jobs import job_view, node_verifications
-from gpunet.localnet import free_ports
 from gpunet.pda import lease_pda, node_pda
 from gpunet.protocol import JobSpec
 
 from .conftest import eventually
-from .world import JOB, PRICE, World, placed_view, running, start_worker, submitted
+from .world import JOB, PRICE, World, live_settings, placed_view, running, start_worker, submitted
 
 
 def _settings(node, database_url: str) -> Settings:
-    return Settings(
-        rpc_url=node.url,
-        ws_url=node.ws_url,
-        database_url=database_url,
-        poll_seconds=1.0,
-        api_port=free_ports(1)[0],
-        gateway_port=0,
-        heartbeat_seconds=0.5,
+    return live_settings(
+        node,
+        database_url,
         lost_after_seconds=5.0,
         settle_seconds=1,
         settle_interval_seconds=0,  # every receipt as it comes (production: hourly)

@@ -30,6 +30,7 @@ from gpunet.client import send_and_confirm
 from gpunet.history import transactions_of
 from gpunet.jobs import CoordinatorError, job_view, submit_job
 from gpunet.keys import create_keypair_file
+from gpunet.localnet import free_ports
 from gpunet.pda import lease_pda
 from gpunet.protocol import JobSpec
 from gpunet.testbed import Market
@@ -76,6 +77,18 @@ class World:
 
     def node_keys(self) -> list[str]:
         return [str(k.pubkey()) for _, k in self.suppliers]
+
+
+def live_settings(node, database_url: str, **overrides: object) -> Settings:
+    """A coordinator's settings for a test with real workers: its API on a free port, the gateway on
+    any, and the chain polled and heartbeats sent fast enough for a test to watch them."""
+    defaults: dict[str, object] = {
+        "poll_seconds": 1.0,
+        "api_port": free_ports(1)[0],
+        "gateway_port": 0,
+        "heartbeat_seconds": 0.5,
+    }
+    return Settings(rpc_url=node.url, ws_url=node.ws_url, database_url=database_url, **{**defaults, **overrides})
 
 
 @contextlib.asynccontextmanager
