@@ -137,7 +137,7 @@ def run(
         None,
         "--allow-host-jobs",
         help="Run jobs without an image (and no --default-image) as host processes inside bubblewrap "
-        "[env GPUNET_WORKER_ALLOW_HOST_JOBS; default: containers only].",
+        "[GPUNET_WORKER_ALLOW_HOST_JOBS; default: containers only].",
     ),
     default_image: str = typer.Option(
         None, "--default-image", help="The container image of a job that names none [GPUNET_WORKER_DEFAULT_IMAGE]."
