@@ -27,7 +27,7 @@ from starlette.routing import Route
 from coordinator.api.params import BadRequest, Param, parse_pubkey, parse_query
 from coordinator.checkpoints import TooLargeToServe, checkpoint_routes, latest_sealed
 from coordinator.db import chain as indexed
-from coordinator.db import jobs
+from coordinator.db import jobs, requests
 from coordinator.db import leases as ledger
 from coordinator.db.connection import Connection
 from coordinator.jobs import job_over, job_progress
@@ -436,8 +436,6 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
             }
         )
 
-    seen: dict[str, float] = {}  # request signatures already answered -> their time in s (pruned past the window)
-
     async def authorize(
         conn: Connection, request: Request, lease: str, body: bytes, *, suppliers: bool
     ) -> Response | None:
@@ -473,17 +471,16 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
             return _error(404, f"lease {lease} is not indexed (yet): retry in a moment")
         if wallet != row["client"] and not (suppliers and await jobs.supplies_lease(conn, lease, wallet)):
             return _error(401, f"wallet {wallet} is not {who}")
-        now = time.time()
-        for old in [k for k, t in seen.items() if t < now - REQUEST_CLOCK_SKEW_SECONDS]:
-            del seen[old]  # older requests are refused as stale anyway
         at = at_ms / 1000
-        if abs(now - at) > REQUEST_CLOCK_SKEW_SECONDS or str(signature) in seen:
+        # The replay guard is in the ledger: a signature answered by one replica is refused by all.
+        if abs(time.time() - at) > REQUEST_CLOCK_SKEW_SECONDS or not await requests.first_use(
+            conn, str(signature), at, REQUEST_CLOCK_SKEW_SECONDS
+        ):
             return _error(
                 401,
                 f"a stale or replayed request (sign a fresh one: {REQUEST_AT_HEADER} within "
                 f"{REQUEST_CLOCK_SKEW_SECONDS} s of the coordinator's clock)",
             )
-        seen[str(signature)] = at
         return None
 
     async def files(request: Request) -> Response:

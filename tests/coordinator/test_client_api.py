@@ -79,10 +79,7 @@ async def placed_api(node, pool, database_url):
 async def serving(node, pool, database_url, assign: bool):
     async with AsyncClient(node.url, commitment=Confirmed) as chain:
         world = await Cluster().build(chain, assign=assign)
-        settings = live_settings(
-            node,
-            database_url,
-        )
+        settings = live_settings(node, database_url)
         coordinator = await Coordinator(settings, pool, world.admin).start()
         rpc = ChainRpc(settings.rpc_url, settings.commitment)
         server = uvicorn.Server(
@@ -794,3 +791,19 @@ async def test_a_supplier_whose_nodes_the_lease_is_not_on_reads_nothing(api) -> 
     assert response.status_code == 401 and set(response.json()) == {"error"} and "plain-value" not in response.text
     assert "is not the lease's client or a supplier of its nodes" in response.json()["error"]
     assert (await _view(http, world.client_wallet, world.lease))["job"]["env"] == {"K": "plain-value"}  # control
+
+
+async def test_a_signature_answered_by_one_replica_is_refused_by_another(api) -> None:
+    """Replicas share the replay guard (the ledger's): a signed request answered by one API is a
+    replay at any other; a fresh signature is answered by either (the control)."""
+    http, world, pool, coordinator = api
+    lease, url = world.lease, f"/leases/{world.lease}/files"
+    other_api = create_app(pool, ChainRpc(coordinator.settings.rpc_url), coordinator.settings, work_routes(coordinator))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=other_api), base_url="http://replica-b") as other:
+        answered = _signed_files(lease, world.client_wallet)
+        first = await http.get(url, headers=answered)
+        assert first.status_code == 404 and "has no checkpoint yet" in first.json()["error"]
+        replayed = await other.get(url, headers=answered)
+        assert replayed.status_code == 401 and "stale or replayed" in replayed.json()["error"]
+        fresh = await other.get(url, headers=_signed_files(lease, world.client_wallet))
+        assert fresh.status_code == 404 and "has no checkpoint yet" in fresh.json()["error"]

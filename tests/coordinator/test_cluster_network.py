@@ -39,10 +39,7 @@ async def test_a_two_node_cluster_job_rendezvouses_through_the_advertised_addres
     node, chain, pool, database_url, tmp_path, spawned
 ) -> None:
     world = await World().build(chain, tmp_path)
-    settings = live_settings(
-        node,
-        database_url,
-    )
+    settings = live_settings(node, database_url)
     api = f"http://127.0.0.1:{settings.api_port}"
     async with running(settings, pool, world.admin) as coordinator:
         await start_workers(world, coordinator, tmp_path, spawned)

@@ -54,10 +54,7 @@ async def test_an_injected_xid_and_ecc_errors_reach_the_metrics_the_coordinator_
     node, chain, pool, database_url, tmp_path, spawned
 ) -> None:
     world = await World().build(chain, tmp_path)
-    settings = live_settings(
-        node,
-        database_url,
-    )
+    settings = live_settings(node, database_url)
     api = f"http://127.0.0.1:{settings.api_port}"
     keys = world.node_keys()[:2]
     faults = [tmp_path / f"faults{i}.jsonl" for i in range(2)]  # the second worker's stays empty: the control

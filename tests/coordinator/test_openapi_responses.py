@@ -62,10 +62,7 @@ async def served(node, market: Market, pool, database_url):
     world = await market.every_event_kind()
     client = await market.client()
     waiting = await market.open_lease(client, 2, gpus=2)
-    settings = live_settings(
-        node,
-        database_url,
-    )
+    settings = live_settings(node, database_url)
     coordinator = await Coordinator(settings, pool, market.attester).start()
     rpc = ChainRpc(settings.rpc_url, settings.commitment)
     server = uvicorn.Server(
