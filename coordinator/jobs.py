@@ -7,10 +7,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from coordinator.keys import NodeKey
+from gpunet.protocol import JOB_ENDED
 
-__all__ = ["TERMINAL", "job_over", "job_progress"]
-
-TERMINAL = frozenset({"succeeded", "failed", "cancelled", "timed_out", "refused"})
+__all__ = ["job_over", "job_progress"]
 
 
 def job_over(states: Mapping[NodeKey, str], nodes: Iterable[NodeKey]) -> bool:
@@ -21,8 +20,8 @@ def job_over(states: Mapping[NodeKey, str], nodes: Iterable[NodeKey]) -> bool:
     nodes = list(nodes)
     # A job cancelled on a node that no longer holds the lease was stopped because its share moved
     # away (a drain, or a lost node that came back), not because the job ended: it counts for nothing.
-    ended = any(s in TERMINAL and (n in nodes or s != "cancelled") for n, s in states.items())
-    return ended and all(n not in states or states[n] in TERMINAL for n in nodes)
+    ended = any(s in JOB_ENDED and (n in nodes or s != "cancelled") for n, s in states.items())
+    return ended and all(n not in states or states[n] in JOB_ENDED for n in nodes)
 
 
 def job_progress(states: Mapping[NodeKey, str], nodes: Iterable[NodeKey]) -> str:

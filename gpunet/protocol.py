@@ -474,6 +474,8 @@ JobState = Literal[
     "timed_out",
     "refused",
 ]
+# A job's last states: nothing follows them on that node but a new job (or the same one restarted by failover).
+JOB_ENDED: frozenset[JobState] = frozenset({"succeeded", "failed", "cancelled", "timed_out", "refused"})
 
 
 class JobStatus(_Recorded):

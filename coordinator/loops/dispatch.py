@@ -15,12 +15,12 @@ from coordinator.db import jobs
 from coordinator.db import leases as ledger
 from coordinator.db.connection import Connection
 from coordinator.gateway import NodeOffline
-from coordinator.jobs import TERMINAL, job_over
+from coordinator.jobs import job_over
 from coordinator.keys import NodeKey
 from coordinator.state import Shared, WorkerLink
 from gpunet import logs
 from gpunet.logs import get_logger
-from gpunet.protocol import ClusterPeer, LeaseEnd
+from gpunet.protocol import JOB_ENDED, ClusterPeer, LeaseEnd
 from gpunet.protocol import Dispatch as DispatchMessage
 
 __all__ = ["Dispatch"]
@@ -115,7 +115,7 @@ class Dispatch:
         for s in todo:
             # a node that ran the job to its end (before its agent restarted) holds the share without
             # running it again; so does one that takes a share over after the end
-            ended = over or states.get(s.node_key) in TERMINAL
+            ended = over or states.get(s.node_key) in JOB_ENDED
             message = DispatchMessage(
                 lease=lease,
                 gpus=s.gpus,

@@ -16,7 +16,6 @@ from coordinator.db import jobs, usage
 from coordinator.db import leases as ledger
 from coordinator.db.connection import Connection
 from coordinator.gateway import NodeOffline
-from coordinator.jobs import TERMINAL
 from coordinator.keys import NodeKey
 from coordinator.leader import Fence
 from coordinator.loops.moves import move_share
@@ -25,7 +24,7 @@ from coordinator.state import DrainMove, Shared, WorkerLink
 from coordinator.view import FleetView
 from gpunet import logs
 from gpunet.logs import get_logger
-from gpunet.protocol import Cancel
+from gpunet.protocol import JOB_ENDED, Cancel
 
 __all__ = ["RELEASE_WAIT_SECONDS", "SETTLE_WAIT_SECONDS", "Drain"]
 
@@ -59,7 +58,7 @@ class Drain:
 
     def job_ended(self, node_key: NodeKey, lease: str, state: str) -> None:
         """The job of a share leaving the node reported its end there (after the cancel)."""
-        if state in TERMINAL and (move := self.shared.drains.get((lease, node_key))) is not None:
+        if state in JOB_ENDED and (move := self.shared.drains.get((lease, node_key))) is not None:
             move.stopped = True
 
     def heartbeat(self, node_key: NodeKey, claimed: frozenset[str]) -> None:

@@ -25,6 +25,7 @@ from gpunet.accounts import fetch
 from gpunet.logs import get_logger
 from gpunet.pda import node_pda
 from gpunet.protocol import (
+    JOB_ENDED,
     Ack,
     Cancel,
     Checkpoint,
@@ -110,6 +111,8 @@ class WorkerMessages:
     async def job_status(self, node_key: NodeKey, status: JobStatus) -> None:
         if await self._record_job_event(node_key, status):
             self.drain.job_ended(node_key, status.lease, status.state)
+            if status.state in JOB_ENDED:  # the log cap's count starts again with the next job's lines
+                self._lines_since_cap.pop(status.lease, None)
 
     async def job_log(self, node_key: NodeKey, line: JobLog) -> None:
         if not await self._record_job_event(node_key, line):

@@ -58,7 +58,7 @@ from gpunet.jobs import (
 from gpunet.limits import MAX_GPUS_PER_NODE, MAX_LEASE_GPUS
 from gpunet.market import lease_reach
 from gpunet.pda import lease_pda
-from gpunet.protocol import InputFile, JobSpec
+from gpunet.protocol import JOB_ENDED, InputFile, JobSpec
 from gpunet.raycluster import RAY_INSTALL
 from gpunet.tokens import io_account, io_balance
 
@@ -624,14 +624,11 @@ async def _seal_once_placed(coordinator: str, s: Session, address: Any, secrets:
         await asyncio.sleep(FOLLOW_SECONDS)
 
 
-FINISHED = frozenset({"succeeded", "failed", "cancelled", "timed_out", "refused"})  # a job's last states
-
-
 def _ended(view: dict[str, Any], cursor: int) -> bool:
     """The job ended on every node it reached, and every log line up to the last is printed."""
     states = [n["state"] for n in view["nodes"]]
     return (
-        bool(states) and all(s in FINISHED for s in states) and (not view["logs"] or view["logs"][-1]["id"] <= cursor)
+        bool(states) and all(s in JOB_ENDED for s in states) and (not view["logs"] or view["logs"][-1]["id"] <= cursor)
     )
 
 

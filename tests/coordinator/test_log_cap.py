@@ -3,6 +3,8 @@ printing without end cannot fill the database), cutting now and then; statuses a
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
@@ -49,3 +51,18 @@ async def test_the_workers_lines_are_cut_to_the_cap_as_they_come(pool) -> None:
     # cut every 7th line (the cap, under CAP_EVERY) to the newest 7: at the 14th, to 7..13; then 14..19 come
     assert lines == [f"step {n}" for n in range(7, 20)]
     assert len(lines) < 20
+
+
+async def test_a_jobs_end_forgets_its_lease_line_count(pool) -> None:
+    """The count of lines since the last cut is kept per lease while its job runs, not for the
+    process's life: a job's last status drops it (the control: a lease still running keeps its own)."""
+    drain = SimpleNamespace(job_ended=lambda *_: None)
+    workers = WorkerMessages(pool, None, None, None, None, None, None, drain, None, log_lines_per_lease=7)  # type: ignore[arg-type]
+    node, ended, running = Keypair().pubkey(), str(Pubkey.new_unique()), str(Pubkey.new_unique())
+    for lease in (ended, running):
+        await workers.job_status(node, JobStatus(simulated=True, lease=lease, state="running"))
+        for n in range(3):
+            await workers.job_log(node, _line(lease, n))
+    await workers.job_status(node, JobStatus(simulated=True, lease=ended, state="succeeded"))
+    assert ended not in workers._lines_since_cap
+    assert workers._lines_since_cap[running] == 3
