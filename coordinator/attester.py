@@ -28,10 +28,13 @@ from gpunet import instructions as ix
 from gpunet.accounts import AccountError, fetch, fetch_config
 from gpunet.audit import evidence_hash  # the auditors' hash: what goes on chain for a slash
 from gpunet.client import TransactionExpired, send_and_confirm
+from gpunet.logs import get_logger
 from gpunet.pda import node_pda
 from gpunet.tokens import io_account
 
 __all__ = ["Attester", "Intend", "evidence_hash", "require_listed"]
+
+log = get_logger("gpunet.coordinator.attester")
 
 Intend = Callable[[str, str], Awaitable[None]]
 """Records a decision (kind, subject) before it is sent; raises when this process may not decide
@@ -128,19 +131,23 @@ class Attester:
     async def slash(
         self, node_key: Pubkey, fault: str, evidence: dict[str, Any], lease: Pubkey | None = None
     ) -> Signature | None:
-        """Slashes the node's provider for `fault`; with `lease`, the client's share goes to its client."""
+        """Slashes the node's provider for `fault`; with `lease`, the client's share goes to its client.
+        None, sending nothing, when the node is jailed already: one slash per jailing (the program
+        refuses a second, and a loop that noticed another fault of the same node must not retry it)."""
         config = await fetch_config(self.client)
         node = await fetch(self.client, node_pda(node_key), "Node")
+        if node.jailed:
+            log.info("slash.skipped", node=node_key, fault=fault, reason="the node is jailed already")
+            return None
         authority = (await fetch(self.client, node.provider, "Provider")).authority
         victim = None
         if lease is not None:
             client = (await fetch(self.client, lease, "Lease")).client
             victim = (lease, io_account(client, config.io_mint))
         digest = evidence_hash(evidence)
-        jailed_before = node.jailed
 
         async def landed() -> bool:
-            return not jailed_before and (await fetch(self.client, node_pda(node_key), "Node")).jailed
+            return (await fetch(self.client, node_pda(node_key), "Node")).jailed
 
         sig = await self._retry(
             ("slash", f"{node_key} {fault}"),

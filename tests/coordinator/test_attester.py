@@ -68,6 +68,12 @@ async def test_slash_with_evidence_then_reassign(three_nodes) -> None:
     [event] = [e for e in events_of_transaction(json.loads(tx.value.to_json())) if e.name == "ProviderSlashed"]
     assert bytes(event.data.evidence_hash) == evidence_hash(evidence) and event.data.to_client > 0
     assert (await fetch(c.client, node_pda(c.share(0).node_key), "Node")).jailed
+    # Another fault of the jailed node (its verification, say) sends nothing: one slash per jailing.
+    provider = (await fetch(c.client, node_pda(c.share(0).node_key), "Node")).provider
+    slashed_once = (await fetch(c.client, provider, "Provider")).slashed
+    assert slashed_once > 0
+    assert await attester.slash(c.share(0).node_key, "FailedVerification", evidence) is None
+    assert (await fetch(c.client, provider, "Provider")).slashed == slashed_once
 
     sig = await attester.reassign(c.lease, c.share(0).node_key, c.share(2))
     lease = await fetch(c.client, c.lease, "Lease")
