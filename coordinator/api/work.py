@@ -29,6 +29,7 @@ from coordinator.checkpoints import TooLargeToServe, checkpoint_routes, latest_s
 from coordinator.db import chain as indexed
 from coordinator.db import jobs, requests
 from coordinator.db import leases as ledger
+from coordinator.db import nodes as node_rows  # `nodes` names lists of node keys here
 from coordinator.db.connection import Connection
 from coordinator.jobs import job_over, job_progress
 from coordinator.scheduler import LeaseRequest, NotPlaced, Placement, Scheduler, SchedulerError
@@ -248,6 +249,7 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
             job, placement, statuses, logs, more = view
             sealed = await jobs.sealed_secrets(conn, lease, job["number"]) if job else {}
             keys = await jobs.sealed_checkpoint_keys(conn, lease)
+            ray = await ray_head(conn, job, placement)
         checkpoint = await asyncio.to_thread(coordinator.checkpoints.summary, lease)
         return JSONResponse(
             {
@@ -267,22 +269,23 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
                 "more": more,
                 # the newest checkpoint in the store (sizes; None: none yet, or only a small one)
                 "checkpoint": checkpoint,
-                "ray": ray_head(job, placement),
+                "ray": ray,
             }
         )
 
-    def ray_head(job: Any, placement: Any) -> dict[str, str] | None:
-        """A Ray job's head (rank 0) as the client reaches it: its node's advertised address and the
-        ports gpunet.raycluster lays out in its cluster ports. None: no Ray job, not placed, or the
-        head's worker is not connected (or advertises no usable ports)."""
+    async def ray_head(conn: Connection, job: Any, placement: Any) -> dict[str, str] | None:
+        """A Ray job's head (rank 0) as the client reaches it: the address and cluster ports its
+        worker advertised in its last session (from the ledger, so every replica answers), laid out
+        by gpunet.raycluster. None: no Ray job, not placed, its worker never connected, or it
+        advertises no usable ports."""
         if job is None or not json.loads(job["spec"]).get("ray") or not placement or not placement["nodes"]:
             return None
         head = Pubkey.from_string(placement["nodes"][0])
-        ports = coordinator.gateway.cluster_ports(head)
-        if not coordinator.gateway.online(head) or ports is None:
+        reach = await node_rows.reach(conn, head)
+        if reach is None or reach[1] is None:
             return None
         try:
-            return {"head": str(head), **ray_endpoints(coordinator.gateway.host(head), ports)}
+            return {"head": str(head), **ray_endpoints(reach[0], reach[1])}
         except ValueError:  # too few ports: its worker refuses the job, saying so
             return None
 

@@ -10,8 +10,17 @@ import asyncpg
 
 from coordinator.db.connection import Connection
 from coordinator.keys import NodeKey
+from gpunet.protocol import PortRange
 
-__all__ = ["is_draining", "record_fault", "registered_nodes", "set_slash_signature", "slash_evidence"]
+__all__ = [
+    "is_draining",
+    "reach",
+    "record_fault",
+    "record_reach",
+    "registered_nodes",
+    "set_slash_signature",
+    "slash_evidence",
+]
 
 
 async def registered_nodes(conn: Connection) -> list[asyncpg.Record]:
@@ -71,3 +80,25 @@ async def slash_evidence(conn: Connection, signature: str) -> list[dict[str, Any
         signature,
     )
     return [{**dict(r), "evidence": json.loads(r["evidence"]) if r["evidence"] is not None else None} for r in rows]
+
+
+async def record_reach(conn: Connection, node_key: NodeKey, host: str, ports: PortRange | None) -> None:
+    """What the node's worker advertised in the hello of the session just admitted (migration 0017)."""
+    await conn.execute(
+        """INSERT INTO node_reach (node_key, host, ports_first, ports_last) VALUES ($1, $2, $3, $4)
+           ON CONFLICT (node_key) DO UPDATE SET host = $2, ports_first = $3, ports_last = $4,
+                                                 updated_at = clock_timestamp()""",
+        str(node_key),
+        host,
+        ports.first if ports else None,
+        ports.last if ports else None,
+    )
+
+
+async def reach(conn: Connection, node_key: NodeKey) -> tuple[str, PortRange | None] | None:
+    """The node's host and cluster ports as its last admitted session advertised them (None: never seen)."""
+    row = await conn.fetchrow("SELECT host, ports_first, ports_last FROM node_reach WHERE node_key = $1", str(node_key))
+    if row is None:
+        return None
+    ports = PortRange(first=row["ports_first"], last=row["ports_last"]) if row["ports_first"] is not None else None
+    return row["host"], ports

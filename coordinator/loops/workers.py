@@ -11,7 +11,7 @@ import time
 import asyncpg
 from solana.rpc.async_api import AsyncClient
 
-from coordinator.db import jobs
+from coordinator.db import jobs, nodes
 from coordinator.db import leases as ledger
 from coordinator.db import usage as usage_receipts
 from coordinator.fleet import Fleet
@@ -87,6 +87,15 @@ class WorkerMessages:
         self.shared.running_checked.pop(node_key, None)
         self.dispatch.reconnected(node_key)
         log.info("worker.connected", node=node_key, simulated=hello.simulated, gpus=len(hello.inventory.gpus))
+        # Every replica's API reads how the node is reached from the ledger (a Ray lease's head).
+        if self.outages.database_up:
+            try:
+                async with self.pool.acquire() as conn:
+                    await nodes.record_reach(
+                        conn, node_key, self.link.host(node_key), self.link.cluster_ports(node_key)
+                    )
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as e:
+                log.warning("worker.reach_not_recorded", node=node_key, error=str(e))
 
     async def heartbeat(self, node_key: NodeKey, beat: Heartbeat) -> None:
         self.fleet.heartbeat(node_key, beat.healthy)
