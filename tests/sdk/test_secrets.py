@@ -64,10 +64,11 @@ def test_secret_names_are_checked_and_old_messages_parse_and_sign_as_before() ->
     # a job without secrets signs exactly as before the field existed; one with secrets signs them
     lease = Keypair().pubkey()
     body = {"job": {**JobSpec(command=["x"]).model_dump(mode="json")}, "gpus_per_node": None, "job_number": 1}
-    del body["job"]["secrets"]
+    del body["job"]["secrets"], body["job"]["ray"]  # neither existed then
     before = b"gpunet-job-v1\x00" + bytes(lease) + json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
     assert job_message(lease, JobSpec(command=["x"])) == before
     assert job_message(lease, JobSpec(command=["x"], secrets=["T"])) != before
+    assert job_message(lease, JobSpec(command=["x"], ray=True)) != before  # a Ray job signs that it is one
 
 
 def test_a_signed_request_binds_its_method_target_body_time_wallet_and_nonce() -> None:
