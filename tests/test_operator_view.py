@@ -23,9 +23,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from coordinator.api.metrics import coordinator_metrics, render_metrics
 from coordinator.metrics import Metrics
 from tests.worker.fake_pynvml import FakeGpu, FakeNvml
-from worker.journal import Journal
+from tests.worker.test_metrics_port import stand_in_agent
 from worker.metrics import MetricsServer
-from worker.nvml import NvmlGpus
 
 OPS = Path(__file__).resolve().parents[1] / "ops"
 DASHBOARD = OPS / "grafana" / "gpunet.json"
@@ -72,15 +71,7 @@ def _sample_names(text: str) -> set[str]:
 
 async def _worker_scrape(tmp_path: Path) -> str:
     """A worker's /metrics as its operator port serves it (MetricsServer), NVML faked at its boundary."""
-    gpus = NvmlGpus(FakeNvml(gpus=[FakeGpu()]).module())
-    connected = asyncio.Event()
-    agent = SimpleNamespace(
-        gpus=gpus,
-        inventory=gpus.inventory(),
-        shares={},
-        journal=Journal(tmp_path / "usage.jsonl"),
-        session=SimpleNamespace(connected=connected),
-    )
+    agent = stand_in_agent(tmp_path, FakeNvml(gpus=[FakeGpu()]))
     server = MetricsServer(agent, "127.0.0.1", 0)  # type: ignore[arg-type]
     try:
         status, _, body = server.answer("/metrics")
@@ -88,7 +79,7 @@ async def _worker_scrape(tmp_path: Path) -> str:
         return body.decode()
     finally:
         agent.journal.close()
-        gpus.close()
+        agent.gpus.close()
 
 
 def _coordinator_scrape() -> str:

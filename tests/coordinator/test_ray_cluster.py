@@ -21,6 +21,7 @@ from solana.rpc.async_api import AsyncClient
 from solana.rpc.commitment import Confirmed
 
 from coordinator.settings import Settings
+from gpunet.demo.ray_story import EVERY_NODE  # the demo's Ray job: a task pinned to each node
 from gpunet.jobs import job_view
 from gpunet.keys import create_keypair_file
 from gpunet.protocol import JobSpec
@@ -30,21 +31,6 @@ from .conftest import eventually
 from .world import World, cluster_env, live_settings, placed_lease, running, start_workers
 
 pytestmark = pytest.mark.timeout(420)
-
-EVERY_NODE = """
-import ray
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-ray.init()
-@ray.remote(num_gpus=2)
-def where():
-    import os
-    return ray.util.get_node_ip_address(), os.environ.get("CUDA_VISIBLE_DEVICES")
-alive = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
-on = [where.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False)) for n in alive]
-ran = ray.get([task.remote() for task in on])
-for ip, gpus in sorted(ran):
-    print(f"ran on {ip} with {gpus}")
-"""
 
 
 def ray_env(i: int) -> dict[str, str]:
@@ -136,9 +122,9 @@ async def test_a_ray_lease_is_one_cluster_that_runs_jobs_on_every_node_and_repla
         )
         out = (await asyncio.wait_for(submit.communicate(), 180))[0].decode()
         assert submit.returncode == 0, out
-        ran = {line.split()[2] for line in out.splitlines() if line.startswith("ran on ")}
+        ran = {line.split()[4] for line in out.splitlines() if line.startswith("a task ran on ")}
         assert ran == addresses(world, placed), out
-        simulated = [line.split()[-1] for line in out.splitlines() if line.startswith("ran on ")]
+        simulated = [line.split()[-1] for line in out.splitlines() if line.startswith("a task ran on ")]
         assert all(len(gpus.split(",")) == 2 for gpus in simulated), out  # each task had its node's 2 GPUs
 
         # a worker (not the head) dies: the spare takes its share and its Ray node joins the cluster

@@ -24,17 +24,23 @@ SECOND = "GPU-bbbbbbbb-0000-0000-0000-000000000000"
 THIRD = "GPU-cccccccc-0000-0000-0000-000000000000"
 
 
-async def _serve(tmp_path: Path, nvml: FakeNvml) -> tuple[MetricsServer, SimpleNamespace]:
+def stand_in_agent(tmp_path: Path, nvml: FakeNvml) -> SimpleNamespace:
+    """What the metrics server reads of an agent (its GPUs through NVML faked at the boundary, its
+    shares, journal and session), connected and holding no share."""
     gpus = NvmlGpus(nvml.module())
     connected = asyncio.Event()
     connected.set()
-    agent = SimpleNamespace(
+    return SimpleNamespace(
         gpus=gpus,
         inventory=gpus.inventory(),
         shares={},
         journal=Journal(tmp_path / "usage.jsonl"),
         session=SimpleNamespace(connected=connected),
     )
+
+
+async def _serve(tmp_path: Path, nvml: FakeNvml) -> tuple[MetricsServer, SimpleNamespace]:
+    agent = stand_in_agent(tmp_path, nvml)
     server = MetricsServer(agent, "127.0.0.1", 0)  # type: ignore[arg-type]
     await server.start()
     return server, agent
