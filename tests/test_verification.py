@@ -89,19 +89,17 @@ def test_a_replayed_answer_to_another_seed_is_caught() -> None:
     assert "not the row's" in (v.check_all(fresh, v.commit(digests), _opened(fresh, digests, rows), rows) or "")
 
 
-def _inventory(model: str = "H100") -> Inventory:
-    gpu = GpuInfo(
-        index=0,
-        uuid="GPU-sim-1",
-        name=f"Simulated {model}",
-        model=model,
-        vram_mib=81920,
-        compute_capability="0.0",
-        pcie_gen=0,
-        pcie_width=0,
-        power_limit_w=0,
-    )
-    return Inventory(driver_version="simulated", cuda_version="simulated", simulated=True, gpus=[gpu])
+def _inventory(model: str = "H100", gpus: int = 1) -> Inventory:
+    return Inventory(
+        driver_version="simulated",
+        cuda_version="simulated",
+        simulated=True,
+        gpus=[
+            GpuInfo(index=i, uuid=f"GPU-sim-{i + 1}", name=f"Simulated {model}", model=model, vram_mib=81920,
+                    compute_capability="0.0", pcie_gen=0, pcie_width=0, power_limit_w=0)
+            for i in range(gpus)
+        ],
+    )  # fmt: skip
 
 
 def _challenge(w: v.Workload) -> Verify:
@@ -149,3 +147,27 @@ async def test_the_prover_refuses_what_it_cannot_answer() -> None:
     real = Prover(_inventory().model_copy(update={"simulated": False}))
     with pytest.raises(ChallengeRefused, match="no GPU backend"):
         await real.commit(_challenge(w), False)
+
+
+async def test_every_gpu_of_a_big_node_keeps_its_commitment_until_asked() -> None:
+    """A node's GPUs are challenged at once, and a refusal to open a committed challenge fails the
+    node: a 12-GPU node must still hold its first GPU's commitment once all twelve have committed
+    (a prover that kept a fixed number of challenges dropped the oldest)."""
+    prover = Prover(_inventory(gpus=12))
+    w = _small()
+    challenges = [_challenge(w).model_copy(update={"gpu": gpu}) for gpu in range(12)]
+    roots = [(await prover.commit(c, True)).root for c in challenges]
+    for c, root in zip(challenges, roots, strict=True):
+        rows = v.choose_rows(w, 2)
+        answer = prover.open(VerifyOpen(id=c.id, rows=[[k, r] for k, r in rows]), True)
+        openings = [v.Opening(o.product, o.row, o.chunk, [bytes.fromhex(p) for p in o.path]) for o in answer.openings]
+        assert v.check_all(w, bytes.fromhex(root), openings, rows) is None
+    # Opened once: the commitment is gone; a GPU's new challenge replaces its old one.
+    with pytest.raises(ChallengeRefused, match="no commitment"):
+        prover.open(VerifyOpen(id=challenges[0].id, rows=[[0, 0]]), True)
+    first, second = _challenge(w), _challenge(w)
+    await prover.commit(first, True)
+    await prover.commit(second, True)
+    with pytest.raises(ChallengeRefused, match="no commitment"):
+        prover.open(VerifyOpen(id=first.id, rows=[[0, 0]]), True)
+    assert prover.open(VerifyOpen(id=second.id, rows=[[0, 0]]), True).openings

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import time
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,8 +38,6 @@ __all__ = ["ChallengeRefused", "Prover"]
 
 log = get_logger("gpunet.worker.verify")
 
-KEEP = 8  # challenges whose digests are kept for their openings
-
 
 class ChallengeRefused(Exception):
     """This worker does not take the challenge (the message says why)."""
@@ -59,7 +56,9 @@ class Prover:
         self.inventory = inventory
         self.slowdown = slowdown  # > 1: a simulated GPU slower than its model (tests of the deadline)
         self.vram_share = vram_share  # < 1: a simulated GPU with less memory than its model (tests of the memory check)
-        self._kept: OrderedDict[str, tuple[v.Workload, np.ndarray] | _Filled] = OrderedDict()
+        # Each GPU's latest challenge, by GPU: a node's GPUs are challenged at once, and a committed
+        # challenge must stay until its openings are asked (refusing them fails the verification).
+        self._kept: dict[int, tuple[str, tuple[v.Workload, np.ndarray] | _Filled]] = {}
 
     def workload(self, challenge: Verify) -> v.Workload:
         return v.Workload(
@@ -79,7 +78,7 @@ class Prover:
         digests = await asyncio.to_thread(v.digests_of, workload)
         emulated = v.simulated_seconds(workload, model) * self.slowdown
         await asyncio.sleep(max(0.0, emulated - (time.monotonic() - started)))
-        self._keep(challenge.id, (workload, digests))
+        self._kept[challenge.gpu] = (challenge.id, (workload, digests))
         return VerifyCommit(simulated=simulated, id=challenge.id, root=v.commit(digests).hex())
 
     def _model(self, gpu: int) -> GpuModel:
@@ -95,10 +94,13 @@ class Prover:
         except CatalogError as e:
             raise ChallengeRefused(f"GPU {gpu} is not a listed model: {e}") from None
 
-    def _keep(self, challenge: str, kept: tuple[v.Workload, np.ndarray] | _Filled) -> None:
-        self._kept[challenge] = kept
-        while len(self._kept) > KEEP:
-            self._kept.popitem(last=False)
+    def _take(self, challenge: str) -> tuple[v.Workload, np.ndarray] | _Filled | None:
+        """The commitment of `challenge`, no longer kept once taken (its openings are sent once)."""
+        for gpu, (id_, kept) in list(self._kept.items()):
+            if id_ == challenge:
+                del self._kept[gpu]
+                return kept
+        return None
 
     async def commit_memory(self, challenge: VerifyMemory, simulated: bool) -> VerifyCommit:
         """Fills the memory check's blocks and commits to them, taking the time the challenge expects
@@ -117,18 +119,18 @@ class Prover:
         stored = vram.kept_share(workload, share) if share < 1 else np.ones((workload.lanes, workload.blocks), bool)
         emulated = workload.expected_seconds * self.slowdown
         await asyncio.sleep(max(0.0, emulated - (time.monotonic() - started)))
-        self._keep(challenge.id, _Filled(filled, stored))
+        self._kept[challenge.gpu] = (challenge.id, _Filled(filled, stored))
         return VerifyCommit(simulated=simulated, id=challenge.id, root=filled.root().hex())
 
     def holds_memory(self, challenge: str) -> bool:
         """Whether `challenge` is a memory check this prover committed to (its opening takes time)."""
-        return isinstance(self._kept.get(challenge), _Filled)
+        return any(id_ == challenge and isinstance(kept, _Filled) for id_, kept in self._kept.values())
 
     async def open_memory(self, request: VerifyOpen, simulated: bool) -> VerifyMemoryOpenings:
         """The named blocks' openings, as soon as the blocks are at hand: at once when all were kept,
         else after the recomputation of the missing inputs would take at the model's speed."""
         started = time.monotonic()
-        kept = self._kept.pop(request.id, None)
+        kept = self._take(request.id)
         if not isinstance(kept, _Filled):
             raise ChallengeRefused(f"no memory commitment of challenge {request.id} is kept here")
         w = kept.filled.workload
@@ -151,7 +153,7 @@ class Prover:
         return VerifyMemoryOpenings(simulated=simulated, id=request.id, blocks=blocks)
 
     def open(self, request: VerifyOpen, simulated: bool) -> VerifyOpenings:
-        kept = self._kept.pop(request.id, None)
+        kept = self._take(request.id)
         if kept is None or isinstance(kept, _Filled):
             raise ChallengeRefused(f"no commitment of challenge {request.id} is kept here")
         workload, digests = kept

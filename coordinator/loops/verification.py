@@ -12,8 +12,9 @@ evidence, `coordinator/db/verifications.py`, served by the API):
 3. each registered GPU answers a compute check (gpunet.verification) and then a memory check
    (gpunet.vram), each in time and right — else *failed* (the reason says which check: a memory
    failure's reads "GPU i memory check: ..."): slashed with fault FailedVerification (which jails
-   the node), unless the worker *refused* the challenge (no GPU backend, a lease took the GPU):
-   then it stays unverified. Each check is a row of evidence (its `kind`).
+   the node), unless the worker *refused* the challenge before committing to it (no GPU backend, a
+   lease took the GPU): then it stays unverified. A refusal to open a committed challenge is a
+   failure. Each check is a row of evidence (its `kind`).
 A node whose every GPU passed is recorded on chain as verified (tier 1 for simulated GPUs, which
 only clusters that accept simulated nodes take; tier 2 for real ones) until the verification runs out.
 """
@@ -132,15 +133,23 @@ class Verification:
             c.opened.set_result(message)
 
     def refused(self, node_key: NodeKey, ack: Ack) -> None:
-        """A refusal names no challenge: every challenge the node has open is refused (its verification
-        is all or nothing anyway)."""
-        if ack.of not in ("verify", "verify_memory", "verify_open"):
+        """A refusal names no challenge, only the step refused (its verification is all or nothing
+        anyway). A challenge not yet committed may be refused: the node stays unverified (a lease took
+        the GPU, no GPU backend). One committed and asked to open fails: the prover has seen which rows
+        or blocks are asked by then, so a refusal there would let one that cannot answer them (skipped
+        work, memory short of its claim) walk away unslashed and try again until the draw suits it."""
+        outcome: Exception
+        if ack.of in ("verify", "verify_memory"):
+            step, outcome = "committed", _Refused(ack.error or "refused")
+        elif ack.of == "verify_open":
+            step, outcome = "opened", _Failed(f"it committed, then refused to answer: {ack.error or 'refused'}")
+        else:
             return
         for c in [c for c in self._challenges.values() if c.node_key == node_key]:
-            for future in (c.committed, c.opened):
-                if not future.done():
-                    future.set_exception(_Refused(ack.error or "refused"))
-                    future.exception()  # retrieved here: the challenge may already be past waiting on it
+            waiting = c.opened if c.committed.done() else c.committed  # the step the challenge is at
+            if waiting is getattr(c, step) and not waiting.done():
+                waiting.set_exception(outcome)
+                waiting.exception()  # retrieved here: the challenge may already be past waiting on it
 
     async def refused_dispatch(self, node_key: NodeKey, lease: str, error: str) -> None:
         """The node cannot take a share it was given (it lacks the GPUs it registered): the fault is

@@ -3,10 +3,14 @@ worker's real prover answering in process (the gateway's send side is replaced: 
 boundary only): one GPU counts once — a GPU claimed by two nodes leaves both unfit, the fault
 recorded, while a node with its own GPUs is verified (the control); and a node that refuses a
 share it could never take fails verification at once: the fault is recorded, it is slashed (so
-jailed) and its share queued to move."""
+jailed) and its share queued to move. A node that commits to a memory check and, once it has seen
+the blocks asked for, refuses to answer them fails (a refusal there would let a node short of memory
+retry until the draw suits it), while a GPU's refusal before committing (a lease took it) leaves the
+node unverified, unslashed, and fails none of its other GPUs' committed checks (the control)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -64,6 +68,32 @@ class _Link:
             self.verification.opened(node_key, await prover.open_memory(message, True))
         elif isinstance(message, VerifyOpen):
             self.verification.opened(node_key, prover.open(message, True))
+
+
+class _Refusing(_Link):
+    """A link whose provers refuse a step: `verify_open`, a cheat that has seen the blocks asked for
+    in its memory checks and will not answer them; `verify_memory`, an honest node whose GPU 1 a
+    lease took just as its memory check came, refused while GPU 0's check waits for its openings."""
+
+    def __init__(self, coordinator: Coordinator, inventories: dict[Pubkey, Inventory], refuses: str) -> None:
+        super().__init__(coordinator, inventories)
+        self.workers, self.refuses = coordinator.workers, refuses
+        self.named, self.refused = asyncio.Event(), asyncio.Event()  # GPU 0's blocks named; GPU 1 refused
+
+    async def send(self, node_key: Pubkey, message: Any) -> None:
+        memory_open = isinstance(message, VerifyOpen) and self.provers[node_key].holds_memory(message.id)
+        if self.refuses == "verify_open" and memory_open:
+            ack = Ack(simulated=True, of="verify_open", error="the blocks asked for are not at hand")
+            return await self.workers.worker_ack(node_key, ack)
+        if self.refuses == "verify_memory" and isinstance(message, VerifyMemory) and message.gpu == 1:
+            await self.named.wait()
+            ack = Ack(simulated=True, of="verify_memory", error="GPU 1 is leased: it is verified once it is free")
+            await self.workers.worker_ack(node_key, ack)
+            return self.refused.set()
+        if self.refuses == "verify_memory" and memory_open:
+            self.named.set()
+            await self.refused.wait()  # GPU 0 answers after GPU 1's refusal
+        await super().send(node_key, message)
 
 
 async def _verdicts(pool, key: Pubkey) -> list[str]:
@@ -131,5 +161,41 @@ async def test_one_gpu_counts_once_and_a_refused_share_fails_verification(node, 
         await coordinator.workers.worker_ack(keys[0], Ack(simulated=True, of="dispatch", lease=str(lease),
                                                           error="job 2 may start once job 1 has ended"))  # fmt: skip
         assert keys[0] not in {k for nodes in shared.failovers.values() for k in nodes}
+    finally:
+        await coordinator.chain.close()
+
+
+async def test_a_refusal_after_committing_fails_and_one_before_leaves_the_node_unverified(
+    node, chain, database_url, pool
+) -> None:
+    market = await Market.create(chain)
+    inventories = [_inventory("GPU-f", "GPU-g"), _inventory("GPU-h", "GPU-i")]
+    cheat, honest = [await market.supplier(2, inventory_hash=inv.hash()) for inv in inventories]
+    settings = Settings(rpc_url=node.url, ws_url=node.ws_url, database_url=database_url,
+                        verify_simulated_seconds=0.2, verify_simulated_memory_seconds=0.2)  # fmt: skip
+    coordinator = await leading_without_loops(Coordinator(settings, pool, market.admin))
+    verification = coordinator.verification
+    try:
+        steps = ("verify_open", "verify_memory")  # the cheat's refusal; the honest node's
+        for supplier, inventory, refuses in zip((cheat, honest), inventories, steps, strict=True):
+            key = supplier.node_key.pubkey()
+            verification.link = _Refusing(coordinator, {key: inventory}, refuses)
+            verification.connected(key, inventory)
+
+            async def judged(key: Pubkey = key) -> list[str]:
+                await verification.step()
+                return await _verdicts(pool, key) if verification.due[key] > time.time() else []
+
+            verdicts = await eventually(judged, what=f"the node refusing {refuses} judged")
+            node_account = await fetch(chain, node_pda(key), "Node")
+            async with pool.acquire() as conn:
+                fault = await conn.fetchrow("SELECT * FROM faults WHERE node_key = $1", str(key))
+            if refuses == "verify_open":  # both GPUs' memory checks fail: slashed, jailed
+                assert sorted(verdicts) == ["failed", "failed", "passed", "passed"], verdicts
+                assert "committed, then refused to answer" in verification.shared.unfit[key]
+                assert fault["kind"] == "FailedVerification" and fault["slash_signature"] and node_account.jailed
+            else:  # GPU 1 refused before committing; GPU 0's committed check still passes
+                assert sorted(verdicts) == ["passed", "passed", "passed", "refused"], verdicts
+                assert fault is None and not node_account.jailed and node_account.verification_tier == 0
     finally:
         await coordinator.chain.close()
