@@ -529,6 +529,9 @@ class Checkpoint(_Recorded):
     files: Annotated[list[CheckpointFile], Field(max_length=64)]
 
 
+ChallengeId = Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")]
+
+
 class Ack(_FromWorker):
     """The worker's answer to a coordinator message it acted on (`error` None) or refused."""
 
@@ -538,9 +541,10 @@ class Ack(_FromWorker):
     error: ShortText | None = None
     # A refused dispatch the node could never take (it lacks the GPUs): the coordinator moves the share.
     unable: bool = False
+    # The verification challenge refused (None: an older worker's refusal, of every challenge at that step).
+    challenge: ChallengeId | None = None
 
 
-ChallengeId = Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")]
 Hash32Hex = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 
 

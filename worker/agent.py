@@ -311,7 +311,7 @@ class Agent:
             try:
                 self.session.send(self.prover.open(message, self.simulated))
             except ChallengeRefused as e:
-                self._refuse("verify_open", None, str(e))
+                self._refuse("verify_open", None, str(e), challenge=message.id)
 
     # --- GPU verification
 
@@ -331,19 +331,23 @@ class Agent:
             else:
                 self.session.send(await self.prover.commit(challenge, self.simulated))
         except ChallengeRefused as e:
-            self._refuse(challenge.type, None, str(e))
+            self._refuse(challenge.type, None, str(e), challenge=challenge.id)
 
     async def _open_memory(self, request: VerifyOpen) -> None:
         try:
             self.session.send(await self.prover.open_memory(request, self.simulated))
         except ChallengeRefused as e:
-            self._refuse("verify_open", None, str(e))
+            self._refuse("verify_open", None, str(e), challenge=request.id)
 
     # --- jobs
 
-    def _refuse(self, of: str, lease: str | None, error: str, *, unable: bool = False) -> None:
+    def _refuse(
+        self, of: str, lease: str | None, error: str, *, unable: bool = False, challenge: str | None = None
+    ) -> None:
         log.warning("coordinator.refused", of=of, lease=lease, error=error)
-        self.session.send(Ack(simulated=self.simulated, of=of, lease=lease, error=error, unable=unable))
+        self.session.send(
+            Ack(simulated=self.simulated, of=of, lease=lease, error=error, unable=unable, challenge=challenge)
+        )
 
     def _held(self, lease: str) -> _Share | None:
         share = self.shares.get(lease)

@@ -133,11 +133,12 @@ class Verification:
             c.opened.set_result(message)
 
     def refused(self, node_key: NodeKey, ack: Ack) -> None:
-        """A refusal names no challenge, only the step refused (its verification is all or nothing
-        anyway). A challenge not yet committed may be refused: the node stays unverified (a lease took
-        the GPU, no GPU backend). One committed and asked to open fails: the prover has seen which rows
-        or blocks are asked by then, so a refusal there would let one that cannot answer them (skipped
-        work, memory short of its claim) walk away unslashed and try again until the draw suits it."""
+        """A refusal of the challenge it names (an older worker's names none: it refuses every one of
+        the node's at that step). A challenge not yet committed may be refused: that GPU is left
+        unchecked (a lease took it, no GPU backend). One committed and asked to open fails: the prover
+        has seen which rows or blocks are asked by then, so a refusal there would let one that cannot
+        answer them (skipped work, memory short of its claim) walk away unslashed and try again until
+        the draw suits it."""
         outcome: Exception
         if ack.of in ("verify", "verify_memory"):
             step, outcome = "committed", _Refused(ack.error or "refused")
@@ -145,7 +146,7 @@ class Verification:
             step, outcome = "opened", _Failed(f"it committed, then refused to answer: {ack.error or 'refused'}")
         else:
             return
-        for c in [c for c in self._challenges.values() if c.node_key == node_key]:
+        for c in [c for c in self._challenges.values() if c.node_key == node_key and ack.challenge in (None, c.id)]:
             waiting = c.opened if c.committed.done() else c.committed  # the step the challenge is at
             if waiting is getattr(c, step) and not waiting.done():
                 waiting.set_exception(outcome)
@@ -169,9 +170,10 @@ class Verification:
             if due > now or node_key in self._running or not self.link.online(node_key):
                 continue
             async with self.pool.acquire() as conn:
-                if await ledger.active_shares(conn, node_key=node_key):
-                    continue  # a challenge never interrupts a leased GPU: verified once it is free
-            self._running[node_key] = asyncio.create_task(self._verify(node_key), name=f"verify-{node_key}")
+                leased = sum(share.gpus for share in await ledger.active_shares(conn, node_key=node_key))
+            if leased >= len(self.inventories[node_key].gpus):
+                continue  # a challenge never interrupts a leased GPU: verified once one is free
+            self._running[node_key] = asyncio.create_task(self._verify(node_key, leased), name=f"verify-{node_key}")
 
     async def _read_config(self, now: float) -> None:
         """The verification tier the cluster requires to assign a node (read every 30 s)."""
@@ -182,10 +184,10 @@ class Verification:
             self.shared.required_tier = int(getattr(await fetch_config(self.chain), "min_verification_tier", 0))
 
     @logs.scoped
-    async def _verify(self, node_key: NodeKey) -> None:
+    async def _verify(self, node_key: NodeKey, leased: int) -> None:
         logs.bind(node=node_key)
         try:
-            verdict = await self._judge(node_key)
+            verdict = await self._judge(node_key, leased)
         except Exception:
             log.exception("verification.error", node=node_key)
             verdict = "an error (logged)"
@@ -202,8 +204,9 @@ class Verification:
             return period * random.uniform(0.05, 0.8)
         return period * random.uniform(0.8, 0.9)
 
-    async def _judge(self, node_key: NodeKey) -> str | None:
-        """Verifies the node; None when it passed, else why not (recorded, and acted on)."""
+    async def _judge(self, node_key: NodeKey, leased: int) -> str | None:
+        """Verifies the node; None when it passed, else why not (recorded, and acted on). `leased`: its
+        GPUs that leases hold, whose challenges the worker refuses (they are checked once free)."""
         node = await fetch(self.chain, node_pda(node_key), "Node")
         inventory = self.inventories[node_key]
         try:
@@ -247,13 +250,19 @@ class Verification:
         if failed := [o for o in outcomes if isinstance(o, _Failed)]:
             await self._failed(node_key, str(failed[0]))
             return str(failed[0])
-        if refused := [o for o in outcomes if isinstance(o, _Refused)]:
+        # A node busy on leases passes on its free GPUs: one partly leased all the time must not run
+        # out of verification (and so of new leases). The GPUs it says are leased were verified before
+        # a lease could take them (the config requires it), and they are never more than leases hold.
+        refused = [o for o in outcomes if isinstance(o, _Refused)]
+        if refused and (len(refused) > leased or len(refused) == len(outcomes)):
             log.warning("verification.refused", node=node_key, reason=str(refused[0]))
             return str(refused[0])
         tier = SIMULATED_TIER if inventory.simulated else VERIFIED_TIER
         self.shared.unfit.pop(node_key, None)
         await self._record_pass(node_key, tier)
-        log.info("verification.passed", node=node_key, tier=tier, gpus=node.spec.gpu_count)
+        log.info(
+            "verification.passed", node=node_key, tier=tier, gpus=len(outcomes) - len(refused), leased=len(refused)
+        )
         return None
 
     async def _claim_identities(self, node_key: NodeKey, inventory: Inventory, model: GpuModel) -> str | None:

@@ -6,7 +6,8 @@ share it could never take fails verification at once: the fault is recorded, it 
 jailed) and its share queued to move. A node that commits to a memory check and, once it has seen
 the blocks asked for, refuses to answer them fails (a refusal there would let a node short of memory
 retry until the draw suits it), while a GPU's refusal before committing (a lease took it) leaves the
-node unverified, unslashed, and fails none of its other GPUs' committed checks (the control)."""
+node unverified, unslashed, and fails none of its other GPUs' committed checks (the control);
+unless a lease holds that GPU: a node busy on leases passes on its free GPUs."""
 
 from __future__ import annotations
 
@@ -73,7 +74,8 @@ class _Link:
 class _Refusing(_Link):
     """A link whose provers refuse a step: `verify_open`, a cheat that has seen the blocks asked for
     in its memory checks and will not answer them; `verify_memory`, an honest node whose GPU 1 a
-    lease took just as its memory check came, refused while GPU 0's check waits for its openings."""
+    lease took just as its memory check came, refused while GPU 0's check waits for its openings;
+    `leased`, a node whose GPU 1 a lease holds, which refuses GPU 1's challenges."""
 
     def __init__(self, coordinator: Coordinator, inventories: dict[Pubkey, Inventory], refuses: str) -> None:
         super().__init__(coordinator, inventories)
@@ -82,6 +84,10 @@ class _Refusing(_Link):
 
     async def send(self, node_key: Pubkey, message: Any) -> None:
         memory_open = isinstance(message, VerifyOpen) and self.provers[node_key].holds_memory(message.id)
+        if self.refuses == "leased" and isinstance(message, Verify | VerifyMemory) and message.gpu == 1:
+            ack = Ack(simulated=True, of=message.type, error="GPU 1 is leased: it is verified once it is free",
+                      challenge=message.id)  # fmt: skip
+            return await self.workers.worker_ack(node_key, ack)
         if self.refuses == "verify_open" and memory_open:
             ack = Ack(simulated=True, of="verify_open", error="the blocks asked for are not at hand")
             return await self.workers.worker_ack(node_key, ack)
@@ -169,15 +175,18 @@ async def test_a_refusal_after_committing_fails_and_one_before_leaves_the_node_u
     node, chain, database_url, pool
 ) -> None:
     market = await Market.create(chain)
-    inventories = [_inventory("GPU-f", "GPU-g"), _inventory("GPU-h", "GPU-i")]
-    cheat, honest = [await market.supplier(2, inventory_hash=inv.hash()) for inv in inventories]
+    inventories = [_inventory("GPU-f", "GPU-g"), _inventory("GPU-h", "GPU-i"), _inventory("GPU-j", "GPU-k")]
+    cheat, honest, busy = [await market.supplier(2, inventory_hash=inv.hash()) for inv in inventories]
     settings = Settings(rpc_url=node.url, ws_url=node.ws_url, database_url=database_url,
                         verify_simulated_seconds=0.2, verify_simulated_memory_seconds=0.2)  # fmt: skip
     coordinator = await leading_without_loops(Coordinator(settings, pool, market.admin))
     verification = coordinator.verification
+    # The busy node holds a 1-GPU lease (in the ledger, as the indexer finds it on chain).
+    await market.assign(await market.open_lease(await market.client(), 1, gpus=1), [(busy, 1)])
+    await coordinator.indexer.backfill()
     try:
-        steps = ("verify_open", "verify_memory")  # the cheat's refusal; the honest node's
-        for supplier, inventory, refuses in zip((cheat, honest), inventories, steps, strict=True):
+        steps = ("verify_open", "verify_memory", "leased")  # the cheat's refusal; the honest nodes'
+        for supplier, inventory, refuses in zip((cheat, honest, busy), inventories, steps, strict=True):
             key = supplier.node_key.pubkey()
             verification.link = _Refusing(coordinator, {key: inventory}, refuses)
             verification.connected(key, inventory)
@@ -194,8 +203,13 @@ async def test_a_refusal_after_committing_fails_and_one_before_leaves_the_node_u
                 assert sorted(verdicts) == ["failed", "failed", "passed", "passed"], verdicts
                 assert "committed, then refused to answer" in verification.shared.unfit[key]
                 assert fault["kind"] == "FailedVerification" and fault["slash_signature"] and node_account.jailed
-            else:  # GPU 1 refused before committing; GPU 0's committed check still passes
+                continue
+            assert fault is None and not node_account.jailed
+            if refuses == "verify_memory":  # GPU 1 refused before committing; GPU 0's committed check passes
                 assert sorted(verdicts) == ["passed", "passed", "passed", "refused"], verdicts
-                assert fault is None and not node_account.jailed and node_account.verification_tier == 0
+                assert node_account.verification_tier == 0  # no lease excuses the refusal: unverified
+            else:  # the leased GPU's refusal is excused: verified on its free GPU
+                assert sorted(verdicts) == ["passed", "passed", "refused"], verdicts
+                assert node_account.verification_tier == ix.TIER_SIMULATED
     finally:
         await coordinator.chain.close()
