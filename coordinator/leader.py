@@ -37,9 +37,11 @@ __all__ = ["Election", "Fence", "Fenced", "replica_name"]
 log = get_logger("gpunet.coordinator.leader")
 
 
-def replica_name() -> str:
-    """A name no other replica has: host, process and a random suffix (a restarted process is a new replica)."""
-    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+def replica_name(configured: str = "") -> str:
+    """A name no other replica has: the configured one (else host and process) and a random suffix. A
+    restarted process is a new replica, and two given the same name (one configuration for all) are
+    still two: each would otherwise take the other's lead for its own and keep its workers idle."""
+    return f"{configured or f'{socket.gethostname()}-{os.getpid()}'}-{secrets.token_hex(3)}"
 
 
 class Fence:

@@ -95,7 +95,7 @@ class Coordinator:
             quota_bytes=settings.checkpoint_quota_bytes,
         )
         self.indexer = Indexer(settings, pool)
-        self.replica = settings.replica_id or replica_name()
+        self.replica = replica_name(settings.replica_id)
         self.election: Election | None = None  # at start: it advertises the gateway's URL
         self._tasks: list[asyncio.Task[Any]] = []
         self._leader_tasks: list[asyncio.Task[Any]] = []

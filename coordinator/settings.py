@@ -89,7 +89,9 @@ class Settings(BaseSettings):
         "well under leader_ttl_seconds",
     )
     replica_id: str = Field(
-        default="", description="this replica's name in the leader row and the logs; unset: host-pid-random"
+        default="",
+        description="this replica's name in the leader row and the logs, followed by a random suffix "
+        "(so replicas given one name are still told apart); unset: host-pid",
     )
     advertise_gateway_url: str = Field(
         default="",

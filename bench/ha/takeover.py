@@ -48,12 +48,12 @@ TARGET_SECONDS = 5.0
 async def leads(pool: asyncpg.Pool, name: str) -> bool:
     async with pool.acquire() as conn:
         lead = await leader_db.current(conn)
-    return lead.live and lead.holder == name
+    return lead.live and lead.holder.rsplit("-", 1)[0] == name  # the name, then the process's suffix
 
 
 async def leader_name(pool: asyncpg.Pool) -> str:
     async with pool.acquire() as conn:
-        return (await leader_db.current(conn)).holder
+        return (await leader_db.current(conn)).holder.rsplit("-", 1)[0]
 
 
 async def connected(api: str, count: int) -> bool:

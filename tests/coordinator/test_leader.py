@@ -16,10 +16,12 @@ from coordinator.attester import Attester
 from coordinator.db import leader as leader_db
 from coordinator.leader import Election, Fenced
 from coordinator.metrics import Metrics
+from coordinator.service import Coordinator
+from coordinator.settings import Settings
 from gpunet.accounts import fetch
 
 from .chain import Cluster
-from .conftest import eventually
+from .conftest import eventually, leading_without_loops
 
 
 class Clock:
@@ -215,3 +217,19 @@ async def test_a_leader_paused_inside_a_decision_does_not_keep_the_lead(pool) ->
     finally:
         await pool.release(conn)
     assert b.events == ["lead 2"]
+
+
+async def test_replicas_given_one_name_are_still_two(node, database_url, pool, market) -> None:
+    """One configuration for every replica (the same GPUNET_REPLICA_ID): the follower must still see
+    the leader as another replica, and send its workers there, rather than take its lead for its own."""
+    settings = Settings(rpc_url=node.url, ws_url=node.ws_url, database_url=database_url, replica_id="coordinator")
+    first, second = Coordinator(settings, pool, market.admin), Coordinator(settings, pool, market.admin)
+    try:
+        await leading_without_loops(first)
+        assert first.replica != second.replica and first.replica.startswith("coordinator-")
+        lead = await second.other_leader()
+        assert lead is not None and lead.holder == first.replica  # the control: the leader sees none other
+        assert await first.other_leader() is None
+    finally:
+        for coordinator in (first, second):
+            await coordinator.chain.close()

@@ -66,7 +66,7 @@ async def leader(pool) -> leader_db.Leader:
 
 async def leads(pool, name: str) -> bool:
     lead = await leader(pool)
-    return lead.live and lead.holder == name
+    return lead.live and lead.holder.rsplit("-", 1)[0] == name  # the name, then the process's suffix
 
 
 async def decisions(pool) -> list[tuple[int, str, str, str]]:
