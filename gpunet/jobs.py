@@ -21,12 +21,14 @@ from solders.pubkey import Pubkey
 from gpunet.checkpoint import SignedManifest, lease_key, open_checkpoint, seal_key
 from gpunet.errors import GpunetError
 from gpunet.protocol import (
+    RAY_AUTH_TOKEN,
     CheckpointFile,
     JobSpec,
     job_message,
     operator_message,
     sign_request,
 )
+from gpunet.raycluster import ray_token
 from gpunet.secrets import seal_all
 
 __all__ = [
@@ -210,11 +212,14 @@ async def seal_missing_secrets(
 ) -> list[str]:
     """Seals the current job's secrets to each node the lease is placed on that has none sealed to it
     yet (its first placement, or a node it moved to after a failover); the node keys sealed to now
-    ([] when none was missing, or the lease is not placed yet). `view`: a job view just read."""
+    ([] when none was missing, or the lease is not placed yet). `view`: a job view just read. A Ray
+    job's token (RAY_AUTH_TOKEN) is derived here from the wallet: it need not be given."""
     view = view if view is not None else await job_view(coordinator_url, client, lease, tail=1)
     job, placement, number = view.get("job"), view.get("placement"), view.get("job_number")
     if not job or not job.get("secrets") or not placement or placement.get("state") != "placed" or number is None:
         return []
+    if job.get("ray"):
+        secrets = secrets | {RAY_AUTH_TOKEN: ray_token(client, lease)}
     sealed = set(view.get("secrets_sealed_to") or [])
     missing = [k for k in placement.get("nodes") or [] if k not in sealed]
     if not missing:

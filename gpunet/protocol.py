@@ -346,7 +346,11 @@ RESERVED_ENV = (
     "PET_NNODES",
     "PET_NODE_RANK",
     "RAY_ADDRESS",
+    "RAY_AUTH_MODE",
 )
+# The secret a Ray job's cluster authenticates with (Ray's token authentication): every request to
+# its head (Jobs API, dashboard, GCS) and every Ray node joining it must carry it.
+RAY_AUTH_TOKEN = "RAY_AUTH_TOKEN"
 
 
 class JobSpec(_Model):
@@ -374,6 +378,13 @@ class JobSpec(_Model):
     def _check(self) -> JobSpec:
         if not self.command and self.image is None and not self.ray:
             raise ValueError("a job needs a command or an image (or ray)")
+        if self.ray and RAY_AUTH_TOKEN not in self.secrets:
+            # Ray's head runs whatever its Jobs API is sent: without a token, anyone who reaches it
+            # would run code in the client's cluster, its secrets in reach.
+            raise ValueError(
+                f"a Ray job names the secret {RAY_AUTH_TOKEN}: only its holders reach the cluster "
+                "(`gpunet lease job --ray` derives it from the wallet and seals it to the nodes)"
+            )
         if len(set(self.secrets)) != len(self.secrets):
             raise ValueError("a secret is named twice")
         for name in self.secrets:

@@ -6,11 +6,19 @@ head's addresses (GCS, dashboard and Jobs API) from the same layout to tell the 
 
 from __future__ import annotations
 
+import json
+import urllib.request
 from dataclasses import dataclass
+from typing import Any
+
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from solders.keypair import Keypair
+from solders.pubkey import Pubkey
 
 from gpunet.protocol import PortRange
 
-__all__ = ["MIN_RAY_PORTS", "RAY_INSTALL", "RAY_VERSION", "RayPorts", "ray_endpoints"]
+__all__ = ["MIN_RAY_PORTS", "RAY_INSTALL", "RAY_VERSION", "RayPorts", "alive_nodes", "ray_endpoints", "ray_token"]
 
 # The one Ray version on both sides (the `ray` extra pins it; a node with another refuses Ray jobs).
 RAY_VERSION = "2.60.0"
@@ -80,3 +88,21 @@ def ray_endpoints(host: str, ports: PortRange) -> dict[str, str]:
         "dashboard": f"http://{host}:{p.dashboard}",
         "client": f"ray://{host}:{p.client_server}",
     }
+
+
+def ray_token(client: Keypair, lease: Pubkey) -> str:
+    """The lease's Ray token (the job's secret RAY_AUTH_TOKEN), derived by its client from the
+    wallet's secret key as the checkpoint key is: any of the client's machines with the wallet has
+    it, and the client seals it to each node of the lease (the coordinator never sees it)."""
+    hkdf = HKDF(algorithm=hashes.SHA256(), length=32, salt=bytes(lease), info=b"gpunet-ray-token-v1")
+    return hkdf.derive(bytes(client)[:32]).hex()
+
+
+def alive_nodes(dashboard: str, token: str) -> list[dict[str, Any]]:
+    """The Ray nodes alive in the cluster as its head's dashboard (`dashboard`, its URL) lists them,
+    asked with the lease's Ray token; OSError when it does not answer (or refuses the token)."""
+    request = urllib.request.Request(
+        f"{dashboard}/api/v0/nodes?limit=1000&detail=false", headers={"Authorization": f"Bearer {token}"}
+    )
+    with urllib.request.urlopen(request, timeout=5) as answer:
+        return [n for n in json.load(answer)["data"]["result"]["result"] if n["state"] == "ALIVE"]

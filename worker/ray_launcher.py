@@ -6,7 +6,8 @@ GCS "HOST:PORT"), `is_head`, `dashboard` (the head's URL), `nodes` (the lease's 
 `command` (the job's own, run on the head). Every node runs `ray start --block`; a node that joins
 waits for the head to answer first. The head says in the job's log when all the lease's nodes are in
 ("cluster ready"), when one is lost and when the cluster is whole again, and runs the job's command
-(if any) as the cluster's driver once it is ready, with RAY_ADDRESS set. SIGTERM stops this node
+(if any) as the cluster's driver once it is ready, with RAY_ADDRESS set. The cluster admits only
+holders of the job's secret RAY_AUTH_TOKEN (RAY_AUTH_MODE=token, set by the runner). SIGTERM stops this node
 only: its own processes (never `ray stop`, which stops every Ray node of the machine's user)."""
 
 import json
@@ -38,8 +39,9 @@ def stop(signum: int, frame: object) -> None:
 def alive() -> tuple[int, float] | None:
     """The head's count of alive nodes and their GPUs (None: the dashboard does not answer yet)."""
     url = config["dashboard"] + "/api/v0/nodes?limit=10000&detail=false"
+    token = {"Authorization": f"Bearer {os.environ.get('RAY_AUTH_TOKEN', '')}"}  # the job's secret
     try:
-        with urllib.request.urlopen(url, timeout=5) as answer:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=token), timeout=5) as answer:
             nodes = json.load(answer)["data"]["result"]["result"]
     except (OSError, ValueError, KeyError):
         return None

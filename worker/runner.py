@@ -346,6 +346,7 @@ class JobRunner:
         if self.spec.ray:
             env["RAY_ADDRESS"] = self._ray_head()
             env["RAY_USAGE_STATS_ENABLED"] = "0"  # nothing sent to Ray's makers from a supplier's machine
+            env["RAY_AUTH_MODE"] = "token"  # the head and every node admit only holders of the job's RAY_AUTH_TOKEN
         if d.peers:
             host, _, port = d.peers[0].rpartition(":")
             master = host.strip("[]")

@@ -17,37 +17,35 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "coordinator"))
 
 from harness import Deployment, deployment, summary, until
 
-from gpunet.jobs import job_view
-from gpunet.protocol import JobSpec
+from gpunet.jobs import job_view, seal_missing_secrets
+from gpunet.protocol import RAY_AUTH_TOKEN, JobSpec
+from gpunet.raycluster import alive_nodes, ray_token
 
-SPEC = JobSpec(ray=True)
-
-
-def _alive(dashboard: str) -> int:
-    with urllib.request.urlopen(f"{dashboard}/api/v0/nodes?limit=1000&detail=false", timeout=5) as answer:
-        return sum(n["state"] == "ALIVE" for n in json.load(answer)["data"]["result"]["result"])
+SPEC = JobSpec(ray=True, secrets=[RAY_AUTH_TOKEN])
 
 
 async def _cluster(dep: Deployment, lease, nodes: int, head: str | None = None) -> str | None:
-    """The head's node key once its dashboard lists `nodes` alive nodes (another head than `head`)."""
-    ray = (await job_view(dep.coordinator.api_url, dep.client, lease, tail=1))["ray"]
+    """The head's node key once its dashboard lists `nodes` alive nodes (another head than `head`),
+    sealing the lease's Ray token to its nodes meanwhile (as the client's `lease status --follow`)."""
+    view = await job_view(dep.coordinator.api_url, dep.client, lease, tail=1)
+    await seal_missing_secrets(dep.coordinator.api_url, dep.client, lease, {}, view)
+    ray = view["ray"]
     if not ray or ray["head"] == head:
         return None
     try:
-        return ray["head"] if await asyncio.to_thread(_alive, ray["dashboard"]) >= nodes else None
+        alive = await asyncio.to_thread(alive_nodes, ray["dashboard"], ray_token(dep.client, lease))
     except OSError:
         return None
+    return ray["head"] if len(alive) >= nodes else None
 
 
 async def _free(dep: Deployment) -> bool:

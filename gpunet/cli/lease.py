@@ -58,8 +58,8 @@ from gpunet.jobs import (
 from gpunet.limits import MAX_GPUS_PER_NODE, MAX_LEASE_GPUS
 from gpunet.market import lease_reach
 from gpunet.pda import lease_pda
-from gpunet.protocol import JOB_ENDED, InputFile, JobSpec
-from gpunet.raycluster import RAY_INSTALL
+from gpunet.protocol import JOB_ENDED, RAY_AUTH_TOKEN, InputFile, JobSpec
+from gpunet.raycluster import RAY_INSTALL, ray_token
 from gpunet.tokens import io_account, io_balance
 
 app = typer.Typer(help="Leases: open, job, status, ray, watch, top up, close, show, list.", no_args_is_help=True)
@@ -542,7 +542,8 @@ def job(
             "--ray",
             help="Make the lease one Ray cluster (a Ray node on each node, with its GPUs; rank 0 the head): "
             "--command, if given, runs on the head as its driver; submit more with `gpunet lease ray LEASE -- "
-            "ray job submit ...`.",
+            "ray job submit ...`. The cluster admits only holders of the lease's Ray token (derived from your "
+            "wallet, sealed to the nodes as the secret RAY_AUTH_TOKEN).",
         ),
     ] = False,
     coordinator: CoordinatorOpt = DEFAULT_COORDINATOR,
@@ -567,6 +568,8 @@ def job(
         secrets = secrets_arg(secret, secret_file)
         if set(secrets) & set(variables):
             raise BadInput(f"{', '.join(sorted(set(secrets) & set(variables)))}: both --env and --secret")
+        if ray and RAY_AUTH_TOKEN in secrets | variables:
+            raise BadInput(f"{RAY_AUTH_TOKEN}: --ray derives the cluster's token from your wallet; give no other")
         files = [input_arg(item) for item in inputs or []]
         if len({f.path for f in files}) < len(files):
             raise BadInput("two --input files have the same PATH; name them apart with PATH=URL#SHA256")
@@ -577,14 +580,14 @@ def job(
                 env=variables,
                 inputs=files,
                 time_limit_seconds=duration_arg(time_limit) if time_limit else None,
-                secrets=sorted(secrets),
+                secrets=sorted([*secrets, RAY_AUTH_TOKEN] if ray else secrets),
                 ray=ray,
             )
         except ValidationError as e:
             raise BadInput(f"the job: {e.errors()[0]['msg']}") from None
         with s.waiting("Submitting the job"):
             accepted = await submit_job(coordinator, s.wallet, address, spec, gpus_per_node)
-        if secrets:
+        if spec.secrets:  # a Ray job's token among them
             with s.waiting("Waiting for the lease's nodes, to seal the secrets to them"):
                 accepted["secrets_sealed_to"] = await _seal_once_placed(coordinator, s, address, secrets)
         # the lease's checkpoint key, to the nodes it is placed on now (`lease status` seals it later ones)
@@ -737,7 +740,10 @@ def status(
         view = await job_view(coordinator, s.wallet, address, tail=STATUS_LINES)
 
         async def reseal(latest: dict[str, Any]) -> None:
-            if secrets and (sealed := await seal_missing_secrets(coordinator, s.wallet, address, secrets, latest)):
+            ray = (latest.get("job") or {}).get("ray")  # its token is sealed without being given
+            if (secrets or ray) and (
+                sealed := await seal_missing_secrets(coordinator, s.wallet, address, secrets, latest)
+            ):
                 _print_change(s, {"event": "secrets", "sealed_to": sealed})
             if keyed := await seal_missing_checkpoint_key(coordinator, s.wallet, address, latest):
                 _print_change(s, {"event": "checkpoint_key", "sealed_to": keyed})
@@ -885,7 +891,8 @@ def ray_cli(
 ) -> None:
     """Run Ray's own CLI against the lease's Ray cluster (a job attached with --ray): RAY_ADDRESS and
     RAY_API_SERVER_ADDRESS are its head's Jobs API (for `ray job submit|logs|status|list|stop`),
-    GPUNET_RAY_GCS its GCS address (`ray status --address $GPUNET_RAY_GCS` from the cluster's network).
+    GPUNET_RAY_GCS its GCS address (`ray status --address $GPUNET_RAY_GCS` from the cluster's network),
+    RAY_AUTH_TOKEN the lease's Ray token (derived from your wallet; the cluster admits no one without it).
     Ray's CLI comes with gpunet's `ray` extra (`pip install 'gpunet\\[ray]'`). Exits with the command's
     exit status."""
     found: dict[str, Any] = {}
@@ -902,7 +909,7 @@ def ray_cli(
                 f"lease {address}'s Ray head is not up (placement: {(view.get('placement') or {}).get('state')}, "
                 "or its node's worker is not connected): see `gpunet lease status`"
             )
-        found.update(view["ray"])
+        found.update(view["ray"], token=ray_token(s.wallet, address))
 
     session = Session(url, keypair, False)
     session.run(command_)
@@ -910,6 +917,8 @@ def ray_cli(
         "RAY_ADDRESS": found["dashboard"],
         "RAY_API_SERVER_ADDRESS": found["dashboard"],
         "GPUNET_RAY_GCS": found["address"],
+        "RAY_AUTH_MODE": "token",
+        RAY_AUTH_TOKEN: found["token"],
     }
     try:
         done = subprocess.run(argv, env=env, check=False)

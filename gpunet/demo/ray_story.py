@@ -8,10 +8,8 @@ the third node and that node's Ray node joins the running cluster; the client cl
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 import time
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,11 +22,12 @@ from gpunet.accounts import fetch
 from gpunet.amounts import IO
 from gpunet.demo.processes import CoordinatorProcess, loopback_address
 from gpunet.demo.story import MAX_PRICE, Demo, DemoResult, short
-from gpunet.jobs import job_view
+from gpunet.jobs import job_view, seal_missing_secrets
 from gpunet.keys import create_keypair_file
 from gpunet.localnet import LocalnetProcess
 from gpunet.pda import lease_pda
-from gpunet.protocol import JobSpec
+from gpunet.protocol import RAY_AUTH_TOKEN, JobSpec
+from gpunet.raycluster import alive_nodes, ray_token
 
 __all__ = ["RayDemo"]
 
@@ -45,11 +44,6 @@ on = [where.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=F
 for ip, gpus in sorted(ray.get([task.remote() for task in on])):
     print(f"a task ran on {ip} with GPUs {gpus}")
 """
-
-
-def _alive(dashboard: str) -> set[str]:
-    with urllib.request.urlopen(f"{dashboard}/api/v0/nodes?limit=1000&detail=false", timeout=5) as answer:
-        return {n["node_ip"] for n in json.load(answer)["data"]["result"]["result"] if n["state"] == "ALIVE"}
 
 
 @dataclass
@@ -76,7 +70,9 @@ class RayDemo(Demo):
         )
         opened = time.monotonic()
         self.say(f"lease {lease}: 4 GPUs for 300 s; its job: `gpunet lease job LEASE --ray --gpus-per-node 2`")
-        await self._until(lambda: self._submit(coordinator, client.wallet, lease, JobSpec(ray=True)), 60, "the job")
+        self.say("the cluster admits only holders of the lease's Ray token, which the client seals to each node")
+        spec = JobSpec(ray=True, secrets=[RAY_AUTH_TOKEN])
+        await self._until(lambda: self._submit(coordinator, client.wallet, lease, spec), 60, "the job")
         names = {str(s.node_key.pubkey()): s.name for s in self.suppliers}
         ray = await self._until(lambda: self._cluster(coordinator, client.wallet, lease), 180, "the Ray cluster")
         view = await job_view(coordinator.api_url, client.wallet, lease, tail=1)
@@ -124,17 +120,20 @@ class RayDemo(Demo):
 
     async def _cluster(self, coordinator: CoordinatorProcess, client: Keypair, lease: Pubkey) -> Any:
         """The lease's Ray head (the API's `ray`) once its dashboard lists exactly the lease's nodes
-        alive (by their advertised addresses)."""
+        alive (by their advertised addresses). Meanwhile it seals the lease's Ray token to any node
+        of the lease without it, as the client's `gpunet lease status --follow` does."""
         view = await job_view(coordinator.api_url, client, lease, tail=1)
+        await seal_missing_secrets(coordinator.api_url, client, lease, {}, view)
         ray, placement = view["ray"], view["placement"]
         if not ray or not placement:
             return None
         numbers = {str(s.node_key.pubkey()): i for i, s in enumerate(self.suppliers)}
         want = {loopback_address(numbers[k]) for k in placement["nodes"]}
         try:
-            return ray if await asyncio.to_thread(_alive, ray["dashboard"]) == want else None
+            nodes = await asyncio.to_thread(alive_nodes, ray["dashboard"], ray_token(client, lease))
         except OSError:
             return None
+        return ray if {n["node_ip"] for n in nodes} == want else None
 
     async def _moved(self, coordinator: CoordinatorProcess, client: Keypair, lease: Pubkey, lost: str) -> bool:
         placement = (await job_view(coordinator.api_url, client, lease, tail=1))["placement"]

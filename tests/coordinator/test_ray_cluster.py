@@ -5,15 +5,20 @@ extra), several Ray nodes on this one machine: each worker advertises its own ad
 cluster of its three nodes with their 6 GPUs; a Ray job submitted through the head's Jobs API (with
 `gpunet lease ray`) runs a task on every node and its output comes back; a worker killed mid-lease is
 replaced by the spare, whose Ray node joins the running cluster; the head killed mid-job: the cluster
-re-forms on the new head and the job's driver, run again there, completes from its checkpoint."""
+re-forms on the new head and the job's driver, run again there, completes from its checkpoint. The
+head admits only holders of the lease's Ray token (the client seals it to each node, and again to a
+node the lease moves to, as `gpunet lease status --follow` does): a stranger's request without it,
+or with another token, is refused, while the client's is answered."""
 
 from __future__ import annotations
 
 import asyncio
-import json
+import contextlib
 import signal
 import sys
+import urllib.error
 import urllib.request
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -22,9 +27,10 @@ from solana.rpc.commitment import Confirmed
 
 from coordinator.settings import Settings
 from gpunet.demo.ray_story import EVERY_NODE  # the demo's Ray job: a task pinned to each node
-from gpunet.jobs import job_view
+from gpunet.jobs import job_view, seal_missing_secrets
 from gpunet.keys import create_keypair_file
-from gpunet.protocol import JobSpec
+from gpunet.protocol import RAY_AUTH_TOKEN, JobSpec
+from gpunet.raycluster import alive_nodes, ray_token
 from tests.worker.sandboxes import JOBS
 
 from .conftest import eventually
@@ -41,18 +47,40 @@ def addresses(world: World, keys: list[str]) -> set[str]:
     return {cluster_env(world.node_keys().index(k))["GPUNET_WORKER_ADVERTISE_ADDR"] for k in keys}
 
 
-def alive_nodes(dashboard: str) -> list[dict]:
-    with urllib.request.urlopen(f"{dashboard}/api/v0/nodes?limit=1000&detail=false", timeout=10) as answer:
-        return [n for n in json.load(answer)["data"]["result"]["result"] if n["state"] == "ALIVE"]
+@contextlib.asynccontextmanager
+async def sealing(api: str, world: World, lease) -> AsyncIterator[None]:
+    """The client keeps sealing the lease's Ray token to any node of the lease without it (a node the
+    lease moves to), as `gpunet lease status --follow` does."""
+
+    async def loop() -> None:
+        while True:
+            await seal_missing_secrets(api, world.client, lease, {})
+            await asyncio.sleep(0.5)
+
+    task = asyncio.create_task(loop())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
-async def cluster_of(dashboard: str, ips: set[str]) -> list[dict] | None:
+async def cluster_of(dashboard: str, ips: set[str], token: str) -> list[dict] | None:
     """The cluster's alive nodes once they are exactly those at `ips`."""
     try:
-        nodes = await asyncio.to_thread(alive_nodes, dashboard)
+        nodes = await asyncio.to_thread(alive_nodes, dashboard, token)
     except OSError:
         return None  # the head is not up (yet, or again)
     return nodes if {n["node_ip"] for n in nodes} == ips and len(nodes) == len(ips) else None
+
+
+def http_status(url: str, headers: dict[str, str]) -> int:
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10) as answer:
+            return answer.status
+    except urllib.error.HTTPError as e:
+        return e.code
 
 
 async def ray_head(api: str, world: World, lease, head: str) -> dict | None:
@@ -90,9 +118,12 @@ async def test_a_ray_lease_is_one_cluster_that_runs_jobs_on_every_node_and_repla
     world = await World().build(chain, tmp_path, nodes=4)
     settings = _settings(node, database_url)
     api = f"http://127.0.0.1:{settings.api_port}"
-    async with running(settings, pool, world.admin) as coordinator:
+    async with running(settings, pool, world.admin) as coordinator, contextlib.AsyncExitStack() as stack:
         workers = await start_workers(world, coordinator, tmp_path, spawned, ray_env)
-        lease, placed = await placed_lease(world, api, chain, 600, JobSpec(ray=True), gpus=6)
+        spec = JobSpec(ray=True, secrets=[RAY_AUTH_TOKEN])
+        lease, placed = await placed_lease(world, api, chain, 600, spec, gpus=6)
+        await stack.enter_async_context(sealing(api, world, lease))
+        token = ray_token(world.client, lease)
         assert len(placed) == 3
         ray = await eventually(lambda: ray_head(api, world, lease, placed[0]), what="the Ray head's addresses")
         head = cluster_env(world.node_keys().index(placed[0]))
@@ -102,13 +133,20 @@ async def test_a_ray_lease_is_one_cluster_that_runs_jobs_on_every_node_and_repla
 
         # one cluster of the lease's three nodes, each with its 2 GPUs registered
         nodes = await eventually(
-            lambda: cluster_of(ray["dashboard"], addresses(world, placed)), timeout=120, what="the Ray cluster"
+            lambda: cluster_of(ray["dashboard"], addresses(world, placed), token), timeout=120, what="the Ray cluster"
         )
         assert sorted(n["resources_total"].get("GPU") for n in nodes) == [2.0, 2.0, 2.0]
         await eventually(
             lambda: line_of(api, world, lease, placed[0], "[gpunet: ray] cluster ready: 3 nodes, 6 GPUs"),
             what="the head saying so in the job's log",
         )
+
+        # the head's Jobs API refuses a stranger (no token, or another lease's), answers the client
+        jobs = f"{ray['dashboard']}/api/jobs/"
+        stranger = ray_token(world.client, world.client.pubkey())  # a token, not this lease's
+        for bearer, status in ((None, 401), (stranger, 403), (token, 200)):
+            headers = {"Authorization": f"Bearer {bearer}"} if bearer else {}
+            assert await asyncio.to_thread(http_status, jobs, headers) == status, bearer
 
         # a Ray job through the head's Jobs API, with Ray's own CLI run by `gpunet lease ray`
         create_keypair_file(tmp_path / "client.json", world.client)
@@ -132,7 +170,9 @@ async def test_a_ray_lease_is_one_cluster_that_runs_jobs_on_every_node_and_repla
         workers[victim].send_signal(signal.SIGKILL)
         whole = [placed[0], placed[2], spare]
         await eventually(
-            lambda: cluster_of(ray["dashboard"], addresses(world, whole)), timeout=180, what="the cluster whole again"
+            lambda: cluster_of(ray["dashboard"], addresses(world, whole), token),
+            timeout=180,
+            what="the cluster whole again",
         )
         assert (await job_view(api, world.client, lease, tail=1))["ray"] == ray  # the same head throughout
 
@@ -143,12 +183,16 @@ async def test_a_lost_head_is_replaced_and_the_driver_completes_from_its_checkpo
     world = await World().build(chain, tmp_path, nodes=4)
     settings = _settings(node, database_url)
     api = f"http://127.0.0.1:{settings.api_port}"
-    async with running(settings, pool, world.admin) as coordinator:
+    async with running(settings, pool, world.admin) as coordinator, contextlib.AsyncExitStack() as stack:
         workers = await start_workers(world, coordinator, tmp_path, spawned, ray_env)
         spec = JobSpec(
-            ray=True, command=[sys.executable, str(JOBS / "ray_steps.py")], env={"STEPS": "20", "NODES": "3"}
+            ray=True,
+            command=[sys.executable, str(JOBS / "ray_steps.py")],
+            env={"STEPS": "20", "NODES": "3"},
+            secrets=[RAY_AUTH_TOKEN],
         )
         lease, placed = await placed_lease(world, api, chain, 600, spec, gpus=6)
+        await stack.enter_async_context(sealing(api, world, lease))
         await eventually(
             lambda: line_of(api, world, lease, placed[0], "step 3 on 3 nodes"), timeout=150, what="the driver going"
         )
@@ -167,7 +211,9 @@ async def test_a_lost_head_is_replaced_and_the_driver_completes_from_its_checkpo
         assert await line_of(api, world, lease, spare, "step 20 on 3 nodes")
         ray = await eventually(lambda: ray_head(api, world, lease, spare), what="the new head's addresses")
         await eventually(
-            lambda: cluster_of(ray["dashboard"], addresses(world, [spare, placed[1], placed[2]])),
+            lambda: cluster_of(
+                ray["dashboard"], addresses(world, [spare, placed[1], placed[2]]), ray_token(world.client, lease)
+            ),
             what="the re-formed cluster",
         )
         for survivor in placed[1:]:

@@ -55,6 +55,10 @@ def test_secret_names_are_checked_and_old_messages_parse_and_sign_as_before() ->
         ({"secrets": ["A"], "env": {"A": "1"}}, "both a plain env value and a secret"),
         ({"secrets": ["1A"]}, "not a valid variable name"),
         ({"secrets": ["GPUNET_X"]}, "set by the worker"),
+        ({"secrets": ["RAY_AUTH_MODE"]}, "set by the worker"),
+        # a Ray job's cluster admits only holders of its token: the job must name it among its secrets
+        ({"ray": True}, "names the secret RAY_AUTH_TOKEN"),
+        ({"ray": True, "env": {"RAY_AUTH_TOKEN": "plain"}}, "names the secret RAY_AUTH_TOKEN"),
     ]:
         with pytest.raises(ValidationError, match=why):
             JobSpec(command=["x"], **bad)
@@ -68,7 +72,9 @@ def test_secret_names_are_checked_and_old_messages_parse_and_sign_as_before() ->
     before = b"gpunet-job-v1\x00" + bytes(lease) + json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
     assert job_message(lease, JobSpec(command=["x"])) == before
     assert job_message(lease, JobSpec(command=["x"], secrets=["T"])) != before
-    assert job_message(lease, JobSpec(command=["x"], ray=True)) != before  # a Ray job signs that it is one
+    token = ["RAY_AUTH_TOKEN"]
+    ray = JobSpec(command=["x"], ray=True, secrets=token)  # the control: a Ray job naming its token
+    assert job_message(lease, ray) != job_message(lease, JobSpec(command=["x"], secrets=token))  # signs that it is one
 
 
 def test_a_signed_request_binds_its_method_target_body_time_wallet_and_nonce() -> None:

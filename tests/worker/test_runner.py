@@ -12,7 +12,7 @@ import pytest
 from pydantic import BaseModel
 from solders.pubkey import Pubkey
 
-from gpunet.protocol import ClusterPeer, Dispatch, JobLog, JobSpec, JobStatus, PortRange
+from gpunet.protocol import RAY_AUTH_TOKEN, ClusterPeer, Dispatch, JobLog, JobSpec, JobStatus, PortRange
 from tests.worker.sandboxes import host_jobs
 from worker import runner as runner_module
 from worker.runner import JobDirs, JobRunner
@@ -264,7 +264,7 @@ async def test_a_container_job_s_secrets_pass_by_name_never_in_the_engine_s_argv
 
 
 def _ray_runner(tmp_path: Path, rec: Recorder, ports: str) -> JobRunner:
-    dispatch = Dispatch(lease=LEASE, gpus=2, job=JobSpec(ray=True))
+    dispatch = Dispatch(lease=LEASE, gpus=2, job=JobSpec(ray=True, secrets=[RAY_AUTH_TOKEN]))
     return JobRunner(
         dispatch,
         UUIDS,
