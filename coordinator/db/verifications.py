@@ -1,10 +1,11 @@
-"""GPU verification's records (migrations 0010_gpu_verifications, 0013_memory_checks): every
-challenge (a GPU's compute check and its memory check) and its verdict, and the GPU identities seen
-on each node."""
+"""GPU verification's records (migrations 0010_gpu_verifications, 0013_memory_checks,
+0018_identity_holder): every challenge (a GPU's compute check and its memory check) and its verdict,
+and the GPU identities seen on each node, with when it was last verified with them."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 import asyncpg
 from solders.pubkey import Pubkey
@@ -12,7 +13,7 @@ from solders.pubkey import Pubkey
 from coordinator.db.connection import Connection
 from coordinator.keys import NodeKey
 
-__all__ = ["Verdict", "claim_identities", "of_node", "record"]
+__all__ = ["Duplicate", "Verdict", "claim_identities", "mark_verified", "of_node", "record"]
 
 
 @dataclass(frozen=True)
@@ -61,20 +62,34 @@ async def of_node(conn: Connection, node_key: str, limit: int = 100) -> list[asy
     )
 
 
+@dataclass(frozen=True)
+class Duplicate:
+    """An identity another node claims too, and which of the two keeps it: the one verified with it
+    the latest ("this", "other"), or neither ("none": neither was verified with it, both unfit)."""
+
+    identity: str
+    other: NodeKey
+    holder: str
+
+
 async def claim_identities(
     conn: Connection, node_key: NodeKey, identities: list[str], fresh_seconds: float
-) -> dict[str, NodeKey]:
+) -> list[Duplicate]:
     """Records that these GPU identities are on this node now (and no others it claimed before);
-    the identities that another node claimed too within `fresh_seconds`, with that node. Both stay
-    unverified until one of them stops claiming it (its next verification) or its claim goes stale."""
+    the identities another node claimed too within `fresh_seconds`, each with who keeps it. The one
+    that loses it stays unverified until one of them stops claiming it (its next verification) or
+    its claim goes stale."""
     async with conn.transaction():
         await conn.execute(
             "DELETE FROM gpu_identities WHERE node_key = $1 AND NOT identity = ANY($2::text[])",
             str(node_key), identities,
         )  # fmt: skip
         rows = await conn.fetch(
-            "SELECT identity, node_key FROM gpu_identities WHERE identity = ANY($1::text[]) AND node_key <> $2 "
-            "AND seen_at > clock_timestamp() - make_interval(secs => $3)",
+            """SELECT o.identity, o.node_key, o.verified_at AS theirs, m.verified_at AS ours
+               FROM gpu_identities o LEFT JOIN gpu_identities m ON m.identity = o.identity AND m.node_key = $2
+               WHERE o.identity = ANY($1::text[]) AND o.node_key <> $2
+                 AND o.seen_at > clock_timestamp() - make_interval(secs => $3)
+               ORDER BY o.identity, o.node_key""",
             identities, str(node_key), fresh_seconds,
         )  # fmt: skip
         await conn.executemany(
@@ -82,4 +97,15 @@ async def claim_identities(
             "ON CONFLICT (identity, node_key) DO UPDATE SET seen_at = clock_timestamp()",
             [(i, str(node_key)) for i in identities],
         )
-    return {r["identity"]: Pubkey.from_string(r["node_key"]) for r in rows}
+
+    def holder(ours: datetime | None, theirs: datetime | None) -> str:
+        if ours is None and theirs is None:
+            return "none"
+        return "other" if ours is None or (theirs is not None and theirs > ours) else "this"
+
+    return [Duplicate(r["identity"], Pubkey.from_string(r["node_key"]), holder(r["ours"], r["theirs"])) for r in rows]
+
+
+async def mark_verified(conn: Connection, node_key: NodeKey) -> None:
+    """The node passed its verification with the identities it claims now: it keeps them."""
+    await conn.execute("UPDATE gpu_identities SET verified_at = clock_timestamp() WHERE node_key = $1", str(node_key))

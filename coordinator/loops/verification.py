@@ -7,8 +7,9 @@ evidence, `coordinator/db/verifications.py`, served by the API):
 1. its live inventory (the worker's hello) hashes to the inventory hash registered on chain, and
    has the registered count of GPUs of the registered model — else *unfit*: no leases until the
    supplier fixes one or the other (no slash);
-2. none of its GPUs' identities (UUID, serial) is claimed by another node — else both are *unfit*
-   until one stops claiming it (the fault is recorded, no slash);
+2. none of its GPUs' identities (UUID, serial) is claimed by another node — else the node not
+   verified with it is *unfit* (both, when neither was) until one stops claiming it (the fault is
+   recorded, no slash): a claim copied from the public evidence cannot unseat a verified node;
 3. each registered GPU answers a compute check (gpunet.verification) and then a memory check
    (gpunet.vram), each in time and right — else *failed* (the reason says which check: a memory
    failure's reads "GPU i memory check: ..."): slashed with fault FailedVerification (which jails
@@ -274,15 +275,22 @@ class Verification:
                 also = await verifications.claim_identities(
                     conn, node_key, identities, self.settings.verify_every_seconds
                 )
-        if not also:
+        # A node verified with a GPU keeps it: a claim copied from the public evidence (a patched
+        # NVML needs no GPU) must not take an honest node's leases away. It is the other's turn to
+        # be found unfit when it is verified.
+        lost = [d for d in also if d.holder != "this"]
+        if not lost:
             return None
-        identity, other = next(iter(also.items()))
-        reason = f"GPU {identity} is also claimed by node {other}: one GPU counts once (both stay unverified)"
-        evidence = {"fault": "DuplicateGpu", "node_key": str(node_key), "identity": identity, "also": str(other)}
+        d = lost[0]
+        if d.holder == "other":
+            reason = f"GPU {d.identity} is claimed by node {d.other}, verified with it: one GPU counts once"
+        else:
+            reason = f"GPU {d.identity} is also claimed by node {d.other}: one GPU counts once (both stay unverified)"
+            self.shared.unfit[d.other] = reason
+        evidence = {"fault": "DuplicateGpu", "node_key": str(node_key), "identity": d.identity, "also": str(d.other)}
         async with self.pool.acquire() as conn:
             async with self.fence.decision(conn):
                 await nodes.record_fault(conn, node_key, None, "DuplicateGpu", evidence, evidence_hash(evidence))
-        self.shared.unfit[other] = reason
         return await self._unfit(node_key, inventory, model.name, reason)
 
     async def _gpu(self, node_key: NodeKey, inventory: Inventory, model: GpuModel, gpu: int, uuid: str) -> None:
@@ -457,3 +465,6 @@ class Verification:
         evidence = {"node_key": str(node_key), "tier": tier,
                     "challenges": [r["challenge"] for r in rows if r["verdict"] == "passed"]}  # fmt: skip
         await self.attester.record_verification(node_key, tier, self.settings.verify_every_seconds, evidence)
+        async with self.pool.acquire() as conn:
+            async with self.fence.decision(conn):
+                await verifications.mark_verified(conn, node_key)  # it keeps its GPUs' identities

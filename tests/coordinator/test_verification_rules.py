@@ -1,7 +1,9 @@
 """GPU verification's rules about identity and refusals, on a real chain and database with the
 worker's real prover answering in process (the gateway's send side is replaced: a fake at that
-boundary only): one GPU counts once — a GPU claimed by two nodes leaves both unfit, the fault
-recorded, while a node with its own GPUs is verified (the control); and a node that refuses a
+boundary only): one GPU counts once — a GPU a verified node holds, claimed by another (its identity
+is public evidence: a patched NVML can claim it without the GPU), leaves the claimer unfit, the fault
+recorded, and the verified node untouched; claimed by two nodes neither verified with it, both are
+unfit; a node with its own GPUs is verified (the control); and a node that refuses a
 share it could never take fails verification at once: the fault is recorded, it is slashed (so
 jailed) and its share queued to move. A node that commits to a memory check and, once it has seen
 the blocks asked for, refuses to answer them fails (a refusal there would let a node short of memory
@@ -17,6 +19,7 @@ from typing import Any
 
 from solders.pubkey import Pubkey
 
+from coordinator.db import verifications
 from coordinator.service import Coordinator
 from coordinator.settings import Settings
 from gpunet import instructions as ix
@@ -139,7 +142,8 @@ async def test_one_gpu_counts_once_and_a_refused_share_fails_verification(node, 
         assert (await fetch(chain, node_pda(keys[0]), "Node")).verification_tier == ix.TIER_SIMULATED
         await connects(1)
         assert await eventually(lambda: judged(keys[1]), what="the second node judged") == ["unfit"]
-        assert "GPU-a" in shared.unfit[keys[1]] and "GPU-a" in shared.unfit[keys[0]]  # both, until resolved
+        assert "GPU-a" in shared.unfit[keys[1]] and "verified with it" in shared.unfit[keys[1]]
+        assert keys[0] not in shared.unfit  # the node verified with GPU-a keeps it, and its leases
         async with pool.acquire() as conn:
             fault = await conn.fetchrow("SELECT * FROM faults WHERE node_key = $1", str(keys[1]))
         assert fault["kind"] == "DuplicateGpu" and fault["slash_signature"] is None  # recorded, not slashed
@@ -213,3 +217,25 @@ async def test_a_refusal_after_committing_fails_and_one_before_leaves_the_node_u
                 assert node_account.verification_tier == ix.TIER_SIMULATED
     finally:
         await coordinator.chain.close()
+        await coordinator.indexer.rpc.close()
+
+
+async def test_a_gpu_identity_stays_with_the_node_verified_with_it(pool) -> None:
+    """The ledger's rule, on the real database: of two nodes claiming one GPU, the one verified with
+    it the latest keeps it; neither verified, neither keeps it."""
+    first, second, third = (Pubkey.new_unique() for _ in range(3))
+    async with pool.acquire() as conn:
+        assert await verifications.claim_identities(conn, first, ["uuid:GPU-x"], 3600) == []
+        # neither verified with it: both lose it
+        [d] = await verifications.claim_identities(conn, second, ["uuid:GPU-x"], 3600)
+        assert (d.identity, d.other, d.holder) == ("uuid:GPU-x", first, "none")
+        await verifications.mark_verified(conn, first)
+        # the first verified with it: it keeps it against any later claim, seen from either side
+        claimed = await verifications.claim_identities(conn, third, ["uuid:GPU-x", "uuid:GPU-y"], 3600)
+        assert {d.other: d.holder for d in claimed} == {first: "other", second: "none"}
+        holders = {d.other: d.holder for d in await verifications.claim_identities(conn, first, ["uuid:GPU-x"], 3600)}
+        assert holders == {second: "this", third: "this"}
+        # a later pass of the third with it (the GPU moved while the first was away) makes it the holder
+        await verifications.mark_verified(conn, third)
+        holders = {d.other: d.holder for d in await verifications.claim_identities(conn, third, ["uuid:GPU-x"], 3600)}
+        assert holders == {first: "this", second: "this"}
