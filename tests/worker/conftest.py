@@ -42,7 +42,7 @@ def podman(tmp_path, monkeypatch) -> Sandbox:
     try:
         return Sandbox.configure(engine="podman", runtime="runc", default_image=IMAGE, pids_limit=64, memory="256m")
     except SandboxUnavailable as e:
-        pytest.skip(f"podman does not work here: {e}")
+        pytest.skip(f"the container sandbox cannot run here: {e}")
 
 
 @pytest.fixture

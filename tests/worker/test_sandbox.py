@@ -152,9 +152,9 @@ async def test_an_image_the_node_lacks_is_pulled_first_and_a_failed_pull_fails_t
     ("policy", "peers", "reaches"),
     [
         ("none", None, False),
-        ("egress", None, True),  # the control: the same job reaches the listener
+        ("egress", None, False),  # not the machine itself (test_egress.py: it reaches the internet)
         ("cluster", None, False),  # a single-node lease gets no network under "cluster"
-        ("cluster", ["10.0.0.1:29500", "10.0.0.2:29500"], True),
+        ("cluster", ["10.0.0.1:29500", "10.0.0.2:29500"], True),  # the control: the host's network
     ],
 )
 async def test_a_container_job_gets_the_network_the_supplier_allows(
