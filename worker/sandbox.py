@@ -114,6 +114,7 @@ class Sandbox:
     # The engine network of container jobs with a network of their own (not the host's): gpunet's
     # filtered one under the egress policy (worker/egress.py); the engine's bridge when unfiltered.
     egress_network: str = "bridge"
+    egress_allow: tuple[str, ...] = ()  # what its filter lets through although private
 
     @classmethod
     def configure(
@@ -189,7 +190,16 @@ class Sandbox:
             hidden=tuple(p.expanduser().resolve() for p in hidden),
             label=label,
             egress_network=egress_network,
+            egress_allow=tuple(egress_allow),
         )
+
+    def keep_egress_filter(self) -> None:
+        """Installs the egress filter again (it is idempotent) before a container job on its network
+        starts: the machine's nftables ruleset may have been flushed since the worker started (Debian's
+        nftables service does so when it starts), or the network removed. EgressFilterUnavailable when
+        it cannot be: the job must not start."""
+        if self.engine is not None and self.egress_network != "bridge":
+            install_egress_network(self.engine, self.egress_allow)
 
     def remove_leftovers(self) -> int:
         """Removes this worker's containers that outlived an agent that died: `run` dies with the

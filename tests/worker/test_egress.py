@@ -18,13 +18,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from solders.pubkey import Pubkey
 
 from gpunet.exits import Exit
 from gpunet.keys import create_keypair_file
-from gpunet.protocol import JobSpec
+from gpunet.protocol import Dispatch, JobSpec
 from tests.worker.sandboxes import IMAGE
-from tests.worker.test_sandbox import GPUNET, _run, _state
+from tests.worker.test_sandbox import GPUNET, Recorder, _run, _state
 from worker.egress import TABLE
+from worker.runner import JobDirs, JobRunner
 from worker.sandbox import Sandbox, SandboxUnavailable
 
 INTERNET, METADATA, LAN, ALLOWED = "203.0.113.10", "169.254.169.254", "10.213.0.1", "10.213.1.1"
@@ -166,6 +168,23 @@ async def test_the_cidrs_the_supplier_allows_are_reachable_and_nothing_else(
 async def test_a_job_under_policy_none_reaches_nothing(tmp_path, podman, outside) -> None:
     out = await _probe(dataclasses.replace(podman, network="none"), tmp_path, [(INTERNET, outside.port)])
     assert out[INTERNET] == "ENETUNREACH", out
+
+
+async def test_a_filter_removed_since_the_worker_started_is_installed_again_before_a_job(
+    tmp_path, podman, outside, monkeypatch
+) -> None:
+    subprocess.run(["nft", "delete", "table", "inet", TABLE], check=True)  # as `nft flush ruleset` would
+    out = await _probe(podman, tmp_path, [(METADATA, outside.port), (INTERNET, outside.port)])
+    assert out[METADATA] == "EHOSTUNREACH" and out[INTERNET] == "ok", out
+    # where it cannot be installed again, the job does not start
+    monkeypatch.setenv("PATH", _fake(tmp_path, "nft", "exit 1"))
+    dispatch = Dispatch(lease=str(Pubkey.new_unique()), gpus=1, job=JobSpec(image=IMAGE, command=["true"]))
+    rec = Recorder()
+    final = await JobRunner(
+        dispatch, ["GPU-sim-a"], JobDirs.of(tmp_path, dispatch), simulated=True, send=rec.send, sandbox=podman
+    ).run()
+    assert final.state == "failed" and "the job's network cannot be filtered" in final.detail, final
+    assert "running" not in rec.states()
 
 
 def test_installing_the_filter_again_changes_nothing(podman) -> None:
