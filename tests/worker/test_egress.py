@@ -25,7 +25,7 @@ from gpunet.keys import create_keypair_file
 from gpunet.protocol import Dispatch, JobSpec
 from tests.worker.sandboxes import IMAGE
 from tests.worker.test_sandbox import GPUNET, Recorder, _run, _state
-from worker.egress import TABLE
+from worker.egress import TABLE, install_egress_network
 from worker.runner import JobDirs, JobRunner
 from worker.sandbox import Sandbox, SandboxUnavailable
 
@@ -196,6 +196,22 @@ def test_installing_the_filter_again_changes_nothing(podman) -> None:
     again = Sandbox.configure(engine="podman", runtime="runc", default_image=IMAGE)
     assert again.egress_network == podman.egress_network == "gpunet-egress"
     assert table() == before
+
+
+def test_a_network_removed_since_leaves_the_table_at_the_next_install(podman) -> None:
+    """podman gives a removed network's bridge name to the next network it creates: what the table
+    held for it must not carry over (allowances, or a filter on a network that is not gpunet's)."""
+    assert podman.engine is not None
+
+    def table() -> str:
+        listed = subprocess.run(["nft", "list", "table", "inet", TABLE], capture_output=True, text=True, check=True)
+        return " ".join(listed.stdout.split())
+
+    gone = install_egress_network(podman.engine, ["10.213.9.0/24"])
+    assert f'"{gone.bridge}" . 10.213.9.0/24' in table()  # the control: there while the network is
+    subprocess.run(["podman", "network", "rm", gone.name], capture_output=True, check=True)
+    ours = install_egress_network(podman.engine)
+    assert "10.213.9.0/24" not in table() and f'"{gone.bridge}"' not in table().replace(f'"{ours.bridge}"', "")
 
 
 def _fake(tmp_path: Path, name: str, script: str) -> str:
