@@ -2,7 +2,9 @@
 the internet but not the LAN, the cloud metadata endpoint or the machine itself. "Another machine"
 is a network namespace behind a veth pair, with the addresses of the internet (TEST-NET-3), of the
 LAN (10.213.0.0/16) and of the metadata endpoint; the machine itself gets a public address and a
-private one on its end of the pair. The test network is gone after each test, even a failed one."""
+private one on its end of the pair. The test network is gone after each test, even a failed one
+(while it is there, the metadata address leads to it: on a cloud machine the real endpoint is out of
+the machine's reach for those seconds)."""
 
 from __future__ import annotations
 
@@ -59,7 +61,7 @@ print(json.dumps(out), flush=True)
 """
 
 SERVER = """
-import socket, sys
+import socket
 server = socket.create_server(("0.0.0.0", 0))
 print(server.getsockname()[1], flush=True)
 while True:
