@@ -39,6 +39,7 @@ from gpunet.protocol import (
 )
 from gpunet.secrets import SecretError, open_sealed
 from worker.checkpoints import CheckpointStoreClient, CheckpointTooLarge, StoreError, fingerprint, snapshot
+from worker.egress import parse_cidrs
 from worker.gpus import GpuBackend
 from worker.journal import Journal
 from worker.metering import LeaseMeter
@@ -83,6 +84,10 @@ class WorkerSettings(BaseSettings):
     container_runtime: str | None = None  # podman's --runtime (runc where crun cannot run)
     default_image: str | None = None  # the image of a job that names none
     network: NetworkPolicy = "egress"  # none; egress; cluster: only the jobs of multi-node leases
+    # egress: the CIDRs container jobs may reach although private (a dataset server on the LAN); the
+    # opt-out from the filter (jobs then reach the LAN, the machine and the cloud metadata endpoint)
+    egress_allow: list[str] = []
+    egress_unfiltered: bool = False
     pids_limit: int = Field(4096, ge=16)
     memory: str | None = Field(None, pattern=r"^[0-9]+[bkmg]?$")  # the engine's --memory, e.g. 64g
     # Host jobs (a job without image, and no default image): only with this opt-in, inside bubblewrap.
@@ -106,6 +111,11 @@ class WorkerSettings(BaseSettings):
     def _port_range(cls, ports: str) -> str:
         PortRange.parse(ports)  # ValueError saying what is wrong
         return ports
+
+    @field_validator("egress_allow")
+    @classmethod
+    def _cidrs(cls, cidrs: list[str]) -> list[str]:
+        return [str(n) for n in parse_cidrs(cidrs)]  # ValueError naming the bad one
 
     @field_validator("advertise_addr")
     @classmethod
@@ -178,6 +188,8 @@ class Agent:
             host_paths=settings.host_job_paths,
             hidden=[settings.state_dir, *(Path.home() / ".config" / d for d in ("gpunet", "solana"))],
             label=str(settings.state_dir.expanduser().resolve()),
+            egress_allow=settings.egress_allow,
+            egress_unfiltered=settings.egress_unfiltered,
         )
         self.simulated = gpus.simulated
         self.inventory = gpus.inventory()

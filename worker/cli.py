@@ -146,8 +146,23 @@ def run(
         None,
         "--network",
         metavar="none|egress|cluster",
-        help="The jobs' network: none; egress (outbound); cluster (only multi-node leases' jobs get "
-        "the network) [GPUNET_WORKER_NETWORK; default egress].",
+        help="The jobs' network: none; egress (outbound to the internet: a container job cannot reach "
+        "private or link-local addresses, the cloud metadata endpoint among them, nor this machine); cluster "
+        "(only multi-node leases' jobs get the network) [GPUNET_WORKER_NETWORK; default egress].",
+    ),
+    egress_allow: list[str] = typer.Option(
+        None,
+        "--egress-allow",
+        metavar="CIDR",
+        help="A private address or CIDR egress container jobs may reach nevertheless, e.g. your LAN's dataset "
+        "server (repeatable) [GPUNET_WORKER_EGRESS_ALLOW, a JSON list].",
+    ),
+    egress_unfiltered: bool = typer.Option(
+        None,
+        "--egress-unfiltered",
+        help="Do not filter egress: jobs reach everything this machine reaches, your LAN, the machine itself "
+        "and a cloud machine's metadata endpoint (its credentials) included; only where the filter cannot be "
+        "installed (it needs root, rootful podman and nftables) [GPUNET_WORKER_EGRESS_UNFILTERED].",
     ),
     host_job_path: list[Path] = typer.Option(
         None,
@@ -184,6 +199,8 @@ def run(
         allow_host_jobs=allow_host_jobs,
         default_image=default_image,
         network=network,
+        egress_allow=egress_allow or None,
+        egress_unfiltered=egress_unfiltered,
         host_job_paths=host_job_path or None,
         advertise_addr=advertise_addr,
         cluster_ports=cluster_ports,

@@ -32,6 +32,7 @@ from pydantic import BaseModel
 from gpunet.protocol import ClusterPeer, Dispatch, JobLog, JobState, JobStatus
 from gpunet.raycluster import RAY_INSTALL, RAY_VERSION, RayPorts, ray_endpoints
 from worker.checkpoints import restore
+from worker.egress import EgressFilterUnavailable
 from worker.sandbox import ENGINE_ENV, Sandbox
 
 __all__ = ["JobDirs", "JobRunner"]
@@ -171,6 +172,11 @@ class JobRunner:
         while True:
             self._status("starting" if self.restarts == 0 else "restarting")
             argv = self._argv()
+            if self.image is not None and self._network() and not self._host_network():
+                try:
+                    await asyncio.to_thread(self.sandbox.keep_egress_filter)
+                except EgressFilterUnavailable as e:
+                    return self._status("failed", detail=f"the job's network cannot be filtered: {e}")
             if self.image is not None:  # one left by an agent that died (its `run` died with it)
                 await self._engine("rm", "--force", self._container)
             try:
@@ -456,9 +462,14 @@ class JobRunner:
             secrets=set(self.spec.secrets),
             gpu_uuids=[] if self.simulated else self.gpu_uuids,
             network=self._network(),
-            host_network=bool(self.dispatch.peers) or self.spec.ray,
+            host_network=self._host_network(),
             private_tmp=self.spec.ray,
         )
+
+    def _host_network(self) -> bool:
+        """Whether a container job with a network gets the host's (a cluster's or a Ray node: their
+        peers reach them at the node's advertised address), not the egress network."""
+        return bool(self.dispatch.peers) or self.spec.ray
 
     def _network(self) -> bool:
         """Whether the job gets a network: the supplier's policy ("cluster": only a cluster's jobs,

@@ -3,10 +3,12 @@
 A job with an image (or, without one, the supplier's default image) runs in an OCI container through
 podman or docker: no capabilities, no new privileges, a read-only root filesystem with only its work
 and checkpoint directories writable, a process and a memory limit, only the lease's GPUs, and the
-network the supplier's policy gives it. Host jobs (a command run on the machine itself) only where
-the supplier opted in, and then inside bubblewrap: read-only system directories, only the job's own
-directories writable, the worker's state directory and keys out of sight, a new pid namespace, no
-capabilities, and no network namespace of its own unless the policy gives it none.
+network the supplier's policy gives it (egress: a network of gpunet's whose traffic to the LAN, the
+machine itself and the cloud metadata endpoint is rejected, worker/egress.py). Host jobs (a command
+run on the machine itself) only where the supplier opted in, and then inside bubblewrap: read-only
+system directories, only the job's own directories writable, the worker's state directory and keys
+out of sight, a new pid namespace, no capabilities, and no network namespace of its own unless the
+policy gives it none.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
+
+from worker.egress import EgressFilterUnavailable, install_egress_network
 
 if TYPE_CHECKING:
     from worker.runner import JobDirs
@@ -107,6 +111,10 @@ class Sandbox:
     host_paths: tuple[Path, ...] = ()
     hidden: tuple[Path, ...] = ()
     label: str | None = None  # this worker's containers carry the label gpunet.worker=<label>
+    # The engine network of container jobs with a network of their own (not the host's): gpunet's
+    # filtered one under the egress policy (worker/egress.py); the engine's bridge when unfiltered.
+    egress_network: str = "bridge"
+    egress_allow: tuple[str, ...] = ()  # what its filter lets through although private
 
     @classmethod
     def configure(
@@ -122,9 +130,13 @@ class Sandbox:
         host_paths: Sequence[Path] = (),
         hidden: Sequence[Path] = (),
         label: str | None = None,
+        egress_allow: Sequence[str] = (),
+        egress_unfiltered: bool = False,
     ) -> Sandbox:
         """The node's sandbox from the supplier's settings; SandboxUnavailable (saying what to do)
-        when jobs could not run sandboxed at all."""
+        when jobs could not run sandboxed at all, or, under the egress policy, their network could not
+        be filtered (unless the supplier opted out: `egress_unfiltered`). `egress_allow`: the CIDRs
+        egress jobs may reach even where they are private."""
         found = find_container_engine(engine, runtime)
         if found is None and engine not in ("auto", "none"):
             raise SandboxUnavailable(
@@ -152,6 +164,20 @@ class Sandbox:
                     "--allow-host-jobs runs host jobs inside bubblewrap, which "
                     + ("is not installed: apt-get install bubblewrap" if bwrap is None else f"fails here ({bwrap})")
                 )
+        egress_network = "bridge"
+        if found is not None and network == "egress" and not egress_unfiltered:
+            if Path(found[0]).name != "podman":
+                raise SandboxUnavailable(
+                    f"the egress policy filters container jobs' traffic on podman's networks only ({found[0]} "
+                    "is not podman): use podman (GPUNET_WORKER_CONTAINER_ENGINE=podman), or give jobs no network "
+                    "(--network none), or let jobs reach everything this machine reaches, your LAN and a cloud "
+                    "machine's credentials included (--egress-unfiltered)"
+                )
+            try:
+                egress_network = install_egress_network(found, egress_allow).name
+            except EgressFilterUnavailable as e:
+                why = f"cannot keep egress jobs off the LAN and the cloud metadata endpoint: {e}"
+                raise SandboxUnavailable(why) from None
         python = [Path(sys.prefix), Path(sys.base_prefix)]
         return cls(
             engine=found,
@@ -163,7 +189,17 @@ class Sandbox:
             host_paths=tuple(dict.fromkeys(p.expanduser().resolve() for p in [*host_paths, *python])),
             hidden=tuple(p.expanduser().resolve() for p in hidden),
             label=label,
+            egress_network=egress_network,
+            egress_allow=tuple(egress_allow),
         )
+
+    def keep_egress_filter(self) -> None:
+        """Installs the egress filter again (it is idempotent) before a container job on its network
+        starts: the machine's nftables ruleset may have been flushed since the worker started (Debian's
+        nftables service does so when it starts), or the network removed. EgressFilterUnavailable when
+        it cannot be: the job must not start."""
+        if self.engine is not None and self.egress_network != "bridge":
+            install_egress_network(self.engine, self.egress_allow)
 
     def remove_leftovers(self) -> int:
         """Removes this worker's containers that outlived an agent that died: `run` dies with the
@@ -216,7 +252,7 @@ class Sandbox:
         among `env` go by name only (`-e NAME`: the engine reads the value from its own environment),
         never as values in a command line any user of the machine can read.
 
-        A network, when given, is the engine's bridge (outbound only); a cluster job's (`host_network`)
+        A network, when given, is `egress_network` (outbound only); a cluster job's (`host_network`)
         is the host's: its peers reach it at the node's advertised address on its cluster ports, and
         NCCL, gloo and Ray advertise the address they bind, which behind the bridge's NAT would be the
         container's private one. The job then also sees the host's interfaces and whatever listens on
@@ -238,7 +274,7 @@ class Sandbox:
             *(["--read-only-tmpfs=false"] if podman else []),  # podman would add writable /tmp, /run
             f"--pids-limit={self.pids_limit}",
             *([f"--memory={self.memory}"] if self.memory else []),
-            f"--network={('host' if host_network else 'bridge') if network else 'none'}",
+            f"--network={('host' if host_network else self.egress_network) if network else 'none'}",
             *(["--tmpfs", "/tmp:rw,nosuid,nodev"] if private_tmp else []),
             "-v",
             f"{dirs.workdir}:/work:rw",

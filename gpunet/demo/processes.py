@@ -140,6 +140,8 @@ class WorkerProcess(_Process):
             workdir / f"worker-{name}.log",
             {
                 "GPUNET_WORKER_STOP_GRACE_SECONDS": "3",
+                # host jobs only: the demo needs no container engine (nor, as root, the egress filter)
+                "GPUNET_WORKER_CONTAINER_ENGINE": "none",
                 "GPUNET_WORKER_RAY_CPUS": "1",  # many Ray nodes on one small machine
                 # back within the coordinator's reconnect grace after it restarts
                 "GPUNET_WORKER_RECONNECT_CAP_SECONDS": "2",

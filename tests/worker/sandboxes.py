@@ -9,8 +9,14 @@ from pathlib import Path
 from worker.sandbox import Sandbox
 
 JOBS = Path(__file__).parent / "jobs"
+IMAGE = "localhost/gpunet-sandbox-test:bookworm-2"  # scripts/sandbox-setup builds it (the container tests)
 # the worker settings (GPUNET_WORKER_* variables) of an agent process that runs these jobs
-HOST_JOBS_ENV = {"GPUNET_WORKER_ALLOW_HOST_JOBS": "1", "GPUNET_WORKER_HOST_JOB_PATHS": f'["{JOBS}"]'}
+# (no container engine: they run host jobs only, so nothing depends on podman or the egress filter here)
+HOST_JOBS_ENV = {
+    "GPUNET_WORKER_ALLOW_HOST_JOBS": "1",
+    "GPUNET_WORKER_HOST_JOB_PATHS": f'["{JOBS}"]',
+    "GPUNET_WORKER_CONTAINER_ENGINE": "none",
+}
 HOST_JOBS_SETTINGS: dict[str, object] = {"allow_host_jobs": True, "host_job_paths": [JOBS]}
 
 

@@ -1,0 +1,71 @@
+"""The fixtures of the container tests (test_sandbox.py, test_egress.py): rootful podman with runc
+and the test image (scripts/sandbox-setup builds it; the tests skip, saying why, where it could not),
+and a listener on the machine itself."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from tests.worker.sandboxes import IMAGE
+from worker.sandbox import Sandbox, SandboxUnavailable
+
+
+def _podman_missing() -> str | None:
+    if os.geteuid() != 0:
+        return "the container tests need root (rootful podman)"
+    for tool in ("podman", "runc"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed: run scripts/setup (apt-get install podman runc)"
+    found = subprocess.run(["podman", "image", "exists", IMAGE], capture_output=True, check=False)
+    if found.returncode != 0:
+        return f"the test image {IMAGE} is missing: run scripts/sandbox-setup (it says why it cannot build it)"
+    return None
+
+
+@pytest.fixture
+def podman(tmp_path, monkeypatch) -> Sandbox:
+    """A sandbox on rootful podman with runc; podman's default ulimits are unusable in some
+    containers (CI's), so the tests give it a containers.conf without them."""
+    conf = tmp_path / "containers.conf"
+    conf.write_text("[containers]\ndefault_ulimits = []\n")
+    monkeypatch.setenv("CONTAINERS_CONF", str(conf))
+    reason = _podman_missing()
+    if reason:
+        pytest.skip(reason)
+    try:
+        return Sandbox.configure(engine="podman", runtime="runc", default_image=IMAGE, pids_limit=64, memory="256m")
+    except SandboxUnavailable as e:
+        pytest.skip(f"the container sandbox cannot run here: {e}")
+
+
+@pytest.fixture
+def listener() -> Iterator[tuple[str, int]]:
+    """A TCP listener on every address of this machine (a container reaches the host through its
+    bridge); counts the connections it accepts."""
+    server = socket.create_server(("0.0.0.0", 0))
+    server.settimeout(0.2)
+    accepted: list[object] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            accepted.append(conn)
+            conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield "host", server.getsockname()[1]
+    stop.set()
+    thread.join()
+    server.close()
