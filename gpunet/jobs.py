@@ -15,9 +15,11 @@ from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 import httpx
+from solana.rpc.async_api import AsyncClient
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
+from gpunet.accounts import fetch
 from gpunet.checkpoint import SignedManifest, lease_key, open_checkpoint, seal_key
 from gpunet.errors import GpunetError
 from gpunet.protocol import (
@@ -34,6 +36,7 @@ from gpunet.secrets import seal_all
 __all__ = [
     "CoordinatorError",
     "LeaseFile",
+    "assigned_nodes",
     "job_logs",
     "job_view",
     "lease_files",
@@ -207,13 +210,30 @@ async def submit_secrets(
     return await _signed_call("POST", f"{coordinator_url.rstrip('/')}/leases/{lease}/secrets", client, None, payload)
 
 
+async def assigned_nodes(chain: AsyncClient, lease: Pubkey, nodes: list[str]) -> list[str]:
+    """`nodes` (node keys the coordinator says hold the lease), once the chain's lease account says so
+    too: a client seals nothing to a node on the coordinator's word alone, which a compromised
+    coordinator, or whoever sits between it and the client on plain HTTP, could make its own key.
+    CoordinatorError, nothing sealed, when one is not (the chain behind, or the coordinator lying)."""
+    account = await fetch(chain, lease, "Lease")
+    assigned = {str(a.node_key) for a in list(account.assignments)[: account.node_count]}
+    if strangers := [k for k in nodes if k not in assigned]:
+        raise CoordinatorError(
+            f"the coordinator places lease {lease} on node(s) {', '.join(strangers)}, which the chain does not "
+            "assign it to: nothing sealed to them (if the chain is only behind, try again in a few seconds; "
+            "if it lasts, do not trust this coordinator)"
+        )
+    return nodes
+
+
 async def seal_missing_secrets(
-    coordinator_url: str, client: Keypair, lease: Pubkey, secrets: dict[str, str], view: Any = None
+    coordinator_url: str, chain: AsyncClient, client: Keypair, lease: Pubkey, secrets: dict[str, str], view: Any = None
 ) -> list[str]:
     """Seals the current job's secrets to each node the lease is placed on that has none sealed to it
-    yet (its first placement, or a node it moved to after a failover); the node keys sealed to now
-    ([] when none was missing, or the lease is not placed yet). `view`: a job view just read. A Ray
-    job's token (RAY_AUTH_TOKEN) is derived here from the wallet: it need not be given."""
+    yet (its first placement, or a node it moved to after a failover), each checked against the
+    chain (`assigned_nodes`); the node keys sealed to now ([] when none was missing, or the lease is
+    not placed yet). `view`: a job view just read. A Ray job's token (RAY_AUTH_TOKEN) is derived
+    here from the wallet: it need not be given."""
     view = view if view is not None else await job_view(coordinator_url, client, lease, tail=1)
     job, placement, number = view.get("job"), view.get("placement"), view.get("job_number")
     if not job or not job.get("secrets") or not placement or placement.get("state") != "placed" or number is None:
@@ -228,6 +248,7 @@ async def seal_missing_secrets(
     if len(given) != len(job["secrets"]):
         lacking = ", ".join(sorted(set(job["secrets"]) - set(given)))
         raise CoordinatorError(f"job {number} needs secrets {lacking}: give them (--secret NAME=VALUE)")
+    missing = await assigned_nodes(chain, lease, missing)
     await submit_secrets(coordinator_url, client, lease, number, given, [Pubkey.from_string(k) for k in missing])
     return missing
 
@@ -284,11 +305,12 @@ async def submit_checkpoint_key(coordinator_url: str, client: Keypair, lease: Pu
 
 
 async def seal_missing_checkpoint_key(
-    coordinator_url: str, client: Keypair, lease: Pubkey, view: Any = None
+    coordinator_url: str, chain: AsyncClient, client: Keypair, lease: Pubkey, view: Any = None
 ) -> list[str]:
     """Seals the lease's checkpoint key to each node the lease is placed on that lacks it (its first
     placement, or a node a failover moved it to: that node's job waits for it before it restores
-    the lease's checkpoint); the node keys sealed to now. `view`: a job view just read."""
+    the lease's checkpoint), each checked against the chain (`assigned_nodes`); the node keys sealed
+    to now. `view`: a job view just read."""
     view = view if view is not None else await job_view(coordinator_url, client, lease, tail=1)
     placement = view.get("placement")
     if not view.get("job") or not placement or placement.get("state") != "placed":
@@ -296,5 +318,6 @@ async def seal_missing_checkpoint_key(
     sealed = set(view.get("checkpoint_key_sealed_to") or [])
     missing = [k for k in placement.get("nodes") or [] if k not in sealed]
     if missing:
+        missing = await assigned_nodes(chain, lease, missing)
         await submit_checkpoint_key(coordinator_url, client, lease, [Pubkey.from_string(k) for k in missing])
     return missing

@@ -66,14 +66,14 @@ async def main(mib: int, trials: int, lost_after: float) -> None:
         for t in range(trials):
             lease, _ = await dep.open(1, 600, spec, gpus_per_node=None)
             [first] = (await until(partial(_placed, dep, lease), 60, "placement"))["nodes"]
-            await until(partial(seal_missing_checkpoint_key, api, dep.client, lease), 30, "the key sealed")
+            await until(partial(seal_missing_checkpoint_key, api, dep.chain, dep.client, lease), 30, "the key sealed")
             await until(partial(_stored, api, dep, lease, mib << 20), 300, "the checkpoint in the store")
             dep.node(first).worker.kill()
             killed = time.time()
 
             async def follow(lease=lease, first=first) -> str | None:
                 view = await job_view(api, dep.client, lease, tail=1)
-                await seal_missing_checkpoint_key(api, dep.client, lease, view)
+                await seal_missing_checkpoint_key(api, dep.chain, dep.client, lease, view)
                 running = [n["node_key"] for n in view["nodes"] if n["state"] == "running" and n["node_key"] != first]
                 return running[0] if running else None
 

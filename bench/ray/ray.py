@@ -37,7 +37,7 @@ async def _cluster(dep: Deployment, lease, nodes: int, head: str | None = None) 
     """The head's node key once its dashboard lists `nodes` alive nodes (another head than `head`),
     sealing the lease's Ray token to its nodes meanwhile (as the client's `lease status --follow`)."""
     view = await job_view(dep.coordinator.api_url, dep.client, lease, tail=1)
-    await seal_missing_secrets(dep.coordinator.api_url, dep.client, lease, {}, view)
+    await seal_missing_secrets(dep.coordinator.api_url, dep.chain, dep.client, lease, {}, view)
     ray = view["ray"]
     if not ray or ray["head"] == head:
         return None

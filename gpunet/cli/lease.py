@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from rich.console import Group
 from rich.markup import escape
 from rich.table import Table
+from solana.rpc.async_api import AsyncClient
 
 from gpunet import catalog
 from gpunet import instructions as ix
@@ -587,11 +588,14 @@ def job(
             raise BadInput(f"the job: {e.errors()[0]['msg']}") from None
         with s.waiting("Submitting the job"):
             accepted = await submit_job(coordinator, s.wallet, address, spec, gpus_per_node)
-        if spec.secrets:  # a Ray job's token among them
-            with s.waiting("Waiting for the lease's nodes, to seal the secrets to them"):
-                accepted["secrets_sealed_to"] = await _seal_once_placed(coordinator, s, address, secrets)
-        # the lease's checkpoint key, to the nodes it is placed on now (`lease status` seals it later ones)
-        accepted["checkpoint_key_sealed_to"] = await seal_missing_checkpoint_key(coordinator, s.wallet, address)
+        async with s.client() as chain:  # where the chain says the lease is: the only nodes sealed to
+            if spec.secrets:  # a Ray job's token among them
+                with s.waiting("Waiting for the lease's nodes, to seal the secrets to them"):
+                    accepted["secrets_sealed_to"] = await _seal_once_placed(coordinator, chain, s, address, secrets)
+            # the lease's checkpoint key, to the nodes it is placed on now (`lease status` seals it later ones)
+            accepted["checkpoint_key_sealed_to"] = await seal_missing_checkpoint_key(
+                coordinator, chain, s.wallet, address
+            )
         s.show(
             accepted,
             lambda: (
@@ -609,14 +613,16 @@ def job(
     Session(url, keypair, json_output).run(command_)
 
 
-async def _seal_once_placed(coordinator: str, s: Session, address: Any, secrets: dict[str, str]) -> list[str]:
+async def _seal_once_placed(
+    coordinator: str, chain: AsyncClient, s: Session, address: Any, secrets: dict[str, str]
+) -> list[str]:
     """Waits for the lease's placement, then seals the secrets to its nodes; the node keys sealed to."""
     deadline = time.monotonic() + PLACEMENT_WAIT_SECONDS
     while True:
         view = await job_view(coordinator, s.wallet, address, tail=1)
         placement = view.get("placement") or {}
         if placement.get("state") == "placed":
-            return await seal_missing_secrets(coordinator, s.wallet, address, secrets, view)
+            return await seal_missing_secrets(coordinator, chain, s.wallet, address, secrets, view)
         if placement.get("state") in ("failed", "ended"):
             raise CoordinatorError(f"lease {address} is not placed ({placement.get('reason')}): no node to seal to")
         if time.monotonic() > deadline:
@@ -681,6 +687,8 @@ def _print_change(s: Session, event: dict[str, Any]) -> None:
         text = f"secrets sealed to node(s) {', '.join(event['sealed_to'])}"
     elif event["event"] == "checkpoint_key":
         text = f"the lease's checkpoint key sealed to node(s) {', '.join(event['sealed_to'])}"
+    elif event["event"] == "seal_failed":
+        text = f"not sealed (tried again): {event['error']}"
     else:
         arrow = f"{event['was']} -> {event['state']}" if event["was"] else event["state"]
         text = f"node {event['node_key']}: {arrow}" + (f" ({event['detail']})" if event["detail"] else "")
@@ -739,14 +747,25 @@ def status(
         secrets = secrets_arg(secret, secret_file)
         view = await job_view(coordinator, s.wallet, address, tail=STATUS_LINES)
 
+        said: set[str] = set()
+
         async def reseal(latest: dict[str, Any]) -> None:
+            """Seals what a node of the lease lacks; following, a refusal is said once and tried again."""
             ray = (latest.get("job") or {}).get("ray")  # its token is sealed without being given
-            if (secrets or ray) and (
-                sealed := await seal_missing_secrets(coordinator, s.wallet, address, secrets, latest)
-            ):
-                _print_change(s, {"event": "secrets", "sealed_to": sealed})
-            if keyed := await seal_missing_checkpoint_key(coordinator, s.wallet, address, latest):
-                _print_change(s, {"event": "checkpoint_key", "sealed_to": keyed})
+            try:
+                async with s.client() as chain:
+                    if (secrets or ray) and (
+                        sealed := await seal_missing_secrets(coordinator, chain, s.wallet, address, secrets, latest)
+                    ):
+                        _print_change(s, {"event": "secrets", "sealed_to": sealed})
+                    if keyed := await seal_missing_checkpoint_key(coordinator, chain, s.wallet, address, latest):
+                        _print_change(s, {"event": "checkpoint_key", "sealed_to": keyed})
+            except CoordinatorError as e:
+                if not follow:
+                    raise
+                if str(e) not in said:
+                    said.add(str(e))
+                    _print_change(s, {"event": "seal_failed", "error": str(e)})
 
         await reseal(view)
 

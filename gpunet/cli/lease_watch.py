@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
+from solana.rpc.async_api import AsyncClient
 
 from gpunet.accounts import fetch
 from gpunet.amounts import escrow_for, format_io, parse_io
@@ -181,7 +182,7 @@ class _Watch:
         if self.cap is not None and not self.stopped and left is not None:
             await self._top_up(client, account, left)
         if self.secrets:
-            await self._seal()
+            await self._seal(client)
         if self.live is not None:
             self.live.update(escape(self._line(summary, left)))
         return True
@@ -281,13 +282,15 @@ class _Watch:
                 time_left_seconds=left,
             )
 
-    async def _seal(self) -> None:
+    async def _seal(self, chain: AsyncClient) -> None:
         """Seals the job's secrets, and the lease's checkpoint key, to any node of the lease that has
         none (a node it moved to)."""
         try:
             view = await job_view(self.coordinator, self.s.wallet, self.address, tail=1)
-            sealed = await seal_missing_secrets(self.coordinator, self.s.wallet, self.address, self.secrets, view)
-            keyed = await seal_missing_checkpoint_key(self.coordinator, self.s.wallet, self.address, view)
+            sealed = await seal_missing_secrets(
+                self.coordinator, chain, self.s.wallet, self.address, self.secrets, view
+            )
+            keyed = await seal_missing_checkpoint_key(self.coordinator, chain, self.s.wallet, self.address, view)
         except CoordinatorError as e:  # said once per cause; the next read tries again
             if str(e) != self.coordinator_error:
                 self.coordinator_error = str(e)

@@ -123,7 +123,7 @@ class RayDemo(Demo):
         alive (by their advertised addresses). Meanwhile it seals the lease's Ray token to any node
         of the lease without it, as the client's `gpunet lease status --follow` does."""
         view = await job_view(coordinator.api_url, client, lease, tail=1)
-        await seal_missing_secrets(coordinator.api_url, client, lease, {}, view)
+        await seal_missing_secrets(coordinator.api_url, self.chain, client, lease, {}, view)
         ray, placement = view["ray"], view["placement"]
         if not ray or not placement:
             return None

@@ -304,7 +304,7 @@ class Demo:
             f"placed by the coordinator on {' and '.join(result.placed_on)} (2 GPUs each, ranks 0 and 1)  "
             f"[dim]tx {short(view['placement']['signature'])}[/]"
         )
-        sealed = await seal_missing_checkpoint_key(coordinator.api_url, client.wallet, lease)
+        sealed = await seal_missing_checkpoint_key(coordinator.api_url, self.chain, client.wallet, lease)
         self.say(
             f"the client sealed the lease's checkpoint key to {' and '.join(names[k] for k in sealed)}: "
             f"each rank's {CHECKPOINT_MIB} MiB checkpoint goes to the coordinator's store encrypted"
@@ -383,7 +383,7 @@ class Demo:
                         )
                     seen_slashes = len(slashes)
                     # the client follows the lease: a node the lease moves to gets the key (its job waits till then)
-                    for key in await seal_missing_checkpoint_key(coordinator.api_url, client, lease, view):
+                    for key in await seal_missing_checkpoint_key(coordinator.api_url, self.chain, client, lease, view):
                         progress.console.print(
                             f"  the client sealed the lease's checkpoint key to {names.get(key, '?')}"
                         )

@@ -122,7 +122,7 @@ async def test_a_big_checkpoint_moves_on_failover_and_the_job_resumes_with_every
             "nodes"
         ]
         # the client seals the lease's key to the node (`gpunet lease job` does it once placed)
-        assert await seal_missing_checkpoint_key(api, client, lease) == [first]
+        assert await seal_missing_checkpoint_key(api, chain, client, lease) == [first]
         fresh = await eventually(
             lambda: _line(api, client, lease, first, "fresh "), timeout=120, what="the checkpoint written"
         )
@@ -133,7 +133,7 @@ async def test_a_big_checkpoint_moves_on_failover_and_the_job_resumes_with_every
         assert stored["node_key"] == first and stored["chunks"] >= MIB // 8
         # `lease status` shows it (the coordinator runs in this process: the command runs beside it)
         create_keypair_file(tmp_path / "client.json", world.client)
-        shown = await _lease_status(api, lease, tmp_path / "client.json")
+        shown = await _lease_status(api, node.url, lease, tmp_path / "client.json")
         assert f"checkpoint: {MIB:.1f} MiB in 2 files" in shown, shown
         assert "checkpoint key sealed" not in shown  # the node has it already
 
@@ -148,7 +148,7 @@ async def test_a_big_checkpoint_moves_on_failover_and_the_job_resumes_with_every
         assert "checkpoint key" in detail
         assert await _line(api, client, lease, moved, "fresh ") is None
         # the client's status (as `--follow` does on each poll) seals the key to the new node
-        shown = await _lease_status(api, lease, tmp_path / "client.json")
+        shown = await _lease_status(api, node.url, lease, tmp_path / "client.json")
         assert f"checkpoint key sealed to node(s) {moved}" in shown, shown
         resumed = await eventually(
             lambda: _line(api, client, lease, moved, "resumed "),
@@ -197,10 +197,10 @@ async def test_a_big_checkpoint_moves_on_failover_and_the_job_resumes_with_every
         assert not any(f.decode("latin-1") in a for a in answers for f in forms)
 
 
-async def _lease_status(api: str, lease: Pubkey, keypair: Path) -> str:
+async def _lease_status(api: str, rpc: str, lease: Pubkey, keypair: Path) -> str:
     proc = await asyncio.create_subprocess_exec(
         str(Path(sys.executable).with_name("gpunet")),
-        *("lease", "status", str(lease), "--coordinator", api, "-k", str(keypair)),
+        *("lease", "status", str(lease), "--coordinator", api, "--url", rpc, "-k", str(keypair)),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
         env={**os.environ, "COLUMNS": "250"},

@@ -48,13 +48,13 @@ def addresses(world: World, keys: list[str]) -> set[str]:
 
 
 @contextlib.asynccontextmanager
-async def sealing(api: str, world: World, lease) -> AsyncIterator[None]:
+async def sealing(api: str, chain: AsyncClient, world: World, lease) -> AsyncIterator[None]:
     """The client keeps sealing the lease's Ray token to any node of the lease without it (a node the
     lease moves to), as `gpunet lease status --follow` does."""
 
     async def loop() -> None:
         while True:
-            await seal_missing_secrets(api, world.client, lease, {})
+            await seal_missing_secrets(api, chain, world.client, lease, {})
             await asyncio.sleep(0.5)
 
     task = asyncio.create_task(loop())
@@ -122,7 +122,7 @@ async def test_a_ray_lease_is_one_cluster_that_runs_jobs_on_every_node_and_repla
         workers = await start_workers(world, coordinator, tmp_path, spawned, ray_env)
         spec = JobSpec(ray=True, secrets=[RAY_AUTH_TOKEN])
         lease, placed = await placed_lease(world, api, chain, 600, spec, gpus=6)
-        await stack.enter_async_context(sealing(api, world, lease))
+        await stack.enter_async_context(sealing(api, chain, world, lease))
         token = ray_token(world.client, lease)
         assert len(placed) == 3
         ray = await eventually(lambda: ray_head(api, world, lease, placed[0]), what="the Ray head's addresses")
@@ -192,7 +192,7 @@ async def test_a_lost_head_is_replaced_and_the_driver_completes_from_its_checkpo
             secrets=[RAY_AUTH_TOKEN],
         )
         lease, placed = await placed_lease(world, api, chain, 600, spec, gpus=6)
-        await stack.enter_async_context(sealing(api, world, lease))
+        await stack.enter_async_context(sealing(api, chain, world, lease))
         await eventually(
             lambda: line_of(api, world, lease, placed[0], "step 3 on 3 nodes"), timeout=150, what="the driver going"
         )

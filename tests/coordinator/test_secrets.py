@@ -25,7 +25,7 @@ from solders.pubkey import Pubkey
 from coordinator.settings import Settings
 from gpunet import instructions as ix
 from gpunet.client import send_and_confirm
-from gpunet.jobs import job_view, seal_missing_secrets, submit_secrets
+from gpunet.jobs import CoordinatorError, job_view, seal_missing_secrets, submit_secrets
 from gpunet.keys import create_keypair_file
 from gpunet.pda import lease_pda
 from gpunet.protocol import JobSpec, sign_request
@@ -146,20 +146,27 @@ async def test_a_secret_reaches_the_job_alone_and_a_moved_share_waits_for_its_re
         moved = await job_view(api, world.client, lease)
         assert spare in moved["placement"]["nodes"] and spare not in moved["secrets_sealed_to"]
         assert spare not in await _token_lines(api, world, lease)
+        # Attack: the coordinator (or whoever sits between it and the client) names a node of its own among
+        # the lease's: the client checks the chain's assignments and seals nothing, to anyone.
+        stranger = str(Pubkey.new_unique())
+        lying = moved | {"placement": moved["placement"] | {"nodes": [*moved["placement"]["nodes"], stranger]}}
+        with pytest.raises(CoordinatorError, match=f"{stranger}, which the chain does not assign it to"):
+            await seal_missing_secrets(api, chain, world.client, lease, {"API_TOKEN": SECRET}, lying)
+        assert (await job_view(api, world.client, lease))["secrets_sealed_to"] == moved["secrets_sealed_to"]
         # `gpunet lease status --secret` (as --follow does on each poll) reseals to the new node, and to it alone
         wallet = tmp_path / "client.json"
         create_keypair_file(wallet, world.client)
         (tmp_path / "token.txt").write_text(SECRET)
         status = await asyncio.create_subprocess_exec(
             *(GPUNET, "lease", "status", str(lease), "--secret-file", f"API_TOKEN={tmp_path / 'token.txt'}"),
-            *("--coordinator", api, "-k", str(wallet), "--json"),
+            *("--coordinator", api, "-k", str(wallet), "--url", node.url, "--json"),
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
         )
         out, _ = await asyncio.wait_for(status.communicate(), 60)
         assert status.returncode == 0, out
         assert json.loads(out.decode().splitlines()[0]) == {"event": "secrets", "sealed_to": [spare]}
-        assert await seal_missing_secrets(api, world.client, lease, {"API_TOKEN": SECRET}) == []
+        assert await seal_missing_secrets(api, chain, world.client, lease, {"API_TOKEN": SECRET}) == []
         await eventually(lambda: _all_in(api, world, lease, [spare], "running"), what="the job running on the spare")
         await eventually(lambda: _has_tokens(api, world, lease, [spare]), what="the spare's job read the secret")
 
@@ -229,6 +236,7 @@ async def test_lease_job_with_a_secret_waits_for_the_placement_and_seals_to_its_
         job = await asyncio.create_subprocess_exec(
             *(GPUNET, "lease", "job", str(lease), "--command", f"{sys.executable} -c {shlex.quote(PROGRAM)}"),
             *("--gpus-per-node", "2", "--secret", "API_TOKEN", "--coordinator", api, "-k", str(wallet), "--json"),
+            *("--url", node.url),
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
             env={**os.environ, "API_TOKEN": SECRET},  # `--secret NAME` takes the value from the shell
