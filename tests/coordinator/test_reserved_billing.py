@@ -36,11 +36,16 @@ GPUS, DURATION, TOP_UP = 2, 40, 6
 GPUNET = str(Path(sys.executable).with_name("gpunet"))
 
 
-async def _lease_job(api: str, keyfile: Path, lease: Pubkey, command: str) -> subprocess.CompletedProcess[str]:
+async def _lease_job(
+    api: str, rpc: str, keyfile: Path, lease: Pubkey, command: str
+) -> subprocess.CompletedProcess[str]:
     """`gpunet lease job` as a client runs it."""
     return await asyncio.to_thread(
         subprocess.run,
-        [GPUNET, "lease", "job", str(lease), "--command", command, "--coordinator", api, "-k", str(keyfile), "--json"],
+        [
+            *(GPUNET, "lease", "job", str(lease), "--command", command),
+            *("--coordinator", api, "--url", rpc, "-k", str(keyfile), "--json"),
+        ],
         capture_output=True,
         text=True,
         timeout=60,
@@ -67,6 +72,7 @@ async def test_a_lease_pays_for_its_reserved_gpus_whether_or_not_a_job_runs(
     node, chain, pool, database_url, tmp_path
 ) -> None:
     world = await World().build(chain, tmp_path)
+    rpc = node.url  # `lease job` checks the chain before it seals the checkpoint key
     settings = live_settings(
         node,
         database_url,
@@ -109,7 +115,9 @@ async def test_a_lease_pays_for_its_reserved_gpus_whether_or_not_a_job_runs(
             # The lease's next job runs on the same GPUs; a third while it runs is refused.
             keyfile = tmp_path / "client.json"
             create_keypair_file(keyfile, world.client)
-            second = await _lease_job(api, keyfile, lease, "sh -c 'echo second job on $CUDA_VISIBLE_DEVICES; sleep 8'")
+            second = await _lease_job(
+                api, node.url, keyfile, lease, "sh -c 'echo second job on $CUDA_VISIBLE_DEVICES; sleep 8'"
+            )
             assert second.returncode == 0, second.stderr
             node = str(world.node_keys()[0])
             # the lease's checkpoint key goes to its node with the job (job 1 came through the SDK)
@@ -120,7 +128,7 @@ async def test_a_lease_pays_for_its_reserved_gpus_whether_or_not_a_job_runs(
                 "checkpoint_key_sealed_to": [node],
             }
             await eventually(lambda: _running(api, world.client, lease, 2), what="job 2 running")
-            third = await _lease_job(api, keyfile, lease, "true")
+            third = await _lease_job(api, rpc, keyfile, lease, "true")
             refusal = json.loads(third.stdout)["error"]
             assert third.returncode == 1 and "(409): job 2 of lease" in refusal and "is still running" in refusal
             assert (await job_view(api, world.client, lease))["job_number"] == 2
