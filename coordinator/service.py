@@ -235,6 +235,7 @@ class Coordinator:
             ("verification", self.verification.step, 1.0),
             ("settlement", self.settlement.step, self.settings.settle_seconds),
             ("checkpoint-retention", self._checkpoint_retention, 60.0),
+            ("decisions-retention", self._decisions_retention, 3600.0),
         ):
             task = asyncio.create_task(self._every(name, step, every, self.metrics), name=name)
             self._leader_tasks.append(task)
@@ -298,6 +299,12 @@ class Coordinator:
                 return await jobs.checkpoints_past_retention(conn, leases, before)
 
         await self.checkpoints.sweep(ended)
+
+    async def _decisions_retention(self) -> None:
+        """Forgets the decisions older than the retention period (the leader does; any could)."""
+        async with self.pool.acquire() as conn:
+            if forgotten := await leader_db.forget_decisions(conn, self.settings.decisions_retention_seconds):
+                log.info("coordinator.decisions_forgotten", decisions=forgotten)
 
     async def checkpoint_holder(self, lease: str, node_key: str) -> bool:
         """Whether a node may use the lease's checkpoint store: it holds a share of the running lease."""

@@ -187,6 +187,11 @@ class Settings(BaseSettings):
     checkpoint_retention_seconds: float = Field(
         default=86_400.0, ge=0, description="a lease's stored checkpoints are deleted this long after it ended"
     )
+    decisions_retention_seconds: float = Field(
+        default=30 * 86_400.0,
+        gt=0,
+        description="the leaders' decisions log keeps this long (the chain keeps what was decided for good)",
+    )
     log_lines_per_lease: int = Field(
         default=100_000,
         ge=1,

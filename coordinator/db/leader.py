@@ -15,6 +15,7 @@ __all__ = [
     "check_term",
     "current",
     "decisions",
+    "forget_decisions",
     "record_decision",
     "release",
     "renew",
@@ -106,3 +107,14 @@ async def decisions(conn: Connection) -> list[tuple[int, str, str, str]]:
     """Every recorded decision, oldest first: (term, holder, kind, subject)."""
     rows = await conn.fetch("SELECT term, holder, kind, subject FROM decisions ORDER BY id")
     return [(r["term"], r["holder"], r["kind"], r["subject"]) for r in rows]
+
+
+async def forget_decisions(conn: Connection, older_than_seconds: float) -> int:
+    """Deletes the decisions recorded more than `older_than_seconds` ago (the log would grow with
+    every settlement for good); how many. Fencing needs none of them: only the leader row's term."""
+    deleted = await conn.fetchval(
+        "WITH gone AS (DELETE FROM decisions WHERE at < clock_timestamp() - make_interval(secs => $1) RETURNING 1) "
+        "SELECT count(*) FROM gone",
+        older_than_seconds,
+    )
+    return int(deleted)

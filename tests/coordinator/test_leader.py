@@ -233,3 +233,17 @@ async def test_replicas_given_one_name_are_still_two(node, database_url, pool, m
     finally:
         for coordinator in (first, second):
             await coordinator.chain.close()
+
+
+async def test_the_decisions_log_forgets_what_is_older_than_its_retention(pool) -> None:
+    async with pool.acquire() as conn:
+        for kind, days_ago in (("settle", 40), ("assign", 31), ("slash", 2), ("settle", 0)):
+            await conn.execute(
+                "INSERT INTO decisions (term, holder, kind, subject, at) "
+                "VALUES (1, 'r', $1, 'x', now() - make_interval(days => $2))",
+                kind,
+                days_ago,
+            )
+        assert await leader_db.forget_decisions(conn, 30 * 86_400) == 2
+        assert [kind for _, _, kind, _ in await leader_db.decisions(conn)] == ["slash", "settle"]  # the recent kept
+        assert await leader_db.forget_decisions(conn, 30 * 86_400) == 0
