@@ -606,7 +606,13 @@ def job(
                     else ""
                 )
                 + f"; follow it with `gpunet lease status {address}`"
-                + (" --follow --secret ... (seals them again if the lease moves)" if secrets else "")
+                + (
+                    " --follow --secret ... (seals them again if the lease moves)"
+                    if secrets
+                    else " --follow (seals the cluster's token to a node the lease moves to)"
+                    if ray
+                    else ""
+                )
             ),
         )
 
