@@ -3,7 +3,11 @@ inside bubblewrap, reading this directory's jobs/ (scripts/setup installs bubble
 
 from __future__ import annotations
 
+import contextlib
 import os
+import subprocess
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from worker.sandbox import Sandbox
@@ -45,3 +49,20 @@ def job_pid(workdir: Path) -> int | None:
         except OSError:
             continue
     return None
+
+
+@contextlib.contextmanager
+def agent_started(argv: list[str], env: dict[str, str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """`gpunet worker run ...` (argv) started, once it says it waits for its gateway (it passed its
+    checks at start); terminated at the end."""
+    with open(log, "wb") as err:
+        agent = subprocess.Popen(argv, stderr=err, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while "simulated GPU(s), gateway" not in log.read_text():
+            assert agent.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+        yield agent
+    finally:
+        agent.terminate()
+        agent.wait(timeout=30)

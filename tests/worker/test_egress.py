@@ -14,7 +14,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +24,7 @@ from solders.pubkey import Pubkey
 from gpunet.exits import Exit
 from gpunet.keys import create_keypair_file
 from gpunet.protocol import Dispatch, JobSpec
-from tests.worker.sandboxes import IMAGE
+from tests.worker.sandboxes import IMAGE, agent_started
 from tests.worker.test_sandbox import GPUNET, Recorder, _run, _state
 from worker.egress import TABLE, install_egress_network
 from worker.runner import JobDirs, JobRunner
@@ -245,17 +244,8 @@ def test_without_the_filter_the_worker_does_not_start_unless_the_supplier_opts_o
         assert advice in " ".join(done.stderr.split()), done.stderr
     assert not (tmp_path / "state").exists()
     # the control: with the opt-out it starts, and waits for its gateway
-    log = tmp_path / "agent.log"
-    with open(log, "wb") as err:
-        agent = subprocess.Popen([*argv, "--egress-unfiltered"], stderr=err, env=env)
-    try:
-        deadline = time.monotonic() + 60
-        while "simulated GPU(s), gateway" not in log.read_text():
-            assert agent.poll() is None and time.monotonic() < deadline, log.read_text()
-            time.sleep(0.1)
-    finally:
-        agent.terminate()
-        agent.wait(timeout=30)
+    with agent_started([*argv, "--egress-unfiltered"], env, tmp_path / "agent.log"):
+        pass
 
 
 def test_a_rootless_or_docker_worker_is_refused_the_egress_policy(tmp_path, podman, monkeypatch) -> None:

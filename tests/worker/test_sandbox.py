@@ -22,7 +22,7 @@ from gpunet.exits import Exit
 from gpunet.keys import create_keypair_file
 from gpunet.localnet import free_ports
 from gpunet.protocol import Dispatch, JobLog, JobSpec, JobStatus
-from tests.worker.sandboxes import IMAGE, JOBS
+from tests.worker.sandboxes import IMAGE, JOBS, agent_started
 from worker.runner import JobDirs, JobRunner
 from worker.sandbox import Sandbox, SandboxUnavailable, nvidia_device_nodes
 
@@ -342,19 +342,8 @@ def test_without_a_container_engine_or_the_opt_in_nothing_starts(tmp_path) -> No
     assert "install podman" in done.stderr and "--allow-host-jobs" in done.stderr
     assert not (tmp_path / "state").exists()
     # the control: with the opt-in (and bubblewrap) it starts, and waits for its gateway
-    log = tmp_path / "agent.log"
-    with open(log, "wb") as out:
-        agent = subprocess.Popen(
-            [*argv, "--state-dir", str(tmp_path / "state"), "--allow-host-jobs"], stderr=out, env=env
-        )
-    try:
-        deadline = time.monotonic() + 60
-        while "simulated GPU(s), gateway" not in log.read_text():
-            assert agent.poll() is None and time.monotonic() < deadline, log.read_text()
-            time.sleep(0.1)
-    finally:
-        agent.terminate()
-        agent.wait(timeout=30)
+    with agent_started([*argv, "--state-dir", str(tmp_path / "state"), "--allow-host-jobs"], env, tmp_path / "log"):
+        pass
     assert (tmp_path / "state" / "agent.lock").exists()
 
 
