@@ -15,11 +15,13 @@ and a manifest signed by the node key, moved over HTTP through the coordinator's
   opens it with its node key (`open_key`). Who holds it: the client and the lease's nodes. The
   coordinator relays the sealed key and the store (the coordinator's disk or an object store)
   holds ciphertext only: neither can derive it.
-- The manifest (files -> chunk ids and sizes, the node, the lease, a sequence number) is signed by
-  the node key; the store keeps it only from a node of the lease, and a restore checks the
-  signature, that the signer holds or held a share of the lease (no other node key may plant a
-  checkpoint), each chunk's id and each chunk's GCM tag: a manifest that fails any of them is
-  refused (the previous one is used).
+- The manifest (files -> chunk ids and sizes, the node, the lease, the node's rank in the lease, a
+  sequence number) is signed by the node key. A lease's checkpoints are per rank: a node of a
+  multi-node lease checkpoints its own rank's state, and a node that takes rank r over restores
+  rank r's. The store keeps a manifest only from a node that holds or held its rank of the lease,
+  and a restore checks the signature, that the signer holds or held that rank (no other node key,
+  not even another rank's node, may plant a checkpoint), the rank, each chunk's id and each
+  chunk's GCM tag: a manifest that fails any of them is refused (the previous one is used).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from solders.pubkey import Pubkey
 from solders.signature import Signature
 
 from gpunet.errors import GpunetError
+from gpunet.limits import MAX_LEASE_NODES
 from gpunet.secrets import SecretError, open_sealed, seal
 
 __all__ = [
@@ -147,14 +150,16 @@ class FileEntry(_Model):
 
 
 class Manifest(_Model):
-    """One checkpoint of a lease: what a node wrote, as chunk ids. `seq` orders a lease's checkpoints
-    (unix milliseconds when it was taken)."""
+    """One checkpoint of a lease's rank: what a node wrote, as chunk ids. `seq` orders a rank's
+    checkpoints (unix milliseconds when it was taken); `rank` is the writer's rank in the lease (0
+    for a single-node lease, and for a manifest from before the field)."""
 
     lease: str
     node_key: str
     seq: Annotated[int, Field(ge=1, lt=2**63)]
     chunk_bytes: Annotated[int, Field(ge=1)] = CHUNK_BYTES
     files: list[FileEntry]
+    rank: Annotated[int, Field(ge=0, lt=MAX_LEASE_NODES)] = 0
 
     @property
     def size(self) -> int:
@@ -164,7 +169,10 @@ class Manifest(_Model):
         return list(dict.fromkeys(c for f in self.files for c in f.chunks))
 
     def message(self) -> bytes:
-        return b"gpunet-checkpoint-manifest-v1\n" + json.dumps(self.model_dump(), sort_keys=True).encode()
+        body = self.model_dump()
+        if not body["rank"]:
+            del body["rank"]  # rank 0's signs as before the field existed: a stored older one still checks
+        return b"gpunet-checkpoint-manifest-v1\n" + json.dumps(body, sort_keys=True).encode()
 
 
 class SignedManifest(_Model):
@@ -173,10 +181,12 @@ class SignedManifest(_Model):
 
     def verified(self, signers: Collection[str]) -> Manifest:
         """The manifest if its node key signed it and is one of `signers`, the nodes that hold or
-        held a share of the lease (ValueError if not): no other node key may plant a checkpoint."""
+        held the manifest's rank of the lease (ValueError if not): no other node key may plant a
+        checkpoint, nor one rank's node another rank's."""
         if self.manifest.node_key not in signers:
             raise ValueError(
-                f"checkpoint {self.manifest.seq}: signed by {self.manifest.node_key}, never a node of the lease"
+                f"checkpoint {self.manifest.seq}: signed by {self.manifest.node_key}, never the lease's node of "
+                f"rank {self.manifest.rank}"
             )
         try:
             ok = Signature.from_string(self.signature).verify(
@@ -194,7 +204,8 @@ def sign_manifest(node: Keypair, manifest: Manifest) -> SignedManifest:
 
 
 def request_message(method: str, path: str, at_ms: int, body_sha256: str) -> bytes:
-    """What a node signs for a checkpoint-store request (headers NODE, AT, SIGNATURE)."""
+    """What a node signs for a checkpoint-store request (headers NODE, AT, SIGNATURE); `path` with
+    its query, if any (`?rank=`)."""
     return f"gpunet-checkpoint-request-v1\n{method.upper()}\n{path}\n{at_ms}\n{body_sha256}".encode()
 
 
