@@ -34,12 +34,12 @@ import json
 import time
 from collections.abc import Collection, Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 from solders.signature import Signature
@@ -161,6 +161,15 @@ class Manifest(_Model):
     files: list[FileEntry]
     rank: Annotated[int, Field(ge=0, lt=MAX_LEASE_NODES)] = 0
 
+    @model_serializer(mode="wrap")
+    def _rank_0_as_before(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Rank 0's is written, and signed, as before the field existed: a stored older manifest
+        still checks, and a node from before ranks still reads a single-node lease's."""
+        body: dict[str, Any] = handler(self)
+        if not body.get("rank"):
+            body.pop("rank", None)
+        return body
+
     @property
     def size(self) -> int:
         return sum(f.size for f in self.files)
@@ -169,10 +178,7 @@ class Manifest(_Model):
         return list(dict.fromkeys(c for f in self.files for c in f.chunks))
 
     def message(self) -> bytes:
-        body = self.model_dump()
-        if not body["rank"]:
-            del body["rank"]  # rank 0's signs as before the field existed: a stored older one still checks
-        return b"gpunet-checkpoint-manifest-v1\n" + json.dumps(body, sort_keys=True).encode()
+        return b"gpunet-checkpoint-manifest-v1\n" + json.dumps(self.model_dump(), sort_keys=True).encode()
 
 
 class SignedManifest(_Model):

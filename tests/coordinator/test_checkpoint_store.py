@@ -438,7 +438,7 @@ def test_a_manifest_from_before_ranks_restores_as_rank_0_s(tmp_path, server, nod
     signed = server.store.manifest(LEASE, first.seq)
     assert signed is not None
     old = signed.manifest.model_dump(mode="json")
-    del old["rank"]
+    assert "rank" not in old and b'"rank"' not in signed.model_dump_json().encode()  # written as before, too
     message = b"gpunet-checkpoint-manifest-v1\n" + json.dumps(old, sort_keys=True).encode()
     assert signed.manifest.message() == message  # rank 0's signs as before the field existed
     raw = json.dumps({"manifest": old, "signature": str(nodes[0].sign_message(message))}).encode()
