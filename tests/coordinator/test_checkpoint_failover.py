@@ -282,6 +282,9 @@ async def test_a_node_replacing_a_lost_rank_restores_that_rank_s_checkpoint_neve
             contents = {f.path: f.content().decode() for f in files}
             assert meta["rank"] == rank and meta["node_key"] == node_key and contents["owner"] == owners[rank]
             assert contents.get("resumed") == (None if rank == 0 else "as rank 1")
+        out, wallet = tmp_path / "rank1", tmp_path / "client.json"  # `gpunet lease files --rank` too
+        await _gpunet("lease", "files", str(lease), "--rank", "1", "--out", out, "--coordinator", api, "-k", wallet)
+        assert (out / "owner").read_text() == owners[1]
 
 
 async def _rank_stored(api: str, client: Keypair, lease: Pubkey, rank: int, size: int, node_key: str | None = None):
@@ -312,9 +315,13 @@ async def _sealed_to(api: str, client: Keypair, lease: Pubkey, node_key: str) ->
 
 
 async def _lease_status(api: str, lease: Pubkey, keypair: Path) -> str:
+    return await _gpunet("lease", "status", str(lease), "--coordinator", api, "-k", str(keypair))
+
+
+async def _gpunet(*args: str | Path) -> str:
     proc = await asyncio.create_subprocess_exec(
         str(Path(sys.executable).with_name("gpunet")),
-        *("lease", "status", str(lease), "--coordinator", api, "-k", str(keypair)),
+        *args,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
         env={**os.environ, "COLUMNS": "250"},
