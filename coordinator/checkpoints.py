@@ -4,20 +4,25 @@ blob store that sees ciphertext and plaintext metadata only (file paths, sizes, 
 Layout, under the blob store's root (the coordinator's `state_dir/checkpoints` by default):
 
     leases/<lease>/chunks/<sha256 of the sealed chunk>
-    leases/<lease>/manifests/<seq, 20 digits>.json     (a SignedManifest, written once all its chunks are in)
+    leases/<lease>/manifests/<seq, 20 digits>.json          rank 0's, each a SignedManifest, written
+    leases/<lease>/manifests/<seq, 20 digits>.rank<r>.json  rank r's (r > 0), once all its chunks are in
 
-A manifest is accepted only when every chunk it names is in the store, so the newest manifest is
-always a complete checkpoint; a chunk is accepted only when its bytes hash to its id. A lease's
-chunks may take at most `quota_bytes`; the chunks no kept manifest names any more (an older
-checkpoint's) are deleted when a newer manifest comes, once they are `orphan_grace_seconds` old
-(a chunk of an upload under way is named by no manifest yet). Everything of a lease goes once the
-lease has ended and `retention_seconds` have passed.
+A lease's checkpoints are per rank (gpunet.checkpoint): each rank of a multi-node lease has its
+own manifests, and its KEEP_MANIFESTS newest are kept; the chunks are the lease's, shared by all its
+ranks (equal chunks of two ranks are stored once). Rank 0's keep the layout from before ranks, so
+a stored older checkpoint is rank 0's. A manifest is accepted only when every chunk it names is
+in the store, so a rank's newest manifest is always a complete checkpoint; a chunk is accepted only
+when its bytes hash to its id. A lease's chunks may take at most `quota_bytes`; the chunks no kept
+manifest of any rank names any more (older checkpoints') are deleted when a newer manifest comes,
+once they are `orphan_grace_seconds` old (a chunk of an upload under way is named by no manifest
+yet). Everything of a lease goes once the lease has ended and `retention_seconds` have passed.
 
 The HTTP routes (`checkpoint_routes`) are for the lease's nodes only: each request is signed by
 the node key (gpunet.checkpoint.signed_headers) and the node must hold a share of the lease now.
-A manifest is kept, and served, only when signed by a node that holds or held a share of the lease.
-The coordinator never holds the lease's key (the client seals it to the nodes): it serves the
-client's `GET /leases/{key}/files` the newest manifest and its sealed chunks, which the client opens."""
+A manifest of rank r is kept, and served, only when signed by a node that holds or held rank r of
+the lease (a node of another rank is refused: it may not plant another rank's state). The
+coordinator never holds the lease's key (the client seals it to the nodes): it serves the client's
+`GET /leases/{key}/files` a rank's newest manifest and its sealed chunks, which the client opens."""
 
 from __future__ import annotations
 
@@ -47,9 +52,11 @@ from gpunet.checkpoint import (
     AT_HEADER,
     NODE_HEADER,
     SIGNATURE_HEADER,
+    Manifest,
     SignedManifest,
     request_message,
 )
+from gpunet.limits import MAX_LEASE_NODES
 from gpunet.logs import get_logger
 
 __all__ = [
@@ -70,7 +77,8 @@ CLOCK_SKEW_SECONDS = 120
 MAX_CHUNK_BODY = 64 * 1024 * 1024
 CHUNK_ID = re.compile(r"[0-9a-f]{64}")
 MAX_MANIFEST_BODY = 16 * 1024 * 1024
-KEEP_MANIFESTS = 3  # per lease: the newest ones (a refused one falls back to the one before)
+KEEP_MANIFESTS = 3  # per rank of a lease: the newest ones (a refused one falls back to the one before)
+MANIFEST_NAME = re.compile(r"(\d{1,20})(?:\.rank([1-9]\d{0,4}))?\.json")  # <seq>.json (rank 0), <seq>.rank<r>.json
 DEFAULT_QUOTA_BYTES = 64 * 2**30  # per lease, its stored chunks
 ORPHAN_GRACE = 600.0  # seconds a chunk no manifest names is kept: an upload under way names it later
 
@@ -294,8 +302,8 @@ class CheckpointStore:
         return f"leases/{lease}/chunks/{cid}"
 
     @staticmethod
-    def _manifest(lease: str, seq: int) -> str:
-        return f"leases/{lease}/manifests/{seq:020d}.json"
+    def _manifest(lease: str, seq: int, rank: int = 0) -> str:
+        return f"leases/{lease}/manifests/{seq:020d}" + (f".rank{rank}" if rank else "") + ".json"
 
     def missing(self, lease: str, ids: list[str]) -> list[str]:
         return [c for c in dict.fromkeys(ids) if not self.blobs.has(self._chunk(lease, c))]
@@ -326,7 +334,7 @@ class CheckpointStore:
 
     def put_manifest(self, lease: str, signed: SignedManifest, signers: set[str]) -> str | None:
         """Keeps a node's signed manifest once all its chunks are in, when `signers` (the nodes that
-        hold or held a share of the lease) has its signer; the reason when refused."""
+        hold or held the manifest's rank of the lease) has its signer; the reason when refused."""
         try:
             manifest = signed.verified(signers)
         except ValueError as e:
@@ -336,23 +344,24 @@ class CheckpointStore:
         lacking = self.missing(lease, manifest.chunk_ids())
         if lacking:
             return f"{len(lacking)} of its chunks are not in the store yet"
-        self.blobs.put(self._manifest(lease, manifest.seq), signed.model_dump_json().encode())
-        old = self.manifest_seqs(lease)[KEEP_MANIFESTS:]
+        self.blobs.put(self._manifest(lease, manifest.seq, manifest.rank), signed.model_dump_json().encode())
+        old = self.manifest_seqs(lease, manifest.rank)[KEEP_MANIFESTS:]
         for seq in old:
-            self.blobs.delete(self._manifest(lease, seq))
+            self.blobs.delete(self._manifest(lease, seq, manifest.rank))
         if old:
             self._collect(lease)
         return None
 
     def _collect(self, lease: str) -> None:
-        """Deletes the lease's chunks that no kept manifest names, once `orphan_grace_seconds` old
-        (by this process's clock; one stored before it started counts as old)."""
+        """Deletes the lease's chunks that no kept manifest of any rank names, once
+        `orphan_grace_seconds` old (by this process's clock; one stored before it started counts as old)."""
         named: set[str] = set()
-        for seq in self.manifest_seqs(lease):
-            signed = self.manifest(lease, seq)
-            if signed is None:
-                return  # changed meanwhile: the next manifest collects
-            named.update(signed.manifest.chunk_ids())
+        for rank, seqs in self._manifests(lease).items():
+            for seq in seqs:
+                signed = self.manifest(lease, seq, rank)
+                if signed is None:
+                    return  # changed meanwhile: the next manifest collects
+                named.update(signed.manifest.chunk_ids())
         now, freed = time.monotonic(), 0
         for key, size in self.blobs.sizes(f"leases/{lease}/chunks").items():
             cid = key.rsplit("/", 1)[-1]
@@ -368,36 +377,56 @@ class CheckpointStore:
         if freed:
             log.info("checkpoint.collected", lease=lease, bytes=freed)  # chunks of older checkpoints
 
-    def manifest_seqs(self, lease: str) -> list[int]:
-        """The lease's manifests, newest first."""
-        seqs = []
+    def _manifests(self, lease: str) -> dict[int, list[int]]:
+        """The lease's manifests: rank -> sequence numbers, newest first."""
+        out: dict[int, list[int]] = {}
         for key in self.blobs.list(f"leases/{lease}/manifests"):
-            name = key.rsplit("/", 1)[-1]
-            if name.endswith(".json") and name[:-5].isdigit():
-                seqs.append(int(name[:-5]))
-        return sorted(seqs, reverse=True)
+            found = MANIFEST_NAME.fullmatch(key.rsplit("/", 1)[-1])
+            if found:
+                out.setdefault(int(found[2] or 0), []).append(int(found[1]))
+        return {rank: sorted(seqs, reverse=True) for rank, seqs in sorted(out.items())}
 
-    def manifest(self, lease: str, seq: int) -> SignedManifest | None:
-        raw = self.blobs.get(self._manifest(lease, seq))
+    def manifest_seqs(self, lease: str, rank: int = 0) -> list[int]:
+        """The manifests of the lease's rank `rank`, newest first."""
+        return self._manifests(lease).get(rank, [])
+
+    def ranks(self, lease: str) -> list[int]:
+        """The lease's ranks that have a checkpoint, in order."""
+        return list(self._manifests(lease))
+
+    def manifest(self, lease: str, seq: int, rank: int = 0) -> SignedManifest | None:
+        raw = self.blobs.get(self._manifest(lease, seq, rank))
         return None if raw is None else SignedManifest.model_validate_json(raw)
 
     def summary(self, lease: str) -> dict[str, object] | None:
-        """The newest checkpoint for the job view: its sequence, node, files, bytes and chunks."""
-        seqs = self.manifest_seqs(lease)
-        signed = self.manifest(lease, seqs[0]) if seqs else None
-        if signed is None:
+        """The newest checkpoint for the job view (its rank, sequence, node, files, bytes and chunks,
+        how many its rank keeps), and each rank's newest (`ranks`: a multi-node lease's nodes
+        checkpoint one each)."""
+        newest: list[tuple[Manifest, int]] = []  # each rank's newest, with how many that rank keeps
+        for rank, seqs in self._manifests(lease).items():
+            signed = self.manifest(lease, seqs[0], rank)
+            if signed is not None:
+                newest.append((signed.manifest, len(seqs)))
+        if not newest:
             return None
-        m = signed.manifest
-        stored = len(self.blobs.list(f"leases/{lease}/chunks"))
+
+        def shown(m: Manifest) -> dict[str, object]:
+            return {
+                "rank": m.rank,
+                "seq": m.seq,
+                "taken_at": m.seq / 1000,
+                "node_key": m.node_key,
+                "files": len(m.files),
+                "bytes": m.size,
+                "chunks": len(m.chunk_ids()),
+            }
+
+        latest, kept = max(newest, key=lambda n: n[0].seq)
         return {
-            "seq": m.seq,
-            "taken_at": m.seq / 1000,
-            "node_key": m.node_key,
-            "files": len(m.files),
-            "bytes": m.size,
-            "chunks": len(m.chunk_ids()),
-            "chunks_stored": stored,
-            "checkpoints_kept": len(seqs),
+            **shown(latest),
+            "chunks_stored": len(self.blobs.list(f"leases/{lease}/chunks")),
+            "checkpoints_kept": kept,
+            "ranks": [shown(m) for m, _ in newest],
         }
 
     def delete_lease(self, lease: str) -> None:
@@ -428,12 +457,21 @@ def _error(status: int, message: str) -> JSONResponse:
 
 
 Authorize = Callable[[str, str], Awaitable[bool]]  # (lease, node key) -> does the node hold a share now
-Signers = Callable[[str], Awaitable[list[str]]]  # lease -> the node keys that hold or held a share of it
+Signers = Callable[[str, int], Awaitable[list[str]]]  # (lease, rank) -> the node keys that hold or held that rank
+
+
+def _rank(request: Request) -> int | Response:
+    """The `rank` query parameter (default 0): whose checkpoints of a multi-node lease are meant."""
+    raw = request.query_params.get("rank", "0")
+    if not raw.isdigit() or int(raw) >= MAX_LEASE_NODES:
+        return _error(400, f"rank: {raw[:20]!r} is not a rank of a lease (0 to {MAX_LEASE_NODES - 1})")
+    return int(raw)
 
 
 def checkpoint_routes(store: CheckpointStore, authorize: Authorize, signers: Signers) -> list[Route]:
     """PUT/GET chunks, POST the ids a node is about to send (answer: those missing), PUT a signed
-    manifest, GET the lease's manifests (newest first) and one of them."""
+    manifest (of the sender's rank), GET a rank's manifests (newest first; `?rank=`, default 0) and
+    one of them."""
 
     async def _authorized(request: Request, body: bytes | str) -> tuple[str, str] | Response:
         """(lease, node key) when a node of the lease signed the request; `body`: the body, or its
@@ -445,13 +483,14 @@ def checkpoint_routes(store: CheckpointStore, authorize: Authorize, signers: Sig
         except ValueError:
             return _error(400, f"not a lease address: {lease[:60]!r}")
         node, at, sig = (request.headers.get(h) for h in (NODE_HEADER, AT_HEADER, SIGNATURE_HEADER))
+        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")  # signed with its query
         if node is None or at is None or sig is None:
             return _error(401, f"sign the request with the node key: {NODE_HEADER}, {AT_HEADER}, {SIGNATURE_HEADER}")
         try:
             at_ms = int(at, 10)
             ok = Signature.from_string(sig).verify(
                 Pubkey.from_string(node),
-                request_message(request.method, request.url.path, at_ms, body_sha256),
+                request_message(request.method, target, at_ms, body_sha256),
             )
         except ValueError:
             ok = False
@@ -545,13 +584,21 @@ def checkpoint_routes(store: CheckpointStore, authorize: Authorize, signers: Sig
             return _error(400, f"not a signed manifest: {e.errors()[0]['msg']}")
         if signed.manifest.node_key != who[1]:
             return _error(403, "a node sends only the manifests it signed")
-        refused = await asyncio.to_thread(store.put_manifest, who[0], signed, set(await signers(who[0])))
+        rank = signed.manifest.rank
+        holders = set(await signers(who[0], rank))
+        if who[1] not in holders:
+            return _error(
+                403,
+                f"node {who[1]} never held rank {rank} of lease {who[0]}: a node stores its own rank's checkpoints",
+            )
+        refused = await asyncio.to_thread(store.put_manifest, who[0], signed, holders)
         if refused is not None:
             return _error(409, refused)
         log.info(
             "checkpoint.stored",
             lease=who[0],
             node=who[1],
+            rank=rank,
             seq=signed.manifest.seq,
             bytes=signed.manifest.size,
             chunks=len(signed.manifest.chunk_ids()),
@@ -562,18 +609,28 @@ def checkpoint_routes(store: CheckpointStore, authorize: Authorize, signers: Sig
         who = await _authorized(request, b"")
         if isinstance(who, Response):
             return who
-        return JSONResponse({"seqs": await asyncio.to_thread(store.manifest_seqs, who[0])})
+        rank = _rank(request)
+        if isinstance(rank, Response):
+            return rank
+        return JSONResponse({"seqs": await asyncio.to_thread(store.manifest_seqs, who[0], rank)})
 
     async def manifest(request: Request) -> Response:
         who = await _authorized(request, b"")
         if isinstance(who, Response):
             return who
+        rank = _rank(request)
+        if isinstance(rank, Response):
+            return rank
         raw = request.path_params["seq"]
-        signed = await asyncio.to_thread(store.manifest, who[0], int(raw)) if raw.isdigit() else None
+        signed = await asyncio.to_thread(store.manifest, who[0], int(raw), rank) if raw.isdigit() else None
         if signed is None:
             return _error(404, "no such checkpoint")
-        if signed.manifest.node_key not in await signers(who[0]):
-            return _error(409, f"checkpoint {raw} is signed by {signed.manifest.node_key}, never a node of the lease")
+        if signed.manifest.rank != rank:
+            return _error(409, f"checkpoint {raw} of rank {rank} says it is rank {signed.manifest.rank}'s")
+        if signed.manifest.node_key not in await signers(who[0], rank):
+            return _error(
+                409, f"checkpoint {raw} is signed by {signed.manifest.node_key}, never the lease's node of rank {rank}"
+            )
         return Response(signed.model_dump_json(), media_type="application/json")
 
     base = "/leases/{key}/checkpoint"
@@ -595,19 +652,21 @@ class TooLargeToServe(ValueError):
 
 
 def latest_sealed(
-    store: CheckpointStore, lease: str, signers: set[str]
+    store: CheckpointStore, lease: str, signers: set[str], rank: int = 0
 ) -> tuple[SignedManifest, dict[str, str]] | None:
-    """The newest stored checkpoint signed by a node of the lease with all its chunks in the store
-    (each checked against its id),
+    """The newest stored checkpoint of the lease's rank `rank` signed by a node that holds or held
+    that rank (`signers`), of that rank, with all its chunks in the store (each checked against its id),
     as (its signed manifest, chunk id -> base64 sealed chunk) for the client's `GET /leases/{key}/files`:
     the client opens them with its key, the coordinator cannot. None if there is none;
     TooLargeToServe over 64 MiB."""
-    for seq in store.manifest_seqs(lease):
-        signed = store.manifest(lease, seq)
+    for seq in store.manifest_seqs(lease, rank):
+        signed = store.manifest(lease, seq, rank)
         if signed is None:
             continue
         try:
             manifest = signed.verified(signers)
+            if manifest.rank != rank:
+                raise ValueError(f"checkpoint {seq} of rank {rank} says it is rank {manifest.rank}'s")
         except ValueError as e:
             log.warning("checkpoint.refused", lease=lease, seq=seq, reason=str(e))
             continue

@@ -311,10 +311,11 @@ class Coordinator:
         async with self.pool.acquire() as conn:
             return await jobs.holds_share(conn, lease, node_key)
 
-    async def checkpoint_signers(self, lease: str) -> list[str]:
-        """The node keys that hold or held a share of the lease: the only signers its checkpoints may have."""
+    async def checkpoint_signers(self, lease: str, rank: int) -> list[str]:
+        """The node keys that hold or held rank `rank` of the lease: the only signers its checkpoints
+        of that rank may have."""
         async with self.pool.acquire() as conn:
-            return await jobs.lease_node_keys(conn, lease)
+            return (await jobs.rank_holders(conn, lease)).get(rank, [])
 
     async def _config(self) -> Any:
         """The protocol configuration; waits (saying so) while the cluster is not initialised yet."""

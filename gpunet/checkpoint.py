@@ -15,11 +15,13 @@ and a manifest signed by the node key, moved over HTTP through the coordinator's
   opens it with its node key (`open_key`). Who holds it: the client and the lease's nodes. The
   coordinator relays the sealed key and the store (the coordinator's disk or an object store)
   holds ciphertext only: neither can derive it.
-- The manifest (files -> chunk ids and sizes, the node, the lease, a sequence number) is signed by
-  the node key; the store keeps it only from a node of the lease, and a restore checks the
-  signature, that the signer holds or held a share of the lease (no other node key may plant a
-  checkpoint), each chunk's id and each chunk's GCM tag: a manifest that fails any of them is
-  refused (the previous one is used).
+- The manifest (files -> chunk ids and sizes, the node, the lease, the node's rank in the lease, a
+  sequence number) is signed by the node key. A lease's checkpoints are per rank: a node of a
+  multi-node lease checkpoints its own rank's state, and a node that takes rank r over restores
+  rank r's. The store keeps a manifest only from a node that holds or held its rank of the lease,
+  and a restore checks the signature, that the signer holds or held that rank (no other node key,
+  not even another rank's node, may plant a checkpoint), the rank, each chunk's id and each
+  chunk's GCM tag: a manifest that fails any of them is refused (the previous one is used).
 """
 
 from __future__ import annotations
@@ -32,17 +34,18 @@ import json
 import time
 from collections.abc import Collection, Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 from solders.signature import Signature
 
 from gpunet.errors import GpunetError
+from gpunet.limits import MAX_LEASE_NODES
 from gpunet.secrets import SecretError, open_sealed, seal
 
 __all__ = [
@@ -147,14 +150,25 @@ class FileEntry(_Model):
 
 
 class Manifest(_Model):
-    """One checkpoint of a lease: what a node wrote, as chunk ids. `seq` orders a lease's checkpoints
-    (unix milliseconds when it was taken)."""
+    """One checkpoint of a lease's rank: what a node wrote, as chunk ids. `seq` orders a rank's
+    checkpoints (unix milliseconds when it was taken); `rank` is the writer's rank in the lease (0
+    for a single-node lease, and for a manifest from before the field)."""
 
     lease: str
     node_key: str
     seq: Annotated[int, Field(ge=1, lt=2**63)]
     chunk_bytes: Annotated[int, Field(ge=1)] = CHUNK_BYTES
     files: list[FileEntry]
+    rank: Annotated[int, Field(ge=0, lt=MAX_LEASE_NODES)] = 0
+
+    @model_serializer(mode="wrap")
+    def _rank_0_as_before(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Rank 0's is written, and signed, as before the field existed: a stored older manifest
+        still checks, and a node from before ranks still reads a single-node lease's."""
+        body: dict[str, Any] = handler(self)
+        if not body.get("rank"):
+            body.pop("rank", None)
+        return body
 
     @property
     def size(self) -> int:
@@ -173,10 +187,12 @@ class SignedManifest(_Model):
 
     def verified(self, signers: Collection[str]) -> Manifest:
         """The manifest if its node key signed it and is one of `signers`, the nodes that hold or
-        held a share of the lease (ValueError if not): no other node key may plant a checkpoint."""
+        held the manifest's rank of the lease (ValueError if not): no other node key may plant a
+        checkpoint, nor one rank's node another rank's."""
         if self.manifest.node_key not in signers:
             raise ValueError(
-                f"checkpoint {self.manifest.seq}: signed by {self.manifest.node_key}, never a node of the lease"
+                f"checkpoint {self.manifest.seq}: signed by {self.manifest.node_key}, never the lease's node of "
+                f"rank {self.manifest.rank}"
             )
         try:
             ok = Signature.from_string(self.signature).verify(
@@ -194,7 +210,8 @@ def sign_manifest(node: Keypair, manifest: Manifest) -> SignedManifest:
 
 
 def request_message(method: str, path: str, at_ms: int, body_sha256: str) -> bytes:
-    """What a node signs for a checkpoint-store request (headers NODE, AT, SIGNATURE)."""
+    """What a node signs for a checkpoint-store request (headers NODE, AT, SIGNATURE); `path` with
+    its query, if any (`?rank=`)."""
     return f"gpunet-checkpoint-request-v1\n{method.upper()}\n{path}\n{at_ms}\n{body_sha256}".encode()
 
 

@@ -177,14 +177,20 @@ async def job_logs(
             return
 
 
-async def lease_files(coordinator_url: str, client: Keypair, lease: Pubkey) -> tuple[dict[str, Any], list[LeaseFile]]:
-    """The lease's latest checkpoint as the coordinator keeps it: ({lease, node_key, received_at}, its
-    files, each checked against its sha256 when read with .content()). A GET signed with the lease
-    client's wallet (fresh each call); anyone else is refused (401)."""
-    body = await _signed_call("GET", f"{coordinator_url.rstrip('/')}/leases/{lease}/files", client)
+async def lease_files(
+    coordinator_url: str, client: Keypair, lease: Pubkey, rank: int = 0
+) -> tuple[dict[str, Any], list[LeaseFile]]:
+    """The latest checkpoint of the lease's rank `rank` (a multi-node lease's nodes checkpoint one
+    each; 0 for a single-node lease) as the coordinator keeps it: ({lease, rank, node_key,
+    received_at}, its files, each checked against its sha256 when read with .content()). A GET
+    signed with the lease client's wallet (fresh each call); anyone else is refused (401)."""
+    params = {"rank": rank} if rank else None  # as asked of a coordinator from before ranks
+    body = await _signed_call("GET", f"{coordinator_url.rstrip('/')}/leases/{lease}/files", client, params)
     try:
         if body.get("sealed"):  # from the checkpoint store: opened here, with the lease's key
             signed = SignedManifest.model_validate(body["sealed"]["manifest"])
+            if signed.manifest.rank != rank:
+                raise ValueError(f"it is rank {signed.manifest.rank}'s checkpoint, not rank {rank}'s")
             chunks = {cid: base64.b64decode(data, validate=True) for cid, data in body["sealed"]["chunks"].items()}
             # the coordinator picked a manifest signed by a node of the lease; what proves the
             # content is the lease's key, which opens only what the client or its nodes sealed
@@ -197,7 +203,7 @@ async def lease_files(coordinator_url: str, client: Keypair, lease: Pubkey) -> t
             ]
     except (KeyError, TypeError, ValueError, binascii.Error) as e:
         raise CoordinatorError(f"the coordinator's answer is not a checkpoint of this lease: {e}") from None
-    return {k: body.get(k) for k in ("lease", "node_key", "received_at")}, files
+    return {"lease": body.get("lease"), "rank": rank, **{k: body.get(k) for k in ("node_key", "received_at")}}, files
 
 
 async def submit_secrets(

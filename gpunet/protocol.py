@@ -675,11 +675,11 @@ class Dispatch(_Model):
     # The lease's checkpoint key sealed by the client to this node's key (gpunet.checkpoint.seal_key),
     # for checkpoints through the coordinator's checkpoint store; None: not sealed to this node yet.
     checkpoint_key: Annotated[str, Field(max_length=1024)] | None = None
-    # The checkpoint store holds a checkpoint of the lease: a node without the key waits for it
-    # (job state "waiting_secrets") rather than start the job over.
+    # The checkpoint store holds a checkpoint of this node's rank of the lease: a node without the
+    # key waits for it (job state "waiting_secrets") rather than start the job over.
     checkpoint_stored: bool = False
-    # The node keys that hold or held a share of the lease: a restore takes only a manifest one of
-    # them signed.
+    # The node keys that hold or held this node's rank of the lease: a restore takes only a manifest
+    # of that rank one of them signed.
     checkpoint_signers: Annotated[list[PubkeyStr], Field(max_length=4096)] = []
     # The job's secrets sealed to this node's key (name -> base64 sealed box, gpunet.secrets), as the
     # client gave them; absent or incomplete: the node waits for them (a dispatch again brings them).

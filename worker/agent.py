@@ -574,6 +574,7 @@ class Agent:
             lease,
             key,
             signers=set(dispatch.checkpoint_signers),
+            rank=dispatch.rank,
             known=share.chunk_ids if share is not None else None,
         )
 

@@ -133,6 +133,7 @@ class CheckpointStoreClient:
         key: bytes,
         *,
         signers: set[str],
+        rank: int = 0,
         known: dict[tuple[str, int, int], list[str]] | None = None,
         timeout: float = 120.0,
         chunk_bytes: int = CHUNK_BYTES,
@@ -144,7 +145,9 @@ class CheckpointStoreClient:
             key,
             chunk_bytes,
         )
-        self.signers = signers  # the nodes that hold or held a share of the lease: a restore takes their manifests only
+        # this node's rank of the lease: it checkpoints that rank's state and restores that rank's only
+        self.rank = rank
+        self.signers = signers  # the nodes that hold or held that rank: a restore takes their manifests only
         # (path, size, mtime) -> chunk ids, kept by the caller between uploads: an unchanged file is
         # not sealed again just to learn its ids (a changed one has another mtime)
         self.known = {} if known is None else known
@@ -159,6 +162,11 @@ class CheckpointStoreClient:
 
     def __exit__(self, *_: object) -> None:
         self.close()
+
+    @property
+    def _of_rank(self) -> str:
+        """The query naming this node's rank (none for rank 0: as a store from before ranks is asked)."""
+        return f"?rank={self.rank}" if self.rank else ""
 
     def _request(self, method: str, path: str, body: bytes = b"") -> httpx.Response:
         headers = signed_headers(self.node, method, path, body)
@@ -218,6 +226,7 @@ class CheckpointStoreClient:
             seq=seq or int(time.time() * 1000),
             chunk_bytes=self.chunk_bytes,
             files=entries,
+            rank=self.rank,
         )
         signed = sign_manifest(self.node, manifest)
         body = signed.model_dump_json().encode()
@@ -251,10 +260,10 @@ class CheckpointStoreClient:
         return stats
 
     def restore(self, directory: Path) -> RestoreStats:
-        """Writes the newest checkpoint that checks out (manifest signature by a node that holds or held
-        a share of the lease, every chunk's id and tag)
-        into an empty directory; one that does not is skipped for the one before. Nothing is written
-        into a non-empty directory (it is this node's own, newer state), nor for an unchecked file."""
+        """Writes the newest checkpoint of this node's rank that checks out (its rank, the manifest's
+        signature by a node that holds or held that rank, every chunk's id and tag) into an empty
+        directory; one that does not is skipped for the one before. Nothing is written into a
+        non-empty directory (it is this node's own, newer state), nor for an unchecked file."""
         stats = RestoreStats()
         if _files(directory):
             return stats
@@ -267,7 +276,7 @@ class CheckpointStoreClient:
 
     def _restore_newest(self, directory: Path, stats: RestoreStats) -> None:
         t = time.perf_counter()
-        seqs = self._request("GET", f"{self.base}/manifests").json()["seqs"]
+        seqs = self._request("GET", f"{self.base}/manifests{self._of_rank}").json()["seqs"]
         stats.seconds_transfer += time.perf_counter() - t
         for seq in seqs:
             try:
@@ -279,12 +288,14 @@ class CheckpointStoreClient:
                     p.unlink()
 
     def _restore_one(self, directory: Path, seq: int, stats: RestoreStats) -> None:
-        r = self._request("GET", f"{self.base}/manifests/{seq}")
+        r = self._request("GET", f"{self.base}/manifests/{seq}{self._of_rank}")
         if r.status_code == 404:
             raise StoreError("gone")
         manifest = SignedManifest.model_validate_json(r.content).verified(self.signers)
         if manifest.lease != self.lease:
             raise ValueError(f"the manifest is of lease {manifest.lease}")
+        if manifest.rank != self.rank:  # another rank's state is never this one's
+            raise ValueError(f"the manifest is rank {manifest.rank}'s, this node is rank {self.rank}")
         staging = directory.with_name(directory.name + ".restoring")
         shutil.rmtree(staging, ignore_errors=True)
         try:

@@ -65,10 +65,17 @@ def _checkpoint_paths(paths: dict[str, Any]) -> None:
     how = (
         f"For the lease's nodes only: signed by a node key that holds a share of the lease now ({NODE_HEADER}, "
         f"{AT_HEADER} in unix milliseconds within 120 s, {SIGNATURE_HEADER} over "
-        "gpunet.checkpoint.request_message: method, path, time and the body's SHA-256)."
+        "gpunet.checkpoint.request_message: method, path and query, time and the body's SHA-256)."
     )
     chunk = {"name": "id", "in": "path", "required": True, "schema": {"type": "string", "pattern": "^[0-9a-f]{64}$"}}
     seq = {"name": "seq", "in": "path", "required": True, "schema": {"type": "string", "pattern": "^[0-9]+$"}}
+    rank = {
+        "name": "rank",
+        "in": "query",
+        "required": False,
+        "description": "whose checkpoints: the lease's node of this rank (a multi-node lease's nodes have one each)",
+        "schema": {"type": "integer", "minimum": 0, "default": 0},
+    }
     octets = {"description": "bytes", "content": {"application/octet-stream": {"schema": {"type": "string"}}}}
     base = "/leases/{key}/checkpoint"
     paths[base + "/chunks/{id}"] = {
@@ -101,9 +108,10 @@ def _checkpoint_paths(paths: dict[str, Any]) -> None:
     }
     paths[base + "/manifests"] = {
         "get": _op(
-            f"The lease's stored checkpoints (manifest sequence numbers), newest first. {how}",
-            [_KEY, *signed],
+            f"The stored checkpoints of the lease's rank ?rank= (manifest sequence numbers), newest first. {how}",
+            [_KEY, rank, *signed],
             _json("ok", schemas.MANIFEST_SEQS),
+            400,
             401,
             403,
         )
@@ -111,8 +119,9 @@ def _checkpoint_paths(paths: dict[str, Any]) -> None:
     paths[base + "/manifests/{seq}"] = {
         "put": {
             **_op(
-                "Store a checkpoint's manifest, signed by the node sending it, once every chunk it names is in the "
-                f"store (409 if not, or if its signer never held a share of the lease). {how}",
+                "Store a checkpoint's manifest of the sending node's rank (the manifest's `rank`), signed by that "
+                "node, once every chunk it names is in the store (403 if the node never held that rank of the "
+                f"lease, 409 if a chunk is missing). {how}",
                 [_KEY, seq, *signed],
                 _json("stored", schemas.MANIFEST_STORED),
                 401,
@@ -124,9 +133,11 @@ def _checkpoint_paths(paths: dict[str, Any]) -> None:
             "requestBody": {"required": True, "content": {"application/json": {"schema": schemas.SIGNED_MANIFEST}}},
         },
         "get": _op(
-            "One stored manifest (409: its signer never held a share of the lease, it is not served). " + how,
-            [_KEY, seq, *signed],
+            "One stored manifest of the lease's rank ?rank= (409: its signer never held that rank of the lease, "
+            "it is not served). " + how,
+            [_KEY, seq, rank, *signed],
             _json("the signed manifest", schemas.SIGNED_MANIFEST),
+            400,
             401,
             403,
             409,
@@ -222,7 +233,7 @@ def openapi_document() -> dict[str, Any]:
         )
     }
     # A running coordinator's client routes (coordinator.api.work).
-    from coordinator.api.work import JOB_VIEW_PARAMS, QUOTE_PARAMS
+    from coordinator.api.work import FILES_PARAMS, JOB_VIEW_PARAMS, QUOTE_PARAMS
     from gpunet.protocol import (
         REQUEST_AT_HEADER,
         REQUEST_NONCE_HEADER,
@@ -277,9 +288,10 @@ def openapi_document() -> dict[str, Any]:
     }
     paths["/leases/{key}/files"] = {
         "get": _op(
-            "The lease's latest checkpoint files (path, sha256, base64 content), the node that sent them and "
-            f"when: the only job outputs the coordinator keeps. Readable only by the lease's client, as {how}.",
-            [_KEY, *signed],
+            "The lease's latest checkpoint files (path, sha256, base64 content) of one rank (?rank=, default 0: a "
+            "multi-node lease's nodes checkpoint one each), the node that sent them and when: the only job outputs "
+            f"the coordinator keeps. Readable only by the lease's client, as {how}.",
+            [_KEY, *(_query(p) for p in FILES_PARAMS), *signed],
             _json("the checkpoint", schemas.LEASE_FILES),
             401,
         )

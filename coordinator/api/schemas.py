@@ -343,6 +343,17 @@ NODE_VERIFICATIONS = _object(
     }
 )
 
+# A stored checkpoint as the job view shows it: one rank's newest (coordinator.checkpoints.CheckpointStore.summary).
+_CHECKPOINT: dict[str, Schema] = {
+    "rank": {"type": "integer", "description": "the rank of the lease's node that wrote it"},
+    "seq": _INT,
+    "taken_at": {"type": "number", "description": "unix seconds"},
+    "node_key": _KEY,
+    "files": _INT,
+    "bytes": _INT,
+    "chunks": _INT,
+}
+
 JOB_VIEW = _object(
     {
         "lease": _KEY,
@@ -393,19 +404,20 @@ JOB_VIEW = _object(
         },
         "more": _BOOL,
         "checkpoint": {
-            "description": "the newest checkpoint in the checkpoint store (null: none, or only a small one)",
+            "description": "the newest checkpoint in the checkpoint store, of any rank (null: none, or only a "
+            "small one)",
             "oneOf": [
                 {"type": "null"},
                 _object(
                     {
-                        "seq": _INT,
-                        "taken_at": {"type": "number", "description": "unix seconds"},
-                        "node_key": _KEY,
-                        "files": _INT,
-                        "bytes": _INT,
-                        "chunks": _INT,
+                        **_CHECKPOINT,
                         "chunks_stored": {"type": "integer", "description": "chunks of the lease in the store"},
-                        "checkpoints_kept": _INT,
+                        "checkpoints_kept": {"type": "integer", "description": "checkpoints its rank keeps"},
+                        "ranks": {
+                            "type": "array",
+                            "description": "each rank's newest (a multi-node lease's nodes checkpoint one each)",
+                            "items": _object(_CHECKPOINT),
+                        },
                     }
                 ),
             ],
@@ -443,6 +455,12 @@ SIGNED_MANIFEST = _object(
                 "node_key": _KEY,
                 "seq": {"type": "integer", "minimum": 1, "description": "unix milliseconds when it was taken"},
                 "chunk_bytes": {"type": "integer", "minimum": 1},
+                "rank": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "default": 0,
+                    "description": "the rank of the lease's node that wrote it (absent: 0)",
+                },
                 "files": {
                     "type": "array",
                     "items": _object(
@@ -453,7 +471,8 @@ SIGNED_MANIFEST = _object(
                         }
                     ),
                 },
-            }
+            },
+            optional=("rank",),
         ),
         "signature": {"type": "string", "description": "the node key's, over gpunet.checkpoint.Manifest.message()"},
     }
@@ -524,6 +543,7 @@ QUOTE = {
 LEASE_FILES = _object(
     {
         "lease": _KEY,
+        "rank": {"type": "integer", "description": "whose checkpoint: the lease's node of this rank"},
         "node_key": _KEY,
         "received_at": _TIME,
         "files": {

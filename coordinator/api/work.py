@@ -36,7 +36,7 @@ from coordinator.scheduler import LeaseRequest, NotPlaced, Placement, Scheduler,
 from gpunet import instructions as ix
 from gpunet.amounts import escrow_for
 from gpunet.catalog import CatalogError, gpu_model_name, region, region_name
-from gpunet.limits import ANY, MAX_GPUS_PER_NODE, MAX_LEASE_GPUS
+from gpunet.limits import ANY, MAX_GPUS_PER_NODE, MAX_LEASE_GPUS, MAX_LEASE_NODES
 from gpunet.protocol import (
     REQUEST_AT_HEADER,
     REQUEST_CLOCK_SKEW_SECONDS,
@@ -53,7 +53,7 @@ from gpunet.raycluster import ray_endpoints
 if TYPE_CHECKING:
     from coordinator.service import Coordinator
 
-__all__ = ["JOB_VIEW_PARAMS", "QUOTE_PARAMS", "work_routes"]
+__all__ = ["FILES_PARAMS", "JOB_VIEW_PARAMS", "QUOTE_PARAMS", "work_routes"]
 
 MAX_BODY = 256 * 1024
 OPERATOR_CLOCK_SKEW_SECONDS = 120  # a signed operator request older (or newer) than this is refused
@@ -85,6 +85,16 @@ QUOTE_CANDIDATES = 20  # the matching nodes a quote lists at most, cheapest firs
 JOB_VIEW_PARAMS = (
     Param("after", "integer", minimum=0, default=0, description="only log lines after this id (pages forward)"),
     Param("tail", "integer", minimum=1, maximum=LOG_LINES, description="the last this many log lines instead"),
+)
+FILES_PARAMS = (
+    Param(
+        "rank",
+        "integer",
+        minimum=0,
+        maximum=MAX_LEASE_NODES - 1,
+        default=0,
+        description="whose checkpoint: the lease's node of this rank (a multi-node lease's nodes checkpoint one each)",
+    ),
 )
 
 
@@ -487,17 +497,19 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
         return None
 
     async def files(request: Request) -> Response:
-        """The lease's latest checkpoint files, for the lease's client only (a signed GET)."""
-        parse_query(request.query_params, ())
+        """The latest checkpoint files of the lease's rank `rank` (default 0), for the lease's client
+        only (a signed GET)."""
+        rank = parse_query(request.query_params, FILES_PARAMS)["rank"]
         lease = parse_pubkey("lease", request.path_params["key"])
         async with pool.acquire() as conn:
             refused = await authorize(conn, request, lease, b"", suppliers=False)
             if refused is not None:
                 return refused
-            latest = await jobs.latest_checkpoint(conn, lease)
-            signers = set(await jobs.lease_node_keys(conn, lease))
+            # a small checkpoint through the gateway says no rank: the lease's, shown as rank 0's
+            latest = await jobs.latest_checkpoint(conn, lease) if rank == 0 else None
+            signers = set((await jobs.rank_holders(conn, lease)).get(rank, []))
         try:  # the checkpoint store's newest one, when newer than a small one sent through the gateway
-            stored = await asyncio.to_thread(latest_sealed, coordinator.checkpoints, lease, signers)
+            stored = await asyncio.to_thread(latest_sealed, coordinator.checkpoints, lease, signers, rank)
         except TooLargeToServe as e:
             return _error(413, f"{e}: it is kept for the lease's nodes (resume and failover)")
         if stored is not None and (latest is None or stored[0].manifest.seq / 1000 > latest[1].timestamp()):
@@ -505,6 +517,7 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
             return JSONResponse(
                 {
                     "lease": lease,
+                    "rank": rank,
                     "node_key": signed.manifest.node_key,
                     "received_at": datetime.fromtimestamp(signed.manifest.seq / 1000, UTC).isoformat(),
                     # sealed under the lease's key, which only the client and its nodes hold: the
@@ -516,13 +529,14 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
         if latest is None:
             return _error(
                 404,
-                f"lease {lease} has no checkpoint yet: a job's checkpoint is what it writes to "
+                f"lease {lease} has no checkpoint yet of rank {rank}: a job's checkpoint is what it writes to "
                 "$GPUNET_CHECKPOINT_DIR, sent by its node as it runs",
             )
         node_key, received_at, checkpoint = latest
         return JSONResponse(
             {
                 "lease": lease,
+                "rank": rank,
                 "node_key": node_key,
                 "received_at": received_at.isoformat(),
                 "files": [f.model_dump() for f in checkpoint],

@@ -27,8 +27,8 @@ __all__ = [
     "job_states",
     "job_view",
     "latest_checkpoint",
-    "lease_node_keys",
     "of_current_share",
+    "rank_holders",
     "record_checkpoint",
     "record_job_event",
     "save_checkpoint_keys",
@@ -217,10 +217,28 @@ async def sealed_checkpoint_keys(conn: Connection, lease: str) -> dict[str, str]
     return {r["node_key"]: r["sealed"] for r in rows}
 
 
-async def lease_node_keys(conn: Connection, lease: str) -> list[str]:
-    """The node keys that hold or held a share of the lease (the signers its checkpoints may have)."""
-    rows = await conn.fetch("SELECT DISTINCT node_key FROM assignments WHERE lease = $1 ORDER BY node_key", lease)
-    return [r["node_key"] for r in rows]
+async def rank_holders(conn: Connection, lease: str) -> dict[int, list[str]]:
+    """Each rank of the lease -> the node keys that hold or held it: the signers its checkpoints of
+    that rank may have. From the lease's events on chain: its assignment names its nodes in rank
+    order, and a move puts the new node in the moved node's rank (as the ledger's `leases.nodes`)."""
+    rows = await conn.fetch(
+        """SELECT name, data FROM events WHERE lease = $1 AND name IN ('LeaseAssigned', 'LeaseReassigned')
+           ORDER BY id""",
+        lease,
+    )
+    nodes: list[str] = []  # node accounts by rank, as the events so far leave them
+    holders: dict[int, set[str]] = {}
+    for r in rows:
+        data = json.loads(r["data"])
+        if r["name"] == "LeaseAssigned":
+            nodes = [a["node"] for a in data["assignments"]]
+            for rank, a in enumerate(data["assignments"]):
+                holders.setdefault(rank, set()).add(a["node_key"])
+        elif data["from_node"] in nodes:
+            rank = nodes.index(data["from_node"])
+            nodes[rank] = data["assignment"]["node"]
+            holders.setdefault(rank, set()).add(data["assignment"]["node_key"])
+    return {rank: sorted(keys) for rank, keys in sorted(holders.items())}
 
 
 async def checkpoints_past_retention(conn: Connection, leases: list[str], ended_before: int) -> list[str]:

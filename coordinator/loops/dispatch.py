@@ -106,8 +106,8 @@ class Dispatch:
             return
         restore = await jobs.checkpoint_of(conn, lease)
         sealed_keys = await jobs.sealed_checkpoint_keys(conn, lease)
-        signers = await jobs.lease_node_keys(conn, lease)
-        stored = bool(self.checkpoints and await asyncio.to_thread(self.checkpoints.manifest_seqs, lease))
+        holders = await jobs.rank_holders(conn, lease)  # a node restores its own rank's checkpoint
+        stored = set(await asyncio.to_thread(self.checkpoints.ranks, lease)) if self.checkpoints else set()
         sealed = await jobs.sealed_secrets(conn, lease, job.number) if job.spec.secrets else {}
         states = await jobs.job_states(conn, lease, job.number)
         over = job_over(states, keys)
@@ -131,8 +131,8 @@ class Dispatch:
                 epoch=s.assigned_by,
                 share_epoch=s.epoch,
                 checkpoint_key=sealed_keys.get(str(s.node_key)),  # only the key sealed to this node
-                checkpoint_stored=stored,
-                checkpoint_signers=signers,
+                checkpoint_stored=s.rank in stored,
+                checkpoint_signers=holders.get(s.rank, []),
                 secrets=sealed.get(str(s.node_key), {}),  # only ciphertext sealed to this node
             )
             try:

@@ -702,14 +702,18 @@ def _print_change(s: Session, event: dict[str, Any]) -> None:
 
 
 def _checkpoint_caption(checkpoint: dict[str, Any] | None) -> str | None:
-    """The newest checkpoint in the coordinator's checkpoint store, for `lease status`."""
+    """The newest checkpoint in the coordinator's checkpoint store (of any rank), for `lease status`."""
     if not checkpoint:
         return None
     taken = datetime.fromtimestamp(checkpoint["taken_at"], UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    return (
+    text = (
         f"checkpoint: {checkpoint['bytes'] / 2**20:.1f} MiB in {checkpoint['files']} files "
         f"({checkpoint['chunks']} chunks), from node {checkpoint['node_key'][:8]} at {taken}"
     )
+    ranks = [r["rank"] for r in checkpoint.get("ranks") or []]
+    if len(ranks) > 1:  # a multi-node lease's nodes checkpoint one each: `lease files --rank` gets another's
+        text += f", rank {checkpoint['rank']}'s (ranks {', '.join(map(str, ranks))} each have their own)"
+    return text
 
 
 def _ray_caption(ray: dict[str, Any] | None) -> str | None:
@@ -825,13 +829,21 @@ def files(
     out: Annotated[
         Path | None, typer.Option("--out", help="Write the files under this directory (default: ./LEASE-checkpoint).")
     ] = None,
+    rank: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Whose checkpoint: the lease's node of this rank (a multi-node lease's nodes checkpoint one each).",
+        ),
+    ] = 0,
     coordinator: CoordinatorOpt = DEFAULT_COORDINATOR,
     url: UrlOpt = None,
     keypair: KeypairOpt = DEFAULT_KEYPAIR,
     json_output: JsonOpt = False,
 ) -> None:
     """Download the lease's latest checkpoint: the files its job last wrote to $GPUNET_CHECKPOINT_DIR,
-    as the coordinator keeps them (each checked against its SHA-256). Only the lease's client may
+    as the coordinator keeps them (each checked against its SHA-256); of a multi-node lease, rank 0's
+    unless --rank says another's. Only the lease's client may
     read them (the request is signed with your wallet). Nothing else a job writes (its working
     directory, other outputs) reaches the coordinator: have the job upload what it must keep, or
     write it as a checkpoint."""
@@ -839,11 +851,11 @@ def files(
     async def command_(s: Session) -> None:
         address = pubkey_arg(lease, "lease address")
         wallet = s.wallet  # a missing keypair file is said before anything is asked
-        target = (out or Path(f"{address}-checkpoint")).expanduser()
+        target = (out or Path(f"{address}-checkpoint" + (f"-rank{rank}" if rank else ""))).expanduser()
         if target.exists() and not target.is_dir():
             raise BadInput(f"--out {target}: not a directory")
         with s.waiting("Downloading the lease's latest checkpoint"):
-            meta, checkpoint = await lease_files(coordinator, wallet, address)
+            meta, checkpoint = await lease_files(coordinator, wallet, address, rank)
         contents = []
         for f in checkpoint:  # all checked before anything is written
             try:
@@ -863,7 +875,9 @@ def files(
                 "file",
                 "bytes",
                 "sha256",
-                title=f"checkpoint of lease {s.link('address', address)} from node "
+                title=f"checkpoint of lease {s.link('address', address)}"
+                + (f" rank {rank}" if rank else "")
+                + " from node "
                 f"{s.link('address', meta['node_key'])} at {meta['received_at']}",
             )
             for w in written:

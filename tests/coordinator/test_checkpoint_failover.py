@@ -27,18 +27,19 @@ from solders.pubkey import Pubkey
 
 from coordinator.settings import Settings
 from gpunet import instructions as ix
-from gpunet.checkpoint import lease_key
+from gpunet.checkpoint import SignedManifest, lease_key, sign_manifest, signed_headers
 from gpunet.client import send_and_confirm
-from gpunet.jobs import job_view, seal_missing_checkpoint_key
+from gpunet.jobs import job_view, lease_files, seal_missing_checkpoint_key
 from gpunet.keys import create_keypair_file
 from gpunet.localnet import free_ports
 from gpunet.pda import lease_pda
 from gpunet.protocol import JobSpec, sign_request
 
 from .conftest import eventually
-from .world import PRICE, World, placed_view, start_worker, submitted
+from .world import PRICE, World, cluster_env, placed_lease, placed_view, running, start_worker, start_workers, submitted
 
 BIG_JOB = str(Path(__file__).resolve().parents[1] / "worker" / "jobs" / "big_checkpoint.py")
+RANKED_JOB = str(Path(__file__).resolve().parents[1] / "worker" / "jobs" / "ranked_checkpoint.py")
 MIB = int(os.environ.get("CHECKPOINT_MIB", "256"))
 
 
@@ -86,8 +87,6 @@ async def test_a_big_checkpoint_moves_on_failover_and_the_job_resumes_with_every
         reconnect_grace_seconds=2,
     )
     api = f"http://127.0.0.1:{settings.api_port}"
-    from .world import running
-
     async with running(settings, pool, world.admin) as coordinator:
         workers = {
             key: start_worker(
@@ -197,10 +196,134 @@ async def test_a_big_checkpoint_moves_on_failover_and_the_job_resumes_with_every
         assert not any(f.decode("latin-1") in a for a in answers for f in forms)
 
 
+def _settings(node, database_url: str, state: Path) -> Settings:
+    return Settings(
+        rpc_url=node.url,
+        ws_url=node.ws_url,
+        database_url=database_url,
+        state_dir=state,
+        poll_seconds=1.0,
+        api_port=free_ports(1)[0],
+        gateway_port=0,
+        heartbeat_seconds=0.5,
+        lost_after_seconds=3.0,
+        settle_seconds=1,
+        settle_interval_seconds=0,
+        settle_min_amount=0,
+        close_grace_seconds=4,
+        reconnect_grace_seconds=2,
+    )
+
+
+@pytest.mark.timeout(600)
+async def test_a_node_replacing_a_lost_rank_restores_that_rank_s_checkpoint_never_another_s(
+    node, chain, pool, database_url, tmp_path, spawned
+) -> None:
+    """A 2-node lease whose ranks write different checkpoints (ranked_checkpoint.py: each its own
+    token; rank 0 keeps checkpointing, so its is the lease's newest): rank 1's node is lost, and the
+    spare that takes rank 1 over restores rank 1's files, not rank 0's; rank 0's stay rank 0's. The
+    node holding rank 1 cannot store a checkpoint as rank 0 (the ledger says who held which rank);
+    its own rank's it can, and so can the spare once it holds rank 1."""
+    world = await World().build(chain, tmp_path)
+    settings = _settings(node, database_url, tmp_path / "coordinator")
+    api = f"http://127.0.0.1:{settings.api_port}"
+    async with running(settings, pool, world.admin) as coordinator:
+        workers = await start_workers(
+            world, coordinator, tmp_path, spawned, lambda i: {**cluster_env(i), "GPUNET_WORKER_API_URL": api}
+        )
+        client, store = world.client, coordinator.checkpoints
+        spec = JobSpec(command=[sys.executable, RANKED_JOB], env={"STEP_SECONDS": "0.3"})
+        lease, ranks = await placed_lease(world, api, chain, 600, spec)
+        assert sorted(await seal_missing_checkpoint_key(api, chain, client, lease)) == sorted(ranks)
+        owners = []
+        for node_key in ranks:
+            fresh = await eventually(lambda k=node_key: _line(api, client, lease, k, "fresh "), timeout=120, what="ran")
+            owners.append(str(fresh).removeprefix("fresh "))
+        assert [o.split()[:2] for o in owners] == [["rank", "0"], ["rank", "1"]] and owners[0] != owners[1]
+
+        # The node of rank 1 signs its rank's checkpoint as rank 0's: refused, nothing stored; as its
+        # own rank's (the honest control): kept.
+        node1 = next(kp for _, kp in world.suppliers if str(kp.pubkey()) == ranks[1])
+        ones = await eventually(lambda: _rank_stored(api, client, lease, 1, len(owners[1])), timeout=120, what="1's")
+        base = f"/leases/{lease}/checkpoint/manifests"
+        async with httpx.AsyncClient(base_url=api, timeout=60) as http:
+            path = f"{base}/{ones['seq']}?rank=1"
+            got = await http.get(path, headers=signed_headers(node1, "GET", path))
+            signed = SignedManifest.model_validate_json(got.content)
+            seq = signed.manifest.seq + 1
+            for rank, status in ((0, 403), (1, 201)):
+                forged = sign_manifest(node1, signed.manifest.model_copy(update={"seq": seq, "rank": rank}))
+                body, path = forged.model_dump_json().encode(), f"{base}/{seq}"
+                put = await http.put(path, content=body, headers=signed_headers(node1, "PUT", path, body))
+                assert put.status_code == status, put.text
+                if rank == 0:
+                    assert "never held rank 0" in put.json()["error"]
+                    kept = [store.manifest(str(lease), s, 0) for s in store.manifest_seqs(str(lease), 0)]
+                    assert all(m.manifest.node_key == ranks[0] for m in kept if m is not None)  # none of node1's
+        assert store.manifest_seqs(str(lease), 1)[0] == seq
+        # rank 0's is the lease's newest when rank 1's node dies
+        await eventually(lambda: _rank_0_newer(api, client, lease, seq), timeout=120, what="rank 0's the newest")
+        create_keypair_file(tmp_path / "client.json", client)
+        shown = await _lease_status(api, node.url, lease, tmp_path / "client.json")
+        assert "rank 0's (ranks 0, 1 each have their own)" in shown, shown
+
+        workers[ranks[1]].send_signal(signal.SIGKILL)
+        spare = await eventually(lambda: _rank_moved(api, client, lease, ranks), timeout=120, what="rank 1 moved")
+        # the client seals the lease's key to the spare (`lease status` does), which then restores
+        await eventually(
+            lambda: _sealed_to(api, chain, client, lease, spare), timeout=120, what="the key sealed to the spare"
+        )
+        resumed = await eventually(lambda: _line(api, client, lease, spare, "resumed "), timeout=240, what="resumed")
+        assert resumed == f"resumed {owners[1]} as rank 1"
+        # the spare holds rank 1 now: its checkpoint (the job wrote `resumed`) is kept as rank 1's
+        size = len(owners[1]) + len("as rank 1")
+        await eventually(lambda: _rank_stored(api, client, lease, 1, size, spare), timeout=120, what="the spare's")
+        # the control: rank 0's stay rank 0's; the client downloads each rank's
+        for rank, node_key in ((0, ranks[0]), (1, spare)):
+            meta, files = await lease_files(api, client, lease, rank)
+            contents = {f.path: f.content().decode() for f in files}
+            assert meta["rank"] == rank and meta["node_key"] == node_key and contents["owner"] == owners[rank]
+            assert contents.get("resumed") == (None if rank == 0 else "as rank 1")
+        out, wallet = tmp_path / "rank1", tmp_path / "client.json"  # `gpunet lease files --rank` too
+        await _gpunet("lease", "files", str(lease), "--rank", "1", "--out", out, "--coordinator", api, "-k", wallet)
+        assert (out / "owner").read_text() == owners[1]
+
+
+async def _rank_stored(api: str, client: Keypair, lease: Pubkey, rank: int, size: int, node_key: str | None = None):
+    """Rank `rank`'s newest stored checkpoint once it holds `size` bytes (by `node_key`, if given)."""
+    checkpoint = (await job_view(api, client, lease))["checkpoint"]
+    mine = next((r for r in (checkpoint or {}).get("ranks", []) if r["rank"] == rank), None)
+    if mine and mine["bytes"] == size and node_key in (None, mine["node_key"]):
+        return mine
+    return None
+
+
+async def _rank_0_newer(api: str, client: Keypair, lease: Pubkey, than: int) -> bool:
+    checkpoint = (await job_view(api, client, lease))["checkpoint"]
+    ranks = {r["rank"]: r for r in (checkpoint or {}).get("ranks", [])}
+    return 0 in ranks and 1 in ranks and ranks[0]["seq"] > max(than, ranks[1]["seq"]) and checkpoint["rank"] == 0
+
+
+async def _rank_moved(api: str, client: Keypair, lease: Pubkey, ranks: list[str]) -> str | None:
+    view = await job_view(api, client, lease)
+    nodes = view["placement"]["nodes"] if view["placement"] else []
+    moved = [k for k in nodes if k not in ranks]
+    return moved[0] if len(nodes) == 2 and ranks[0] in nodes and len(moved) == 1 else None
+
+
+async def _sealed_to(api: str, chain: AsyncClient, client: Keypair, lease: Pubkey, node_key: str) -> bool:
+    await seal_missing_checkpoint_key(api, chain, client, lease)
+    return node_key in ((await job_view(api, client, lease, tail=1)).get("checkpoint_key_sealed_to") or [])
+
+
 async def _lease_status(api: str, rpc: str, lease: Pubkey, keypair: Path) -> str:
+    return await _gpunet("lease", "status", str(lease), "--coordinator", api, "--url", rpc, "-k", str(keypair))
+
+
+async def _gpunet(*args: str | Path) -> str:
     proc = await asyncio.create_subprocess_exec(
         str(Path(sys.executable).with_name("gpunet")),
-        *("lease", "status", str(lease), "--coordinator", api, "--url", rpc, "-k", str(keypair)),
+        *args,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
         env={**os.environ, "COLUMNS": "250"},

@@ -2,14 +2,16 @@
 port, in a thread), on the coordinator's disk and on an S3-compatible object store (moto's server,
 a real HTTP server process): sealed chunks, signed manifests, resumable uploads, only changed chunks sent,
 tampered chunks refused for the previous checkpoint, no plaintext in the store, no manifest of
-a key that never was a node of the lease, no checkpoint opened without the lease's key. The node's
-share, and the lease's nodes, are callables here (in the coordinator coordinator.db.jobs.holds_share
-and lease_node_keys, exercised in test_checkpoint_failover.py)."""
+a key that never was a node of the lease (or of the manifest's rank), no checkpoint opened without
+the lease's key, each rank's checkpoints kept and restored apart. The node's share, and the nodes
+of each rank, are callables here (in the coordinator coordinator.db.jobs.holds_share and
+rank_holders, exercised in test_checkpoint_failover.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import os
 import socket
 import subprocess
@@ -52,14 +54,15 @@ class Server:
     def __init__(self, blobs: BlobStore, allowed: set[str], **store: float) -> None:
         self.store = CheckpointStore(blobs, **store)  # type: ignore[arg-type]
         self.allowed = allowed  # the nodes holding a share now
-        self.signers = set(allowed)  # the nodes that hold or held one
+        self.signers = set(allowed)  # the nodes that hold or held rank 0 (a single-node lease's one share)
+        self.ranks = {0: self.signers}  # rank -> the nodes that hold or held it
         self.puts = 0
 
         async def authorize(lease: str, node: str) -> bool:
             return lease == LEASE and node in self.allowed
 
-        async def signers(lease: str) -> list[str]:
-            return sorted(self.signers) if lease == LEASE else []
+        async def signers(lease: str, rank: int) -> list[str]:
+            return sorted(self.ranks.get(rank, set())) if lease == LEASE else []
 
         app = Starlette(routes=checkpoint_routes(self.store, authorize, signers))
 
@@ -141,9 +144,10 @@ def server(blobs, nodes) -> Iterator[Server]:
     s.stop()
 
 
-def client(server: Server, node: Keypair, key: bytes | None = None) -> CheckpointStoreClient:
+def client(server: Server, node: Keypair, key: bytes | None = None, rank: int = 0) -> CheckpointStoreClient:
     key = lease_key(CLIENT, LEASE) if key is None else key
-    c = CheckpointStoreClient(server.url, node, LEASE, key, signers=server.signers, chunk_bytes=CHUNK)
+    signers = server.ranks.get(rank, set())
+    c = CheckpointStoreClient(server.url, node, LEASE, key, signers=signers, rank=rank, chunk_bytes=CHUNK)
     OPEN.append(c)
     return c
 
@@ -328,9 +332,9 @@ def test_a_manifest_signed_by_a_key_that_never_was_a_node_of_the_lease_is_not_re
     )
     path = f"/leases/{LEASE}/checkpoint/manifests/{planted.manifest.seq}"
     served = httpx.get(server.url + path, headers=signed_headers(nodes[1], "GET", path))
-    assert served.status_code == 409 and "never a node of the lease" in served.json()["error"]
+    assert served.status_code == 409 and "never the lease's node of rank 0" in served.json()["error"]
     got = client(server, nodes[1]).restore(tmp_path / "b")
-    assert got.seq == first.seq and "never a node of the lease" in got.refused[0]
+    assert got.seq == first.seq and "never the lease's node of rank 0" in got.refused[0]
     assert read_dir(tmp_path / "b") == files
     # honest control: once that key is a node of the lease (it took a share over), its manifest is the newest
     server.signers.add(str(rogue.pubkey()))
@@ -351,7 +355,7 @@ def test_the_store_accepts_a_manifest_only_from_a_node_of_that_lease(tmp_path, s
     body = forged.model_dump_json().encode()
     assert httpx.put(server.url + put, content=body, headers=signed_headers(rogue, "PUT", put, body)).status_code == 403
     # the store itself refuses it too, whatever the route let through
-    assert "never a node of the lease" in (server.store.put_manifest(LEASE, forged, server.signers) or "")
+    assert "never the lease's node of rank 0" in (server.store.put_manifest(LEASE, forged, server.signers) or "")
     assert server.store.manifest_seqs(LEASE) == [first.seq]
     # honest control: the same manifest signed by a node of the lease is kept
     honest = sign_manifest(
@@ -361,6 +365,88 @@ def test_the_store_accepts_a_manifest_only_from_a_node_of_that_lease(tmp_path, s
     assert (
         httpx.put(server.url + put, content=body, headers=signed_headers(nodes[1], "PUT", put, body)).status_code == 201
     )
+
+
+def two_ranks(server: Server, nodes: tuple[Keypair, Keypair]) -> None:
+    """A two-node lease: nodes[0] holds rank 0, nodes[1] rank 1."""
+    server.signers.clear()
+    server.signers.add(str(nodes[0].pubkey()))
+    server.ranks[1] = {str(nodes[1].pubkey())}
+
+
+def test_each_rank_restores_its_own_checkpoint_never_another_rank_s(tmp_path, server, nodes):
+    """Rank 0's node checkpoints after rank 1's (its is the lease's newest): a node taking rank 1
+    over restores rank 1's files, one taking rank 0 over rank 0's; a manifest of rank 0 put where rank
+    1's are (straight into the blob store) is refused by the route and by the restoring node."""
+    two_ranks(server, nodes)
+    ones = write_checkpoint(tmp_path / "r1", 1 * MiB)
+    one = client(server, nodes[1], rank=1).upload(tmp_path / "r1", seq=5000)
+    zeros = write_checkpoint(tmp_path / "r0", 1 * MiB)
+    zero = client(server, nodes[0]).upload(tmp_path / "r0", seq=6000)
+    assert server.store.manifest_seqs(LEASE, 0) == [zero.seq] and server.store.manifest_seqs(LEASE, 1) == [one.seq]
+    replacement = Keypair()  # the node a failover moves rank 1 to: it holds rank 1 now
+    server.allowed.add(str(replacement.pubkey()))
+    server.ranks[1].add(str(replacement.pubkey()))
+    got = client(server, replacement, rank=1).restore(tmp_path / "b")
+    assert got.seq == one.seq and got.refused == [] and read_dir(tmp_path / "b") == ones
+    # control: rank 0's stay rank 0's
+    assert client(server, nodes[1]).restore(tmp_path / "c").seq == zero.seq and read_dir(tmp_path / "c") == zeros
+    # rank 0's newer manifest where rank 1's are: never served, never restored as rank 1's
+    signed = server.store.manifest(LEASE, zero.seq)
+    assert signed is not None
+    server.store.blobs.put(f"leases/{LEASE}/manifests/{7000:020d}.rank1.json", signed.model_dump_json().encode())
+    assert server.store.manifest_seqs(LEASE, 1) == [7000, one.seq]
+    path = f"/leases/{LEASE}/checkpoint/manifests/7000?rank=1"  # the query is signed too
+    served = httpx.get(server.url + path, headers=signed_headers(replacement, "GET", path))
+    assert served.status_code == 409 and "says it is rank 0's" in served.json()["error"]
+    got = client(server, replacement, rank=1).restore(tmp_path / "d")
+    assert got.seq == one.seq and read_dir(tmp_path / "d") == ones and "says it is rank 0's" in got.refused[0]
+
+
+def test_a_node_stores_only_checkpoints_of_the_rank_it_holds_or_held(tmp_path, server, nodes):
+    """The node holding rank 1 signs a manifest claiming rank 0 (to plant its state in rank 0's
+    replacement): refused, nothing stored; its own rank's is kept (the honest control)."""
+    two_ranks(server, nodes)
+    write_checkpoint(tmp_path / "a", 1 * MiB)
+    honest = client(server, nodes[1], rank=1).upload(tmp_path / "a", seq=4000)
+    signed = server.store.manifest(LEASE, honest.seq, 1)
+    assert signed is not None and signed.manifest.rank == 1
+    forged = sign_manifest(nodes[1], signed.manifest.model_copy(update={"seq": 4001, "rank": 0}))
+    body = forged.model_dump_json().encode()
+    put = f"/leases/{LEASE}/checkpoint/manifests/4001"
+    r = httpx.put(server.url + put, content=body, headers=signed_headers(nodes[1], "PUT", put, body))
+    assert r.status_code == 403 and "never held rank 0" in r.json()["error"]
+    assert "never the lease's node of rank 0" in (server.store.put_manifest(LEASE, forged, server.signers) or "")
+    assert server.store.manifest_seqs(LEASE, 0) == [] and server.store.manifest_seqs(LEASE, 1) == [honest.seq]
+    # a rank's number is part of what the node signed: changed after signing, the signature fails
+    moved = forged.model_copy(update={"manifest": forged.manifest.model_copy(update={"rank": 1})})
+    assert "signature" in (server.store.put_manifest(LEASE, moved, server.ranks[1]) or "")
+    # honest control: the same node's rank-1 manifest is kept
+    again = sign_manifest(nodes[1], signed.manifest.model_copy(update={"seq": 4002}))
+    body = again.model_dump_json().encode()
+    put = f"/leases/{LEASE}/checkpoint/manifests/4002"
+    r = httpx.put(server.url + put, content=body, headers=signed_headers(nodes[1], "PUT", put, body))
+    assert r.status_code == 201, r.text
+    assert server.store.manifest_seqs(LEASE, 1) == [4002, honest.seq]
+
+
+def test_a_manifest_from_before_ranks_restores_as_rank_0_s(tmp_path, server, nodes):
+    """A manifest stored by a node from before the field (no `rank`, signed over the manifest
+    without it) is rank 0's: a rank-0 node restores it, a rank-1 node does not."""
+    files = write_checkpoint(tmp_path / "a", 1 * MiB)
+    first = client(server, nodes[0]).upload(tmp_path / "a", seq=8000)
+    signed = server.store.manifest(LEASE, first.seq)
+    assert signed is not None
+    old = signed.manifest.model_dump(mode="json")
+    assert "rank" not in old and b'"rank"' not in signed.model_dump_json().encode()  # written as before, too
+    message = b"gpunet-checkpoint-manifest-v1\n" + json.dumps(old, sort_keys=True).encode()
+    assert signed.manifest.message() == message  # rank 0's signs as before the field existed
+    raw = json.dumps({"manifest": old, "signature": str(nodes[0].sign_message(message))}).encode()
+    server.store.blobs.put(f"leases/{LEASE}/manifests/{first.seq:020d}.json", raw)  # as an older node stored it
+    got = client(server, nodes[1]).restore(tmp_path / "b")
+    assert got.seq == first.seq and got.refused == [] and read_dir(tmp_path / "b") == files
+    server.ranks[1] = {str(nodes[1].pubkey())}
+    assert client(server, nodes[1], rank=1).restore(tmp_path / "c").seq == 0 and read_dir(tmp_path / "c") == {}
 
 
 def test_a_node_never_sent_the_lease_s_key_cannot_open_its_checkpoints(tmp_path, server, nodes):
@@ -435,7 +521,7 @@ def test_chunks_stream_through_the_store_in_bounded_memory(tmp_path, server, nod
     async def allow_all(lease: str, node_key: str) -> bool:
         return True
 
-    async def node_signers(lease: str) -> list[str]:
+    async def node_signers(lease: str, rank: int) -> list[str]:
         return [str(node.pubkey())]
 
     assert asyncio.run(over_the_limit()).status_code == 413
@@ -472,6 +558,49 @@ def test_older_checkpoints_chunks_go_as_newer_ones_come_and_a_lease_keeps_to_its
         assert server.store.used(LEASE) <= 13 * MiB
         assert client(server, nodes[1]).restore(tmp_path / "b").seq == 1004
         up.close()
+    finally:
+        while OPEN:
+            OPEN.pop().close()
+        server.stop()
+
+
+def test_each_rank_keeps_its_newest_checkpoints_and_chunks_go_only_when_no_rank_names_them(tmp_path, blobs, nodes):
+    """Rank 1 checkpoints once, rank 0 four times (grace 0 s): rank 0 keeps its newest three, rank 1
+    its one (the lease's newest three are all rank 0's), and the chunks rank 1's names stay when rank
+    0's collection drops its oldest's; then rank 1 four times more: it keeps its newest three."""
+    server = Server(blobs, {str(n.pubkey()) for n in nodes}, orphan_grace_seconds=0)
+    two_ranks(server, nodes)
+    try:
+        ones = write_checkpoint(tmp_path / "r1", 1 * MiB)
+        one = client(server, nodes[1], rank=1).upload(tmp_path / "r1", seq=100)
+        zero_chunks = []
+        for i in range(4):
+            write_checkpoint(tmp_path / f"r0-{i}", 1 * MiB)
+            up = client(server, nodes[0]).upload(tmp_path / f"r0-{i}", seq=200 + i)
+            zero_chunks.append(server.store.manifest(LEASE, up.seq).manifest.chunk_ids())  # type: ignore[union-attr]
+        assert server.store.manifest_seqs(LEASE, 0) == [203, 202, 201]
+        assert server.store.manifest_seqs(LEASE, 1) == [one.seq] and server.store.ranks(LEASE) == [0, 1]
+        ones_chunks = server.store.manifest(LEASE, one.seq, 1).manifest.chunk_ids()  # type: ignore[union-attr]
+        stored = {k.rsplit("/", 1)[-1] for k in server.store.blobs.list(f"leases/{LEASE}/chunks")}
+        assert stored == {c for ids in [ones_chunks, *zero_chunks[1:]] for c in ids}  # rank 0's oldest's went
+        assert client(server, nodes[1], rank=1).restore(tmp_path / "b").seq == one.seq
+        assert read_dir(tmp_path / "b") == ones
+        for i in range(4):
+            write_checkpoint(tmp_path / f"r1-{i}", 1 * MiB)
+            client(server, nodes[1], rank=1).upload(tmp_path / f"r1-{i}", seq=300 + i)
+        assert server.store.manifest_seqs(LEASE, 1) == [303, 302, 301]
+        assert server.store.manifest_seqs(LEASE, 0) == [203, 202, 201]
+        kept = [
+            server.store.manifest(LEASE, seq, rank)
+            for rank in (0, 1)
+            for seq in server.store.manifest_seqs(LEASE, rank)
+        ]
+        stored = {k.rsplit("/", 1)[-1] for k in server.store.blobs.list(f"leases/{LEASE}/chunks")}
+        assert stored == {c for m in kept if m is not None for c in m.manifest.chunk_ids()}  # rank 1's oldest's went
+        assert set(ones_chunks) - stored  # (its own chunks, not the ones every checkpoint shares)
+        summary = server.store.summary(LEASE)
+        assert summary is not None and summary["rank"] == 1 and summary["seq"] == 303
+        assert [(r["rank"], r["seq"]) for r in summary["ranks"]] == [(0, 203), (1, 303)]  # type: ignore[attr-defined]
     finally:
         while OPEN:
             OPEN.pop().close()

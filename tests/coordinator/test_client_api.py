@@ -673,6 +673,10 @@ async def test_lease_files_serves_the_checkpoint_store_s_newest_checkpoint_that_
     assert not errors, [e.message for e in errors][:3]  # the sealed answer is the documented one
     _, files = await lease_files(api, world.client_wallet, lease)  # the client opens it
     assert [(f.path, f.content()) for f in files] == [("model.pt", b"step 3 weights")]
+    # they are rank 0's (the lease's one node): rank 1 has none, and a rank that is none is refused
+    for query, status, error in (("rank=1", 404, "no checkpoint yet of rank 1"), ("rank=x", 400, "rank")):
+        other_rank = await http.get(f"{url}?{query}", headers=_signed(world.client_wallet, f"{url}?{query}"))
+        assert other_rank.status_code == status and error in other_rank.json()["error"], other_rank.text
     # the store's disk holds no plaintext
     assert not any(b"weights" in p.read_bytes() for p in store.blobs.root.rglob("*") if p.is_file())  # type: ignore[attr-defined]
     # another wallet's key does not open it (nor does the coordinator hold one that does)

@@ -263,6 +263,7 @@ async def _checkpoint_answers(
         ("/leases/{key}/checkpoint/manifests/{seq}", "put", f"{base}/manifests/1", body),
         ("/leases/{key}/checkpoint/chunks/{id}", "get", f"{base}/chunks/{cid}", b""),
         ("/leases/{key}/checkpoint/manifests", "get", f"{base}/manifests", b""),
+        ("/leases/{key}/checkpoint/manifests", "get", f"{base}/manifests?rank=x", b""),
         ("/leases/{key}/checkpoint/manifests/{seq}", "get", f"{base}/manifests/1", b""),
         ("/leases/{key}/checkpoint/manifests/{seq}", "get", f"{base}/manifests/7", b""),
         ("/leases/{key}/checkpoint/chunks/{id}", "get", f"{base}/chunks/{'0' * 64}", b""),
@@ -276,7 +277,7 @@ async def _checkpoint_answers(
     async def holder(lease_: str, node_key: str) -> bool:
         return lease_ == lease and node_key == str(node.pubkey())
 
-    async def signers(lease_: str) -> list[str]:
+    async def signers(lease_: str, rank: int) -> list[str]:
         return [str(node.pubkey())]
 
     with tempfile.TemporaryDirectory() as root:
@@ -289,7 +290,7 @@ async def _checkpoint_answers(
                 )
                 _check(doc, path, method, answer)
                 statuses.append(answer.status_code)
-    assert statuses == [201, 200, 201, 200, 200, 200, 404, 404]
+    assert statuses == [201, 200, 201, 200, 200, 400, 200, 404, 404]
     return {path for path, method, *_ in calls if method == "get"}
 
 
