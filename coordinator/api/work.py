@@ -505,8 +505,7 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
             refused = await authorize(conn, request, lease, b"", suppliers=False)
             if refused is not None:
                 return refused
-            # a small checkpoint through the gateway says no rank: the lease's, shown as rank 0's
-            latest = await jobs.latest_checkpoint(conn, lease) if rank == 0 else None
+            latest = await jobs.latest_checkpoint(conn, lease, rank)  # a small one, through the gateway
             signers = set((await jobs.rank_holders(conn, lease)).get(rank, []))
         try:  # the checkpoint store's newest one, when newer than a small one sent through the gateway
             stored = await asyncio.to_thread(latest_sealed, coordinator.checkpoints, lease, signers, rank)

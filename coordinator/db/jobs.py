@@ -20,7 +20,7 @@ from gpunet.protocol import Checkpoint, CheckpointFile, JobLog, JobSpec, JobStat
 __all__ = [
     "Job",
     "cap_logs",
-    "checkpoint_of",
+    "checkpoints_of",
     "checkpoints_past_retention",
     "current_job",
     "holds_share",
@@ -168,16 +168,18 @@ async def job_states(conn: Connection, lease: str, number: int) -> dict[NodeKey,
 
 
 async def record_checkpoint(conn: Connection, node_key: NodeKey, checkpoint: Checkpoint) -> bool:
-    """Keeps the checkpoint as the lease's latest, only from a node that holds a share of the running
-    lease now, under the assignment epoch the checkpoint names (if it names one): a node whose share
-    moved must not overwrite the new node's progress. False if refused."""
+    """Keeps the checkpoint as the latest of the node's rank in the lease (its place in the lease's
+    nodes, as the ledger has it), only from a node that holds a share of the running lease now,
+    under the assignment epoch the checkpoint names (if it names one): a node whose share moved must
+    not overwrite the new node's progress, nor one rank another's. False if refused."""
     status = await conn.execute(
-        """INSERT INTO checkpoints (lease, node_key, files)
-           SELECT $1, $2, $3 WHERE EXISTS (
-             SELECT 1 FROM assignments a JOIN leases l USING (lease)
-             WHERE a.lease = $1 AND a.node_key = $2 AND a.active AND l.status = 'active'
-               AND ($4::text IS NULL OR a.assigned_by IS NULL OR a.assigned_by = $4))
-           ON CONFLICT (lease) DO UPDATE SET node_key = $2, files = $3, received_at = clock_timestamp()""",
+        """INSERT INTO checkpoints (lease, rank, node_key, files)
+           SELECT $1, array_position(l.nodes, a.node) - 1, $2, $3
+           FROM assignments a JOIN leases l USING (lease)
+           WHERE a.lease = $1 AND a.node_key = $2 AND a.active AND l.status = 'active'
+             AND array_position(l.nodes, a.node) IS NOT NULL
+             AND ($4::text IS NULL OR a.assigned_by IS NULL OR a.assigned_by = $4)
+           ON CONFLICT (lease, rank) DO UPDATE SET node_key = $2, files = $3, received_at = clock_timestamp()""",
         checkpoint.lease,
         str(node_key),
         json.dumps([f.model_dump() for f in checkpoint.files]),
@@ -253,14 +255,20 @@ async def checkpoints_past_retention(conn: Connection, leases: list[str], ended_
     return [r["lease"] for r in rows]
 
 
-async def checkpoint_of(conn: Connection, lease: str) -> list[CheckpointFile]:
-    raw = await conn.fetchval("SELECT files FROM checkpoints WHERE lease = $1", lease)
-    return [] if raw is None else [CheckpointFile.model_validate(f) for f in json.loads(raw)]
+async def checkpoints_of(conn: Connection, lease: str) -> dict[int, list[CheckpointFile]]:
+    """The lease's latest small checkpoint of each rank that sent one (what its node restores)."""
+    rows = await conn.fetch("SELECT rank, files FROM checkpoints WHERE lease = $1", lease)
+    return {r["rank"]: [CheckpointFile.model_validate(f) for f in json.loads(r["files"])] for r in rows}
 
 
-async def latest_checkpoint(conn: Connection, lease: str) -> tuple[str, datetime, list[CheckpointFile]] | None:
-    """The lease's latest checkpoint: (the node that sent it, when it came, its files); None if none came."""
-    row = await conn.fetchrow("SELECT node_key, received_at, files FROM checkpoints WHERE lease = $1", lease)
+async def latest_checkpoint(
+    conn: Connection, lease: str, rank: int = 0
+) -> tuple[str, datetime, list[CheckpointFile]] | None:
+    """The latest checkpoint of the lease's rank: (the node that sent it, when it came, its files);
+    None if none came."""
+    row = await conn.fetchrow(
+        "SELECT node_key, received_at, files FROM checkpoints WHERE lease = $1 AND rank = $2", lease, rank
+    )
     if row is None:
         return None
     return row["node_key"], row["received_at"], [CheckpointFile.model_validate(f) for f in json.loads(row["files"])]

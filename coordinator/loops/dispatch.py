@@ -104,7 +104,7 @@ class Dispatch:
         ]
         if not todo:
             return
-        restore = await jobs.checkpoint_of(conn, lease)
+        restores = await jobs.checkpoints_of(conn, lease)  # each rank restores its own
         sealed_keys = await jobs.sealed_checkpoint_keys(conn, lease)
         holders = await jobs.rank_holders(conn, lease)  # a node restores its own rank's checkpoint
         stored = set(await asyncio.to_thread(self.checkpoints.ranks, lease)) if self.checkpoints else set()
@@ -127,7 +127,7 @@ class Dispatch:
                 world_size=len(shares),
                 peers=peers,
                 cluster=cluster,
-                restore=restore,
+                restore=restores.get(s.rank, []),
                 epoch=s.assigned_by,
                 share_epoch=s.epoch,
                 checkpoint_key=sealed_keys.get(str(s.node_key)),  # only the key sealed to this node
@@ -148,7 +148,7 @@ class Dispatch:
                 node=s.node_key,
                 rank=s.rank,
                 shares=len(shares),
-                restore_files=len(restore),
+                restore_files=len(message.restore),
             )
 
     async def _tell_lease_end(self, lease: str, nodes: set[NodeKey], ends_at: int) -> None:

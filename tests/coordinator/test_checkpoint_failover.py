@@ -25,6 +25,7 @@ from solana.rpc.commitment import Confirmed
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
+from coordinator.db import jobs
 from coordinator.settings import Settings
 from gpunet import instructions as ix
 from gpunet.checkpoint import SignedManifest, lease_key, sign_manifest, signed_headers
@@ -287,6 +288,42 @@ async def test_a_node_replacing_a_lost_rank_restores_that_rank_s_checkpoint_neve
         out, wallet = tmp_path / "rank1", tmp_path / "client.json"  # `gpunet lease files --rank` too
         await _gpunet("lease", "files", str(lease), "--rank", "1", "--out", out, "--coordinator", api, "-k", wallet)
         assert (out / "owner").read_text() == owners[1]
+
+
+@pytest.mark.timeout(300)
+async def test_through_the_gateway_too_a_node_replacing_a_lost_rank_restores_that_rank_s_checkpoint(
+    node, chain, pool, database_url, tmp_path, spawned
+) -> None:
+    """The same without the checkpoint store: workers that do not reach the coordinator's API send
+    their small checkpoints through the gateway, and the ledger keeps the latest of each rank (the
+    rank the ledger gives the sending node). Rank 0's is the lease's newest when rank 1's node is
+    lost, and the spare that takes rank 1 over restores rank 1's."""
+    world = await World().build(chain, tmp_path)
+    settings = _settings(node, database_url, tmp_path / "coordinator")
+    api = f"http://127.0.0.1:{settings.api_port}"
+    async with running(settings, pool, world.admin) as coordinator:
+        workers = await start_workers(world, coordinator, tmp_path, spawned, cluster_env)
+        client = world.client
+        spec = JobSpec(command=[sys.executable, RANKED_JOB], env={"STEP_SECONDS": "0.3"})
+        lease, ranks = await placed_lease(world, api, chain, 600, spec)
+        owners = []
+        for node_key in ranks:
+            fresh = await eventually(lambda k=node_key: _line(api, client, lease, k, "fresh "), timeout=120, what="ran")
+            owners.append(str(fresh).removeprefix("fresh "))
+
+        async def recorded() -> bool:  # each rank's own, rank 0's the newer
+            async with pool.acquire() as conn:
+                kept = await jobs.checkpoints_of(conn, str(lease))
+                newest = await conn.fetchval("SELECT rank FROM checkpoints WHERE lease = $1 "
+                                             "ORDER BY received_at DESC LIMIT 1", str(lease))  # fmt: skip
+            found = {rank: {f.path: f.content().decode() for f in files} for rank, files in kept.items()}
+            return newest == 0 and [found.get(r, {}).get("owner") for r in (0, 1)] == owners
+
+        await eventually(recorded, timeout=120, what="each rank's checkpoint recorded")
+        workers[ranks[1]].send_signal(signal.SIGKILL)
+        spare = await eventually(lambda: _rank_moved(api, client, lease, ranks), timeout=120, what="rank 1 moved")
+        resumed = await eventually(lambda: _line(api, client, lease, spare, "resumed "), timeout=120, what="resumed")
+        assert resumed == f"resumed {owners[1]} as rank 1"
 
 
 async def _rank_stored(api: str, client: Keypair, lease: Pubkey, rank: int, size: int, node_key: str | None = None):

@@ -125,7 +125,7 @@ async def test_a_slashed_node_that_comes_back_is_admitted_and_told_to_cancel_the
             lost, Checkpoint(simulated=True, lease=str(c.lease), files=[CheckpointFile.of("step", b"7")])
         )
         async with pool.acquire() as conn:
-            assert [f.content() for f in await jobs.checkpoint_of(conn, str(c.lease))] == [b"42"]
+            assert [f.content() for f in (await jobs.checkpoints_of(conn, str(c.lease)))[0]] == [b"42"]
         assert [(key, type(m)) for key, m in gateway.sent] == [(lost, Error)]
     finally:
         await coordinator.chain.close()
@@ -181,7 +181,7 @@ async def test_job_messages_of_an_earlier_assignment_epoch_are_refused(three_nod
                 (str(spare), "resumed from 7"),
                 (str(stays), "step 8"),
             ]
-            assert [f.content() for f in await jobs.checkpoint_of(conn, lease)] == [b"7"]
+            assert [f.content() for f in (await jobs.checkpoints_of(conn, lease))[0]] == [b"7"]
         told = [(key, type(m)) for key, m in gateway.sent]
         assert told.count((lost, Error)) == 2 and (stays, Error) in told  # once per share and epoch, and the checkpoint
     finally:
