@@ -216,8 +216,8 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
                 return _error(409, f"lease {lease} is closed")
             if per_node is not None and row["gpu_count"] % per_node:
                 raise BadRequest(f"gpus_per_node {per_node} does not divide the lease's {row['gpu_count']} GPUs")
-            current = await jobs.current_job(conn, lease)
-            expected = 1 if current is None else current.number + 1
+            current = await jobs.current_job_number(conn, lease)  # its spec may fail today's rules: no matter
+            expected = 1 if current is None else current + 1
             if number != expected:
                 raise BadRequest(
                     f"job_number {number} is not the lease's next job, {expected}"
@@ -226,11 +226,11 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
             if current is not None:
                 shares = await ledger.active_shares(conn, lease=lease)
                 nodes = [s.node_key for s in shares]
-                states = await jobs.job_states(conn, lease, current.number)
+                states = await jobs.job_states(conn, lease, current)
                 if not job_over(states, nodes):
                     return _error(
                         409,
-                        f"job {current.number} of lease {lease} is still running or waiting to "
+                        f"job {current} of lease {lease} is still running or waiting to "
                         f"({job_progress(states, nodes)}): one job at a time; submit job {number} "
                         "once it has ended",
                     )
@@ -324,7 +324,10 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
             number, nodes = payload["job_number"], payload["nodes"]
             if type(number) is not int or not isinstance(nodes, dict) or not nodes:
                 raise BadRequest(f"the body must be {shape}, with at least one node")
-            job = await jobs.current_job(conn, lease)
+            try:
+                job = await jobs.current_job(conn, lease)
+            except jobs.UnreadableJob as e:
+                return _error(409, str(e))
             if job is None or job.number != number:
                 return _error(409, f"job {number} is not lease {lease}'s current job")
             names = set(job.spec.secrets)

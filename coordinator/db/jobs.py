@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any
 
 import asyncpg
+from pydantic import ValidationError
 from solders.pubkey import Pubkey
 
 from coordinator.db.connection import Connection
@@ -19,10 +20,12 @@ from gpunet.protocol import Checkpoint, CheckpointFile, JobLog, JobSpec, JobStat
 
 __all__ = [
     "Job",
+    "UnreadableJob",
     "cap_logs",
     "checkpoints_of",
     "checkpoints_past_retention",
     "current_job",
+    "current_job_number",
     "holds_share",
     "job_states",
     "job_view",
@@ -93,9 +96,30 @@ async def save_job(
     return done.endswith(" 1")
 
 
+class UnreadableJob(ValueError):
+    """A stored job spec this coordinator's rules refuse (it was accepted under older ones)."""
+
+    def __init__(self, number: int, spec: str, why: str) -> None:
+        super().__init__(f"job {number} no longer passes the job rules ({why}): submit the lease's next job")
+        self.number, self.spec = number, spec
+
+
+async def current_job_number(conn: Connection, lease: str) -> int | None:
+    """The number of the lease's current job (None: it has had none)."""
+    number: int | None = await conn.fetchval("SELECT number FROM jobs WHERE lease = $1", lease)
+    return number
+
+
 async def current_job(conn: Connection, lease: str) -> Job | None:
+    """The lease's current job; UnreadableJob when its stored spec fails today's rules."""
     row = await conn.fetchrow("SELECT number, spec, gpus_per_node FROM jobs WHERE lease = $1", lease)
-    return None if row is None else Job(row["number"], JobSpec.model_validate_json(row["spec"]), row["gpus_per_node"])
+    if row is None:
+        return None
+    try:
+        spec = JobSpec.model_validate_json(row["spec"])
+    except ValidationError as e:
+        raise UnreadableJob(row["number"], row["spec"], e.errors()[0]["msg"]) from None
+    return Job(row["number"], spec, row["gpus_per_node"])
 
 
 # A node's assignment of a lease under an epoch, while it is still one of the lease's nodes.

@@ -42,6 +42,7 @@ class Dispatch:
         self.checkpoints = checkpoints
         self.dispatched_job: dict[str, int] = {}  # lease -> the job number `shared.dispatched` is about
         self.ends_sent: dict[tuple[str, NodeKey], int] = {}  # (lease, node) -> the lease end it was last told
+        self.unreadable: set[tuple[str, str]] = set()  # (lease, stored spec) already said to be unreadable
         self.cluster_sent: dict[str, list[ClusterPeer]] = {}  # lease -> where its nodes were when last told
 
     def reconnected(self, node_key: NodeKey) -> None:
@@ -63,7 +64,16 @@ class Dispatch:
             for lease, shares in leases.items():
                 if lease in self.shared.ending:
                     continue
-                job = await jobs.current_job(conn, lease)
+                try:
+                    job = await jobs.current_job(conn, lease)
+                except jobs.UnreadableJob as e:
+                    # stored under older rules than this coordinator's (a name reserved since, a Ray
+                    # job without its token): its lease waits for the client's next job, said once;
+                    # every other lease's dispatch goes on
+                    if (lease, e.spec) not in self.unreadable:
+                        self.unreadable.add((lease, e.spec))
+                        log.warning("job.unreadable", lease=lease, job=e.number, error=str(e))
+                    continue
                 if job is None:
                     continue
                 if self.dispatched_job.get(lease) != job.number:  # the lease's next job: every node gets it

@@ -153,8 +153,8 @@ class Drain:
         except NodeOffline:
             del self.shared.drains[key]
             return
-        job = await jobs.current_job(conn, lease)
-        state = (await jobs.job_states(conn, lease, job.number)).get(node_key) if job is not None else None
+        number = await jobs.current_job_number(conn, lease)
+        state = (await jobs.job_states(conn, lease, number)).get(node_key) if number is not None else None
         if state not in ("starting", "running", "restarting"):
             move.stopped = True  # no job going there: nothing to wait for but the release
         await self._reason(conn, lease, f"node {node_key} is draining; its share is moving")
