@@ -203,6 +203,7 @@ async def record_checkpoint(conn: Connection, node_key: NodeKey, checkpoint: Che
            WHERE a.lease = $1 AND a.node_key = $2 AND a.active AND l.status = 'active'
              AND array_position(l.nodes, a.node) IS NOT NULL
              AND ($4::text IS NULL OR a.assigned_by IS NULL OR a.assigned_by = $4)
+           LIMIT 1
            ON CONFLICT (lease, rank) DO UPDATE SET node_key = $2, files = $3, received_at = clock_timestamp()""",
         checkpoint.lease,
         str(node_key),
