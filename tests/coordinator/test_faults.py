@@ -30,6 +30,7 @@ from .world import (
     JOB,
     World,
     all_running,
+    checkpointed,
     live_settings,
     resumed_on,
     running,
@@ -174,6 +175,8 @@ async def test_a_node_that_returns_after_its_share_moved_is_stopped_within_a_bou
         spare = next(k for k in world.node_keys() if k not in placed)
         trace = (world.home, str(lease))
         await eventually(lambda: truly(len(_runs(*trace)) == 2), what="both ranks stepping")
+        # what the spare resumes from: the lost rank's own checkpoint (never another rank's)
+        await eventually(lambda: checkpointed(pool, lease, placed.index(gone)), what="the rank's checkpoint")
         old_job = job_pid(world.home / f"worker{world.node_keys().index(gone)}" / "jobs" / str(lease) / "work")
         assert old_job is not None, "the job of the node to freeze is not running"
 

@@ -31,6 +31,7 @@ from .world import (
     PRICE,
     World,
     all_running,
+    checkpointed,
     closed,
     live_settings,
     placed_view,
@@ -86,6 +87,7 @@ async def test_a_cluster_lease_survives_a_lost_worker_and_every_token_is_account
         assert len(placed) == 2 and set(placed) < set(world.node_keys())
         await eventually(lambda: all_running(api, world.client, lease, placed), what="the job running on both nodes")
         await eventually(lambda: settled_count(pool, placed[0]), what="a first settlement")
+        await eventually(lambda: checkpointed(pool, lease, 0), what="rank 0's checkpoint")  # what the spare resumes
 
         # A worker dies mid-lease: no goodbye, no more heartbeats.
         victim, spare = placed[0], next(k for k in world.node_keys() if k not in placed)

@@ -29,7 +29,7 @@ from gpunet.keys import create_keypair_file
 from gpunet.pda import node_pda
 
 from .conftest import eventually
-from .world import World, resumed_on, running_lease, settlement_events, start_worker
+from .world import World, checkpointed, resumed_on, running_lease, settlement_events, start_worker
 
 
 @pytest.fixture
@@ -155,6 +155,7 @@ async def test_replicas_hand_over_the_lead_without_losing_or_doubling_work(
 
         # --- a worker lost after the takeover is failed over exactly once
         victim, spare = placed[0], next(k for k in world.node_keys() if k not in placed)
+        await eventually(lambda: checkpointed(pool, lease, 0), what="rank 0's checkpoint")  # what the spare resumes
         workers[victim].send_signal(signal.SIGKILL)
         await eventually(lambda: resumed_on(r1.api_url, world.client, lease, spare), timeout=120, what="the failover")
         account = await fetch(chain, lease, "Lease")

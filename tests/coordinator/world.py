@@ -20,6 +20,7 @@ from solders.pubkey import Pubkey
 
 from coordinator.api import create_app
 from coordinator.api.work import work_routes
+from coordinator.db import jobs
 from coordinator.indexer.rpc import ChainRpc
 from coordinator.service import Coordinator
 from coordinator.settings import Settings
@@ -227,6 +228,13 @@ async def all_running(api: str, client: Keypair, lease: Pubkey, nodes: list[str]
     view = await job_view(api, client, lease)
     states = {n["node_key"]: n["state"] for n in view["nodes"]}
     return all(states.get(n) == "running" for n in nodes)
+
+
+async def checkpointed(pool, lease: Pubkey, rank: int) -> bool:
+    """Whether the coordinator holds a checkpoint of the lease's rank (sent through the gateway):
+    what a node taking that rank over resumes from (a rank that sent none starts afresh)."""
+    async with pool.acquire() as conn:
+        return await jobs.latest_checkpoint(conn, str(lease), rank) is not None
 
 
 async def resumed_on(api: str, client: Keypair, lease: Pubkey, node_key: str) -> str | None:
