@@ -32,12 +32,22 @@ from gpunet.checkpoint import SignedManifest, lease_key, sign_manifest, signed_h
 from gpunet.client import send_and_confirm
 from gpunet.jobs import job_view, lease_files, seal_missing_checkpoint_key
 from gpunet.keys import create_keypair_file
-from gpunet.localnet import free_ports
 from gpunet.pda import lease_pda
 from gpunet.protocol import JobSpec, sign_request
 
 from .conftest import eventually
-from .world import PRICE, World, cluster_env, placed_lease, placed_view, running, start_worker, start_workers, submitted
+from .world import (
+    PRICE,
+    World,
+    cluster_env,
+    live_settings,
+    placed_lease,
+    placed_view,
+    running,
+    start_worker,
+    start_workers,
+    submitted,
+)
 
 BIG_JOB = str(Path(__file__).resolve().parents[1] / "worker" / "jobs" / "big_checkpoint.py")
 RANKED_JOB = str(Path(__file__).resolve().parents[1] / "worker" / "jobs" / "ranked_checkpoint.py")
@@ -71,22 +81,7 @@ async def test_a_big_checkpoint_moves_on_failover_and_the_job_resumes_with_every
 ) -> None:
     world = await World().build(chain, tmp_path)
     state = tmp_path / "coordinator"
-    settings = Settings(
-        rpc_url=node.url,
-        ws_url=node.ws_url,
-        database_url=database_url,
-        state_dir=state,
-        poll_seconds=1.0,
-        api_port=free_ports(1)[0],
-        gateway_port=0,
-        heartbeat_seconds=0.5,
-        lost_after_seconds=3.0,
-        settle_seconds=1,
-        settle_interval_seconds=0,  # every receipt as it comes (production: hourly)
-        settle_min_amount=0,
-        close_grace_seconds=4,
-        reconnect_grace_seconds=2,
-    )
+    settings = _settings(node, database_url, state)
     api = f"http://127.0.0.1:{settings.api_port}"
     async with running(settings, pool, world.admin) as coordinator:
         workers = {
@@ -198,18 +193,14 @@ async def test_a_big_checkpoint_moves_on_failover_and_the_job_resumes_with_every
 
 
 def _settings(node, database_url: str, state: Path) -> Settings:
-    return Settings(
-        rpc_url=node.url,
-        ws_url=node.ws_url,
-        database_url=database_url,
+    """The coordinator of these tests: its checkpoint store under `state`, a node lost after 3 s."""
+    return live_settings(
+        node,
+        database_url,
         state_dir=state,
-        poll_seconds=1.0,
-        api_port=free_ports(1)[0],
-        gateway_port=0,
-        heartbeat_seconds=0.5,
         lost_after_seconds=3.0,
         settle_seconds=1,
-        settle_interval_seconds=0,
+        settle_interval_seconds=0,  # every receipt as it comes (production: hourly)
         settle_min_amount=0,
         close_grace_seconds=4,
         reconnect_grace_seconds=2,
