@@ -168,6 +168,8 @@ class _Share:
     kept_local_warned: bool = False  # said once that a keyed lease's checkpoints stay on this node
     chunk_ids: dict[tuple[str, int, int], list[str]] = field(default_factory=dict)  # of files sealed before
     successor: Dispatch | None = None  # a newer assignment of the lease, taken once this share's job stopped
+    uploads: int = 0  # checkpoints of the current job stored (each a debug line; their sum at info at its end)
+    uploaded_chunks: int = 0  # chunks those uploads sent (the others were in the store already)
 
     @property
     def job_running(self) -> bool:
@@ -524,6 +526,7 @@ class Agent:
             or max(1, (os.cpu_count() or 1) * len(share.gpu_uuids) // max(1, len(self.inventory.gpus))),
         )
         share.runner = runner
+        share.uploads = share.uploaded_chunks = 0  # counted per job
         share.task = asyncio.create_task(self._run_job(d.lease, share, runner))
         log.info("job.started", lease=d.lease, job=d.job_number)
 
@@ -624,6 +627,8 @@ class Agent:
             # the last one, written just before the job ended
             if self._uses_store(share.dispatch):
                 await self._upload_checkpoint(lease, share, final=True)
+                if share.uploads:
+                    log.info("checkpoint.uploads", lease=lease, checkpoints=share.uploads, chunks=share.uploaded_chunks)
             else:
                 self._send_checkpoint(lease, share)
             if share.released and self.shares.get(lease) is share:
@@ -718,7 +723,9 @@ class Agent:
                     await asyncio.sleep(1.0)
                 continue
             share.checkpoint_seen = seen
-            log.info(
+            share.uploads += 1
+            share.uploaded_chunks += stats.sent_chunks
+            log.debug(  # a job checkpointing every few seconds uploads hundreds: summed up at its end
                 "checkpoint.uploaded",
                 lease=lease,
                 seq=stats.seq,
