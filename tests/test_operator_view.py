@@ -20,7 +20,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from coordinator.api.metrics import coordinator_metrics, render_metrics
+from coordinator.api.metrics import coordinator_metrics, render_metrics, render_readiness
 from coordinator.metrics import Metrics
 from tests.worker.fake_pynvml import FakeGpu, FakeNvml
 from tests.worker.test_metrics_port import stand_in_agent
@@ -107,7 +107,8 @@ def _coordinator_scrape() -> str:
         "synced_age": 0.5,
         "cursor_slot": 10,
     }
-    return render_metrics(state, 12) + coordinator_metrics(coordinator)  # type: ignore[arg-type]
+    readiness = render_readiness({"database": "ok", "rpc": "does not answer", "attester_balance": "ok"})
+    return render_metrics(state, 12) + coordinator_metrics(coordinator) + readiness  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -128,6 +129,8 @@ def test_every_metric_the_dashboard_and_the_alerts_use_is_exported(exported: set
     for needed in (
         "gpunet_coordinator_leader",
         "gpunet_coordinator_slashing_paused",
+        "gpunet_coordinator_ready",
+        "up",
         "gpunet_coordinator_attester_lamports",
         "gpunet_coordinator_settlement_lag_seconds",
         "gpunet_coordinator_database_up",
