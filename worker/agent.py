@@ -70,6 +70,10 @@ class WorkerSettings(BaseSettings):
     stop_grace_seconds: float = 10.0  # SIGTERM -> SIGKILL
     reconnect_base_seconds: float = 0.5
     reconnect_cap_seconds: float = 30.0
+    # How long the coordinator may keep refusing the node key as not registered on chain (never, or
+    # deregistered) before the agent stops (exit 13): long enough for a `gpunet node register` sent
+    # just after the start to be read at finalized commitment, short of knocking forever.
+    not_registered_exit_seconds: float = Field(300.0, ge=0)
     # Simulated GPUs only: how much slower than their model they answer GPU verification challenges
     # (1: as fast as the model; more plays a GPU that is not what it claims, to see it caught).
     simulate_slowdown: float = 1.0
@@ -226,6 +230,7 @@ class Agent:
             on_welcome=self.on_welcome,
             handle=self.handle,
             backoff=Backoff(settings.reconnect_base_seconds, settings.reconnect_cap_seconds),
+            not_registered_grace=settings.not_registered_exit_seconds,
         )
         if unacked := self.journal.unacked():
             log.info("usage.unacknowledged", node=node.pubkey(), receipts=len(unacked))  # sent once connected

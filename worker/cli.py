@@ -34,6 +34,7 @@ from worker.chain import fetch_node, fetch_node_leases
 from worker.gpus import GpuBackend, GpusUnavailable, open_gpus
 from worker.inventory_check import inventory_check
 from worker.journal import Journal, JournalError
+from worker.session import NodeNotRegistered
 from worker.simulate import SimulationSpecError
 
 __all__ = ["app"]
@@ -230,6 +231,8 @@ async def _run_until_signalled(agent: Agent) -> None:
         await task
     except asyncio.CancelledError:
         pass
+    except NodeNotRegistered as e:
+        raise _fail(Exit.NOT_REGISTERED, str(e)) from None
     finally:
         agent.close()
         agent.gpus.close()

@@ -18,6 +18,7 @@ from solders.pubkey import Pubkey
 from websockets.asyncio.server import Server, ServerConnection, serve
 
 from gpunet.protocol import (
+    CLOSE_NOT_REGISTERED,
     CLOSE_UNAUTHORISED,
     Challenge,
     ChallengeAnswer,
@@ -73,7 +74,7 @@ class FakeGateway:
         if self.refuse_next:
             self.refuse_next -= 1
             self.refused += 1
-            await ws.close(CLOSE_UNAUTHORISED, "node not registered")
+            await ws.close(CLOSE_NOT_REGISTERED, "node not registered")
             return
         nonce = os.urandom(32).hex()
         await ws.send(encode(Challenge(nonce=nonce)))
