@@ -30,7 +30,7 @@ from gpunet.cli.common import (
 from gpunet.keys import KeypairFileError, load_keypair
 from gpunet.limits import BPS_DENOMINATOR, MAX_ATTESTERS
 from gpunet.localnet import localnet_deployer
-from gpunet.tokens import create_mint, ensure_io_account, io_account, mint_io
+from gpunet.tokens import create_mint, ensure_io_account, io_account, mint_authority, mint_io
 
 app = typer.Typer(help="Protocol configuration (admin only).", no_args_is_help=True)
 
@@ -456,6 +456,15 @@ def mint_tokens(
         async with s.client() as client:
             io_mint = (await fetch_config(client)).io_mint
             await s.check_fee(client)
+            # before the recipient's IO account is created: a refused mint changes nothing
+            if (authority := await mint_authority(client, io_mint)) != s.wallet.pubkey():
+                raise BadInput(
+                    f"your wallet {s.wallet.pubkey()} is not the IO mint's authority ("
+                    + (f"{authority} is" if authority else "nobody may mint it any more")
+                    + "): only it mints IO (on a local node, the wallet that ran `gpunet admin init`); nothing "
+                    f"was sent. Elsewhere IO is bought, or sent from a wallet that holds some: `gpunet transfer "
+                    f"{amount} {owner}`"
+                )
             account = await ensure_io_account(client, s.wallet, owner, io_mint)
             with s.waiting(f"Minting {format_io(units)}"):
                 await mint_io(client, s.wallet, io_mint, account, units)
