@@ -42,7 +42,7 @@ class FakeGateway:
         self.ack_usage: Callable[[UsageReceiptMessage], bool] = lambda receipt: True
         self.can_record: Callable[[Any], bool] = lambda message: True  # False: "my database is down"
         self.recorded: list[Any] = []  # numbered messages recorded: once each (by origin and n), in order
-        self.refuse_next = 0  # sessions to close as unauthorised (an unregistered node) before admitting one
+        self.refuse_next = 0  # sessions to close as an unregistered node's (4404) before admitting one
         self.refused = 0
         self._connection: ServerConnection | None = None
         self._server: Server | None = None
