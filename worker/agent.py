@@ -50,7 +50,7 @@ from worker.sandbox import EngineChoice, NetworkPolicy, Sandbox, SandboxUnavaila
 from worker.session import Backoff, Session
 from worker.verify import ChallengeRefused, Prover
 
-__all__ = ["Agent", "SandboxUnavailable", "StateDirBusy", "WorkerSettings"]
+__all__ = ["Agent", "SandboxUnavailable", "StateDirBusy", "StateDirUnusable", "WorkerSettings"]
 
 log = get_logger("gpunet.worker")
 
@@ -140,13 +140,20 @@ class WorkerSettings(BaseSettings):
         return [one.strip() for one in self.gateway_url.split(",")]
 
 
-class StateDirBusy(RuntimeError):
+class StateDirUnusable(RuntimeError):
+    """The state directory cannot be made or written (exit 11, saying why)."""
+
+
+class StateDirBusy(StateDirUnusable):
     """Another agent holds this state directory: two writers would meter the same leases twice."""
 
 
 def _lock_state_dir(state_dir: Path) -> int:
-    state_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(state_dir / "agent.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(state_dir / "agent.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as e:  # a bad --state-dir: said in a line, not a traceback
+        raise StateDirUnusable(f"{state_dir}: cannot use it as the state directory: {e.strerror}") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released by the kernel when the agent dies
     except BlockingIOError:

@@ -37,7 +37,7 @@ from gpunet.errors import GpunetError
 from gpunet.exits import Exit
 from gpunet.fees import Budget
 from gpunet.jobs import CoordinatorError
-from gpunet.keys import KeypairFileError, load_keypair, node_keypair_path, nodes_dir
+from gpunet.keys import KeypairFileError, NodeKeyNotFound, load_keypair, load_node_keypair, node_keypair_path, nodes_dir
 from gpunet.solana_config import COMMITMENTS, SolanaConfig, SolanaConfigError, load_solana_config
 
 
@@ -128,14 +128,11 @@ def _named_node_file(text: str) -> tuple[Path, bool]:
 
 def node_keypair_arg(text: str) -> Keypair:
     """The node keypair a command signs with (`node register`): a name from `gpunet keys new-node`
-    or a keypair file. An unknown name says where it was looked for and how to create it."""
-    path, is_name = _named_node_file(text)
-    if is_name and not path.exists():
-        raise BadInput(
-            f"no node key named {text.strip()!r} (no {path}): create it with `gpunet keys new-node "
-            f"{text.strip()}`, or give the key's file (a path with '/' or ending in .json)"
-        )
-    return load_keypair(path)
+    or a keypair file. An unknown name is bad input (exit 2), saying how to create it."""
+    try:
+        return load_node_keypair(text.strip())
+    except NodeKeyNotFound as e:
+        raise BadInput(str(e)) from None
 
 
 def node_key_arg(text: str) -> Pubkey:

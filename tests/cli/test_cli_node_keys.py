@@ -5,9 +5,11 @@ and `node register NAME` finds it. `.gitignore` covers what the README's first m
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import stat
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -108,6 +110,23 @@ def test_an_unknown_or_ambiguous_node_name_is_refused_saying_so(market, config_h
     assert market.signatures_of("supplier") == sent
     (config_home / "gpunet" / "nodes" / f"{node1}.json").unlink()
     market("node", "drain", node1, wallet="supplier")  # the control: unambiguous now
+
+
+def test_worker_run_refuses_an_unknown_node_name_and_an_unusable_state_dir_in_a_line(config_home, tmp_path) -> None:
+    # `worker -k NAME` reads the same names as `node register`: a name with no key file is the
+    # keypair error (exit 3), saying how to create it, before anything starts.
+    gpunet = str(Path(sys.executable).with_name("gpunet"))
+    argv = [gpunet, "worker", "run", "-k", "rack9", "--simulate-gpus", "H100:1:80", "--state-dir", str(tmp_path / "s")]
+    env = {**os.environ, "XDG_CONFIG_HOME": str(config_home), "COLUMNS": "400"}
+    run = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == Exit.KEYPAIR, run.stderr
+    assert "no node key named 'rack9'" in run.stderr and "`gpunet keys new-node rack9`" in run.stderr, run.stderr
+    assert not (tmp_path / "s").exists()
+    created = CliRunner().invoke(app, ["keys", "new-node", "rack9"])  # the control: with the key it goes on
+    assert created.exit_code == 0
+    argv[-1] = "/proc/gpunet-not-a-dir"  # ... as far as its state directory, which it cannot make
+    again = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    assert again.returncode == Exit.WORKER_STATE and "rack9" not in again.stderr, again.stderr
 
 
 @pytest.mark.skipif(shutil.which("git") is None or not (REPO / ".git").exists(), reason="not a git checkout")
