@@ -244,7 +244,8 @@ class Agent:
 
     @logs.scoped
     async def run(self) -> None:
-        """Until cancelled: the session (reconnecting forever) and the metering clock."""
+        """Until cancelled: the session (reconnecting, until the node stays unregistered past the grace:
+        NodeNotRegistered) and the metering clock."""
         logs.bind(node=self.node.pubkey())  # every line of this agent's work (its tasks inherit it)
         metrics = None
         if self.settings.metrics_port is not None:

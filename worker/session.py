@@ -2,7 +2,9 @@
 heartbeat, deliver the outbox, hand coordinator messages to the agent, and reconnect with
 exponential backoff and full jitter when anything breaks — without losing queued messages. Given
 several gateways (coordinator replicas), it goes where a follower says the leader is, else to the
-next one, and backs off only once it has tried them all.
+next one, and backs off only once it has tried them all. A node the coordinator finds not registered
+on chain (4404) is told why and what to do, and the session ends (NodeNotRegistered) if that lasts
+the grace period.
 
 Job status, log lines and checkpoints are numbered (protocol: `origin`, `n`) and kept after they
 are sent until the gateway says they are recorded: when it could not record one (its database is
