@@ -146,6 +146,7 @@ class Session:
         # started just before its `gpunet node register` lands is admitted within the grace.
         self.not_registered_grace = not_registered_grace
         self._not_registered_since: float | None = None
+        self.refusal: str | None = None  # why the coordinator refused the last session (None once welcomed)
 
     def send(self, message: BaseModel) -> None:
         """Queues a message; it is sent now if connected, else after the next welcome.
@@ -211,7 +212,7 @@ class Session:
                     welcome = await self._handshake(ws)
                     self.backoff.reset()
                     self._tried = 0
-                    self._not_registered_since = None
+                    self._not_registered_since = self.refusal = None
                     await self._serve(ws, welcome)
             except ConnectionClosed as e:
                 # e.g. 4401 (a bad answer) or 4426 (upgrade the worker): logged with the coordinator's
@@ -221,8 +222,11 @@ class Session:
                     leader = reason if reason.startswith(("ws://", "wss://")) else None
                     log.info("session.not_leader", url=self.url, leader=leader or "unknown yet")
                 elif code == CLOSE_NOT_REGISTERED:
+                    self.refusal = reason or _CLOSE_MEANINGS[code]
                     self._not_registered(reason)
                 else:
+                    if code in _CLOSE_MEANINGS:  # a refusal of the gateway's, not a dropped connection
+                        self.refusal = f"{_CLOSE_MEANINGS[code]}: {reason}"
                     log.warning("session.closed", code=code, meaning=_CLOSE_MEANINGS.get(code or 0), reason=reason)
             except (OSError, TimeoutError, InvalidHandshake, _HandshakeRefused) as e:
                 log.warning("session.failed", url=self.url, error=str(e) or type(e).__name__)

@@ -133,11 +133,13 @@ async def test_an_unregistered_node_is_refused_and_keeps_trying(tmp_path) -> Non
     coordinator = Coordinator(set())
     gateway = await Gateway(coordinator).start()
     try:
-        async with agent_on(gateway, node, tmp_path):
+        async with agent_on(gateway, node, tmp_path) as agent:
             await until(lambda: sum(gateway.refused.values()) >= 2, "two refused sessions")
             assert set(gateway.refused) == {4404} and not gateway.online(node.pubkey())
+            assert agent.session.refusal == f"node {node.pubkey()} has no Node account"  # /readyz says it
             coordinator.registered.add(node.pubkey())  # registered on chain meanwhile, within the grace
             await until(lambda: gateway.online(node.pubkey()), "admission")
+            assert agent.session.refusal is None
     finally:
         await gateway.stop()
 
