@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 from solana.exceptions import SolanaRpcException
 from solana.rpc.async_api import AsyncClient
+from solana.rpc.commitment import Confirmed
 from solders.instruction import Instruction
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
@@ -28,8 +29,9 @@ from gpunet import instructions as ix
 from gpunet.accounts import AccountError, fetch, fetch_config
 from gpunet.audit import evidence_hash  # the auditors' hash: what goes on chain for a slash
 from gpunet.client import TransactionExpired, send_and_confirm
+from gpunet.events import decode_events
 from gpunet.logs import get_logger
-from gpunet.pda import node_pda
+from gpunet.pda import evidence_pda, node_pda
 from gpunet.tokens import io_account
 
 __all__ = ["Attester", "Intend", "evidence_hash", "require_listed"]
@@ -157,7 +159,44 @@ class Attester:
             landed,
         )
         self.metrics.slashes.labels(fault).inc()  # sent (or an earlier attempt of it landed)
+        landed_sig, event = await self._slash_event(sig, digest)
+        # One warning line per slash, naming it in full: money left a supplier's stake.
+        log.warning(
+            "slash.landed",
+            lease=lease,
+            node=node_key,
+            provider=node.provider,
+            wallet=authority,
+            fault=fault,
+            amount=event.amount if event else None,
+            to_treasury=event.to_treasury if event else None,
+            to_client=event.to_client if event else None,
+            jail_ends_at=event.jail_ends_at if event else None,
+            evidence_hash=digest.hex(),
+            tx=landed_sig,
+        )
         return sig
+
+    async def _slash_event(self, sig: Signature | None, digest: bytes) -> tuple[Signature | None, Any]:
+        """The slash's transaction and its ProviderSlashed event (the amount is the program's to
+        compute). Without `sig` (an earlier attempt landed, its reply lost) the transaction is the one
+        that created the evidence record. (None, None) when the RPC node does not say: the slash
+        stands, only its line lacks the figures."""
+        try:
+            if sig is None:
+                found = (await self.client.get_signatures_for_address(evidence_pda(digest), limit=10)).value
+                sig = next((f.signature for f in found if f.err is None), None)
+            if sig is None:
+                return None, None
+            tx = (
+                await self.client.get_transaction(sig, commitment=Confirmed, max_supported_transaction_version=0)
+            ).value
+        except TRANSIENT:
+            self.metrics.rpc_errors.inc()
+            return sig, None
+        logs = tx.transaction.meta.log_messages if tx and tx.transaction.meta else None
+        event = next((e.data for e in decode_events(logs or []) if e.name == "ProviderSlashed"), None)
+        return sig, event
 
     async def close(self, lease: Pubkey) -> Signature | None:
         """Closes a lease past its end (and grace): its nodes are freed, what their last usage could

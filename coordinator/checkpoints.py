@@ -375,7 +375,7 @@ class CheckpointStore:
             if lease in self._used:
                 self._used[lease] = max(0, self._used[lease] - freed)
         if freed:
-            log.info("checkpoint.collected", lease=lease, bytes=freed)  # chunks of older checkpoints
+            log.debug("checkpoint.collected", lease=lease, bytes=freed)  # chunks of older checkpoints: each upload
 
     def _manifests(self, lease: str) -> dict[int, list[int]]:
         """The lease's manifests: rank -> sequence numbers, newest first."""
@@ -594,7 +594,8 @@ def checkpoint_routes(store: CheckpointStore, authorize: Authorize, signers: Sig
         refused = await asyncio.to_thread(store.put_manifest, who[0], signed, holders)
         if refused is not None:
             return _error(409, refused)
-        log.info(
+        # debug: a job checkpointing every few seconds stores hundreds (the worker sums them up at info)
+        log.debug(
             "checkpoint.stored",
             lease=who[0],
             node=who[1],

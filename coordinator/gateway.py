@@ -39,6 +39,7 @@ from gpunet.logs import get_logger
 from gpunet.protocol import (
     CLOSE_MALFORMED,
     CLOSE_NOT_LEADER,
+    CLOSE_NOT_REGISTERED,
     CLOSE_UNAUTHORISED,
     MAX_MESSAGE_BYTES,
     Ack,
@@ -64,7 +65,7 @@ from gpunet.protocol import (
     verify_challenge_answer,
 )
 
-__all__ = ["Gateway", "GatewayHandler", "NodeOffline"]
+__all__ = ["Gateway", "GatewayHandler", "NodeOffline", "NotRegistered"]
 
 log = get_logger("gpunet.coordinator.gateway")
 HANDSHAKE_TIMEOUT = 10.0
@@ -74,11 +75,19 @@ class NodeOffline(Exception):
     """No worker session for that node right now."""
 
 
+@dataclass(frozen=True)
+class NotRegistered:
+    """`admit`'s answer for a node key with no Node account on chain: the session is closed with
+    CLOSE_NOT_REGISTERED (not CLOSE_UNAUTHORISED), so its worker can say what to do."""
+
+    reason: str
+
+
 class GatewayHandler(Protocol):
     """What the coordinator does with what workers say (implemented by the coordinator service)."""
 
-    async def admit(self, node_key: Pubkey, hello: Hello) -> str | None:
-        """None to admit the node, else the reason it may not connect."""
+    async def admit(self, node_key: Pubkey, hello: Hello) -> str | NotRegistered | None:
+        """None to admit the node, else why it may not connect."""
 
     async def connected(self, node_key: Pubkey, hello: Hello) -> None: ...
 
@@ -246,8 +255,10 @@ class Gateway:
         node_key = Pubkey.from_string(hello.node_key)
         if hello.inventory.simulated != hello.simulated:
             raise _Refused(CLOSE_MALFORMED, "hello.simulated and inventory.simulated differ")
-        if (reason := await self.handler.admit(node_key, hello)) is not None:
-            raise _Refused(CLOSE_UNAUTHORISED, reason)
+        if isinstance(refusal := await self.handler.admit(node_key, hello), NotRegistered):
+            raise _Refused(CLOSE_NOT_REGISTERED, refusal.reason)
+        if refusal is not None:
+            raise _Refused(CLOSE_UNAUTHORISED, refusal)
         nonce = secrets.token_bytes(32).hex()
         await ws.send(encode(Challenge(nonce=nonce)))
         answer = self._parse(await ws.recv())

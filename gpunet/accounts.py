@@ -14,7 +14,7 @@ from solders.pubkey import Pubkey
 
 from gpunet.errors import GpunetError
 from gpunet.idl import PROGRAM_ID, load_idl
-from gpunet.pda import config_pda, lease_vault_pda, provider_pda
+from gpunet.pda import BPF_LOADER_UPGRADEABLE, config_pda, lease_vault_pda, program_data_pda, provider_pda
 from gpunet.tokens import token_balance
 
 __all__ = [
@@ -28,6 +28,7 @@ __all__ = [
     "lease_end",
     "program_accounts",
     "resolve_provider",
+    "upgrade_authority",
 ]
 
 _DISCRIMINATOR = 8
@@ -72,6 +73,25 @@ async def fetch_config(client: AsyncClient) -> Any:
         return await fetch(client, config_pda(), "Config")
     except AccountError:
         raise AccountError("gpunet is not initialised on this cluster (run `gpunet admin init` first)") from None
+
+
+# bincode of the upgradeable loader's ProgramData state: u32 variant (3), u64 slot, then
+# Option<Pubkey> (a tag byte, then the key when the tag is 1).
+_PROGRAM_DATA_VARIANT = (3).to_bytes(4, "little")
+_AUTHORITY_TAG_AT = 12
+
+
+async def upgrade_authority(client: AsyncClient) -> Pubkey | None:
+    """The gpunet program's upgrade authority (the only key that may `initialize` it), read from its
+    ProgramData account; None when the program is not upgradeable or has no authority left."""
+    info = (await client.get_account_info(program_data_pda())).value
+    if info is None or info.owner != BPF_LOADER_UPGRADEABLE:
+        return None
+    data = bytes(info.data)
+    at = _AUTHORITY_TAG_AT
+    if data[:4] != _PROGRAM_DATA_VARIANT or len(data) < at + 33 or data[at] != 1:
+        return None
+    return Pubkey.from_bytes(data[at + 1 : at + 33])
 
 
 @dataclass(frozen=True)

@@ -23,3 +23,4 @@ class Exit(IntEnum):
     NO_GPUS = 10  # `gpunet worker`: no usable GPUs (no NVIDIA driver, NVML failing) and no --simulate-gpus
     WORKER_STATE = 11  # `gpunet worker`: the state directory is unusable (damaged journal, another agent on it)
     NO_SANDBOX = 12  # `gpunet worker`: no container engine and no --allow-host-jobs (or no bubblewrap for it)
+    NOT_REGISTERED = 13  # `gpunet worker run`: the coordinator kept refusing the node key as not registered

@@ -10,11 +10,24 @@ from solders.keypair import Keypair
 
 from gpunet.errors import GpunetError
 
-__all__ = ["KeypairFileError", "create_keypair_file", "load_keypair", "new_node_name", "node_keypair_path", "nodes_dir"]
+__all__ = [
+    "KeypairFileError",
+    "NodeKeyNotFound",
+    "create_keypair_file",
+    "load_keypair",
+    "load_node_keypair",
+    "new_node_name",
+    "node_keypair_path",
+    "nodes_dir",
+]
 
 
 class KeypairFileError(GpunetError):
     """A keypair file is missing, unreadable or not a Solana CLI keypair; the message says which."""
+
+
+class NodeKeyNotFound(KeypairFileError):
+    """No node key of that name under nodes_dir(); the message says how to create it."""
 
 
 def load_keypair(path: str | os.PathLike[str]) -> Keypair:
@@ -66,6 +79,18 @@ def node_keypair_path(name_or_path: str | os.PathLike[str]) -> Path:
     if os.sep in text or "/" in text or text.endswith(".json") or text.startswith("~"):
         return Path(text).expanduser()
     return nodes_dir() / f"{text}.json"
+
+
+def load_node_keypair(name_or_path: str | os.PathLike[str]) -> Keypair:
+    """The node key `gpunet node register` and `gpunet worker -k` take: a name (node_keypair_path) or a
+    keypair file. A name with no key file is NodeKeyNotFound, saying how to create it."""
+    path, name = node_keypair_path(name_or_path), str(name_or_path)
+    if path == nodes_dir() / f"{name}.json" and not path.exists():
+        raise NodeKeyNotFound(
+            f"no node key named {name!r} (no {path}): create it with `gpunet keys new-node {name}`, or give "
+            "the key's file (a path with '/' or ending in .json)"
+        )
+    return load_keypair(path)
 
 
 def new_node_name() -> str:

@@ -24,6 +24,8 @@ __all__ = [
     "PROGRAM_SO_ENV",
     "LocalnetError",
     "LocalnetProcess",
+    "cache_dir",
+    "cargo_target_dir",
     "free_ports",
     "localnet_binary",
     "localnet_deployer",
@@ -51,12 +53,23 @@ class _PortTaken(GpunetError):
     """The node could not bind one of its ports."""
 
 
+def cache_dir() -> Path:
+    """gpunet's cache ($XDG_CACHE_HOME/gpunet, else ~/.cache/gpunet), read as the scripts read it
+    (`${XDG_CACHE_HOME:-$HOME/.cache}`: an empty one is unset), so the CLI finds what scripts/setup
+    built there (the cargo target dir, scripts/env.sh) and promtool (scripts/promtool-setup)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpunet"
+
+
+def cargo_target_dir() -> Path:
+    """$CARGO_TARGET_DIR, else the one scripts/setup builds into (scripts/env.sh)."""
+    return Path(os.environ.get("CARGO_TARGET_DIR") or cache_dir() / "target")
+
+
 def localnet_binary() -> Path:
     """$GPUNET_LOCALNET_BIN, else the build in the cargo target dir scripts/setup uses."""
     if env := os.environ.get("GPUNET_LOCALNET_BIN"):
         return Path(env)
-    target = Path(os.environ.get("CARGO_TARGET_DIR", Path.home() / ".cache" / "gpunet" / "target"))
-    binary = target / "debug" / "gpunet-localnet"
+    binary = cargo_target_dir() / "debug" / "gpunet-localnet"
     if not binary.is_file():
         raise LocalnetError(f"{binary} not found: run scripts/setup (or set GPUNET_LOCALNET_BIN)")
     return binary

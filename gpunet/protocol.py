@@ -64,6 +64,7 @@ from gpunet.usage import Receipt
 __all__ = [
     "CLOSE_MALFORMED",
     "CLOSE_NOT_LEADER",
+    "CLOSE_NOT_REGISTERED",
     "CLOSE_UNAUTHORISED",
     "CLOSE_VERSION_MISMATCH",
     "MAX_CHECKPOINT_BYTES",
@@ -126,7 +127,10 @@ VERIFY_CHUNK = 256  # row digests per Merkle leaf of a GPU verification (gpunet.
 
 # WebSocket close codes (4000-4999 are the application's).
 CLOSE_MALFORMED = 4400  # not JSON, unknown type, or a field out of its schema
-CLOSE_UNAUTHORISED = 4401  # bad challenge signature, unregistered or jailed node
+CLOSE_UNAUTHORISED = 4401  # bad challenge signature, or a session replaced by a newer one
+# The node key has no Node account on chain (never registered, or deregistered): the worker says so
+# and what to do, and stops if it stays so (an older worker reads it as any refusal, and retries).
+CLOSE_NOT_REGISTERED = 4404
 CLOSE_VERSION_MISMATCH = 4426  # hello.version != PROTOCOL_VERSION
 # This coordinator replica does not lead: the close reason is the leader's gateway URL (empty when
 # no leader is known yet); the worker connects there, or to the next gateway it was given.

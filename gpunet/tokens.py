@@ -30,6 +30,7 @@ __all__ = [
     "ensure_io_account",
     "io_account",
     "io_balance",
+    "mint_authority",
     "mint_io",
     "token_balance",
 ]
@@ -110,6 +111,16 @@ async def mint_io(client: AsyncClient, mint_authority: Keypair, mint: Pubkey, to
             )
         ],
     )
+
+
+async def mint_authority(client: AsyncClient, mint: Pubkey) -> Pubkey | None:
+    """Who may mint more of `mint` (its COption<Pubkey> at the start of the SPL Mint layout: a u32
+    tag, then the key); None when nobody may (or it is no SPL mint)."""
+    info = (await client.get_account_info(mint)).value
+    if info is None or info.owner != TOKEN_PROGRAM_ID or len(info.data) < _MINT_LEN:
+        return None
+    data = bytes(info.data)
+    return Pubkey.from_bytes(data[4:36]) if int.from_bytes(data[:4], "little") == 1 else None
 
 
 async def token_balance(client: AsyncClient, account: Pubkey) -> int:

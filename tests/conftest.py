@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gpunet.localnet import LocalnetProcess
+from gpunet.localnet import LocalnetProcess, cargo_target_dir
 
 # solana-py's websocket client is built on websockets.legacy, which warns once on
 # import; pyproject turns warnings into errors. Import it here with only that one
@@ -28,10 +28,6 @@ with warnings.catch_warnings():
 REPO = Path(__file__).resolve().parents[1]
 # The slot time used by the tests: short, so blockhash expiry and confirmations are quick.
 SLOT_MS = 100
-
-
-def _target_dir() -> Path:
-    return Path(os.environ.get("CARGO_TARGET_DIR", Path.home() / ".cache" / "gpunet" / "target"))
 
 
 def _is_node_binary(path: Path) -> bool:
@@ -46,7 +42,7 @@ def _is_node_binary(path: Path) -> bool:
 def localnet_bin(tmp_path_factory) -> Path:
     if env := os.environ.get("GPUNET_LOCALNET_BIN"):
         return Path(env)
-    target = _target_dir()
+    target = cargo_target_dir()
     # The target directory may be shared with other checkouts whose builds replace
     # the binary: copy ours out right after building it, and check it is ours.
     copy = tmp_path_factory.mktemp("bin") / "gpunet-localnet"

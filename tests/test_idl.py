@@ -16,6 +16,7 @@ from solders.pubkey import Pubkey
 from gpunet import limits
 from gpunet.events import EVENT_NAMES
 from gpunet.idl import IDL_RESOURCE, PROGRAM_ID, idl_constants, idl_json, load_idl
+from gpunet.localnet import cargo_target_dir
 from gpunet.protocol import Dispatch, JobSpec
 
 REPO = Path(__file__).resolve().parent.parent
@@ -97,10 +98,7 @@ def _discriminator(namespace: str, name: str) -> list[int]:
 
 def _run_idl_check(path: Path) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ)
-    env.setdefault(
-        "CARGO_TARGET_DIR",
-        str(Path(env.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gpunet" / "target"),
-    )
+    env["CARGO_TARGET_DIR"] = str(cargo_target_dir())
     return subprocess.run(
         ["cargo", "run", "-q", "-p", "gpunet-localnet", "--bin", "gpunet-idl", "--", "--check", str(path)],
         cwd=REPO,

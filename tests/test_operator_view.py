@@ -20,8 +20,9 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from coordinator.api.metrics import coordinator_metrics, render_metrics
+from coordinator.api.metrics import coordinator_metrics, render_metrics, render_readiness
 from coordinator.metrics import Metrics
+from gpunet.localnet import cache_dir
 from tests.worker.fake_pynvml import FakeGpu, FakeNvml
 from tests.worker.test_metrics_port import stand_in_agent
 from worker.metrics import MetricsServer
@@ -107,7 +108,8 @@ def _coordinator_scrape() -> str:
         "synced_age": 0.5,
         "cursor_slot": 10,
     }
-    return render_metrics(state, 12) + coordinator_metrics(coordinator)  # type: ignore[arg-type]
+    readiness = render_readiness({"database": "ok", "rpc": "does not answer", "attester_balance": "ok"})
+    return render_metrics(state, 12) + coordinator_metrics(coordinator) + readiness  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -127,6 +129,8 @@ def test_every_metric_the_dashboard_and_the_alerts_use_is_exported(exported: set
     rule_names = {name for _, expr in _rule_exprs() for name in metric_names(expr)}
     for needed in (
         "gpunet_coordinator_leader",
+        "gpunet_coordinator_ready",
+        "up",
         "gpunet_coordinator_slashing_paused",
         "gpunet_coordinator_attester_lamports",
         "gpunet_coordinator_settlement_lag_seconds",
@@ -164,7 +168,7 @@ def test_the_dashboard_is_a_grafana_dashboard_of_prometheus_panels() -> None:
 
 def _promtool() -> str | None:
     """promtool on PATH, else where scripts/promtool-setup puts it."""
-    cached = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gpunet" / "promtool" / "promtool"
+    cached = cache_dir() / "promtool" / "promtool"
     return shutil.which("promtool") or (str(cached) if os.access(cached, os.X_OK) else None)
 
 

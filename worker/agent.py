@@ -50,7 +50,7 @@ from worker.sandbox import EngineChoice, NetworkPolicy, Sandbox, SandboxUnavaila
 from worker.session import Backoff, Session
 from worker.verify import ChallengeRefused, Prover
 
-__all__ = ["Agent", "SandboxUnavailable", "StateDirBusy", "WorkerSettings"]
+__all__ = ["Agent", "SandboxUnavailable", "StateDirBusy", "StateDirUnusable", "WorkerSettings"]
 
 log = get_logger("gpunet.worker")
 
@@ -70,6 +70,10 @@ class WorkerSettings(BaseSettings):
     stop_grace_seconds: float = 10.0  # SIGTERM -> SIGKILL
     reconnect_base_seconds: float = 0.5
     reconnect_cap_seconds: float = 30.0
+    # How long the coordinator may keep refusing the node key as not registered on chain (never, or
+    # deregistered) before the agent stops (exit 13): long enough for a `gpunet node register` sent
+    # just after the start to be read at finalized commitment, short of knocking forever.
+    not_registered_exit_seconds: float = Field(300.0, ge=0)
     # Simulated GPUs only: how much slower than their model they answer GPU verification challenges
     # (1: as fast as the model; more plays a GPU that is not what it claims, to see it caught).
     simulate_slowdown: float = 1.0
@@ -136,13 +140,20 @@ class WorkerSettings(BaseSettings):
         return [one.strip() for one in self.gateway_url.split(",")]
 
 
-class StateDirBusy(RuntimeError):
+class StateDirUnusable(RuntimeError):
+    """The state directory cannot be made or written (exit 11, saying why)."""
+
+
+class StateDirBusy(StateDirUnusable):
     """Another agent holds this state directory: two writers would meter the same leases twice."""
 
 
 def _lock_state_dir(state_dir: Path) -> int:
-    state_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(state_dir / "agent.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(state_dir / "agent.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as e:  # a bad --state-dir: said in a line, not a traceback
+        raise StateDirUnusable(f"{state_dir}: cannot use it as the state directory: {e.strerror}") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released by the kernel when the agent dies
     except BlockingIOError:
@@ -168,6 +179,8 @@ class _Share:
     kept_local_warned: bool = False  # said once that a keyed lease's checkpoints stay on this node
     chunk_ids: dict[tuple[str, int, int], list[str]] = field(default_factory=dict)  # of files sealed before
     successor: Dispatch | None = None  # a newer assignment of the lease, taken once this share's job stopped
+    uploads: int = 0  # checkpoints of the current job stored (each a debug line; their sum at info at its end)
+    uploaded_chunks: int = 0  # chunks those uploads sent (the others were in the store already)
 
     @property
     def job_running(self) -> bool:
@@ -224,13 +237,15 @@ class Agent:
             on_welcome=self.on_welcome,
             handle=self.handle,
             backoff=Backoff(settings.reconnect_base_seconds, settings.reconnect_cap_seconds),
+            not_registered_grace=settings.not_registered_exit_seconds,
         )
         if unacked := self.journal.unacked():
             log.info("usage.unacknowledged", node=node.pubkey(), receipts=len(unacked))  # sent once connected
 
     @logs.scoped
     async def run(self) -> None:
-        """Until cancelled: the session (reconnecting forever) and the metering clock."""
+        """Until cancelled: the session (reconnecting, until the node stays unregistered past the grace:
+        NodeNotRegistered) and the metering clock."""
         logs.bind(node=self.node.pubkey())  # every line of this agent's work (its tasks inherit it)
         metrics = None
         if self.settings.metrics_port is not None:
@@ -524,6 +539,7 @@ class Agent:
             or max(1, (os.cpu_count() or 1) * len(share.gpu_uuids) // max(1, len(self.inventory.gpus))),
         )
         share.runner = runner
+        share.uploads = share.uploaded_chunks = 0  # counted per job
         share.task = asyncio.create_task(self._run_job(d.lease, share, runner))
         log.info("job.started", lease=d.lease, job=d.job_number)
 
@@ -624,6 +640,8 @@ class Agent:
             # the last one, written just before the job ended
             if self._uses_store(share.dispatch):
                 await self._upload_checkpoint(lease, share, final=True)
+                if share.uploads:
+                    log.info("checkpoint.uploads", lease=lease, checkpoints=share.uploads, chunks=share.uploaded_chunks)
             else:
                 self._send_checkpoint(lease, share)
             if share.released and self.shares.get(lease) is share:
@@ -718,7 +736,9 @@ class Agent:
                     await asyncio.sleep(1.0)
                 continue
             share.checkpoint_seen = seen
-            log.info(
+            share.uploads += 1
+            share.uploaded_chunks += stats.sent_chunks
+            log.debug(  # a job checkpointing every few seconds uploads hundreds: summed up at its end
                 "checkpoint.uploaded",
                 lease=lease,
                 seq=stats.seq,

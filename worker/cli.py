@@ -27,13 +27,14 @@ from gpunet.amounts import format_io
 from gpunet.catalog import gpu_model_name, region_name
 from gpunet.cluster import ClusterError, resolve_cluster
 from gpunet.exits import Exit
-from gpunet.keys import KeypairFileError, load_keypair, node_keypair_path
+from gpunet.keys import KeypairFileError, load_node_keypair
 from gpunet.protocol import GpuTelemetry, Inventory
-from worker.agent import Agent, SandboxUnavailable, StateDirBusy, WorkerSettings
+from worker.agent import Agent, SandboxUnavailable, StateDirUnusable, WorkerSettings
 from worker.chain import fetch_node, fetch_node_leases
 from worker.gpus import GpuBackend, GpusUnavailable, open_gpus
 from worker.inventory_check import inventory_check
 from worker.journal import Journal, JournalError
+from worker.session import NodeNotRegistered
 from worker.simulate import SimulationSpecError
 
 __all__ = ["app"]
@@ -75,7 +76,7 @@ def _fail(code: Exit, message: str) -> typer.Exit:
 
 def _node(keypair: Path) -> Keypair:
     try:
-        return load_keypair(node_keypair_path(keypair))
+        return load_node_keypair(keypair)
     except KeypairFileError as e:
         raise _fail(Exit.KEYPAIR, str(e)) from None
 
@@ -212,7 +213,7 @@ def run(
         asyncio.run(_check_registration(rpc_url, node, gpus.inventory(), settings.state_dir))
     try:
         agent = Agent(settings, node, gpus)
-    except (JournalError, StateDirBusy) as e:
+    except (JournalError, StateDirUnusable) as e:
         raise _fail(Exit.WORKER_STATE, str(e)) from None
     except SandboxUnavailable as e:
         raise _fail(Exit.NO_SANDBOX, f"cannot start the worker: {e}") from None
@@ -230,6 +231,8 @@ async def _run_until_signalled(agent: Agent) -> None:
         await task
     except asyncio.CancelledError:
         pass
+    except NodeNotRegistered as e:
+        raise _fail(Exit.NOT_REGISTERED, str(e)) from None
     finally:
         agent.close()
         agent.gpus.close()

@@ -132,8 +132,9 @@ class MetricsServer:
         if path == "/healthz":
             return 200, "application/json", b'{"status": "ok"}'
         if path == "/readyz":
+            session = self.agent.session
             checks = {
-                "session": "ok" if self.agent.session.connected.is_set() else "not connected to the coordinator",
+                "session": "ok" if session.connected.is_set() else _not_connected(session.refusal),
                 "gpus": "ok",
             }
             sick = [s.uuid for s in self.agent.gpus.sample() if not s.healthy]
@@ -158,3 +159,9 @@ class MetricsServer:
             writer.write(head.encode() + b"Connection: close\r\n\r\n" + body)
             await writer.drain()
         writer.close()
+
+
+def _not_connected(refusal: str | None) -> str:
+    """/readyz's session check while there is no session: with the coordinator's reason when it
+    refused one (a node not registered on chain, say), which the supplier has to act on."""
+    return "not connected to the coordinator" + (f": refused ({refusal})" if refusal else "")

@@ -2,7 +2,9 @@
 heartbeat, deliver the outbox, hand coordinator messages to the agent, and reconnect with
 exponential backoff and full jitter when anything breaks — without losing queued messages. Given
 several gateways (coordinator replicas), it goes where a follower says the leader is, else to the
-next one, and backs off only once it has tried them all.
+next one, and backs off only once it has tried them all. A node the coordinator finds not registered
+on chain (4404) is told why and what to do, and the session ends (NodeNotRegistered) if that lasts
+the grace period.
 
 Job status, log lines and checkpoints are numbered (protocol: `origin`, `n`) and kept after they
 are sent until the gateway says they are recorded: when it could not record one (its database is
@@ -30,6 +32,7 @@ from gpunet.logs import get_logger
 from gpunet.protocol import (
     CLOSE_MALFORMED,
     CLOSE_NOT_LEADER,
+    CLOSE_NOT_REGISTERED,
     CLOSE_UNAUTHORISED,
     CLOSE_VERSION_MISMATCH,
     MAX_MESSAGE_BYTES,
@@ -50,7 +53,7 @@ from gpunet.protocol import (
     parse_coordinator_message,
 )
 
-__all__ = ["Backoff", "Session"]
+__all__ = ["Backoff", "NodeNotRegistered", "Session"]
 
 log = get_logger("gpunet.worker.session")
 
@@ -63,12 +66,19 @@ PING_SECONDS = 10.0
 # gateway waits on.
 MAX_QUEUED_LOG_LINES = 10_000
 RECORDED = (JobStatus, JobLog, Checkpoint)
-_CLOSE_REASONS = {
+# What each close code means, logged beside the coordinator's own reason (which says why).
+_CLOSE_MEANINGS = {
     CLOSE_MALFORMED: "malformed message",
     CLOSE_UNAUTHORISED: "unauthorised",
     CLOSE_NOT_LEADER: "not the leader",
-    CLOSE_VERSION_MISMATCH: "protocol version mismatch",
+    CLOSE_NOT_REGISTERED: "node not registered",
+    CLOSE_VERSION_MISMATCH: "protocol version mismatch (upgrade the worker)",
 }
+
+
+class NodeNotRegistered(Exception):
+    """The coordinator kept refusing the node key as not registered on chain for the whole grace
+    period: the worker stops (exit code 13) instead of knocking forever; the message says what to do."""
 
 
 class Backoff:
@@ -108,6 +118,7 @@ class Session:
         handle: Callable[[Any], Awaitable[None]],
         backoff: Backoff | None = None,
         resend_after: float = 1.0,
+        not_registered_grace: float = 300.0,
     ) -> None:
         if not urls:
             raise ValueError("a worker needs at least one gateway URL")
@@ -131,6 +142,11 @@ class Session:
         self._resend_delay = resend_after
         self._resend: asyncio.TimerHandle | None = None
         self._wake = asyncio.Event()
+        # A node refused as not registered since then (monotonic), while it stays refused: a worker
+        # started just before its `gpunet node register` lands is admitted within the grace.
+        self.not_registered_grace = not_registered_grace
+        self._not_registered_since: float | None = None
+        self.refusal: str | None = None  # why the coordinator refused the last session (None once welcomed)
 
     def send(self, message: BaseModel) -> None:
         """Queues a message; it is sent now if connected, else after the next welcome.
@@ -196,15 +212,22 @@ class Session:
                     welcome = await self._handshake(ws)
                     self.backoff.reset()
                     self._tried = 0
+                    self._not_registered_since = self.refusal = None
                     await self._serve(ws, welcome)
             except ConnectionClosed as e:
-                # e.g. 4401 (node not registered yet) or 4426 (upgrade the worker): logged, retried with backoff
+                # e.g. 4401 (a bad answer) or 4426 (upgrade the worker): logged with the coordinator's
+                # reason, retried with backoff; 4404 (not registered): said plainly, and the end if it stays
                 code, reason = (e.rcvd.code, e.rcvd.reason) if e.rcvd else (None, "no close frame")
                 if code == CLOSE_NOT_LEADER:
                     leader = reason if reason.startswith(("ws://", "wss://")) else None
                     log.info("session.not_leader", url=self.url, leader=leader or "unknown yet")
+                elif code == CLOSE_NOT_REGISTERED:
+                    self.refusal = reason or _CLOSE_MEANINGS[code]
+                    self._not_registered(reason)
                 else:
-                    log.warning("session.closed", code=code, reason=_CLOSE_REASONS.get(code or 0, reason))
+                    if code in _CLOSE_MEANINGS:  # a refusal of the gateway's, not a dropped connection
+                        self.refusal = f"{_CLOSE_MEANINGS[code]}: {reason}"
+                    log.warning("session.closed", code=code, meaning=_CLOSE_MEANINGS.get(code or 0), reason=reason)
             except (OSError, TimeoutError, InvalidHandshake, _HandshakeRefused) as e:
                 log.warning("session.failed", url=self.url, error=str(e) or type(e).__name__)
             except InvalidURI as e:
@@ -212,6 +235,24 @@ class Session:
             finally:
                 self.connected.clear()
             await self._next_gateway(leader)
+
+    def _not_registered(self, reason: str) -> None:
+        """The coordinator found no Node account for this key: says so with what to do, and raises
+        NodeNotRegistered once that has lasted the grace period."""
+        now = asyncio.get_running_loop().time()
+        if self._not_registered_since is None:
+            self._not_registered_since = now
+        left = self._not_registered_since + self.not_registered_grace - now
+        what = (
+            f"the coordinator at {self.url} refuses node {self.node.pubkey()}: {reason or 'not registered'}. "
+            "A node key gets work only while its node is registered: register it with your supplier wallet "
+            "(`gpunet node register NODE_KEY_NAME --gpu ... --count ... --region ... --price ... -k WALLET`; "
+            "a deregistered node registers again the same way), or start the worker with the key of a "
+            "registered node (-k)"
+        )
+        if left <= 0:
+            raise NodeNotRegistered(f"{what}; stopped after {self.not_registered_grace:g} s of refusals")
+        log.error("session.not_registered", url=self.url, reason=reason, what_to_do=what, stops_in_seconds=round(left))
 
     async def _next_gateway(self, leader: str | None) -> None:
         """Moves to the leader's gateway when a follower named it, else to the next one given; waits

@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from coordinator.api.metrics import coordinator_metrics, render_metrics
+from coordinator.api.metrics import coordinator_metrics, render_metrics, render_readiness
 from coordinator.api.openapi import openapi_document
 from coordinator.api.params import BadRequest, parse_pubkey, parse_query, parse_signature
 from coordinator.api.resources import PAGE, RESOURCES, Resource
@@ -156,9 +156,10 @@ def create_app(
         """Liveness: the process answers (nothing else is checked)."""
         return JSONResponse({"status": "ok"})
 
-    async def readyz(request: Request) -> Response:
-        """Readiness: the database and the chain RPC answer now and, where the coordinator runs, its
-        attester holds at least the minimum SOL (as last read); 503 names what failed."""
+    async def readiness() -> dict[str, str]:
+        """Readiness, check by check ("ok" or why not): the database and the chain RPC answer now and,
+        where the coordinator runs, its attester holds at least the minimum SOL (as last read). /readyz
+        answers it, and /metrics gives it as gauges, for the alert on it."""
         checks: dict[str, str] = {}
         try:
             async with asyncio.timeout(3):
@@ -180,6 +181,11 @@ def create_app(
                 checks["attester_balance"] = f"{lamports} lamports, under the minimum {minimum}"
             else:
                 checks["attester_balance"] = "ok"
+        return checks
+
+    async def readyz(request: Request) -> Response:
+        """Readiness (see readiness()); 503 names what failed."""
+        checks = await readiness()
         ready = all(v == "ok" for v in checks.values())
         return JSONResponse(
             {"status": "ready" if ready else "not_ready", "checks": checks}, status_code=200 if ready else 503
@@ -200,6 +206,7 @@ def create_app(
             except RpcError:
                 head = None  # the lag is then unknown, not zero
             text = render_metrics(dict(state), head) + text
+        text += render_readiness(await readiness())
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     async def openapi(request: Request) -> Response:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from coordinator.service import Coordinator
 
-__all__ = ["coordinator_metrics", "render_metrics"]
+__all__ = ["coordinator_metrics", "render_metrics", "render_readiness"]
 
 _COUNTERS = (
     ("gpunet_indexer_events_indexed_total", "events_indexed", "gpunet events written to the ledger"),
@@ -55,6 +55,17 @@ def render_metrics(state: dict[str, Any], head_slot: int | None) -> str:
         "# TYPE gpunet_indexer_cursor_slot gauge",
         f"gpunet_indexer_cursor_slot {_number(state.get('cursor_slot'))}",
     ]
+    return "\n".join(lines) + "\n"
+
+
+def render_readiness(checks: dict[str, str]) -> str:
+    """/readyz's checks as gauges, one sample per check, so an alert can say which one fails (a
+    probe of /readyz itself needs an exporter Prometheus does not have by default)."""
+    lines = [
+        "# HELP gpunet_coordinator_ready 1 while this /readyz check passes (0: /readyz answers 503 with why)",
+        "# TYPE gpunet_coordinator_ready gauge",
+    ]
+    lines += [f'gpunet_coordinator_ready{{check="{name}"}} {int(state == "ok")}' for name, state in checks.items()]
     return "\n".join(lines) + "\n"
 
 

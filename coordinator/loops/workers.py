@@ -15,6 +15,7 @@ from coordinator.db import jobs, nodes
 from coordinator.db import leases as ledger
 from coordinator.db import usage as usage_receipts
 from coordinator.fleet import Fleet
+from coordinator.gateway import NotRegistered
 from coordinator.keys import NodeKey
 from coordinator.loops.dispatch import Dispatch
 from coordinator.loops.drain import Drain
@@ -68,10 +69,10 @@ class WorkerMessages:
         self._stale_told: set[tuple[NodeKey, str, str | None]] = set()  # (node, lease, epoch) told it moved
         self._lines_since_cap: dict[str, int] = {}  # lease -> log lines recorded since its log was last cut
 
-    async def admit(self, node_key: NodeKey, hello: Hello) -> str | None:
+    async def admit(self, node_key: NodeKey, hello: Hello) -> str | NotRegistered | None:
         info = (await self.chain.get_account_info(node_pda(node_key))).value
-        if info is None:
-            return f"node {node_key} is not registered on chain (gpunet node register)"
+        if info is None:  # (a close reason holds 123 bytes: the worker says the rest)
+            return NotRegistered(f"node {node_key} is not registered on chain (never, or deregistered)")
         # A jailed node is admitted: it gets no work (the scheduler and the program skip jailed
         # nodes), but a node slashed for going silent usually comes back with its old job still
         # running, and only a session can tell it to cancel the jobs of leases it no longer holds.

@@ -12,7 +12,7 @@ from rich.table import Table
 from solders.pubkey import Pubkey
 
 from gpunet import instructions as ix
-from gpunet.accounts import fetch_config
+from gpunet.accounts import fetch_config, upgrade_authority
 from gpunet.amounts import format_io, parse_io
 from gpunet.cli import clock
 from gpunet.cli.common import (
@@ -29,7 +29,8 @@ from gpunet.cli.common import (
 )
 from gpunet.keys import KeypairFileError, load_keypair
 from gpunet.limits import BPS_DENOMINATOR, MAX_ATTESTERS
-from gpunet.tokens import create_mint, ensure_io_account, io_account, mint_io
+from gpunet.localnet import localnet_deployer
+from gpunet.tokens import create_mint, ensure_io_account, io_account, mint_authority, mint_io
 
 app = typer.Typer(help="Protocol configuration (admin only).", no_args_is_help=True)
 
@@ -187,6 +188,30 @@ def params_of(config: Any) -> ix.ConfigParams:
     )
 
 
+def _check_upgrade_authority(wallet: Pubkey, authority: Pubkey | None, wallet_file: object) -> None:
+    """Refuses, before anything is sent (not even the IO mint), a wallet the program would refuse
+    with NotUpgradeAuthority, saying whose key it wants and how to get there. A program without an
+    upgrade authority is left to the program to judge."""
+    if authority is None or authority == wallet:
+        return
+    if authority == localnet_deployer().pubkey():
+        why = (
+            "the local node was started before this wallet existed, so it made its own deployer key the "
+            "upgrade authority: stop `gpunet localnet` and start it again now that the wallet exists (it makes "
+            "the wallet it finds then the authority; `gpunet localnet --keypair PATH` names another)"
+        )
+    else:
+        why = (
+            "on a local node, `gpunet localnet` made the wallet it was started with the authority: restart it "
+            "with this wallet (`gpunet localnet --keypair PATH`), or pass that wallet with -k; on a real cluster, "
+            "sign with the key that deployed the program"
+        )
+    raise BadInput(
+        f"your wallet {wallet} ({wallet_file}) is not the gpunet program's upgrade authority on this cluster "
+        f"({authority} is), and only it may `gpunet admin init`; nothing was sent. {why}"
+    )
+
+
 @app.command("init")
 def init(
     mint: MintOpt = None,
@@ -213,6 +238,7 @@ def init(
         admin = s.wallet
         async with s.client() as client:
             await s.check_fee(client)
+            _check_upgrade_authority(admin.pubkey(), await upgrade_authority(client), s.wallet_path)
             if mint is None:
                 with s.waiting("Creating the IO mint"):
                     io_mint = await create_mint(client, admin)
@@ -430,6 +456,15 @@ def mint_tokens(
         async with s.client() as client:
             io_mint = (await fetch_config(client)).io_mint
             await s.check_fee(client)
+            # before the recipient's IO account is created: a refused mint changes nothing
+            if (authority := await mint_authority(client, io_mint)) != s.wallet.pubkey():
+                raise BadInput(
+                    f"your wallet {s.wallet.pubkey()} is not the IO mint's authority ("
+                    + (f"{authority} is" if authority else "nobody may mint it any more")
+                    + "): only it mints IO (on a local node, the wallet that ran `gpunet admin init`); nothing "
+                    f"was sent. Elsewhere IO is bought, or sent from a wallet that holds some: `gpunet transfer "
+                    f"{amount} {owner}`"
+                )
             account = await ensure_io_account(client, s.wallet, owner, io_mint)
             with s.waiting(f"Minting {format_io(units)}"):
                 await mint_io(client, s.wallet, io_mint, account, units)

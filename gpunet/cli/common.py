@@ -37,7 +37,7 @@ from gpunet.errors import GpunetError
 from gpunet.exits import Exit
 from gpunet.fees import Budget
 from gpunet.jobs import CoordinatorError
-from gpunet.keys import KeypairFileError, load_keypair
+from gpunet.keys import KeypairFileError, NodeKeyNotFound, load_keypair, load_node_keypair, node_keypair_path, nodes_dir
 from gpunet.solana_config import COMMITMENTS, SolanaConfig, SolanaConfigError, load_solana_config
 
 
@@ -117,6 +117,48 @@ def pubkey_arg(text: str, what: str = "public key") -> Pubkey:
         return Pubkey.from_string(text.strip())
     except ValueError:
         raise BadInput(f"{text!r} is not a valid {what} (base58, 32 bytes)") from None
+
+
+def _named_node_file(text: str) -> tuple[Path, bool]:
+    """Where a node key given as `text` would be (gpunet.keys.node_keypair_path) and whether
+    `text` was a name (under nodes_dir()) rather than a path."""
+    path = node_keypair_path(text.strip())
+    return path, path.parent == nodes_dir() and path.name == f"{text.strip()}.json"
+
+
+def node_keypair_arg(text: str) -> Keypair:
+    """The node keypair a command signs with (`node register`): a name from `gpunet keys new-node`
+    or a keypair file. An unknown name is bad input (exit 2), saying how to create it."""
+    try:
+        return load_node_keypair(text.strip())
+    except NodeKeyNotFound as e:
+        raise BadInput(str(e)) from None
+
+
+def node_key_arg(text: str) -> Pubkey:
+    """A node, as every `gpunet node` command takes it: its public key, a name from `gpunet keys
+    new-node`, or its keypair file (the one resolver; `node register`, which signs, reads the same
+    names with node_keypair_arg). A public key that is also the name of a node key file holding
+    another key is ambiguous, and refused."""
+    path, is_name = _named_node_file(text)
+    try:
+        key = Pubkey.from_string(text.strip())
+    except ValueError:
+        key = None
+    if key is not None:
+        if path.exists() and (named := load_keypair(path).pubkey()) != key:
+            raise BadInput(
+                f"{text.strip()!r} is ambiguous: a public key, and the name of the node key file {path}, which "
+                f"holds node {named}: give that file's path for it, or rename the file"
+            )
+        return key
+    if is_name and not path.exists():
+        raise BadInput(
+            f"{text.strip()!r} is neither a node's public key (base58, 32 bytes) nor the name of a node key "
+            f"(no {path}; `gpunet keys new-node` writes them there); give the node's public key, its name, or "
+            "its keypair file"
+        )
+    return load_keypair(path).pubkey()
 
 
 _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s?)?$")

@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 from solders.keypair import Keypair
+from solders.pubkey import Pubkey
 
 from gpunet.cli.common import Exit
 from gpunet.keys import KeypairFileError, create_keypair_file, load_keypair, new_node_name, node_keypair_path, nodes_dir
@@ -29,6 +30,14 @@ def new(
     _show(_or_exit(create_keypair_file, path), path, json_output)
 
 
+def _is_pubkey(text: str) -> bool:
+    try:
+        Pubkey.from_string(text)
+    except ValueError:
+        return False
+    return True
+
+
 @app.command("new-node")
 def new_node(
     name: str = typer.Argument(None, help="The node's name (default: node1, node2, ... whichever is free)."),
@@ -42,6 +51,9 @@ def new_node(
             f"[red]error:[/] {name!r} is a path, not a name: give a name (node1) and the key goes under "
             f"{nodes_dir()}, or use `gpunet keys new PATH`"
         )
+        raise typer.Exit(int(Exit.BAD_INPUT))
+    if _is_pubkey(name):  # `gpunet node drain NAME` could not tell it from a node's key
+        errors.print(f"[red]error:[/] {name!r} is a public key, not a name: give a name (node1, rack7)", soft_wrap=True)
         raise typer.Exit(int(Exit.BAD_INPUT))
     path = node_keypair_path(name)
     keypair = _or_exit(create_keypair_file, path)

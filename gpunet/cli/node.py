@@ -27,18 +27,25 @@ from gpunet.cli.common import (
     complete_gpu,
     complete_region,
     key_column,
+    node_key_arg,
+    node_keypair_arg,
     pubkey_arg,
 )
 from gpunet.cli.lease import DEFAULT_COORDINATOR, CoordinatorOpt
 from gpunet.jobs import node_verifications
-from gpunet.keys import load_keypair, node_keypair_path
 from gpunet.limits import MAX_GPUS_PER_NODE
 from gpunet.pda import node_pda, provider_pda
 
 app = typer.Typer(
     help="GPU nodes: register, update, drain, undrain, deregister, unjail, list, verifications.", no_args_is_help=True
 )
-NodeKeyArg = Annotated[str, typer.Argument(help="The node's public key (its worker signs with it).")]
+NodeKeyArg = Annotated[
+    str,
+    typer.Argument(
+        help="The node: its public key (its worker signs with it), its name from `gpunet keys new-node`, or its "
+        "keypair file."
+    ),
+]
 RegionOpt = Annotated[
     str | None,
     typer.Option("--region", autocompletion=complete_region, help=f"One of: {', '.join(catalog.REGIONS.values())}."),
@@ -133,7 +140,7 @@ def register(
             parse_io(price),
             _inventory_hash(inventory_hash),
         )
-        node_key = load_keypair(node_keypair_path(node_keypair))
+        node_key = node_keypair_arg(node_keypair)
         me = s.wallet.pubkey()
         async with s.client() as client:
             config = await fetch_config(client)
@@ -171,7 +178,7 @@ def update(
     """Change a node's region, price or inventory hash."""
 
     async def command(s: Session) -> None:
-        key = pubkey_arg(node_key, "node key")
+        key = node_key_arg(node_key)
         if region is None and price is None and inventory_hash is None:
             raise BadInput("nothing to change: give --region, --price or --inventory-hash")
         async with s.client() as client:
@@ -194,7 +201,7 @@ def deregister(
     """Remove an idle node and release its bonded stake."""
 
     async def command(s: Session) -> None:
-        key = pubkey_arg(node_key, "node key")
+        key = node_key_arg(node_key)
         async with s.client() as client:
             n = await fetch(client, node_pda(key), "Node")
             if n.gpus_leased:
@@ -211,7 +218,7 @@ def deregister(
 
 def _set_draining(node_key: str, draining: bool, url: str | None, keypair: Path | None, json_output: bool) -> None:
     async def command(s: Session) -> None:
-        key = pubkey_arg(node_key, "node key")
+        key = node_key_arg(node_key)
         async with s.client() as client:
             n = await fetch(client, node_pda(key), "Node")
             if n.provider != provider_pda(s.wallet.pubkey()):
@@ -261,7 +268,7 @@ def unjail(
     """Take a node out of jail once its jail time has passed (it can then get leases again)."""
 
     async def command(s: Session) -> None:
-        key = pubkey_arg(node_key, "node key")
+        key = node_key_arg(node_key)
         async with s.client() as client:
             n = await fetch(client, node_pda(key), "Node")
             if not n.jailed:
@@ -333,7 +340,7 @@ def _seconds(value: float | None) -> str:
 
 @app.command("verifications")
 def verifications(
-    node: Annotated[str, typer.Argument(help="The node's key or its node account.")],
+    node: Annotated[str, typer.Argument(help="The node's key, its name (`gpunet keys new-node`) or its node account.")],
     coordinator: CoordinatorOpt = DEFAULT_COORDINATOR,
     json_output: JsonOpt = False,
 ) -> None:
@@ -342,7 +349,7 @@ def verifications(
     deadline and time) and its verdict, with why. The coordinator keeps it."""
 
     async def command(s: Session) -> None:
-        key = pubkey_arg(node, "node key or node account")
+        key = node_key_arg(node)  # the coordinator takes the node account too
         found = await node_verifications(coordinator, key)
         rows = found["items"]
 

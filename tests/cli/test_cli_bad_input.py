@@ -107,6 +107,21 @@ def test_more_than_the_wallet_holds_is_refused_with_the_numbers(market) -> None:
     assert "lamports, not enough for transaction fees" in unfunded.stderr
 
 
+def test_admin_mint_by_a_wallet_that_is_not_the_mint_authority_is_refused_before_anything_is_sent(market) -> None:
+    # It created the recipient's IO account (paid by the caller), then failed with SPL Token's bare
+    # "Custom(4)". Refused first now, saying who may mint and how else IO comes.
+    newcomer = market.wallet("newcomer", sol="")
+    before = market.signatures_of("supplier")
+    out = market("admin", "mint", newcomer, "5", wallet="supplier", expect=Exit.BAD_INPUT).stderr
+    supplier, admin = market.pubkey("supplier"), market.pubkey("admin")
+    assert f"your wallet {supplier} is not the IO mint's authority ({admin} is)" in out, out
+    assert f"`gpunet transfer 5 {newcomer}`" in out, out
+    assert market.signatures_of("supplier") == before
+    assert market.json("balance", newcomer)["io"] == 0
+    market("admin", "mint", newcomer, "5", wallet="admin")  # the control: the authority mints
+    assert market.json("balance", newcomer)["io"] == 5_000_000
+
+
 def test_missing_or_malformed_keypair_files(market, tmp_path) -> None:
     missing = market.runner.invoke(
         market_app(), ["provider", "stake", "1", "--url", market.node.url, "--keypair", str(tmp_path / "nope.json")]

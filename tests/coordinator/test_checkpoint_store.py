@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 import os
 import socket
 import subprocess
@@ -656,3 +657,24 @@ async def test_a_lease_s_checkpoints_are_deleted_once_it_ended_and_the_retention
 
     assert await store.sweep(ended) == 1
     assert sorted(store.leases()) == sorted([leases["recent"], leases["running"]])
+
+
+def test_each_stored_checkpoint_is_logged_at_debug_not_info(tmp_path, nodes, caplog):
+    # A small job checkpointing often stored 302 checkpoints, each an info line (and each collection
+    # of the older ones' chunks another): the operator's log was those lines. They are debug lines.
+    caplog.set_level(logging.DEBUG)
+    server = Server(DiskBlobs(tmp_path / "store"), {str(n.pubkey()) for n in nodes}, orphan_grace_seconds=0)
+    try:
+        up = client(server, nodes[0])
+        for i in range(5):
+            (tmp_path / "a").mkdir(exist_ok=True)
+            (tmp_path / "a" / "step").write_bytes(os.urandom(4096))
+            up.upload(tmp_path / "a", seq=100 + i)
+    finally:
+        while OPEN:
+            OPEN.pop().close()
+        server.stop()
+    ours = [(r.levelno, r.msg["event"]) for r in caplog.records if isinstance(r.msg, dict)]
+    assert ours.count((logging.DEBUG, "checkpoint.stored")) == 5  # the control: each is still there
+    assert (logging.DEBUG, "checkpoint.collected") in ours
+    assert [e for level, e in ours if level >= logging.INFO and e.startswith("checkpoint.")] == []

@@ -14,9 +14,10 @@ from solders.pubkey import Pubkey
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from coordinator.gateway import Gateway, NodeOffline
+from coordinator.gateway import Gateway, NodeOffline, NotRegistered
 from gpunet.protocol import (
     CLOSE_MALFORMED,
+    CLOSE_NOT_REGISTERED,
     CLOSE_UNAUTHORISED,
     CLOSE_VERSION_MISMATCH,
     PROTOCOL_VERSION,
@@ -39,7 +40,7 @@ class Recorder:
         self.events: list[tuple[str, Pubkey, object]] = []
 
     async def admit(self, node_key, hello):
-        return None if node_key in self.registered else f"node {node_key} is not registered"
+        return None if node_key in self.registered else NotRegistered(f"node {node_key} is not registered")
 
     def __getattr__(self, name):
         async def record(node_key, message=None):
@@ -130,7 +131,7 @@ async def test_an_unregistered_node_a_wrong_answer_and_another_version_are_refus
     async with connect(gw.url) as ws:
         await ws.send(hello(Keypair()))
         code, reason = await _closed_with(ws)
-        assert code == CLOSE_UNAUTHORISED and "not registered" in reason
+        assert code == CLOSE_NOT_REGISTERED and "not registered" in reason  # the worker says what to do
     async with connect(gw.url) as ws:
         await ws.send(hello(node))
         parse_coordinator_message(await ws.recv())

@@ -273,12 +273,20 @@ async def test_readyz_is_not_ready_while_the_rpc_is_down_and_ready_again_when_it
         _check(doc, "/readyz", "get", up)
         errors = _value(await _metrics(api), "gpunet_coordinator_rpc_errors_total")
 
+        def readiness(metrics: dict) -> dict[str, float]:  # /readyz's checks as /metrics gives them, for the alert
+            return {
+                c: _value(metrics, "gpunet_coordinator_ready", check=c) for c in ("database", "rpc", "attester_balance")
+            }
+
+        assert readiness(await _metrics(api)) == {"database": 1, "rpc": 1, "attester_balance": 1}
+
         await relay.stop()
         down = await eventually(lambda: ready(False), what="not ready with the RPC down")
         assert isinstance(down, httpx.Response) and down.status_code == 503
         body = down.json()
         assert body["status"] == "not_ready" and body["checks"]["rpc"].startswith("does not answer")
         assert body["checks"]["database"] == "ok"  # only what failed is reported failed
+        assert readiness(await _metrics(api)) == {"database": 1, "rpc": 0, "attester_balance": 1}
         _check(doc, "/readyz", "get", down)
         healthz = await http.get("/healthz")
         assert healthz.status_code == 200 and healthz.json() == {"status": "ok"}  # the process is up

@@ -14,6 +14,7 @@ from solders.pubkey import Pubkey
 from coordinator.attester import Attester
 from coordinator.db import jobs
 from coordinator.db import leases as ledger
+from coordinator.gateway import NotRegistered
 from coordinator.service import Coordinator
 from gpunet.accounts import fetch
 from gpunet.pda import node_pda
@@ -92,7 +93,9 @@ async def test_a_slashed_node_that_comes_back_is_admitted_and_told_to_cancel_the
     try:
         assert await workers.admit(lost, _hello(lost)) is None  # jailed, yet admitted
         unregistered = Keypair().pubkey()
-        assert "not registered" in (await workers.admit(unregistered, _hello(unregistered)) or "")
+        assert await workers.admit(unregistered, _hello(unregistered)) == NotRegistered(
+            f"node {unregistered} is not registered on chain (never, or deregistered)"
+        )
 
         other = Pubkey.new_unique()  # a lease the node never held either
         await workers.heartbeat(lost, _beat(c.lease, other))

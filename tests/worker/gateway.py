@@ -18,6 +18,7 @@ from solders.pubkey import Pubkey
 from websockets.asyncio.server import Server, ServerConnection, serve
 
 from gpunet.protocol import (
+    CLOSE_NOT_REGISTERED,
     CLOSE_UNAUTHORISED,
     Challenge,
     ChallengeAnswer,
@@ -41,7 +42,7 @@ class FakeGateway:
         self.ack_usage: Callable[[UsageReceiptMessage], bool] = lambda receipt: True
         self.can_record: Callable[[Any], bool] = lambda message: True  # False: "my database is down"
         self.recorded: list[Any] = []  # numbered messages recorded: once each (by origin and n), in order
-        self.refuse_next = 0  # sessions to close as unauthorised (an unregistered node) before admitting one
+        self.refuse_next = 0  # sessions to close as an unregistered node's (4404) before admitting one
         self.refused = 0
         self._connection: ServerConnection | None = None
         self._server: Server | None = None
@@ -73,7 +74,7 @@ class FakeGateway:
         if self.refuse_next:
             self.refuse_next -= 1
             self.refused += 1
-            await ws.close(CLOSE_UNAUTHORISED, "node not registered")
+            await ws.close(CLOSE_NOT_REGISTERED, "node not registered")
             return
         nonce = os.urandom(32).hex()
         await ws.send(encode(Challenge(nonce=nonce)))

@@ -4,13 +4,16 @@ changes, and a job dispatched elsewhere with `restore` resumes from it (real sub
 from __future__ import annotations
 
 import base64
+import logging
 
 import pytest
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
+from coordinator.checkpoints import DiskBlobs
 from gpunet.checkpoint import lease_key, seal_key
 from gpunet.protocol import Checkpoint, CheckpointFile, Dispatch, Hello, JobLog, JobStatus
+from tests.coordinator.test_checkpoint_store import CLIENT, LEASE, Server
 from tests.worker.gateway import FakeGateway
 from tests.worker.sandboxes import host_jobs
 from tests.worker.test_agent import final_status, job, running_agent
@@ -86,3 +89,37 @@ async def test_a_corrupt_restore_fails_the_job_with_the_reason(tmp_path) -> None
     final = await runner.run()
     assert final.state == "failed" and "restoring the checkpoint" in final.detail
     assert not [m for m in messages if isinstance(m, JobStatus) and m.state == "running"]
+
+
+async def test_checkpoint_uploads_are_debug_lines_summed_up_at_info_when_the_job_ends(tmp_path, caplog) -> None:
+    # Each upload to the checkpoint store was an info line (hundreds for a small job that checkpoints
+    # often). They are debug lines; one info line at the job's end says how many went.
+    caplog.set_level(logging.DEBUG)
+    node = Keypair()
+    store = Server(DiskBlobs(tmp_path / "store"), {str(node.pubkey())})
+    sealed = seal_key(node.pubkey(), lease_key(CLIENT, LEASE))
+    dispatch = Dispatch(
+        lease=LEASE,
+        gpus=1,
+        job=job(steps=5, step_seconds=0.4),
+        checkpoint_key=sealed,
+        checkpoint_signers=[str(node.pubkey())],
+    )
+
+    def lines(event: str) -> list[logging.LogRecord]:
+        return [r for r in caplog.records if isinstance(r.msg, dict) and r.msg["event"] == event]
+
+    try:
+        async with FakeGateway() as gateway:
+            async with running_agent(gateway, tmp_path / "node", node, api_url=store.url):
+                await gateway.send(dispatch)
+                await gateway.wait_for(lambda: final_status(gateway, LEASE), what="the job's end")
+                [summary] = await gateway.wait_for(lambda: lines("checkpoint.uploads"), what="the summary")
+    finally:
+        store.stop()
+    uploads = lines("checkpoint.uploaded")
+    assert len(uploads) >= 2 and {r.levelno for r in uploads} == {logging.DEBUG}
+    # (the meter clock may start one more upload as the last one ends: it is not the job's to count)
+    before = [r for r in uploads if caplog.records.index(r) < caplog.records.index(summary)]
+    assert summary.levelno == logging.INFO and summary.msg["checkpoints"] == len(before) >= 2
+    assert store.store.manifest_seqs(LEASE)  # the control: they were stored

@@ -1,22 +1,26 @@
 """The worker agent against the coordinator's real gateway (coordinator.gateway): both sides of
 gpunet.protocol agree — admission by node key and challenge, heartbeats, a dispatched job's
-statuses and logs, usage receipts checked, recorded and acked; an unregistered node refused; a
-follower replica's gateway sends the worker to the leader's."""
+statuses and logs, usage receipts checked, recorded and acked; an unregistered node refused, told
+why, and stopped (exit 13) if it stays so; a follower replica's gateway sends the worker to the leader's."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import itertools
+import os
+import subprocess
 import sys
 from pathlib import Path
 
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
-from coordinator.gateway import Gateway
+from coordinator.gateway import Gateway, NotRegistered
+from gpunet.exits import Exit
+from gpunet.keys import create_keypair_file
 from gpunet.protocol import Ack, Checkpoint, Dispatch, Heartbeat, Hello, JobLog, JobSpec, JobStatus, UsageReceiptMessage
-from tests.worker.sandboxes import HOST_JOBS_SETTINGS
+from tests.worker.sandboxes import HOST_JOBS_ENV, HOST_JOBS_SETTINGS
 from worker.agent import Agent, WorkerSettings
 from worker.simulate import SimulatedGpus
 
@@ -30,8 +34,8 @@ class Coordinator:
         self.registered = registered
         self.seen: list[object] = []
 
-    async def admit(self, node_key: Pubkey, hello: Hello) -> str | None:
-        return None if node_key in self.registered else "node not registered"
+    async def admit(self, node_key: Pubkey, hello: Hello) -> NotRegistered | None:
+        return None if node_key in self.registered else NotRegistered(f"node {node_key} has no Node account")
 
     async def connected(self, node_key: Pubkey, hello: Hello) -> None:
         self.seen.append(hello)
@@ -129,12 +133,56 @@ async def test_an_unregistered_node_is_refused_and_keeps_trying(tmp_path) -> Non
     coordinator = Coordinator(set())
     gateway = await Gateway(coordinator).start()
     try:
-        async with agent_on(gateway, node, tmp_path):
+        async with agent_on(gateway, node, tmp_path) as agent:
             await until(lambda: sum(gateway.refused.values()) >= 2, "two refused sessions")
-            assert set(gateway.refused) == {4401} and not gateway.online(node.pubkey())
-            coordinator.registered.add(node.pubkey())  # registered on chain meanwhile
+            assert set(gateway.refused) == {4404} and not gateway.online(node.pubkey())
+            assert agent.session.refusal == f"node {node.pubkey()} has no Node account"  # /readyz says it
+            coordinator.registered.add(node.pubkey())  # registered on chain meanwhile, within the grace
             await until(lambda: gateway.online(node.pubkey()), "admission")
+            assert agent.session.refusal is None
     finally:
+        await gateway.stop()
+
+
+async def test_a_node_that_stays_unregistered_stops_its_worker_saying_why(tmp_path) -> None:
+    # A deregistered node's worker knocked forever, logging only "unauthorised": now it logs the
+    # coordinator's reason and what to do, and after GPUNET_WORKER_NOT_REGISTERED_EXIT_SECONDS of
+    # refusals exits 13, saying the same. The control: a registered node's worker beside it runs on.
+    gone, kept = tmp_path / "gone.json", tmp_path / "kept.json"
+    gone_key, kept_key = create_keypair_file(gone), create_keypair_file(kept)
+    gateway = await Gateway(Coordinator({kept_key.pubkey()})).start()
+    env = {
+        **os.environ,
+        **HOST_JOBS_ENV,
+        "GPUNET_WORKER_RECONNECT_BASE_SECONDS": "0.1",
+        "GPUNET_WORKER_RECONNECT_CAP_SECONDS": "0.3",
+        "GPUNET_WORKER_NOT_REGISTERED_EXIT_SECONDS": "2",
+        "GPUNET_LOG_FORMAT": "json",
+    }
+
+    def worker(key: Path, name: str) -> subprocess.Popen[str]:
+        argv = [str(Path(sys.executable).with_name("gpunet")), "worker", "run", "-k", str(key)]
+        argv += ["--gateway", gateway.url, "--simulate-gpus", "H100:1:80", "--state-dir", str(tmp_path / name)]
+        return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    procs = [worker(gone, "gone"), worker(kept, "kept")]
+    try:
+        await until(lambda: procs[0].poll() is not None, "the unregistered worker's exit")
+        out = procs[0].communicate()[0]
+        assert procs[0].returncode == Exit.NOT_REGISTERED, out
+        said = f"refuses node {gone_key.pubkey()}: node {gone_key.pubkey()} has no Node account"
+        assert '"event": "session.not_registered"' in out and said in out, out
+        flat = " ".join(out.split())  # the error's last line is wrapped to the terminal's width
+        assert "gpunet node register" in out and "stopped after 2 s of refusals" in flat, out
+        assert '"unauthorised"' not in out, out
+        assert set(gateway.refused) == {4404} and gateway.online(kept_key.pubkey())
+        await asyncio.sleep(1.0)
+        assert procs[1].poll() is None and gateway.online(kept_key.pubkey())  # past the grace, still on
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.terminate()
+            proc.communicate(timeout=30)
         await gateway.stop()
 
 

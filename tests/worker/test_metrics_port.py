@@ -35,7 +35,7 @@ def stand_in_agent(tmp_path: Path, nvml: FakeNvml) -> SimpleNamespace:
         inventory=gpus.inventory(),
         shares={},
         journal=Journal(tmp_path / "usage.jsonl"),
-        session=SimpleNamespace(connected=connected),
+        session=SimpleNamespace(connected=connected, refusal=None),
     )
 
 
@@ -139,6 +139,10 @@ async def test_gpu_figures_readiness_and_refusals(tmp_path: Path) -> None:
             assert ready.status_code == 200 and ready.json()["checks"] == {"session": "ok", "gpus": "ok"}
             agent.session.connected.clear()
             assert (await http.get("/readyz")).json()["checks"]["session"] == "not connected to the coordinator"
+            agent.session.refusal = "node X is not registered on chain (never, or deregistered)"
+            assert (await http.get("/readyz")).json()["checks"]["session"] == (
+                "not connected to the coordinator: refused (node X is not registered on chain (never, or deregistered))"
+            )
             assert (await http.get("/healthz")).json() == {"status": "ok"}
 
             missing = await http.get("/jobs")
