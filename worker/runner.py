@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import hashlib
 import importlib.metadata
 import json
 import os
 import shutil
 import signal
 import sys
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +31,7 @@ from gpunet.protocol import ClusterPeer, Dispatch, JobLog, JobState, JobStatus
 from gpunet.raycluster import RAY_INSTALL, RAY_VERSION, RayPorts, ray_endpoints
 from worker.checkpoints import restore
 from worker.egress import EgressFilterUnavailable
+from worker.inputs import InputRefused, fetch_inputs
 from worker.sandbox import ENGINE_ENV, Sandbox
 
 __all__ = ["JobDirs", "JobRunner"]
@@ -162,8 +161,8 @@ class JobRunner:
         if restored:
             self._log("stderr", f"[gpunet: checkpoint restored, {restored} files]")
         try:
-            await asyncio.to_thread(self._fetch_inputs)
-        except (OSError, ValueError) as e:
+            await asyncio.to_thread(fetch_inputs, str(self.dirs.workdir), self.spec.inputs, self.sandbox.inputs)
+        except InputRefused as e:
             return self._status("failed", detail=f"inputs: {e}")
         if self.image is not None and (failed := await self._pull(self.image)) is not None:
             return failed
@@ -476,15 +475,3 @@ class JobRunner:
         a Ray cluster's on one node too: its client reaches the head)."""
         policy = self.sandbox.network
         return policy == "egress" or (policy == "cluster" and (bool(self.dispatch.peers) or self.spec.ray))
-
-    def _fetch_inputs(self) -> None:
-        for item in self.spec.inputs:
-            target = self.dirs.workdir / item.path
-            if target.exists() and hashlib.sha256(target.read_bytes()).hexdigest() == item.sha256:
-                continue  # fetched before a restart
-            with urllib.request.urlopen(item.url, timeout=60) as response:
-                data = response.read()
-            if hashlib.sha256(data).hexdigest() != item.sha256:
-                raise ValueError(f"{item.path}: the content of {item.url} does not match its sha256")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)

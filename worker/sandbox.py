@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from worker.egress import EgressFilterUnavailable, install_egress_network
+from worker.inputs import DEFAULT_LIMITS, InputLimits
 
 if TYPE_CHECKING:
     from worker.runner import JobDirs
@@ -115,6 +116,8 @@ class Sandbox:
     # filtered one under the egress policy (worker/egress.py); the engine's bridge when unfiltered.
     egress_network: str = "bridge"
     egress_allow: tuple[str, ...] = ()  # what its filter lets through although private
+    # what a job's inputs may take, and where they may come from (the egress policy's rules: worker/inputs.py)
+    inputs: InputLimits = DEFAULT_LIMITS
 
     @classmethod
     def configure(
@@ -132,6 +135,8 @@ class Sandbox:
         label: str | None = None,
         egress_allow: Sequence[str] = (),
         egress_unfiltered: bool = False,
+        inputs_max_bytes: int = InputLimits.max_bytes,
+        inputs_seconds: float = InputLimits.seconds,
     ) -> Sandbox:
         """The node's sandbox from the supplier's settings; SandboxUnavailable (saying what to do)
         when jobs could not run sandboxed at all, or, under the egress policy, their network could not
@@ -191,6 +196,7 @@ class Sandbox:
             label=label,
             egress_network=egress_network,
             egress_allow=tuple(egress_allow),
+            inputs=InputLimits(max_bytes=inputs_max_bytes, seconds=inputs_seconds, allowed=tuple(egress_allow)),
         )
 
     def keep_egress_filter(self) -> None:
