@@ -97,6 +97,7 @@ class WorkerSettings(BaseSettings):
     # Host jobs (a job without image, and no default image): only with this opt-in, inside bubblewrap.
     allow_host_jobs: bool = False
     host_job_paths: list[Path] = []  # what host jobs may read besides the system dirs and Python
+    host_job_file_bytes: int = Field(64 * 2**30, ge=1)  # the largest file a host job may write
     # How cluster peers reach this node (sent in the hello; the coordinator hands them to the other
     # nodes of a cluster lease): the address to advertise (unset: that of the interface that routes
     # to the gateway, worker/network.py) and the ports opened to them for cluster traffic (the
@@ -194,6 +195,7 @@ class Agent:
             label=str(settings.state_dir.expanduser().resolve()),
             egress_allow=settings.egress_allow,
             egress_unfiltered=settings.egress_unfiltered,
+            file_bytes=settings.host_job_file_bytes,
             inputs_max_bytes=settings.inputs_max_bytes,
             inputs_seconds=settings.inputs_seconds,
         )

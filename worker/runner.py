@@ -18,6 +18,7 @@ import ctypes
 import importlib.metadata
 import json
 import os
+import resource
 import shutil
 import signal
 import sys
@@ -32,7 +33,7 @@ from gpunet.raycluster import RAY_INSTALL, RAY_VERSION, RayPorts, ray_endpoints
 from worker.checkpoints import restore
 from worker.egress import EgressFilterUnavailable
 from worker.inputs import InputRefused, fetch_inputs
-from worker.sandbox import ENGINE_ENV, Sandbox
+from worker.sandbox import ENGINE_ENV, Sandbox, host_job_uid
 
 __all__ = ["JobDirs", "JobRunner"]
 
@@ -50,11 +51,30 @@ def _die_with_agent() -> None:
         pass
 
 
-def _die_with_agent_ignoring_term() -> None:
-    # bubblewrap: SIGTERM to the job's process group must reach the job, not end bubblewrap (which
-    # would take the job with it at once); the job gets SIGTERM's default back (env --default-signal).
-    _die_with_agent()
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+def _in_bubblewrap(pids: int | None, file_bytes: int) -> Callable[[], None]:
+    """What the child does before it becomes bubblewrap: it dies with the agent; SIGTERM to the job's
+    process group must reach the job, not end bubblewrap (which would take the job with it at once;
+    the job gets SIGTERM's default back: env --default-signal); and the job's limits, inherited down
+    to it: the largest file it may write, and (where it runs as a uid of its own: `pids`) how many
+    processes that uid may have (root, bubblewrap itself, is exempt; the job is not)."""
+
+    def prepare() -> None:
+        _die_with_agent()
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (file_bytes, file_bytes))
+        if pids is not None:
+            resource.setrlimit(resource.RLIMIT_NPROC, (pids, pids))
+
+    return prepare
+
+
+def _give(directory: Path, uid: int) -> None:
+    """The job's directory and all in it to the job's uid (what the agent put there: inputs, a
+    restored checkpoint), following no link (one the job left points anywhere on the machine)."""
+    os.chown(directory, uid, uid, follow_symlinks=False)
+    for root, dirs, files in os.walk(directory):  # os.walk enters no linked directory
+        for name in dirs + files:
+            os.chown(os.path.join(root, name), uid, uid, follow_symlinks=False)
 
 
 def ray_installed() -> bool:
@@ -116,6 +136,8 @@ class JobRunner:
         self._cancelled = asyncio.Event()
         self._cancel_reason = ""
         self._container = f"gpunet-{dispatch.lease[:16]}"
+        # a root worker's host job runs as a uid of its own, never as root
+        self.uid = host_job_uid(dispatch.lease) if self.image is None and sandbox.drop_root else None
 
     def cancel(self, reason: str = "") -> None:
         self._cancel_reason = reason
@@ -164,6 +186,9 @@ class JobRunner:
             await asyncio.to_thread(fetch_inputs, str(self.dirs.workdir), self.spec.inputs, self.sandbox.inputs)
         except InputRefused as e:
             return self._status("failed", detail=f"inputs: {e}")
+        if self.uid is not None:
+            for d in (self.dirs.workdir, self.dirs.checkpoint):
+                _give(d, self.uid)
         if self.image is not None and (failed := await self._pull(self.image)) is not None:
             return failed
         loop = asyncio.get_running_loop()  # the job's time limit runs from here: a pull is not its time
@@ -187,7 +212,11 @@ class JobRunner:
                     stdout=asyncio.subprocess.PIPE,
                     stderr=asyncio.subprocess.PIPE,
                     start_new_session=True,
-                    preexec_fn=_die_with_agent if self.image is not None else _die_with_agent_ignoring_term,
+                    preexec_fn=_die_with_agent
+                    if self.image is not None
+                    else _in_bubblewrap(
+                        self.sandbox.pids_limit if self.uid is not None else None, self.sandbox.file_bytes
+                    ),
                     limit=2 * MAX_LINE,
                 )
             except OSError as e:
@@ -380,6 +409,8 @@ class JobRunner:
         return (
             base
             | {"HOME": str(self.dirs.workdir), "CUDA_VISIBLE_DEVICES": ",".join(self.gpu_uuids)}
+            # a uid of its own has no name in /etc/passwd: tools that ask for the user's (getpass) ask this
+            | ({"USER": "gpunet-job", "LOGNAME": "gpunet-job"} if self.uid is not None else {})
             | self.spec.env
             | self._contract_env(str(self.dirs.checkpoint), str(self.dirs.workdir))
         )
@@ -451,6 +482,7 @@ class JobRunner:
                 network=self._network(),
                 gpu_uuids=[] if self.simulated else self.gpu_uuids,
                 private_tmp=self.spec.ray,
+                uid=self.uid,
             )
         return self.sandbox.container_argv(
             self.image,

@@ -24,7 +24,7 @@ from gpunet.localnet import free_ports
 from gpunet.protocol import Dispatch, JobLog, JobSpec, JobStatus
 from tests.worker.sandboxes import IMAGE, JOBS, agent_started
 from worker.runner import JobDirs, JobRunner
-from worker.sandbox import Sandbox, SandboxUnavailable, nvidia_device_nodes
+from worker.sandbox import Sandbox, SandboxUnavailable, host_job_uid, nvidia_device_nodes
 
 GPUNET = str(Path(sys.executable).parent / "gpunet")
 
@@ -60,6 +60,26 @@ for name in ("pids/pids.max", "pids.max", "memory/memory.limit_in_bytes", "memor
         out[name.rsplit("/", 1)[-1].split(".")[0]] = open("/sys/fs/cgroup/" + name).read().strip()
 if args.get("connect"):
     attempt("connect", lambda: socket.create_connection(tuple(args["connect"]), timeout=3).close())
+out["uid"], out["gid"], out["groups"] = os.getuid(), os.getgid(), os.getgroups()
+if args.get("forks"):  # how many children it may have at once (each sleeps until the probe ends)
+    import signal, subprocess
+    children = []
+    try:
+        for _ in range(args["forks"]):
+            children.append(subprocess.Popen(["sleep", "30"]))
+    except OSError as e:
+        out["fork_error"] = errno.errorcode.get(e.errno, type(e).__name__)
+    out["forks"] = len(children)
+    for child in children:
+        child.kill()
+        child.wait()
+if args.get("file_bytes"):  # one file of that many bytes (SIGXFSZ ignored: the write fails instead)
+    import signal
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    def big():
+        with open(os.path.join(os.environ["GPUNET_WORKDIR"], "big"), "wb") as f:
+            f.write(b"x" * args["file_bytes"])
+    attempt("big_file", big)
 print(json.dumps(out), flush=True)
 """
 
@@ -285,6 +305,7 @@ def _host_jobs(tmp_path: Path, state: Path, network: str = "egress") -> Sandbox:
 
 async def test_a_host_job_runs_in_bubblewrap_without_the_state_dir(tmp_path) -> None:
     state = _state(tmp_path)
+    tmp_path.chmod(0o755)  # what the supplier lets host jobs read, readable by others (they are not root)
     (tmp_path / "readable").write_text("supplier's file")
     spec = JobSpec(
         command=_probe(
@@ -304,6 +325,66 @@ async def test_a_host_job_runs_in_bubblewrap_without_the_state_dir(tmp_path) -> 
     assert not (tmp_path / "escape").exists() and not (state / "escape").exists()
     assert int(out["CapEff"], 16) == 0 and out["NoNewPrivs"] == "1"
     assert out["pids"] <= 3  # bubblewrap's init and the job: not the machine's processes
+
+
+async def test_a_root_workers_host_job_runs_as_a_uid_of_its_own_within_its_limits(tmp_path) -> None:
+    """The worker runs as root (the egress filter needs it): its host jobs do not."""
+    assert os.geteuid() == 0, "a root worker's test"
+    state = _state(tmp_path)
+    tmp_path.chmod(0o755)
+    sandbox = dataclasses.replace(_host_jobs(tmp_path, state), pids_limit=16, file_bytes=1 << 20)
+    dispatch = Dispatch(lease=str(Pubkey.new_unique()), gpus=1, job=JobSpec(command=["true"]))
+    dirs = JobDirs.of(state, dispatch)
+    (dirs.checkpoint / "sub").mkdir(parents=True)  # as a restore leaves it: the agent's (root's)
+    (dirs.checkpoint / "sub" / "restored").write_text("step 7")
+    spec = JobSpec(
+        command=_probe(
+            sys.executable,
+            write=[os.path.join(dirs.checkpoint, "sub", "restored"), "/dev/shm/from-job"],
+            read=["/etc/shadow", os.path.join(dirs.checkpoint, "sub", "restored")],
+            forks=40,
+            file_bytes=(1 << 20) + 1,
+        )
+    )
+    rec = Recorder()
+    final = await JobRunner(
+        dispatch.model_copy(update={"job": spec}), ["GPU-sim-a"], dirs, simulated=True, send=rec.send, sandbox=sandbox
+    ).run()
+    assert final.state == "succeeded", (final, rec.lines("stderr"))
+    out = json.loads(rec.lines()[-1])
+    uid = host_job_uid(dispatch.lease)
+    assert out["uid"] == out["gid"] == uid != 0 and out["groups"] in ([], [uid]), out
+    assert out["read_0"] == "EACCES", out  # root's files are not its own
+    # the control: its own directories, what the agent put there included, and the files it makes are its uid's
+    assert out["write_work"] == out["write_checkpoint"] == out["write_0"] == out["read_1"] == "ok", out
+    assert out["write_1"] == "ok", out  # its own /dev/shm (Ray's object store, NCCL, DataLoader workers)
+    assert (dirs.workdir / "from-job").stat().st_uid == uid and (dirs.checkpoint / "ckpt").stat().st_uid == uid
+    # its limits: processes (its uid's, bubblewrap's own not counted), and the size of a file
+    assert out["fork_error"] == "EAGAIN" and 0 < out["forks"] < 16, out
+    assert out["big_file"] == "EFBIG" and (dirs.workdir / "big").stat().st_size == 1 << 20, out
+
+
+def test_a_ray_nodes_own_tmp_keeps_what_lies_under_tmp_in_sight(tmp_path) -> None:
+    """A Ray node gets a /tmp of its own: a worker (its venv, the Ray it runs) or a state directory
+    under the machine's /tmp stays where it was, and the job (not root) may write its /tmp."""
+    tmp_path.chmod(0o755)
+    tool = tmp_path / "venv" / "bin" / "ray"
+    tool.parent.mkdir(parents=True)
+    tool.write_text("#!/bin/sh\necho ray here > /tmp/ray.sock && cat /tmp/ray.sock && pwd\n")
+    tool.chmod(0o755)
+    state = _state(tmp_path)
+    dispatch = Dispatch(lease=str(Pubkey.new_unique()), gpus=1, job=JobSpec(command=["x"]))
+    dirs = JobDirs.of(state, dispatch)
+    for d in (dirs.workdir, dirs.checkpoint):
+        d.mkdir(parents=True)
+        os.chown(d, host_job_uid(dispatch.lease), host_job_uid(dispatch.lease))
+    sandbox = Sandbox.configure(engine="none", allow_host_jobs=True, host_paths=[tmp_path / "venv"], hidden=[state])
+    argv = sandbox.host_argv(
+        [str(tool)], dirs, network=False, gpu_uuids=[], private_tmp=True, uid=host_job_uid(dispatch.lease)
+    )
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert (done.returncode, done.stdout.split("\n")[:2]) == (0, ["ray here", str(dirs.workdir)]), done.stderr
+    assert not Path("/tmp/ray.sock").exists()  # its own /tmp, not the machine's
 
 
 @pytest.mark.parametrize(("policy", "reaches"), [("none", False), ("egress", True)])
