@@ -81,6 +81,34 @@ def _works(*argv: str) -> bool:
     return done.returncode == 0
 
 
+@functools.cache
+def _fails(*argv: str) -> str | None:
+    """Why the command fails (its last word), or None when it works."""
+    try:
+        done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120, check=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return str(e)
+    if done.returncode == 0:
+        return None
+    lines = (done.stderr or done.stdout).strip().splitlines()
+    return f"exit {done.returncode}: {lines[-1] if lines else 'no output'}"
+
+
+def container_problem(engine: tuple[str, ...], pids_limit: int, memory: str | None) -> str | None:
+    """Why the engine cannot run a job's container, or None: it runs one (podman: the machine's own
+    root as an overlay, `true`; a fraction of a second, nothing pulled) under the restrictions every
+    job gets, so that an engine that answers `info` but whose runtime fails (every job exiting 126
+    while its lease pays) stops the worker at its start instead. Docker has no image-less run: it
+    is checked with `info` only."""
+    if Path(engine[0]).name != "podman":
+        return None
+    return _fails(
+        *engine, "run", "--rm", "--network=none", "--cap-drop=ALL", "--security-opt=no-new-privileges",
+        "--read-only", "--read-only-tmpfs=false", f"--pids-limit={pids_limit}",
+        *([f"--memory={memory}"] if memory else []), "--rootfs", "/:O", "true",
+    )  # fmt: skip
+
+
 def find_container_engine(choice: EngineChoice = "auto", runtime: str | None = None) -> tuple[str, ...] | None:
     """The argv prefix of a container engine that answers (`podman info`, `docker info`: an installed
     docker whose daemon is down does not count): podman first, then docker; None when none works."""
@@ -172,6 +200,13 @@ class Sandbox:
         be filtered (unless the supplier opted out: `egress_unfiltered`). `egress_allow`: the CIDRs
         egress jobs may reach even where they are private."""
         found = find_container_engine(engine, runtime)
+        if found is not None and (problem := container_problem(found, pids_limit, memory)) is not None:
+            raise SandboxUnavailable(
+                f"the container engine ({' '.join(found)}) answers but cannot run a container ({problem}): "
+                "fix the engine (podman in a container or VM: GPUNET_WORKER_CONTAINER_RUNTIME=runc; "
+                "podman's ulimits: see the README), or run host jobs only (GPUNET_WORKER_CONTAINER_ENGINE=none "
+                "and --allow-host-jobs)"
+            )
         if found is None and engine not in ("auto", "none"):
             raise SandboxUnavailable(
                 f"the container engine {engine!r} is not installed or does not answer `{engine} info`: "

@@ -292,6 +292,30 @@ def test_a_container_left_by_a_dead_agent_is_removed_when_the_worker_starts_agai
             subprocess.run(["podman", "rm", "--force", "--ignore", "--time", "0", name], capture_output=True)
 
 
+def test_an_engine_that_cannot_run_a_container_stops_the_worker(tmp_path, podman) -> None:
+    """podman answers `info` with a runtime that cannot start anything (crun in some containers):
+    every container job would exit 126 while its lease pays. The worker runs one at its start."""
+    broken = tmp_path / "runc"
+    broken.write_text("#!/bin/sh\necho 'runc: cannot start a container here' >&2\nexit 1\n")
+    broken.chmod(0o755)
+    with pytest.raises(SandboxUnavailable, match=r"cannot run a container .*cannot start a container here"):
+        Sandbox.configure(engine="podman", runtime=str(broken), network="none")
+    create_keypair_file(tmp_path / "node.json")
+    env = {**os.environ, "GPUNET_WORKER_CONTAINER_ENGINE": "podman", "GPUNET_WORKER_NETWORK": "none"}
+    argv = [GPUNET, "worker", "run", "-k", str(tmp_path / "node.json"), "--simulate-gpus", "H100:1:80"]
+    argv += ["--state-dir", str(tmp_path / "state")]
+    done = subprocess.run(
+        argv, capture_output=True, text=True, env={**env, "GPUNET_WORKER_CONTAINER_RUNTIME": str(broken)}, check=False
+    )
+    assert done.returncode == Exit.NO_SANDBOX, done.stderr
+    for advice in ("GPUNET_WORKER_CONTAINER_RUNTIME=runc", "GPUNET_WORKER_CONTAINER_ENGINE=none"):
+        assert advice in " ".join(done.stderr.split()), done.stderr
+    assert not (tmp_path / "state").exists()
+    # the control: with a runtime that works it starts, and waits for its gateway
+    with agent_started(argv, {**env, "GPUNET_WORKER_CONTAINER_RUNTIME": "runc"}, tmp_path / "agent.log"):
+        pass
+
+
 def _host_jobs(tmp_path: Path, state: Path, network: str = "egress") -> Sandbox:
     # tmp_path is readable by the job, the state directory inside it is not (hidden, as the agent does)
     return Sandbox.configure(
