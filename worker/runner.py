@@ -367,6 +367,9 @@ class JobRunner:
     def _contract_env(self, checkpoint: str, workdir: str) -> dict[str, str]:
         d = self.dispatch
         env = {
+            # the lease's GPUs, in a container as on the host (simulated ones too: a job sees its GPUs
+            # the same way whatever runs it)
+            "CUDA_VISIBLE_DEVICES": ",".join(self.gpu_uuids),
             "GPUNET_LEASE": d.lease,
             "GPUNET_CHECKPOINT_DIR": checkpoint,
             "GPUNET_WORKDIR": workdir,
@@ -408,7 +411,7 @@ class JobRunner:
             return base | {k: os.environ[k] for k in ENGINE_ENV if k in os.environ} | secrets
         return (
             base
-            | {"HOME": str(self.dirs.workdir), "CUDA_VISIBLE_DEVICES": ",".join(self.gpu_uuids)}
+            | {"HOME": str(self.dirs.workdir)}
             # a uid of its own has no name in /etc/passwd: tools that ask for the user's (getpass) ask this
             | ({"USER": "gpunet-job", "LOGNAME": "gpunet-job"} if self.uid is not None else {})
             | self.spec.env

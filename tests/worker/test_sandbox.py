@@ -316,6 +316,16 @@ def test_an_engine_that_cannot_run_a_container_stops_the_worker(tmp_path, podman
         pass
 
 
+async def test_a_container_job_on_simulated_gpus_sees_them_as_a_host_job_does(tmp_path, podman) -> None:
+    state = _state(tmp_path)
+    tmp_path.chmod(0o755)
+    show = ["import json, os", "print(json.dumps({'gpus': os.environ.get('CUDA_VISIBLE_DEVICES')}))"]
+    for sandbox, python in ((podman, "python3"), (_host_jobs(tmp_path, state), sys.executable)):
+        image = IMAGE if sandbox is podman else None
+        out, _ = await _run(sandbox, state, JobSpec(image=image, command=[python, "-c", "; ".join(show)]))
+        assert out == {"gpus": "GPU-sim-a"}, (sandbox.engine, out)
+
+
 def _host_jobs(tmp_path: Path, state: Path, network: str = "egress") -> Sandbox:
     # tmp_path is readable by the job, the state directory inside it is not (hidden, as the agent does)
     return Sandbox.configure(
