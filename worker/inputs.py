@@ -31,7 +31,7 @@ from urllib.parse import urljoin, urlsplit
 from gpunet.protocol import InputFile
 from worker.egress import BLOCKED, Cidr, parse_cidrs
 
-__all__ = ["DEFAULT_LIMITS", "InputLimits", "InputRefused", "address_allowed", "fetch_inputs"]
+__all__ = ["DEFAULT_LIMITS", "InputLimits", "InputRefused", "address_allowed", "fetch_inputs", "registry_refusal"]
 
 MAX_REDIRECTS = 5
 CHUNK = 64 * 1024
@@ -301,3 +301,26 @@ def fetch_inputs(workdir: str, inputs: Sequence[InputFile], limits: InputLimits)
                 raise InputRefused(f"{item.path}: {e.strerror or e}") from None
             finally:
                 os.close(dir_fd)
+
+
+def registry_refusal(image: str, limits: InputLimits) -> str | None:
+    """Why the engine may not pull a job's image from the registry it names, or None: the same rules
+    as an input's (the engine pulls on the host's network). Only a registry the reference names
+    (a first part with a dot or a port, or localhost) is checked; a short name goes to the registries
+    the supplier configured. The engine resolves the name again itself and follows the registry's
+    redirects unchecked: this stops a reference that names the machine or the LAN, not a hostile
+    public registry (the README says so)."""
+    first, slash, _ = image.partition("/")
+    if not slash or not ("." in first or ":" in first or first == "localhost"):
+        return None
+    host = first[1 : first.find("]")] if first.startswith("[") else first.rsplit(":", 1)[0]
+    try:
+        infos = socket.getaddrinfo(host, 443, type=socket.SOCK_STREAM)
+    except OSError:
+        return None  # the engine says it cannot resolve it
+    if all(address_allowed(str(info[4][0]), limits._allowed) for info in infos):
+        return None
+    return (
+        f"its registry {host!r} is a private, loopback, link-local or metadata address (or resolves to "
+        "one): images come from public registries"
+    )

@@ -32,7 +32,7 @@ from gpunet.protocol import ClusterPeer, Dispatch, JobLog, JobState, JobStatus
 from gpunet.raycluster import RAY_INSTALL, RAY_VERSION, RayPorts, ray_endpoints
 from worker.checkpoints import restore
 from worker.egress import EgressFilterUnavailable
-from worker.inputs import InputRefused, fetch_inputs
+from worker.inputs import InputRefused, fetch_inputs, registry_refusal
 from worker.sandbox import ENGINE_ENV, Sandbox, host_job_uid
 
 __all__ = ["JobDirs", "JobRunner"]
@@ -293,6 +293,10 @@ class JobRunner:
         with the engine's last word; a cancel stops the pull. None when the image is here."""
         if await self._engine("image", "inspect", image) == 0:
             return None
+        # the engine pulls on the host's network: the job's image by the inputs' rules (the supplier's
+        # own default image is the supplier's choice)
+        if self.spec.image is not None and (why := registry_refusal(image, self.sandbox.inputs)) is not None:
+            return self._status("failed", detail=f"pulling image {image!r}: {why}")
         assert self.sandbox.engine is not None
         self._status("pulling", detail=f"pulling image {image}")
         pull = await asyncio.create_subprocess_exec(

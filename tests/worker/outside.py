@@ -14,9 +14,11 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 INTERNET, METADATA, LAN, ALLOWED = "203.0.113.10", "169.254.169.254", "10.213.0.1", "10.213.1.1"
 HOST_PUBLIC, HOST_PRIVATE = "198.51.100.1", "10.213.255.1"  # the machine's own (its end of the pair)
+INPUT_SERVER = (Path(__file__).parent / "input_server.py").read_text()  # a hostile server of job inputs
 
 
 def _ip(*args: str) -> None:

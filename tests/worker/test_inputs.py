@@ -11,7 +11,6 @@ import hashlib
 import json
 import socket
 import sys
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -22,14 +21,13 @@ import pytest
 from solders.pubkey import Pubkey
 
 from gpunet.protocol import Dispatch, InputFile, JobSpec, JobStatus
-from tests.worker.outside import HOST_PUBLIC, INTERNET, LAN, METADATA, missing, other_machine
+from tests.worker.outside import HOST_PUBLIC, INPUT_SERVER, INTERNET, LAN, METADATA, missing, other_machine
 from tests.worker.sandboxes import host_jobs
 from tests.worker.test_runner import Recorder
 from worker.egress import parse_cidrs
 from worker.inputs import DEFAULT_LIMITS, InputLimits, InputRefused, address_allowed, fetch_inputs
 from worker.runner import JobDirs, JobRunner
 
-SERVER = (Path(__file__).parent / "input_server.py").read_text()
 HELLO = b"hello gpus\n"
 MIB = 2**20
 READ = "print(open('data/in.txt').read().strip())"
@@ -40,33 +38,8 @@ def server() -> Iterator[int]:
     """The hostile input server's port, on every address of the other machine."""
     if reason := missing():
         pytest.skip(reason)
-    with other_machine(SERVER) as port:
+    with other_machine(INPUT_SERVER) as port:
         yield port
-
-
-@pytest.fixture
-def machine_listener() -> Iterator[tuple[int, list[object]]]:
-    """A listener on every address of this machine (its loopback too), and the connections it had."""
-    sock = socket.create_server(("0.0.0.0", 0))
-    sock.settimeout(0.2)
-    accepted: list[object] = []
-    stop = threading.Event()
-
-    def serve() -> None:
-        while not stop.is_set():
-            try:
-                conn, _ = sock.accept()
-            except TimeoutError:
-                continue
-            accepted.append(conn)
-            conn.close()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    yield sock.getsockname()[1], accepted
-    stop.set()
-    thread.join()
-    sock.close()
 
 
 def _closed_port() -> int:
@@ -121,9 +94,9 @@ async def test_an_input_from_the_internet_is_fetched_redirects_included(tmp_path
 
 
 async def test_a_redirect_to_the_machine_itself_reads_the_same_whether_its_port_is_open_or_closed(
-    tmp_path, server, machine_listener
+    tmp_path, server, counting_listener
 ) -> None:
-    open_port, accepted = machine_listener
+    open_port, accepted = counting_listener
     details = []
     for port in (open_port, _closed_port()):
         for target in (
@@ -140,9 +113,9 @@ async def test_a_redirect_to_the_machine_itself_reads_the_same_whether_its_port_
 
 
 async def test_the_lan_and_the_metadata_endpoint_are_refused_unless_the_supplier_allows_the_lan(
-    tmp_path, server, machine_listener
+    tmp_path, server, counting_listener
 ) -> None:
-    port, accepted = machine_listener
+    port, accepted = counting_listener
     for address in (LAN, METADATA):
         for url in (f"http://{address}:{server}/hello", _redirect(server, f"http://{address}:{server}/hello")):
             final, rec, workdir = await _job(tmp_path, _input(url))

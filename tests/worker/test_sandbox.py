@@ -9,6 +9,7 @@ import dataclasses
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -22,6 +23,7 @@ from gpunet.exits import Exit
 from gpunet.keys import create_keypair_file
 from gpunet.localnet import free_ports
 from gpunet.protocol import Dispatch, JobLog, JobSpec, JobStatus
+from tests.worker.outside import INPUT_SERVER, INTERNET, other_machine
 from tests.worker.sandboxes import IMAGE, JOBS, agent_started
 from worker.runner import JobDirs, JobRunner
 from worker.sandbox import Sandbox, SandboxUnavailable, host_job_uid, nvidia_device_nodes
@@ -148,15 +150,17 @@ async def test_a_container_job_runs_with_every_restriction_in_force(tmp_path, po
 
 async def test_an_image_the_node_lacks_is_pulled_first_and_a_failed_pull_fails_the_job(tmp_path, podman) -> None:
     state = _state(tmp_path)
-    # No registry is reachable here: the pull fails, and says so in the job's status and log.
-    missing = Dispatch(lease=str(Pubkey.new_unique()), gpus=1, job=JobSpec(image="localhost/gpunet-absent:1",
-                                                                             command=["true"]))  # fmt: skip
-    rec = Recorder()
-    final = await JobRunner(
-        missing, ["GPU-sim-a"], JobDirs.of(state, missing), simulated=True, send=rec.send, sandbox=podman
-    ).run()
+    # No registry answers on the other machine (an HTTP server, no registry): the pull fails, and
+    # says so in the job's status and log.
+    with other_machine(INPUT_SERVER) as port:
+        image = f"{INTERNET}:{port}/gpunet-absent:1"
+        missing = Dispatch(lease=str(Pubkey.new_unique()), gpus=1, job=JobSpec(image=image, command=["true"]))
+        rec = Recorder()
+        final = await JobRunner(
+            missing, ["GPU-sim-a"], JobDirs.of(state, missing), simulated=True, send=rec.send, sandbox=podman
+        ).run()
     assert rec.states() == ["pulling", "failed"], rec.states()
-    assert "pulling image 'localhost/gpunet-absent:1' failed" in final.detail
+    assert f"pulling image '{image}' failed" in final.detail
     assert any(line.startswith("[gpunet: pull] ") for line in rec.lines("stderr"))
     # The control: an image the node has runs at once, without a pull.
     here = Dispatch(lease=str(Pubkey.new_unique()), gpus=1, job=JobSpec(image=IMAGE, command=["true"]))
@@ -166,6 +170,30 @@ async def test_an_image_the_node_lacks_is_pulled_first_and_a_failed_pull_fails_t
     ).run()
     assert final.state == "succeeded"
     assert "pulling" not in rec.states()
+
+
+async def test_a_job_s_image_is_not_pulled_from_the_machine_itself_or_the_lan(
+    tmp_path, podman, counting_listener
+) -> None:
+    """The engine pulls on the host's network: a registry the job's image names must be public, and
+    its refusal reads the same whether a port is open there or not."""
+    open_port, accepted = counting_listener
+    with socket.create_server(("127.0.0.1", 0)) as closed:
+        closed_port = closed.getsockname()[1]
+    details, state = [], _state(tmp_path)
+    for registry in (f"127.0.0.1:{open_port}", f"127.0.0.1:{closed_port}", "localhost", "10.213.0.1:5000"):
+        image = f"{registry}/x:1"
+        dispatch = Dispatch(lease=str(Pubkey.new_unique()), gpus=1, job=JobSpec(image=image, command=["true"]))
+        rec = Recorder()
+        final = await JobRunner(
+            dispatch, ["GPU-sim-a"], JobDirs.of(state, dispatch), simulated=True,
+            send=rec.send, sandbox=podman,
+        ).run()  # fmt: skip
+        assert final.state == "failed" and "images come from public registries" in final.detail, final
+        assert "pulling" not in rec.states()
+        details.append(final.detail.replace(registry, "REGISTRY"))
+    assert details[0] == details[1], details  # open or closed: the same words
+    assert accepted == []  # and the machine's port was never connected to
 
 
 @pytest.mark.parametrize(
