@@ -10,6 +10,7 @@ import dataclasses
 import hashlib
 import json
 import socket
+import subprocess
 import sys
 import time
 import urllib.request
@@ -91,6 +92,46 @@ async def test_an_input_from_the_internet_is_fetched_redirects_included(tmp_path
     final, rec, workdir = await _job(tmp_path, bad)
     _refused(final, rec, workdir)
     assert final.detail == f"inputs: data/in.txt: the content of {bad.url} does not match its sha256", final
+
+
+HTTPS_SERVER = """
+import http.server, ssl, sys
+class Hello(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", "11")
+        self.end_headers()
+        self.wfile.write(b"hello gpus\\n")
+server = http.server.HTTPServer(("0.0.0.0", 0), Hello)
+tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+tls.load_cert_chain(sys.argv[1], sys.argv[2])
+server.socket = tls.wrap_socket(server.socket, server_side=True)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"""
+
+
+async def test_an_https_input_is_fetched_from_the_checked_address_with_its_certificate_checked(
+    tmp_path, monkeypatch
+) -> None:
+    if reason := missing():
+        pytest.skip(reason)
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert, "-days", "1",
+         "-subj", f"/CN={INTERNET}", "-addext", f"subjectAltName=IP:{INTERNET}"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    with other_machine(HTTPS_SERVER, str(cert), str(key)) as port:
+        url = f"https://{INTERNET}:{port}/"
+        final, rec, workdir = await _job(tmp_path, _input(url))
+        _refused(final, rec, workdir)  # a certificate no authority of this machine's signed
+        assert "CERTIFICATE_VERIFY_FAILED" in final.detail, final
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # the control: its authority trusted
+        final, rec, _ = await _job(tmp_path, _input(url))
+        assert final.state == "succeeded" and rec.lines() == ["hello gpus"], (final, rec.lines("stderr"))
 
 
 async def test_a_redirect_to_the_machine_itself_reads_the_same_whether_its_port_is_open_or_closed(
