@@ -233,14 +233,16 @@ class Sandbox:
         if allow_host_jobs:
             bwrap = shutil.which("bwrap")
             drop = [SETPRIV, *_drop_to(JOB_UID_BASE)] if drop_root else []
-            if bwrap is None or not _works(
-                bwrap, "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--unshare-pid",
-                *(["--cap-drop", "ALL", *_SETUID_CAPS] if drop_root else []), *drop, "true",
-            ):  # fmt: skip
-                raise SandboxUnavailable(
-                    "--allow-host-jobs runs host jobs inside bubblewrap, which "
-                    + ("is not installed: apt-get install bubblewrap" if bwrap is None else f"fails here ({bwrap})")
-                )
+            # what every host job's sandbox uses (--perms: bubblewrap 0.5 or newer), run once
+            problem = "is not installed: apt-get install bubblewrap" if bwrap is None else None
+            if bwrap is not None and (failed := _fails(
+                bwrap, "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--perms", "1777",
+                "--tmpfs", "/dev/shm", "--unshare-pid", *(["--cap-drop", "ALL", *_SETUID_CAPS] if drop_root else []),
+                "--", *drop, "true",
+            )):  # fmt: skip
+                problem = f"fails here ({bwrap}: {failed}; host jobs need bubblewrap 0.5 or newer)"
+            if problem is not None:
+                raise SandboxUnavailable(f"--allow-host-jobs runs host jobs inside bubblewrap, which {problem}")
         egress_network = "bridge"
         if found is not None and network == "egress" and not egress_unfiltered:
             if Path(found[0]).name != "podman":

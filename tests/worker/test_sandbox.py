@@ -8,6 +8,7 @@ import asyncio
 import dataclasses
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -488,6 +489,24 @@ def test_without_a_container_engine_or_the_opt_in_nothing_starts(tmp_path) -> No
     with agent_started([*argv, "--state-dir", str(tmp_path / "state"), "--allow-host-jobs"], env, tmp_path / "log"):
         pass
     assert (tmp_path / "state" / "agent.lock").exists()
+
+
+def test_a_bubblewrap_too_old_for_the_host_jobs_sandbox_stops_the_worker(tmp_path, monkeypatch) -> None:
+    """bubblewrap before 0.5 (Debian 11's 0.4) knows no --perms, which every host job's sandbox
+    uses: found at the start, not as every host job failing while its lease pays."""
+    old = tmp_path / "bin" / "bwrap"
+    old.parent.mkdir()
+    real = shutil.which("bwrap")
+    old.write_text(
+        f'#!/bin/sh\nfor a; do [ "$a" = --perms ] && {{ echo "bwrap: Unknown option --perms" >&2; exit 1; }}; done\n'
+        f'exec {real} "$@"\n'
+    )
+    old.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{old.parent}:{os.environ['PATH']}")
+    with pytest.raises(SandboxUnavailable, match=r"Unknown option --perms.*bubblewrap 0\.5 or newer"):
+        Sandbox.configure(engine="none", allow_host_jobs=True)
+    monkeypatch.setenv("PATH", os.environ["PATH"].split(":", 1)[1])
+    assert Sandbox.configure(engine="none", allow_host_jobs=True).bwrap == real  # the control
 
 
 def test_a_host_job_gets_the_device_nodes_of_its_own_gpus_only(tmp_path) -> None:
