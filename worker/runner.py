@@ -58,12 +58,17 @@ def _in_bubblewrap(pids: int | None, file_bytes: int) -> Callable[[], None]:
     to it: the largest file it may write, and (where it runs as a uid of its own: `pids`) how many
     processes that uid may have (root, bubblewrap itself, is exempt; the job is not)."""
 
+    def lower(limit: int, to: int) -> None:  # never above the agent's own hard limit (a non-root agent's)
+        hard = resource.getrlimit(limit)[1]
+        to = to if hard == resource.RLIM_INFINITY else min(to, hard)
+        resource.setrlimit(limit, (to, to))
+
     def prepare() -> None:
         _die_with_agent()
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (file_bytes, file_bytes))
+        lower(resource.RLIMIT_FSIZE, file_bytes)
         if pids is not None:
-            resource.setrlimit(resource.RLIMIT_NPROC, (pids, pids))
+            lower(resource.RLIMIT_NPROC, pids)
 
     return prepare
 
