@@ -34,7 +34,7 @@ import json
 import time
 from collections.abc import Collection, Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, BinaryIO
 
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -221,11 +221,10 @@ def signed_headers(node: Keypair, method: str, path: str, body: bytes = b"") -> 
     return {NODE_HEADER: str(node.pubkey()), AT_HEADER: str(at_ms), SIGNATURE_HEADER: str(signature)}
 
 
-def file_chunks(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
-    """The file's plaintext chunks (one empty chunk for an empty file: none)."""
-    with path.open("rb") as f:
-        while block := f.read(chunk_bytes):
-            yield block
+def file_chunks(f: BinaryIO, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
+    """The open file's plaintext chunks (one empty chunk for an empty file: none)."""
+    while block := f.read(chunk_bytes):
+        yield block
 
 
 def open_checkpoint(

@@ -92,11 +92,16 @@ class WorkerSettings(BaseSettings):
     # opt-out from the filter (jobs then reach the LAN, the machine and the cloud metadata endpoint)
     egress_allow: list[str] = []
     egress_unfiltered: bool = False
+    # A job's inputs, fetched by the agent under the egress policy's rules (worker/inputs.py): what
+    # they may take together, in bytes on disk and in seconds
+    inputs_max_bytes: int = Field(16 * 2**30, ge=1)
+    inputs_seconds: float = Field(3600.0, gt=0)
     pids_limit: int = Field(4096, ge=16)
     memory: str | None = Field(None, pattern=r"^[0-9]+[bkmg]?$")  # the engine's --memory, e.g. 64g
     # Host jobs (a job without image, and no default image): only with this opt-in, inside bubblewrap.
     allow_host_jobs: bool = False
     host_job_paths: list[Path] = []  # what host jobs may read besides the system dirs and Python
+    host_job_file_bytes: int = Field(64 * 2**30, ge=1)  # the largest file a host job may write
     # How cluster peers reach this node (sent in the hello; the coordinator hands them to the other
     # nodes of a cluster lease): the address to advertise (unset: that of the interface that routes
     # to the gateway, worker/network.py) and the ports opened to them for cluster traffic (the
@@ -203,6 +208,9 @@ class Agent:
             label=str(settings.state_dir.expanduser().resolve()),
             egress_allow=settings.egress_allow,
             egress_unfiltered=settings.egress_unfiltered,
+            file_bytes=settings.host_job_file_bytes,
+            inputs_max_bytes=settings.inputs_max_bytes,
+            inputs_seconds=settings.inputs_seconds,
         )
         self.simulated = gpus.simulated
         self.inventory = gpus.inventory()

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 import httpx
 from solders.keypair import Keypair
@@ -49,6 +51,30 @@ def _files(directory: Path) -> list[Path]:
     return sorted(p for p in directory.rglob("*") if p.is_file() and not p.is_symlink())
 
 
+def open_job_file(directory: Path, path: Path) -> BinaryIO:
+    """A file of the job's under `directory`, opened for the agent to read, following no link: not
+    its own name, nor any directory on its way (the job runs meanwhile, as another uid than a root
+    agent's, and may swap either for a link to anywhere on the machine between a listing and the
+    read); a regular file only (a FIFO would block the agent). FileNotFoundError when it is not one
+    (the callers skip it, as a file gone since the listing)."""
+    *parents, name = path.relative_to(directory).parts
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        for part in parents:
+            inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        file = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
+    except OSError as e:
+        raise FileNotFoundError(f"{path}: {e.strerror or e}") from None
+    finally:
+        os.close(fd)
+    if not stat.S_ISREG(os.fstat(file).st_mode):
+        os.close(file)
+        raise FileNotFoundError(f"{path}: not a regular file")
+    return os.fdopen(file, "rb")
+
+
 def fingerprint(directory: Path) -> tuple[tuple[str, int, int], ...]:
     """Cheap change detection: (path, size, mtime) of every file."""
     out = []
@@ -66,7 +92,8 @@ def snapshot(directory: Path) -> list[CheckpointFile]:
     files, total = [], 0
     for p in _files(directory):
         try:
-            data = p.read_bytes()
+            with open_job_file(directory, p) as f:
+                data = f.read(MAX_CHECKPOINT_BYTES - total + 1)  # no more than the limit (and a byte) in memory
         except FileNotFoundError:
             continue
         total += len(data)
@@ -186,7 +213,7 @@ class CheckpointStoreClient:
         for p in _files(directory):
             rel = str(p.relative_to(directory))
             try:
-                st = p.stat()
+                st = p.stat(follow_symlinks=False)
             except FileNotFoundError:
                 continue
             seen = (rel, st.st_size, st.st_mtime_ns)
@@ -195,18 +222,10 @@ class CheckpointStoreClient:
                     self._where.setdefault(cid, (p, i))
                 entries.append(FileEntry(path=rel, size=st.st_size, chunks=self.known[seen]))
                 continue
-            ids, size = [], 0
+            ids: list[str] = []
             try:
-                for i, plain in enumerate(file_chunks(p, self.chunk_bytes)):
-                    t = time.perf_counter()
-                    sealed = seal_chunk(self.key, self.lease, plain)
-                    t2 = time.perf_counter()
-                    cid = chunk_id(sealed)
-                    stats.seconds_seal += t2 - t
-                    stats.seconds_hash += time.perf_counter() - t2
-                    ids.append(cid)
-                    self._where.setdefault(cid, (p, i))
-                    size += len(plain)
+                with open_job_file(directory, p) as f:
+                    size = self._seal_file(f, p, ids, stats)
             except FileNotFoundError:
                 continue
             if size == st.st_size:
@@ -215,6 +234,22 @@ class CheckpointStoreClient:
                 self.known[seen] = ids
             entries.append(FileEntry(path=rel, size=size, chunks=ids))
         return entries
+
+    def _seal_file(self, f: BinaryIO, p: Path, ids: list[str], stats: UploadStats) -> int:
+        """Seals the open file's chunks, their ids into `ids` (where each is into `self._where`);
+        how many bytes it had."""
+        size = 0
+        for i, plain in enumerate(file_chunks(f, self.chunk_bytes)):
+            t = time.perf_counter()
+            sealed = seal_chunk(self.key, self.lease, plain)
+            t2 = time.perf_counter()
+            cid = chunk_id(sealed)
+            stats.seconds_seal += t2 - t
+            stats.seconds_hash += time.perf_counter() - t2
+            ids.append(cid)
+            self._where.setdefault(cid, (p, i))
+            size += len(plain)
+        return size
 
     def upload(self, directory: Path, seq: int | None = None) -> UploadStats:
         """Sends the directory as a checkpoint: only the chunks the store lacks, then the manifest."""
@@ -235,9 +270,12 @@ class CheckpointStoreClient:
         stats.seconds_transfer += time.perf_counter() - t
         for cid in missing:
             path, index = self._where[cid]
-            with path.open("rb") as f:
-                f.seek(index * self.chunk_bytes)
-                plain = f.read(self.chunk_bytes)
+            try:
+                with open_job_file(directory, path) as f:
+                    f.seek(index * self.chunk_bytes)
+                    plain = f.read(self.chunk_bytes)
+            except FileNotFoundError:
+                plain = b""  # gone (or a link now): its chunk's id does not match, as for any change
             t = time.perf_counter()
             sealed = seal_chunk(self.key, self.lease, plain)
             stats.seconds_seal += time.perf_counter() - t

@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import hashlib
 import importlib.metadata
 import json
 import os
+import resource
 import shutil
 import signal
 import sys
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +32,8 @@ from gpunet.protocol import ClusterPeer, Dispatch, JobLog, JobState, JobStatus
 from gpunet.raycluster import RAY_INSTALL, RAY_VERSION, RayPorts, ray_endpoints
 from worker.checkpoints import restore
 from worker.egress import EgressFilterUnavailable
-from worker.sandbox import ENGINE_ENV, Sandbox
+from worker.inputs import InputRefused, fetch_inputs, registry_refusal
+from worker.sandbox import ENGINE_ENV, Sandbox, host_job_uid
 
 __all__ = ["JobDirs", "JobRunner"]
 
@@ -51,11 +51,35 @@ def _die_with_agent() -> None:
         pass
 
 
-def _die_with_agent_ignoring_term() -> None:
-    # bubblewrap: SIGTERM to the job's process group must reach the job, not end bubblewrap (which
-    # would take the job with it at once); the job gets SIGTERM's default back (env --default-signal).
-    _die_with_agent()
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+def _in_bubblewrap(pids: int | None, file_bytes: int) -> Callable[[], None]:
+    """What the child does before it becomes bubblewrap: it dies with the agent; SIGTERM to the job's
+    process group must reach the job, not end bubblewrap (which would take the job with it at once;
+    the job gets SIGTERM's default back: env --default-signal); and the job's limits, inherited down
+    to it: the largest file it may write, and (where it runs as a uid of its own: `pids`) how many
+    processes that uid may have (root, bubblewrap itself, is exempt; the job is not)."""
+
+    def lower(limit: int, to: int) -> None:  # never above the agent's own hard limit (a non-root agent's)
+        hard = resource.getrlimit(limit)[1]
+        to = to if hard == resource.RLIM_INFINITY else min(to, hard)
+        resource.setrlimit(limit, (to, to))
+
+    def prepare() -> None:
+        _die_with_agent()
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        lower(resource.RLIMIT_FSIZE, file_bytes)
+        if pids is not None:
+            lower(resource.RLIMIT_NPROC, pids)
+
+    return prepare
+
+
+def _give(directory: Path, uid: int) -> None:
+    """The job's directory and all in it to the job's uid (what the agent put there: inputs, a
+    restored checkpoint), following no link (one the job left points anywhere on the machine)."""
+    os.chown(directory, uid, uid, follow_symlinks=False)
+    for root, dirs, files in os.walk(directory):  # os.walk enters no linked directory
+        for name in dirs + files:
+            os.chown(os.path.join(root, name), uid, uid, follow_symlinks=False)
 
 
 def ray_installed() -> bool:
@@ -117,6 +141,8 @@ class JobRunner:
         self._cancelled = asyncio.Event()
         self._cancel_reason = ""
         self._container = f"gpunet-{dispatch.lease[:16]}"
+        # a root worker's host job runs as a uid of its own, never as root
+        self.uid = host_job_uid(dispatch.lease) if self.image is None and sandbox.drop_root else None
 
     def cancel(self, reason: str = "") -> None:
         self._cancel_reason = reason
@@ -162,9 +188,12 @@ class JobRunner:
         if restored:
             self._log("stderr", f"[gpunet: checkpoint restored, {restored} files]")
         try:
-            await asyncio.to_thread(self._fetch_inputs)
-        except (OSError, ValueError) as e:
+            await asyncio.to_thread(fetch_inputs, str(self.dirs.workdir), self.spec.inputs, self.sandbox.inputs)
+        except InputRefused as e:
             return self._status("failed", detail=f"inputs: {e}")
+        if self.uid is not None:
+            for d in (self.dirs.workdir, self.dirs.checkpoint):
+                _give(d, self.uid)
         if self.image is not None and (failed := await self._pull(self.image)) is not None:
             return failed
         loop = asyncio.get_running_loop()  # the job's time limit runs from here: a pull is not its time
@@ -188,7 +217,11 @@ class JobRunner:
                     stdout=asyncio.subprocess.PIPE,
                     stderr=asyncio.subprocess.PIPE,
                     start_new_session=True,
-                    preexec_fn=_die_with_agent if self.image is not None else _die_with_agent_ignoring_term,
+                    preexec_fn=_die_with_agent
+                    if self.image is not None
+                    else _in_bubblewrap(
+                        self.sandbox.pids_limit if self.uid is not None else None, self.sandbox.file_bytes
+                    ),
                     limit=2 * MAX_LINE,
                 )
             except OSError as e:
@@ -265,6 +298,10 @@ class JobRunner:
         with the engine's last word; a cancel stops the pull. None when the image is here."""
         if await self._engine("image", "inspect", image) == 0:
             return None
+        # the engine pulls on the host's network: the job's image by the inputs' rules (the supplier's
+        # own default image is the supplier's choice)
+        if self.spec.image is not None and (why := registry_refusal(image, self.sandbox.inputs)) is not None:
+            return self._status("failed", detail=f"pulling image {image!r}: {why}")
         assert self.sandbox.engine is not None
         self._status("pulling", detail=f"pulling image {image}")
         pull = await asyncio.create_subprocess_exec(
@@ -339,6 +376,9 @@ class JobRunner:
     def _contract_env(self, checkpoint: str, workdir: str) -> dict[str, str]:
         d = self.dispatch
         env = {
+            # the lease's GPUs, in a container as on the host (simulated ones too: a job sees its GPUs
+            # the same way whatever runs it)
+            "CUDA_VISIBLE_DEVICES": ",".join(self.gpu_uuids),
             "GPUNET_LEASE": d.lease,
             "GPUNET_CHECKPOINT_DIR": checkpoint,
             "GPUNET_WORKDIR": workdir,
@@ -380,7 +420,9 @@ class JobRunner:
             return base | {k: os.environ[k] for k in ENGINE_ENV if k in os.environ} | secrets
         return (
             base
-            | {"HOME": str(self.dirs.workdir), "CUDA_VISIBLE_DEVICES": ",".join(self.gpu_uuids)}
+            | {"HOME": str(self.dirs.workdir)}
+            # a uid of its own has no name in /etc/passwd: tools that ask for the user's (getpass) ask this
+            | ({"USER": "gpunet-job", "LOGNAME": "gpunet-job"} if self.uid is not None else {})
             | self.spec.env
             | self._contract_env(str(self.dirs.checkpoint), str(self.dirs.workdir))
         )
@@ -452,6 +494,7 @@ class JobRunner:
                 network=self._network(),
                 gpu_uuids=[] if self.simulated else self.gpu_uuids,
                 private_tmp=self.spec.ray,
+                uid=self.uid,
             )
         return self.sandbox.container_argv(
             self.image,
@@ -476,15 +519,3 @@ class JobRunner:
         a Ray cluster's on one node too: its client reaches the head)."""
         policy = self.sandbox.network
         return policy == "egress" or (policy == "cluster" and (bool(self.dispatch.peers) or self.spec.ray))
-
-    def _fetch_inputs(self) -> None:
-        for item in self.spec.inputs:
-            target = self.dirs.workdir / item.path
-            if target.exists() and hashlib.sha256(target.read_bytes()).hexdigest() == item.sha256:
-                continue  # fetched before a restart
-            with urllib.request.urlopen(item.url, timeout=60) as response:
-                data = response.read()
-            if hashlib.sha256(data).hexdigest() != item.sha256:
-                raise ValueError(f"{item.path}: the content of {item.url} does not match its sha256")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import glob
+import hashlib
 import os
 import shutil
 import subprocess
@@ -25,11 +26,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from worker.egress import EgressFilterUnavailable, install_egress_network
+from worker.inputs import DEFAULT_LIMITS, InputLimits
 
 if TYPE_CHECKING:
     from worker.runner import JobDirs
 
-__all__ = ["ENGINE_ENV", "NetworkPolicy", "Sandbox", "SandboxUnavailable", "find_container_engine"]
+__all__ = ["ENGINE_ENV", "NetworkPolicy", "Sandbox", "SandboxUnavailable", "find_container_engine", "host_job_uid"]
 
 NetworkPolicy = Literal["none", "egress", "cluster"]
 EngineChoice = Literal["auto", "podman", "docker", "none"]
@@ -40,6 +42,30 @@ ENGINE_ENV = ("CONTAINERS_CONF", "CONTAINERS_STORAGE_CONF", "CONTAINERS_REGISTRI
 _SYSTEM_DIRS = ("/usr", "/etc", "/opt")
 _SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _PROC_READ_ONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus")
+# The uids host jobs of a root worker run as: one per lease, in a range no distribution hands out
+# (above systemd's container ranges), with no name, no home and no file of the machine's own.
+JOB_UID_BASE, JOB_UID_COUNT = 0x70000000, 1 << 24
+SETPRIV = "/usr/bin/setpriv"  # util-linux: drops to the job's uid inside bubblewrap
+
+
+# what bubblewrap keeps of root's capabilities for setpriv to drop to the job's uid (setpriv then
+# drops them all, the bounding set too, before the job's command: it runs with none)
+_SETUID_CAPS = ("--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP")
+
+
+def _drop_to(uid: int) -> list[str]:
+    """setpriv's options: the job's uid and gid, no other group, no capability, no new privileges."""
+    return [
+        f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
+        "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--",
+    ]  # fmt: skip
+
+
+def host_job_uid(lease: str) -> int:
+    """The uid (and gid) a root worker's host job of this lease runs as: its own, so that a lease's
+    process limit (RLIMIT_NPROC, per uid) is its own too."""
+    digest = hashlib.sha256(lease.encode()).digest()
+    return JOB_UID_BASE + int.from_bytes(digest[:4], "big") % JOB_UID_COUNT
 
 
 class SandboxUnavailable(RuntimeError):
@@ -53,6 +79,34 @@ def _works(*argv: str) -> bool:
     except (OSError, subprocess.TimeoutExpired):
         return False
     return done.returncode == 0
+
+
+@functools.cache
+def _fails(*argv: str) -> str | None:
+    """Why the command fails (its last word), or None when it works."""
+    try:
+        done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120, check=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return str(e)
+    if done.returncode == 0:
+        return None
+    lines = (done.stderr or done.stdout).strip().splitlines()
+    return f"exit {done.returncode}: {lines[-1] if lines else 'no output'}"
+
+
+def container_problem(engine: tuple[str, ...], pids_limit: int, memory: str | None) -> str | None:
+    """Why the engine cannot run a job's container, or None: it runs one (podman: the machine's own
+    root as an overlay, `true`; a fraction of a second, nothing pulled) under the restrictions every
+    job gets, so that an engine that answers `info` but whose runtime fails (every job exiting 126
+    while its lease pays) stops the worker at its start instead. Docker has no image-less run: it
+    is checked with `info` only."""
+    if Path(engine[0]).name != "podman":
+        return None
+    return _fails(
+        *engine, "run", "--rm", "--network=none", "--cap-drop=ALL", "--security-opt=no-new-privileges",
+        "--read-only", "--read-only-tmpfs=false", f"--pids-limit={pids_limit}",
+        *([f"--memory={memory}"] if memory else []), "--rootfs", "/:O", "true",
+    )  # fmt: skip
 
 
 def find_container_engine(choice: EngineChoice = "auto", runtime: str | None = None) -> tuple[str, ...] | None:
@@ -115,6 +169,11 @@ class Sandbox:
     # filtered one under the egress policy (worker/egress.py); the engine's bridge when unfiltered.
     egress_network: str = "bridge"
     egress_allow: tuple[str, ...] = ()  # what its filter lets through although private
+    # a root worker's host jobs run as an unprivileged uid of their own (host_job_uid), not as root
+    drop_root: bool = False
+    file_bytes: int = 64 * 2**30  # the largest file a host job may write (RLIMIT_FSIZE)
+    # what a job's inputs may take, and where they may come from (the egress policy's rules: worker/inputs.py)
+    inputs: InputLimits = DEFAULT_LIMITS
 
     @classmethod
     def configure(
@@ -132,12 +191,22 @@ class Sandbox:
         label: str | None = None,
         egress_allow: Sequence[str] = (),
         egress_unfiltered: bool = False,
+        file_bytes: int = 64 * 2**30,
+        inputs_max_bytes: int = InputLimits.max_bytes,
+        inputs_seconds: float = InputLimits.seconds,
     ) -> Sandbox:
         """The node's sandbox from the supplier's settings; SandboxUnavailable (saying what to do)
         when jobs could not run sandboxed at all, or, under the egress policy, their network could not
         be filtered (unless the supplier opted out: `egress_unfiltered`). `egress_allow`: the CIDRs
         egress jobs may reach even where they are private."""
         found = find_container_engine(engine, runtime)
+        if found is not None and (problem := container_problem(found, pids_limit, memory)) is not None:
+            raise SandboxUnavailable(
+                f"the container engine ({' '.join(found)}) answers but cannot run a container ({problem}): "
+                "fix the engine (podman in a container or VM: GPUNET_WORKER_CONTAINER_RUNTIME=runc; "
+                "podman's ulimits: see the README), or run host jobs only (GPUNET_WORKER_CONTAINER_ENGINE=none "
+                "and --allow-host-jobs)"
+            )
         if found is None and engine not in ("auto", "none"):
             raise SandboxUnavailable(
                 f"the container engine {engine!r} is not installed or does not answer `{engine} info`: "
@@ -155,15 +224,25 @@ class Sandbox:
                 "install one, or leave the default image unset"
             )
         bwrap = None
+        drop_root = allow_host_jobs and os.geteuid() == 0
+        if drop_root and not os.access(SETPRIV, os.X_OK):
+            raise SandboxUnavailable(
+                f"a root worker runs host jobs as an unprivileged user through {SETPRIV}, which is not "
+                "installed: apt-get install util-linux"
+            )
         if allow_host_jobs:
             bwrap = shutil.which("bwrap")
-            if bwrap is None or not _works(
-                bwrap, "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--unshare-pid", "true"
-            ):
-                raise SandboxUnavailable(
-                    "--allow-host-jobs runs host jobs inside bubblewrap, which "
-                    + ("is not installed: apt-get install bubblewrap" if bwrap is None else f"fails here ({bwrap})")
-                )
+            drop = [SETPRIV, *_drop_to(JOB_UID_BASE)] if drop_root else []
+            # what every host job's sandbox uses (--perms: bubblewrap 0.5 or newer), run once
+            problem = "is not installed: apt-get install bubblewrap" if bwrap is None else None
+            if bwrap is not None and (failed := _fails(
+                bwrap, "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--perms", "1777",
+                "--tmpfs", "/dev/shm", "--unshare-pid", *(["--cap-drop", "ALL", *_SETUID_CAPS] if drop_root else []),
+                "--", *drop, "true",
+            )):  # fmt: skip
+                problem = f"fails here ({bwrap}: {failed}; host jobs need bubblewrap 0.5 or newer)"
+            if problem is not None:
+                raise SandboxUnavailable(f"--allow-host-jobs runs host jobs inside bubblewrap, which {problem}")
         egress_network = "bridge"
         if found is not None and network == "egress" and not egress_unfiltered:
             if Path(found[0]).name != "podman":
@@ -191,6 +270,9 @@ class Sandbox:
             label=label,
             egress_network=egress_network,
             egress_allow=tuple(egress_allow),
+            drop_root=drop_root,
+            file_bytes=file_bytes,
+            inputs=InputLimits(max_bytes=inputs_max_bytes, seconds=inputs_seconds, allowed=tuple(egress_allow)),
         )
 
     def keep_egress_filter(self) -> None:
@@ -293,15 +375,24 @@ class Sandbox:
         return [*argv, image, *command]
 
     def host_argv(
-        self, command: list[str], dirs: JobDirs, *, network: bool, gpu_uuids: list[str], private_tmp: bool = False
+        self,
+        command: list[str],
+        dirs: JobDirs,
+        *,
+        network: bool,
+        gpu_uuids: list[str],
+        private_tmp: bool = False,
+        uid: int | None = None,
     ) -> list[str]:
         """bubblewrap around a host job: it sees the system directories and `host_paths` read-only,
         its own two directories writable, nothing of `hidden`; a pid namespace of its own; no
         capabilities; the host's network unless `network` is False; with real GPUs, the device nodes
         of those in `gpu_uuids` only (see nvidia_device_nodes), and a read-only /sys for the driver's
-        libraries. The job runs with SIGTERM's
-        default action (the runner ignores SIGTERM in bubblewrap itself, which would otherwise die
-        and take the job with it before its grace period)."""
+        libraries. `uid`: what the job runs as (a root worker's: see host_job_uid; bubblewrap runs as
+        root to set the sandbox up, setpriv drops to it before the job's command); the runner gives it
+        the job's directories. The job runs with SIGTERM's default action (the runner ignores SIGTERM
+        in bubblewrap itself, which would otherwise die and take the job with it before its grace
+        period)."""
         assert self.bwrap is not None
         argv = [
             self.bwrap,
@@ -313,8 +404,26 @@ class Sandbox:
             *([] if network else ["--unshare-net"]),
             "--cap-drop",
             "ALL",
+            *(_SETUID_CAPS if uid is not None else []),
         ]
+        if private_tmp:
+            # a writable /tmp of its own (a Ray node's sockets, whose paths must be short), first: what
+            # is bound below stays visible even under /tmp (a worker's venv there, the job's dirs)
+            argv += ["--perms", "1777", "--tmpfs", "/tmp"]
+        made: set[Path] = set()
         bound: list[Path] = []
+
+        def parents(path: Path) -> list[str]:
+            # bubblewrap makes a bind's missing parents readable by root only: an unprivileged job
+            # could not reach what is bound there (a Python under /root/.pyenv, its own dirs under a
+            # hidden state dir): made first, readable (one that exists already is left as it is)
+            out: list[str] = []
+            for parent in reversed(path.parents):
+                if parent != Path("/") and parent not in made:
+                    made.add(parent)
+                    out += ["--perms", "0755", "--dir", str(parent)]
+            return out
+
         for top in _SYSTEM_DIRS:
             if os.path.isdir(top) and not os.path.islink(top):
                 argv += ["--ro-bind", top, top]
@@ -327,9 +436,11 @@ class Sandbox:
                 bound.append(Path(link))
         for path in self.host_paths:
             if not _under(path, bound) and path.exists():
-                argv += ["--ro-bind", str(path), str(path)]
+                argv += [*parents(path), "--ro-bind", str(path), str(path)]
                 bound.append(path)
-        argv += ["--proc", "/proc", "--dev", "/dev"]
+        # /dev/shm of its own, writable by the job (bubblewrap's is root's only: Ray's object store,
+        # NCCL and torch's DataLoader need it)
+        argv += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/dev/shm"]
         if gpu_uuids:
             for device in nvidia_device_nodes(gpu_uuids):
                 argv += ["--dev-bind", device, device]
@@ -340,11 +451,11 @@ class Sandbox:
         hidden = [str(p) for p in self.hidden if _under(p, bound) or any(_under(b, [p]) for b in bound)]
         for path in hidden:
             argv += ["--tmpfs", path]
-        if private_tmp:  # a writable /tmp of its own (a Ray node's sockets, whose paths must be short)
-            argv += ["--tmpfs", "/tmp"]
         for d in (dirs.workdir, dirs.checkpoint):
-            argv += ["--bind", str(d), str(d)]
+            argv += [*parents(d), "--bind", str(d), str(d)]
         for path in [*hidden, "/"]:  # bubblewrap's own root too: nothing writable but the job's dirs
             argv += ["--remount-ro", path]
-        argv += ["--chdir", str(dirs.workdir), "--", "/usr/bin/env", "--default-signal=TERM"]
-        return [*argv, *command]
+        argv += ["--chdir", str(dirs.workdir), "--"]
+        if uid is not None:
+            argv += [SETPRIV, *_drop_to(uid)]
+        return [*argv, "/usr/bin/env", "--default-signal=TERM", *command]

@@ -69,3 +69,28 @@ def listener() -> Iterator[tuple[str, int]]:
     stop.set()
     thread.join()
     server.close()
+
+
+@pytest.fixture
+def counting_listener() -> Iterator[tuple[int, list[object]]]:
+    """A listener on every address of this machine (its loopback too), and the connections it had."""
+    sock = socket.create_server(("0.0.0.0", 0))
+    sock.settimeout(0.2)
+    accepted: list[object] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = sock.accept()
+            except TimeoutError:
+                continue
+            accepted.append(conn)
+            conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield sock.getsockname()[1], accepted
+    stop.set()
+    thread.join()
+    sock.close()

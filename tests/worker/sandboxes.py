@@ -21,7 +21,7 @@ HOST_JOBS_ENV = {
     "GPUNET_WORKER_HOST_JOB_PATHS": f'["{JOBS}"]',
     "GPUNET_WORKER_CONTAINER_ENGINE": "none",
 }
-HOST_JOBS_SETTINGS: dict[str, object] = {"allow_host_jobs": True, "host_job_paths": [JOBS]}
+HOST_JOBS_SETTINGS: dict[str, object] = {"allow_host_jobs": True, "host_job_paths": [JOBS], "container_engine": "none"}
 
 
 def host_jobs(*hidden: Path, network: str = "egress") -> Sandbox:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import base64
 import logging
+import shutil
+from pathlib import Path
 
 import pytest
 from solders.keypair import Keypair
@@ -17,7 +19,8 @@ from tests.coordinator.test_checkpoint_store import CLIENT, LEASE, Server
 from tests.worker.gateway import FakeGateway
 from tests.worker.sandboxes import host_jobs
 from tests.worker.test_agent import final_status, job, running_agent
-from worker.checkpoints import CheckpointTooLarge, restore, snapshot
+from worker import checkpoints
+from worker.checkpoints import CheckpointStoreClient, CheckpointTooLarge, UploadStats, restore, snapshot
 from worker.runner import JobDirs, JobRunner
 
 
@@ -123,3 +126,39 @@ async def test_checkpoint_uploads_are_debug_lines_summed_up_at_info_when_the_job
     before = [r for r in uploads if caplog.records.index(r) < caplog.records.index(summary)]
     assert summary.levelno == logging.INFO and summary.msg["checkpoints"] == len(before) >= 2
     assert store.store.manifest_seqs(LEASE)  # the control: they were stored
+
+
+def _swapped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A checkpoint directory listed by the agent, whose job then (running, as a uid of its own)
+    swapped its file for a link to a file of root's, and its directory for a link to root's
+    directory; the listing (the agent's, at the module's boundary) stays what it was."""
+    roots = tmp_path / "roots"
+    roots.mkdir()
+    (roots / "shadow").write_text("root's secret")
+    (roots / "state").write_text("root's secret")
+    ckpt = tmp_path / "ckpt"
+    (ckpt / "sub").mkdir(parents=True)
+    (ckpt / "step").write_text("4")
+    (ckpt / "sub" / "state").write_text("s")
+    listed = checkpoints._files(ckpt)
+    assert [p.relative_to(ckpt).as_posix() for p in listed] == ["step", "sub/state"]
+    (ckpt / "step").unlink()
+    (ckpt / "step").symlink_to(roots / "shadow")
+    shutil.rmtree(ckpt / "sub")
+    (ckpt / "sub").symlink_to(roots)
+    monkeypatch.setattr(checkpoints, "_files", lambda directory: listed)
+    return ckpt
+
+
+def test_the_agent_follows_no_link_the_job_swapped_in_after_the_listing(tmp_path, monkeypatch) -> None:
+    honest = tmp_path / "honest"
+    (honest / "sub").mkdir(parents=True)
+    (honest / "step").write_text("4")
+    (honest / "sub" / "state").write_text("s")
+    assert {f.path: f.content() for f in snapshot(honest)} == {"step": b"4", "sub/state": b"s"}  # the control
+    ckpt = _swapped(tmp_path, monkeypatch)
+    assert snapshot(ckpt) == []
+    # the checkpoint store's path: nothing of root's is sealed either
+    store = CheckpointStoreClient("http://127.0.0.1:9", Keypair(), str(Pubkey.new_unique()), bytes(32), signers=set())
+    with store:
+        assert [(e.path, e.size) for e in store._seal_directory(ckpt, UploadStats())] == []

@@ -1,10 +1,6 @@
 """The egress policy's filter with the real tools (rootful podman, nftables): a container job reaches
-the internet but not the LAN, the cloud metadata endpoint or the machine itself. "Another machine"
-is a network namespace behind a veth pair, with the addresses of the internet (TEST-NET-3), of the
-LAN (10.213.0.0/16) and of the metadata endpoint; the machine itself gets a public address and a
-private one on its end of the pair. The test network is gone after each test, even a failed one
-(while it is there, the metadata address leads to it: on a cloud machine the real endpoint is out of
-the machine's reach for those seconds)."""
+the internet but not the LAN, the cloud metadata endpoint or the machine itself, "another machine"
+being tests/worker/outside.py's."""
 
 from __future__ import annotations
 
@@ -13,7 +9,6 @@ import json
 import os
 import socket
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,14 +19,12 @@ from solders.pubkey import Pubkey
 from gpunet.exits import Exit
 from gpunet.keys import create_keypair_file
 from gpunet.protocol import Dispatch, JobSpec
+from tests.worker.outside import ALLOWED, HOST_PRIVATE, HOST_PUBLIC, INTERNET, LAN, METADATA, other_machine
 from tests.worker.sandboxes import IMAGE, agent_started
 from tests.worker.test_sandbox import GPUNET, Recorder, _run, _state
 from worker.egress import TABLE, install_egress_network
 from worker.runner import JobDirs, JobRunner
 from worker.sandbox import Sandbox, SandboxUnavailable
-
-INTERNET, METADATA, LAN, ALLOWED = "203.0.113.10", "169.254.169.254", "10.213.0.1", "10.213.1.1"
-HOST_PUBLIC, HOST_PRIVATE = "198.51.100.1", "10.213.255.1"  # the machine's own (its end of the pair)
 
 # What the job tries: a TCP connection to each address (a short timeout: a rejection is immediate),
 # and a DNS question to its resolver for its own name (podman's aardvark-dns on the network's gateway).
@@ -73,44 +66,11 @@ class Outside:
     port: int  # where the other machine listens, on each of its addresses
 
 
-def _ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)
-
-
 @pytest.fixture
 def outside(podman) -> Iterator[Outside]:
-    """The other machine (see the module's docstring), and its listener on every address."""
-    ns, veth = f"gpunettest-{os.getpid()}", f"gpunettest{os.getpid() % 100000}"
-    server = None
-    try:
-        _ip("netns", "add", ns)
-        _ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
-        for address in (f"{HOST_PRIVATE}/30", f"{HOST_PUBLIC}/32"):
-            _ip("addr", "add", address, "dev", veth)
-        _ip("link", "set", veth, "up")
-        _ip("-n", ns, "addr", "add", "10.213.255.2/30", "dev", "eth0")
-        for address in (INTERNET, METADATA, LAN, ALLOWED):
-            _ip("-n", ns, "addr", "add", f"{address}/32", "dev", "lo")
-        for link in ("lo", "eth0"):
-            _ip("-n", ns, "link", "set", link, "up")
-        _ip("-n", ns, "route", "add", "default", "via", HOST_PRIVATE)
-        for address in (INTERNET, METADATA, LAN, ALLOWED):  # gone with the link
-            _ip("route", "add", f"{address}/32", "via", "10.213.255.2", "dev", veth)
-        server = subprocess.Popen(
-            ["ip", "netns", "exec", ns, sys.executable, "-c", SERVER], stdout=subprocess.PIPE, text=True
-        )
-        assert server.stdout is not None
-        port = int(server.stdout.readline())
-        with socket.create_connection((INTERNET, port), timeout=3):  # the machine itself reaches it
-            pass
+    """The other machine, and its listener on every address."""
+    with other_machine(SERVER) as port:
         yield Outside(port)
-    finally:
-        if server is not None:
-            server.kill()
-            server.wait()
-            server.stdout.close()  # type: ignore[union-attr]
-        subprocess.run(["ip", "link", "del", veth], capture_output=True)
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 
 
 async def _probe(sandbox: Sandbox, tmp_path: Path, targets: list[tuple[str, int]]) -> dict:

@@ -8,7 +8,6 @@ import signal
 import sys
 from pathlib import Path
 
-import pytest
 from pydantic import BaseModel
 from solders.pubkey import Pubkey
 
@@ -189,58 +188,6 @@ async def test_a_command_that_cannot_start_fails_clearly(tmp_path) -> None:
         dispatch, UUIDS[:1], JobDirs.of(tmp_path, dispatch), simulated=True, send=rec.send, sandbox=host_jobs()
     ).run()
     assert final.state == "failed" and "cannot start '/nonexistent/train'" in final.detail
-
-
-@pytest.fixture
-def file_server(tmp_path):
-    """A real HTTP server for job inputs."""
-    import functools
-    import http.server
-    import threading
-
-    root = tmp_path / "www"
-    root.mkdir()
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
-    handler.log_message = lambda *args: None  # type: ignore[attr-defined]
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield root, f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
-
-
-async def test_inputs_are_fetched_and_checked_before_the_job_starts(tmp_path, file_server) -> None:
-    import hashlib
-
-    from gpunet.protocol import InputFile
-
-    root, url = file_server
-    (root / "train.txt").write_text("hello gpus\n")
-    digest = hashlib.sha256(b"hello gpus\n").hexdigest()
-    rec = Recorder()
-    spec = JobSpec(
-        command=[sys.executable, "-c", "print(open('data/train.txt').read().strip())"],
-        inputs=[InputFile(path="data/train.txt", url=f"{url}/train.txt", sha256=digest)],
-    )
-    dispatch = Dispatch(lease=LEASE, gpus=1, job=spec)
-    final = await JobRunner(
-        dispatch, UUIDS[:1], JobDirs.of(tmp_path / "s", dispatch), simulated=True, send=rec.send, sandbox=host_jobs()
-    ).run()
-    assert final.state == "succeeded" and rec.lines() == ["hello gpus"]
-
-    rec = Recorder()
-    bad = spec.model_copy(update={"inputs": [InputFile(path="other.txt", url=f"{url}/train.txt", sha256="0" * 64)]})
-    dispatch = Dispatch(lease=LEASE, gpus=1, job=bad)
-    final = await JobRunner(
-        dispatch, UUIDS[:1], JobDirs.of(tmp_path / "s", dispatch), simulated=True, send=rec.send, sandbox=host_jobs()
-    ).run()
-    assert (
-        final.state == "failed"
-        and "other.txt: the content of" in final.detail
-        and "does not match its sha256" in final.detail
-    )
-    assert "running" not in rec.states() and not (tmp_path / "s" / "jobs" / LEASE / "work" / "other.txt").exists()
 
 
 async def test_a_container_job_s_secrets_pass_by_name_never_in_the_engine_s_argv(tmp_path) -> None:

@@ -8,7 +8,9 @@ import asyncio
 import dataclasses
 import json
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -22,9 +24,10 @@ from gpunet.exits import Exit
 from gpunet.keys import create_keypair_file
 from gpunet.localnet import free_ports
 from gpunet.protocol import Dispatch, JobLog, JobSpec, JobStatus
+from tests.worker.outside import INPUT_SERVER, INTERNET, other_machine
 from tests.worker.sandboxes import IMAGE, JOBS, agent_started
 from worker.runner import JobDirs, JobRunner
-from worker.sandbox import Sandbox, SandboxUnavailable, nvidia_device_nodes
+from worker.sandbox import Sandbox, SandboxUnavailable, host_job_uid, nvidia_device_nodes
 
 GPUNET = str(Path(sys.executable).parent / "gpunet")
 
@@ -60,6 +63,26 @@ for name in ("pids/pids.max", "pids.max", "memory/memory.limit_in_bytes", "memor
         out[name.rsplit("/", 1)[-1].split(".")[0]] = open("/sys/fs/cgroup/" + name).read().strip()
 if args.get("connect"):
     attempt("connect", lambda: socket.create_connection(tuple(args["connect"]), timeout=3).close())
+out["uid"], out["gid"], out["groups"] = os.getuid(), os.getgid(), os.getgroups()
+if args.get("forks"):  # how many children it may have at once (each sleeps until the probe ends)
+    import signal, subprocess
+    children = []
+    try:
+        for _ in range(args["forks"]):
+            children.append(subprocess.Popen(["sleep", "30"]))
+    except OSError as e:
+        out["fork_error"] = errno.errorcode.get(e.errno, type(e).__name__)
+    out["forks"] = len(children)
+    for child in children:
+        child.kill()
+        child.wait()
+if args.get("file_bytes"):  # one file of that many bytes (SIGXFSZ ignored: the write fails instead)
+    import signal
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    def big():
+        with open(os.path.join(os.environ["GPUNET_WORKDIR"], "big"), "wb") as f:
+            f.write(b"x" * args["file_bytes"])
+    attempt("big_file", big)
 print(json.dumps(out), flush=True)
 """
 
@@ -128,15 +151,17 @@ async def test_a_container_job_runs_with_every_restriction_in_force(tmp_path, po
 
 async def test_an_image_the_node_lacks_is_pulled_first_and_a_failed_pull_fails_the_job(tmp_path, podman) -> None:
     state = _state(tmp_path)
-    # No registry is reachable here: the pull fails, and says so in the job's status and log.
-    missing = Dispatch(lease=str(Pubkey.new_unique()), gpus=1, job=JobSpec(image="localhost/gpunet-absent:1",
-                                                                             command=["true"]))  # fmt: skip
-    rec = Recorder()
-    final = await JobRunner(
-        missing, ["GPU-sim-a"], JobDirs.of(state, missing), simulated=True, send=rec.send, sandbox=podman
-    ).run()
+    # No registry answers on the other machine (an HTTP server, no registry): the pull fails, and
+    # says so in the job's status and log.
+    with other_machine(INPUT_SERVER) as port:
+        image = f"{INTERNET}:{port}/gpunet-absent:1"
+        missing = Dispatch(lease=str(Pubkey.new_unique()), gpus=1, job=JobSpec(image=image, command=["true"]))
+        rec = Recorder()
+        final = await JobRunner(
+            missing, ["GPU-sim-a"], JobDirs.of(state, missing), simulated=True, send=rec.send, sandbox=podman
+        ).run()
     assert rec.states() == ["pulling", "failed"], rec.states()
-    assert "pulling image 'localhost/gpunet-absent:1' failed" in final.detail
+    assert f"pulling image '{image}' failed" in final.detail
     assert any(line.startswith("[gpunet: pull] ") for line in rec.lines("stderr"))
     # The control: an image the node has runs at once, without a pull.
     here = Dispatch(lease=str(Pubkey.new_unique()), gpus=1, job=JobSpec(image=IMAGE, command=["true"]))
@@ -146,6 +171,30 @@ async def test_an_image_the_node_lacks_is_pulled_first_and_a_failed_pull_fails_t
     ).run()
     assert final.state == "succeeded"
     assert "pulling" not in rec.states()
+
+
+async def test_a_job_s_image_is_not_pulled_from_the_machine_itself_or_the_lan(
+    tmp_path, podman, counting_listener
+) -> None:
+    """The engine pulls on the host's network: a registry the job's image names must be public, and
+    its refusal reads the same whether a port is open there or not."""
+    open_port, accepted = counting_listener
+    with socket.create_server(("127.0.0.1", 0)) as closed:
+        closed_port = closed.getsockname()[1]
+    details, state = [], _state(tmp_path)
+    for registry in (f"127.0.0.1:{open_port}", f"127.0.0.1:{closed_port}", "localhost", "10.213.0.1:5000"):
+        image = f"{registry}/x:1"
+        dispatch = Dispatch(lease=str(Pubkey.new_unique()), gpus=1, job=JobSpec(image=image, command=["true"]))
+        rec = Recorder()
+        final = await JobRunner(
+            dispatch, ["GPU-sim-a"], JobDirs.of(state, dispatch), simulated=True,
+            send=rec.send, sandbox=podman,
+        ).run()  # fmt: skip
+        assert final.state == "failed" and "images come from public registries" in final.detail, final
+        assert "pulling" not in rec.states()
+        details.append(final.detail.replace(registry, "REGISTRY"))
+    assert details[0] == details[1], details  # open or closed: the same words
+    assert accepted == []  # and the machine's port was never connected to
 
 
 @pytest.mark.parametrize(
@@ -272,6 +321,40 @@ def test_a_container_left_by_a_dead_agent_is_removed_when_the_worker_starts_agai
             subprocess.run(["podman", "rm", "--force", "--ignore", "--time", "0", name], capture_output=True)
 
 
+def test_an_engine_that_cannot_run_a_container_stops_the_worker(tmp_path, podman) -> None:
+    """podman answers `info` with a runtime that cannot start anything (crun in some containers):
+    every container job would exit 126 while its lease pays. The worker runs one at its start."""
+    broken = tmp_path / "runc"
+    broken.write_text("#!/bin/sh\necho 'runc: cannot start a container here' >&2\nexit 1\n")
+    broken.chmod(0o755)
+    with pytest.raises(SandboxUnavailable, match=r"cannot run a container .*cannot start a container here"):
+        Sandbox.configure(engine="podman", runtime=str(broken), network="none")
+    create_keypair_file(tmp_path / "node.json")
+    env = {**os.environ, "GPUNET_WORKER_CONTAINER_ENGINE": "podman", "GPUNET_WORKER_NETWORK": "none"}
+    argv = [GPUNET, "worker", "run", "-k", str(tmp_path / "node.json"), "--simulate-gpus", "H100:1:80"]
+    argv += ["--state-dir", str(tmp_path / "state")]
+    done = subprocess.run(
+        argv, capture_output=True, text=True, env={**env, "GPUNET_WORKER_CONTAINER_RUNTIME": str(broken)}, check=False
+    )
+    assert done.returncode == Exit.NO_SANDBOX, done.stderr
+    for advice in ("GPUNET_WORKER_CONTAINER_RUNTIME=runc", "GPUNET_WORKER_CONTAINER_ENGINE=none"):
+        assert advice in " ".join(done.stderr.split()), done.stderr
+    assert not (tmp_path / "state").exists()
+    # the control: with a runtime that works it starts, and waits for its gateway
+    with agent_started(argv, {**env, "GPUNET_WORKER_CONTAINER_RUNTIME": "runc"}, tmp_path / "agent.log"):
+        pass
+
+
+async def test_a_container_job_on_simulated_gpus_sees_them_as_a_host_job_does(tmp_path, podman) -> None:
+    state = _state(tmp_path)
+    tmp_path.chmod(0o755)
+    show = ["import json, os", "print(json.dumps({'gpus': os.environ.get('CUDA_VISIBLE_DEVICES')}))"]
+    for sandbox, python in ((podman, "python3"), (_host_jobs(tmp_path, state), sys.executable)):
+        image = IMAGE if sandbox is podman else None
+        out, _ = await _run(sandbox, state, JobSpec(image=image, command=[python, "-c", "; ".join(show)]))
+        assert out == {"gpus": "GPU-sim-a"}, (sandbox.engine, out)
+
+
 def _host_jobs(tmp_path: Path, state: Path, network: str = "egress") -> Sandbox:
     # tmp_path is readable by the job, the state directory inside it is not (hidden, as the agent does)
     return Sandbox.configure(
@@ -285,6 +368,7 @@ def _host_jobs(tmp_path: Path, state: Path, network: str = "egress") -> Sandbox:
 
 async def test_a_host_job_runs_in_bubblewrap_without_the_state_dir(tmp_path) -> None:
     state = _state(tmp_path)
+    tmp_path.chmod(0o755)  # what the supplier lets host jobs read, readable by others (they are not root)
     (tmp_path / "readable").write_text("supplier's file")
     spec = JobSpec(
         command=_probe(
@@ -304,6 +388,66 @@ async def test_a_host_job_runs_in_bubblewrap_without_the_state_dir(tmp_path) -> 
     assert not (tmp_path / "escape").exists() and not (state / "escape").exists()
     assert int(out["CapEff"], 16) == 0 and out["NoNewPrivs"] == "1"
     assert out["pids"] <= 3  # bubblewrap's init and the job: not the machine's processes
+
+
+async def test_a_root_workers_host_job_runs_as_a_uid_of_its_own_within_its_limits(tmp_path) -> None:
+    """The worker runs as root (the egress filter needs it): its host jobs do not."""
+    assert os.geteuid() == 0, "a root worker's test"
+    state = _state(tmp_path)
+    tmp_path.chmod(0o755)
+    sandbox = dataclasses.replace(_host_jobs(tmp_path, state), pids_limit=16, file_bytes=1 << 20)
+    dispatch = Dispatch(lease=str(Pubkey.new_unique()), gpus=1, job=JobSpec(command=["true"]))
+    dirs = JobDirs.of(state, dispatch)
+    (dirs.checkpoint / "sub").mkdir(parents=True)  # as a restore leaves it: the agent's (root's)
+    (dirs.checkpoint / "sub" / "restored").write_text("step 7")
+    spec = JobSpec(
+        command=_probe(
+            sys.executable,
+            write=[os.path.join(dirs.checkpoint, "sub", "restored"), "/dev/shm/from-job"],
+            read=["/etc/shadow", os.path.join(dirs.checkpoint, "sub", "restored")],
+            forks=40,
+            file_bytes=(1 << 20) + 1,
+        )
+    )
+    rec = Recorder()
+    final = await JobRunner(
+        dispatch.model_copy(update={"job": spec}), ["GPU-sim-a"], dirs, simulated=True, send=rec.send, sandbox=sandbox
+    ).run()
+    assert final.state == "succeeded", (final, rec.lines("stderr"))
+    out = json.loads(rec.lines()[-1])
+    uid = host_job_uid(dispatch.lease)
+    assert out["uid"] == out["gid"] == uid != 0 and out["groups"] in ([], [uid]), out
+    assert out["read_0"] == "EACCES", out  # root's files are not its own
+    # the control: its own directories, what the agent put there included, and the files it makes are its uid's
+    assert out["write_work"] == out["write_checkpoint"] == out["write_0"] == out["read_1"] == "ok", out
+    assert out["write_1"] == "ok", out  # its own /dev/shm (Ray's object store, NCCL, DataLoader workers)
+    assert (dirs.workdir / "from-job").stat().st_uid == uid and (dirs.checkpoint / "ckpt").stat().st_uid == uid
+    # its limits: processes (its uid's, bubblewrap's own not counted), and the size of a file
+    assert out["fork_error"] == "EAGAIN" and 0 < out["forks"] < 16, out
+    assert out["big_file"] == "EFBIG" and (dirs.workdir / "big").stat().st_size == 1 << 20, out
+
+
+def test_a_ray_nodes_own_tmp_keeps_what_lies_under_tmp_in_sight(tmp_path) -> None:
+    """A Ray node gets a /tmp of its own: a worker (its venv, the Ray it runs) or a state directory
+    under the machine's /tmp stays where it was, and the job (not root) may write its /tmp."""
+    tmp_path.chmod(0o755)
+    tool = tmp_path / "venv" / "bin" / "ray"
+    tool.parent.mkdir(parents=True)
+    tool.write_text("#!/bin/sh\necho ray here > /tmp/ray.sock && cat /tmp/ray.sock && pwd\n")
+    tool.chmod(0o755)
+    state = _state(tmp_path)
+    dispatch = Dispatch(lease=str(Pubkey.new_unique()), gpus=1, job=JobSpec(command=["x"]))
+    dirs = JobDirs.of(state, dispatch)
+    for d in (dirs.workdir, dirs.checkpoint):
+        d.mkdir(parents=True)
+        os.chown(d, host_job_uid(dispatch.lease), host_job_uid(dispatch.lease))
+    sandbox = Sandbox.configure(engine="none", allow_host_jobs=True, host_paths=[tmp_path / "venv"], hidden=[state])
+    argv = sandbox.host_argv(
+        [str(tool)], dirs, network=False, gpu_uuids=[], private_tmp=True, uid=host_job_uid(dispatch.lease)
+    )
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert (done.returncode, done.stdout.split("\n")[:2]) == (0, ["ray here", str(dirs.workdir)]), done.stderr
+    assert not Path("/tmp/ray.sock").exists()  # its own /tmp, not the machine's
 
 
 @pytest.mark.parametrize(("policy", "reaches"), [("none", False), ("egress", True)])
@@ -345,6 +489,24 @@ def test_without_a_container_engine_or_the_opt_in_nothing_starts(tmp_path) -> No
     with agent_started([*argv, "--state-dir", str(tmp_path / "state"), "--allow-host-jobs"], env, tmp_path / "log"):
         pass
     assert (tmp_path / "state" / "agent.lock").exists()
+
+
+def test_a_bubblewrap_too_old_for_the_host_jobs_sandbox_stops_the_worker(tmp_path, monkeypatch) -> None:
+    """bubblewrap before 0.5 (Debian 11's 0.4) knows no --perms, which every host job's sandbox
+    uses: found at the start, not as every host job failing while its lease pays."""
+    old = tmp_path / "bin" / "bwrap"
+    old.parent.mkdir()
+    real = shutil.which("bwrap")
+    old.write_text(
+        f'#!/bin/sh\nfor a; do [ "$a" = --perms ] && {{ echo "bwrap: Unknown option --perms" >&2; exit 1; }}; done\n'
+        f'exec {real} "$@"\n'
+    )
+    old.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{old.parent}:{os.environ['PATH']}")
+    with pytest.raises(SandboxUnavailable, match=r"Unknown option --perms.*bubblewrap 0\.5 or newer"):
+        Sandbox.configure(engine="none", allow_host_jobs=True)
+    monkeypatch.setenv("PATH", os.environ["PATH"].split(":", 1)[1])
+    assert Sandbox.configure(engine="none", allow_host_jobs=True).bwrap == real  # the control
 
 
 def test_a_host_job_gets_the_device_nodes_of_its_own_gpus_only(tmp_path) -> None:
