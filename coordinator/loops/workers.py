@@ -137,8 +137,10 @@ class WorkerMessages:
                 log.info("job.log_cut", lease=line.lease, lines=cut, cap=self.log_lines_per_lease)
 
     async def _record_job_event(self, node_key: NodeKey, message: JobStatus | JobLog) -> bool:
-        """One job, one place: what a node says about a share it no longer holds (of an earlier
-        assignment epoch) is not recorded; the node is told once per share and epoch."""
+        """One job, one place: what a node says about a share it does not hold now (of an earlier
+        assignment epoch, of another node's lease, or with no epoch at all: a worker too old to be
+        fenced), or about a job the lease has not had, is not recorded; the node is told once per
+        share and epoch."""
         async with self.pool.acquire() as conn:
             if await jobs.record_job_event(conn, node_key, message):
                 return True
@@ -150,8 +152,9 @@ class WorkerMessages:
                 await self.link.send(
                     node_key,
                     Error(
-                        message=f"job messages of lease {message.lease} refused: "
-                        f"this node no longer holds that share (it moved)"
+                        message=f"job messages of lease {message.lease} refused: this node does not hold "
+                        "that share now (it moved, or the message names no assignment epoch: upgrade the "
+                        "worker), or the lease has no such job"
                     ),
                 )
         return False
@@ -184,7 +187,11 @@ class WorkerMessages:
             log.warning("worker.refused", node=node_key, of=ack.of, lease=ack.lease, error=ack.error)
             self.verification.refused(node_key, ack)
             if ack.unable and ack.of == "dispatch" and ack.lease is not None:
-                await self.verification.refused_dispatch(node_key, ack.lease, ack.error)
+                # a node speaks only for its own shares: a lease it does not hold is not moved for it
+                async with self.pool.acquire() as conn:
+                    holds = await jobs.holds_share(conn, ack.lease, str(node_key))
+                if holds:
+                    await self.verification.refused_dispatch(node_key, ack.lease, ack.error)
 
     async def verify_commit(self, node_key: NodeKey, commit: VerifyCommit) -> None:
         self.verification.committed(node_key, commit)

@@ -76,9 +76,10 @@ async def placed_api(node, pool, database_url):
 
 
 @contextlib.asynccontextmanager
-async def serving(node, pool, database_url, assign: bool):
+async def serving(node, pool, database_url, assign: bool, nodes: int = 2):
+    """`nodes` registered nodes (the lease is assigned to nodes 0 and 1 when `assign`)."""
     async with AsyncClient(node.url, commitment=Confirmed) as chain:
-        world = await Cluster().build(chain, assign=assign)
+        world = await Cluster().build(chain, nodes=nodes, assign=assign)
         settings = live_settings(node, database_url)
         coordinator = await Coordinator(settings, pool, world.admin).start()
         rpc = ChainRpc(settings.rpc_url, settings.commitment)

@@ -118,8 +118,13 @@ async def test_a_slashed_node_that_comes_back_is_admitted_and_told_to_cancel_the
         assert gateway.sent == []
 
         # One job, one place: the returning node's stale checkpoint never replaces the holders' one.
+        async with pool.acquire() as conn:
+            epochs = {s.node_key: s.assigned_by for s in await ledger.active_shares(conn, lease=str(c.lease))}
         await workers.checkpoint(
-            spare, Checkpoint(simulated=True, lease=str(c.lease), files=[CheckpointFile.of("step", b"42")])
+            spare,
+            Checkpoint(
+                simulated=True, lease=str(c.lease), files=[CheckpointFile.of("step", b"42")], epoch=epochs[spare]
+            ),
         )
         await workers.checkpoint(
             lost, Checkpoint(simulated=True, lease=str(c.lease), files=[CheckpointFile.of("step", b"7")])
