@@ -26,6 +26,7 @@ from gpunet.protocol import (
     Hello,
     Inventory,
     JobLog,
+    JobSpec,
     JobStatus,
 )
 
@@ -152,6 +153,8 @@ async def test_job_messages_of_an_earlier_assignment_epoch_are_refused(three_nod
             )
 
     old_epoch = await eventually(lambda: epoch_of(lost), what="the assignment indexed with its epoch")
+    async with pool.acquire() as conn:  # the client's job (what the nodes run and speak of)
+        assert await jobs.save_job(conn, lease, 1, JobSpec(command=["train"]), 2, str(c.client_wallet.pubkey()), "s")
     await attester.slash(lost, "MissedHeartbeats", {"node": str(lost), "lease": lease}, lease=c.lease)
     await attester.reassign(c.lease, lost, c.share(2))
     new_epoch = await eventually(lambda: epoch_of(spare), what="the spare's assignment indexed")

@@ -177,6 +177,7 @@ async def test_one_gpu_counts_once_and_a_refused_share_fails_verification(node, 
         assert keys[0] not in {k for nodes in shared.failovers.values() for k in nodes}
     finally:
         await coordinator.chain.close()
+        await coordinator.indexer.rpc.close()
 
 
 async def test_a_refusal_after_committing_fails_and_one_before_leaves_the_node_unverified(
