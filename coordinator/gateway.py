@@ -88,8 +88,9 @@ class GatewayHandler(Protocol):
 
     async def job_log(self, node_key: Pubkey, line: JobLog) -> None: ...
 
-    async def usage(self, node_key: Pubkey, receipt: UsageReceiptMessage) -> None:
-        """Record the (signature-checked) receipt durably; the gateway acks it after this returns."""
+    async def usage(self, node_key: Pubkey, receipt: UsageReceiptMessage) -> str | None:
+        """Record the (signature-checked) receipt durably; the gateway acks it after this returns
+        None. Else the reason it is refused (not recorded, not acked: a share the node never held)."""
 
     async def checkpoint(self, node_key: Pubkey, checkpoint: Checkpoint) -> None: ...
 
@@ -314,7 +315,11 @@ class Gateway:
                     raise _Refused(
                         CLOSE_UNAUTHORISED, f"usage receipt of lease {message.lease} is not signed by this node"
                     )
-                await h.usage(node_key, message)
+                if (refused := await h.usage(node_key, message)) is not None:
+                    # not acked, and the session stays: an honest worker keeps it and offers it again
+                    # after a reconnect, and is refused again; nothing is stored
+                    await ws.send(encode(Error(message=refused)))
+                    return
                 ack = UsageAck(
                     lease=message.lease, epoch=message.epoch, gpu_seconds=message.gpu_seconds, through=message.through
                 )

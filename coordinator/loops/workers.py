@@ -159,9 +159,15 @@ class WorkerMessages:
                 )
         return False
 
-    async def usage(self, node_key: NodeKey, receipt: UsageReceiptMessage) -> None:
+    async def usage(self, node_key: NodeKey, receipt: UsageReceiptMessage) -> str | None:
         async with self.pool.acquire() as conn:
-            await usage_receipts.record_receipt(conn, node_key, receipt)
+            if await usage_receipts.record_receipt(conn, node_key, receipt):
+                return None
+        log.warning("usage.refused", node=node_key, lease=receipt.lease, epoch=receipt.epoch)
+        return (
+            f"usage receipt of lease {receipt.lease} refused: this node never held its share of "
+            f"assignment epoch {receipt.epoch}"
+        )
 
     async def checkpoint(self, node_key: NodeKey, checkpoint: Checkpoint) -> None:
         async with self.pool.acquire() as conn:

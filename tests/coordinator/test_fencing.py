@@ -14,11 +14,23 @@ from typing import Any
 
 import pytest
 from solders.keypair import Keypair
+from solders.pubkey import Pubkey
+from solders.signature import Signature
 
 from coordinator.attester import Attester
 from coordinator.db import jobs
 from coordinator.service import Coordinator
-from gpunet.protocol import Dispatch, Heartbeat, JobLog, JobSpec, JobStatus, encode, parse_coordinator_message
+from gpunet.protocol import (
+    Dispatch,
+    Heartbeat,
+    JobLog,
+    JobSpec,
+    JobStatus,
+    UsageReceiptMessage,
+    encode,
+    parse_coordinator_message,
+)
+from gpunet.usage import Receipt
 
 from .conftest import eventually
 from .test_client_api import _body, _signed, serving
@@ -213,3 +225,76 @@ async def test_a_supplier_reads_a_lease_s_job_while_its_node_holds_the_share_or_
         await coordinator.chain.close()
     assert not await reads(lost_supplier)
     assert await reads(stays_supplier) and await reads(spare_supplier)  # the control: the holders' suppliers
+
+
+def _receipt_message(lease: Pubkey, node: Keypair, epoch: int, gpu_seconds: int, through: int) -> str:
+    receipt = Receipt(epoch, gpu_seconds, through)
+    return encode(
+        UsageReceiptMessage(
+            simulated=True,
+            lease=str(lease),
+            epoch=epoch,
+            gpu_seconds=gpu_seconds,
+            through=through,
+            signature=str(Signature.from_bytes(receipt.signature(lease, node))),
+        )
+    )
+
+
+async def _receipts(pool) -> list[tuple[str, str, int, int]]:
+    async with pool.acquire() as conn:
+        rows = await conn.fetch("SELECT lease, node_key, epoch, gpu_seconds FROM usage_receipts ORDER BY lease")
+    return [(r["lease"], r["node_key"], int(r["epoch"]), int(r["gpu_seconds"])) for r in rows]
+
+
+async def test_receipts_are_taken_only_for_a_share_the_node_holds_or_held(three_placed) -> None:
+    _, world, pool, coordinator = three_placed
+    (_, key0), (_, key1), (_, stranger) = world.nodes
+    through = world.started + 4
+    async with sessions(coordinator, key0, key1, stranger) as (node0, node1, hostile):
+
+        async def answer(session: NodeSession) -> Any:
+            return await session.next(lambda m: m.type in ("ack", "error"))
+
+        # 600 receipts the stranger signed for made-up leases whose addresses sort first (the
+        # settlement window's first rows), one for the real lease under node 0's epoch and one under
+        # an epoch no share has; and node 1's under node 0's epoch: each refused, none stored
+        made_up = [Pubkey(bytes(30) + i.to_bytes(2, "big")) for i in range(1, 601)]
+        frames = [_receipt_message(lease, stranger, 1, 8, through) for lease in made_up]
+        frames += [_receipt_message(world.lease, stranger, epoch, 8, through) for epoch in (1, 3)]
+        for frame in frames:
+            await hostile.ws.send(frame)
+            refused = await answer(hostile)
+            assert refused.type == "error" and "refused: this node never held" in refused.message, refused
+        await node1.ws.send(_receipt_message(world.lease, key1, 1, 8, through))
+        assert (await answer(node1)).type == "error"
+        assert await _receipts(pool) == []
+        assert coordinator.gateway.online(stranger.pubkey())  # refused, not thrown out: an honest worker's
+        # old receipt (an epoch since replaced) must not cost it its session
+
+        # the control: each holder's receipt of its own share is stored and acknowledged
+        for session, key, epoch in ((node0, key0, 1), (node1, key1, 2)):
+            await session.ws.send(_receipt_message(world.lease, key, epoch, 8, through))
+            ack = await answer(session)
+            assert (ack.type, ack.lease, ack.epoch, ack.gpu_seconds) == ("ack", str(world.lease), epoch, 8), ack
+
+        # node 0's share moves away (it was lost): the receipts of the time it held it are still taken
+        attester = Attester(world.client, world.admin)
+        await attester.slash(key0.pubkey(), "MissedHeartbeats", {"node": str(key0.pubkey())}, lease=world.lease)
+        await attester.reassign(world.lease, key0.pubkey(), world.share(2))
+
+        async def moved() -> bool:
+            async with pool.acquire() as conn:
+                return await conn.fetchval(
+                    "SELECT NOT active FROM assignments WHERE lease = $1 AND node_key = $2",
+                    str(world.lease),
+                    str(key0.pubkey()),
+                )
+
+        await eventually(moved, what="the move indexed")
+        await node0.ws.send(_receipt_message(world.lease, key0, 1, 10, through + 1))
+        assert (await answer(node0)).type == "ack"
+    lease = str(world.lease)
+    assert sorted(await _receipts(pool)) == sorted(
+        [(lease, str(key0.pubkey()), 1, 10), (lease, str(key1.pubkey()), 2, 8)]
+    )
