@@ -15,7 +15,8 @@ session after the hello with CLOSE_NOT_LEADER and the leader's gateway URL as th
 another replica leads (`redirect_all`; until then they stay, idle: while the database is down, say).
 
 A usage receipt is acknowledged only after the coordinator has recorded it durably, so a worker
-re-sends anything that was lost in between; the coordinator's record is idempotent. Job status,
+re-sends anything that was lost in between; the coordinator's record is idempotent. One of a share
+the node never held is answered with an error and neither stored nor acknowledged. Job status,
 log lines and checkpoints are numbered by the worker and recorded in order: each is confirmed
 (`recorded`) once the coordinator has it; one it cannot record now (its database down) is asked
 for again (`error{resend_from}`) and nothing after it is recorded until it comes again, so none is
