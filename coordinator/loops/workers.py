@@ -45,6 +45,7 @@ __all__ = ["WorkerMessages"]
 log = get_logger("gpunet.coordinator.workers")
 
 CAP_EVERY = 1_000  # log lines of a lease between two cuts of its log to the cap
+STALE_TOLD = 1_000  # shares a node is told it does not hold, at most (then refused without a word)
 
 
 class WorkerMessages:
@@ -65,7 +66,9 @@ class WorkerMessages:
         self.pool, self.chain, self.shared, self.fleet, self.link = pool, chain, shared, fleet, link
         self.outages, self.dispatch, self.drain, self.verification = outages, dispatch, drain, verification
         self.log_lines_per_lease = log_lines_per_lease
-        self._stale_told: set[tuple[NodeKey, str, str | None]] = set()  # (node, lease, epoch) told it moved
+        # node -> the (lease, epoch) it was told it does not hold; at most STALE_TOLD a node (a node may
+        # name any lease and epoch: what it was told must not grow without end)
+        self._stale_told: dict[NodeKey, set[tuple[str, str | None]]] = {}
         self._lines_since_cap: dict[str, int] = {}  # lease -> log lines recorded since its log was last cut
 
     async def admit(self, node_key: NodeKey, hello: Hello) -> str | None:
@@ -144,8 +147,9 @@ class WorkerMessages:
         async with self.pool.acquire() as conn:
             if await jobs.record_job_event(conn, node_key, message):
                 return True
-        if (key := (node_key, message.lease, message.epoch)) not in self._stale_told:
-            self._stale_told.add(key)
+        told = self._stale_told.setdefault(node_key, set())
+        if (key := (message.lease, message.epoch)) not in told and len(told) < STALE_TOLD:
+            told.add(key)
             # not its current share: refused
             log.warning("job.stale", node=node_key, lease=message.lease, epoch=message.epoch)
             with contextlib.suppress(Exception):

@@ -19,9 +19,11 @@ from solders.signature import Signature
 
 from coordinator.attester import Attester
 from coordinator.db import jobs
+from coordinator.loops.workers import STALE_TOLD, WorkerMessages
 from coordinator.service import Coordinator
 from gpunet.protocol import (
     Dispatch,
+    Error,
     Heartbeat,
     JobLog,
     JobSpec,
@@ -298,3 +300,18 @@ async def test_receipts_are_taken_only_for_a_share_the_node_holds_or_held(three_
     assert sorted(await _receipts(pool)) == sorted(
         [(lease, str(key0.pubkey()), 1, 10), (lease, str(key1.pubkey()), 2, 8)]
     )
+
+
+async def test_what_a_node_is_told_of_shares_it_does_not_hold_stays_bounded(pool) -> None:
+    """A node may name any lease and epoch: it is told once of each that it does not hold, up to
+    STALE_TOLD of them; past that, refused without a word (the coordinator's memory does not grow)."""
+    told = Gateway()
+    workers = WorkerMessages(pool, None, None, None, told, *[None] * 4)  # type: ignore[arg-type]
+    node, lease = Keypair().pubkey(), str(Pubkey.new_unique())
+    epochs = [str(Keypair().sign_message(bytes([i % 256, i // 256]))) for i in range(STALE_TOLD + 50)]
+    for epoch in epochs:
+        await workers.job_log(node, JobLog(simulated=True, lease=lease, stream="stdout", line="x", epoch=epoch))
+    await workers.job_log(node, JobLog(simulated=True, lease=lease, stream="stdout", line="x", epoch=epochs[0]))
+    assert len(told.sent) == STALE_TOLD and {type(m) for _, m in told.sent} == {Error}
+    assert sum(len(shares) for shares in workers._stale_told.values()) == STALE_TOLD
+    assert await _events(pool, lease) == []
