@@ -22,6 +22,8 @@ from coordinator.db import jobs
 from coordinator.loops.workers import STALE_TOLD, WorkerMessages
 from coordinator.service import Coordinator
 from gpunet.protocol import (
+    Checkpoint,
+    CheckpointFile,
     Dispatch,
     Error,
     Heartbeat,
@@ -60,7 +62,7 @@ class NodeSession:
             while True:
                 await self.received.put(parse_coordinator_message(await self.ws.recv()))
 
-    async def say(self, message: JobStatus | JobLog) -> None:
+    async def say(self, message: JobStatus | JobLog | Checkpoint) -> None:
         """Sends a numbered job message and waits until the gateway has handled it."""
         self.n += 1
         await self.ws.send(encode(message.model_copy(update={"origin": ORIGIN, "n": self.n})))
@@ -148,6 +150,18 @@ async def test_a_node_off_the_lease_writes_nothing_into_it_ends_none_of_its_jobs
         await node0.say(JobLog(simulated=True, lease=lease, stream="stdout", line="step 1", epoch=epochs[0]))
         for session, i in ((node0, 0), (node1, 1)):
             await session.say(JobStatus(simulated=True, lease=lease, state="succeeded", epoch=epochs[i]))
+
+        # a checkpoint too: the holder's under its own epoch is kept; none without the share's epoch
+        # (nor under one no share has) replaces it
+        def checkpoint(content: bytes, epoch: str | None) -> Checkpoint:
+            return Checkpoint(simulated=True, lease=lease, files=[CheckpointFile.of("s", content)], epoch=epoch)
+
+        await node0.say(checkpoint(b"7", epochs[0]))
+        for session, epoch, content in ((hostile, None, b"junk"), (node0, None, b"old"), (node0, made_up, b"x")):
+            await session.say(checkpoint(content, epoch))
+        async with pool.acquire() as conn:
+            kept = await jobs.checkpoints_of(conn, lease)
+        assert {rank: [f.content() for f in files] for rank, files in kept.items()} == {0: [b"7"]}
         # a node of the lease does not speak ahead either: job 3 is not the lease's yet
         await node0.say(JobStatus(simulated=True, lease=lease, job_number=3, state="succeeded", epoch=epochs[0]))
         assert [e for e in await _events(pool, lease) if e[0] != str(stranger.pubkey())] == [
