@@ -460,10 +460,15 @@ Authorize = Callable[[str, str], Awaitable[bool]]  # (lease, node key) -> does t
 Signers = Callable[[str, int], Awaitable[list[str]]]  # (lease, rank) -> the node keys that hold or held that rank
 
 
+def _decimal(raw: str, digits: int) -> bool:
+    """Whether `raw` is 1 to `digits` ASCII digits (str.isdigit also takes "²", which int() refuses)."""
+    return 0 < len(raw) <= digits and raw.isascii() and raw.isdigit()
+
+
 def _rank(request: Request) -> int | Response:
     """The `rank` query parameter (default 0): whose checkpoints of a multi-node lease are meant."""
     raw = request.query_params.get("rank", "0")
-    if not raw.isdigit() or int(raw) >= MAX_LEASE_NODES:
+    if not _decimal(raw, 5) or int(raw) >= MAX_LEASE_NODES:
         return _error(400, f"rank: {raw[:20]!r} is not a rank of a lease (0 to {MAX_LEASE_NODES - 1})")
     return int(raw)
 
@@ -504,7 +509,7 @@ def checkpoint_routes(store: CheckpointStore, authorize: Authorize, signers: Sig
 
     async def _body(request: Request, limit: int) -> bytes | Response:
         length = request.headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > limit:
+        if length is not None and _decimal(length, 20) and int(length) > limit:
             return _error(413, f"at most {limit} bytes")
         chunks, size = [], 0
         async for part in request.stream():
@@ -525,7 +530,7 @@ def checkpoint_routes(store: CheckpointStore, authorize: Authorize, signers: Sig
         if isinstance(who, Response):
             return who
         length = request.headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > MAX_CHUNK_BODY:
+        if length is not None and _decimal(length, 20) and int(length) > MAX_CHUNK_BODY:
             return _error(413, f"at most {MAX_CHUNK_BODY} bytes")
         staged = store.blobs.staging / f"{cid}.{os.getpid()}.{secrets.token_hex(8)}"
         digest, size = hashlib.sha256(), 0
@@ -550,6 +555,8 @@ def checkpoint_routes(store: CheckpointStore, authorize: Authorize, signers: Sig
         return JSONResponse({"id": cid, "stored": True}, status_code=201)
 
     async def get_chunk(request: Request) -> Response:
+        if not CHUNK_ID.fullmatch(request.path_params["id"]):  # never a path: ".", ".." and the like
+            return _error(400, "a chunk's id is the 64-hex SHA-256 of its sealed bytes")
         who = await _authorized(request, b"")
         if isinstance(who, Response):
             return who
@@ -623,7 +630,7 @@ def checkpoint_routes(store: CheckpointStore, authorize: Authorize, signers: Sig
         if isinstance(rank, Response):
             return rank
         raw = request.path_params["seq"]
-        signed = await asyncio.to_thread(store.manifest, who[0], int(raw), rank) if raw.isdigit() else None
+        signed = await asyncio.to_thread(store.manifest, who[0], int(raw), rank) if _decimal(raw, 20) else None
         if signed is None:
             return _error(404, "no such checkpoint")
         if signed.manifest.rank != rank:

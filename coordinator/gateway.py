@@ -15,7 +15,8 @@ session after the hello with CLOSE_NOT_LEADER and the leader's gateway URL as th
 another replica leads (`redirect_all`; until then they stay, idle: while the database is down, say).
 
 A usage receipt is acknowledged only after the coordinator has recorded it durably, so a worker
-re-sends anything that was lost in between; the coordinator's record is idempotent. Job status,
+re-sends anything that was lost in between; the coordinator's record is idempotent. One of a share
+the node never held is answered with an error and neither stored nor acknowledged. Job status,
 log lines and checkpoints are numbered by the worker and recorded in order: each is confirmed
 (`recorded`) once the coordinator has it; one it cannot record now (its database down) is asked
 for again (`error{resend_from}`) and nothing after it is recorded until it comes again, so none is
@@ -97,8 +98,9 @@ class GatewayHandler(Protocol):
 
     async def job_log(self, node_key: Pubkey, line: JobLog) -> None: ...
 
-    async def usage(self, node_key: Pubkey, receipt: UsageReceiptMessage) -> None:
-        """Record the (signature-checked) receipt durably; the gateway acks it after this returns."""
+    async def usage(self, node_key: Pubkey, receipt: UsageReceiptMessage) -> str | None:
+        """Record the (signature-checked) receipt durably; the gateway acks it after this returns
+        None. Else the reason it is refused (not recorded, not acked: a share the node never held)."""
 
     async def checkpoint(self, node_key: Pubkey, checkpoint: Checkpoint) -> None: ...
 
@@ -325,7 +327,11 @@ class Gateway:
                     raise _Refused(
                         CLOSE_UNAUTHORISED, f"usage receipt of lease {message.lease} is not signed by this node"
                     )
-                await h.usage(node_key, message)
+                if (refused := await h.usage(node_key, message)) is not None:
+                    # not acked, and the session stays: an honest worker keeps it and offers it again
+                    # after a reconnect, and is refused again; nothing is stored
+                    await ws.send(encode(Error(message=refused)))
+                    return
                 ack = UsageAck(
                     lease=message.lease, epoch=message.epoch, gpu_seconds=message.gpu_seconds, through=message.through
                 )

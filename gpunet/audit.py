@@ -23,6 +23,7 @@ from solders.signature import Signature
 from gpunet.accounts import fetch, resolve_provider
 from gpunet.history import ChainTransaction, node_keys, transactions_of
 from gpunet.jobs import CoordinatorError
+from gpunet.json_input import NotJson, parse_json
 from gpunet.pda import lease_vault_pda, stake_vault_pda
 from gpunet.tokens import token_balance
 
@@ -148,10 +149,10 @@ async def _served_evidence(coordinator: str, signature: Signature) -> list[dict[
     if response.status_code == 404:
         return []
     try:
-        body = response.json()
-    except ValueError:
+        body = parse_json(response.content)
+    except NotJson:  # nested too deep included: an answer, not a crash
         body = {"error": response.text[:200]}
-    if response.status_code >= 400 or not isinstance(body.get("items"), list):
+    if response.status_code >= 400 or not isinstance(body, dict) or not isinstance(body.get("items"), list):
         raise CoordinatorError(f"the coordinator refused ({response.status_code}): {body.get('error', body)}")
     return list(body["items"])
 

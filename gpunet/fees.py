@@ -24,6 +24,7 @@ from solders.instruction import Instruction
 from solders.pubkey import Pubkey
 
 from gpunet.errors import GpunetError
+from gpunet.json_input import parse_json
 
 __all__ = ["MAX_COMPUTE_UNITS", "Budget", "FeeError", "FeePolicy", "recent_fees", "with_budget"]
 
@@ -102,7 +103,7 @@ async def recent_fees(client: AsyncClient, writable: Sequence[Pubkey]) -> list[i
     # solana-py has no call (nor a typed body) for this method: its provider sends our own JSON body
     provider: Any = client._provider
     raw = await provider.make_request_unparsed(_Request("getRecentPrioritizationFees", [[str(a) for a in writable]]))
-    answer = json.loads(raw)
-    if "error" in answer or not isinstance(answer.get("result"), list):
+    answer = parse_json(raw)  # NotJson, never RecursionError, for an RPC node's malformed answer
+    if not isinstance(answer, dict) or "error" in answer or not isinstance(answer.get("result"), list):
         return []  # a node without the method: no priority fee rather than no transaction
     return [int(entry.get("prioritizationFee", 0)) for entry in answer["result"] if isinstance(entry, dict)]

@@ -22,6 +22,7 @@ from solders.pubkey import Pubkey
 from gpunet.accounts import fetch
 from gpunet.checkpoint import SignedManifest, lease_key, open_checkpoint, seal_key
 from gpunet.errors import GpunetError
+from gpunet.json_input import NotJson, parse_json
 from gpunet.protocol import (
     RAY_AUTH_TOKEN,
     CheckpointFile,
@@ -79,8 +80,8 @@ async def _request(method: str, url: str, **kwargs: Any) -> tuple[int, Any]:
     except httpx.HTTPError as e:
         raise CoordinatorError(f"cannot reach the coordinator at {url}: {type(e).__name__}: {e}") from None
     try:
-        body = response.json()
-    except ValueError:
+        body = parse_json(response.content)
+    except NotJson:  # nested too deep included: an answer, not a crash
         body = {"error": response.text[:200]}
     return response.status_code, body
 

@@ -58,6 +58,7 @@ from solders.pubkey import Pubkey
 from solders.signature import Signature
 
 from gpunet.errors import GpunetError
+from gpunet.json_input import NotJson, parse_json
 from gpunet.limits import MAX_GPUS_PER_NODE, MAX_LEASE_NODES
 from gpunet.usage import Receipt
 
@@ -811,8 +812,8 @@ def _parse(adapter: TypeAdapter[Any], raw: str | bytes, direction: str) -> Any:
     if len(raw) > MAX_MESSAGE_BYTES:
         raise ProtocolError(f"message of {len(raw)} bytes is over the {MAX_MESSAGE_BYTES}-byte limit")
     try:
-        value = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        value = parse_json(raw)
+    except NotJson as e:  # nested too deep included: a clear refusal, never an error of the gateway's own
         raise ProtocolError(f"not JSON: {e}") from None
     if not isinstance(value, dict):
         raise ProtocolError("a message must be a JSON object")

@@ -27,6 +27,7 @@ from gpunet.checkpoint import (
     sign_manifest,
     signed_headers,
 )
+from gpunet.json_input import parse_json
 from gpunet.protocol import MAX_CHECKPOINT_BYTES, CheckpointFile
 
 __all__ = [
@@ -266,7 +267,7 @@ class CheckpointStoreClient:
         signed = sign_manifest(self.node, manifest)
         body = signed.model_dump_json().encode()
         t = time.perf_counter()
-        missing = self._request("POST", f"{self.base}/missing", body).json()["missing"]
+        missing = parse_json(self._request("POST", f"{self.base}/missing", body).content)["missing"]
         stats.seconds_transfer += time.perf_counter() - t
         for cid in missing:
             path, index = self._where[cid]
@@ -314,7 +315,7 @@ class CheckpointStoreClient:
 
     def _restore_newest(self, directory: Path, stats: RestoreStats) -> None:
         t = time.perf_counter()
-        seqs = self._request("GET", f"{self.base}/manifests{self._of_rank}").json()["seqs"]
+        seqs = parse_json(self._request("GET", f"{self.base}/manifests{self._of_rank}").content)["seqs"]
         stats.seconds_transfer += time.perf_counter() - t
         for seq in seqs:
             try:

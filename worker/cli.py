@@ -27,6 +27,7 @@ from gpunet.amounts import format_io
 from gpunet.catalog import gpu_model_name, region_name
 from gpunet.cluster import ClusterError, resolve_cluster
 from gpunet.exits import Exit
+from gpunet.json_input import NotJson, parse_json
 from gpunet.keys import KeypairFileError, load_node_keypair
 from gpunet.protocol import GpuTelemetry, Inventory
 from worker.agent import Agent, SandboxUnavailable, StateDirUnusable, WorkerSettings
@@ -416,8 +417,8 @@ def _coordinator_telemetry(api_url: str, node: Keypair) -> dict[str, Any]:
     except httpx.HTTPError as e:
         return {"error": f"cannot reach the coordinator at {api_url}: {type(e).__name__}: {e}"}
     try:
-        body = answer.json()
-    except ValueError:
+        body = parse_json(answer.content)
+    except NotJson:
         body = {}
     if answer.status_code != 200 or not isinstance(body, dict) or not isinstance(body.get("gpus"), list):
         why = body.get("error") if isinstance(body, dict) else None

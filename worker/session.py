@@ -16,7 +16,6 @@ Usage receipts have their own, durable, path: the journal.
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import secrets
 from collections import deque
@@ -28,6 +27,7 @@ from solders.keypair import Keypair
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
+from gpunet.json_input import NotJson, parse_json
 from gpunet.logs import get_logger
 from gpunet.protocol import (
     CLOSE_MALFORMED,
@@ -352,9 +352,9 @@ def refusal(raw: str | bytes, error: ProtocolError, simulated: bool) -> Ack:
     """The ack that refuses an unreadable coordinator message, naming its type when it has one."""
     of = "?"
     try:
-        value = json.loads(raw)
+        value = parse_json(raw)
         if isinstance(value, dict) and isinstance(value.get("type"), str):
             of = value["type"][:64]
-    except (ValueError, TypeError):
+    except NotJson:
         pass
     return Ack(simulated=simulated, of=of, error=str(error)[:4096])

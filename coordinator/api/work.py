@@ -36,6 +36,7 @@ from coordinator.scheduler import LeaseRequest, NotPlaced, Placement, Scheduler,
 from gpunet import instructions as ix
 from gpunet.amounts import escrow_for
 from gpunet.catalog import CatalogError, gpu_model_name, region, region_name
+from gpunet.json_input import NotJson, parse_json
 from gpunet.limits import ANY, MAX_GPUS_PER_NODE, MAX_LEASE_GPUS, MAX_LEASE_NODES
 from gpunet.protocol import (
     REQUEST_AT_HEADER,
@@ -168,8 +169,8 @@ def _error(status: int, message: str) -> JSONResponse:
 
 def _json_body(body: bytes) -> Any:
     try:
-        return json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        return parse_json(body)
+    except NotJson as e:  # nested too deep included (the standard parser's RecursionError answered 500)
         raise BadRequest(f"the body is not JSON: {e}") from None
 
 

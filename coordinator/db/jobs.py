@@ -122,17 +122,27 @@ async def current_job(conn: Connection, lease: str) -> Job | None:
     return Job(row["number"], spec, row["gpus_per_node"])
 
 
-# A node's assignment of a lease under an epoch, while it is still one of the lease's nodes.
+# A node's assignment of a lease under an epoch, while it is still one of the lease's nodes. A
+# message without an epoch matches only an assignment indexed before epochs existed (assigned_by
+# NULL): every share assigned since is dispatched with its epoch, and a worker that sends none is
+# too old to be fenced, so it is refused rather than believed.
 _CURRENT_SHARE = """SELECT 1 FROM assignments a JOIN leases l USING (lease)
                     WHERE a.lease = {lease} AND a.node_key = {node_key} AND a.node = ANY(l.nodes)
                       AND (a.assigned_by IS NULL OR a.assigned_by = {epoch})"""
+# A job the lease has had (its current one or an earlier one): a node cannot speak for a job the
+# client has not submitted yet (a `succeeded` recorded ahead would end the job before it ran).
+_SUBMITTED_JOB = "SELECT 1 FROM jobs j WHERE j.lease = {lease} AND j.number >= {number}"
+# The nodes that ever held a share of the lease: only what they said counts for its jobs (rows
+# recorded before the fence was whole, from nodes the lease was never on, are never read).
+_EVER_HELD = "SELECT h.node_key FROM assignments h WHERE h.lease = {lease}"
 
 
 async def record_job_event(conn: Connection, node_key: NodeKey, message: JobStatus | JobLog) -> bool:
     """Once per numbered message (a worker sends again what it was not sure was recorded), and only
-    of the node's current share (`of_current_share`, checked in the same statement: this is every log
-    line's path). False when refused as not of it. NUL, which PostgreSQL text cannot hold, becomes
-    U+FFFD: a line that could never be recorded would otherwise hold up everything after it."""
+    of the node's current share and a job the lease has had (`of_current_share`, checked in the same
+    statement: this is every log line's path). False when refused as not of them. NUL, which
+    PostgreSQL text cannot hold, becomes U+FFFD: a line that could never be recorded would otherwise
+    hold up everything after it."""
     values: tuple[Any, ...]
     if isinstance(message, JobStatus):
         values = ("status", message.state, message.exit_code, message.detail.replace("\x00", "\ufffd"), None, None)
@@ -143,7 +153,8 @@ async def record_job_event(conn: Connection, node_key: NodeKey, message: JobStat
               (lease, job_number, node_key, origin, n, kind, state, exit_code, detail, stream, line)
             SELECT $1::text, $2::integer, $3::text, $4::text, $5::bigint, $6::text, $7::text, $8::integer, $9::text,
                    $10::text, $11::text
-            WHERE $12::text IS NULL OR EXISTS ({_CURRENT_SHARE.format(lease="$1", node_key="$3", epoch="$12")})
+            WHERE EXISTS ({_CURRENT_SHARE.format(lease="$1", node_key="$3", epoch="$12")})
+              AND EXISTS ({_SUBMITTED_JOB.format(lease="$1", number="$2")})
             ON CONFLICT (node_key, origin, n) WHERE n IS NOT NULL DO NOTHING""",
         message.lease,
         message.job_number,
@@ -153,8 +164,10 @@ async def record_job_event(conn: Connection, node_key: NodeKey, message: JobStat
         *values,
         message.epoch,
     )
-    # nothing inserted: a repeat of a recorded message, or one of a share the node no longer holds
-    return status.endswith(" 1") or await of_current_share(conn, node_key, message.lease, message.epoch)
+    # nothing inserted: a repeat of a recorded message, or one of a share the node does not hold
+    return status.endswith(" 1") or await of_current_share(
+        conn, node_key, message.lease, message.epoch, message.job_number
+    )
 
 
 async def cap_logs(conn: Connection, lease: str, keep: int) -> int:
@@ -168,23 +181,31 @@ async def cap_logs(conn: Connection, lease: str, keep: int) -> int:
     return int(status.split()[-1])
 
 
-async def of_current_share(conn: Connection, node_key: NodeKey, lease: str, epoch: str | None) -> bool:
-    """Whether a job status or log line the node sent about `lease` under assignment `epoch` is of
-    its current share: the node is still one of the lease's nodes (also once the lease is closed:
-    a job's last lines arrive after its end) and its assignment is of that epoch. A message without
-    an epoch (an older worker) is not checked."""
-    if epoch is None:
-        return True
+async def of_current_share(
+    conn: Connection, node_key: NodeKey, lease: str, epoch: str | None, job_number: int = 1
+) -> bool:
+    """Whether a job status or log line the node sent about job `job_number` of `lease` under
+    assignment `epoch` is of its current share: the node is still one of the lease's nodes (also
+    once the lease is closed: a job's last lines arrive after its end), its assignment is of that
+    epoch (a message without one only for an assignment indexed before epochs), and the lease has
+    had that job."""
     return await conn.fetchval(
-        f"SELECT EXISTS ({_CURRENT_SHARE.format(lease='$1', node_key='$2', epoch='$3')})", lease, str(node_key), epoch
+        f"""SELECT EXISTS ({_CURRENT_SHARE.format(lease="$1", node_key="$2", epoch="$3")})
+                   AND EXISTS ({_SUBMITTED_JOB.format(lease="$1", number="$4")})""",
+        lease,
+        str(node_key),
+        epoch,
+        job_number,
     )
 
 
 async def job_states(conn: Connection, lease: str, number: int) -> dict[NodeKey, str]:
-    """The latest state of job `number` of `lease` on each node that reported it."""
+    """The latest state of job `number` of `lease` on each node that reported it and held a share
+    of the lease: a job's end counts only from a node that held it."""
     rows = await conn.fetch(
         "SELECT DISTINCT ON (node_key) node_key, state FROM job_events "
-        "WHERE lease = $1 AND job_number = $2 AND kind = 'status' ORDER BY node_key, id DESC",
+        f"WHERE lease = $1 AND job_number = $2 AND kind = 'status' AND node_key IN ({_EVER_HELD.format(lease='$1')}) "
+        "ORDER BY node_key, id DESC",
         lease,
         number,
     )
@@ -194,15 +215,16 @@ async def job_states(conn: Connection, lease: str, number: int) -> dict[NodeKey,
 async def record_checkpoint(conn: Connection, node_key: NodeKey, checkpoint: Checkpoint) -> bool:
     """Keeps the checkpoint as the latest of the node's rank in the lease (its place in the lease's
     nodes, as the ledger has it), only from a node that holds a share of the running lease now,
-    under the assignment epoch the checkpoint names (if it names one): a node whose share moved must
-    not overwrite the new node's progress, nor one rank another's. False if refused."""
+    under the assignment epoch the checkpoint names (none: only an assignment indexed before epochs,
+    as for job events): a node whose share moved must not overwrite the new node's progress, nor one
+    rank another's. False if refused."""
     status = await conn.execute(
         """INSERT INTO checkpoints (lease, rank, node_key, files)
            SELECT $1, array_position(l.nodes, a.node) - 1, $2, $3
            FROM assignments a JOIN leases l USING (lease)
            WHERE a.lease = $1 AND a.node_key = $2 AND a.active AND l.status = 'active'
              AND array_position(l.nodes, a.node) IS NOT NULL
-             AND ($4::text IS NULL OR a.assigned_by IS NULL OR a.assigned_by = $4)
+             AND (a.assigned_by IS NULL OR a.assigned_by = $4::text)
            LIMIT 1
            ON CONFLICT (lease, rank) DO UPDATE SET node_key = $2, files = $3, received_at = clock_timestamp()""",
         checkpoint.lease,
@@ -312,9 +334,11 @@ async def job_view(
     )
     if job is None and placement is None:
         return None
+    held = _EVER_HELD.format(lease="$1")  # the client sees only what the lease's own nodes said
     statuses = await conn.fetch(
         "SELECT DISTINCT ON (node_key) node_key, state, exit_code, detail, at FROM job_events "
-        "WHERE lease = $1 AND job_number = $2 AND kind = 'status' ORDER BY node_key, id DESC",
+        f"WHERE lease = $1 AND job_number = $2 AND kind = 'status' AND node_key IN ({held}) "
+        "ORDER BY node_key, id DESC",
         lease,
         job["number"] if job else 1,
     )
@@ -322,7 +346,7 @@ async def job_view(
         logs = (
             await conn.fetch(
                 "SELECT id, node_key, job_number, stream, line FROM job_events WHERE lease = $1 "
-                "AND kind = 'log' AND id > $2 ORDER BY id DESC LIMIT $3",
+                f"AND kind = 'log' AND id > $2 AND node_key IN ({held}) ORDER BY id DESC LIMIT $3",
                 lease,
                 after,
                 tail,
@@ -331,7 +355,7 @@ async def job_view(
         return job, placement, statuses, logs, False
     logs = await conn.fetch(
         "SELECT id, node_key, job_number, stream, line FROM job_events WHERE lease = $1 "
-        "AND kind = 'log' AND id > $2 ORDER BY id LIMIT $3",
+        f"AND kind = 'log' AND id > $2 AND node_key IN ({held}) ORDER BY id LIMIT $3",
         lease,
         after,
         page + 1,
@@ -363,15 +387,20 @@ async def sealed_secrets(conn: Connection, lease: str, number: int) -> dict[str,
 
 
 async def supplies_lease(conn: Connection, lease: str, wallet: str) -> bool:
-    """Whether `wallet` is the supplier (provider authority) of a node the lease is placed on or its
-    job ran on."""
+    """Whether `wallet` is the supplier (provider authority) of a node that holds one of the lease's
+    shares now (one of its nodes, as the chain's events leave them: also once it is closed), or
+    held one while the lease's current job was there to run (its share moved away after the job
+    was submitted). Only the chain's events and the client's submission decide it: nothing a node
+    sends makes its supplier one."""
     return bool(
         await conn.fetchval(
             """SELECT EXISTS (
-                 SELECT 1 FROM nodes n JOIN providers p USING (provider)
-                 WHERE p.authority = $2 AND n.node_key IN (
-                   SELECT a.node_key FROM assignments a WHERE a.lease = $1
-                   UNION SELECT e.node_key FROM job_events e WHERE e.lease = $1))""",
+                 SELECT 1 FROM assignments a JOIN leases l USING (lease) JOIN providers p ON p.provider = a.provider
+                 WHERE a.lease = $1 AND p.authority = $2
+                   AND (a.node = ANY(l.nodes) OR EXISTS (
+                     SELECT 1 FROM events e JOIN jobs j ON j.lease = e.lease
+                     WHERE e.lease = $1 AND e.name = 'LeaseReassigned' AND e.data->>'from_node' = a.node
+                       AND e.block_time >= extract(epoch FROM j.submitted_at))))""",
             lease,
             wallet,
         )

@@ -9,6 +9,8 @@ from typing import Any
 
 import httpx
 
+from gpunet.json_input import parse_json
+
 __all__ = ["ChainRpc", "RpcError"]
 
 _PAGE = 1000  # getSignaturesForAddress's largest page
@@ -32,7 +34,7 @@ class ChainRpc:
         try:
             response = await self._http.post(self.url, json=body)
             response.raise_for_status()
-            return response.json()
+            return parse_json(response.content)  # NotJson (nested too deep included) is a ValueError
         except (httpx.HTTPError, ValueError) as e:
             raise RpcError(f"{self.url}: {type(e).__name__}: {e}") from e
 

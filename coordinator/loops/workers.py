@@ -46,6 +46,7 @@ __all__ = ["WorkerMessages"]
 log = get_logger("gpunet.coordinator.workers")
 
 CAP_EVERY = 1_000  # log lines of a lease between two cuts of its log to the cap
+STALE_TOLD = 1_000  # shares a node is told it does not hold, at most (then refused without a word)
 
 
 class WorkerMessages:
@@ -66,7 +67,9 @@ class WorkerMessages:
         self.pool, self.chain, self.shared, self.fleet, self.link = pool, chain, shared, fleet, link
         self.outages, self.dispatch, self.drain, self.verification = outages, dispatch, drain, verification
         self.log_lines_per_lease = log_lines_per_lease
-        self._stale_told: set[tuple[NodeKey, str, str | None]] = set()  # (node, lease, epoch) told it moved
+        # node -> the (lease, epoch) it was told it does not hold; at most STALE_TOLD a node (a node may
+        # name any lease and epoch: what it was told must not grow without end)
+        self._stale_told: dict[NodeKey, set[tuple[str, str | None]]] = {}
         self._lines_since_cap: dict[str, int] = {}  # lease -> log lines recorded since its log was last cut
 
     async def admit(self, node_key: NodeKey, hello: Hello) -> str | NotRegistered | None:
@@ -138,28 +141,38 @@ class WorkerMessages:
                 log.info("job.log_cut", lease=line.lease, lines=cut, cap=self.log_lines_per_lease)
 
     async def _record_job_event(self, node_key: NodeKey, message: JobStatus | JobLog) -> bool:
-        """One job, one place: what a node says about a share it no longer holds (of an earlier
-        assignment epoch) is not recorded; the node is told once per share and epoch."""
+        """One job, one place: what a node says about a share it does not hold now (of an earlier
+        assignment epoch, of another node's lease, or with no epoch at all: a worker too old to be
+        fenced), or about a job the lease has not had, is not recorded; the node is told once per
+        share and epoch."""
         async with self.pool.acquire() as conn:
             if await jobs.record_job_event(conn, node_key, message):
                 return True
-        if (key := (node_key, message.lease, message.epoch)) not in self._stale_told:
-            self._stale_told.add(key)
+        told = self._stale_told.setdefault(node_key, set())
+        if (key := (message.lease, message.epoch)) not in told and len(told) < STALE_TOLD:
+            told.add(key)
             # not its current share: refused
             log.warning("job.stale", node=node_key, lease=message.lease, epoch=message.epoch)
             with contextlib.suppress(Exception):
                 await self.link.send(
                     node_key,
                     Error(
-                        message=f"job messages of lease {message.lease} refused: "
-                        f"this node no longer holds that share (it moved)"
+                        message=f"job messages of lease {message.lease} refused: this node does not hold "
+                        "that share now (it moved, or the message names no assignment epoch: upgrade the "
+                        "worker), or the lease has no such job"
                     ),
                 )
         return False
 
-    async def usage(self, node_key: NodeKey, receipt: UsageReceiptMessage) -> None:
+    async def usage(self, node_key: NodeKey, receipt: UsageReceiptMessage) -> str | None:
         async with self.pool.acquire() as conn:
-            await usage_receipts.record_receipt(conn, node_key, receipt)
+            if await usage_receipts.record_receipt(conn, node_key, receipt):
+                return None
+        log.warning("usage.refused", node=node_key, lease=receipt.lease, epoch=receipt.epoch)
+        return (
+            f"usage receipt of lease {receipt.lease} refused: this node never held its share of "
+            f"assignment epoch {receipt.epoch}"
+        )
 
     async def checkpoint(self, node_key: NodeKey, checkpoint: Checkpoint) -> None:
         async with self.pool.acquire() as conn:
@@ -185,7 +198,11 @@ class WorkerMessages:
             log.warning("worker.refused", node=node_key, of=ack.of, lease=ack.lease, error=ack.error)
             self.verification.refused(node_key, ack)
             if ack.unable and ack.of == "dispatch" and ack.lease is not None:
-                await self.verification.refused_dispatch(node_key, ack.lease, ack.error)
+                # a node speaks only for its own shares: a lease it does not hold is not moved for it
+                async with self.pool.acquire() as conn:
+                    holds = await jobs.holds_share(conn, ack.lease, str(node_key))
+                if holds:
+                    await self.verification.refused_dispatch(node_key, ack.lease, ack.error)
 
     async def verify_commit(self, node_key: NodeKey, commit: VerifyCommit) -> None:
         self.verification.committed(node_key, commit)

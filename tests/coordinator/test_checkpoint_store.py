@@ -315,6 +315,29 @@ def test_only_nodes_of_the_lease_with_their_own_signature_reach_the_store(tmp_pa
     assert r.status_code == 403
 
 
+def test_malformed_chunk_ids_ranks_and_sequence_numbers_are_refused_with_a_4xx(server, nodes):
+    """Each signed by a node of the lease, so it passes the signature check and reaches the route's
+    own parsing: a 4xx that says what is wrong, never a 500 (and never a path into the store)."""
+    base = f"/leases/{LEASE}/checkpoint"
+
+    def get(path: str, encoded: str | None = None) -> httpx.Response:
+        # the node signs the path as the server decodes it; sent percent-encoded so that no client
+        # folds "." and ".." away before the server sees them
+        return httpx.get(server.url + (encoded or path), headers=signed_headers(nodes[0], "GET", path))
+
+    for cid, encoded in ((".", "%2E"), ("..", "%2E%2E"), ("\u00b2", "%C2%B2")):
+        r = get(f"{base}/chunks/{cid}", f"{base}/chunks/{encoded}")
+        assert r.status_code == 400 and "64-hex SHA-256" in r.json()["error"], (cid, r.status_code, r.text)
+    r = get(f"{base}/manifests?rank=%C2%B2")  # a query is signed as sent
+    assert r.status_code == 400 and "is not a rank" in r.json()["error"], r.text
+    for seq, encoded in (("\u00b2", "%C2%B2"), ("9" * 5000, "9" * 5000)):
+        r = get(f"{base}/manifests/{seq}", f"{base}/manifests/{encoded}")
+        assert r.status_code == 404 and r.json() == {"error": "no such checkpoint"}, r.text
+    # the controls: a well-formed id of no chunk, and the first rank's manifests
+    assert get(f"{base}/chunks/{chunk_id(b'none')}").status_code == 404
+    assert get(f"{base}/manifests?rank=0").json() == {"seqs": []}
+
+
 def test_a_manifest_signed_by_a_key_that_never_was_a_node_of_the_lease_is_not_restored(tmp_path, server, nodes):
     """A rogue node key plants a manifest in the store (straight into the blob store, as the routes
     refuse it: see the next test) naming the lease's own chunks, newer than the honest one: the

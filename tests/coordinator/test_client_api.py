@@ -40,6 +40,7 @@ from gpunet.checkpoint import (
     open_checkpoint,
     seal_chunk,
     sign_manifest,
+    signed_headers,
 )
 from gpunet.jobs import job_logs, lease_files
 from gpunet.keys import create_keypair_file
@@ -76,9 +77,10 @@ async def placed_api(node, pool, database_url):
 
 
 @contextlib.asynccontextmanager
-async def serving(node, pool, database_url, assign: bool):
+async def serving(node, pool, database_url, assign: bool, nodes: int = 2):
+    """`nodes` registered nodes (the lease is assigned to nodes 0 and 1 when `assign`)."""
     async with AsyncClient(node.url, commitment=Confirmed) as chain:
-        world = await Cluster().build(chain, assign=assign)
+        world = await Cluster().build(chain, nodes=nodes, assign=assign)
         settings = live_settings(node, database_url)
         coordinator = await Coordinator(settings, pool, world.admin).start()
         rpc = ChainRpc(settings.rpc_url, settings.commitment)
@@ -811,3 +813,39 @@ async def test_a_signature_answered_by_one_replica_is_refused_by_another(api) ->
         assert replayed.status_code == 401 and "stale or replayed" in replayed.json()["error"]
         fresh = await other.get(url, headers=_signed_files(lease, world.client_wallet))
         assert fresh.status_code == 404 and "has no checkpoint yet" in fresh.json()["error"]
+
+
+async def test_json_nested_thousands_deep_is_a_400_on_every_route_that_takes_a_body(placed_api) -> None:
+    """Each request signed as its route asks (so it reaches the parsing), and refused there with a
+    400 that says so; nothing is stored. (The standard library's parser raised RecursionError on it:
+    a 500.)"""
+    http, world, pool, _ = placed_api
+    lease, client, node = world.lease, world.client_wallet, world.nodes[0][1]
+    deep = ("[" * 2000 + "]" * 2000).encode()  # past the standard parser's stack, within every route's size limit
+    routes = [
+        ("POST", f"/leases/{lease}/job", None),  # the job submission carries its own signature
+        ("POST", f"/leases/{lease}/secrets", client),
+        ("POST", f"/leases/{lease}/checkpoint-key", client),
+        ("POST", "/slashing/resume", None),  # signed inside, by the attester
+        ("POST", f"/leases/{lease}/checkpoint/missing", node),  # signed by a node of the lease
+        ("PUT", f"/leases/{lease}/checkpoint/manifests/1", node),
+    ]
+    for method, path, signer in routes:
+        headers = {}
+        if signer is client:
+            headers = _signed(client, path, method=method, body=deep)
+        elif signer is node:
+            headers = signed_headers(node, method, path, deep)
+        response = await http.request(method, path, content=deep, headers=headers)
+        assert response.status_code == 400, (path, response.status_code, response.text)
+        assert "recursion limit exceeded" in response.json()["error"], (path, response.text)
+    async with pool.acquire() as conn:
+        assert [
+            await conn.fetchval(f"SELECT count(*) FROM {t}") for t in ("jobs", "job_secrets", "checkpoint_keys")
+        ] == [
+            0,
+            0,
+            0,
+        ]
+    # the control: the same route takes a well-formed body
+    assert (await http.post(f"/leases/{lease}/job", json=_body(world, JobSpec(command=["t"])))).status_code == 201

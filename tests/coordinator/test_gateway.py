@@ -128,6 +128,10 @@ async def _wait(predicate, timeout: float = 10.0) -> None:
 
 async def test_an_unregistered_node_a_wrong_answer_and_another_version_are_refused(gateway) -> None:
     gw, recorder, node = gateway
+    async with connect(gw.url) as ws:  # a first message nested too deep: malformed, refused as such
+        await ws.send(DEEP.replace('"heartbeat"', '"hello"'))
+        code, reason = await _closed_with(ws)
+        assert code == CLOSE_MALFORMED and "not JSON" in reason
     async with connect(gw.url) as ws:
         await ws.send(hello(Keypair()))
         code, reason = await _closed_with(ws)
@@ -145,6 +149,11 @@ async def test_an_unregistered_node_a_wrong_answer_and_another_version_are_refus
     assert recorder.events == [] and not gw.online(node.pubkey())
 
 
+# JSON nested past any recursive parser's stack (the standard library's raised RecursionError, and the
+# gateway closed with 1011, its own internal error, for what is the worker's malformed message)
+DEEP = '{"type": "heartbeat", "simulated": true, "healthy": true, "gpus": ' + "[" * 5000 + "]" * 5000 + "}"
+
+
 @pytest.mark.parametrize(
     ("frame", "code", "reason"),
     [
@@ -157,6 +166,7 @@ async def test_an_unregistered_node_a_wrong_answer_and_another_version_are_refus
             CLOSE_MALFORMED,
             "handshake",
         ),
+        (DEEP, CLOSE_MALFORMED, "not JSON: recursion limit exceeded"),
     ],
 )
 async def test_bad_messages_close_the_session_with_their_code_and_reach_nothing(gateway, frame, code, reason) -> None:

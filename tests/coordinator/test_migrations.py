@@ -66,3 +66,38 @@ async def test_a_failing_migration_changes_nothing(database_url, monkeypatch):
         assert await conn.fetchval("SELECT to_regclass('events')") is None
     finally:
         await conn.close()
+
+
+async def test_receipts_and_job_lines_of_shares_never_held_go_and_the_held_ones_stay(database_url, monkeypatch):
+    """0020: what a node said of shares it never held, stored before the gateway checked, is deleted;
+    the rows of an assignment the ledger has (the control) are kept."""
+    module = importlib.import_module("coordinator.db.migrate")
+    everything = migrations()
+    monkeypatch.setattr(module, "migrations", lambda: [m for m in everything if m.version < 20])
+    conn = await asyncpg.connect(database_url)
+    try:
+        await migrate(conn)
+        await conn.execute(
+            """INSERT INTO assignments (lease, node, node_key, provider, gpus, price_per_gpu_hour, settled_until,
+                 gpu_seconds, active, signature, epoch)
+               VALUES ('lease', 'node', 'held', 'p', 2, 1, 0, 0, true, 's', 1)"""
+        )
+        for node_key, epoch, lease in (("held", 1, "lease"), ("held", 2, "lease"), ("stranger", 1, "lease")):
+            await conn.execute(
+                "INSERT INTO usage_receipts (lease, node_key, epoch, gpu_seconds, through, final, signature, "
+                "simulated) VALUES ($1, $2, $3, 1, 1, false, 's', true)",
+                lease,
+                node_key,
+                epoch,
+            )
+        for node_key in ("held", "stranger"):
+            await conn.execute(
+                "INSERT INTO job_events (lease, node_key, kind, line) VALUES ('lease', $1, 'log', 'a line')", node_key
+            )
+        monkeypatch.setattr(module, "migrations", lambda: everything)
+        assert 20 in await migrate(conn)
+        receipts = await conn.fetch("SELECT node_key, epoch FROM usage_receipts")
+        assert [(r["node_key"], int(r["epoch"])) for r in receipts] == [("held", 1)]
+        assert [r["node_key"] for r in await conn.fetch("SELECT node_key FROM job_events")] == ["held"]
+    finally:
+        await conn.close()

@@ -27,6 +27,7 @@ from gpunet.protocol import (
     Hello,
     Inventory,
     JobLog,
+    JobSpec,
     JobStatus,
 )
 
@@ -121,8 +122,13 @@ async def test_a_slashed_node_that_comes_back_is_admitted_and_told_to_cancel_the
         assert gateway.sent == []
 
         # One job, one place: the returning node's stale checkpoint never replaces the holders' one.
+        async with pool.acquire() as conn:
+            epochs = {s.node_key: s.assigned_by for s in await ledger.active_shares(conn, lease=str(c.lease))}
         await workers.checkpoint(
-            spare, Checkpoint(simulated=True, lease=str(c.lease), files=[CheckpointFile.of("step", b"42")])
+            spare,
+            Checkpoint(
+                simulated=True, lease=str(c.lease), files=[CheckpointFile.of("step", b"42")], epoch=epochs[spare]
+            ),
         )
         await workers.checkpoint(
             lost, Checkpoint(simulated=True, lease=str(c.lease), files=[CheckpointFile.of("step", b"7")])
@@ -150,6 +156,8 @@ async def test_job_messages_of_an_earlier_assignment_epoch_are_refused(three_nod
             )
 
     old_epoch = await eventually(lambda: epoch_of(lost), what="the assignment indexed with its epoch")
+    async with pool.acquire() as conn:  # the client's job (what the nodes run and speak of)
+        assert await jobs.save_job(conn, lease, 1, JobSpec(command=["train"]), 2, str(c.client_wallet.pubkey()), "s")
     await attester.slash(lost, "MissedHeartbeats", {"node": str(lost), "lease": lease}, lease=c.lease)
     await attester.reassign(c.lease, lost, c.share(2))
     new_epoch = await eventually(lambda: epoch_of(spare), what="the spare's assignment indexed")

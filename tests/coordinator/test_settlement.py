@@ -200,7 +200,10 @@ async def test_a_lease_metered_every_second_pays_exactly_its_receipts_whatever_t
     assert short.metrics.registry.get_sample_value("gpunet_coordinator_settlement_lag_seconds") == 0
 
 
-async def test_a_coordinator_restart_between_metering_and_settlement_loses_nothing(cluster, pool, fence) -> None:
+async def test_a_coordinator_restart_between_metering_and_settlement_loses_nothing(
+    cluster, pool, indexer, fence
+) -> None:
+    await _indexed(pool, cluster)  # receipts are recorded only of shares the ledger has
     newest = await _meter(pool, cluster, 3)  # recorded by the coordinator that then stops, unsettled
     restarted = _settlement(pool, cluster, 3_600, fence)  # a new process over the same database
     await restarted.settle()
@@ -211,3 +214,67 @@ async def test_a_coordinator_restart_between_metering_and_settlement_loses_nothi
     assert (await fetch(cluster.client, cluster.lease, "Lease")).paid == lease.paid
     async with pool.acquire() as conn:
         assert await usage.pending_receipts(conn) == []
+
+
+async def test_junk_receipts_stored_before_the_gateway_checked_never_stop_an_honest_settlement(
+    cluster, pool, indexer, fence
+) -> None:
+    await _indexed(pool, cluster)
+    await cluster.wait_for_period(2)
+    # 600 receipts node 0 signed for made-up leases whose addresses sort first, as a coordinator
+    # stored them before its gateway checked what a node holds: more than the settlement window
+    node_key, receipt = cluster.nodes[0][1], cluster.receipt(0, 2).receipt
+    async with pool.acquire() as conn:
+        for i in range(1, 601):
+            made_up = Pubkey(bytes(30) + i.to_bytes(2, "big"))
+            await conn.execute(
+                "INSERT INTO usage_receipts (lease, node_key, epoch, gpu_seconds, through, final, signature, "
+                "simulated) VALUES ($1, $2, $3, $4, $5, false, $6, true)",
+                str(made_up),
+                str(node_key.pubkey()),
+                receipt.epoch,
+                receipt.gpu_seconds,
+                receipt.through,
+                str(Signature.from_bytes(receipt.signature(made_up, node_key))),
+            )
+    honest = cluster.receipt(1, 2)
+    await _record(pool, honest)
+    before = await cluster.earned(1)
+    settlement = _settlement(pool, cluster, 0, fence)  # every receipt is due at once
+    await settlement.step()
+    lease = await fetch(cluster.client, cluster.lease, "Lease")
+    share = list(lease.assignments)[1]
+    assert share.receipt_gpu_seconds == honest.receipt.gpu_seconds  # the honest supplier's settlement went through
+    assert lease.paid + lease.fees == cost(honest.receipt.gpu_seconds)  # to the base unit
+    assert await cluster.earned(1) - before == lease.paid
+    # the junk is no settlement's business: not in the queue, never sent
+    assert settlement.metrics.registry.get_sample_value("gpunet_coordinator_settlement_queue") == 0
+    async with pool.acquire() as conn:
+        assert await conn.fetchval("SELECT count(*) FROM usage_receipts WHERE status = 'refused'") == 0
+
+
+async def test_the_settlement_window_takes_the_nodes_receipts_in_turn(pool) -> None:
+    """However many real shares one node has pending, a window holds every node's first before
+    anyone's second: no node's receipts keep another's out (rows as the indexer and the gateway
+    leave them; the window's order is the ledger's)."""
+    busy, other = Keypair().pubkey(), Keypair().pubkey()
+    shares = [(busy, Pubkey(bytes(31) + bytes([i]))) for i in range(1, 6)] + [(other, Pubkey(bytes(31) + b"\xff"))]
+    async with pool.acquire() as conn:
+        for node_key, lease in shares:
+            await conn.execute(
+                """INSERT INTO assignments (lease, node, node_key, provider, gpus, price_per_gpu_hour, settled_until,
+                     gpu_seconds, active, signature, epoch)
+                   VALUES ($1, $2, $3, 'provider', 2, 3600, 0, 0, true, 'sig', 1)""",
+                str(lease),
+                str(Pubkey.new_unique()),
+                str(node_key),
+            )
+            await conn.execute(
+                "INSERT INTO usage_receipts (lease, node_key, epoch, gpu_seconds, through, final, signature, "
+                "simulated) VALUES ($1, $2, 1, 2, 1, false, $3, true)",
+                str(lease),
+                str(node_key),
+                str(Signature.default()),
+            )
+        window = await usage.pending_receipts(conn, limit=3)
+    assert [(u.usage.node_key, u.usage.lease) for u in window] == [shares[0], shares[5], shares[1]]

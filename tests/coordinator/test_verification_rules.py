@@ -158,7 +158,11 @@ async def test_one_gpu_counts_once_and_a_refused_share_fails_verification(node, 
         client = await market.client()
         lease = await market.open_lease(client, 1, gpus=2)
         await market.assign(lease, [(own, 2)])
+        await coordinator.indexer.backfill()  # the share in the ledger, as the indexer finds it on chain
         refusal = Ack(simulated=True, of="dispatch", lease=str(lease), error="2 GPUs asked for, 0 free", unable=True)
+        # A node speaks for its own shares only: one not on the lease refusing it moves nothing.
+        await coordinator.workers.worker_ack(keys[0], refusal)
+        assert str(lease) not in shared.failovers and keys[0] not in shared.unfit
         await coordinator.workers.worker_ack(keys[2], refusal)
         assert keys[2] in shared.failovers[str(lease)] and "refused its share" in shared.unfit[keys[2]]
         async with pool.acquire() as conn:
@@ -173,6 +177,7 @@ async def test_one_gpu_counts_once_and_a_refused_share_fails_verification(node, 
         assert keys[0] not in {k for nodes in shared.failovers.values() for k in nodes}
     finally:
         await coordinator.chain.close()
+        await coordinator.indexer.rpc.close()
 
 
 async def test_a_refusal_after_committing_fails_and_one_before_leaves_the_node_unverified(

@@ -150,6 +150,7 @@ async def test_bad_coordinator_input_is_refused_and_reported_and_the_agent_keeps
             f'{{"type": "dispatch", "lease": "{lease}", "gpus": 1, '
             '"job": {"command": ["x"], "checkpoint_dir": "../../etc"}}',
             '{"type": "cancel", "lease": "not-a-key"}',
+            '{"type": "cancel", "lease": ' + "[" * 5000 + "]" * 5000 + "}",  # nested past any parser's stack
         ]
         for raw in bad:
             await gateway.send(raw)
@@ -157,7 +158,7 @@ async def test_bad_coordinator_input_is_refused_and_reported_and_the_agent_keeps
         await gateway.send(Cancel(lease=str(Pubkey.new_unique())))  # no such job
         await gateway.send(UsageAck(lease=lease, epoch=1, gpu_seconds=7, through=7))  # never sent
 
-        refusals = await gateway.wait_for(lambda: len(gateway.messages(Ack)) >= 9, what="9 refusals")
+        refusals = await gateway.wait_for(lambda: len(gateway.messages(Ack)) >= 10, what="10 refusals")
         refusals = gateway.messages(Ack)
         errors = [(a.of, a.error) for a in refusals]
         assert errors[0][0] == "?" and errors[0][1].startswith("not JSON")
@@ -166,9 +167,10 @@ async def test_bad_coordinator_input_is_refused_and_reported_and_the_agent_keeps
         assert errors[3][0] == "dispatch" and "a job needs a command or an image" in errors[3][1]
         assert errors[4][0] == "dispatch" and "job.checkpoint_dir" in errors[4][1]
         assert errors[5][0] == "cancel" and "not a base58 public key" in errors[5][1]
-        assert errors[6] == ("dispatch", "3 GPUs asked for, 2 free and healthy on this node")
-        assert errors[7] == ("cancel", "this node holds no share of this lease")
-        assert errors[8] == ("ack", "no usage receipt of 7 GPU-seconds through 7 (epoch 1) was sent by this node")
+        assert errors[6][0] == "?" and errors[6][1].startswith("not JSON: recursion limit exceeded")
+        assert errors[7] == ("dispatch", "3 GPUs asked for, 2 free and healthy on this node")
+        assert errors[8] == ("cancel", "this node holds no share of this lease")
+        assert errors[9] == ("ack", "no usage receipt of 7 GPU-seconds through 7 (epoch 1) was sent by this node")
         assert agent.shares == {} and not (tmp_path / "jobs").exists()  # nothing was started
 
         # still the same session, still serving: a good dispatch runs
