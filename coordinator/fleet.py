@@ -76,10 +76,12 @@ class Fleet:
         keys = self.nodes.keys() if nodes is None else [k for k in nodes if k in self.nodes]
         for key in keys:
             seen = self.nodes[key]
-            # online at `start`: some span covers it (its heartbeats may already have been read,
-            # in a new span after the window, before this stall was noticed)
-            if any(a <= start <= b + self.reach for a, b in seen.intervals):
-                seen.intervals = _merged([*seen.intervals, [start, end]], self.reach)
+            # online at `start`, or (a correlated outage, observed while it lasts) from a moment of
+            # the window on: some span reaches into it (its heartbeats may already have been read,
+            # in a new span after the window, before a stall was noticed)
+            first = min((a for a, b in seen.intervals if a <= end and b + self.reach >= start), default=None)
+            if first is not None:
+                seen.intervals = _merged([*seen.intervals, [max(start, first), end]], self.reach)
             if nodes is not None:
                 seen.excused = [w for w in seen.excused if w[1] >= end - KEEP_SECONDS] + [(start, end)]
         if nodes is None:
@@ -193,6 +195,21 @@ class Fleet:
             if self.silent_for(key) <= window_seconds and (region := region_of(key)) is not None:
                 regions.setdefault(region, []).append(key)
         return {r: self._going_silent(keys) for r, keys in regions.items() if len(keys) >= min_nodes}
+
+    def silence_began(self, window_seconds: float, keys: Collection[Pubkey] | None = None) -> float:
+        """When the silence of a correlated outage began: the earliest last heartbeat of the nodes
+        (of `keys`, else the fleet's) going silent and not yet reported lost (those were lost before
+        it, on their own). A pause is dated from it, not from when it is detected, so a node that
+        fell silent first is online at the pause's start like the others, and its silence in it
+        counts for nobody (now, when none is going silent)."""
+        began = [
+            seen.last_heartbeat
+            for key, seen in self.nodes.items()
+            if (keys is None or key in keys)
+            and not seen.lost_reported
+            and self.lost_after / 2 < self.silent_for(key) <= window_seconds
+        ]
+        return min(began, default=self.clock())
 
     def _going_silent(self, keys: list[Pubkey]) -> tuple[int, int]:
         return sum(self.silent_for(k) > self.lost_after / 2 for k in keys), len(keys)

@@ -280,6 +280,11 @@ class Gateway:
         self, node_key: Pubkey, simulated: bool, raw: str | bytes, ws: ServerConnection, numbered: _Numbered
     ) -> None:
         message = self._parse(raw)
+        if not self.leading() and (leader := await self.leader_url()):
+            # This replica stopped leading (it stepped down, or woke from a pause to find another in its
+            # place): the worker is sent on at its next message (a heartbeat at most), whatever became of
+            # the step-down's own redirect. With no leader known yet, it stays rather than reconnect in a loop.
+            raise _Refused(CLOSE_NOT_LEADER, _close_reason(leader))
         if message.simulated != simulated:
             raise _Refused(CLOSE_MALFORMED, "a session's messages must keep its hello's simulated flag")
         n = getattr(message, "n", None)

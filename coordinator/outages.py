@@ -55,6 +55,7 @@ class Outages:
         # share falls back under the threshold (the fleet's, None, or a region's).
         self._overridden: set[int | None] = set()
         self._paused_since = 0.0
+        self._regions_resumed: dict[int, float] = {}  # region -> when its last pause ended
         self._blind_since: float | None = None  # since when this process cannot see the chain
         self._database_down_since: float | None = None
 
@@ -106,9 +107,7 @@ class Outages:
     async def may_judge(self) -> bool:
         """Whether silent nodes may be treated as lost now: this process sees its database (the
         database watch says) and the chain (else the outage is a blind window, not the nodes'
-        fault), and the silence is not correlated (more than `max_lost_fraction` of the fleet silent
-        at once points at us or the network, not at the suppliers: slashing pauses until enough of
-        the fleet is heard again)."""
+        fault), and no correlated outage of the fleet pauses slashing (`watch_correlation`)."""
         if self._database_down_since is not None:
             return False  # the database watch keeps that outage (and records its blind window)
         problem = await self._chain_outage()
@@ -123,7 +122,22 @@ class Outages:
             log.warning("coordinator.sighted", blind_seconds=round(now - self._blind_since, 1))
             self._blind_since = None
             return False  # heartbeats of the blind window are read first
-        silent, of = self.fleet.silent_share(self.settings.fleet_window_seconds)
+        return not self.slashing_paused
+
+    def watch_correlation(self) -> None:
+        """Every failover pass, before silent nodes are reported (not only once one is past
+        `lost_after`): a correlated outage (more than `max_lost_fraction` of the fleet going silent
+        at once points at us or the network, not at the suppliers) pauses slashing until enough of
+        the fleet is heard again, and the same per region. A pause is dated from the first silence
+        it covers (`Fleet.silence_began`); when it ends, its window counts for nobody's silence,
+        the nodes online in it count as online through it (their held time in it is paid as their
+        receipts say), and nobody is judged for `drain_seconds`: the last nodes to reconnect get
+        their full `lost_after` from the pause's end."""
+        if not self.fleet.judging():
+            return  # a stall not recorded yet, or a blind window's heartbeats draining: not silence
+        now = self.fleet.clock()
+        window = self.settings.fleet_window_seconds
+        silent, of = self.fleet.silent_share(window)
         pause = of > 0 and silent / of > self.settings.max_lost_fraction
         if not pause:
             self._overridden.discard(None)
@@ -131,26 +145,40 @@ class Outages:
         if pause != self.slashing_paused:
             self.slashing_paused = pause
             if pause:
-                self._paused_since = now
+                self._paused_since = self.fleet.silence_began(window)
                 self.slashing_paused_reason = (
                     f"{silent} of {of} nodes silent at once (more than "
                     f"{self.settings.max_lost_fraction:.0%}): a correlated outage"
                 )
                 # no node is slashed or moved until the fleet is heard again
-                log.warning("slashing.paused", reason=self.slashing_paused_reason, silent=silent, nodes=of)
+                log.warning(
+                    "slashing.paused",
+                    reason=self.slashing_paused_reason,
+                    silent=silent,
+                    nodes=of,
+                    since=round(self._paused_since, 3),
+                )
             else:
-                # Silence during a correlated outage says nothing about a node: it counts for nobody,
-                # so the last nodes to reconnect get their full lost_after, like after a stall.
-                self.fleet.add_blind(self._paused_since, now)
+                self.fleet.add_blind(self._paused_since, now)  # a blind window: judging waits for its drain
                 log.warning("slashing.resumed", silent=silent, nodes=of)
                 self.slashing_paused_reason = ""
-                return False
         if not pause:
             self._pause_regions(now)
-        return not pause
+
+    def paused_for(self, node_key: NodeKey) -> bool:
+        """Whether a correlated outage's pause (the fleet's, or the node's region's) covers the node
+        now: its window is recorded only when the pause ends, so until then what the node was online
+        for in it is not known (settlement waits)."""
+        return self.slashing_paused or self.region_paused(node_key)
 
     def region_paused(self, node_key: NodeKey) -> bool:
-        return self.region_of(node_key) in self.paused_regions
+        """Its region's outage pauses its judgement, or ended less than `drain_seconds` ago (the
+        heartbeats that waited in the sockets are read first, as after a fleet-wide pause)."""
+        region = self.region_of(node_key)
+        if region in self.paused_regions:
+            return True
+        resumed = self._regions_resumed.get(region) if region is not None else None
+        return resumed is not None and self.fleet.clock() - resumed < self.fleet.drain_seconds
 
     def resume_slashing(self, region: int | None = None) -> str:
         """The operator confirms that a paused outage (the fleet's, or `region`'s) is the suppliers':
@@ -179,15 +207,20 @@ class Outages:
             if silent / of <= self.settings.max_lost_fraction:
                 self._overridden.discard(region)
             elif region not in self.paused_regions and region not in self._overridden:
-                self.paused_regions[region] = now
+                members = [k for k in self.fleet.nodes if self.region_of(k) == region]
+                since = self.fleet.silence_began(self.settings.fleet_window_seconds, members)
+                self.paused_regions[region] = since  # from its first silence, as for the fleet
                 # none of them is slashed or moved until the region is heard again
-                log.warning("slashing.paused", region=region_name(region), silent=silent, nodes=of)
+                log.warning(
+                    "slashing.paused", region=region_name(region), silent=silent, nodes=of, since=round(since, 3)
+                )
         for region, since in list(self.paused_regions.items()):
             silent, of = shares.get(region, (0, 0))
             if of and silent / of > self.settings.max_lost_fraction:
                 continue
             del self.paused_regions[region]
             self.fleet.add_blind(since, now, [k for k in self.fleet.nodes if self.region_of(k) == region])
+            self._regions_resumed[region] = now  # its nodes wait for the drain, as after a fleet-wide pause
             log.warning("slashing.resumed", region=region_name(region), silent=silent, nodes=of)
 
     async def _chain_outage(self) -> str | None:

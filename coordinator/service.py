@@ -133,6 +133,7 @@ class Coordinator:
             min_amount=settings.settle_min_amount,
             metrics=self.metrics,
             fence=fence,
+            paused=self.outages.paused_for,
         )
         settle = self.settlement.settle
         self.placement = Placement(pool, self.shared, view, chain_writer, fence=fence)

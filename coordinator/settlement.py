@@ -22,7 +22,6 @@ check that its term still leads.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -40,7 +39,7 @@ from solders.transaction import Transaction
 from coordinator.attester import Intend
 from coordinator.payers import FeePayers
 from gpunet import instructions as ix
-from gpunet.accounts import AccountError, fetch, fetch_config, lease_end
+from gpunet.accounts import AccountError, chain_clock, fetch, fetch_config, lease_end
 from gpunet.client import TransactionExpired, TransactionFailed, send_and_confirm
 from gpunet.fees import MAX_COMPUTE_UNITS, Budget, with_budget
 from gpunet.pda import node_pda
@@ -104,6 +103,9 @@ class Settler:
     ) -> list[Outcome]:
         """Checks every receipt against the chain and settles the good ones; one Outcome per receipt."""
         config = await fetch_config(self.client)
+        # The chain's clock, not this one: the program refuses a receipt through a second its clock
+        # has not reached (BadPeriod), so such a receipt waits for the chain instead.
+        now = await chain_clock(self.client)
         outcomes: list[Outcome] = []
         ready: list[tuple[SignedUsage, int, list[Instruction]]] = []
         ordered = sorted(batch, key=lambda u: (bytes(u.lease), bytes(u.node_key), u.receipt.epoch, u.receipt.through))
@@ -118,7 +120,7 @@ class Settler:
                 continue
             leases[usage.lease] = lease
             key = (usage.lease, usage.node_key)
-            checked = self._check(usage, lease, observed, queued.get(key))
+            checked = self._check(usage, lease, observed, queued.get(key), now)
             if isinstance(checked, Outcome):
                 outcomes.append(checked)
                 continue
@@ -147,10 +149,11 @@ class Settler:
         return outcomes
 
     def _check(
-        self, usage: SignedUsage, lease: Any, observed: ObservedSeconds, queued: tuple[int, int] | None
+        self, usage: SignedUsage, lease: Any, observed: ObservedSeconds, queued: tuple[int, int] | None, now: int
     ) -> Outcome | int:
         """The GPU-seconds of the receipt's increment to pay for, or why it is not settled now. `queued`:
-        the share's last receipt queued before it in this batch (cumulative, through), if any."""
+        the share's last receipt queued before it in this batch (cumulative, through), if any; `now`:
+        the chain's clock."""
         r = usage.receipt
 
         def refuse(reason: str) -> Outcome:
@@ -159,7 +162,7 @@ class Settler:
         status = type(lease.status).__name__
         if status not in ("Active", "Closing"):
             return refuse(f"lease {usage.lease} is {status.lower()}: nothing is billable")
-        if status == "Closing" and time.time() > lease.settle_deadline:
+        if status == "Closing" and now > lease.settle_deadline:
             return refuse(f"lease {usage.lease}'s settlement window ended at {lease.settle_deadline}")
         share = next((a for a in list(lease.assignments)[: lease.node_count] if a.node_key == usage.node_key), None)
         if share is None:
@@ -180,8 +183,8 @@ class Settler:
         if status == "Active" and r.through > (ends_at := lease_end(lease)):
             # a top-up may still move the end; if the lease closes instead, the node's final receipt comes
             return Outcome(usage, Status.WAITING, f"runs through {r.through}, after the lease's end ({ends_at})")
-        if r.through > time.time():
-            return Outcome(usage, Status.WAITING, f"runs through {r.through}, ahead of this clock")
+        if r.through > now:
+            return Outcome(usage, Status.WAITING, f"runs through {r.through}, ahead of the chain's clock ({now})")
         most = max(0, r.through - share.assigned_at) * share.gpus
         if r.gpu_seconds > most:
             return refuse(

@@ -11,6 +11,7 @@ from anchorpy import Coder
 from solana.rpc.async_api import AsyncClient
 from solana.rpc.types import MemcmpOpts
 from solders.pubkey import Pubkey
+from solders.sysvar import CLOCK
 
 from gpunet.errors import GpunetError
 from gpunet.idl import PROGRAM_ID, load_idl
@@ -21,6 +22,7 @@ __all__ = [
     "AccountError",
     "Escrow",
     "ProviderKey",
+    "chain_clock",
     "decode_account",
     "escrow",
     "fetch",
@@ -66,6 +68,16 @@ async def fetch(client: AsyncClient, address: Pubkey, name: str) -> Any:
     if info.owner != PROGRAM_ID:
         raise AccountError(f"the account at {address} is not owned by the gpunet program")
     return decode_account(bytes(info.data), name, address)
+
+
+async def chain_clock(client: AsyncClient) -> int:
+    """The chain's clock: the Clock sysvar's `unix_timestamp`, by which the program judges instants
+    (a receipt's `through`, a settlement deadline). It may lag the wall clock by a slot or more."""
+    info = (await client.get_account_info(CLOCK)).value
+    if info is None or len(bytes(info.data)) < 40:
+        raise AccountError("the chain serves no Clock sysvar")
+    # Clock: slot u64, epoch_start_timestamp i64, epoch u64, leader_schedule_epoch u64, unix_timestamp i64
+    return int.from_bytes(bytes(info.data)[32:40], "little", signed=True)
 
 
 async def fetch_config(client: AsyncClient) -> Any:

@@ -58,9 +58,15 @@ __all__ = ["Backoff", "NodeNotRegistered", "Session"]
 log = get_logger("gpunet.worker.session")
 
 HANDSHAKE_TIMEOUT = 15.0
-# A coordinator that stops answering pings (paused, its host gone) is left within two of these: well
-# inside the reconnect grace a new leader gives the workers (GPUNET_RECONNECT_GRACE_SECONDS, 30 s).
-PING_SECONDS = 10.0
+# A coordinator that stops answering pings (frozen, its host gone) is left within PING_SECONDS +
+# PING_TIMEOUT_SECONDS + CLOSE_TIMEOUT_SECONDS (9 s): a frozen leader's workers are on the replica
+# that replaced it (within GPUNET_LEADER_TTL_SECONDS + GPUNET_LEADER_RENEW_SECONDS, 4 s) within
+# about that, inside the reconnect grace a new leader gives them (GPUNET_RECONNECT_GRACE_SECONDS,
+# 30 s) and the default lost_after (10 s). The timeout leaves room for a pong queued behind a large
+# message; the close does not wait for a gateway that misses its pong (it will not answer that either).
+PING_SECONDS = 3.0
+PING_TIMEOUT_SECONDS = 5.0
+CLOSE_TIMEOUT_SECONDS = 1.0
 # Log lines kept while the coordinator cannot take them; newer ones are dropped (and counted) past
 # this, never a status or a checkpoint: dropping a line already numbered could leave a gap the
 # gateway waits on.
@@ -207,7 +213,8 @@ class Session:
                     max_size=MAX_MESSAGE_BYTES,
                     open_timeout=HANDSHAKE_TIMEOUT,
                     ping_interval=PING_SECONDS,
-                    ping_timeout=PING_SECONDS,
+                    ping_timeout=PING_TIMEOUT_SECONDS,
+                    close_timeout=CLOSE_TIMEOUT_SECONDS,
                 ) as ws:
                     welcome = await self._handshake(ws)
                     self.backoff.reset()

@@ -55,6 +55,9 @@ class Failover:
         self.silent: set[NodeKey] = set()  # nodes found silent, not judged yet
 
     async def step(self) -> None:
+        # Every pass, before anyone is reported lost: a correlated outage is seen (and dated from its
+        # first silence) while its nodes are going silent, not once the first is past lost_after.
+        self.outages.watch_correlation()
         for node_key in self.fleet.newly_lost():
             self.view.mark_offline(node_key)
             self.shared.running_checked.pop(node_key, None)  # if it comes back, what it runs is checked again
@@ -62,12 +65,12 @@ class Failover:
         if self.silent and self.fleet.judging() and await self.outages.may_judge():
             for node_key in sorted(self.silent, key=str):
                 self.silent.discard(node_key)
-                if self.outages.region_paused(node_key):
-                    self.silent.add(node_key)  # judged once its region's outage is over
-                    continue
                 if not self.fleet.silent(node_key):  # heard again, or its silence was partly blind time
                     self.fleet.unjudged(node_key)
                     log.info("node.back", node=node_key, reason="not silent for lost_after once blind time is left out")
+                    continue
+                if self.outages.region_paused(node_key):
+                    self.silent.add(node_key)  # judged once its region's outage is over (and drained)
                     continue
                 async with self.pool.acquire() as conn:
                     shares = await ledger.active_shares(conn, node_key=node_key)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import defaultdict
+from collections.abc import Callable
 
 import asyncpg
 
@@ -58,8 +59,12 @@ class Settlement:
         min_amount: int = 0,
         metrics: Metrics | None = None,
         fence: Fence,
+        paused: Callable[[NodeKey], bool] = lambda _node_key: False,
     ) -> None:
         self.pool, self.settler, self.fleet, self.fence = pool, settler, fleet, fence
+        # Whether a correlated outage's pause covers a node (`Outages.paused_for`): its receipts wait
+        # for the pause's end, when its window is recorded as the online time it is.
+        self.paused = paused
         self.metrics = metrics or Metrics()
         self.interval_seconds, self.min_amount = interval_seconds, min_amount
         # Before this process started, and while workers had their grace to reconnect to it, it could not see.
@@ -110,7 +115,7 @@ class Settlement:
     async def _settle(self, node_key: NodeKey | None, *, due_only: bool) -> None:
         async with self._one_pass:
             async with self.pool.acquire() as conn:
-                pending = await usage.pending_receipts(conn, node_key)
+                pending = [r for r in await usage.pending_receipts(conn, node_key) if not self.paused(r.usage.node_key)]
                 if due_only:
                     pending = self.due(pending, time.time())
                 batch = [r.usage for r in pending]

@@ -107,6 +107,8 @@ class Verification:
         self.inventories: dict[NodeKey, Inventory] = {}  # from each worker's hello
         self.due: dict[NodeKey, float] = {}  # node -> when it is verified next
         self._running: dict[NodeKey, asyncio.Task[None]] = {}
+        self._challenging: set[NodeKey] = set()  # nodes of `_running` whose challenges are not all answered
+        shared.scheduler.taken = self.yield_gpus  # verification yields to placement (see `step`)
         self._challenges: dict[str, _Challenge] = {}  # by id: a node's GPUs are challenged at once
         self._config_read = 0.0
 
@@ -174,7 +176,32 @@ class Verification:
                 leased = sum(share.gpus for share in await ledger.active_shares(conn, node_key=node_key))
             if leased >= len(self.inventories[node_key].gpus):
                 continue  # a challenge never interrupts a leased GPU: verified once one is free
+            # Placement first. From this check to the task's start nothing awaits, and a placement's
+            # choice and reservation await nothing either: one comes wholly before or wholly after.
+            # Before: the node waits until its worker holds what the placement took (its heartbeat
+            # says so; it then refuses those GPUs' challenges, and a refusal is no failure). After:
+            # the reservation calls `yield_gpus`, which ends the challenges without a verdict.
+            if self._being_taken(node_key):
+                continue
+            self._challenging.add(node_key)
             self._running[node_key] = asyncio.create_task(self._verify(node_key, leased), name=f"verify-{node_key}")
+
+    def yield_gpus(self, node_key: NodeKey) -> None:
+        """A placement, a move or a restored assignment takes GPUs of the node (the scheduler calls
+        this as it reserves them): a verification challenging the node ends now, with no verdict (no
+        evidence, no slash; the node is verified again later). One whose challenges are all answered
+        is recording its verdict, which stands."""
+        task = self._running.get(node_key)
+        if task is not None and node_key in self._challenging:
+            task.cancel()
+            log.info("verification.yielded", node=node_key, reason="a placement takes its GPUs")
+
+    def _being_taken(self, node_key: NodeKey) -> bool:
+        """A lease the scheduler reserves on the node (a placement or a move in flight, or one placed
+        and not yet dispatched) that the node's worker does not hold yet."""
+        held = self.shared.running_checked.get(node_key, frozenset())
+        reserved = self.shared.scheduler.reservations.items()
+        return any(node_key in placement.node_keys and lease not in held for lease, placement in reserved)
 
     async def _read_config(self, now: float) -> None:
         """The verification tier the cluster requires to assign a node (read every 30 s)."""
@@ -194,6 +221,7 @@ class Verification:
             verdict = "an error (logged)"
         finally:
             self._running.pop(node_key, None)
+            self._challenging.discard(node_key)
         self.due[node_key] = time.time() + (self._next_check() if verdict is None else RETRY_SECONDS)
 
     def _next_check(self) -> float:
@@ -245,6 +273,7 @@ class Verification:
             *(self._gpu(node_key, inventory, model, gpu.index, gpu.uuid) for gpu in gpus[: node.spec.gpu_count]),
             return_exceptions=True,
         )
+        self._challenging.discard(node_key)  # answered: a placement from now on no longer ends it
         for outcome in outcomes:
             if isinstance(outcome, BaseException) and not isinstance(outcome, _Refused | _Failed):
                 raise outcome

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from itertools import chain
 from types import MappingProxyType
 from typing import Any
@@ -53,6 +53,9 @@ class Scheduler:
         self._pools: dict[tuple[int, int], Pool] = {}
         self._reservations: dict[str, Placement] = {}
         self._holders: dict[Address, set[str]] = {}  # node -> leases holding a share of it
+        # Told each time GPUs of a node are taken (reserve, restore, replace): GPU verification
+        # yields to it (coordinator/loops/verification.py).
+        self.taken: Callable[[Address], None] = lambda _node_key: None
 
     # -- the fleet ---------------------------------------------------------------------------
 
@@ -300,6 +303,8 @@ class Scheduler:
         """Leases (gpus > 0) or frees (gpus < 0) GPUs of a node, keeping the index in step."""
         indexed = self._entries.get(view.node_key)
         view.gpus_leased += gpus
+        if gpus > 0:
+            self.taken(view.node_key)
         if indexed is None:
             self._index(view)
             return

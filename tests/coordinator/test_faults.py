@@ -19,11 +19,14 @@ from solana.rpc.commitment import Confirmed
 from solders.pubkey import Pubkey
 
 from coordinator.settings import Settings
+from gpunet import instructions as ix
 from gpunet.accounts import fetch
 from gpunet.audit import audit_provider
+from gpunet.client import send_and_confirm
 from gpunet.pda import node_pda, provider_pda
 from gpunet.protocol import JobSpec
 from tests.worker.sandboxes import job_pid
+from worker.journal import Journal
 
 from .conftest import eventually
 from .world import (
@@ -155,6 +158,75 @@ async def test_a_correlated_outage_pauses_slashing_and_the_lease_goes_on(
             lambda: all_running(api, world.client, lease, placed), what="the job still running on both nodes"
         )
     for proc in workers.values():
+        proc.kill()
+        proc.wait(timeout=30)
+
+
+@pytest.mark.timeout(300)
+async def test_machines_back_one_by_one_after_a_correlated_outage_are_all_paid_and_none_is_slashed(
+    node, chain, pool, database_url, tmp_path, spawned
+) -> None:
+    """Every worker stops at once; they come back one after another (the lease's two nodes last,
+    1.6 s after the pause has ended, within lost_after of it): nobody is slashed or moved, and each
+    share is paid every GPU-second its worker's own journal says it held, the outage included."""
+    world = await World().build(chain, tmp_path)
+    settings = _settings(node, database_url)
+    api = f"http://127.0.0.1:{settings.api_port}"
+    async with running(settings, pool, world.admin) as coordinator:
+        workers = await start_workers(world, coordinator, tmp_path, spawned)
+        lease, placed = await running_lease(world, api, chain, 120)
+        await eventually(lambda: settled_count(pool, placed[0]), what="a first settlement")
+
+        for proc in workers.values():  # every worker stops at once (a network partition, a power cut)
+            proc.send_signal(signal.SIGSTOP)
+        await eventually(lambda: _slashing_paused(api, True), timeout=30, what="slashing paused")
+        await asyncio.sleep(LOST_AFTER)
+        spare = next(k for k in workers if k not in placed)
+        for key, gap in [(spare, 0.0), (placed[0], 0.7), (placed[1], 1.6)]:  # the pause ends at the second
+            await asyncio.sleep(gap)
+            workers[key].send_signal(signal.SIGCONT)
+        await eventually(lambda: _slashing_paused(api, False), timeout=30, what="slashing resumed")
+        await asyncio.sleep(3 * LOST_AFTER)  # time for a wrong judgement to show
+
+        assert not any((await _slashed(chain, world)).values()), "nobody is slashed for a correlated outage"
+        async with pool.acquire() as conn:
+            assert await conn.fetchval("SELECT count(*) FROM faults") == 0
+        account = await fetch(chain, lease, "Lease")
+        assert {str(a.node_key) for a in list(account.assignments)[: account.node_count]} == set(placed)
+
+        # The client closes the lease: each worker's final receipt is its journal's whole count.
+        await send_and_confirm(
+            chain,
+            world.client,
+            [
+                ix.close_lease(
+                    world.client.pubkey(),
+                    world.client.pubkey(),
+                    world.client_tokens,
+                    lease,
+                    [a.node for a in list(account.assignments)[: account.node_count]],
+                )
+            ],
+        )
+        journals = {key: tmp_path / f"worker{i}" / "usage.jsonl" for i, key in enumerate(world.node_keys())}
+
+        async def settled_as_journaled() -> dict[str, tuple[int, int, int]] | None:
+            account = await fetch(chain, lease, "Lease")
+            held: dict[str, tuple[int, int, int]] = {}
+            for share in list(account.assignments)[: account.node_count]:
+                key = str(share.node_key)
+                newest = Journal(journals[key], read_only=True).newest(str(lease), share.epoch)
+                if newest is None or not newest.final or share.receipt_gpu_seconds != newest.gpu_seconds:
+                    return None
+                held[key] = (newest.gpu_seconds, share.receipt_gpu_seconds, share.gpu_seconds)
+            return held
+
+        held = await eventually(settled_as_journaled, timeout=60, what="every final receipt settled")
+        for key, (journaled, settled, paid) in held.items():
+            assert paid == settled == journaled, f"{key}: held {journaled}, settled {settled}, paid {paid}"
+        assert await _refused_reports(pool) == []
+    for proc in workers.values():
+        proc.send_signal(signal.SIGCONT)
         proc.kill()
         proc.wait(timeout=30)
 

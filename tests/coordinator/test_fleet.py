@@ -208,3 +208,27 @@ def test_a_region_s_share_of_silence_and_its_excused_outage_count_for_its_nodes_
     assert [round(fleet.silent_for(k), 6) for k in east] == [1.0] * 3  # only the second before it counts
     assert fleet.online_seconds(east[0], 1_000, int(clock.now)) == int(clock.now) - 1_000  # online through it
     assert fleet.online_seconds(west[0], 1_000, int(clock.now)) < int(clock.now) - 1_000
+
+
+def test_a_correlated_outage_is_dated_from_its_first_silence_and_covers_who_was_online_in_it() -> None:
+    clock = Clock()
+    fleet = Fleet(lost_after_seconds=2, clock=clock)
+    dead, first, second, late = (Pubkey.new_unique() for _ in range(4))
+    for node in (dead, first, second):
+        fleet.connected(node, simulated=True)
+    clock.now = 1_003.0  # `dead` is silent past lost_after, reported lost before the outage
+    for node in (first, second):
+        fleet.heartbeat(node, healthy=True)
+    assert fleet.newly_lost() == [dead]
+    clock.now = 1_003.5
+    fleet.heartbeat(second, healthy=True)
+    clock.now = 1_004.0  # `late` connects while the others are going silent, and falls silent too
+    fleet.connected(late, simulated=True)
+    clock.now = 1_005.2  # first silent 2.2 s (past lost_after, not reported yet), second 1.7 s, late 1.2 s
+    assert fleet.silence_began(60) == 1_003.0, "the first silence not already judged lost, not `dead`'s"
+    clock.now = 1_010.0  # the pause ends: its window counts for nobody, and as online time
+    fleet.add_blind(1_003.0, clock.now)
+    assert [fleet.silent_for(n) for n in (first, second, late)] == [0.0, 0.0, 0.0]
+    assert fleet.online_seconds(first, 1_003, 1_010) == 7
+    assert fleet.online_seconds(late, 1_004, 1_010) == 6  # online in the window from its connection on
+    assert fleet.online_seconds(dead, 1_000, 1_010) == 2  # gone before it: its last beat's reach only

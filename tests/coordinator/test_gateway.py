@@ -17,11 +17,13 @@ from websockets.exceptions import ConnectionClosed
 from coordinator.gateway import Gateway, NodeOffline, NotRegistered
 from gpunet.protocol import (
     CLOSE_MALFORMED,
+    CLOSE_NOT_LEADER,
     CLOSE_NOT_REGISTERED,
     CLOSE_UNAUTHORISED,
     CLOSE_VERSION_MISMATCH,
     PROTOCOL_VERSION,
     Cancel,
+    Heartbeat,
     Hello,
     Inventory,
     JobLog,
@@ -279,3 +281,28 @@ async def test_numbered_messages_are_recorded_once_and_in_order_even_when_one_ca
     await ws.send(encode(JobLog(simulated=True, lease=lease, stream="stdout", line="old agent")))
     await _wait(lambda: recorder.kinds()[-1] == "job_log" and recorder.events[-1][2].line == "old agent")
     await ws.close()
+
+
+async def test_a_replica_that_stops_leading_sends_a_worker_on_at_its_next_message(gateway) -> None:
+    """Its step-down redirect aside: a session it still holds is closed with 4421 and the leader's
+    URL at the worker's next message (a heartbeat at most), once a leader is known; with none known
+    yet the session stays (the control), rather than reconnect in a loop."""
+    gw, recorder, node = gateway
+    ws = await _admitted(gw, node)
+    leader = {"url": ""}
+
+    async def leader_url() -> str:
+        return leader["url"]
+
+    gw.leading, gw.leader_url = (lambda: False), leader_url
+    beat = encode(Heartbeat(simulated=True, healthy=True, gpus=[]))
+    await ws.send(beat)  # no leader known: kept, and recorded
+    await _wait(lambda: recorder.kinds()[-1] == "heartbeat")
+    assert gw.online(node.pubkey())
+    leader["url"] = "ws://leader.example:8910/worker"
+    await ws.send(beat)
+    with pytest.raises(ConnectionClosed) as closed:
+        await asyncio.wait_for(ws.recv(), 10)
+    assert closed.value.rcvd is not None
+    assert (closed.value.rcvd.code, closed.value.rcvd.reason) == (CLOSE_NOT_LEADER, leader["url"])
+    assert recorder.kinds().count("heartbeat") == 1  # the follower recorded nothing more of it

@@ -141,3 +141,50 @@ async def test_the_operator_ends_a_pause_with_the_attester_key_and_nobody_else_c
     finally:
         await rpc.close()
         await coordinator.chain.close()
+
+
+async def test_a_region_back_one_by_one_is_paused_from_its_first_silence_and_its_last_node_gets_lost_after(
+    node, database_url, pool
+) -> None:
+    settings = Settings(
+        rpc_url=node.url, ws_url=node.ws_url, database_url=database_url, lost_after_seconds=2.0, region_min_nodes=3
+    )
+    clock = Clock()
+    coordinator = Coordinator(settings, pool, Keypair(), clock=clock)
+    fleet, outages, failover = coordinator.fleet, coordinator.outages, coordinator.failover
+    east, west = [Pubkey.new_unique() for _ in range(3)], [Pubkey.new_unique() for _ in range(5)]
+    for key, region in [*((k, EAST) for k in east), *((k, WEST) for k in west)]:
+        coordinator.shared.scheduler.upsert_node(_view(key, region))
+        fleet.connected(key, simulated=True)
+
+    async def until(t: float, beating: list[Pubkey]) -> None:
+        """Passes of the failover loop every 0.1 s up to `t`, the `beating` nodes heard at each."""
+        while clock.now < t - 1e-9:
+            clock.now = round(clock.now + 0.1, 6)
+            for key in beating:
+                fleet.heartbeat(key, healthy=True)
+            await failover.step()
+            # nobody of the east is judged: a node reported lost waits (judged, it would have left the
+            # failover's silent set while still reported, as the dead western node does)
+            judged = [k for k in east if fleet.nodes[k].lost_reported and k not in failover.silent]
+            assert judged == [], clock.now
+
+    try:
+        # The east goes dark a node at a time (0.4 s apart) while one western node dies for good.
+        await until(1_000.4, [*east, *west[1:]])
+        await until(1_000.8, [*east[1:], *west[1:]])
+        await until(1_001.2, [east[2], *west[1:]])
+        await until(1_006.0, west[1:])
+        assert outages.paused_regions == {EAST: 1_000.4}, "dated from the first silence it covers"
+        # Back one by one, 1.5 s apart (the region's pause ends with the second), the last one
+        # 1.9 s after the pause's end: within lost_after of it.
+        await until(1_007.5, [east[0], *west[1:]])
+        await until(1_009.4, [*east[:2], *west[1:]])
+        assert outages.paused_regions == {}
+        await until(1_012.0, [*east, *west[1:]])
+        assert fleet.silent(west[0]) and west[0] not in failover.silent, "the control: the dead node is judged"
+        # Each eastern node counts as online through the outage: its held time in it is paid.
+        assert [fleet.online_seconds(k, 1_000, 1_012) for k in east] == [12, 12, 12]
+        assert fleet.online_seconds(west[0], 1_000, 1_012) == 2  # its last beat's reach, no more
+    finally:
+        await coordinator.chain.close()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
+import time
 
 import httpx
 import pytest
@@ -27,6 +28,7 @@ from gpunet.demo.processes import CoordinatorProcess
 from gpunet.history import transactions_of
 from gpunet.keys import create_keypair_file
 from gpunet.pda import node_pda
+from worker.session import CLOSE_TIMEOUT_SECONDS, PING_SECONDS, PING_TIMEOUT_SECONDS
 
 from .conftest import eventually
 from .world import World, checkpointed, resumed_on, running_lease, settlement_events, start_worker
@@ -201,3 +203,51 @@ async def _more(value, than: int) -> bool:
 
 async def _settled_in(pool, term: int) -> int:
     return sum(d[0] == term and d[2] == "settle" for d in await decisions(pool))
+
+
+FROZEN_SECONDS = 12.0
+# A silent gateway is left within a ping interval and its timeout; a try of the follower (which names
+# the leader) and the leader's welcome fit in the rest.
+PING_BOUND = PING_SECONDS + PING_TIMEOUT_SECONDS + CLOSE_TIMEOUT_SECONDS + 2
+
+
+@pytest.mark.timeout(300)
+async def test_a_frozen_leader_s_workers_reach_the_new_leader_within_the_keepalive_bound(
+    node, chain, pool, database_url, tmp_path, spawned
+) -> None:
+    """The leader freezes (SIGSTOP) for 9 s with its workers on it: the other replica takes over, and
+    the workers reach it within PING_BOUND of the freeze (their keepalive leaves a silent gateway,
+    the follower they try names the leader), not when the frozen one wakes; the woken one then
+    steps down and keeps no worker."""
+    world = await World().build(chain, tmp_path)
+    attester = tmp_path / "attester.json"
+    create_keypair_file(attester, world.admin)
+    r1, r2 = (replica(name, node, database_url, tmp_path, attester) for name in ("r1", "r2"))
+    try:
+        r1.start()
+        await eventually(lambda: leads(pool, "r1"), what=f"r1 leading (log: {r1.log})")
+        r2.start()
+        await asyncio.to_thread(r2.wait_ready)
+        gateways = f"{r1.gateway_url},{r2.gateway_url}"
+        workers = [start_worker(world, i, gateways, tmp_path / f"worker{i}.log") for i in range(len(world.suppliers))]
+        spawned.extend(workers)
+        await eventually(lambda: workers_online(r1.api_url, 3), what="the workers on r1")
+
+        r1.proc.send_signal(signal.SIGSTOP)
+        frozen = time.monotonic()
+        await eventually(lambda: leads(pool, "r2"), what="r2 leading while r1 is frozen")
+        await eventually(lambda: workers_online(r2.api_url, 3), timeout=PING_BOUND + 5, what="the workers on r2")
+        reached = time.monotonic() - frozen
+        assert reached <= PING_BOUND < FROZEN_SECONDS, f"the workers reached the new leader {reached:.1f} s in"
+        await asyncio.sleep(max(0.0, FROZEN_SECONDS - (time.monotonic() - frozen)))
+        r1.proc.send_signal(signal.SIGCONT)
+        await eventually(
+            lambda: _equals(metric(r1.api_url, "gpunet_coordinator_leader"), 0.0), what="r1 following again"
+        )
+        assert await workers_online(r2.api_url, 3) and await leads(pool, "r2")
+    finally:
+        for proc in (r1, r2):
+            if proc.proc is not None and proc.alive():
+                proc.proc.send_signal(signal.SIGCONT)
+            proc.stop(60)
+        print(f"replica logs: {r1.log} {r2.log}", file=sys.stderr)

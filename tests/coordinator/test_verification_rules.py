@@ -20,16 +20,19 @@ from typing import Any
 from solders.pubkey import Pubkey
 
 from coordinator.db import verifications
+from coordinator.scheduler import LeaseRequest, NotPlaced
 from coordinator.service import Coordinator
 from coordinator.settings import Settings
 from gpunet import instructions as ix
 from gpunet.accounts import fetch
+from gpunet.amounts import IO
 from gpunet.pda import node_pda
 from gpunet.protocol import Ack, GpuInfo, Inventory, Verify, VerifyMemory, VerifyOpen
 from gpunet.testbed import Market
 from worker.verify import Prover
 
 from .conftest import eventually, leading_without_loops
+from .world import truly
 
 
 def _inventory(*uuids: str) -> Inventory:
@@ -244,3 +247,75 @@ async def test_a_gpu_identity_stays_with_the_node_verified_with_it(pool) -> None
         await verifications.mark_verified(conn, third)
         holders = {d.other: d.holder for d in await verifications.claim_identities(conn, third, ["uuid:GPU-x"], 3600)}
         assert holders == {first: "this", second: "this"}
+
+
+class _TakenMidCheck(_Link):
+    """A worker whose GPUs a placement takes while its memory checks wait for their openings (the
+    race): once the blocks are asked for (`named`), it waits for the test to say whether a placement
+    took the GPUs (`taken`), then refuses to answer, as a worker whose job now holds the GPU would
+    (and as one short of memory could: a refusal there fails)."""
+
+    def __init__(self, coordinator: Coordinator, inventories: dict[Pubkey, Inventory]) -> None:
+        super().__init__(coordinator, inventories)
+        self.workers = coordinator.workers
+        self.named, self.taken = asyncio.Event(), asyncio.Event()
+
+    async def send(self, node_key: Pubkey, message: Any) -> None:
+        if isinstance(message, VerifyOpen) and self.provers[node_key].holds_memory(message.id):
+            self.named.set()
+            await self.taken.wait()
+            ack = Ack(simulated=True, of="verify_open", error="GPU 0 is leased", challenge=message.id)
+            return await self.workers.worker_ack(node_key, ack)
+        await super().send(node_key, message)
+
+
+async def test_a_placement_taking_a_node_s_gpus_ends_its_verification_without_a_verdict(
+    node, chain, database_url, pool
+) -> None:
+    """Verification yields to placement: the placement that reserves GPUs under challenge ends the
+    challenge (no verdict, no fault, no slash), and the node is not challenged again until its worker
+    holds what the placement took. The control: the same refusal with no placement fails."""
+    market = await Market.create(chain)
+    inventories = [_inventory("GPU-l", "GPU-m"), _inventory("GPU-n", "GPU-o")]
+    placed, alone = [await market.supplier(2, inventory_hash=inv.hash()) for inv in inventories]
+    keys = [s.node_key.pubkey() for s in (placed, alone)]
+    settings = Settings(rpc_url=node.url, ws_url=node.ws_url, database_url=database_url,
+                        verify_simulated_seconds=0.2, verify_simulated_memory_seconds=0.2)  # fmt: skip
+    coordinator = await leading_without_loops(Coordinator(settings, pool, market.admin))
+    verification, scheduler = coordinator.verification, coordinator.shared.scheduler
+    await coordinator.indexer.backfill()
+    try:
+        for key, inventory in zip(keys, inventories, strict=True):
+            link = verification.link = _TakenMidCheck(coordinator, {key: inventory})
+            coordinator.fleet.connected(key, simulated=True)
+            verification.connected(key, inventory)
+            await verification.step()
+            await asyncio.wait_for(link.named.wait(), 30)  # its memory checks wait for their openings
+            lease = str(Pubkey.new_unique())
+            if key == keys[0]:  # a placement takes the node's GPUs now (its choice and reservation)
+                async with pool.acquire() as conn:
+                    await coordinator.placement.view.refresh(conn)
+                decision = scheduler.place(LeaseRequest(lease, ix.LeaseTerms(1, 80, 2, 0, 10 * IO, 600)))
+                assert not isinstance(decision, NotPlaced), decision
+                assert list(decision.node_keys) == [key]
+                scheduler.reserve(decision)
+            link.taken.set()
+            await eventually(lambda key=key: truly(key not in verification._running), what="the verification over")
+            node_account = await fetch(chain, node_pda(key), "Node")
+            async with pool.acquire() as conn:
+                fault = await conn.fetchrow("SELECT * FROM faults WHERE node_key = $1", str(key))
+            if key == keys[1]:  # the control: no placement, so the refusal after committing fails
+                assert "failed" in await _verdicts(pool, key)
+                assert fault["kind"] == "FailedVerification" and node_account.jailed
+                continue
+            assert "failed" not in await _verdicts(pool, key) and fault is None and not node_account.jailed
+            # Not challenged again until its worker holds the share (then it refuses the leased GPUs).
+            await verification.step()
+            assert key not in verification._running
+            coordinator.shared.running_checked[key] = frozenset({lease})
+            await verification.step()
+            assert key in verification._running
+            verification.stop()
+    finally:
+        await coordinator.chain.close()
+        await coordinator.indexer.rpc.close()
