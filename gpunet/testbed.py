@@ -277,6 +277,7 @@ class Market:
             await self.send(cyd.wallet, [ix.set_node_draining(cyd.wallet.pubkey(), cyd.node_key.pubkey(), draining)])
         await self.send(bob.wallet, [ix.unjail_node(bob.wallet.pubkey(), bob.node_key.pubkey())])
         await self.send(bob.wallet, [ix.deregister_node(bob.wallet.pubkey(), bob.node_key.pubkey())])
+        await self.send(bob.wallet, [ix.release_node(bob.wallet.pubkey(), bob.node_key.pubkey())])  # no unbonding
         await self.send(bob.wallet, [ix.request_unstake(bob.wallet.pubkey(), 10 * IO)])
         await self.send(bob.wallet, [ix.withdraw_unstaked(bob.wallet.pubkey(), bob.tokens)])
         return {"lease": lease, "suppliers": [ada, bob, cyd], "client": dev}

@@ -122,11 +122,22 @@ def test_a_supplier_and_a_client_from_registration_to_audit(market) -> None:
         audit = g.json("audit", *subject)
         assert audit["ok"] and all(c["ok"] for c in audit["checks"]) and audit["transactions"] >= 3
 
-    g("node", "deregister", g.pubkey("node1"), wallet="supplier")
-    g("provider", "unstake", "600", wallet="supplier")
+    deregistered = g.json("node", "deregister", g.pubkey("node1"), wallet="supplier")
+    assert deregistered["bonded_stake"] == 400 * IO  # bonded, and slashable, for the unbonding period
     time.sleep(1.5)  # unbonding is 1 s on this cluster
+    assert g.json("node", "release", g.pubkey("node1"), wallet="supplier")["released_stake"] == 400 * IO
+    g("provider", "unstake", "300", wallet="supplier")
+    # one unbonding at a time: a second request is refused, saying when the first one is withdrawable
+    sent = g.signatures_of("supplier")
+    refused = g("provider", "unstake", "300", wallet="supplier", expect=2).output
+    assert "already unbonding" in refused and "gpunet provider withdraw" in refused, refused
+    assert g.signatures_of("supplier") == sent
+    time.sleep(1.5)
+    assert g.json("provider", "withdraw", wallet="supplier")["amount"] == 300 * IO
+    g("provider", "unstake", "300", wallet="supplier")
+    time.sleep(1.5)
     withdrawn = g.json("provider", "withdraw", wallet="supplier")
-    assert withdrawn["amount"] == 600 * IO
+    assert withdrawn["amount"] == 300 * IO
     after = g.json("provider", "show", wallet="supplier")
     assert (after["staked"], after["unbonding"], after["stake_vault_balance"], after["earned"]) == (
         0,

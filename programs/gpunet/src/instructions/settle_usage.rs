@@ -38,10 +38,10 @@ pub struct SettleUsage<'info> {
     pub lease: Box<Account<'info, Lease>>,
     #[account(mut, seeds = [SEED_LEASE_VAULT, lease.key().as_ref()], bump = lease.vault_bump)]
     pub lease_vault: Box<Account<'info, TokenAccount>>,
-    /// CHECK: only names the share (`Assignment::node`); the share itself records the key that signs
-    /// and the provider paid. The node account is not read: it may have been deregistered since,
-    /// or registered again under the same key by another provider, and neither changes who
-    /// delivered the usage.
+    /// CHECK: only names the share (`Assignment::node`), never read.
+    /// The share records the key that signs and the provider paid: the node account may have been
+    /// released since, or registered again under the same key by another provider, and neither
+    /// changes who delivered the usage.
     pub node: UncheckedAccount<'info>,
     /// Read only: the provider the share was assigned to (checked in `validate`), whose wallet's
     /// token account is paid.
