@@ -63,6 +63,12 @@ def _inventory_hash(text: str | None) -> bytes:
     return value
 
 
+def deregistered_bond_seconds(config: Any) -> int:
+    """How long a deregistered node's stake stays bonded (the program's `Config::deregistered_bond_seconds`):
+    the unbonding period, at least the settlement window."""
+    return max(config.unbonding_seconds, config.settle_window_seconds)
+
+
 def node_row(address: Any, n: Any) -> dict[str, Any]:
     spec = n.spec
     return {
@@ -206,7 +212,7 @@ def deregister(
                 raise BadInput(f"node {key} has {n.gpus_leased} GPUs on active leases; deregister it once they end")
             sig = await s.send(client, "Deregistering the node", [ix.deregister_node(s.wallet.pubkey(), key)])
             n = await fetch(client, node_pda(key), "Node")
-            bonded_until = n.deregistered_at + (await fetch_config(client)).unbonding_seconds
+            bonded_until = n.deregistered_at + deregistered_bond_seconds(await fetch_config(client))
         s.done(
             f"node {key} deregistered: it takes no leases. Its {format_io(n.bonded_stake)} of stake stays bonded, "
             f"and slashable for faults found meanwhile, until {clock.until(bonded_until)}; then free it with "
@@ -232,7 +238,7 @@ def release(
             n = await fetch(client, node_pda(key), "Node")
             if not n.deregistered_at:
                 raise BadInput(f"node {key} is registered; `gpunet node deregister {key}` first")
-            bonded_until = n.deregistered_at + (await fetch_config(client)).unbonding_seconds
+            bonded_until = n.deregistered_at + deregistered_bond_seconds(await fetch_config(client))
             if time.time() < bonded_until:
                 raise BadInput(f"node {key}'s stake stays bonded until {clock.until(bonded_until)}; release it then")
             if n.jailed:

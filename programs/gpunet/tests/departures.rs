@@ -100,14 +100,28 @@ fn an_idle_deregistered_node_stays_slashable_for_the_unbonding_period_and_no_lon
 }
 
 #[test]
-fn a_receipt_pays_the_provider_its_share_was_assigned_to_after_the_node_key_changes_hands() {
+fn the_bond_stays_for_the_settlement_window_when_it_is_longer_than_the_unbonding_period() {
     let mut h = Harness::new();
-    // a settlement window longer than the unbonding period: the key can change hands inside it
     h.update_config(|p| {
         p.unbonding_seconds = 60;
         p.settle_window_seconds = 600;
     })
     .unwrap();
+    let s = h.supplier(500 * IO);
+    let node = h.node(&s, h100_spec(1));
+    h.send(&[h.deregister_node_ix(&s, &node.node)], &[&s.wallet]).unwrap();
+    h.advance(599);
+    assert_error(h.send(&[h.release_node_ix(&s, &node.node)], &[&s.wallet]), GpunetError::NodeStillBonded);
+    h.slash(&node, FaultKind::MissedHeartbeats, None).unwrap(); // a fault of its last lease, late in the window
+    h.advance(JAIL_SECONDS);
+    h.send(&[h.unjail_node_ix(&s, &node.node)], &[&s.wallet]).unwrap();
+    h.send(&[h.release_node_ix(&s, &node.node)], &[&s.wallet]).unwrap();
+}
+
+#[test]
+fn a_receipt_pays_the_provider_its_share_was_assigned_to_after_the_node_key_changes_hands() {
+    let mut h = Harness::new();
+    h.update_config(|p| p.settle_window_seconds = 600).unwrap();
     let old = h.supplier(500 * IO);
     let node = h.node(&old, h100_spec(1));
     let client = h.client(1_000 * IO);
@@ -116,8 +130,14 @@ fn a_receipt_pays_the_provider_its_share_was_assigned_to_after_the_node_key_chan
     h.advance(1_800);
     let last = h.full_use_receipt(&lease, &node, 1_800); // signed by the node, not settled yet
     let wallet = client.wallet.insecure_clone();
-    h.close(&wallet, &lease, &client.tokens).unwrap(); // keeps 1 IO for it
+    h.close(&wallet, &lease, &client.tokens).unwrap(); // keeps 1 IO for it, settled until close + 600 s
     h.send(&[h.deregister_node_ix(&old, &node.node)], &[&old.wallet]).unwrap();
+    // the admin shortens both periods: the key can change hands inside the lease's settlement window
+    h.update_config(|p| {
+        p.unbonding_seconds = 60;
+        p.settle_window_seconds = 60;
+    })
+    .unwrap();
     h.advance(60);
     h.send(&[h.release_node_ix(&old, &node.node)], &[&old.wallet]).unwrap();
 

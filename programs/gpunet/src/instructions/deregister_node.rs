@@ -1,5 +1,5 @@
 //! `deregister_node`: an idle, unjailed node stops taking leases. Its account and bonded stake
-//! stay, and it stays slashable, for the unbonding period: a supplier about to be slashed (a
+//! stay, and it stays slashable, for the unbonding period (at least the settlement window): a supplier about to be slashed (a
 //! failed verification on its way, a fault found in its lease's settlement window) must not
 //! escape by deregistering. `release_node` then frees the stake and closes the account.
 use anchor_lang::prelude::*;

@@ -1,5 +1,5 @@
-//! `release_node`: once the unbonding period has passed since a node was deregistered, and it is
-//! not jailed, its bonded stake is freed and its account closed (the rent to the provider's
+//! `release_node`: once the unbonding period (at least the settlement window) has passed since a
+//! node was deregistered, and it is not jailed, its bonded stake is freed and its account closed (the rent to the provider's
 //! wallet). Its key may then be registered again, by anyone who holds it.
 use anchor_lang::prelude::*;
 
@@ -32,7 +32,7 @@ impl<'info> ReleaseNode<'info> {
         let bonded_until = self
             .node
             .deregistered_at
-            .checked_add(self.config.unbonding_seconds)
+            .checked_add(self.config.deregistered_bond_seconds())
             .ok_or(GpunetError::ArithmeticOverflow)?;
         require!(now >= bonded_until, GpunetError::NodeStillBonded);
         // A node slashed while deregistered serves its jail before its key can be registered again.

@@ -59,8 +59,8 @@ pub struct Node {
     /// Hash of the challenge evidence the attester keeps for that verification (zero: none).
     pub verification_evidence: [u8; 32],
     /// When its provider deregistered it (0: registered). A deregistered node takes no leases but
-    /// its account and bonded stake stay, slashable, for the config's `unbonding_seconds` (evidence
-    /// of a fault it committed before may still be on its way); `release_node` then frees the
+    /// its account and bonded stake stay, slashable, for the config's `deregistered_bond_seconds`
+    /// (evidence of a fault it committed before may still be on its way); `release_node` then frees the
     /// stake and closes the account. Appended last so earlier fields keep their offsets.
     pub deregistered_at: i64,
 }
