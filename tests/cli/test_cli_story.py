@@ -122,6 +122,8 @@ def test_a_supplier_and_a_client_from_registration_to_audit(market) -> None:
         audit = g.json("audit", *subject)
         assert audit["ok"] and all(c["ok"] for c in audit["checks"]) and audit["transactions"] >= 3
 
+    # a deregistered node's stake stays bonded for the unbonding period, at least the settlement window
+    g("admin", "update", "--settle-window", "1s", wallet="admin")
     deregistered = g.json("node", "deregister", g.pubkey("node1"), wallet="supplier")
     assert deregistered["bonded_stake"] == 400 * IO  # bonded, and slashable, for the unbonding period
     time.sleep(1.5)  # unbonding is 1 s on this cluster
