@@ -152,6 +152,12 @@ def register(
                     f"{count} GPUs need {format_io(need)} of free stake, you have "
                     f"{format_io(p.staked - p.bonded)} (stake more with `gpunet provider stake`)"
                 )
+            if (await client.get_account_info(node_pda(node_key.pubkey()))).value is not None:
+                # Registered, or deregistered and not released yet (its stake stays bonded a while).
+                raise BadInput(
+                    f"node {node_key.pubkey()} is already registered (`gpunet node list`); a deregistered node "
+                    "is registered again only once released (`gpunet node release`)"
+                )
             sig = await s.send(
                 client, "Registering the node", [ix.register_node(me, node_key.pubkey(), spec)], [node_key]
             )

@@ -127,6 +127,9 @@ def test_a_supplier_and_a_client_from_registration_to_audit(market) -> None:
     g("admin", "update", "--settle-window", "1s", wallet="admin")
     deregistered = g.json("node", "deregister", g.pubkey("node1"), wallet="supplier")
     assert deregistered["bonded_stake"] == 400 * IO  # bonded, and slashable, for the unbonding period
+    again = ("node", "register", str(g.key("node1")), "--gpu", "H100", "--count", "1", "--region", "us-east")
+    refused = g(*again, "--price", "2", wallet="supplier", expect=2).output
+    assert "only once released" in refused, refused
     time.sleep(1.5)  # unbonding is 1 s on this cluster
     assert g.json("node", "release", g.pubkey("node1"), wallet="supplier")["released_stake"] == 400 * IO
     g("provider", "unstake", "300", wallet="supplier")
