@@ -85,8 +85,8 @@ _FIELD_EVENTS = {
     "unbonding": ("UnstakeRequested", "UnstakeWithdrawn", "ProviderSlashed"),
     "slashed": ("ProviderSlashed",),
     "earned": ("UsageSettled",),
-    "bonded": ("NodeRegistered", "NodeDeregistered"),
-    "node_count": ("NodeRegistered", "NodeDeregistered"),
+    "bonded": ("NodeRegistered", "NodeReleased"),
+    "node_count": ("NodeRegistered", "NodeReleased"),
     "authority": ("ProviderRegistered",),
 }
 

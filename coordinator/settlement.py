@@ -42,7 +42,6 @@ from gpunet import instructions as ix
 from gpunet.accounts import AccountError, chain_clock, fetch, fetch_config, lease_end
 from gpunet.client import TransactionExpired, TransactionFailed, send_and_confirm
 from gpunet.fees import MAX_COMPUTE_UNITS, Budget, with_budget
-from gpunet.pda import node_pda
 from gpunet.tokens import io_account
 from gpunet.usage import Receipt
 
@@ -96,7 +95,7 @@ class Settler:
         self.intend = intend
         self.attester = attester
         self.payers = payers or FeePayers(client, attester)  # who pays each fee (coordinator.payers)
-        self._authorities: dict[Pubkey, Pubkey] = {}  # node key -> provider wallet (never changes)
+        self._authorities: dict[Pubkey, Pubkey] = {}  # provider account -> its wallet (never changes)
 
     async def settle(
         self, batch: Sequence[SignedUsage], observed: ObservedSeconds = lambda _u, _s: None
@@ -125,7 +124,11 @@ class Settler:
                 outcomes.append(checked)
                 continue
             queued[key] = (usage.receipt.gpu_seconds, usage.receipt.through)
-            authority = await self._authority(usage.node_key)
+            # The provider the share was assigned to, not the node account's: the node may have been
+            # released since, or its key registered again by another provider (the program refuses both).
+            share = _share(lease, usage.node_key)
+            assert share is not None  # _check refused the receipt otherwise
+            authority = await self._authority(share.provider)
             ready.append(
                 (
                     usage,
@@ -164,7 +167,7 @@ class Settler:
             return refuse(f"lease {usage.lease} is {status.lower()}: nothing is billable")
         if status == "Closing" and now > lease.settle_deadline:
             return refuse(f"lease {usage.lease}'s settlement window ended at {lease.settle_deadline}")
-        share = next((a for a in list(lease.assignments)[: lease.node_count] if a.node_key == usage.node_key), None)
+        share = _share(lease, usage.node_key)
         if share is None:
             return refuse(f"node {usage.node_key} has no share of lease {usage.lease}")
         if r.epoch != share.epoch:
@@ -195,11 +198,10 @@ class Settler:
         online = observed(usage, settled_until)
         return min(increment, min(span, online if online is not None else span) * share.gpus)
 
-    async def _authority(self, node_key: Pubkey) -> Pubkey:
-        if node_key not in self._authorities:
-            node = await fetch(self.client, node_pda(node_key), "Node")
-            self._authorities[node_key] = (await fetch(self.client, node.provider, "Provider")).authority
-        return self._authorities[node_key]
+    async def _authority(self, provider: Pubkey) -> Pubkey:
+        if provider not in self._authorities:
+            self._authorities[provider] = (await fetch(self.client, provider, "Provider")).authority
+        return self._authorities[provider]
 
     def _pack(self, ready: list[_Ready]) -> list[list[_Ready]]:
         """Groups settlements into transactions that fit the packet size."""
@@ -234,3 +236,8 @@ class Settler:
         for item in group:
             outcomes.extend(await self._send([item]))
         return outcomes
+
+
+def _share(lease: Any, node_key: Pubkey) -> Any | None:
+    """The lease's share held by the node with `node_key`, if it holds one."""
+    return next((a for a in list(lease.assignments)[: lease.node_count] if a.node_key == node_key), None)

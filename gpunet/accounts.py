@@ -178,10 +178,10 @@ class Escrow:
 
 
 def lease_end(lease: Any) -> int:
-    """When the lease ends (its duration after it started, or after it opened while unassigned):
-    no usage after it is billable (the program's `Lease::ends_at`)."""
-    started = lease.started_at if lease.started_at > 0 else lease.opened_at
-    return started + lease.terms.duration_seconds
+    """When a placed lease ends, its duration after it started: no usage after it is billable (the
+    program's `Lease::ends_at`). An open lease has no end yet (it ends its duration after it is
+    placed, and only its client may close it meanwhile): ask only once it is placed."""
+    return lease.started_at + lease.terms.duration_seconds
 
 
 async def escrow(client: AsyncClient, lease_address: Pubkey, lease: Any) -> Escrow:

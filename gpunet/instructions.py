@@ -67,6 +67,7 @@ __all__ = [
     "record_verification",
     "register_node",
     "register_provider",
+    "release_node",
     "request_unstake",
     "set_node_draining",
     "settle_usage",
@@ -289,6 +290,12 @@ def update_node(
 
 def deregister_node(authority: Pubkey, node_key: Pubkey) -> Instruction:
     return _ix("deregister_node", accounts=_node_owner_accounts(authority, node_key))
+
+
+def release_node(authority: Pubkey, node_key: Pubkey) -> Instruction:
+    """Frees a deregistered node's bonded stake and closes its account, once the unbonding period
+    has passed since its deregistration (and it is not jailed)."""
+    return _ix("release_node", accounts={**_node_owner_accounts(authority, node_key), "config": config_pda()})
 
 
 def unjail_node(authority: Pubkey, node_key: Pubkey) -> Instruction:

@@ -92,6 +92,8 @@ def _misses(node: Any, terms: Any, free_now: bool) -> tuple[Miss, ...]:
                 f"asks {format_io(spec.price_per_gpu_hour)}/GPU-hour, over {format_io(terms.max_price_per_gpu_hour)}",
             )
         )
+    if node.deregistered_at:
+        found.append(Miss("", "deregistered (its supplier took it off the market)"))
     if node.jailed:
         found.append(Miss("", "jailed (until its supplier unjails it)"))
     if node.draining:

@@ -10,7 +10,7 @@ import asyncio
 import hashlib
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from solana.rpc.async_api import AsyncClient
 from solders.instruction import Instruction
@@ -252,7 +252,9 @@ class Market:
 
     async def every_event_kind(self) -> dict[str, object]:
         """Every kind of gpunet event at least once; the accounts involved. Needs a market created with
-        `jail_seconds=0` and `unbonding_seconds=0` (the slashed supplier unjails and withdraws at once)."""
+        `jail_seconds=0` and `unbonding_seconds=0` (the slashed supplier unjails and withdraws at once);
+        it sets a 1 s settlement window (a deregistered node's stake stays bonded at least that long)."""
+        self.params = replace(self.params, settle_window_seconds=1)
         await self.send(self.admin, [ix.update_config(self.admin.pubkey(), self.params)])
         ada, bob, cyd = await self.supplier(), await self.supplier(), await self.supplier()
         await self.send(
@@ -277,6 +279,8 @@ class Market:
             await self.send(cyd.wallet, [ix.set_node_draining(cyd.wallet.pubkey(), cyd.node_key.pubkey(), draining)])
         await self.send(bob.wallet, [ix.unjail_node(bob.wallet.pubkey(), bob.node_key.pubkey())])
         await self.send(bob.wallet, [ix.deregister_node(bob.wallet.pubkey(), bob.node_key.pubkey())])
+        await asyncio.sleep(1.5)  # the bond stays for the 1 s settlement window (no unbonding)
+        await self.send(bob.wallet, [ix.release_node(bob.wallet.pubkey(), bob.node_key.pubkey())])
         await self.send(bob.wallet, [ix.request_unstake(bob.wallet.pubkey(), 10 * IO)])
         await self.send(bob.wallet, [ix.withdraw_unstaked(bob.wallet.pubkey(), bob.tokens)])
         return {"lease": lease, "suppliers": [ada, bob, cyd], "client": dev}

@@ -197,8 +197,12 @@ def _node_updated(ledger: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None:
 
 
 def _node_deregistered(ledger: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None:
+    # It takes no more leases; its stake stays bonded (and slashable) until NodeReleased.
     if (n := ledger._get("nodes", d["node"], e)) is not None:
         n["registered"] = False
+
+
+def _node_released(ledger: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None:
     if (p := ledger._get("providers", d["provider"], e)) is not None:
         p["bonded"] -= d["released_stake"]
         p["node_count"] -= 1
@@ -370,6 +374,7 @@ _HANDLERS: dict[str, Callable[[Ledger, IndexedEvent, dict[str, Any]], None]] = {
     "NodeRegistered": _node_registered,
     "NodeUpdated": _node_updated,
     "NodeDeregistered": _node_deregistered,
+    "NodeReleased": _node_released,
     "NodeUnjailed": _node_unjailed,
     "NodeDrainingSet": _node_draining_set,
     "NodeVerified": _node_verified,

@@ -1,4 +1,4 @@
-"""`gpunet node register|update|deregister|list`: the GPU machines a supplier offers."""
+"""`gpunet node register|update|deregister|release|list`: the GPU machines a supplier offers."""
 
 from __future__ import annotations
 
@@ -37,7 +37,8 @@ from gpunet.limits import MAX_GPUS_PER_NODE
 from gpunet.pda import node_pda, provider_pda
 
 app = typer.Typer(
-    help="GPU nodes: register, update, drain, undrain, deregister, unjail, list, verifications.", no_args_is_help=True
+    help="GPU nodes: register, update, drain, undrain, deregister, release, unjail, list, verifications.",
+    no_args_is_help=True,
 )
 NodeKeyArg = Annotated[
     str,
@@ -69,6 +70,12 @@ def _inventory_hash(text: str | None) -> bytes:
     return value
 
 
+def deregistered_bond_seconds(config: Any) -> int:
+    """How long a deregistered node's stake stays bonded (the program's `Config::deregistered_bond_seconds`):
+    the unbonding period, at least the settlement window."""
+    return max(config.unbonding_seconds, config.settle_window_seconds)
+
+
 def node_row(address: Any, n: Any) -> dict[str, Any]:
     spec = n.spec
     return {
@@ -86,6 +93,7 @@ def node_row(address: Any, n: Any) -> dict[str, Any]:
         "jailed": n.jailed,
         "jail_ends_at": n.jail_ends_at,
         "draining": n.draining,
+        "deregistered_at": n.deregistered_at or None,
         "verification_tier": n.verification_tier,
         "verified_until": n.verified_until,
     }
@@ -151,6 +159,12 @@ def register(
                     f"{count} GPUs need {format_io(need)} of free stake, you have "
                     f"{format_io(p.staked - p.bonded)} (stake more with `gpunet provider stake`)"
                 )
+            if (await client.get_account_info(node_pda(node_key.pubkey()))).value is not None:
+                # Registered, or deregistered and not released yet (its stake stays bonded a while).
+                raise BadInput(
+                    f"node {node_key.pubkey()} is already registered (`gpunet node list`); a deregistered node "
+                    "is registered again only once released (`gpunet node release`)"
+                )
             sig = await s.send(
                 client, "Registering the node", [ix.register_node(me, node_key.pubkey(), spec)], [node_key]
             )
@@ -198,17 +212,53 @@ def update(
 def deregister(
     node_key: NodeKeyArg, url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR, json_output: JsonOpt = False
 ) -> None:
-    """Remove an idle node and release its bonded stake."""
+    """Take an idle node off the market; its bonded stake stays bonded, and slashable, for the
+    unbonding period (`node release` frees it then)."""
 
     async def command(s: Session) -> None:
         key = node_key_arg(node_key)
         async with s.client() as client:
             n = await fetch(client, node_pda(key), "Node")
+            if n.deregistered_at:
+                raise BadInput(f"node {key} is already deregistered; `gpunet node release {key}` frees its stake")
             if n.gpus_leased:
                 raise BadInput(f"node {key} has {n.gpus_leased} GPUs on active leases; deregister it once they end")
             sig = await s.send(client, "Deregistering the node", [ix.deregister_node(s.wallet.pubkey(), key)])
+            n = await fetch(client, node_pda(key), "Node")
+            bonded_until = n.deregistered_at + deregistered_bond_seconds(await fetch_config(client))
         s.done(
-            f"node {key} deregistered; {format_io(n.bonded_stake)} of stake released",
+            f"node {key} deregistered: it takes no leases. Its {format_io(n.bonded_stake)} of stake stays bonded, "
+            f"and slashable for faults found meanwhile, until {clock.until(bonded_until)}; then free it with "
+            f"`gpunet node release {key}`",
+            sig,
+            bonded_stake=n.bonded_stake,
+            bonded_until=bonded_until,
+        )
+
+    Session(url, keypair, json_output).run(command)
+
+
+@app.command("release")
+def release(
+    node_key: NodeKeyArg, url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR, json_output: JsonOpt = False
+) -> None:
+    """Free a deregistered node's bonded stake once the unbonding period since its deregistration has
+    passed, and close its account."""
+
+    async def command(s: Session) -> None:
+        key = pubkey_arg(node_key, "node key")
+        async with s.client() as client:
+            n = await fetch(client, node_pda(key), "Node")
+            if not n.deregistered_at:
+                raise BadInput(f"node {key} is registered; `gpunet node deregister {key}` first")
+            bonded_until = n.deregistered_at + deregistered_bond_seconds(await fetch_config(client))
+            if time.time() < bonded_until:
+                raise BadInput(f"node {key}'s stake stays bonded until {clock.until(bonded_until)}; release it then")
+            if n.jailed:
+                raise BadInput(f"node {key} is jailed; `gpunet node unjail {key}` once its jail ends, then release it")
+            sig = await s.send(client, "Releasing the node", [ix.release_node(s.wallet.pubkey(), key)])
+        s.done(
+            f"node {key} released; {format_io(n.bonded_stake)} of stake is free again",
             sig,
             released_stake=n.bonded_stake,
         )
@@ -324,7 +374,13 @@ def list_nodes(
                     f"{r['vram_gb']} GB",
                     r["region"],
                     format_io(r["price_per_gpu_hour"]),
-                    "[red]jailed[/]" if r["jailed"] else "[yellow]draining[/]" if r["draining"] else "ok",
+                    "[red]jailed[/]"
+                    if r["jailed"]
+                    else "[dim]deregistered[/]"
+                    if r["deregistered_at"]
+                    else "[yellow]draining[/]"
+                    if r["draining"]
+                    else "ok",
                     verification_label(r),
                 )
             return t

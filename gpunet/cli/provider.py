@@ -83,6 +83,14 @@ def unstake(
         async with s.client() as client:
             p = await fetch(client, provider_pda(me), "Provider")
             free = p.staked - p.bonded
+            if p.unbonding:
+                # One unbonding at a time: the program refuses a second request rather than move the
+                # first one's date (it would otherwise restart the clock of everything unbonding).
+                ready = "now" if p.unbonding_ends_at <= time.time() else clock.until(p.unbonding_ends_at)
+                raise BadInput(
+                    f"{format_io(p.unbonding)} is already unbonding, withdrawable {ready}: withdraw it with "
+                    "`gpunet provider withdraw`, then unstake more (a second request would not change its date)"
+                )
             if units > free:
                 raise NotEnoughFunds(
                     f"unstaking {format_io(units)} needs that much free stake, but only "

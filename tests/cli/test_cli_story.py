@@ -117,16 +117,33 @@ def test_a_supplier_and_a_client_from_registration_to_audit(market) -> None:
     assert g.json("settlements", "list", "--provider", settled["provider"]) == [settled]
 
     closed = g.json("lease", "close", lease, wallet="client")
-    assert closed["refunded"] == 9 * IO - settled["payout"] - settled["fee"]
+    # what the node's usage since its receipt (the seconds the commands above took) could still cost is kept
+    assert closed["refunded"] + closed["kept_for_settlement"] == 9 * IO - settled["payout"] - settled["fee"]
     for subject in (["--lease", lease], ["--provider", g.pubkey("supplier")]):
         audit = g.json("audit", *subject)
         assert audit["ok"] and all(c["ok"] for c in audit["checks"]) and audit["transactions"] >= 3
 
-    g("node", "deregister", g.pubkey("node1"), wallet="supplier")
-    g("provider", "unstake", "600", wallet="supplier")
+    # a deregistered node's stake stays bonded for the unbonding period, at least the settlement window
+    g("admin", "update", "--settle-window", "1s", wallet="admin")
+    deregistered = g.json("node", "deregister", g.pubkey("node1"), wallet="supplier")
+    assert deregistered["bonded_stake"] == 400 * IO  # bonded, and slashable, for the unbonding period
+    again = ("node", "register", str(g.key("node1")), "--gpu", "H100", "--count", "1", "--region", "us-east")
+    refused = g(*again, "--price", "2", wallet="supplier", expect=2).output
+    assert "only once released" in refused, refused
     time.sleep(1.5)  # unbonding is 1 s on this cluster
+    assert g.json("node", "release", g.pubkey("node1"), wallet="supplier")["released_stake"] == 400 * IO
+    g("provider", "unstake", "300", wallet="supplier")
+    # one unbonding at a time: a second request is refused, saying when the first one is withdrawable
+    sent = g.signatures_of("supplier")
+    refused = g("provider", "unstake", "300", wallet="supplier", expect=2).output
+    assert "already unbonding" in refused and "gpunet provider withdraw" in refused, refused
+    assert g.signatures_of("supplier") == sent
+    time.sleep(1.5)
+    assert g.json("provider", "withdraw", wallet="supplier")["amount"] == 300 * IO
+    g("provider", "unstake", "300", wallet="supplier")
+    time.sleep(1.5)
     withdrawn = g.json("provider", "withdraw", wallet="supplier")
-    assert withdrawn["amount"] == 600 * IO
+    assert withdrawn["amount"] == 300 * IO
     after = g.json("provider", "show", wallet="supplier")
     assert (after["staked"], after["unbonding"], after["stake_vault_balance"], after["earned"]) == (
         0,

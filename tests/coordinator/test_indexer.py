@@ -40,6 +40,7 @@ async def test_every_event_lands_exactly_once_and_in_chain_order(node, market: M
         "LeaseFinalized",
         "NodeUnjailed",
         "NodeDeregistered",
+        "NodeReleased",
         "UnstakeRequested",
         "UnstakeWithdrawn",
         "NodeDrainingSet",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 
 import asyncpg
 from solders.keypair import Keypair
@@ -20,8 +21,12 @@ from coordinator.fleet import Fleet
 from coordinator.leader import Fence
 from coordinator.loops.settlement import Settlement
 from coordinator.settlement import Settler, SignedUsage, Status
+from gpunet import instructions as ix
 from gpunet.accounts import fetch
+from gpunet.amounts import IO
+from gpunet.pda import node_pda
 from gpunet.protocol import UsageReceiptMessage
+from gpunet.tokens import token_balance
 from gpunet.usage import Receipt
 
 from .chain import PERIOD, Cluster
@@ -278,3 +283,42 @@ async def test_the_settlement_window_takes_the_nodes_receipts_in_turn(pool) -> N
             )
         window = await usage.pending_receipts(conn, limit=3)
     assert [(u.usage.node_key, u.usage.lease) for u in window] == [shares[0], shares[5], shares[1]]
+
+
+async def test_a_receipt_pays_its_share_s_provider_after_the_node_key_changes_hands(cluster) -> None:
+    """The client closes the lease, node 0's supplier deregisters and releases the node, and another
+    provider registers the same key: node 0's last receipt still pays node 0's supplier (the provider
+    of the lease's share), not the key's new owner; node 1's, the control, pays node 1's as ever."""
+    await cluster.wait_for_period(2)
+    last, control = cluster.receipt(0, 2), cluster.receipt(1, 2)
+    market, client = cluster.market, cluster.client
+    nodes = [node_pda(key.pubkey()) for _, key in cluster.nodes]
+    await market.send(
+        cluster.client_wallet,
+        [
+            ix.close_lease(
+                cluster.client_wallet.pubkey(),
+                cluster.client_wallet.pubkey(),
+                cluster.client_tokens,
+                cluster.lease,
+                nodes,
+            )
+        ],
+    )
+    # the admin shortens the periods (the lease keeps its deadline): the key changes hands inside it
+    market.params = replace(market.params, unbonding_seconds=0, settle_window_seconds=1)
+    await market.send(cluster.admin, [ix.update_config(cluster.admin.pubkey(), market.params)])
+    wallet, key = cluster.nodes[0]
+    await market.send(wallet, [ix.deregister_node(wallet.pubkey(), key.pubkey())])
+    await asyncio.sleep(1.5)
+    await market.send(wallet, [ix.release_node(wallet.pubkey(), key.pubkey())])
+    newcomer = await market.supplier(2, Cluster.PRICE, 50 * IO, node_key=key)
+    newcomer_before = await token_balance(client, newcomer.tokens)
+    before = [await cluster.earned(n) for n in (0, 1)]
+
+    outcomes = await Settler(client, cluster.admin).settle([last, control])
+    assert [o.status for o in outcomes] == [Status.SETTLED, Status.SETTLED], [o.reason for o in outcomes]
+    lease = await fetch(client, cluster.lease, "Lease")
+    paid = [await cluster.earned(n) - before[n] for n in (0, 1)]
+    assert paid[0] == paid[1] > 0 and sum(paid) == lease.paid and lease.paid + lease.fees == 2 * cost(PERIOD * 2 * 2)
+    assert await token_balance(client, newcomer.tokens) == newcomer_before

@@ -140,4 +140,16 @@ pub enum GpunetError {
     // --- cumulative receipts (appended, so earlier codes stay stable)
     #[msg("The receipt is for another assignment of the node to this lease (its epoch is not the share's)")]
     WrongAssignment,
+
+    // --- the hostile world, second pass (appended, so earlier codes stay stable)
+    #[msg("The node is deregistered: it takes no leases, and release_node frees its stake once the unbonding period has passed")]
+    NodeDeregistered,
+    #[msg("The node is not deregistered: deregister it first")]
+    NodeNotDeregistered,
+    #[msg("The deregistered node's stake stays bonded, and slashable, until the unbonding period after its deregistration has passed")]
+    NodeStillBonded,
+    #[msg("Stake is already unbonding: withdraw it once its unbonding period ends, then request more")]
+    AlreadyUnbonding,
+    #[msg("The lease was never placed, so it has no end yet: only its client may close it")]
+    LeaseNotPlaced,
 }

@@ -61,8 +61,19 @@ pub struct NodeUpdated {
     pub inventory_hash: [u8; 32],
 }
 
+/// The node takes no more leases; its stake stays bonded, and slashable, until `release_node`
+/// (the unbonding period after `deregistered_at`).
 #[event]
 pub struct NodeDeregistered {
+    pub node: Pubkey,
+    pub provider: Pubkey,
+    pub bonded_stake: u64,
+    pub deregistered_at: i64,
+}
+
+/// A deregistered node's stake was freed and its account closed.
+#[event]
+pub struct NodeReleased {
     pub node: Pubkey,
     pub provider: Pubkey,
     pub released_stake: u64,

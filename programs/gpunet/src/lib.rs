@@ -68,6 +68,10 @@ pub mod gpunet {
         DeregisterNode::handler(ctx)
     }
 
+    pub fn release_node(ctx: Context<ReleaseNode>) -> Result<()> {
+        ReleaseNode::handler(ctx)
+    }
+
     pub fn unjail_node(ctx: Context<UnjailNode>) -> Result<()> {
         UnjailNode::handler(ctx)
     }

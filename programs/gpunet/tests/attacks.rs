@@ -158,9 +158,12 @@ fn account_closing_and_revival() {
     let mut h = Harness::new();
     let s = h.supplier(1_000 * IO);
     let node = h.node(&s, h100_spec(1));
-    // deregister, then refund the rent to the address in the same transaction
+    // release (after the unbonding period since its deregistration), then refund the rent to the
+    // address in the same transaction
+    h.send(&[h.deregister_node_ix(&s, &node.node)], &[&s.wallet]).unwrap();
+    h.advance(UNBONDING_SECONDS);
     let revive = solana_system_interface::instruction::transfer(&s.wallet.pubkey(), &node.node, 10_000_000);
-    h.send(&[h.deregister_node_ix(&s, &node.node), revive], &[&s.wallet]).unwrap();
+    h.send(&[h.release_node_ix(&s, &node.node), revive], &[&s.wallet]).unwrap();
     let account = h.svm.get_account(&node.node).unwrap();
     assert_eq!(account.owner, anchor_lang::system_program::ID, "a revived address is a plain system account");
     assert!(account.data.is_empty());

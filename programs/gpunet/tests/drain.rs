@@ -107,5 +107,5 @@ fn a_draining_node_s_share_moves_without_a_slash_and_a_healthy_one_s_does_not_mo
 
     // holding nothing, the drained node can leave
     h.send(&[h.deregister_node_ix(&s1, &drained.node)], &[&s1.wallet]).unwrap();
-    assert!(!h.exists(&drained.node));
+    assert!(h.account::<Node>(&drained.node).is_deregistered());
 }

@@ -248,6 +248,36 @@ fn strangers_close_only_after_the_end_and_its_grace() {
 }
 
 #[test]
+fn an_unplaced_lease_has_no_end_and_only_its_client_closes_it() {
+    let mut h = Harness::new();
+    let client = h.client(1_000 * IO);
+    let lease = h.open_lease(&client, 1, terms(1, 1)); // escrows 3 IO
+    let stranger = h.wallet();
+    let attester = h.attester.insecure_clone();
+    // long past its open time plus its duration and the grace: it still waits to be placed
+    h.advance(3 * 3_600 + CLOSE_GRACE_SECONDS);
+    for closer in [&stranger, &attester] {
+        assert_error(h.close(closer, &lease, &client.tokens), GpunetError::LeaseNotPlaced);
+    }
+    let state: Lease = h.account(&lease.lease);
+    assert_eq!((state.status, state.refunded), (LeaseStatus::Open, 0));
+    assert_eq!(h.balance(&lease.vault), 3 * IO);
+    // placed now, it ends its duration later, as the client was told
+    let s = h.supplier(800 * IO);
+    let node = h.node(&s, h100_spec(1));
+    h.assign(&lease, &[(&node, 1)]).unwrap();
+    assert_eq!(h.account::<Lease>(&lease.lease).ends_at(), Some(h.now() + 3_600));
+
+    // the control: its client closes an unplaced lease any time, and gets it all back
+    let unplaced = h.open_lease(&client, 2, terms(1, 1));
+    let wallet = client.wallet.insecure_clone();
+    let ev: LeaseClosed = event(&h.close(&wallet, &unplaced, &client.tokens).unwrap());
+    assert_eq!((ev.refund, ev.retained, ev.billable_until), (3 * IO, 0, h.now()));
+    h.finalize(&stranger, &unplaced, &client.tokens).unwrap();
+    assert_eq!(h.balance(&client.tokens), 1_000 * IO - 3 * IO);
+}
+
+#[test]
 fn closing_must_free_exactly_the_lease_nodes() {
     let mut h = Harness::new();
     let s = h.supplier(800 * IO);

@@ -9,6 +9,7 @@ mod harness;
 mod attacks;
 mod config;
 mod conservation;
+mod departures;
 mod drain;
 mod leases;
 mod limits;

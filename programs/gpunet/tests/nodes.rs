@@ -3,7 +3,7 @@
 use crate::harness::*;
 use anchor_lang::error::ErrorCode as AnchorError;
 use gpunet::errors::GpunetError;
-use gpunet::events::{NodeDeregistered, NodeRegistered, NodeUpdated};
+use gpunet::events::{NodeDeregistered, NodeRegistered, NodeReleased, NodeUpdated};
 use gpunet::state::{Node, NodeSpec, Provider};
 use solana_keypair::Keypair;
 use solana_signer::Signer;
@@ -30,13 +30,44 @@ fn register_update_and_deregister_a_node() {
     assert_eq!((ev.region, ev.price_per_gpu_hour, ev.inventory_hash), (US, 5 * IO, [9; 32]));
     assert_eq!(h.account::<Node>(&node_addr).spec.price_per_gpu_hour, 5 * IO);
 
-    let rent_before = h.svm.get_balance(&s.wallet.pubkey()).unwrap();
+    // deregistered, the node takes no leases but its stake stays bonded for the unbonding period
     let meta = h.send(&[h.deregister_node_ix(&s, &node_addr)], &[&s.wallet]).unwrap();
-    assert_eq!(event::<NodeDeregistered>(&meta).released_stake, 800 * IO);
+    let ev: NodeDeregistered = event(&meta);
+    assert_eq!((ev.bonded_stake, ev.deregistered_at), (800 * IO, h.now()));
+    assert_eq!(h.account::<Node>(&node_addr).deregistered_at, h.now());
+    let p: Provider = h.account(&s.provider);
+    assert_eq!((p.bonded, p.node_count, p.free_stake()), (800 * IO, 1, 0));
+    assert_error(h.send(&[h.deregister_node_ix(&s, &node_addr)], &[&s.wallet]), GpunetError::NodeDeregistered);
+    h.advance(UNBONDING_SECONDS - 1);
+    assert_error(h.send(&[h.release_node_ix(&s, &node_addr)], &[&s.wallet]), GpunetError::NodeStillBonded);
+    h.advance(1);
+
+    let rent_before = h.svm.get_balance(&s.wallet.pubkey()).unwrap();
+    let meta = h.send(&[h.release_node_ix(&s, &node_addr)], &[&s.wallet]).unwrap();
+    assert_eq!(event::<NodeReleased>(&meta).released_stake, 800 * IO);
     assert!(!h.exists(&node_addr));
     assert!(h.svm.get_balance(&s.wallet.pubkey()).unwrap() > rent_before, "rent returned");
     let p: Provider = h.account(&s.provider);
     assert_eq!((p.bonded, p.node_count), (0, 0));
+}
+
+#[test]
+fn only_a_deregistered_node_is_released_and_a_deregistered_node_takes_no_lease() {
+    let mut h = Harness::new();
+    let s = h.supplier(500 * IO);
+    let node = h.node(&s, h100_spec(1));
+    assert_error(h.send(&[h.release_node_ix(&s, &node.node)], &[&s.wallet]), GpunetError::NodeNotDeregistered);
+    let client = h.client(1_000 * IO);
+    let lease = h.open_lease(&client, 1, terms(1, 1));
+    h.send(&[h.deregister_node_ix(&s, &node.node)], &[&s.wallet]).unwrap();
+    assert_error(h.assign(&lease, &[(&node, 1)]), GpunetError::NodeDeregistered);
+    // another provider cannot release it
+    let other = h.supplier(500 * IO);
+    h.advance(UNBONDING_SECONDS);
+    let mut ix = h.release_node_ix(&other, &node.node);
+    ix.accounts[2].pubkey = other.provider;
+    assert_error(h.send(&[ix], &[&other.wallet]), GpunetError::NotNodeProvider);
+    assert_eq!(h.account::<Provider>(&s.provider).bonded, 100 * IO);
 }
 
 #[test]

@@ -157,19 +157,21 @@ fn a_slash_compensates_only_a_live_lease_the_node_holds_and_at_most_what_it_lost
     assert_error(h.slash(&node, FaultKind::InvalidUsage, Some((&lease, &client.tokens))), GpunetError::LeaseNotLive);
     assert_eq!(h.balance(&client.tokens), before);
 
-    // control: a live lease of the node gets its share, capped by the share's worth (1 GPU x 2 IO/h
-    // x 1 h = 2 IO, far below half of a 50 % slash of 1,000 IO); the rest goes to the treasury
+    // control: a live lease of the node gets its share, capped by the share's worth over the time
+    // it ran (1 GPU x 2 IO/h x 30 min = 1 IO, far below half of a 50 % slash of 1,000 IO); the
+    // rest goes to the treasury
     let live = h.open_lease(&client, 2, terms(1, 1));
     h.advance(JAIL_SECONDS); // the node is free again (its lease closed); not jailed yet
     h.assign(&live, &[(&node, 1)]).unwrap();
+    h.advance(1_800);
     let treasury = h.treasury;
     let treasury_before = h.balance(&treasury);
     let client_before = h.balance(&client.tokens);
     let ev: ProviderSlashed = event(&h.slash(&node, FaultKind::InvalidUsage, Some((&live, &client.tokens))).unwrap());
-    assert_eq!((ev.amount, ev.to_client), (500 * IO, 2 * IO));
-    assert_eq!(h.balance(&client.tokens), client_before + 2 * IO);
-    assert_eq!(h.balance(&treasury), treasury_before + 498 * IO);
-    assert_eq!(h.account::<Lease>(&live.lease).compensated, 2 * IO);
+    assert_eq!((ev.amount, ev.to_client), (500 * IO, IO));
+    assert_eq!(h.balance(&client.tokens), client_before + IO);
+    assert_eq!(h.balance(&treasury), treasury_before + 499 * IO);
+    assert_eq!(h.account::<Lease>(&live.lease).compensated, IO);
 
     // a lease the node no longer holds (its share moved away) gets nothing
     let s2 = h.supplier(1_000 * IO);

@@ -89,3 +89,22 @@ fn only_the_owner_moves_its_stake() {
     assert_error(h.send(&[ix], &[&thief.wallet]), AnchorError::AccountNotSigner);
     assert_eq!(h.balance(&s.vault), 100 * IO);
 }
+
+#[test]
+fn a_second_unstake_request_waits_for_the_first_to_be_withdrawn() {
+    let mut h = Harness::new();
+    let s = h.supplier(300 * IO);
+    let first: UnstakeRequested = event(&h.send(&[h.request_unstake_ix(&s, 100 * IO)], &[&s.wallet]).unwrap());
+    h.advance(UNBONDING_SECONDS - 10);
+    // a second request would have moved the first one's date: it is refused and changes nothing
+    assert_error(h.send(&[h.request_unstake_ix(&s, 50 * IO)], &[&s.wallet]), GpunetError::AlreadyUnbonding);
+    let p: Provider = h.account(&s.provider);
+    assert_eq!((p.staked, p.unbonding, p.unbonding_ends_at), (200 * IO, 100 * IO, first.unbonding_ends_at));
+    h.advance(10);
+    let meta = h.send(&[h.withdraw_unstaked_ix(&s)], &[&s.wallet]).unwrap();
+    assert_eq!(event::<UnstakeWithdrawn>(&meta).amount, 100 * IO);
+    // the control: once withdrawn, the next request starts its own full period
+    let second: UnstakeRequested = event(&h.send(&[h.request_unstake_ix(&s, 50 * IO)], &[&s.wallet]).unwrap());
+    assert_eq!((second.unbonding, second.unbonding_ends_at), (50 * IO, h.now() + UNBONDING_SECONDS));
+    assert_eq!(h.balance(&s.vault), 200 * IO);
+}

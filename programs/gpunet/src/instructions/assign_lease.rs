@@ -42,6 +42,7 @@ pub(crate) fn check_candidate(
 ) -> Result<()> {
     require_keys_eq!(node.provider, provider.key(), GpunetError::AccountMismatch);
     require_eq!(node.spec.price_per_gpu_hour, price, GpunetError::PriceChanged);
+    require!(!node.is_deregistered(), GpunetError::NodeDeregistered);
     require!(!node.jailed, GpunetError::NodeJailed);
     // Its supplier announced maintenance: nothing new goes there (a move away from it is fine).
     require!(!node.draining, GpunetError::NodeDraining);

@@ -5,7 +5,7 @@
 //!
 //! The client may close at any time, an attester (the coordinator, which ends leases) from the
 //! lease's end on, and anyone once the lease is past its end plus the configured grace, or its
-//! escrow is spent. Remaining accounts: every node of the lease, in
+//! escrow is spent. A lease never placed has no end yet: only its client closes it. Remaining accounts: every node of the lease, in
 //! assignment order, writable.
 use anchor_lang::prelude::*;
 use anchor_spl::token::{Token, TokenAccount};
@@ -44,6 +44,9 @@ impl<'info> CloseLease<'info> {
     pub fn validate(&self, now: i64) -> Result<()> {
         require!(!self.lease.is_closed(), GpunetError::LeaseClosed);
         if self.closer.key() != self.lease.client {
+            // An unplaced lease has no end yet (it ends its duration after it is placed): it waits
+            // for its nodes until its client closes it, whoever else asks.
+            require!(self.lease.status != LeaseStatus::Open, GpunetError::LeaseNotPlaced);
             let ends_at = self.lease.ends_at().ok_or(GpunetError::ArithmeticOverflow)?;
             let grace = if self.config.is_attester(self.closer.key) { 0 } else { self.config.close_grace_seconds };
             let closable_at = ends_at.checked_add(grace).ok_or(GpunetError::ArithmeticOverflow)?;
@@ -58,8 +61,10 @@ impl<'info> CloseLease<'info> {
         let a = &ctx.accounts;
         let shares = a.lease.assignments();
         require!(ctx.remaining_accounts.len() == shares.len(), GpunetError::LeaseNodesMismatch);
-        let ends_at = a.lease.ends_at().ok_or(GpunetError::ArithmeticOverflow)?;
-        let billable_until = now.min(ends_at);
+        let billable_until = match a.lease.status {
+            LeaseStatus::Open => now, // nothing was billable: no node ever held it
+            _ => now.min(a.lease.ends_at().ok_or(GpunetError::ArithmeticOverflow)?),
+        };
         let mut owed: u64 = 0;
         for (info, share) in ctx.remaining_accounts.iter().zip(shares) {
             require_keys_eq!(info.key(), share.node, GpunetError::LeaseNodesMismatch);

@@ -1,4 +1,5 @@
-//! `request_unstake`: free stake starts unbonding; it stays slashable until withdrawn.
+//! `request_unstake`: free stake starts unbonding; it stays slashable until withdrawn. Refused while
+//! stake is already unbonding (withdraw that first).
 use anchor_lang::prelude::*;
 
 use crate::errors::GpunetError;
@@ -21,11 +22,15 @@ impl RequestUnstake<'_> {
     pub fn validate(&self, amount: u64) -> Result<()> {
         require_gt!(amount, 0, GpunetError::ZeroAmount);
         require!(amount <= self.provider.free_stake(), GpunetError::InsufficientFreeStake);
+        // One clock per provider: a second request would move the date the stake already
+        // unbonding was promised for. Keeping the old date for the new amount would let fresh
+        // stake leave before its own unbonding period (less time to slash it). So the provider
+        // withdraws what is unbonding first, then asks again.
+        require!(self.provider.unbonding == 0, GpunetError::AlreadyUnbonding);
         Ok(())
     }
 }
 
-/// A new request restarts the unbonding clock for everything unbonding (one clock per provider).
 impl<'info> RequestUnstake<'info> {
     #[access_control(ctx.accounts.validate(amount))]
     pub fn handler(ctx: Context<Self>, amount: u64) -> Result<()> {

@@ -38,10 +38,13 @@ pub struct SettleUsage<'info> {
     pub lease: Box<Account<'info, Lease>>,
     #[account(mut, seeds = [SEED_LEASE_VAULT, lease.key().as_ref()], bump = lease.vault_bump)]
     pub lease_vault: Box<Account<'info, TokenAccount>>,
-    #[account(seeds = [SEED_NODE, node.node_key.as_ref()], bump = node.bump)]
-    pub node: Box<Account<'info, Node>>,
-    /// Read only: it names the wallet whose token account is paid.
-    #[account(address = node.provider @ GpunetError::AccountMismatch)]
+    /// CHECK: only names the share (`Assignment::node`), never read.
+    /// The share records the key that signs and the provider paid: the node account may have been
+    /// released since, or registered again under the same key by another provider, and neither
+    /// changes who delivered the usage.
+    pub node: UncheckedAccount<'info>,
+    /// Read only: the provider the share was assigned to (checked in `validate`), whose wallet's
+    /// token account is paid.
     pub provider: Box<Account<'info, Provider>>,
     #[account(
         mut,
@@ -70,6 +73,7 @@ impl<'info> SettleUsage<'info> {
         };
         let index = self.lease.assignment_index(&self.node.key()).ok_or(GpunetError::NodeNotInLease)?;
         let share = &self.lease.assignments[index];
+        require_keys_eq!(self.provider.key(), share.provider, GpunetError::AccountMismatch);
         require!(receipt.epoch == share.epoch, GpunetError::WrongAssignment);
 
         // Strictly increasing: a repeat (or an older receipt) is refused, so nothing is paid twice.

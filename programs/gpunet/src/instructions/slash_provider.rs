@@ -8,8 +8,9 @@
 //! unjailed. When the fault hurt a lease that is still live (active, or closing within its
 //! settlement window) and the node holds a share of it now, passing the lease and its
 //! client's token account sends the client its configured share, at most what the share was
-//! worth over the lease's duration (less what the lease was already compensated); the rest
-//! goes to the treasury.
+//! worth over the time it actually ran (to now, or to the lease's close) and what the client
+//! still has in the lease (its deposits less its refunds), less what the lease was already
+//! compensated; the rest goes to the treasury. The share must be the slashed provider's.
 use anchor_lang::prelude::*;
 use anchor_spl::token::{Token, TokenAccount};
 
@@ -61,11 +62,20 @@ impl<'info> SlashProvider<'info> {
                 };
                 require!(live, GpunetError::LeaseNotLive);
                 let index = lease.assignment_index(&self.node.key()).ok_or(GpunetError::NodeNotInLease)?;
-                require_keys_eq!(client_tokens.owner, lease.client, GpunetError::WrongTokenOwner);
                 let share = &lease.assignments[index];
-                let worth = math::owed_at_most(share.price_per_gpu_hour, share.gpus, 0, lease.terms.duration_seconds)
+                // The node's address outlives its owner: a share assigned to the provider that
+                // deregistered it is not this provider's fault to pay for.
+                require_keys_eq!(share.provider, self.provider.key(), GpunetError::NodeNotInLease);
+                require_keys_eq!(client_tokens.owner, lease.client, GpunetError::WrongTokenOwner);
+                // What the lease actually held, not what it was sized for: the share's worth over
+                // the time it has run (to now, or to the close), and never more than the client
+                // still has in the lease (deposits not refunded). A lease closed at once holds nothing.
+                let billing_end = lease.billing_end().ok_or(GpunetError::LeaseNotLive)?;
+                let until = billing_end.min(now);
+                let worth = math::owed_at_most(share.price_per_gpu_hour, share.gpus, share.assigned_at, until)
                     .ok_or(GpunetError::ArithmeticOverflow)?;
-                Ok(Some(worth.saturating_sub(lease.compensated)))
+                let at_risk = lease.deposited.checked_sub(lease.refunded).ok_or(GpunetError::ArithmeticOverflow)?;
+                Ok(Some(worth.min(at_risk).saturating_sub(lease.compensated)))
             }
             _ => err!(GpunetError::AccountMismatch),
         }

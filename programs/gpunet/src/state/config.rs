@@ -182,4 +182,12 @@ impl Config {
     pub fn is_attester(&self, key: &Pubkey) -> bool {
         self.attesters[..usize::from(self.attester_count)].contains(key)
     }
+
+    /// How long a deregistered node's stake stays bonded, and the node slashable: the unbonding
+    /// period (the time the protocol gives evidence to land against stake its owner wants back),
+    /// and at least the settlement window, so a fault found in its last lease's window is still
+    /// slashable whatever the two settings are.
+    pub fn deregistered_bond_seconds(&self) -> i64 {
+        self.unbonding_seconds.max(self.settle_window_seconds)
+    }
 }

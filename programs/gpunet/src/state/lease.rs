@@ -176,11 +176,11 @@ impl Lease {
             .ok_or_else(|| error!(GpunetError::ArithmeticOverflow))
     }
 
-    /// After this moment anyone may close the lease: `duration_seconds` after it started
-    /// (or after it opened, for a lease that never found nodes).
+    /// The placed lease's end, `duration_seconds` after it started: nothing after it is billable,
+    /// and after it (plus the close grace) anyone may close the lease. An unplaced (`Open`) lease
+    /// has no end yet; callers ask only once it was placed.
     pub fn ends_at(&self) -> Option<i64> {
-        let from = if self.started_at > 0 { self.started_at } else { self.opened_at };
-        from.checked_add(self.terms.duration_seconds)
+        self.started_at.checked_add(self.terms.duration_seconds)
     }
 
     /// The latest moment usage may be billed for right now: the lease's end while it runs,

@@ -26,7 +26,7 @@ mod tests {
     fn account_sizes_are_pinned() {
         assert_eq!(8 + Config::INIT_SPACE, 310);
         assert_eq!(8 + Provider::INIT_SPACE, 86);
-        assert_eq!(8 + Node::INIT_SPACE, 180);
+        assert_eq!(8 + Node::INIT_SPACE, 188);
         assert_eq!(8 + Lease::INIT_SPACE, 1_351);
         assert_eq!(8 + Evidence::INIT_SPACE, 50);
     }

@@ -58,11 +58,21 @@ pub struct Node {
     pub verified_until: i64,
     /// Hash of the challenge evidence the attester keeps for that verification (zero: none).
     pub verification_evidence: [u8; 32],
+    /// When its provider deregistered it (0: registered). A deregistered node takes no leases but
+    /// its account and bonded stake stay, slashable, for the config's `deregistered_bond_seconds`
+    /// (evidence of a fault it committed before may still be on its way); `release_node` then frees the
+    /// stake and closes the account. Appended last so earlier fields keep their offsets.
+    pub deregistered_at: i64,
 }
 
 impl Node {
     pub fn free_gpus(&self) -> u8 {
         self.spec.gpu_count.saturating_sub(self.gpus_leased)
+    }
+
+    /// Whether its provider deregistered it (it waits for `release_node`).
+    pub fn is_deregistered(&self) -> bool {
+        self.deregistered_at > 0
     }
 }
 

@@ -186,6 +186,13 @@ impl Harness {
         )
     }
 
+    pub fn release_node_ix(&self, s: &Supplier, node: &Pubkey) -> Instruction {
+        program_ix(
+            acc::ReleaseNode { authority: s.wallet.pubkey(), config: config_pda(), provider: s.provider, node: *node },
+            ix::ReleaseNode {},
+        )
+    }
+
     pub fn unjail_node_ix(&self, s: &Supplier, node: &Pubkey) -> Instruction {
         program_ix(
             acc::UnjailNode { authority: s.wallet.pubkey(), provider: s.provider, node: *node },
