@@ -80,6 +80,10 @@ class WorkerMessages:
         # nodes), but a node slashed for going silent usually comes back with its old job still
         # running, and only a session can tell it to cancel the jobs of leases it no longer holds.
         node = await fetch(self.chain, node_pda(node_key), "Node")
+        if node.deregistered_at:  # it holds no lease (the program refuses to deregister one that does)
+            return NotRegistered(
+                f"node {node_key} was deregistered; release it (gpunet node release) before registering it again"
+            )
         if node.jailed:
             # admitted: it gets no work until unjailed
             log.warning("worker.jailed", node=node_key, jail_ends_at=node.jail_ends_at)

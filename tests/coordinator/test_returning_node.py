@@ -16,6 +16,7 @@ from coordinator.db import jobs
 from coordinator.db import leases as ledger
 from coordinator.gateway import NotRegistered
 from coordinator.service import Coordinator
+from gpunet import instructions as ix
 from gpunet.accounts import fetch
 from gpunet.pda import node_pda
 from gpunet.protocol import (
@@ -96,6 +97,13 @@ async def test_a_slashed_node_that_comes_back_is_admitted_and_told_to_cancel_the
         unregistered = Keypair().pubkey()
         assert await workers.admit(unregistered, _hello(unregistered)) == NotRegistered(
             f"node {unregistered} is not registered on chain (never, or deregistered)"
+        )
+        # A deregistered node keeps its account (and its bond) until released, but gets no session.
+        gone = await c.market.supplier(1)
+        await c.market.send(gone.wallet, [ix.deregister_node(gone.wallet.pubkey(), gone.node_key.pubkey())])
+        assert await workers.admit(gone.node_key.pubkey(), _hello(gone.node_key.pubkey())) == NotRegistered(
+            f"node {gone.node_key.pubkey()} was deregistered; release it (gpunet node release) before registering "
+            "it again"
         )
 
         other = Pubkey.new_unique()  # a lease the node never held either
