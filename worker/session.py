@@ -254,8 +254,8 @@ class Session:
             f"the coordinator at {self.url} refuses node {self.node.pubkey()}: {reason or 'not registered'}. "
             "A node key gets work only while its node is registered: register it with your supplier wallet "
             "(`gpunet node register NODE_KEY_NAME --gpu ... --count ... --region ... --price ... -k WALLET`; "
-            "a deregistered node registers again the same way once `gpunet node release` freed it), or start the worker with the key of a "
-            "registered node (-k)"
+            "a deregistered node registers again the same way once `gpunet node release` freed it), or start "
+            "the worker with the key of a registered node (-k)"
         )
         if left <= 0:
             raise NodeNotRegistered(f"{what}; stopped after {self.not_registered_grace:g} s of refusals")
