@@ -105,10 +105,14 @@ class Dispatch:
             given.clear()
         self.cluster_sent[lease] = cluster
         reserved = self.shared.scheduler.reservations.get(lease)
+        # a node whose share is to move (lost, or it refused the share: it lacks the GPUs) is not given
+        # it again, after a reconnect either: a refusing node would refuse (and be judged) once per session
+        moving = self.shared.failovers.get(lease, set())
         todo = [
             s
             for s in shares
             if s.node_key not in given
+            and s.node_key not in moving
             and (lease, s.node_key) not in self.shared.drains
             and (reserved is None or s.node_key in reserved.node_keys)
         ]
