@@ -224,8 +224,6 @@ class Coordinator:
         async with self.pool.acquire() as conn:  # nodes with work must come back, or be lost
             for share in await ledger.active_shares(conn):
                 self.fleet.expect(share.node_key, self.settings.reconnect_grace_seconds)
-            for lease, node_key in await ledger.refused_shares(conn):  # moved, never dispatched again
-                self.failover.queue(lease, node_key)
         if self.gateway.sessions:  # kept from before (no other replica led meanwhile): into this term
             await self.gateway.redirect_all(self.election.gateway_url if self.election else self.gateway.url)
         for name, step, every in (
