@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from coordinator.keys import NodeKey
 from coordinator.metrics import Metrics
 from coordinator.scheduler import Scheduler
-from gpunet.protocol import Heartbeat, PortRange
+from gpunet.protocol import Heartbeat, Inventory, PortRange
 
 __all__ = ["DrainMove", "Shared", "Telemetry", "WorkerLink"]
 
@@ -63,7 +63,8 @@ class Shared:
     scheduler: Scheduler
     # lease -> nodes this process gave the lease's current job (dispatch; a reconnect or a move clears a node)
     dispatched: dict[str, set[NodeKey]] = field(default_factory=dict)
-    # lease -> lost nodes whose share still has to move (failover; drain leaves those shares alone)
+    # lease -> lost nodes, and nodes that refused their share (verification), whose share still has to
+    # move (failover; drain leaves those shares alone; dispatch gives them nothing of the lease)
     failovers: dict[str, set[NodeKey]] = field(default_factory=dict)
     # lease -> when its workers were told to stop (lease end; dispatch and drain skip the lease)
     ending: dict[str, float] = field(default_factory=dict)
@@ -77,6 +78,9 @@ class Shared:
     # leases whatever the tier.
     required_tier: int = 0
     unfit: dict[NodeKey, str] = field(default_factory=dict)
+    # node -> the GPUs its worker's hello reported (worker messages via verification, which checks them
+    # against the registration; the fleet view places only on those; kept after a disconnect)
+    inventories: dict[NodeKey, Inventory] = field(default_factory=dict)
     # node -> its last heartbeat's GPU telemetry (worker messages; the API serves it; kept after a disconnect)
     telemetry: dict[NodeKey, Telemetry] = field(default_factory=dict)
     # The Prometheus metrics every loop counts into (coordinator.metrics; /metrics serves them).

@@ -17,11 +17,27 @@ from coordinator.db.nodes import registered_nodes
 from coordinator.fleet import Fleet
 from coordinator.scheduler import LeaseRequest, NodeView, PlacedShare, Placement, SchedulerError
 from coordinator.state import Shared, WorkerLink
+from gpunet.catalog import gpu_model_name
 from gpunet.logs import get_logger
+from gpunet.protocol import Inventory
 
-__all__ = ["FleetView"]
+__all__ = ["FleetView", "live_gpus"]
 
 log = get_logger("gpunet.coordinator.view")
+
+
+# NVML reports a GPU's memory a little under its nominal size (the driver keeps some): an 80 GB H100
+# shows about 79.6 GiB. A GPU with less than this share of the registered VRAM does not count.
+VRAM_REPORTED_SHARE = 0.95
+
+
+def live_gpus(inventory: Inventory | None, gpu_model: int, vram_gb: int, gpu_count: int) -> int | None:
+    """How many of its `gpu_count` registered GPUs (model, VRAM each) the worker reports running
+    (None: it has reported none yet)."""
+    if inventory is None:
+        return None
+    model, least_mib = gpu_model_name(gpu_model), vram_gb * 1024 * VRAM_REPORTED_SHARE
+    return min(gpu_count, sum(1 for g in inventory.gpus if g.model == model and g.vram_mib >= least_mib))
 
 
 class FleetView:
@@ -53,8 +69,10 @@ class FleetView:
                     online=fleet.online(key),
                     healthy=fleet.healthy(key),
                     verified=self._verified(key, r, now),
+                    verification=self._verification(key, r, now),
                     simulated=bool(seen and seen.simulated),
                     latency_ms=self.link.latency_ms(key),
+                    live_gpus=live_gpus(self.shared.inventories.get(key), r["gpu_model"], r["vram_gb"], r["gpu_count"]),
                     completed_shares=r["completed"],
                     failed_shares=r["failed"],
                 )
@@ -83,6 +101,13 @@ class FleetView:
             return False
         required = self.shared.required_tier
         return required == 0 or (node["verification_tier"] >= required and node["verified_until"] > now)
+
+    def _verification(self, key: Pubkey, node: asyncpg.Record, now: float) -> str:
+        """What clients are shown: failed (found unfit or failing here), verified (a tier on chain, not
+        run out), else unverified."""
+        if key in self.shared.unfit:
+            return "failed"
+        return "verified" if node["verification_tier"] > 0 and node["verified_until"] > now else "unverified"
 
     def mark_offline(self, node_key: Pubkey) -> None:
         if node_key in self.shared.scheduler.nodes:

@@ -13,7 +13,7 @@ from urllib.parse import urlparse
 from gpunet.errors import GpunetError
 from gpunet.solana_config import SolanaConfig, SolanaConfigError, load_solana_config
 
-__all__ = ["CLUSTERS", "Cluster", "ClusterError", "resolve_cluster"]
+__all__ = ["CLUSTERS", "Cluster", "ClusterError", "is_local", "resolve_cluster"]
 
 CLUSTERS: dict[str, str] = {
     "localnet": "http://127.0.0.1:8899",
@@ -40,6 +40,13 @@ class Cluster:
     rpc_url: str
     ws_url: str
     source: str  # where the choice came from, for error messages: "--url", "GPUNET_RPC_URL", ...
+
+
+def is_local(rpc_url: str) -> bool:
+    """Whether the RPC node runs on this machine (a local cluster: gpunet-localnet, a test validator),
+    where simulated GPUs stand in for real ones."""
+    host = urlparse(rpc_url).hostname or ""
+    return host == "localhost" or host == "::1" or host.startswith("127.")
 
 
 def _ws_url(rpc_url: str) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from coordinator.api.params import PUBKEY_SCHEMA, SIGNATURE_SCHEMA
+from coordinator.scheduler.model import VERIFICATION_STATES
 from gpunet.protocol import GpuTelemetry
 
 __all__ = [
@@ -499,6 +500,7 @@ _CANDIDATE = _object(
         "gpu_model": _TEXT,
         "gpu_count": _INT,
         "free_gpus": _INT,
+        "missing_gpus": {**_INT, "description": "registered GPUs its worker's live inventory lacks (never placed)"},
         "vram_gb": _INT,
         "region": _TEXT,
         "price_per_gpu_hour": _AMOUNT,
@@ -508,6 +510,7 @@ _CANDIDATE = _object(
         "jailed": _BOOL,
         "draining": _BOOL,
         "simulated": _BOOL,
+        "verification": {"type": "string", "enum": list(VERIFICATION_STATES)},
         "chosen_gpus": _INT,
     }
 )

@@ -129,6 +129,7 @@ def _candidates(scheduler: Scheduler, terms: ix.LeaseTerms, placement: Placement
             "gpu_model": gpu_model_name(v.gpu_model),
             "gpu_count": v.gpu_count,
             "free_gpus": v.free_gpus,
+            "missing_gpus": v.missing_gpus,
             "vram_gb": v.vram_gb,
             "region": region_name(v.region),
             "price_per_gpu_hour": v.price_per_gpu_hour,
@@ -138,6 +139,7 @@ def _candidates(scheduler: Scheduler, terms: ix.LeaseTerms, placement: Placement
             "jailed": v.jailed,
             "draining": v.draining,
             "simulated": v.simulated,
+            "verification": v.verification,
             "chosen_gpus": chosen.get(str(v.node_key), 0),
         }
         for v in views[:QUOTE_CANDIDATES]

@@ -137,6 +137,18 @@ async def draining_shares(conn: Connection) -> set[tuple[str, NodeKey]]:
     return {(r["lease"], Pubkey.from_string(r["node_key"])) for r in rows}
 
 
+async def refused_shares(conn: Connection) -> list[tuple[str, NodeKey]]:
+    """(lease, node) of each active share its node refused since it was assigned (a FailedVerification
+    fault naming the lease: the node lacks the GPUs), so a new term neither gives the share to it
+    again nor leaves it there: it is moved."""
+    rows = await conn.fetch(
+        """SELECT DISTINCT a.lease, a.node_key FROM assignments a JOIN leases l USING (lease)
+           JOIN faults f ON f.node_key = a.node_key AND f.lease = a.lease AND f.kind = 'FailedVerification'
+           WHERE a.active AND l.status = 'active' AND f.recorded_at >= to_timestamp(a.assigned_at)"""
+    )
+    return [(r["lease"], Pubkey.from_string(r["node_key"])) for r in rows]
+
+
 async def leases_due(conn: Connection, now: int) -> list[tuple[str, int]]:
     """(lease, its end) of active leases whose end has passed."""
     rows = await conn.fetch(

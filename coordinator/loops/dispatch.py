@@ -44,6 +44,7 @@ class Dispatch:
         self.ends_sent: dict[tuple[str, NodeKey], int] = {}  # (lease, node) -> the lease end it was last told
         self.unreadable: set[tuple[str, str]] = set()  # (lease, stored spec) already said to be unreadable
         self.cluster_sent: dict[str, list[ClusterPeer]] = {}  # lease -> where its nodes were when last told
+        self.refusals_read = False  # this term has read the shares refused in earlier ones (`step`)
 
     def reconnected(self, node_key: NodeKey) -> None:
         """A worker reconnected: it is given its leases' jobs again (it ignores one it still runs)."""
@@ -53,6 +54,12 @@ class Dispatch:
     async def step(self) -> None:
         dispatched = self.shared.dispatched
         async with self.pool.acquire() as conn:
+            if not self.refusals_read:
+                # A share its node refused in an earlier term (a restart, another replica) is not given
+                # to it again, and moves: its refusal is in the faults, this term's memory starts empty.
+                for lease, node_key in await ledger.refused_shares(conn):
+                    self.shared.failovers.setdefault(lease, set()).add(node_key)
+                self.refusals_read = True
             leases: dict[str, list[ledger.ActiveShare]] = {}
             for share in await ledger.active_shares(conn):
                 leases.setdefault(share.lease, []).append(share)
@@ -105,10 +112,14 @@ class Dispatch:
             given.clear()
         self.cluster_sent[lease] = cluster
         reserved = self.shared.scheduler.reservations.get(lease)
+        # a node whose share is to move (lost, or it refused the share: it lacks the GPUs) is not given
+        # it again, after a reconnect either: a refusing node would refuse (and be judged) once per session
+        moving = self.shared.failovers.get(lease, set())
         todo = [
             s
             for s in shares
             if s.node_key not in given
+            and s.node_key not in moving
             and (lease, s.node_key) not in self.shared.drains
             and (reserved is None or s.node_key in reserved.node_keys)
         ]

@@ -104,7 +104,6 @@ class Verification:
     ) -> None:
         self.settings, self.pool, self.chain, self.shared, self.link = settings, pool, chain, shared, link
         self.attester, self.fence = attester, fence
-        self.inventories: dict[NodeKey, Inventory] = {}  # from each worker's hello
         self.due: dict[NodeKey, float] = {}  # node -> when it is verified next
         self._running: dict[NodeKey, asyncio.Task[None]] = {}
         self._challenging: set[NodeKey] = set()  # nodes of `_running` whose challenges are not all answered
@@ -121,8 +120,8 @@ class Verification:
 
     def connected(self, node_key: NodeKey, inventory: Inventory) -> None:
         """A worker's hello: a node never seen, or whose inventory changed, is verified now."""
-        if self.inventories.get(node_key) != inventory:
-            self.inventories[node_key] = inventory
+        if self.shared.inventories.get(node_key) != inventory:
+            self.shared.inventories[node_key] = inventory
             self.due[node_key] = 0.0
 
     def committed(self, node_key: NodeKey, message: VerifyCommit) -> None:
@@ -174,7 +173,7 @@ class Verification:
                 continue
             async with self.pool.acquire() as conn:
                 leased = sum(share.gpus for share in await ledger.active_shares(conn, node_key=node_key))
-            if leased >= len(self.inventories[node_key].gpus):
+            if leased >= len(self.shared.inventories[node_key].gpus):
                 continue  # a challenge never interrupts a leased GPU: verified once one is free
             # Placement first. From this check to the task's start nothing awaits, and a placement's
             # choice and reservation await nothing either: one comes wholly before or wholly after.
@@ -237,7 +236,7 @@ class Verification:
         """Verifies the node; None when it passed, else why not (recorded, and acted on). `leased`: its
         GPUs that leases hold, whose challenges the worker refuses (they are checked once free)."""
         node = await fetch(self.chain, node_pda(node_key), "Node")
-        inventory = self.inventories[node_key]
+        inventory = self.shared.inventories[node_key]
         try:
             model = gpu_model(int(node.spec.gpu_model))
         except CatalogError as e:

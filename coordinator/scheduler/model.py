@@ -21,6 +21,7 @@ __all__ = [
     "MAX_GPUS_PER_NODE",
     "MAX_LEASE_GPUS",
     "MAX_LEASE_NODES",
+    "VERIFICATION_STATES",
     "Address",
     "InvalidLeaseRequest",
     "InvalidNodeView",
@@ -36,6 +37,7 @@ __all__ = [
     "UnknownNode",
 ]
 
+VERIFICATION_STATES = ("verified", "unverified", "failed")
 _U8, _U16, _U64, _I64 = 2**8, 2**16, 2**64, 2**63
 
 # Nodes and providers are named by their addresses: `Pubkey`s, the coordinator's one node-key type
@@ -115,8 +117,15 @@ class NodeView:
     # Its GPUs verified as the cluster requires, and what runs there is what was registered
     # (the coordinator's GPU verification says; False: it gets no new work).
     verified: bool = True
+    # What clients are shown of its verification (`VERIFICATION_STATES`): "verified" (a tier recorded on
+    # chain that has not run out), "unverified", or "failed" (the coordinator found what runs unfit
+    # or failing its checks; `gpunet node verifications` says why).
+    verification: str = "unverified"
     simulated: bool = False  # the worker runs simulated GPUs (labelled everywhere)
     latency_ms: float | None = None  # measured coordinator <-> worker round trip; None = not yet
+    # GPUs of the registered model and VRAM its worker's live inventory reports (None: no session has
+    # reported one yet): a node is never placed on GPUs it registered but does not run.
+    live_gpus: int | None = None
     completed_shares: int = 0  # lease shares it ran to the end
     failed_shares: int = 0  # lease shares lost while it held them
 
@@ -149,6 +158,12 @@ class NodeView:
         for name in ("jailed", "draining", "online", "healthy", "simulated", "verified"):
             if type(getattr(self, name)) is not bool:
                 raise InvalidNodeView(f"node {self.node_key}: {name} must be a bool")
+        if self.verification not in VERIFICATION_STATES:
+            raise InvalidNodeView(f"node {self.node_key}: verification={self.verification!r} is not one of "
+                                  f"{', '.join(VERIFICATION_STATES)}")  # fmt: skip
+        live = self.live_gpus
+        if live is not None and (type(live) is not int or not 0 <= live <= MAX_GPUS_PER_NODE):
+            raise InvalidNodeView(f"node {self.node_key}: live_gpus={live!r} must be None or 0..{MAX_GPUS_PER_NODE}")
         latency = self.latency_ms
         if latency is not None and (
             isinstance(latency, bool) or not isinstance(latency, (int, float)) or not 0 <= latency < float("inf")
@@ -157,7 +172,19 @@ class NodeView:
 
     @property
     def free_gpus(self) -> int:
+        """GPUs it can take new work on: registered and running (its live inventory), not leased."""
+        running = self.gpu_count if self.live_gpus is None else min(self.gpu_count, self.live_gpus)
+        return max(0, running - self.gpus_leased)
+
+    @property
+    def unleased_gpus(self) -> int:
+        """Registered GPUs no lease holds: what the chain lets a placement it already holds take back."""
         return self.gpu_count - self.gpus_leased
+
+    @property
+    def missing_gpus(self) -> int:
+        """Registered GPUs its live inventory lacks."""
+        return 0 if self.live_gpus is None else max(0, self.gpu_count - self.live_gpus)
 
     def is_collateralised(self) -> bool:
         """Provider::is_collateralised: a slashed provider's nodes get no new work until it restakes."""

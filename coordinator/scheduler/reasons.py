@@ -26,6 +26,7 @@ _GROUPS = (
     "simulated",
     "short of VRAM",
     "above the price",
+    "short of registered GPUs",
     "fully leased",
 )
 
@@ -86,7 +87,7 @@ def _group(view: NodeView, request: LeaseRequest, accept_simulated: bool, exclud
     if view.price_per_gpu_hour > t.max_price_per_gpu_hour:
         return "above the price"
     if view.free_gpus == 0:
-        return "fully leased"
+        return "short of registered GPUs" if view.missing_gpus else "fully leased"
     return None
 
 
@@ -105,6 +106,7 @@ def explain(
     head = f"cannot place {describe(request, gpus)}"
     groups: Counter[str] = Counter({"in another region": elsewhere})
     qualifying: list[int] = []
+    short = 0  # qualifying nodes whose worker runs fewer GPUs than registered (free only of those it runs)
     seen = elsewhere
     for view in nodes:
         if t.gpu_model != ANY and view.gpu_model != t.gpu_model:
@@ -113,6 +115,7 @@ def explain(
         group = _group(view, request, accept_simulated, exclude)
         if group is None:
             qualifying.append(view.free_gpus)
+            short += view.missing_gpus > 0
         else:
             groups[group] += 1
     if not seen:
@@ -123,6 +126,8 @@ def explain(
     if not qualifying:
         return text + "none qualifies"
     text += f"{len(qualifying)} qualif{'y' if len(qualifying) > 1 else 'ies'}"
+    if short:
+        text += f" ({short} running fewer GPUs than {'they' if short > 1 else 'it'} registered)"
     if gpus is not None:
         return text + f", the most free GPUs on one is {qualifying[0]}"
     if request.gpus_per_node is not None:

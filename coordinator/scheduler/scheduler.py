@@ -282,9 +282,11 @@ class Scheduler:
                 raise StalePlacement(f"lease {lease}: node {share.node_key} is not in the fleet")
             if eligibility and not (view.is_schedulable(self.accept_simulated) and view.meets(request.terms)):
                 raise StalePlacement(f"lease {lease}: node {share.node_key} no longer qualifies")
-            if view.free_gpus < share.gpus:
+            # a new placement only on GPUs the node runs; one the chain holds (a restart) on what it registered
+            free = view.free_gpus if eligibility else view.unleased_gpus
+            if free < share.gpus:
                 raise StalePlacement(
-                    f"lease {lease}: node {share.node_key} has {view.free_gpus} free GPUs, the share needs {share.gpus}"
+                    f"lease {lease}: node {share.node_key} has {free} free GPUs, the share needs {share.gpus}"
                 )
 
     def _commit(self, placement: Placement) -> None:

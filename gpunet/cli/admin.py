@@ -27,8 +27,9 @@ from gpunet.cli.common import (
     duration_arg,
     pubkey_arg,
 )
+from gpunet.cluster import is_local
 from gpunet.keys import KeypairFileError, load_keypair
-from gpunet.limits import BPS_DENOMINATOR, MAX_ATTESTERS
+from gpunet.limits import BPS_DENOMINATOR, MAX_ATTESTERS, MAX_VERIFICATION_TIER
 from gpunet.localnet import localnet_deployer
 from gpunet.tokens import create_mint, ensure_io_account, io_account, mint_authority, mint_io
 
@@ -105,6 +106,21 @@ RetentionOpt = Annotated[
         help="How long a finalized lease account is kept before its rent may be reclaimed (default 7d).",
     ),
 ]
+TierOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--min-verification-tier",
+        help="The least verification tier a node needs to get leases: 0 none (any node, verified or not), "
+        "1 simulated GPUs or better, 2 real GPUs (compute and memory checked), 3 confidential computing. "
+        "init's default: 1 on a local cluster (its workers simulate GPUs), else 2.",
+    ),
+]
+
+
+def default_tier(rpc_url: str) -> int:
+    """The tier `admin init` requires unless told: every node verified before its first lease; on a
+    local cluster simulated GPUs pass (its workers have no others), elsewhere only real ones."""
+    return ix.TIER_SIMULATED if is_local(rpc_url) else ix.TIER_GPU
 
 
 def _slash_bps(text: str) -> tuple[int, int, int]:
@@ -133,8 +149,13 @@ def _params(
     grace: str | None = None,
     window: str | None = None,
     retention: str | None = None,
+    tier: int | None = None,
 ) -> ix.ConfigParams:
     changes: dict[str, Any] = {}
+    if tier is not None:
+        if not 0 <= tier <= MAX_VERIFICATION_TIER:
+            raise BadInput(f"--min-verification-tier must be 0..{MAX_VERIFICATION_TIER}, got {tier}")
+        changes["min_verification_tier"] = tier
     if treasury is not None:
         changes["treasury"] = pubkey_arg(treasury, "treasury token account")
     if fee_bps is not None:
@@ -227,6 +248,7 @@ def init(
     close_grace: GraceOpt = None,
     settle_window: WindowOpt = None,
     lease_retention: RetentionOpt = None,
+    min_verification_tier: TierOpt = None,
     url: UrlOpt = None,
     keypair: KeypairOpt = DEFAULT_KEYPAIR,
     json_output: JsonOpt = False,
@@ -236,6 +258,36 @@ def init(
 
     async def command(s: Session) -> None:
         admin = s.wallet
+        defaults = ix.ConfigParams(
+            treasury=Pubkey.default(),  # the admin's IO account, once the mint is known
+            protocol_fee_bps=500,
+            min_stake_per_gpu=parse_io("100"),
+            unbonding_seconds=7 * 86_400,
+            usage_period_seconds=60,
+            jail_seconds=3_600,
+            slash_bps=(1_000, 2_000, 5_000),
+            slash_client_share_bps=5_000,
+            attesters=[admin.pubkey()],
+            min_verification_tier=default_tier(s.cluster.rpc_url),
+        )
+        # every option checked before anything is sent (a mint created for a refused init is waste)
+        params = _params(
+            defaults,
+            None,
+            fee_bps,
+            min_stake_per_gpu,
+            unbonding,
+            usage_period,
+            jail,
+            slash_bps,
+            slash_client_share_bps,
+            attester,
+            None,
+            grace=close_grace,
+            window=settle_window,
+            retention=lease_retention,
+            tier=min_verification_tier,
+        )
         async with s.client() as client:
             await s.check_fee(client)
             _check_upgrade_authority(admin.pubkey(), await upgrade_authority(client), s.wallet_path)
@@ -249,39 +301,16 @@ def init(
                 if treasury
                 else await ensure_io_account(client, admin, admin.pubkey(), io_mint)
             )
-            defaults = ix.ConfigParams(
-                treasury=treasury_account,
-                protocol_fee_bps=500,
-                min_stake_per_gpu=parse_io("100"),
-                unbonding_seconds=7 * 86_400,
-                usage_period_seconds=60,
-                jail_seconds=3_600,
-                slash_bps=(1_000, 2_000, 5_000),
-                slash_client_share_bps=5_000,
-                attesters=[admin.pubkey()],
-            )
-            params = _params(
-                defaults,
-                None,
-                fee_bps,
-                min_stake_per_gpu,
-                unbonding,
-                usage_period,
-                jail,
-                slash_bps,
-                slash_client_share_bps,
-                attester,
-                None,
-                grace=close_grace,
-                window=settle_window,
-                retention=lease_retention,
-            )
+            params = replace(params, treasury=treasury_account)
             sig = await s.send(client, "Initialising gpunet", [ix.initialize(admin.pubkey(), io_mint, params)])
+        tier = params.min_verification_tier
         s.done(
-            f"gpunet initialised: IO mint {io_mint}, treasury {treasury_account}",
+            f"gpunet initialised: IO mint {io_mint}, treasury {treasury_account}; "
+            + (f"leases go only to nodes verified at tier {tier} or above" if tier else "no verification required"),
             sig,
             io_mint=io_mint,
             treasury=treasury_account,
+            min_verification_tier=tier,
         )
 
     Session(url, keypair, json_output).run(command)
@@ -305,6 +334,7 @@ def update(
     close_grace: GraceOpt = None,
     settle_window: WindowOpt = None,
     lease_retention: RetentionOpt = None,
+    min_verification_tier: TierOpt = None,
     url: UrlOpt = None,
     keypair: KeypairOpt = DEFAULT_KEYPAIR,
     json_output: JsonOpt = False,
@@ -336,6 +366,7 @@ def update(
                 grace=close_grace,
                 window=settle_window,
                 retention=lease_retention,
+                tier=min_verification_tier,
             )
             params = replace(params, attesters=attesters)
             if params == current:

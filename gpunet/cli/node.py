@@ -102,8 +102,20 @@ def node_row(address: Any, n: Any) -> dict[str, Any]:
 _TIERS = {ix.TIER_SIMULATED: "simulated", ix.TIER_GPU: "GPU", ix.TIER_CONFIDENTIAL: "confidential"}
 
 
+def verification_state(row: dict[str, Any], required_tier: int, now: float | None = None) -> str:
+    """'verified' (a tier recorded that has not run out), 'failed' or 'unverified'. A failed
+    verification slashes the node, which jails it and clears its tier; where the config requires a
+    tier, no unverified node holds a lease, so that is how it comes to be jailed with none."""
+    now = time.time() if now is None else now
+    if row["verification_tier"] and row["verified_until"] > now:
+        return "verified"
+    return "failed" if required_tier and row["jailed"] and not row["verification_tier"] else "unverified"
+
+
 def verification_label(row: dict[str, Any], now: float | None = None) -> str:
-    """'GPU until 2026-12-02 01:00:00 UTC (in 23h59m)', 'expired 2026-...', or 'unverified'."""
+    """'GPU until 2026-12-02 01:00:00 UTC (in 23h59m)', 'expired 2026-...', 'failed (jailed)' or 'unverified'."""
+    if row.get("verification") == "failed":
+        return "[red]failed[/] (jailed)"
     if not row["verification_tier"]:
         return "unverified"
     tier = _TIERS.get(row["verification_tier"], str(row["verification_tier"]))
@@ -353,6 +365,9 @@ def list_nodes(
             )
             where = {"provider": of.account} if of else {}
             rows = [node_row(a, n) for a, n in await program_accounts(client, "Node", **where)]
+            required = (await fetch_config(client)).min_verification_tier
+        for row in rows:
+            row["verification"] = verification_state(row, required)
 
         def table() -> Table:
             t = Table(

@@ -32,6 +32,16 @@ from gpunet.tokens import IO_DECIMALS
 __all__ = ["quote"]
 
 
+# the coordinator's word for a node's GPU verification (`gpunet node verifications NODE` says why)
+_VERIFICATION = {"verified": "[green]verified[/]", "unverified": "[yellow]unverified[/]", "failed": "[red]failed[/]"}
+
+
+def _free(c: dict[str, Any]) -> str:
+    """'1/2 (1 missing)': free of registered, and those its worker does not run (never placed)."""
+    missing = f" ({c['missing_gpus']} missing)" if c["missing_gpus"] else ""
+    return f"{c['free_gpus']}/{c['gpu_count']}{missing}"
+
+
 def _state(c: dict[str, Any]) -> str:
     words = ["[green]online[/]" if c["online"] else "[red]offline[/]"]
     words += [w for w in ("jailed", "draining") if c[w]]
@@ -112,6 +122,7 @@ def quote(
                 "region",
                 "price/GPU-h",
                 "reliability",
+                "verified",
                 "state",
                 "chosen",
                 title=f"quote: {wants} in {terms['region']} for {clock.span(seconds)}",
@@ -119,11 +130,12 @@ def quote(
             for c in answer["candidates"]:
                 t.add_row(
                     s.link("address", c["node_key"]),
-                    f"{c['free_gpus']}/{c['gpu_count']}",
+                    _free(c),
                     f"{c['gpu_model']} {c['vram_gb']} GB",
                     c["region"],
                     format_io(c["price_per_gpu_hour"]),
                     f"{c['reliability']:.0%}",
+                    _VERIFICATION[c["verification"]],
                     _state(c),
                     f"{c['chosen_gpus']} GPUs" if c["chosen_gpus"] else "",
                 )

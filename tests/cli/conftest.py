@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,10 +18,12 @@ from solders.pubkey import Pubkey
 from typer.testing import CliRunner, Result
 
 from gpunet import instructions as ix
+from gpunet.accounts import fetch
 from gpunet.cli import app
 from gpunet.client import send_and_confirm
 from gpunet.keys import create_keypair_file, load_keypair
 from gpunet.localnet import LocalnetProcess, localnet_deployer
+from gpunet.pda import node_pda
 
 
 @dataclass
@@ -70,6 +74,30 @@ class Gpunet:
 
         asyncio.run(send())
 
+    def inventory_hash(self, node: str, gpus: str) -> str:
+        """What `gpunet worker inventory` prints for the node's worker simulating `gpus` (MODEL:COUNT:VRAM_GB):
+        the hash a supplier registers."""
+        result = self.runner.invoke(app, ["worker", "inventory", "-k", str(self.key(node)), "--simulate-gpus", gpus])
+        assert result.exit_code == 0, result.output
+        return str(json.loads(result.stdout)["inventory_hash"])
+
+    def verify(self, node: str = "node1") -> None:
+        """The coordinator's part (the admin is the attester): records the node's GPUs verified (simulated,
+        as a local cluster's workers run them) for an hour, for its registered inventory."""
+        admin, node_key = load_keypair(self.key("admin")), load_keypair(self.key(node))
+
+        async def send() -> None:
+            async with AsyncClient(self.node.url, commitment=Confirmed) as client:
+                registered = bytes((await fetch(client, node_pda(node_key.pubkey()), "Node")).spec.inventory_hash)
+                until = int(time.time()) + 3600
+                evidence = hashlib.sha256(b"the verification evidence the coordinator keeps").digest()
+                verify = ix.record_verification(
+                    admin.pubkey(), node_key.pubkey(), ix.TIER_SIMULATED, until, evidence, registered
+                )
+                await send_and_confirm(client, admin, [verify])
+
+        asyncio.run(send())
+
     def wallet(self, name: str, sol: str = "5", keypair: Keypair | None = None) -> str:
         if keypair is not None:  # a given key, e.g. the node's upgrade authority
             create_keypair_file(self.key(name), keypair)
@@ -87,7 +115,9 @@ def gpunet(node, tmp_path) -> Gpunet:
 
 @pytest.fixture
 def market(gpunet: Gpunet) -> Gpunet:
-    """Initialised gpunet: admin (also the attester), a supplier with a 4x H100 node, a client with IO."""
+    """Initialised gpunet as `admin init` leaves it (leases only on verified nodes): admin (also the
+    attester), a supplier with a 4x H100 node registered with its worker's inventory hash and verified,
+    a client with IO."""
     gpunet.wallet("admin", keypair=localnet_deployer())  # only the upgrade authority may `admin init`
     for name in ("supplier", "client"):
         gpunet.wallet(name)
@@ -109,6 +139,9 @@ def market(gpunet: Gpunet) -> Gpunet:
         "us-east",
         "--price",
         "2",
+        "--inventory-hash",
+        gpunet.inventory_hash("node1", "H100:4:80"),
         wallet="supplier",
     )
+    gpunet.verify("node1")
     return gpunet

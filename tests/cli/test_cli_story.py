@@ -53,6 +53,7 @@ def test_a_supplier_and_a_client_from_registration_to_audit(market) -> None:
     g = market
     config = g.json("admin", "show")
     assert config["attesters"] == [g.pubkey("admin")] and config["min_stake_per_gpu"] == 100 * IO
+    assert config["min_verification_tier"] == ix.TIER_SIMULATED  # `admin init` on a local cluster
 
     provider = g.json("provider", "show", wallet="supplier")
     assert (provider["staked"], provider["bonded"], provider["free"], provider["nodes"]) == (
@@ -69,9 +70,12 @@ def test_a_supplier_and_a_client_from_registration_to_audit(market) -> None:
         80,
         "us-east",
     )
+    assert node["inventory_hash"] == g.inventory_hash("node1", "H100:4:80") and node["verification"] == "verified"
     g("node", "update", g.pubkey("node1"), "--price", "2.5", "--inventory-hash", "ab" * 32, wallet="supplier")
     [node] = g.json("node", "list")
     assert node["price_per_gpu_hour"] == 2_500_000 and node["inventory_hash"] == "ab" * 32
+    assert node["verification"] == "unverified"  # another inventory: verified again before any lease
+    g.verify("node1")
 
     opened = g.json(
         "lease",

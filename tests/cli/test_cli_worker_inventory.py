@@ -1,6 +1,6 @@
 """`gpunet worker status` tells GPUs it could not read (the reason and the fix) from GPUs that differ
 from the registration (what differs), from a node registered without an inventory hash. The market's
-node1 is registered as 4x H100 without an inventory hash."""
+node1 is registered as 4x H100 with its simulated worker's inventory hash."""
 
 from __future__ import annotations
 
@@ -46,6 +46,7 @@ def test_gpus_that_differ_say_what_differs_and_how_to_register_them(market, tmp_
 
 
 def test_a_node_registered_without_a_hash_is_told_how_to_set_it(market, tmp_path) -> None:
+    market("node", "update", market.pubkey("node1"), "--inventory-hash", "00" * 32, wallet="supplier")  # none
     check, text = _status(market, tmp_path, "--simulate-gpus", "H100:4:80")
     assert check["state"] == "no_hash_registered" and "registered without an inventory hash" in text
     assert f"gpunet node update {market.pubkey('node1')} --inventory-hash" in text

@@ -30,6 +30,7 @@ from coordinator.api.openapi import openapi_document
 from coordinator.api.work import work_routes
 from coordinator.indexer.rpc import ChainRpc
 from coordinator.service import Coordinator
+from gpunet import instructions as ix
 from gpunet.checkpoint import (
     ChunkRefused,
     FileEntry,
@@ -42,6 +43,7 @@ from gpunet.checkpoint import (
     sign_manifest,
     signed_headers,
 )
+from gpunet.client import send_and_confirm
 from gpunet.jobs import job_logs, lease_files
 from gpunet.keys import create_keypair_file
 from gpunet.protocol import (
@@ -202,6 +204,7 @@ async def test_quote_takes_names_and_lists_candidates_with_their_state_and_the_e
     for c in offline["candidates"]:
         assert (c["gpu_model"], c["region"], c["online"], c["chosen_gpus"]) == ("H100", "us-east", False, 0)
         assert c["price_per_gpu_hour"] == Cluster.PRICE and c["reliability"] == 0.9 and c["free_gpus"] == 2
+        assert (c["missing_gpus"], c["verification"]) == (0, "unverified")  # no worker has said what it runs
     # no maximum price and nothing placeable: nothing to size the escrow at
     assert offline["escrow"]["needed"] is None
     # codes are still taken; the answer names them
@@ -213,6 +216,18 @@ async def test_quote_takes_names_and_lists_candidates_with_their_state_and_the_e
     for key in keys:  # the workers connect
         coordinator.fleet.connected(Pubkey.from_string(key), simulated=True)
         coordinator.fleet.heartbeat(Pubkey.from_string(key), healthy=True)
+    # The attester verified the first node (on chain); the coordinator found the second failing.
+    until = int(time.time()) + 3600
+    verify = ix.record_verification(world.admin.pubkey(), Pubkey.from_string(keys[0]), 1, until, bytes(32), bytes(32))
+    await send_and_confirm(coordinator.chain, world.admin, [verify])
+    coordinator.shared.unfit[Pubkey.from_string(keys[1])] = "GPU 0 missed the deadline"
+
+    async def judged() -> dict | None:
+        quote = (await http.get("/quote", params=terms)).json()
+        states = {c["node_key"]: c["verification"] for c in quote["candidates"]}
+        return quote if states == {keys[0]: "verified", keys[1]: "failed"} else None
+
+    await eventually(judged, what="the verification states quoted")
 
     async def placeable() -> dict | None:
         quote = (await http.get("/quote", params=terms)).json()
@@ -222,6 +237,7 @@ async def test_quote_takes_names_and_lists_candidates_with_their_state_and_the_e
     assert [c["online"] for c in online["candidates"]] == [True, True]
     assert sorted(c["chosen_gpus"] for c in online["candidates"]) == [0, 2]
     assert online["candidates"][0]["chosen_gpus"] == 2  # the chosen node first
+    assert online["candidates"][0]["node_key"] == keys[0]  # the failed node is not chosen
     # sized at the dearest chosen node's price, for 2 h
     assert online["escrow"] == {
         "duration_seconds": 7200,
@@ -248,6 +264,7 @@ async def test_quote_takes_names_and_lists_candidates_with_their_state_and_the_e
     out = (await asyncio.wait_for(proc.communicate(), 60))[0].decode()
     assert proc.returncode == 0, out
     assert all(key in out for key in keys) and "us-east" in out and "90%" in out and "online" in out
+    assert "verified" in out and "failed" in out  # the verified column
     price = Cluster.PRICE / 10**6
     assert f"escrow needed for 2h00m: {4 * price:g} IO" in out
     assert f"gpunet lease open --gpu H100 --count 2 --region us-east --max-price {price:g} --duration 2h" in out

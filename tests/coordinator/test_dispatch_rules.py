@@ -1,7 +1,9 @@
 """The dispatch loop's rules, on a real chain and database (the gateway's send side replaced: a fake
 at that boundary only): a lease whose stored job fails this coordinator's rules (accepted under
 older ones: here a Ray job without its token) is said once and skipped, and every other lease's
-job is dispatched all the same (the control); its client can still submit the next job."""
+job is dispatched all the same (the control); its client can still submit the next job. A share its
+node refused in an earlier term (the fault is in the ledger) is not given to that node by a new
+term's dispatch, and is queued to move; another lease's share is dispatched (the control)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,8 @@ from typing import Any
 
 from solders.pubkey import Pubkey
 
-from coordinator.db import jobs
+from coordinator.attester import evidence_hash
+from coordinator.db import jobs, nodes
 from coordinator.service import Coordinator
 from coordinator.settings import Settings
 from gpunet.protocol import Dispatch, JobSpec
@@ -68,6 +71,40 @@ async def test_a_job_stored_under_older_rules_stops_no_other_lease_s_dispatch(no
         assert {lease for lease, _ in coordinator.dispatch.unreadable} == {str(stale)}  # said once
         async with pool.acquire() as conn:
             assert await jobs.current_job_number(conn, str(stale)) == 1  # the client's next job is job 2
+    finally:
+        await coordinator.chain.close()
+        await coordinator.indexer.rpc.close()
+
+
+async def test_a_share_refused_in_an_earlier_term_is_not_given_to_its_node_again(
+    node, chain, database_url, pool
+) -> None:
+    market = await Market.create(chain)
+    refusing, other = await market.supplier(1), await market.supplier(1)
+    client = await market.client()
+    refused, control = await market.open_lease(client, 1, gpus=1), await market.open_lease(client, 2, gpus=1)
+    await market.assign(refused, [(refusing, 1)])
+    await market.assign(control, [(other, 1)])
+    settings = Settings(rpc_url=node.url, ws_url=node.ws_url, database_url=database_url)
+    # The previous term recorded the refusal (as `Verification.refused_dispatch` does), then ended.
+    key = refusing.node_key.pubkey()
+    evidence = {"fault": "FailedVerification", "node_key": str(key), "reason": f"refused its share of lease {refused}"}
+    async with pool.acquire() as conn:
+        await nodes.record_fault(conn, key, str(refused), "FailedVerification", evidence, evidence_hash(evidence))
+    coordinator = await leading_without_loops(Coordinator(settings, pool, market.admin))  # a new term
+    link = _Link()
+    coordinator.dispatch.link = link
+    try:
+        await coordinator.indexer.backfill()
+        async with pool.acquire() as conn:
+            wallet = str(client.wallet.pubkey())
+            for lease in (refused, control):
+                assert await jobs.save_job(conn, str(lease), 1, JobSpec(command=["true"]), None, wallet, "x")
+        for _ in range(2):
+            await coordinator.dispatch.step()
+        sent = [(k, m.lease) for k, m in link.sent if isinstance(m, Dispatch)]
+        assert sent == [(other.node_key.pubkey(), str(control))]  # the control went; the refused share did not
+        assert coordinator.shared.failovers == {str(refused): {key}}  # and it moves
     finally:
         await coordinator.chain.close()
         await coordinator.indexer.rpc.close()

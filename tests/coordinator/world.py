@@ -115,7 +115,11 @@ async def running(settings: Settings, pool, attester: Keypair):
         await coordinator.stop()
 
 
-def start_worker(world: World, i: int, gateway: str, log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+def start_worker(
+    world: World, i: int, gateway: str, log: Path, env: dict[str, str] | None = None, gpus: int = 2
+) -> subprocess.Popen:
+    """Worker i with `gpus` simulated H100s (its node is registered with 2: fewer is a node short of its
+    registration)."""
     gpunet = Path(sys.executable).with_name("gpunet")
     with log.open("ab") as out:
         return subprocess.Popen(
@@ -126,7 +130,7 @@ def start_worker(world: World, i: int, gateway: str, log: Path, env: dict[str, s
                 "--keypair",
                 str(world.home / f"node{i}.json"),
                 "--simulate-gpus",
-                "H100:2:80",
+                f"H100:{gpus}:80",
                 "--gateway",
                 gateway,
                 "--state-dir",
@@ -152,12 +156,13 @@ async def start_workers(
     home: Path,
     spawned: list[subprocess.Popen],
     env: Callable[[int], dict[str, str]] = cluster_env,
+    gpus: Callable[[int], int] = lambda i: 2,
 ) -> dict[str, subprocess.Popen]:
     """A worker per node of the world, connected to the coordinator's gateway; by node key. Each is
     also added to `spawned` (the `spawned` fixture kills what is left at teardown). `env(i)`: worker
-    i's extra environment."""
+    i's extra environment; `gpus(i)`: the simulated GPUs it runs."""
     workers = {
-        key: start_worker(world, i, coordinator.gateway.url, home / f"worker{i}.log", env(i))
+        key: start_worker(world, i, coordinator.gateway.url, home / f"worker{i}.log", env(i), gpus(i))
         for i, key in enumerate(world.node_keys())
     }
     spawned.extend(workers.values())
@@ -179,25 +184,29 @@ async def running_lease(
     return lease, placed
 
 
+async def open_lease(world: World, chain: AsyncClient, seconds: int, *, gpus: int = 4, lease_id: int = 1) -> Pubkey:
+    """The world's client opens a lease of `gpus` H100s for `seconds`, at twice the nodes' price."""
+    lease = lease_pda(world.client.pubkey(), lease_id)
+    terms = ix.LeaseTerms(1, 80, gpus, 0, 2 * PRICE, seconds)
+    await send_and_confirm(
+        chain,
+        world.client,
+        [ix.open_lease(world.client.pubkey(), world.client_tokens, world.mint, lease_id, terms)],
+    )
+    return lease
+
+
+def steps_job() -> JobSpec:
+    """The steps job, long enough to outlast any test."""
+    return JobSpec(command=[sys.executable, JOB], env={"STEPS": "100000", "STEP_SECONDS": "0.2"})
+
+
 async def placed_lease(
     world: World, api: str, chain: AsyncClient, seconds: int, spec: JobSpec | None = None, *, gpus: int = 4
 ) -> tuple[Pubkey, list[str]]:
     """As `running_lease`, returning once the lease is placed (its nodes by rank); `gpus` 2 per node."""
-    lease = lease_pda(world.client.pubkey(), 1)
-    await send_and_confirm(
-        chain,
-        world.client,
-        [
-            ix.open_lease(
-                world.client.pubkey(),
-                world.client_tokens,
-                world.mint,
-                1,
-                ix.LeaseTerms(1, 80, gpus, 0, 2 * PRICE, seconds),
-            )
-        ],
-    )
-    spec = spec or JobSpec(command=[sys.executable, JOB], env={"STEPS": "100000", "STEP_SECONDS": "0.2"})
+    lease = await open_lease(world, chain, seconds, gpus=gpus)
+    spec = spec or steps_job()
     await eventually(lambda: submitted(api, world.client, lease, spec), what="the job accepted")
     placed = (await eventually(lambda: placed_view(api, world.client, lease), what="the lease placed"))["placement"][
         "nodes"

@@ -112,6 +112,7 @@ def node_views(draw: st.DrawFn, name: str) -> NodeView:
         healthy=draw(st.integers(0, 6)) > 0,
         simulated=draw(st.booleans()),
         latency_ms=draw(st.one_of(st.none(), st.sampled_from([1.0, 20.0, 150.0, 2_000.0]))),
+        live_gpus=draw(st.one_of(st.none(), st.integers(0, gpus))),  # its worker may run fewer than registered
         completed_shares=draw(st.integers(0, 5)),
         failed_shares=draw(st.integers(0, 5)),
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from solders.keypair import Keypair
 
-from coordinator.scheduler import NotPlaced, Placement, Scheduler, StalePlacement
+from coordinator.scheduler import NotPlaced, PlacedShare, Placement, Scheduler, StalePlacement
 from gpunet.amounts import IO
 from gpunet.instructions import ANY, Share
 from tests.scheduler.fleets import A100, US_EAST, leased, node, request, scheduler_of
@@ -205,3 +205,19 @@ def test_a_node_not_verified_gets_no_share_and_the_reason_says_so() -> None:
     scheduler.update_node("a-unverified", verified=True)  # its GPUs proved what was registered
     assert placed(scheduler.place(request(gpus=16))) == [("a-unverified", 8), ("b-control", 8)]
     scheduler.check_consistency()
+
+
+def test_a_node_is_placed_only_on_the_gpus_its_worker_runs() -> None:
+    # Registered with 8, its worker reports 4 (a cheat, or GPUs lost): never placed on the other 4.
+    short = scheduler_of([node("a-short", live_gpus=4), node("b-control", live_gpus=8)])
+    assert placed(short.place(request(gpus=8, max_nodes=1))) == [("b-control", 8)]  # the control: all it runs
+    assert refused(short.place(request(gpus=16))).endswith(
+        "2 qualify (1 running fewer GPUs than it registered) with 12 free GPUs in all, 12 on the best 8 nodes"
+    )
+    assert placed(short.place(request(gpus=4, max_nodes=1))) == [("a-short", 4)]  # what it runs, it may take
+    # A placement the chain already holds is restored on what the node registered (it is moved, not lost).
+    restarted = scheduler_of([node("a-short", live_gpus=0)])
+    restarted.restore(Placement(request(gpus=8), (PlacedShare.of(node("a-short"), 8),)))
+    assert leased(restarted) == {"a-short": 8}
+    short.check_consistency()
+    restarted.check_consistency()
