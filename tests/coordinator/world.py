@@ -196,6 +196,17 @@ async def open_lease(world: World, chain: AsyncClient, seconds: int, *, gpus: in
     return lease
 
 
+async def close_lease(world: World, chain: AsyncClient, lease: Pubkey) -> None:
+    """The world's client closes its lease, naming the nodes of its shares as the chain has them."""
+    account = await fetch(chain, lease, "Lease")
+    nodes = [a.node for a in list(account.assignments)[: account.node_count]]
+    await send_and_confirm(
+        chain,
+        world.client,
+        [ix.close_lease(world.client.pubkey(), world.client.pubkey(), world.client_tokens, lease, nodes)],
+    )
+
+
 def steps_job() -> JobSpec:
     """The steps job, long enough to outlast any test."""
     return JobSpec(command=[sys.executable, JOB], env={"STEPS": "100000", "STEP_SECONDS": "0.2"})
