@@ -29,7 +29,6 @@ from .world import (
     PRICE,
     World,
     all_running,
-    close_lease,
     live_settings,
     placed_view,
     resumed_on,
@@ -207,7 +206,7 @@ async def test_without_a_spare_node_a_drained_share_stays_and_the_lease_goes_on(
         assert await all_running(api, world.client, lease, placed), "the job was not stopped on the drained node"
 
         # The control: once a spare frees up (the other lease closes), the share moves, unslashed.
-        await close_lease(world, chain, other)
+        await world.market.close_lease(world.lessee, other)
         await eventually(
             lambda: _moved(chain, lease, drained, third), timeout=90, what="the share moved once a spare freed"
         )

@@ -35,7 +35,6 @@ from .world import (
     World,
     all_running,
     checkpointed,
-    close_lease,
     live_settings,
     resumed_on,
     running,
@@ -205,7 +204,7 @@ async def test_machines_back_one_by_one_after_a_correlated_outage_are_all_paid_a
         assert {str(a.node_key) for a in list(account.assignments)[: account.node_count]} == set(placed)
 
         # The client closes the lease: each worker's final receipt is its journal's whole count.
-        await close_lease(world, chain, lease)
+        await world.market.close_lease(world.lessee, lease)
         journals = {key: tmp_path / f"worker{i}" / "usage.jsonl" for i, key in enumerate(world.node_keys())}
 
         async def settled_as_journaled() -> dict[str, tuple[int, int, int]] | None:

@@ -73,6 +73,7 @@ class World:
             create_keypair_file(home / f"node{i}.json", s.node_key)
             self.suppliers.append((s.wallet, s.node_key))
         client = await market.client(100 * IO)
+        self.market, self.lessee = market, client
         self.client, self.client_tokens = client.wallet, client.tokens
         return self
 
@@ -194,17 +195,6 @@ async def open_lease(world: World, chain: AsyncClient, seconds: int, *, gpus: in
         [ix.open_lease(world.client.pubkey(), world.client_tokens, world.mint, lease_id, terms)],
     )
     return lease
-
-
-async def close_lease(world: World, chain: AsyncClient, lease: Pubkey) -> None:
-    """The world's client closes its lease, naming the nodes of its shares as the chain has them."""
-    account = await fetch(chain, lease, "Lease")
-    nodes = [a.node for a in list(account.assignments)[: account.node_count]]
-    await send_and_confirm(
-        chain,
-        world.client,
-        [ix.close_lease(world.client.pubkey(), world.client.pubkey(), world.client_tokens, lease, nodes)],
-    )
 
 
 def steps_job() -> JobSpec:
