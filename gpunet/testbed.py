@@ -230,21 +230,15 @@ class Market:
             ],
         )
 
+    async def close_lease(self, c: Client, lease: Pubkey) -> None:
+        """The client closes its lease, naming the nodes of its shares as the chain has them."""
+        state = await fetch(self.chain, lease, "Lease")
+        nodes = [a.node for a in state.assignments[: state.node_count]]
+        await self.send(c.wallet, [ix.close_lease(c.wallet.pubkey(), c.wallet.pubkey(), c.tokens, lease, nodes)])
+
     async def close(self, c: Client, lease: Pubkey) -> None:
         """The client closes; the attester, with nothing more to settle, finalizes at once."""
-        state = await fetch(self.chain, lease, "Lease")
-        await self.send(
-            c.wallet,
-            [
-                ix.close_lease(
-                    c.wallet.pubkey(),
-                    c.wallet.pubkey(),
-                    c.tokens,
-                    lease,
-                    [a.node for a in state.assignments[: state.node_count]],
-                )
-            ],
-        )
+        await self.close_lease(c, lease)
         await self.send(
             self.attester,
             [ix.finalize_lease(self.attester.pubkey(), self.treasury, c.wallet.pubkey(), c.tokens, lease)],

@@ -40,6 +40,7 @@ class Cluster:
             s = await market.supplier(2, self.PRICE, 50 * IO)
             self.nodes.append((s.wallet, s.node_key))
         lessee = await market.client(100 * IO)
+        self.lessee = lessee
         self.client_wallet, self.client_tokens = lessee.wallet, lessee.tokens
         self.lease = lease_pda(self.client_wallet.pubkey(), 1)
         await send_and_confirm(

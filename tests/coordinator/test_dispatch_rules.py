@@ -16,7 +16,7 @@ from coordinator.db import jobs, nodes
 from coordinator.service import Coordinator
 from coordinator.settings import Settings
 from gpunet.protocol import Dispatch, JobSpec
-from gpunet.testbed import Market
+from gpunet.testbed import Client, Market, Supplier
 
 from .conftest import leading_without_loops
 
@@ -43,13 +43,19 @@ class _Link:
         self.sent.append((node_key, message))
 
 
+async def _two_leases(market: Market) -> tuple[Client, tuple[Supplier, Pubkey], tuple[Supplier, Pubkey]]:
+    """A client's two 1-GPU leases (ids 1 and 2), each assigned to a 1-GPU node of its own: (node, lease)."""
+    first_node, second_node = await market.supplier(1), await market.supplier(1)
+    client = await market.client()
+    first, second = await market.open_lease(client, 1, gpus=1), await market.open_lease(client, 2, gpus=1)
+    await market.assign(first, [(first_node, 1)])
+    await market.assign(second, [(second_node, 1)])
+    return client, (first_node, first), (second_node, second)
+
+
 async def test_a_job_stored_under_older_rules_stops_no_other_lease_s_dispatch(node, chain, database_url, pool) -> None:
     market = await Market.create(chain)
-    stale_node, fresh_node = await market.supplier(1), await market.supplier(1)
-    client = await market.client()
-    stale, fresh = await market.open_lease(client, 1, gpus=1), await market.open_lease(client, 2, gpus=1)
-    await market.assign(stale, [(stale_node, 1)])
-    await market.assign(fresh, [(fresh_node, 1)])
+    client, (_, stale), (fresh_node, fresh) = await _two_leases(market)
     settings = Settings(rpc_url=node.url, ws_url=node.ws_url, database_url=database_url)
     coordinator = await leading_without_loops(Coordinator(settings, pool, market.admin))
     link = _Link()
@@ -80,11 +86,7 @@ async def test_a_share_refused_in_an_earlier_term_is_not_given_to_its_node_again
     node, chain, database_url, pool
 ) -> None:
     market = await Market.create(chain)
-    refusing, other = await market.supplier(1), await market.supplier(1)
-    client = await market.client()
-    refused, control = await market.open_lease(client, 1, gpus=1), await market.open_lease(client, 2, gpus=1)
-    await market.assign(refused, [(refusing, 1)])
-    await market.assign(control, [(other, 1)])
+    client, (refusing, refused), (other, control) = await _two_leases(market)
     settings = Settings(rpc_url=node.url, ws_url=node.ws_url, database_url=database_url)
     # The previous term recorded the refusal (as `Verification.refused_dispatch` does), then ended.
     key = refusing.node_key.pubkey()

@@ -206,20 +206,7 @@ async def test_without_a_spare_node_a_drained_share_stays_and_the_lease_goes_on(
         assert await all_running(api, world.client, lease, placed), "the job was not stopped on the drained node"
 
         # The control: once a spare frees up (the other lease closes), the share moves, unslashed.
-        other_account = await fetch(chain, other, "Lease")
-        await send_and_confirm(
-            chain,
-            world.client,
-            [
-                ix.close_lease(
-                    world.client.pubkey(),
-                    world.client.pubkey(),
-                    world.client_tokens,
-                    other,
-                    [a.node for a in list(other_account.assignments)[: other_account.node_count]],
-                )
-            ],
-        )
+        await world.market.close_lease(world.lessee, other)
         await eventually(
             lambda: _moved(chain, lease, drained, third), timeout=90, what="the share moved once a spare freed"
         )

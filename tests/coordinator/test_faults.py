@@ -6,10 +6,13 @@ resumes with the fleet, and the lease goes on."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
+import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -19,10 +22,8 @@ from solana.rpc.commitment import Confirmed
 from solders.pubkey import Pubkey
 
 from coordinator.settings import Settings
-from gpunet import instructions as ix
 from gpunet.accounts import fetch
 from gpunet.audit import audit_provider
-from gpunet.client import send_and_confirm
 from gpunet.pda import node_pda, provider_pda
 from gpunet.protocol import JobSpec
 from tests.worker.sandboxes import job_pid
@@ -77,6 +78,33 @@ def _settings(node, database_url: str) -> Settings:
     )
 
 
+@contextlib.asynccontextmanager
+async def _a_lease_billing(
+    node, chain: AsyncClient, pool, database_url: str, tmp_path: Path, spawned
+) -> AsyncIterator[tuple[World, str, dict[str, subprocess.Popen], Pubkey, list[str]]]:
+    """The world with its coordinator (API at `api`) and a worker per node, and a 120 s lease running
+    on two of them, settled once; every worker killed at the end (woken first, if it was stopped)."""
+    world = await World().build(chain, tmp_path)
+    settings = _settings(node, database_url)
+    api = f"http://127.0.0.1:{settings.api_port}"
+    async with running(settings, pool, world.admin) as coordinator:
+        workers = await start_workers(world, coordinator, tmp_path, spawned)
+        lease, placed = await running_lease(world, api, chain, 120)
+        await eventually(lambda: settled_count(pool, placed[0]), what="a first settlement")
+        yield world, api, workers, lease, placed
+    for proc in workers.values():
+        proc.send_signal(signal.SIGCONT)
+        proc.kill()
+        proc.wait(timeout=30)
+
+
+async def _every_worker_stops(workers: dict[str, subprocess.Popen], api: str) -> None:
+    """Every worker stops at once (a network partition, a power cut): the coordinator pauses slashing."""
+    for proc in workers.values():
+        proc.send_signal(signal.SIGSTOP)
+    await eventually(lambda: _slashing_paused(api, True), timeout=30, what="slashing paused")
+
+
 @pytest.mark.timeout(300)
 async def test_the_coordinator_s_own_stall_slashes_nobody_and_a_real_loss_is_slashed_once(
     node, chain, pool, database_url, tmp_path, spawned
@@ -129,17 +157,9 @@ async def test_the_coordinator_s_own_stall_slashes_nobody_and_a_real_loss_is_sla
 async def test_a_correlated_outage_pauses_slashing_and_the_lease_goes_on(
     node, chain, pool, database_url, tmp_path, spawned
 ) -> None:
-    world = await World().build(chain, tmp_path)
-    settings = _settings(node, database_url)
-    api = f"http://127.0.0.1:{settings.api_port}"
-    async with running(settings, pool, world.admin) as coordinator:
-        workers = await start_workers(world, coordinator, tmp_path, spawned)
-        lease, placed = await running_lease(world, api, chain, 120)
-        await eventually(lambda: settled_count(pool, placed[0]), what="a first settlement")
-
-        for proc in workers.values():  # every worker stops at once (a network partition, a power cut)
-            proc.send_signal(signal.SIGSTOP)
-        await eventually(lambda: _slashing_paused(api, True), timeout=30, what="slashing paused")
+    billing = _a_lease_billing(node, chain, pool, database_url, tmp_path, spawned)
+    async with billing as (world, api, workers, lease, placed):
+        await _every_worker_stops(workers, api)
         await asyncio.sleep(2 * LOST_AFTER)
         for proc in workers.values():
             proc.send_signal(signal.SIGCONT)
@@ -157,9 +177,6 @@ async def test_a_correlated_outage_pauses_slashing_and_the_lease_goes_on(
         await eventually(
             lambda: all_running(api, world.client, lease, placed), what="the job still running on both nodes"
         )
-    for proc in workers.values():
-        proc.kill()
-        proc.wait(timeout=30)
 
 
 @pytest.mark.timeout(300)
@@ -169,17 +186,9 @@ async def test_machines_back_one_by_one_after_a_correlated_outage_are_all_paid_a
     """Every worker stops at once; they come back one after another (the lease's two nodes last,
     1.6 s after the pause has ended, within lost_after of it): nobody is slashed or moved, and each
     share is paid every GPU-second its worker's own journal says it held, the outage included."""
-    world = await World().build(chain, tmp_path)
-    settings = _settings(node, database_url)
-    api = f"http://127.0.0.1:{settings.api_port}"
-    async with running(settings, pool, world.admin) as coordinator:
-        workers = await start_workers(world, coordinator, tmp_path, spawned)
-        lease, placed = await running_lease(world, api, chain, 120)
-        await eventually(lambda: settled_count(pool, placed[0]), what="a first settlement")
-
-        for proc in workers.values():  # every worker stops at once (a network partition, a power cut)
-            proc.send_signal(signal.SIGSTOP)
-        await eventually(lambda: _slashing_paused(api, True), timeout=30, what="slashing paused")
+    billing = _a_lease_billing(node, chain, pool, database_url, tmp_path, spawned)
+    async with billing as (world, api, workers, lease, placed):
+        await _every_worker_stops(workers, api)
         await asyncio.sleep(LOST_AFTER)
         spare = next(k for k in workers if k not in placed)
         for key, gap in [(spare, 0.0), (placed[0], 0.7), (placed[1], 1.6)]:  # the pause ends at the second
@@ -195,19 +204,7 @@ async def test_machines_back_one_by_one_after_a_correlated_outage_are_all_paid_a
         assert {str(a.node_key) for a in list(account.assignments)[: account.node_count]} == set(placed)
 
         # The client closes the lease: each worker's final receipt is its journal's whole count.
-        await send_and_confirm(
-            chain,
-            world.client,
-            [
-                ix.close_lease(
-                    world.client.pubkey(),
-                    world.client.pubkey(),
-                    world.client_tokens,
-                    lease,
-                    [a.node for a in list(account.assignments)[: account.node_count]],
-                )
-            ],
-        )
+        await world.market.close_lease(world.lessee, lease)
         journals = {key: tmp_path / f"worker{i}" / "usage.jsonl" for i, key in enumerate(world.node_keys())}
 
         async def settled_as_journaled() -> dict[str, tuple[int, int, int]] | None:
@@ -225,10 +222,6 @@ async def test_machines_back_one_by_one_after_a_correlated_outage_are_all_paid_a
         for key, (journaled, settled, paid) in held.items():
             assert paid == settled == journaled, f"{key}: held {journaled}, settled {settled}, paid {paid}"
         assert await _refused_reports(pool) == []
-    for proc in workers.values():
-        proc.send_signal(signal.SIGCONT)
-        proc.kill()
-        proc.wait(timeout=30)
 
 
 @pytest.mark.timeout(300)

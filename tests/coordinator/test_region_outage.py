@@ -47,17 +47,28 @@ def _view(key: Pubkey, region: int) -> NodeView:
     )
 
 
-async def test_a_region_s_correlated_outage_pauses_slashing_there_only(node, database_url, pool) -> None:
-    settings = Settings(
+def _settings(node, database_url: str) -> Settings:
+    """Silence is judged after 2 s; a region of 3 nodes or more may be paused."""
+    return Settings(
         rpc_url=node.url, ws_url=node.ws_url, database_url=database_url, lost_after_seconds=2.0, region_min_nodes=3
     )
+
+
+def _connected(coordinator: Coordinator, easts: int, wests: int) -> tuple[list[Pubkey], list[Pubkey]]:
+    """`easts` nodes in the east and `wests` in the west, known to the scheduler and connected."""
+    east, west = [Pubkey.new_unique() for _ in range(easts)], [Pubkey.new_unique() for _ in range(wests)]
+    for key, region in [*((k, EAST) for k in east), *((k, WEST) for k in west)]:
+        coordinator.shared.scheduler.upsert_node(_view(key, region))
+        coordinator.fleet.connected(key, simulated=True)
+    return east, west
+
+
+async def test_a_region_s_correlated_outage_pauses_slashing_there_only(node, database_url, pool) -> None:
+    settings = _settings(node, database_url)
     clock = Clock()
     coordinator = Coordinator(settings, pool, Keypair(), clock=clock)
     fleet, outages, failover = coordinator.fleet, coordinator.outages, coordinator.failover
-    east, west = [Pubkey.new_unique() for _ in range(3)], [Pubkey.new_unique() for _ in range(5)]
-    for key, region in [*((k, EAST) for k in east), *((k, WEST) for k in west)]:
-        coordinator.shared.scheduler.upsert_node(_view(key, region))
-        fleet.connected(key, simulated=True)
+    east, west = _connected(coordinator, 3, 5)
     try:
         # The east goes dark and one western node dies: 4 of 8 silent, not over half the fleet.
         for _ in range(5):
@@ -85,17 +96,12 @@ async def test_a_region_s_correlated_outage_pauses_slashing_there_only(node, dat
 
 
 async def test_the_operator_ends_a_pause_with_the_attester_key_and_nobody_else_can(node, database_url, pool) -> None:
-    settings = Settings(
-        rpc_url=node.url, ws_url=node.ws_url, database_url=database_url, lost_after_seconds=2.0, region_min_nodes=3
-    )
+    settings = _settings(node, database_url)
     attester = Keypair()
     clock = Clock()
     coordinator = await leading_without_loops(Coordinator(settings, pool, attester, clock=clock))
     fleet, outages, failover = coordinator.fleet, coordinator.outages, coordinator.failover
-    east, west = [Pubkey.new_unique() for _ in range(3)], [Pubkey.new_unique() for _ in range(4)]
-    for key, region in [*((k, EAST) for k in east), *((k, WEST) for k in west)]:
-        coordinator.shared.scheduler.upsert_node(_view(key, region))
-        fleet.connected(key, simulated=True)
+    east, west = _connected(coordinator, 3, 4)
     rpc = ChainRpc(settings.rpc_url)
     app = create_app(pool, rpc, settings, work_routes(coordinator), coordinator)
     try:
@@ -146,16 +152,11 @@ async def test_the_operator_ends_a_pause_with_the_attester_key_and_nobody_else_c
 async def test_a_region_back_one_by_one_is_paused_from_its_first_silence_and_its_last_node_gets_lost_after(
     node, database_url, pool
 ) -> None:
-    settings = Settings(
-        rpc_url=node.url, ws_url=node.ws_url, database_url=database_url, lost_after_seconds=2.0, region_min_nodes=3
-    )
+    settings = _settings(node, database_url)
     clock = Clock()
     coordinator = Coordinator(settings, pool, Keypair(), clock=clock)
     fleet, outages, failover = coordinator.fleet, coordinator.outages, coordinator.failover
-    east, west = [Pubkey.new_unique() for _ in range(3)], [Pubkey.new_unique() for _ in range(5)]
-    for key, region in [*((k, EAST) for k in east), *((k, WEST) for k in west)]:
-        coordinator.shared.scheduler.upsert_node(_view(key, region))
-        fleet.connected(key, simulated=True)
+    east, west = _connected(coordinator, 3, 5)
 
     async def until(t: float, beating: list[Pubkey]) -> None:
         """Passes of the failover loop every 0.1 s up to `t`, the `beating` nodes heard at each."""

@@ -11,9 +11,12 @@ and no decision of a term recorded after a later term's."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import sys
 import time
+from collections.abc import AsyncIterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -59,6 +62,29 @@ def replica(name: str, node, database_url: str, tmp_path, attester) -> Coordinat
         leader_ttl_seconds=3,
         leader_renew_seconds=1,
     )
+
+
+@contextlib.asynccontextmanager
+async def two_replicas(
+    world: World, node, database_url: str, tmp_path: Path, pool
+) -> AsyncIterator[tuple[CoordinatorProcess, CoordinatorProcess]]:
+    """Replicas r1 and r2 of the world's coordinator (its admin the attester), r1 leading and r2
+    ready; at the end both stopped (woken first: a frozen one cannot stop) and their logs named."""
+    attester = tmp_path / "attester.json"
+    create_keypair_file(attester, world.admin)
+    r1, r2 = (replica(name, node, database_url, tmp_path, attester) for name in ("r1", "r2"))
+    try:
+        r1.start()
+        await eventually(lambda: leads(pool, "r1"), what=f"r1 leading (log: {r1.log})")
+        r2.start()
+        await asyncio.to_thread(r2.wait_ready)
+        yield r1, r2
+    finally:
+        for proc in (r1, r2):
+            if proc.proc is not None and proc.alive():
+                proc.proc.send_signal(signal.SIGCONT)
+            proc.stop(60)
+        print(f"replica logs: {r1.log} {r2.log}", file=sys.stderr)
 
 
 async def leader(pool) -> leader_db.Leader:
@@ -111,14 +137,7 @@ async def test_replicas_hand_over_the_lead_without_losing_or_doubling_work(
     node, chain, pool, database_url, tmp_path, spawned
 ) -> None:
     world = await World().build(chain, tmp_path)
-    attester = tmp_path / "attester.json"
-    create_keypair_file(attester, world.admin)
-    r1, r2 = (replica(name, node, database_url, tmp_path, attester) for name in ("r1", "r2"))
-    try:
-        r1.start()
-        await eventually(lambda: leads(pool, "r1"), what=f"r1 leading (log: {r1.log})")
-        r2.start()
-        await asyncio.to_thread(r2.wait_ready)
+    async with two_replicas(world, node, database_url, tmp_path, pool) as (r1, r2):
         assert await leads(pool, "r1")  # a live lead is not taken
         gateways = f"{r1.gateway_url},{r2.gateway_url}"
         workers = {
@@ -182,12 +201,6 @@ async def test_replicas_hand_over_the_lead_without_losing_or_doubling_work(
         for share in {(e.node, e.epoch) for e in events}:
             mine = [e.receipt_gpu_seconds for e in events if (e.node, e.epoch) == share]
             assert mine == sorted(mine)
-    finally:
-        for proc in (r1, r2):
-            if proc.proc is not None and proc.alive():
-                proc.proc.send_signal(signal.SIGCONT)
-            proc.stop(60)
-        print(f"replica logs: {r1.log} {r2.log}", file=sys.stderr)
 
 
 async def _equals(value, expected) -> bool:
@@ -220,14 +233,7 @@ async def test_a_frozen_leader_s_workers_reach_the_new_leader_within_the_keepali
     the follower they try names the leader), not when the frozen one wakes; the woken one then
     steps down and keeps no worker."""
     world = await World().build(chain, tmp_path)
-    attester = tmp_path / "attester.json"
-    create_keypair_file(attester, world.admin)
-    r1, r2 = (replica(name, node, database_url, tmp_path, attester) for name in ("r1", "r2"))
-    try:
-        r1.start()
-        await eventually(lambda: leads(pool, "r1"), what=f"r1 leading (log: {r1.log})")
-        r2.start()
-        await asyncio.to_thread(r2.wait_ready)
+    async with two_replicas(world, node, database_url, tmp_path, pool) as (r1, r2):
         gateways = f"{r1.gateway_url},{r2.gateway_url}"
         workers = [start_worker(world, i, gateways, tmp_path / f"worker{i}.log") for i in range(len(world.suppliers))]
         spawned.extend(workers)
@@ -245,9 +251,3 @@ async def test_a_frozen_leader_s_workers_reach_the_new_leader_within_the_keepali
             lambda: _equals(metric(r1.api_url, "gpunet_coordinator_leader"), 0.0), what="r1 following again"
         )
         assert await workers_online(r2.api_url, 3) and await leads(pool, "r2")
-    finally:
-        for proc in (r1, r2):
-            if proc.proc is not None and proc.alive():
-                proc.proc.send_signal(signal.SIGCONT)
-            proc.stop(60)
-        print(f"replica logs: {r1.log} {r2.log}", file=sys.stderr)

@@ -24,7 +24,6 @@ from coordinator.settlement import Settler, SignedUsage, Status
 from gpunet import instructions as ix
 from gpunet.accounts import fetch
 from gpunet.amounts import IO
-from gpunet.pda import node_pda
 from gpunet.protocol import UsageReceiptMessage
 from gpunet.tokens import token_balance
 from gpunet.usage import Receipt
@@ -292,19 +291,7 @@ async def test_a_receipt_pays_its_share_s_provider_after_the_node_key_changes_ha
     await cluster.wait_for_period(2)
     last, control = cluster.receipt(0, 2), cluster.receipt(1, 2)
     market, client = cluster.market, cluster.client
-    nodes = [node_pda(key.pubkey()) for _, key in cluster.nodes]
-    await market.send(
-        cluster.client_wallet,
-        [
-            ix.close_lease(
-                cluster.client_wallet.pubkey(),
-                cluster.client_wallet.pubkey(),
-                cluster.client_tokens,
-                cluster.lease,
-                nodes,
-            )
-        ],
-    )
+    await market.close_lease(cluster.lessee, cluster.lease)
     # the admin shortens the periods (the lease keeps its deadline): the key changes hands inside it
     market.params = replace(market.params, unbonding_seconds=0, settle_window_seconds=1)
     await market.send(cluster.admin, [ix.update_config(cluster.admin.pubkey(), market.params)])

@@ -73,6 +73,7 @@ class World:
             create_keypair_file(home / f"node{i}.json", s.node_key)
             self.suppliers.append((s.wallet, s.node_key))
         client = await market.client(100 * IO)
+        self.market, self.lessee = market, client
         self.client, self.client_tokens = client.wallet, client.tokens
         return self
 

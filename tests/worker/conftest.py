@@ -46,32 +46,6 @@ def podman(tmp_path, monkeypatch) -> Sandbox:
 
 
 @pytest.fixture
-def listener() -> Iterator[tuple[str, int]]:
-    """A TCP listener on every address of this machine (a container reaches the host through its
-    bridge); counts the connections it accepts."""
-    server = socket.create_server(("0.0.0.0", 0))
-    server.settimeout(0.2)
-    accepted: list[object] = []
-    stop = threading.Event()
-
-    def serve() -> None:
-        while not stop.is_set():
-            try:
-                conn, _ = server.accept()
-            except TimeoutError:
-                continue
-            accepted.append(conn)
-            conn.close()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    yield "host", server.getsockname()[1]
-    stop.set()
-    thread.join()
-    server.close()
-
-
-@pytest.fixture
 def counting_listener() -> Iterator[tuple[int, list[object]]]:
     """A listener on every address of this machine (its loopback too), and the connections it had."""
     sock = socket.create_server(("0.0.0.0", 0))
@@ -94,3 +68,11 @@ def counting_listener() -> Iterator[tuple[int, list[object]]]:
     stop.set()
     thread.join()
     sock.close()
+
+
+@pytest.fixture
+def listener(counting_listener) -> tuple[str, int]:
+    """The same listener, as a container names it: the host (it reaches the machine through its
+    bridge), and the port."""
+    port, _ = counting_listener
+    return "host", port
