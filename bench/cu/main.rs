@@ -188,8 +188,10 @@ fn per_instruction() -> Vec<(String, Vec<u64>)> {
     let deregister = h.send(&[h.deregister_node_ix(s, &nodes[2].node)], &[&s.wallet]);
     record("deregister_node", consumed(deregister, "deregister_node"));
     record("request_unstake", consumed(h.send(&[h.request_unstake_ix(s, 500 * IO)], &[&s.wallet]), "request_unstake"));
-    h.advance(UNBONDING_SECONDS);
+    h.advance(UNBONDING_SECONDS); // the node's bond is held as long (here longer than the settlement window)
     record("withdraw_unstaked", consumed(h.send(&[h.withdraw_unstaked_ix(s)], &[&s.wallet]), "withdraw_unstaked"));
+    let release = h.send(&[h.release_node_ix(s, &nodes[2].node)], &[&s.wallet]);
+    record("release_node", consumed(release, "release_node"));
     rows
 }
 

@@ -18,7 +18,7 @@ gpunet under 5 % of a block.
     .venv/bin/python bench/scale/scale.py                          # bench/cu's figure, see --cu
     .venv/bin/python bench/scale/scale.py --cu cu.txt               # bench/cu's output, saved
     .venv/bin/python bench/scale/scale.py --run-cu                  # runs bench/cu (needs scripts/build-sbf)
-    .venv/bin/python bench/scale/scale.py --settle-cu 47830 --settle-cu-after 39984 --fee-payers 16
+    .venv/bin/python bench/scale/scale.py --settle-cu 47830 --settle-cu-after 37137 --fee-payers 16
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ TARGET = Fraction(5, 100)
 # README's table recorded for them), and the receipt settlement as the README's table records it now
 # (used when bench/cu's output is neither given nor run).
 BEFORE_SETTLE_CU = 47_830
-README_SETTLE_CU = 39_984
+README_SETTLE_CU = 37_137
 
 # Mainnet's limits, late 2026, with where each comes from.
 LIMITS = {
