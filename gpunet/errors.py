@@ -35,7 +35,9 @@ class GpunetError(Exception):
     - `extras.ExtraMissing` (ImportError): a service imported without its extra installed
     - `fees.FeeError` (ValueError): a priority-fee setting out of its range
     - `jobs.CoordinatorError`: the coordinator refused a request or could not be reached
+    - `json_input.NotJson` (ValueError): text from outside that is not JSON, or nested too deep
     - `keys.KeypairFileError`: a keypair file missing, unreadable or malformed
+      - `keys.NodeKeyNotFound`: no node key of that name (the message says how to create one)
     - `localnet.LocalnetError`: the local node's binary is missing or the node did not come up
     - `protocol.ProtocolError` (ValueError): a worker-protocol message that is not valid
     - `secrets.SecretError` (ValueError): a secret that cannot be sealed or opened

@@ -10,10 +10,12 @@ from typing import Any
 
 from pydantic_core import from_json
 
+from gpunet.errors import GpunetError
+
 __all__ = ["NotJson", "parse_json"]
 
 
-class NotJson(ValueError):
+class NotJson(GpunetError, ValueError):
     """The text is not JSON (malformed, not UTF-8, or nested too deep); the message says where."""
 
 

@@ -23,10 +23,13 @@ def _node(
     leased: int = 0,
     jailed: bool = False,
     draining: bool = False,
+    deregistered_at: int = 0,
 ) -> tuple[Pubkey, SimpleNamespace]:
     key = Pubkey.new_unique()
     spec = SimpleNamespace(gpu_model=model, gpu_count=gpus, vram_gb=vram, region=region, price_per_gpu_hour=price)
-    return key, SimpleNamespace(node_key=key, spec=spec, gpus_leased=leased, jailed=jailed, draining=draining)
+    return key, SimpleNamespace(
+        node_key=key, spec=spec, gpus_leased=leased, jailed=jailed, draining=draining, deregistered_at=deregistered_at
+    )
 
 
 def _terms(gpus: int, model: int = H100, region: int = ix.ANY, price: int = 3 * IO, vram: int = 0) -> ix.LeaseTerms:
@@ -40,11 +43,16 @@ def test_a_lease_spans_at_most_max_lease_nodes_nodes() -> None:
     assert not too_many.possible and too_many.gpus == MAX_LEASE_NODES  # 9 GPUs exist, 8 nodes at most
 
 
-def test_jailed_and_draining_nodes_never_count_and_leased_gpus_count_only_for_ever() -> None:
+def test_jailed_draining_and_deregistered_nodes_never_count_and_leased_gpus_count_only_for_ever() -> None:
     nodes = [_node(gpus=4, jailed=True), _node(gpus=4, draining=True), _node(gpus=4, leased=4)]
     assert reach(nodes, _terms(4)).gpus == 4, "the leased node could take it once free"
     now = reach(nodes, _terms(4), free_now=True)
     assert now.gpus == 0 and [m.text for f in now.closest for m in f.misses][-1] == "all its 4 GPUs are leased now"
+    # a deregistered node keeps its account, bonded, until released: it is off the market all the same
+    gone = reach([_node(gpus=4, deregistered_at=1_750_000_000)], _terms(4))
+    assert gone.gpus == 0 and [m.text for f in gone.closest for m in f.misses] == [
+        "deregistered (its supplier took it off the market)"
+    ]
 
 
 def test_the_closest_nodes_come_first_with_what_keeps_each_away() -> None:
