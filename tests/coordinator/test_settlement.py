@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import replace
 
 import asyncpg
@@ -129,7 +130,13 @@ async def _record(pool: asyncpg.Pool, u: SignedUsage) -> None:
         await usage.record_receipt(conn, u.node_key, _message(u))
 
 
-def _settlement(pool: asyncpg.Pool, cluster: Cluster, interval: float, fence: Fence) -> Settlement:
+def _settlement(
+    pool: asyncpg.Pool,
+    cluster: Cluster,
+    interval: float,
+    fence: Fence,
+    paused: Callable[[Pubkey], bool] = lambda _node_key: False,
+) -> Settlement:
     # Everything before `blind_until` is unseen and not held against the nodes (no heartbeats here).
     return Settlement(
         pool,
@@ -140,6 +147,7 @@ def _settlement(pool: asyncpg.Pool, cluster: Cluster, interval: float, fence: Fe
         interval_seconds=interval,
         min_amount=0,
         fence=fence,
+        paused=paused,
     )
 
 
@@ -218,6 +226,29 @@ async def test_a_coordinator_restart_between_metering_and_settlement_loses_nothi
     assert (await fetch(cluster.client, cluster.lease, "Lease")).paid == lease.paid
     async with pool.acquire() as conn:
         assert await usage.pending_receipts(conn) == []
+
+
+async def test_a_node_s_receipts_wait_while_a_correlated_outage_pauses_it(cluster, pool, indexer, fence) -> None:
+    """A paused node's window is recorded as online time only when the pause ends: settled before,
+    its held time in the outage would be cut. Its receipt waits, then settles in full; the node
+    outside the pause, the control, settles at once."""
+    await _indexed(pool, cluster)
+    await cluster.wait_for_period(2)
+    waiting, control = cluster.receipt(0, 2), cluster.receipt(1, 2)
+    for u in (waiting, control):
+        await _record(pool, u)
+    paused = {waiting.node_key}
+    settlement = _settlement(pool, cluster, 0, fence, paused=lambda node_key: node_key in paused)
+    await settlement.step()
+    lease = await fetch(cluster.client, cluster.lease, "Lease")
+    shares = list(lease.assignments)[: lease.node_count]
+    assert [s.receipt_gpu_seconds for s in shares] == [0, control.receipt.gpu_seconds]
+    paused.clear()  # the pause ends
+    await settlement.step()
+    lease = await fetch(cluster.client, cluster.lease, "Lease")
+    shares = list(lease.assignments)[: lease.node_count]
+    assert [s.receipt_gpu_seconds for s in shares] == [waiting.receipt.gpu_seconds, control.receipt.gpu_seconds]
+    assert lease.paid + lease.fees == 2 * cost(waiting.receipt.gpu_seconds)  # to the base unit
 
 
 async def test_junk_receipts_stored_before_the_gateway_checked_never_stop_an_honest_settlement(
