@@ -144,6 +144,13 @@ def lease_requests(draw: st.DrawFn, lease: str = "lease-1") -> LeaseRequest:
 # -- the oracle ------------------------------------------------------------------------------------
 
 
+def free(view: NodeView) -> int:
+    """GPUs a node can take new work on, recomputed: registered and running (its worker's live
+    inventory, when it reported one), less those leased."""
+    running = view.gpu_count if view.live_gpus is None else min(view.gpu_count, view.live_gpus)
+    return max(0, running - view.gpus_leased)
+
+
 def qualifies(view: NodeView, req: LeaseRequest, accept_simulated: bool = True) -> bool:
     """Would assign_lease accept this node for some share of the lease, and is it live?"""
     t = req.terms
@@ -159,7 +166,7 @@ def qualifies(view: NodeView, req: LeaseRequest, accept_simulated: bool = True) 
         and t.region in (0, view.region)
         and view.vram_gb >= t.min_vram_gb
         and view.price_per_gpu_hour <= t.max_price_per_gpu_hour
-        and view.gpu_count - view.gpus_leased > 0
+        and free(view) > 0
     )
 
 
@@ -170,11 +177,11 @@ def fewest_nodes(nodes: Iterable[NodeView], req: LeaseRequest, exclude: Iterable
     count, per_node = req.gpu_count, req.gpus_per_node
     if per_node is not None:
         k = count // per_node
-        return k if sum(1 for v in able if v.gpu_count - v.gpus_leased >= per_node) >= k else None
+        return k if sum(1 for v in able if free(v) >= per_node) >= k else None
     for size in range(1, min(req.max_nodes, len(able), count) + 1):
         for combo in combinations(able, size):
             # size nodes can take count GPUs, >= 1 each, iff their free GPUs add up to count.
-            if sum(v.gpu_count - v.gpus_leased for v in combo) >= count:
+            if sum(free(v) for v in combo) >= count:
                 return size
     return None
 
@@ -191,8 +198,8 @@ def violations(placement: Placement, fleet: dict[str, NodeView]) -> list[str]:
         found.append("a node twice")
     for s in shares:
         view = fleet[s.node_key]
-        if s.gpus < 1 or s.gpus > view.gpu_count - view.gpus_leased:
-            found.append(f"{s.node_key}: {s.gpus} GPUs, {view.gpu_count - view.gpus_leased} free")
+        if s.gpus < 1 or s.gpus > free(view):
+            found.append(f"{s.node_key}: {s.gpus} GPUs, {free(view)} free")
         if not qualifies(view, req):
             found.append(f"{s.node_key} does not qualify")
         if req.gpus_per_node is not None and s.gpus != req.gpus_per_node:
@@ -224,9 +231,9 @@ def cluster_cases(draw: st.DrawFn) -> tuple[list[NodeView], LeaseRequest]:
                 failed_shares=draw(st.integers(0, 3)),
             )
         )
-    free = sum(v.gpu_count - v.gpus_leased for v in fleet)
+    free_gpus = sum(free(v) for v in fleet)
     max_nodes = draw(st.integers(1, MAX_LEASE_NODES))
-    count = draw(st.integers(1, max(1, min(free + 2, 16 * max_nodes))))
+    count = draw(st.integers(1, max(1, min(free_gpus + 2, 16 * max_nodes))))
     splits = [g for g in range(1, 17) if count % g == 0 and count // g <= max_nodes]
     per_node = draw(st.one_of(st.none(), st.sampled_from(splits))) if splits else None
     return fleet, request(gpus=count, max_nodes=max_nodes, gpus_per_node=per_node)

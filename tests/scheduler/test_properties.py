@@ -13,6 +13,7 @@ from tests.scheduler.fleets import (
     cluster_cases,
     fewest_nodes,
     fleets,
+    free,
     lease_requests,
     leased,
     qualifies,
@@ -26,7 +27,7 @@ PROPERTY = settings(max_examples=300, deadline=None, suppress_health_check=[Heal
 
 def cost(scoring: Scoring, view: NodeView, gpus: int) -> tuple[float, str]:
     """The documented ranking, recomputed: effective price x packing factor, then address."""
-    factor = 1.0 + scoring.packing_weight * (view.gpu_count - view.gpus_leased - gpus)
+    factor = 1.0 + scoring.packing_weight * (free(view) - gpus)
     return (scoring.effective_price(view) * factor, view.node_key)
 
 
@@ -66,7 +67,7 @@ def test_a_one_node_or_equal_share_placement_is_the_cheapest(case) -> None:
     per_node = req.gpus_per_node or (req.gpu_count if len(decision.shares) == 1 else None)
     if per_node is None:
         return  # a multi-node free split is ranked by node count first (checked above)
-    able = [v for v in fleet if qualifies(v, req) and v.gpu_count - v.gpus_leased >= per_node]
+    able = [v for v in fleet if qualifies(v, req) and free(v) >= per_node]
     best = sorted(able, key=lambda v: cost(scheduler.scoring, v, per_node))[: len(decision.shares)]
     assert sorted(s.node_key for s in decision.shares) == sorted(v.node_key for v in best)
 
@@ -127,7 +128,7 @@ def test_failover_picks_a_qualifying_node_outside_the_lease(case, data: st.DataO
         able = [
             v
             for v in fleet_now.values()
-            if qualifies(v, req) and v.node_key not in decision.node_keys and v.gpu_count - v.gpus_leased >= lost.gpus
+            if qualifies(v, req) and v.node_key not in decision.node_keys and free(v) >= lost.gpus
         ]
         assert able == [], f"{[v.node_key for v in able]} could take the share; scheduler said: {moved.reason}"
         assert leased(scheduler) == {n: v.gpus_leased for n, v in fleet_now.items()}
@@ -136,10 +137,7 @@ def test_failover_picks_a_qualifying_node_outside_the_lease(case, data: st.DataO
     new = moved.shares[index]
     assert new.node_key not in decision.node_keys and new.gpus == lost.gpus
     assert moved.shares[:index] + moved.shares[index + 1 :] == decision.shares[:index] + decision.shares[index + 1 :]
-    assert (
-        qualifies(fleet_now[new.node_key], req)
-        and fleet_now[new.node_key].gpu_count - fleet_now[new.node_key].gpus_leased >= lost.gpus
-    )
+    assert qualifies(fleet_now[new.node_key], req) and free(fleet_now[new.node_key]) >= lost.gpus
     assert scheduler.nodes[lost.node_key].gpus_leased == fleet_now[lost.node_key].gpus_leased - lost.gpus
     assert scheduler.nodes[new.node_key].gpus_leased == fleet_now[new.node_key].gpus_leased + lost.gpus
     scheduler.check_consistency()
