@@ -27,6 +27,7 @@ from coordinator.db import nodes as faults
 from coordinator.db import ping, verifications
 from coordinator.indexer.rpc import ChainRpc, RpcError
 from coordinator.settings import Settings
+from coordinator.web import web_routes
 
 if TYPE_CHECKING:
     from coordinator.service import Coordinator
@@ -227,6 +228,7 @@ def create_app(
     routes += [Route("/audit/leases/{key}", audit("lease")), Route("/audit/providers/{key}", audit("provider"))]
     routes.append(Route("/nodes/{key}/verifications", node_verifications))
     routes += list(extra_routes)
+    routes += web_routes(pool, rpc, settings, coordinator)  # the explorer and the wallet app, under /web/
 
     async def bad_request(request: Request, exc: Exception) -> Response:
         return _error(400, str(exc))

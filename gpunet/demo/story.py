@@ -176,9 +176,9 @@ class Demo:
         try:
             async with AsyncClient(node.url, commitment=Confirmed) as chain:
                 self.chain = chain
-                await self._initialise()
-                coordinator = await self._start_coordinator(node)
-                await self._suppliers(coordinator)
+                await self.initialise()
+                coordinator = await self.start_coordinator(node)
+                await self.start_suppliers(coordinator)
                 return await self._lease(node, coordinator)
         finally:
             with self.console.status("Shutting down workers, coordinator and node…"):
@@ -190,7 +190,7 @@ class Demo:
                 node.stop()
             self.say("[dim]everything stopped cleanly[/]")
 
-    async def _initialise(self) -> None:
+    async def initialise(self) -> None:
         self._section(1)
         self.market = await Market.create(
             self.chain,
@@ -206,7 +206,7 @@ class Demo:
             "nodes whose GPUs passed verification"
         )
 
-    async def _start_coordinator(self, node: LocalnetProcess) -> CoordinatorProcess:
+    async def start_coordinator(self, node: LocalnetProcess) -> CoordinatorProcess:
         attester = self.workdir / "attester.json"
         if not attester.exists():
             create_keypair_file(attester, self.admin)
@@ -230,7 +230,7 @@ class Demo:
         self.say(f"coordinator API {coordinator.api_url}, worker gateway {coordinator.gateway_url}")
         return coordinator
 
-    async def _suppliers(self, coordinator: CoordinatorProcess) -> None:
+    async def start_suppliers(self, coordinator: CoordinatorProcess) -> None:
         self._section(2)
         for name, gpus in SUPPLIERS:
             node_key = Keypair()

@@ -1,0 +1,8 @@
+// gpunet's wallet module: finds Wallet Standard wallets, checks each transaction before the wallet
+// is asked to sign it, and signs gpunet's requests. Built by scripts/setup into
+// coordinator/web/static/wallet.js.
+import { getWallets } from "@wallet-standard/app";
+
+export function walletNames(): string[] {
+  return getWallets().get().map((w) => w.name);
+}
