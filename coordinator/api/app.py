@@ -15,7 +15,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
 from coordinator.api.metrics import coordinator_metrics, render_metrics, render_readiness
 from coordinator.api.openapi import openapi_document
@@ -213,7 +213,7 @@ def create_app(
     async def openapi(request: Request) -> Response:
         return JSONResponse(openapi_document())
 
-    routes = [
+    routes: list[BaseRoute] = [
         Route("/health", health),
         Route("/healthz", healthz),
         Route("/readyz", readyz),
