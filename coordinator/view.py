@@ -21,7 +21,7 @@ from gpunet.catalog import gpu_model_name
 from gpunet.logs import get_logger
 from gpunet.protocol import Inventory
 
-__all__ = ["FleetView", "live_gpus"]
+__all__ = ["FleetView", "live_gpus", "verification_status"]
 
 log = get_logger("gpunet.coordinator.view")
 
@@ -38,6 +38,14 @@ def live_gpus(inventory: Inventory | None, gpu_model: int, vram_gb: int, gpu_cou
         return None
     model, least_mib = gpu_model_name(gpu_model), vram_gb * 1024 * VRAM_REPORTED_SHARE
     return min(gpu_count, sum(1 for g in inventory.gpus if g.model == model and g.vram_mib >= least_mib))
+
+
+def verification_status(tier: int, verified_until: int, now: float, unfit: bool) -> str:
+    """What clients and the explorer are shown: failed (found unfit or failing by this coordinator),
+    verified (a tier on chain, not run out), else unverified."""
+    if unfit:
+        return "failed"
+    return "verified" if tier > 0 and verified_until > now else "unverified"
 
 
 class FleetView:
@@ -103,11 +111,7 @@ class FleetView:
         return required == 0 or (node["verification_tier"] >= required and node["verified_until"] > now)
 
     def _verification(self, key: Pubkey, node: asyncpg.Record, now: float) -> str:
-        """What clients are shown: failed (found unfit or failing here), verified (a tier on chain, not
-        run out), else unverified."""
-        if key in self.shared.unfit:
-            return "failed"
-        return "verified" if node["verification_tier"] > 0 and node["verified_until"] > now else "unverified"
+        return verification_status(node["verification_tier"], node["verified_until"], now, key in self.shared.unfit)
 
     def mark_offline(self, node_key: Pubkey) -> None:
         if node_key in self.shared.scheduler.nodes:

@@ -59,9 +59,6 @@ def web_routes(
 ) -> list[BaseRoute]:
     """The site's routes (mounted beside the API by coordinator.api.create_app)."""
 
-    async def home(request: Request) -> Response:
-        return page(request, "network.html", settings)
-
     async def bundle(request: Request) -> Response:
         """What a user checks the app against: the bundle's SHA-256 and the program ID."""
         return JSONResponse(
@@ -71,9 +68,11 @@ def web_routes(
     async def root(request: Request) -> Response:
         return RedirectResponse("/web/")
 
+    from coordinator.web.feed import feed_routes  # it renders through this module's templates
+
     return [
         Route("/", root),
-        Route("/web/", home),
+        *feed_routes(pool, rpc, settings, coordinator),
         Route("/web/bundle", bundle),
         Mount("/web/static", app=StaticFiles(directory=STATIC), name="static"),
     ]
