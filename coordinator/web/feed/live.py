@@ -31,6 +31,10 @@ log = get_logger("gpunet.coordinator.web.live")
 
 POLL_SECONDS = 0.2
 KEEPALIVE_SECONDS = 15.0  # a comment line, so a proxy keeps the stream open and a gone page is noticed
+# A stream ends after this long and the page reconnects (EventSource does, in a second, sending the last
+# id it saw, and is caught up): the API server waits for open responses when it stops, and a stream
+# that never ended would hold the coordinator's shutdown for as long as a page stays open.
+STREAM_SECONDS = 30.0
 CATCH_UP = 500  # the most rows a (re)connecting page is sent; further behind, it is told to reload
 _BATCH = 500
 _QUEUE = 1000  # rows a page may fall behind before it is dropped (it reconnects and catches up)
@@ -109,9 +113,10 @@ async def stream(hub: SettlementHub, pool: asyncpg.Pool, after: int) -> AsyncIte
             row = settlement(record)
             sent = row["id"]
             yield _event(row)
-        while True:
+        ends = asyncio.get_running_loop().time() + STREAM_SECONDS
+        while (left := ends - asyncio.get_running_loop().time()) > 0:
             try:
-                new = await asyncio.wait_for(queue.get(), KEEPALIVE_SECONDS)
+                new = await asyncio.wait_for(queue.get(), min(KEEPALIVE_SECONDS, left))
             except TimeoutError:
                 yield ": keepalive\n\n"
                 continue
