@@ -113,6 +113,9 @@ async def test_network_page_search_and_transaction_page(web_stack, browser) -> N
         ):
             answer = await api.get("/web/search", params={"q": q})
             assert (answer.status_code, answer.headers.get("location")) == (303, target), q
+        # The demo's explorer links (`--explorer`'s {kind} is "address" or "tx") land on the same pages.
+        answer = await api.get(f"/web/address/{node['node_key']}")
+        assert (answer.status_code, answer.headers.get("location")) == (303, f"/web/nodes/{node['node']}")
 
         # Anything else: a clear message, and nothing is pretended found.
         for q, status, says in (

@@ -68,13 +68,24 @@ def feed_routes(
         )
 
     async def search_page(request: Request) -> Response:
-        raw = request.query_params.get("q", "")
+        if set(request.query_params) - {"q"} or len(request.query_params.getlist("q")) > 1:
+            return error_page(request, settings, 400, "search takes one parameter, q", title="Bad request")
+        return await _found(request, request.query_params.get("q", ""))
+
+    async def address_page(request: Request) -> Response:
+        """/web/address/{address}: where explorer links to an account (`gpunet --explorer`'s {kind}
+        is "address" or "tx", as the demo's are) find its page."""
         try:
-            if set(request.query_params) - {"q"} or len(request.query_params.getlist("q")) > 1:
-                raise BadRequest("search takes one parameter, q")
+            query(request, ())
+        except BadRequest as e:
+            return error_page(request, settings, 400, str(e), title="Bad request")
+        return await _found(request, request.path_params["address"])
+
+    async def _found(request: Request, raw: str) -> Response:
+        try:
             async with pool.acquire() as conn:
                 found = await search.search(conn, raw)
-        except (BadRequest, search.BadQuery) as e:
+        except search.BadQuery as e:
             return error_page(
                 request, settings, 400, str(e), title="Not an address or a signature", query=raw[: search.MAX_QUERY]
             )
@@ -85,7 +96,7 @@ def feed_routes(
                 404,
                 f"Nothing found: no lease, node, provider, wallet or transaction {raw.strip()} in the ledger.",
                 title="Nothing found",
-                query=raw,
+                query=raw[: search.MAX_QUERY],
             )
         if len({m.url for m in found}) == 1:
             return RedirectResponse(found[0].url, status_code=303)
@@ -138,6 +149,7 @@ def feed_routes(
         Route("/web/settlements/live", live_feed),
         Route("/web/settlements.csv", settlements_csv),
         Route("/web/search", search_page),
+        Route("/web/address/{address}", address_page),
         Route("/web/tx/{signature}", tx_page),
         Route("/web/tx/{signature}/raw", tx_raw),
     ]
