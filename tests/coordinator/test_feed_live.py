@@ -1,8 +1,9 @@
 """The explorer's live settlements feed (coordinator.web.feed.live) on a real ledger: a page is sent
 every settlement after the last one it shows, once and in chain order, the ones that landed before
 it connected (caught up from the ledger) and the ones after (from the one poller); a page too far
-behind is told to reload; the poller runs only while a page listens. Settlements are written by the
-indexer's own write path from decoded transactions (the chain is the boundary faked here)."""
+behind is told to reload; the poller runs only while a page listens; a settlement of simulated GPUs
+says so. Settlements are written by the indexer's own write path from decoded transactions (the
+chain is the boundary faked here)."""
 
 from __future__ import annotations
 
@@ -13,19 +14,22 @@ from itertools import count
 import pytest
 from solders.keypair import Keypair
 
+from coordinator.db import feed as ledger
 from coordinator.db.chain import write_batch
+from coordinator.db.usage import record_receipt
 from coordinator.indexer.decode import DecodedTransaction
 from coordinator.web.feed import live
+from gpunet.protocol import UsageReceiptMessage
 
 _slots = count(100)
 LEASE, NODE, PROVIDER = (str(Keypair().pubkey()) for _ in range(3))
 
 
-def _settled(amount: int) -> DecodedTransaction:
+def _settled(amount: int, lease: str = LEASE, node: str = NODE) -> DecodedTransaction:
     """A settle_usage transaction as the indexer decodes it: one UsageSettled event."""
     data = {
-        "lease": LEASE,
-        "node": NODE,
+        "lease": lease,
+        "node": node,
         "provider": PROVIDER,
         "epoch": 1,
         "receipt_gpu_seconds": amount,
@@ -70,6 +74,7 @@ async def test_a_page_gets_every_settlement_after_its_last_once_and_in_order(poo
     got = [await _next_event(events) for _ in later]
     assert [(name, data["signature"]) for name, data in got] == [("settlement", s) for s in later]
     assert 'data-amount="5000"' in got[1][1]["html"] and shown not in [d["signature"] for _, d in got]
+    assert "data-simulated" not in got[1][1]["html"]  # no node of the ledger says its GPUs are simulated
     assert hub._task is not None and len(hub.pages) == 1
     await events.aclose()
     assert hub._task is None and not hub.pages  # nobody listens: the poller stops
@@ -90,3 +95,32 @@ async def test_a_page_too_far_behind_is_told_to_reload(pool, monkeypatch: pytest
     await anext(near)
     assert [(await _next_event(near))[0] for _ in range(2)] == ["settlement", "settlement"]
     await near.aclose()
+
+
+async def test_a_settlement_of_simulated_gpus_says_so(pool) -> None:
+    """Its node was verified as the simulated reference (tier 1 on chain; the web tests' demo nodes), or,
+    here, the receipt its node signed said its GPUs are simulated; the control's said not."""
+    marked = {}
+    for simulated in (True, False):
+        lease, node, node_key = (Keypair().pubkey() for _ in range(3))
+        share = {"node": str(node), "node_key": str(node_key), "provider": PROVIDER, "gpus": 1}
+        spec = {"gpu_model": 1, "gpu_count": 1, "vram_gb": 80, "region": 1, "price_per_gpu_hour": 3600}
+        events = [
+            ("NodeRegistered", {**share, "spec": {**spec, "inventory_hash": "00" * 32}, "bonded_stake": 100}),
+            ("LeaseAssigned", {"lease": str(lease), "started_at": 0, "assignments": [{**share, **_FRESH}]}),
+        ]
+        signature = str(Keypair().sign_message(bytes(lease)))
+        async with pool.acquire() as conn:
+            await write_batch(conn, [DecodedTransaction(signature, next(_slots), 0, False, events)])
+            receipt = UsageReceiptMessage(
+                lease=str(lease), epoch=1, gpu_seconds=5, through=5, signature=signature, simulated=simulated
+            )
+            assert await record_receipt(conn, node_key, receipt)
+            await write_batch(conn, [_settled(5, str(lease), str(node))])
+            (row,) = [r for r in await ledger.settlements_before(conn, None, 10) if r["lease"] == str(lease)]
+        marked[simulated] = row["simulated"]
+    assert marked == {True: True, False: False}
+
+
+_FRESH = {"price_per_gpu_hour": 3600, "epoch": 1, "assigned_at": 0, "settled_until": 0}
+_FRESH |= {"receipt_gpu_seconds": 0, "gpu_seconds": 0}

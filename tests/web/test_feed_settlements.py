@@ -73,6 +73,8 @@ async def test_settlements_feed_is_live_paged_and_exported(web_stack, browser) -
         ledger = [_key(s) for s in reversed(await _ledger(api))]
         assert shown[len(shown) - len(before) :] == before  # the old rows stay, below the new ones
         assert shown == _aligned(shown, ledger)  # in the ledger's order: none skipped, none doubled
+        marks = page.locator("table[data-table=settlements] tbody tr [data-simulated]")
+        assert await marks.count() == len(shown)  # the demo's nodes run simulated GPUs, and every row says so
 
         # A page at a time: older, then newer again, while settlements go on landing on top.
         await until(lambda: _count_at_least(api, 6), 60, "six settlements in the ledger")
@@ -119,6 +121,7 @@ async def test_settlements_feed_is_live_paged_and_exported(web_stack, browser) -
             answer = await api.get("/web/settlements.csv", params=query)
             assert answer.status_code == 200 and answer.headers["content-type"].startswith("text/csv")
             rows = list(csv.DictReader(io.StringIO(answer.text)))
+            assert {r["simulated"] for r in rows} <= {"true"}
             assert [_key(r) for r in rows] == [_key(s) for s in expected], query
             for column in SUMMED:  # integers in base units, summing to the ledger's exactly
                 assert sum(int(r[column]) for r in rows) == sum(int(s[column]) for s in expected), (query, column)

@@ -45,6 +45,7 @@ COLUMNS = (
     "fee",
     "payout",
     "escrow_left",
+    "simulated",  # the node's GPUs are simulated: no real GPU earned this
 )
 _MAX_SLOT = 2**63 - 1
 _BOUNDS = ("from", "to")
@@ -103,6 +104,7 @@ async def csv_rows(pool: asyncpg.Pool, chosen: ledger.Period) -> AsyncIterator[s
             row = settlement(record)
             bt = row["block_time"]
             row["time_utc"] = datetime.fromtimestamp(bt, UTC).isoformat().replace("+00:00", "Z") if bt else ""
+            row["simulated"] = "true" if row["simulated"] else "false"
             lines.append(_line([row[c] if row[c] is not None else "" for c in COLUMNS]))
             if len(lines) >= 500:
                 yield "".join(lines)
