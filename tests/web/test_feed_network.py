@@ -145,3 +145,9 @@ async def test_network_page_search_and_transaction_page(web_stack, browser) -> N
         response = await page.goto(f"{web_stack.url}tx/{unknown}")
         assert response is not None and response.status == 404
         assert (await api.get(f"/web/tx/{unknown}/raw")).status_code == 404  # no open door to the node's RPC
+
+        # At phone width the pages fit: wide tables scroll in their frame, the page itself does not.
+        await page.set_viewport_size({"width": 375, "height": 800})
+        for path in ("", "settlements", f"tx/{signature}"):
+            await page.goto(f"{web_stack.url}{path}")
+            assert await page.evaluate("document.documentElement.scrollWidth") <= 375, path
