@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
 from gpunet.errors import GpunetError
 from gpunet.tokens import IO_DECIMALS
 
-__all__ = ["IO", "AmountError", "escrow_for", "format_io", "parse_io"]
+__all__ = ["IO", "AmountError", "SettlementSplit", "escrow_for", "format_io", "parse_io", "settle", "usage_cost"]
 
 IO = 10**IO_DECIMALS
 """Base units in one IO."""
@@ -47,3 +48,36 @@ def escrow_for(price_per_gpu_hour: int, gpus: int, seconds: int) -> int:
     """The escrow the program takes for `gpus` GPUs over `seconds` at a price, rounded up
     (programs/gpunet/src/math.rs escrow_for)."""
     return -(-(price_per_gpu_hour * gpus * seconds) // 3600)
+
+
+SECONDS_PER_HOUR = 3_600
+BPS_DENOMINATOR = 10_000
+
+
+def usage_cost(price_per_gpu_hour: int, gpu_seconds: int) -> int:
+    """What `gpu_seconds` cost at a price, rounded down (programs/gpunet/src/math.rs usage_cost)."""
+    return price_per_gpu_hour * gpu_seconds // SECONDS_PER_HOUR
+
+
+@dataclass(frozen=True)
+class SettlementSplit:
+    """How one settlement splits: payout + fee == amount."""
+
+    amount: int
+    payout: int
+    fee: int
+
+
+def settle(price_per_gpu_hour: int, settled: int, gpu_seconds: int, fee_bps: int, escrow_left: int) -> SettlementSplit:
+    """The program's rule for one settlement (math.rs settle): `gpu_seconds` more on top of the
+    share's `settled` GPU-seconds cost the cumulative total's cost less what was paid (so rounding
+    never gains or loses a unit however usage is split), capped by the escrow left; the protocol fee
+    (`fee_bps` of it) rounds up, so splitting usage into tiny reports cannot avoid it."""
+    if not 0 <= fee_bps <= BPS_DENOMINATOR:
+        raise AmountError(f"a fee of {fee_bps} bps is not in 0..{BPS_DENOMINATOR}")
+    if min(price_per_gpu_hour, settled, gpu_seconds, escrow_left) < 0:
+        raise AmountError("a settlement's price, GPU-seconds and escrow are never negative")
+    cost = usage_cost(price_per_gpu_hour, settled + gpu_seconds) - usage_cost(price_per_gpu_hour, settled)
+    amount = min(cost, escrow_left)
+    fee = -(-amount * fee_bps // BPS_DENOMINATOR)
+    return SettlementSplit(amount, amount - fee, fee)

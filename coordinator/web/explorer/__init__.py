@@ -1,0 +1,32 @@
+"""The explorer's account pages (no wallet needed): a lease, a provider, a node. Each figure comes
+from the coordinator's ledger (the chain's events as indexed) or the chain itself, and each page ends
+with the SDK's chain-only audit (gpunet.audit) recomputed against the chain there and then."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from starlette.routing import BaseRoute, Route
+
+from coordinator.web.explorer.lease import lease_page
+from coordinator.web.explorer.node import node_page
+from coordinator.web.explorer.provider import provider_page
+
+if TYPE_CHECKING:
+    import asyncpg
+
+    from coordinator.indexer.rpc import ChainRpc
+    from coordinator.service import Coordinator
+    from coordinator.settings import Settings
+
+__all__ = ["explorer_routes"]
+
+
+def explorer_routes(
+    pool: asyncpg.Pool, rpc: ChainRpc, settings: Settings, coordinator: Coordinator | None = None
+) -> list[BaseRoute]:
+    return [
+        Route("/web/leases/{lease}", lease_page(pool, settings)),
+        Route("/web/providers/{provider}", provider_page(pool, settings)),
+        Route("/web/nodes/{key}", node_page(pool, settings, coordinator)),
+    ]
