@@ -256,6 +256,11 @@ class Settings(BaseSettings):
         return Pubkey.from_string(self.program_id)
 
     @property
+    def api_url(self) -> str:
+        """This coordinator's API as others reach it: the advertised URL, else the address it listens on."""
+        return self.advertise_api_url or f"http://{self.api_host}:{self.api_port}"
+
+    @property
     def fee_payer_path(self) -> Path:
         return (self.fee_payer_dir or self.state_dir / "fee-payers").expanduser()
 

@@ -33,6 +33,7 @@ __all__ = [
     "chain_client",
     "error_page",
     "parse_address",
+    "parse_offset",
     "simulated_nodes",
     "utc",
 ]
@@ -47,6 +48,14 @@ def parse_address(text: str, what: str) -> Pubkey:
         return Pubkey.from_string(text)
     except ValueError:
         raise BadAddress(f"{text[:100]!r} is not a {what} address (a base58 public key)") from None
+
+
+def parse_offset(request: Request) -> int:
+    """A list page's `offset` query parameter (0 when absent): a whole number, at most a billion."""
+    raw = request.query_params.get("offset", "0")
+    if not raw.isdigit() or int(raw) > 10**9:
+        raise BadAddress(f"offset {raw[:30]!r} is not a whole number of rows (0 to 1,000,000,000)")
+    return int(raw)
 
 
 def error_page(request: Request, settings: Settings, status: int, title: str, message: str) -> Response:

@@ -22,6 +22,7 @@ from coordinator.web.explorer.common import (
     chain_client,
     error_page,
     parse_address,
+    parse_offset,
     simulated_nodes,
 )
 from coordinator.web.explorer.rule import FeeHistory
@@ -37,7 +38,9 @@ if TYPE_CHECKING:
 
     from coordinator.settings import Settings
 
-__all__ = ["lease_page"]
+__all__ = ["TIMELINE_PAGE", "lease_page"]
+
+TIMELINE_PAGE = 200  # timeline rows a page shows (every row is still checked: the rule needs those before it)
 
 
 @dataclass(frozen=True)
@@ -67,8 +70,9 @@ def lease_page(pool: asyncpg.Pool, settings: Settings) -> Callable[[Request], Aw
     async def handler(request: Request) -> Response:
         try:
             lease = parse_address(request.path_params["lease"], "lease")
+            offset = parse_offset(request)
         except BadAddress as e:
-            return error_page(request, settings, 400, "Not a lease address", str(e))
+            return error_page(request, settings, 400, "Bad request", str(e))
         async with pool.acquire() as conn:
             row = await ledger.row(conn, "leases", "lease", str(lease))
             if row is None:
@@ -83,7 +87,7 @@ def lease_page(pool: asyncpg.Pool, settings: Settings) -> Callable[[Request], Aw
         async with chain_client(settings) as chain:
             held, escrow_error = await _escrow(chain, lease)
             # The SDK's audit, as `gpunet audit lease` runs it, with this coordinator's evidence.
-            report, audit_error = await audited(audit_lease(chain, lease, coordinator=str(request.base_url)))
+            report, audit_error = await audited(audit_lease(chain, lease, coordinator=settings.api_url))
         checked = [r.check for r in rows if r.check is not None]
         return page(
             request,
@@ -94,7 +98,10 @@ def lease_page(pool: asyncpg.Pool, settings: Settings) -> Callable[[Request], Aw
             region=region_name(row["region"]),
             shares=shares,
             simulated=simulated,
-            rows=rows,
+            rows=rows[offset : offset + TIMELINE_PAGE],
+            offset=offset,
+            total=len(rows),
+            page_size=TIMELINE_PAGE,
             checks={s: sum(1 for c in checked if c.status == s) for s in ("checked", "mismatch", "unknown")},
             escrow=held,
             escrow_error=escrow_error,

@@ -63,7 +63,7 @@ def provider_page(pool: asyncpg.Pool, settings: Settings) -> Callable[[Request],
             simulated = await simulated_nodes(conn, [n["node_key"] for n in nodes])
         async with chain_client(settings) as chain:
             report, audit_error = await audited(
-                audit_provider(chain, Pubkey.from_string(provider), coordinator=str(request.base_url))
+                audit_provider(chain, Pubkey.from_string(provider), coordinator=settings.api_url)
             )
         return page(
             request,

@@ -1,0 +1,65 @@
+"""The explorer's audit verdict and pager as rendered (no chain): a report whose recomputed figure differs from
+the chain's shows the difference and never "checked"; an audit that could not run shows no verdict;
+the honest report is the control."""
+
+from __future__ import annotations
+
+from solders.pubkey import Pubkey
+from solders.signature import Signature
+
+from coordinator.web import templates
+from coordinator.web.explorer.common import audited  # also registers the pages' filters
+from gpunet.audit import ChainAuditReport, Check, EvidenceCheck
+from gpunet.errors import GpunetError
+
+
+def _verdict(report: ChainAuditReport | None, error: str | None) -> str:
+    return str(templates.env.get_template("explorer_macros.html").module.audit(report, error, "--lease L"))  # type: ignore[attr-defined]
+
+
+def _report(paid_on_chain: int, evidence: str = "matches") -> ChainAuditReport:
+    sig = Signature.default()
+    return ChainAuditReport(
+        "lease L",
+        3,
+        [Check("deposited", 9_000_000, 9_000_000, (sig,)), Check("paid", 5_035_000, paid_on_chain, (sig,))],
+        [EvidenceCheck(sig, Pubkey.default(), "MissedHeartbeats", "ab" * 32, evidence)],
+    )
+
+
+def test_a_differing_figure_is_shown_as_a_difference() -> None:
+    honest = _verdict(_report(5_035_000), None)
+    assert 'data-audit-ok="true"' in honest and "Every figure checked" in honest and "differs" not in honest
+    tampered = _verdict(_report(5_035_001), None)
+    assert 'data-audit-ok="false"' in tampered and "1 difference(s)" in tampered
+    assert 'data-check="paid" data-from-events="5035000" data-on-chain="5035001"' in tampered
+    assert "✗ differs" in tampered and "Every figure checked" not in tampered
+    unproven = _verdict(_report(5_035_000, evidence="differs"), None)
+    assert 'data-evidence-ok="false"' in unproven and "✗ differs" in unproven
+
+
+async def test_an_audit_that_cannot_run_gives_no_verdict() -> None:
+    async def unreachable() -> ChainAuditReport:
+        raise GpunetError("no Lease account at L")
+
+    report, error = await audited(unreachable())
+    assert report is None and error == "GpunetError: no Lease account at L"
+    shown = _verdict(report, error)
+    assert 'data-audit-ok="unknown"' in shown and "No verdict" in shown and "checked" not in shown
+
+
+def test_a_long_timeline_pages() -> None:
+    macros = templates.env.get_template("explorer_macros.html").module
+    assert str(macros.pager("/web/leases/L", 0, 200, 200, "events")).strip() == ""  # type: ignore[attr-defined]
+    first = str(macros.pager("/web/leases/L", 0, 200, 450, "events"))  # type: ignore[attr-defined]
+    assert "1 to 200 of 450 events" in first and 'href="/web/leases/L?offset=200#timeline"' in first
+    assert 'rel="prev"' not in first
+    last = str(macros.pager("/web/leases/L", 400, 200, 450, "events"))  # type: ignore[attr-defined]
+    assert "401 to 450 of 450 events" in last and 'href="/web/leases/L?offset=200#timeline"' in last
+    assert 'rel="next"' not in last
+
+
+def test_unchecked_evidence_is_not_shown_as_matching() -> None:
+    shown = _verdict(_report(5_035_000, evidence="unchecked"), None)
+    assert 'data-evidence-ok="false"' in shown and "1 of 1 missing, different or unchecked" in shown
+    assert "hashes to the value on chain" not in shown
