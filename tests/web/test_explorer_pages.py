@@ -159,6 +159,7 @@ async def test_lease_provider_and_node_pages_equal_the_chain_audit(web_stack: We
     assert await fault.locator(f"a[href='/web/tx/{slash['signature']}']").count() == 1
     assert await page.locator(f"[data-slashes] [data-slash='{slash['signature']}']").count() == 1
     assert await page.locator("[data-status]").get_attribute("data-status") in ("jailed", "offline")
+    assert await page.locator("[data-telemetry]").count() == 1  # its last heartbeat, kept after it died
     await page.screenshot(path=SCREENSHOTS / "node.png", full_page=False)
 
     # A bad address is a clear error, not a crash.
