@@ -29,7 +29,9 @@ async def _units(page: Page, field: str) -> int:
 
 
 async def _shown_audit(page: Page) -> dict[str, tuple[int, int]]:
-    """The audit table's checks as the page shows them: what -> (from the events, on chain)."""
+    """The audit table's checks as the page shows them, once it has loaded after the page: what ->
+    (from the events, on chain)."""
+    await page.wait_for_selector("[data-audit] [data-audit-ok]", timeout=60_000)
     shown = {}
     for row in await page.locator("[data-audit] tr[data-on-chain]").all():
         what = await row.get_attribute("data-check")
@@ -64,7 +66,7 @@ async def test_lease_provider_and_node_pages_equal_the_chain_audit(web_stack: We
     await until(lambda: _closed(web_stack, lease), 150, "the lease closed and finalized by the coordinator")
 
     page = await browser.new_page(viewport={"width": 1280, "height": 800})
-    page.set_default_timeout(5_000)  # the page is served whole: nothing appears later
+    page.set_default_timeout(5_000)  # the page is served whole; only its audit comes later (waited for)
     response = await page.goto(f"{web_stack.url}leases/{lease}")
     assert response is not None and response.status == 200
 
@@ -74,8 +76,8 @@ async def test_lease_provider_and_node_pages_equal_the_chain_audit(web_stack: We
     audited = _audited(report)
     for field in ("deposited", "paid", "fees", "fees_swept", "refunded", "donations"):
         assert await _units(page, field) == audited[field][1] == audited[field][0], field
-    assert await page.locator("[data-audit-ok]").get_attribute("data-audit-ok") == "true"
     assert await _shown_audit(page) == audited
+    assert await page.locator("[data-audit-ok]").get_attribute("data-audit-ok") == "true"
     assert await page.locator("[data-evidence='matches']").count() == len(report.evidence) == 1
     assert "recomputed from chain data" in await page.locator("[data-audit]").inner_text()
 

@@ -63,3 +63,8 @@ def test_unchecked_evidence_is_not_shown_as_matching() -> None:
     shown = _verdict(_report(5_035_000, evidence="unchecked"), None)
     assert 'data-evidence-ok="false"' in shown and "1 of 1 missing, different or unchecked" in shown
     assert "hashes to the value on chain" not in shown
+
+
+def test_every_explorer_template_compiles() -> None:
+    for name in ("lease.html", "provider.html", "node.html", "audit.html", "explorer_error.html"):
+        templates.env.get_template(name)

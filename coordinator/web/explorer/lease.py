@@ -1,5 +1,7 @@
 """/web/leases/{lease}: a lease's whole timeline (each row linking its transaction, each settlement
-checked against the program's rule), its escrow, and the SDK's chain-only audit of it."""
+checked against the program's rule) and its escrow; /web/leases/{lease}/audit: the SDK's chain-only
+audit of it, which the page loads once it has painted (the audit reads every transaction of the
+lease from the chain: a long history must not hold the page back)."""
 
 from __future__ import annotations
 
@@ -38,7 +40,7 @@ if TYPE_CHECKING:
 
     from coordinator.settings import Settings
 
-__all__ = ["TIMELINE_PAGE", "lease_page"]
+__all__ = ["TIMELINE_PAGE", "lease_audit_page", "lease_page"]
 
 TIMELINE_PAGE = 200  # timeline rows a page shows (every row is still checked: the rule needs those before it)
 
@@ -86,8 +88,6 @@ def lease_page(pool: asyncpg.Pool, settings: Settings) -> Callable[[Request], Aw
         rows = timeline(events, fees, evidence)
         async with chain_client(settings) as chain:
             held, escrow_error = await _escrow(chain, lease)
-            # The SDK's audit, as `gpunet audit lease` runs it, with this coordinator's evidence.
-            report, audit_error = await audited(audit_lease(chain, lease, coordinator=settings.api_url))
         checked = [r.check for r in rows if r.check is not None]
         return page(
             request,
@@ -105,6 +105,29 @@ def lease_page(pool: asyncpg.Pool, settings: Settings) -> Callable[[Request], Aw
             checks={s: sum(1 for c in checked if c.status == s) for s in ("checked", "mismatch", "unknown")},
             escrow=held,
             escrow_error=escrow_error,
+        )
+
+    return handler
+
+
+def lease_audit_page(settings: Settings) -> Callable[[Request], Awaitable[Response]]:
+    """The SDK's chain-only audit of a lease, as `gpunet audit --lease` runs it, with this
+    coordinator's slash evidence: its own page, which the lease page loads after it paints."""
+
+    async def handler(request: Request) -> Response:
+        try:
+            lease = parse_address(request.path_params["lease"], "lease")
+        except BadAddress as e:
+            return error_page(request, settings, 400, "Bad request", str(e))
+        async with chain_client(settings) as chain:
+            report, audit_error = await audited(audit_lease(chain, lease, coordinator=settings.api_url))
+        return page(
+            request,
+            "audit.html",
+            settings,
+            subject=f"lease {lease}",
+            back=f"/web/leases/{lease}",
+            what=f"--lease {lease}",
             report=report,
             audit_error=audit_error,
         )

@@ -1,5 +1,6 @@
 """/web/providers/{provider}: a provider's stake (active, bonded, unbonding), its earnings by period,
-its slashes with their evidence, its nodes, and the SDK's chain-only audit of it. The provider is
+its slashes with their evidence, its nodes; /web/providers/{provider}/audit: the SDK's chain-only
+audit of it, which the page loads once it has painted. The provider is
 named by its account or by its supplier's wallet, as everywhere else."""
 
 from __future__ import annotations
@@ -7,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from solders.pubkey import Pubkey
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
     from coordinator.settings import Settings
 
-__all__ = ["provider_page"]
+__all__ = ["provider_audit_page", "provider_page"]
 
 HOURLY_UNDER_SECONDS = 2 * 86_400  # a history shorter than two days reads better by the hour
 
@@ -61,10 +61,6 @@ def provider_page(pool: asyncpg.Pool, settings: Settings) -> Callable[[Request],
             slashes = [plain_row(r) for r in await ledger.page(conn, "slashes", [("provider", "=", provider)], 100, 0)]
             nodes = [plain_row(r) for r in await ledger.rows(conn, "nodes", "provider", provider)]
             simulated = await simulated_nodes(conn, [n["node_key"] for n in nodes])
-        async with chain_client(settings) as chain:
-            report, audit_error = await audited(
-                audit_provider(chain, Pubkey.from_string(provider), coordinator=settings.api_url)
-            )
         return page(
             request,
             "provider.html",
@@ -78,6 +74,29 @@ def provider_page(pool: asyncpg.Pool, settings: Settings) -> Callable[[Request],
             simulated=simulated,
             model_name=gpu_model_name,
             region_name=region_name,
+        )
+
+    return handler
+
+
+def provider_audit_page(settings: Settings) -> Callable[[Request], Awaitable[Response]]:
+    """The SDK's chain-only audit of a provider (named by its account or its supplier's wallet), as
+    `gpunet audit --provider` runs it: its own page, which the provider page loads after it paints."""
+
+    async def handler(request: Request) -> Response:
+        try:
+            key = parse_address(request.path_params["provider"], "provider")
+        except BadAddress as e:
+            return error_page(request, settings, 400, "Bad request", str(e))
+        async with chain_client(settings) as chain:
+            report, audit_error = await audited(audit_provider(chain, key, coordinator=settings.api_url))
+        return page(
+            request,
+            "audit.html",
+            settings,
+            subject=f"provider {key}",
+            back=f"/web/providers/{key}",
+            what=f"--provider {key}",
             report=report,
             audit_error=audit_error,
         )
