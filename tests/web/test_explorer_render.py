@@ -9,6 +9,9 @@ from solders.signature import Signature
 
 from coordinator.web import templates
 from coordinator.web.explorer.common import audited  # also registers the pages' filters
+from coordinator.web.explorer.rule import FeeHistory
+from coordinator.web.explorer.timeline import timeline
+from gpunet.amounts import IO
 from gpunet.audit import ChainAuditReport, Check, EvidenceCheck
 from gpunet.errors import GpunetError
 
@@ -68,3 +71,32 @@ def test_unchecked_evidence_is_not_shown_as_matching() -> None:
 def test_every_explorer_template_compiles() -> None:
     for name in ("lease.html", "provider.html", "node.html", "audit.html", "explorer_error.html"):
         templates.env.get_template(name)
+
+
+def _lease_page(settled: dict[str, int]) -> str:
+    """lease.html for a lease assigned to node N at 360 IO/GPU-hour with one settlement of it."""
+    share = {"node": "N" * 32, "node_key": "K" * 32, "gpus": 1, "price_per_gpu_hour": 360 * IO, "epoch": 1}
+    events = [
+        {"id": 2, "signature": "S1", "block_time": 1, "name": "LeaseAssigned", "data": {"assignments": [share]}},
+        {"id": 3, "signature": "S2", "block_time": 2, "name": "UsageSettled", "data": {**share, **settled}},
+    ]
+    rows = timeline(events, FeeHistory([(1, 500)]), {})
+    lease = dict.fromkeys(("deposited", "paid", "fees", "fees_swept", "refunded", "donations", "started_at"), 0)
+    lease |= {"lease": "L" * 32, "client": "C" * 32, "status": "active", "gpu_count": 1, "min_vram_gb": 80}
+    lease |= {"duration_seconds": 60, "max_price_per_gpu_hour": 540 * IO}
+    checked = [r.check.status for r in rows if r.check]
+    return templates.env.get_template("lease.html").render(
+        lease=lease, model="H100", region="any", shares=[], simulated=set(), rows=rows, offset=0, total=2,
+        page_size=200, checks={s: checked.count(s) for s in ("checked", "mismatch", "unknown")}, escrow=None,
+        escrow_error="not read", program="P", bundle_sha256="H",
+    )  # fmt: skip
+
+
+def test_a_tampered_settlement_row_is_shown_as_a_mismatch() -> None:
+    honest = {"gpu_seconds": 12, "amount": 1_200_000, "fee": 60_000, "payout": 1_140_000, "escrow_left": 5 * IO}
+    shown = _lease_page(honest)
+    assert 'data-check="checked"' in shown and "✓ checked" in shown and "mismatch" not in shown
+    assert "12 GPU-s" in shown and 'data-units="1200000"' in shown
+    shown = _lease_page({**honest, "fee": 50_000, "payout": 1_150_000})  # a 4.2 % fee, not the 5 % in force
+    assert 'data-check="mismatch"' in shown and "1 mismatch" in shown
+    assert "✗ mismatch: fee 50000 (the rule: 60000); payout 1150000 (the rule: 1140000)" in shown
