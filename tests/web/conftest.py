@@ -5,7 +5,6 @@ suppliers' workers with simulated GPUs, verified), set up as the demo sets it up
 from __future__ import annotations
 
 import io
-import shutil
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,30 +15,20 @@ from rich.console import Console
 from solana.rpc.async_api import AsyncClient
 from solana.rpc.commitment import Confirmed
 
+from coordinator.web.browser import CHROMIUM_ARGS, MISSING, chromium_executable
 from gpunet.demo.processes import CoordinatorProcess
 from gpunet.demo.story import Demo
 from gpunet.localnet import LocalnetProcess
 from gpunet.testbed import Market
 from tests.conftest import SLOT_MS
 
-# What Chromium needs on these machines (and in CI): no sandbox as root, no GPU, and none of its
-# background connections, which a closed network refuses by the dozen.
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 
 
 def chromium_path() -> str:
-    path = shutil.which("chromium")
+    path = chromium_executable()
     if path is None:
-        pytest.fail("no chromium on PATH: scripts/setup installs Debian's (apt-get install chromium)")
+        pytest.fail(MISSING)
     return path
 
 
