@@ -32,9 +32,9 @@ import httpx
 from solana.rpc.async_api import AsyncClient
 from solana.rpc.commitment import Confirmed
 
-from bench.web.api import measure_api, queries
+from bench.web.api import audit_queries, measure_api, page_queries
 from bench.web.feed import measure_feed
-from bench.web.ledger import Shape, billable, build_market, burst, settlements_indexed
+from bench.web.ledger import Shape, build_market, burst, settlements_indexed
 from bench.web.pages import chromium, measure_loads
 from bench.web.report import Report
 from gpunet.demo.processes import CoordinatorProcess
@@ -62,19 +62,14 @@ async def run(args: argparse.Namespace, work: Path) -> Report:
                 report.populated("set-up", shape.describe(), time.perf_counter() - t0)
 
                 t0 = time.perf_counter()
-                await billable(chain, shares, shape.settlements)
-                report.populated(
-                    "waiting for the chain's clock",
-                    f"to pass the {shape.per_share} s of usage a share bills",
-                    time.perf_counter() - t0,
-                )
-                t0 = time.perf_counter()
-                signatures = await burst(market, shares, shape.settlements)
-                sent = time.perf_counter() - t0
+                sent = await burst(market, shares, shape.settlements)
+                signatures = sent.signatures
                 report.populated(
                     "settlements sent and confirmed",
-                    f"{len(signatures):,} settle_usage transactions, {len(signatures) / sent:,.0f} tx/s",
-                    sent,
+                    f"{len(signatures):,} settle_usage transactions in {sent.rounds} rounds paced by the chain's"
+                    f" clock (a share bills one second more each); sending alone {sent.sending_seconds:.1f} s,"
+                    f" {len(signatures) / sent.sending_seconds:,.0f} tx/s",
+                    time.perf_counter() - t0,
                 )
                 t0 = time.perf_counter()
                 await settlements_indexed(coordinator.api_url, shape.settlements)
@@ -97,8 +92,12 @@ async def run(args: argparse.Namespace, work: Path) -> Report:
                     for name, url in pages.items():
                         report.page(name, await measure_loads(browser, url, args.loads))
                     await csv(report, coordinator.api_url, middle.provider, args.loads)
-                    asked = queries(lease, middle.provider, middle.node_key.pubkey(), shape.settlements)
-                    report.api(await measure_api(coordinator.api_url, asked, args.clients, args.rounds), args.clients)
+                    asked = page_queries(lease, middle.provider, middle.node_key.pubkey(), shape.settlements)
+                    latencies = await measure_api(coordinator.api_url, asked, args.clients, args.rounds)
+                    report.api(latencies, f"{args.clients} clients")
+                    audits = audit_queries(lease, middle.provider)
+                    latencies = await measure_api(coordinator.api_url, audits, args.clients, max(2, args.rounds // 5))
+                    report.api(latencies, f"{args.clients} clients, audits alone")
                     feed = await measure_feed(
                         browser, f"{web}/settlements", market, shares, args.live_rate, args.live_seconds
                     )

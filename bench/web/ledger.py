@@ -154,41 +154,45 @@ def spread(shares: list[Share], total: int) -> list[int]:
     return [total // len(shares) + (1 if i < total % len(shares) else 0) for i in range(len(shares))]
 
 
-async def billable(chain: AsyncClient, shares: list[Share], total: int) -> None:
-    """Until the chain's clock has passed every second the burst of `total` settlements bills."""
-    counts = spread(shares, total)
-    await wait_for_clock(chain, max(s.through + n for s, n in zip(shares, counts, strict=True)) + 1)
-
-
 async def wait_for_clock(chain: AsyncClient, until: int) -> None:
     """Until the chain's clock reaches unix second `until`."""
     while ((await chain.get_block_time((await chain.get_slot()).value)).value or 0) < until:
-        await asyncio.sleep(0.25)
+        await asyncio.sleep(0.05)
 
 
-async def burst(market: Market, shares: list[Share], total: int) -> list[Signature]:
-    """`total` settlements, each share's in order (SENDERS senders, each its own shares), sent without
-    waiting, then all confirmed; raises if any failed. Call `billable` first."""
+@dataclass
+class Burst:
+    signatures: list[Signature]  # in the order they were sent
+    rounds: int
+    sending_seconds: float  # inside the rounds' sends, not waiting for the clock
+
+
+async def burst(market: Market, shares: list[Share], total: int) -> Burst:
+    """`total` settlements, in rounds: round r sends every share's r-th settlement (SENDERS senders,
+    without waiting for confirmations) once the chain's clock has passed the second it bills, so the
+    clock's pace and the sending overlap; then all are confirmed. Raises if any failed."""
     chain, attester = market.chain, market.attester
     blockhash = Blockhash(chain)
     counts = spread(shares, total)
-    sent: list[list[Signature]] = [[] for _ in range(SENDERS)]
+    opts = TxOpts(skip_preflight=True, skip_confirmation=True)
+    signatures: list[Signature] = []
+    sending = 0.0
 
-    async def sender(k: int) -> None:
-        opts = TxOpts(skip_preflight=True, skip_confirmation=True)
-        for share, count in list(zip(shares, counts, strict=True))[k::SENDERS]:
-            for _ in range(count):
-                recent = await blockhash.get()
-                message = Message.new_with_blockhash(
-                    share.next_settlement(attester.pubkey()), attester.pubkey(), recent
-                )
-                tx = Transaction([attester], message, recent)
-                sent[k].append((await chain.send_raw_transaction(bytes(tx), opts=opts)).value)
+    async def sender(mine: list[Share]) -> None:
+        for share in mine:
+            recent = await blockhash.get()
+            message = Message.new_with_blockhash(share.next_settlement(attester.pubkey()), attester.pubkey(), recent)
+            tx = Transaction([attester], message, recent)
+            signatures.append((await chain.send_raw_transaction(bytes(tx), opts=opts)).value)
 
-    await asyncio.gather(*(sender(k) for k in range(SENDERS)))
-    signatures = [s for group in sent for s in group]
+    for r in range(max(counts)):
+        due = [share for share, count in zip(shares, counts, strict=True) if count > r]
+        await wait_for_clock(chain, max(share.through for share in due) + 1)  # the second each bills has passed
+        t0 = time.perf_counter()
+        await asyncio.gather(*(sender(due[k::SENDERS]) for k in range(SENDERS)))
+        sending += time.perf_counter() - t0
     await confirm_all(chain, signatures)
-    return signatures
+    return Burst(signatures, max(counts), sending)
 
 
 async def confirm_all(chain: AsyncClient, signatures: list[Signature]) -> None:
