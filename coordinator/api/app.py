@@ -13,6 +13,8 @@ import asyncpg
 from solders.pubkey import Pubkey
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -28,6 +30,7 @@ from coordinator.db import ping, verifications
 from coordinator.indexer.rpc import ChainRpc, RpcError
 from coordinator.settings import Settings
 from coordinator.web import web_routes
+from gpunet.protocol import REQUEST_AT_HEADER, REQUEST_NONCE_HEADER, REQUEST_SIGNATURE_HEADER, REQUEST_WALLET_HEADER
 
 if TYPE_CHECKING:
     from coordinator.service import Coordinator
@@ -237,4 +240,26 @@ def create_app(
         assert isinstance(exc, HTTPException)
         return _error(exc.status_code, exc.detail or "error")
 
-    return Starlette(routes=routes, exception_handlers={BadRequest: bad_request, HTTPException: http_error})
+    return Starlette(
+        routes=routes,
+        exception_handlers={BadRequest: bad_request, HTTPException: http_error},
+        middleware=_cors(settings),
+    )
+
+
+def _cors(settings: Settings) -> list[Middleware]:
+    """CORS for the origins GPUNET_API_CORS_ORIGINS names, none by default (no header at all). A page of
+    another origin may read the API and call the client routes; signed requests carry their wallet's
+    signature in headers, never a cookie, so no credentials are allowed (or needed)."""
+    if not settings.cors_origins:
+        return []
+    headers = [REQUEST_AT_HEADER, REQUEST_WALLET_HEADER, REQUEST_NONCE_HEADER, REQUEST_SIGNATURE_HEADER]
+    return [
+        Middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["GET", "POST"],
+            allow_headers=[*headers, "Content-Type"],
+            expose_headers=["Location"],  # a follower replica's 307 names the leader in it
+        )
+    ]
