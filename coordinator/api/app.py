@@ -98,8 +98,8 @@ def create_app(
                     return _error(404, f"no {resource.key} {key} in the ledger")
                 body = _row(row)
                 if resource.name == "leases":  # its first page of assignments; /assignments?lease= has the rest
-                    shown = page_body([_row(r) for r in await ledger.lease_assignments(conn, key, LEASE_ASSIGNMENTS)],
-                                      LEASE_ASSIGNMENTS, 0)  # fmt: skip
+                    rows = [_row(r) for r in await ledger.lease_assignments(conn, key, LEASE_ASSIGNMENTS)]
+                    shown = page_body(rows, LEASE_ASSIGNMENTS, 0)
                     body["assignments"], body["assignments_next_offset"] = shown["items"], shown["next_offset"]
             return JSONResponse(body)
 
