@@ -2,17 +2,34 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
+from typing import Any
 
 from gpunet.errors import GpunetError
 from gpunet.tokens import IO_DECIMALS
 
-__all__ = ["IO", "AmountError", "SettlementSplit", "escrow_for", "format_io", "parse_io", "settle", "usage_cost"]
+__all__ = [
+    "IO",
+    "U64_MAX",
+    "AmountError",
+    "SettlementSplit",
+    "escrow_for",
+    "format_io",
+    "parse_io",
+    "parse_u64",
+    "settle",
+    "u64_json",
+    "usage_cost",
+]
 
 IO = 10**IO_DECIMALS
 """Base units in one IO."""
 U64_MAX = 2**64 - 1
+# The coordinator's API serves every u64 as a string of decimal digits: JavaScript's numbers lose
+# integers above 2**53, and an amount must never be rounded on its way to a page or a wallet.
+_U64_TEXT = re.compile(r"[0-9]{1,20}")
 
 
 class AmountError(GpunetError, ValueError):
@@ -48,6 +65,21 @@ def escrow_for(price_per_gpu_hour: int, gpus: int, seconds: int) -> int:
     """The escrow the program takes for `gpus` GPUs over `seconds` at a price, rounded up
     (programs/gpunet/src/math.rs escrow_for)."""
     return -(-(price_per_gpu_hour * gpus * seconds) // 3600)
+
+
+def u64_json(value: int) -> str:
+    """A u64 as the API serves it: its decimal digits (ValueError outside 0..U64_MAX)."""
+    if type(value) is not int or not 0 <= value <= U64_MAX:
+        raise ValueError(f"{value!r} is not a u64")
+    return str(value)
+
+
+def parse_u64(value: Any, what: str = "amount") -> int:
+    """A u64 the API sent (`u64_json`): a string of decimal digits within u64, nothing else (not
+    a JSON number, which may have been rounded on the way, nor a sign, spaces or other digits)."""
+    if not isinstance(value, str) or not _U64_TEXT.fullmatch(value) or int(value) > U64_MAX:
+        raise AmountError(f"{what}: expected a u64 as a string of decimal digits, got {str(value)[:40]!r}")
+    return int(value)
 
 
 SECONDS_PER_HOUR = 3_600

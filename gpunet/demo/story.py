@@ -33,7 +33,7 @@ from solders.pubkey import Pubkey
 
 from gpunet import instructions as ix
 from gpunet.accounts import fetch
-from gpunet.amounts import IO, format_io
+from gpunet.amounts import IO, format_io, parse_u64
 from gpunet.audit import audit_lease, audit_provider
 from gpunet.cli.links import Explorer, ExplorerError, explorer_for
 from gpunet.demo.processes import CoordinatorProcess, WorkerProcess
@@ -373,8 +373,9 @@ class Demo:
                     for s in settlements[seen_settlements:]:
                         progress.console.print(
                             f"  {by_node.get(s['node'], '?')}: receipt for {s['receipt_gpu_seconds']} GPU-s "
-                            f"signed by its node → {s['gpu_seconds']} more paid {format_io(s['payout'])}, "
-                            f"fee {format_io(s['fee'])} kept for the treasury  [dim]tx {short(s['signature'])}[/]"
+                            f"signed by its node → {s['gpu_seconds']} more paid {format_io(parse_u64(s['payout']))}, "
+                            f"fee {format_io(parse_u64(s['fee']))} kept for the treasury  "
+                            f"[dim]tx {short(s['signature'])}[/]"
                         )
                     seen_settlements = len(settlements)
                     paid_nodes = [by_node.get(s["node"]) for s in settlements]
@@ -402,9 +403,10 @@ class Demo:
                     slashes = (await http.get("/slashes", params={"lease": str(lease)})).json()["items"]
                     for s in slashes[seen_slashes:]:
                         progress.console.print(
-                            f"[yellow]  {by_node.get(s['node'], '?')} slashed {format_io(s['amount'])} "
+                            f"[yellow]  {by_node.get(s['node'], '?')} slashed {format_io(parse_u64(s['amount']))} "
                             f"for {s['fault']}: "
-                            f"{format_io(s['to_client'])} to the client, {format_io(s['to_treasury'])} to the treasury "
+                            f"{format_io(parse_u64(s['to_client']))} to the client, "
+                            f"{format_io(parse_u64(s['to_treasury']))} to the treasury "
                             f"(evidence {short(s['evidence_hash'])})  [dim]tx {short(s['signature'])}[/]"
                         )
                     seen_slashes = len(slashes)

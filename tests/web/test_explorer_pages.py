@@ -15,7 +15,7 @@ from playwright.async_api import Page
 from solders.pubkey import Pubkey
 
 from gpunet.accounts import fetch
-from gpunet.amounts import settle
+from gpunet.amounts import parse_u64, settle
 from gpunet.audit import ChainAuditReport, audit_lease, audit_provider
 from gpunet.demo.story import PRICE
 from gpunet.history import transactions_of
@@ -126,7 +126,7 @@ async def test_lease_provider_and_node_pages_equal_the_chain_audit(web_stack: We
     assert report.ok and report.evidence_ok, report.differences()
     account = await fetch(web_stack.chain, provider, "Provider")
     audited = _audited(report)
-    assert await _units(page, "slashed") == audited["slashed"][0] == account.slashed == int(slash["amount"]) > 0
+    assert await _units(page, "slashed") == audited["slashed"][0] == account.slashed == parse_u64(slash["amount"]) > 0
     assert await _units(page, "staked") + await _units(page, "unbonding") == audited["staked + unbonding"][0]
     assert (await _units(page, "staked"), await _units(page, "bonded"), await _units(page, "unbonding")) == (
         account.staked,

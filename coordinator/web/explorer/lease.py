@@ -83,7 +83,8 @@ def lease_page(pool: asyncpg.Pool, settings: Settings) -> Callable[[Request], Aw
             fees = FeeHistory(await queries.fee_changes(conn))
             slashed_in = dict.fromkeys(e["signature"] for e in events if e["name"] == "ProviderSlashed")
             evidence = {signature: await faults.slash_evidence(conn, signature) for signature in slashed_in}
-            shares = [plain_row(a) for a in await ledger.lease_assignments(conn, str(lease))]
+            # A share per node the lease was ever on (at most a few): the first hundred, like the API's.
+            shares = [plain_row(a) for a in await ledger.lease_assignments(conn, str(lease), 100)][:100]
             simulated = await simulated_nodes(conn, [a["node_key"] for a in shares])
         rows = timeline(events, fees, evidence)
         async with chain_client(settings) as chain:
