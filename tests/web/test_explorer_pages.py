@@ -39,6 +39,14 @@ async def _shown_audit(page: Page) -> dict[str, tuple[int, int]]:
     return shown
 
 
+async def _fits_a_phone(page: Page) -> bool:
+    """Nothing on the page is wider than a 375 px screen (a wide table scrolls in its own box)."""
+    await page.set_viewport_size({"width": 375, "height": 800})
+    width = await page.evaluate("document.documentElement.scrollWidth")
+    await page.set_viewport_size({"width": 1280, "height": 800})
+    return width <= 375
+
+
 def _audited(report: ChainAuditReport) -> dict[str, tuple[int, int]]:
     return {c.what: (c.from_events, c.on_chain) for c in report.checks}
 
@@ -117,6 +125,7 @@ async def test_lease_provider_and_node_pages_equal_the_chain_audit(web_stack: We
     assert await page.locator("[data-check='mismatch']").count() == 0
     assert await page.locator("tr[data-kind='ProviderSlashed'] [data-evidence]").count() == 1
     await page.screenshot(path=SCREENSHOTS / "lease.png", full_page=False)
+    assert await _fits_a_phone(page)
 
     # The slashed provider: stake and earnings equal its chain-only audit.
     provider = Pubkey.from_string(slash["provider"])
@@ -149,6 +158,7 @@ async def test_lease_provider_and_node_pages_equal_the_chain_audit(web_stack: We
     assert await page.locator("[data-audit-ok]").get_attribute("data-audit-ok") == "true"
     assert await page.locator(f"[data-slash='{slash['signature']}']").count() == 1
     await page.screenshot(path=SCREENSHOTS / "provider.png", full_page=False)
+    assert await _fits_a_phone(page)
 
     # The killed node: its verification history with the evidence, its fault and its slash.
     await page.goto(f"{web_stack.url}nodes/{victim.node_key.pubkey()}")  # by its node key
@@ -163,6 +173,7 @@ async def test_lease_provider_and_node_pages_equal_the_chain_audit(web_stack: We
     assert await page.locator("[data-status]").get_attribute("data-status") in ("jailed", "offline")
     assert await page.locator("[data-telemetry]").count() == 1  # its last heartbeat, kept after it died
     await page.screenshot(path=SCREENSHOTS / "node.png", full_page=False)
+    assert await _fits_a_phone(page)
 
     # A bad address is a clear error, not a crash.
     response = await page.goto(f"{web_stack.url}leases/not-an-address")
