@@ -4,10 +4,16 @@ the honest report is the control."""
 
 from __future__ import annotations
 
+import html
+
+import httpx
 from solders.pubkey import Pubkey
 from solders.signature import Signature
+from starlette.applications import Starlette
 
+from coordinator.settings import Settings
 from coordinator.web import templates
+from coordinator.web.explorer import explorer_routes
 from coordinator.web.explorer.common import audited  # also registers the pages' filters
 from coordinator.web.explorer.rule import FeeHistory
 from coordinator.web.explorer.timeline import timeline
@@ -100,3 +106,19 @@ def test_a_tampered_settlement_row_is_shown_as_a_mismatch() -> None:
     shown = _lease_page({**honest, "fee": 50_000, "payout": 1_150_000})  # a 4.2 % fee, not the 5 % in force
     assert 'data-check="mismatch"' in shown and "1 mismatch" in shown
     assert "✗ mismatch: fee 50000 (the rule: 60000); payout 1150000 (the rule: 1140000)" in shown
+
+
+async def test_a_bad_address_or_offset_is_a_clear_400_page() -> None:
+    # No database nor chain behind it: a malformed request is answered before either is asked.
+    app = Starlette(routes=explorer_routes(None, None, Settings()))  # type: ignore[arg-type]
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://web") as http:
+        for path, said in (
+            ("/web/leases/not-a-key", "'not-a-key' is not a lease address"),
+            ("/web/leases/not-a-key/audit", "'not-a-key' is not a lease address"),
+            (f"/web/leases/{Pubkey.default()}?offset=-1", "offset '-1' is not a whole number"),
+            ("/web/providers/0OIl", "'0OIl' is not a provider address"),
+            ("/web/providers/0OIl/audit", "'0OIl' is not a provider address"),
+            ("/web/nodes/xxx", "'xxx' is not a node address"),
+        ):
+            answer = await http.get(path)
+            assert answer.status_code == 400 and said in html.unescape(answer.text), (path, answer.status_code)
