@@ -58,6 +58,7 @@ def web_routes(
     pool: asyncpg.Pool, rpc: ChainRpc, settings: Settings, coordinator: Coordinator | None = None
 ) -> list[BaseRoute]:
     """The site's routes (mounted beside the API by coordinator.api.create_app)."""
+    from coordinator.web.explorer import explorer_routes  # it renders with this module's page()
 
     async def bundle(request: Request) -> Response:
         """What a user checks the app against: the bundle's SHA-256 and the program ID."""
@@ -74,5 +75,6 @@ def web_routes(
         Route("/", root),
         *feed_routes(pool, rpc, settings, coordinator),
         Route("/web/bundle", bundle),
+        *explorer_routes(pool, rpc, settings, coordinator),
         Mount("/web/static", app=StaticFiles(directory=STATIC), name="static"),
     ]

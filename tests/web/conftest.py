@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import io
-import shutil
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -22,6 +21,7 @@ from solana.rpc.async_api import AsyncClient
 from solana.rpc.commitment import Confirmed
 from solders.pubkey import Pubkey
 
+from coordinator.web.browser import CHROMIUM_ARGS, MISSING, chromium_executable
 from gpunet import instructions as ix
 from gpunet.amounts import IO
 from gpunet.catalog import gpu_model
@@ -34,25 +34,14 @@ from gpunet.protocol import JobSpec
 from gpunet.testbed import Client, Market
 from tests.conftest import SLOT_MS
 
-# What Chromium needs on these machines (and in CI): no sandbox as root, no GPU, and none of its
-# background connections, which a closed network refuses by the dozen.
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 T = TypeVar("T")
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 
 
 def chromium_path() -> str:
-    path = shutil.which("chromium")
+    path = chromium_executable()
     if path is None:
-        pytest.fail("no chromium on PATH: scripts/setup installs Debian's (apt-get install chromium)")
+        pytest.fail(MISSING)
     return path
 
 
