@@ -16,7 +16,6 @@ from typing import Any
 import asyncpg
 
 from coordinator.db.connection import Connection
-from gpunet.instructions import TIER_SIMULATED
 
 __all__ = [
     "SETTLED",
@@ -34,13 +33,8 @@ __all__ = [
 
 SETTLED = "UsageSettled"  # the event each settlements row is derived from, one for one
 
-# A settlement with its event's ledger id (`id`): the feed's order and cursor; and whether its node's
-# GPUs are simulated (verified as the simulated reference on chain, or its signed receipt said so).
-_FEED = f"""SELECT e.id, s.*,
-              coalesce(n.verification_tier = {TIER_SIMULATED}, false) OR EXISTS (
-                SELECT 1 FROM usage_receipts r
-                WHERE r.lease = s.lease AND r.node_key = n.node_key AND r.epoch = s.epoch AND r.simulated
-              ) AS simulated
+# A settlement with its event's ledger id (`id`): the feed's order and cursor; and its node's key.
+_FEED = f"""SELECT e.id, s.*, n.node_key
             FROM events e JOIN settlements s USING (signature, event_index) LEFT JOIN nodes n ON n.node = s.node
             WHERE e.name = '{SETTLED}'"""
 

@@ -16,19 +16,18 @@ from solders.keypair import Keypair
 
 from coordinator.db import feed as ledger
 from coordinator.db.chain import write_batch
-from coordinator.db.usage import record_receipt
 from coordinator.indexer.decode import DecodedTransaction
 from coordinator.web.feed import live
-from gpunet.protocol import UsageReceiptMessage
+from coordinator.web.feed.pages import settlements
 
 _slots = count(100)
 LEASE, NODE, PROVIDER = (str(Keypair().pubkey()) for _ in range(3))
 
 
-def _settled(amount: int, lease: str = LEASE, node: str = NODE) -> DecodedTransaction:
+def _settled(amount: int, node: str = NODE) -> DecodedTransaction:
     """A settle_usage transaction as the indexer decodes it: one UsageSettled event."""
     data = {
-        "lease": lease,
+        "lease": LEASE,
         "node": node,
         "provider": PROVIDER,
         "epoch": 1,
@@ -98,29 +97,21 @@ async def test_a_page_too_far_behind_is_told_to_reload(pool, monkeypatch: pytest
 
 
 async def test_a_settlement_of_simulated_gpus_says_so(pool) -> None:
-    """Its node was verified as the simulated reference (tier 1 on chain; the web tests' demo nodes), or,
-    here, the receipt its node signed said its GPUs are simulated; the control's said not."""
+    """Its node was verified as the simulated reference (tier 1 on chain; the explorer's one rule,
+    which also takes the coordinator's verification records); the control's node never was."""
     marked = {}
-    for simulated in (True, False):
-        lease, node, node_key = (Keypair().pubkey() for _ in range(3))
-        share = {"node": str(node), "node_key": str(node_key), "provider": PROVIDER, "gpus": 1}
+    for verified in (True, False):
+        node, node_key = (str(Keypair().pubkey()) for _ in range(2))
         spec = {"gpu_model": 1, "gpu_count": 1, "vram_gb": 80, "region": 1, "price_per_gpu_hour": 3600}
-        events = [
-            ("NodeRegistered", {**share, "spec": {**spec, "inventory_hash": "00" * 32}, "bonded_stake": 100}),
-            ("LeaseAssigned", {"lease": str(lease), "started_at": 0, "assignments": [{**share, **_FRESH}]}),
-        ]
-        signature = str(Keypair().sign_message(bytes(lease)))
+        keys = {"node": node, "node_key": node_key, "provider": PROVIDER}
+        events = [("NodeRegistered", {**keys, "spec": {**spec, "inventory_hash": "00" * 32}, "bonded_stake": 100})]
+        if verified:
+            events.append(("NodeVerified", {**keys, "tier": 1, "valid_until": 2**40, "evidence_hash": "11" * 32}))
+        signature = str(Keypair().sign_message(node.encode()))
         async with pool.acquire() as conn:
             await write_batch(conn, [DecodedTransaction(signature, next(_slots), 0, False, events)])
-            receipt = UsageReceiptMessage(
-                lease=str(lease), epoch=1, gpu_seconds=5, through=5, signature=signature, simulated=simulated
-            )
-            assert await record_receipt(conn, node_key, receipt)
-            await write_batch(conn, [_settled(5, str(lease), str(node))])
-            (row,) = [r for r in await ledger.settlements_before(conn, None, 10) if r["lease"] == str(lease)]
-        marked[simulated] = row["simulated"]
+            await write_batch(conn, [_settled(5, node=node)])
+            found = await ledger.settlements_before(conn, None, 10)
+            (row,) = [r for r in await settlements(conn, found) if r["node"] == node]
+        marked[verified] = row["simulated"]
     assert marked == {True: True, False: False}
-
-
-_FRESH = {"price_per_gpu_hour": 3600, "epoch": 1, "assigned_at": 0, "settled_until": 0}
-_FRESH |= {"receipt_gpu_seconds": 0, "gpu_seconds": 0}

@@ -20,7 +20,8 @@ from starlette.datastructures import QueryParams
 
 from coordinator.api.params import BadRequest, Param, parse_query
 from coordinator.db import feed as ledger
-from coordinator.web.feed.pages import settlement
+from coordinator.db.connection import Connection
+from coordinator.web.feed.pages import settlements
 
 __all__ = ["COLUMNS", "EXPORT_PARAMS", "csv_rows", "period"]
 
@@ -49,6 +50,7 @@ COLUMNS = (
 )
 _MAX_SLOT = 2**63 - 1
 _BOUNDS = ("from", "to")
+_BATCH = 500  # rows read from the cursor, and lines sent, at a time
 
 
 def _bound(name: str, raw: str, end: bool) -> tuple[str, int]:
@@ -99,15 +101,21 @@ async def csv_rows(pool: asyncpg.Pool, chosen: ledger.Period) -> AsyncIterator[s
     """The CSV, a header row then one line per settlement, a batch of lines at a time."""
     yield _line(list(COLUMNS))
     async with pool.acquire() as conn, conn.transaction(readonly=True):
-        lines: list[str] = []
-        async for record in ledger.settlement_rows(conn, chosen):
-            row = settlement(record)
-            bt = row["block_time"]
-            row["time_utc"] = datetime.fromtimestamp(bt, UTC).isoformat().replace("+00:00", "Z") if bt else ""
-            row["simulated"] = "true" if row["simulated"] else "false"
-            lines.append(_line([row[c] if row[c] is not None else "" for c in COLUMNS]))
-            if len(lines) >= 500:
-                yield "".join(lines)
-                lines = []
-        if lines:
-            yield "".join(lines)
+        batch: list[asyncpg.Record] = []
+        async for record in ledger.settlement_rows(conn, chosen, _BATCH):
+            batch.append(record)
+            if len(batch) == _BATCH:
+                yield await _lines(conn, batch)
+                batch = []
+        if batch:
+            yield await _lines(conn, batch)
+
+
+async def _lines(conn: Connection, batch: list[asyncpg.Record]) -> str:
+    lines = []
+    for row in await settlements(conn, batch):
+        bt = row["block_time"]
+        row["time_utc"] = datetime.fromtimestamp(bt, UTC).isoformat()[:19] + "Z" if bt else ""
+        row["simulated"] = "true" if row["simulated"] else "false"
+        lines.append(_line([row[c] if row[c] is not None else "" for c in COLUMNS]))
+    return "".join(lines)

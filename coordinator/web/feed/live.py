@@ -22,7 +22,7 @@ from typing import Any
 import asyncpg
 
 from coordinator.db import feed as ledger
-from coordinator.web.feed.pages import settlement, settlement_row_html
+from coordinator.web.feed.pages import settlement_row_html, settlements
 from gpunet.logs import get_logger
 
 __all__ = ["CATCH_UP", "SettlementHub", "stream"]
@@ -76,12 +76,11 @@ class SettlementHub:
             await asyncio.sleep(self.poll_seconds)
             try:
                 async with self.pool.acquire() as conn:
-                    rows = await ledger.settlements_after(conn, self.cursor, _BATCH)
+                    rows = await settlements(conn, await ledger.settlements_after(conn, self.cursor, _BATCH))
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as e:
                 log.warning("web.live.poll_failed", error=str(e))  # the database is back by the next poll
                 continue
-            for record in rows:
-                row = settlement(record)
+            for row in rows:
                 self.cursor = row["id"]
                 for queue in list(self.pages):
                     try:
@@ -105,12 +104,12 @@ async def stream(hub: SettlementHub, pool: asyncpg.Pool, after: int) -> AsyncIte
     async with hub.listen() as queue:
         async with pool.acquire() as conn:
             missed = await ledger.settlements_after(conn, after, CATCH_UP)
-        if len(missed) > CATCH_UP:
-            yield "event: reload\ndata: {}\n\n"
-            return
+            if len(missed) > CATCH_UP:
+                yield "event: reload\ndata: {}\n\n"
+                return
+            rows = await settlements(conn, missed)
         sent = after
-        for record in missed:
-            row = settlement(record)
+        for row in rows:
             sent = row["id"]
             yield _event(row)
         ends = asyncio.get_running_loop().time() + STREAM_SECONDS

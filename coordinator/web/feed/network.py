@@ -14,8 +14,8 @@ from solders.pubkey import Pubkey
 from coordinator.db import feed as ledger
 from coordinator.db.connection import Connection
 from coordinator.view import verification_status
+from coordinator.web.explorer.common import simulated_nodes
 from gpunet.catalog import gpu_model_name, region_name
-from gpunet.instructions import TIER_SIMULATED
 
 if TYPE_CHECKING:
     from coordinator.service import Coordinator
@@ -95,6 +95,7 @@ def _grouped(nodes: list[NodeState], label: str) -> list[Group]:
 
 async def network(conn: Connection, coordinator: Coordinator | None) -> Network:
     rows = await ledger.network_nodes(conn)
+    simulated = await simulated_nodes(conn, [r["node_key"] for r in rows])
     totals = await ledger.settlement_totals(conn)
     # Only the leading replica holds the workers' sessions; a follower's fleet is empty, not offline.
     live = coordinator if coordinator is not None and coordinator.leading else None
@@ -118,8 +119,8 @@ async def network(conn: Connection, coordinator: Coordinator | None) -> Network:
                     r["verification_tier"], r["verified_until"], now, bool(live and key in live.shared.unfit)
                 ),
                 online=live.fleet.online(key) if live else None,
-                # its worker said so, or it was verified as a simulated reference (the chain's tier 1)
-                simulated=bool(seen and seen.simulated) or r["verification_tier"] == TIER_SIMULATED,
+                # as the explorer's pages mark them, or its worker says so now (verified or not yet)
+                simulated=r["node_key"] in simulated or bool(seen and seen.simulated),
                 jailed=r["jailed"],
                 draining=r["draining"],
             )

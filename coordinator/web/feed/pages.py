@@ -13,25 +13,19 @@ from starlette.responses import Response
 
 from coordinator.api.params import Param, parse_query
 from coordinator.db.chain import plain_row
+from coordinator.db.connection import Connection
 from coordinator.web import page, templates
-from gpunet.amounts import format_io
+from coordinator.web.explorer.common import simulated_nodes
 
 if TYPE_CHECKING:
     import asyncpg
 
     from coordinator.settings import Settings
 
-__all__ = ["error_page", "query", "settlement", "settlement_row_html"]
+__all__ = ["error_page", "query", "settlement", "settlement_row_html", "settlements"]
 
-
-def _utc(seconds: int) -> datetime:
-    return datetime.fromtimestamp(seconds, UTC)
-
-
-# Amounts in IO at full precision (never a float); times in UTC, as the chain's block times are.
-templates.env.filters["format_io"] = lambda units: format_io(int(units))
-templates.env.filters["utc_iso"] = lambda seconds: _utc(seconds).isoformat().replace("+00:00", "Z")
-templates.env.filters["utc_text"] = lambda seconds: _utc(seconds).strftime("%Y-%m-%d %H:%M:%S UTC")
+# A block time as a machine reads it (the explorer's `utc` filter is the one people read).
+templates.env.filters["utc_iso"] = lambda seconds: datetime.fromtimestamp(seconds, UTC).isoformat()[:19] + "Z"
 
 
 def query(request: Request, params: Iterable[Param]) -> dict[str, Any]:
@@ -43,9 +37,20 @@ def error_page(request: Request, settings: Settings, status: int, message: str, 
     return page(request, "feed/error.html", settings, status_code=status, message=message, **context)
 
 
-def settlement(record: asyncpg.Record | dict[str, Any]) -> dict[str, Any]:
-    """A settlement row with its amounts as ints (the ledger's numeric(20, 0) come as Decimals)."""
-    return plain_row(record)
+def settlement(record: asyncpg.Record | dict[str, Any], simulated: set[str]) -> dict[str, Any]:
+    """A settlement row with its amounts as ints (the ledger's numeric(20, 0) come as Decimals), and
+    whether its node's GPUs are simulated (`simulated`: those node keys)."""
+    row = plain_row(record)
+    row["simulated"] = row["node_key"] in simulated
+    return row
+
+
+async def settlements(conn: Connection, records: Iterable[asyncpg.Record]) -> list[dict[str, Any]]:
+    """Settlement rows as the pages show them, their nodes marked simulated by the explorer's rule
+    (coordinator.web.explorer.common.simulated_nodes: one query for the lot)."""
+    records = list(records)
+    simulated = await simulated_nodes(conn, sorted({r["node_key"] for r in records if r["node_key"]}))
+    return [settlement(r, simulated) for r in records]
 
 
 def settlement_row_html(row: dict[str, Any]) -> str:

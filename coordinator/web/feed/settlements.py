@@ -13,7 +13,7 @@ from typing import Any
 from coordinator.api.params import Param
 from coordinator.db import feed as ledger
 from coordinator.db.connection import Connection
-from coordinator.web.feed.pages import settlement
+from coordinator.web.feed.pages import settlements
 
 __all__ = ["FEED_PAGE", "FeedPage", "feed_page"]
 
@@ -37,11 +37,11 @@ class FeedPage:
 async def feed_page(conn: Connection, limit: int, before: int | None, after: int | None) -> FeedPage:
     if after is not None:
         found = await ledger.settlements_after(conn, after, limit)
-        rows = [settlement(r) for r in reversed(found[:limit])]
+        rows = await settlements(conn, reversed(found[:limit]))
         has_newer, has_older = len(found) > limit, bool(rows) and await _older_exists(conn, rows[-1]["id"])
     else:
         found = await ledger.settlements_before(conn, before, limit)
-        rows = [settlement(r) for r in found[:limit]]
+        rows = await settlements(conn, found[:limit])
         has_older = len(found) > limit
         has_newer = before is not None and bool(await ledger.settlements_after(conn, rows[0]["id"] if rows else 0, 0))
     return FeedPage(
