@@ -14,8 +14,11 @@ import pytest
 from playwright.async_api import Page
 from solders.keypair import Keypair
 
+from gpunet import instructions as ix
 from gpunet.amounts import IO, format_io
-from gpunet.catalog import gpu_model_name, region_name
+from gpunet.catalog import gpu_model, gpu_model_name, region_name
+from gpunet.demo.story import MAX_PRICE
+from gpunet.pda import lease_pda
 from tests.web.conftest import SCREENSHOTS, until
 
 
@@ -28,6 +31,10 @@ async def _offline(api: httpx.AsyncClient, node_key: str) -> dict[str, dict[str,
     """The workers by node key, once `node_key`'s is no longer online."""
     workers = {w["node_key"]: w for w in (await api.get("/workers")).json()["items"]}
     return None if workers[node_key]["online"] else workers
+
+
+async def _indexed(api: httpx.AsyncClient, lease: str) -> bool:
+    return (await api.get(f"/leases/{lease}")).status_code == 200
 
 
 async def _figure(page: Page, name: str) -> str:
@@ -108,11 +115,24 @@ async def test_network_page_search_and_transaction_page(web_stack, browser) -> N
             (node["node_key"], f"/web/nodes/{node['node']}"),
             (provider["provider"], f"/web/providers/{provider['provider']}"),
             (provider["authority"], f"/web/providers/{provider['provider']}"),
-            (str(running.client.wallet.pubkey()), f"/web/leases/{lease}"),
             (signature, f"/web/tx/{signature}"),
         ):
             answer = await api.get("/web/search", params={"q": q})
             assert (answer.status_code, answer.headers.get("location")) == (303, target), q
+        # A wallet found twice (the client of two leases): both listed, each linking its page.
+        client = running.client
+        terms = ix.LeaseTerms(gpu_model("H100").code, 80, 1, ix.ANY, MAX_PRICE, 30)
+        await web_stack.market.send(
+            client.wallet, [ix.open_lease(client.wallet.pubkey(), client.tokens, web_stack.market.mint, 2, terms)]
+        )
+        second = str(lease_pda(client.wallet.pubkey(), 2))
+        await until(lambda: _indexed(api, second), 30, "the second lease indexed")
+        response = await page.goto(f"{web_stack.url}search?q={client.wallet.pubkey()}")
+        assert response is not None and response.status == 200
+        links = page.locator("[data-matches] a")
+        assert sorted([str(await a.get_attribute("href")) for a in await links.all()]) == sorted(
+            [f"/web/leases/{lease}", f"/web/leases/{second}"]
+        )
         # The demo's explorer links (`--explorer`'s {kind} is "address" or "tx") land on the same pages.
         answer = await api.get(f"/web/address/{node['node_key']}")
         assert (answer.status_code, answer.headers.get("location")) == (303, f"/web/nodes/{node['node']}")
