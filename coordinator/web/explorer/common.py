@@ -16,12 +16,10 @@ from solders.pubkey import Pubkey
 from starlette.requests import Request
 from starlette.responses import Response
 
-from coordinator.db.connection import Connection
 from coordinator.web import page, templates
 from gpunet.amounts import format_io
 from gpunet.audit import ChainAuditReport
 from gpunet.errors import GpunetError
-from gpunet.instructions import TIER_SIMULATED
 
 if TYPE_CHECKING:
     from coordinator.settings import Settings
@@ -34,7 +32,6 @@ __all__ = [
     "error_page",
     "parse_address",
     "parse_offset",
-    "simulated_nodes",
     "utc",
 ]
 
@@ -86,18 +83,6 @@ async def audited(run: Awaitable[ChainAuditReport]) -> tuple[ChainAuditReport | 
         return await run, None
     except CHAIN_ERRORS as e:
         return None, f"{type(e).__name__}: {e}"
-
-
-async def simulated_nodes(conn: Connection, node_keys: list[str]) -> set[str]:
-    """The node keys whose GPUs are simulated: verified on chain at the simulated tier, or whose
-    verification records say so (a simulated worker verified at no tier yet)."""
-    rows = await conn.fetch(
-        """SELECT node_key FROM nodes WHERE node_key = ANY($1::text[]) AND verification_tier = $2
-           UNION SELECT node_key FROM verifications WHERE node_key = ANY($1::text[]) AND simulated""",
-        node_keys,
-        TIER_SIMULATED,
-    )
-    return {r["node_key"] for r in rows}
 
 
 templates.env.filters["io"] = format_io

@@ -13,10 +13,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from coordinator.db import chain as ledger
+from coordinator.db import explorer as queries
 from coordinator.db import nodes as faults
 from coordinator.db.chain import plain_row
+from coordinator.db.explorer import simulated_nodes
 from coordinator.web import page
-from coordinator.web.explorer import queries
 from coordinator.web.explorer.common import (
     CHAIN_ERRORS,
     BadAddress,
@@ -25,7 +26,6 @@ from coordinator.web.explorer.common import (
     error_page,
     parse_address,
     parse_offset,
-    simulated_nodes,
 )
 from coordinator.web.explorer.rule import FeeHistory
 from coordinator.web.explorer.timeline import timeline

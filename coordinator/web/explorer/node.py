@@ -14,11 +14,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from coordinator.db import chain as ledger
+from coordinator.db import explorer as queries
 from coordinator.db import verifications
 from coordinator.db.chain import plain_row
+from coordinator.db.explorer import simulated_nodes
 from coordinator.web import page
-from coordinator.web.explorer import queries
-from coordinator.web.explorer.common import BadAddress, error_page, parse_address, simulated_nodes
+from coordinator.web.explorer.common import BadAddress, error_page, parse_address
 from gpunet import instructions as ix
 from gpunet.catalog import gpu_model_name, region_name
 

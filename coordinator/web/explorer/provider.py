@@ -12,16 +12,16 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from coordinator.db import chain as ledger
+from coordinator.db import explorer as queries
 from coordinator.db.chain import plain_row
+from coordinator.db.explorer import simulated_nodes
 from coordinator.web import page
-from coordinator.web.explorer import queries
 from coordinator.web.explorer.common import (
     BadAddress,
     audited,
     chain_client,
     error_page,
     parse_address,
-    simulated_nodes,
 )
 from gpunet.audit import audit_provider
 from gpunet.catalog import gpu_model_name, region_name

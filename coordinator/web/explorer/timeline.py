@@ -38,7 +38,7 @@ class Row:
 
 
 def timeline(events: list[dict[str, Any]], fees: FeeHistory, evidence: dict[str, list[dict[str, Any]]]) -> list[Row]:
-    """`events`: the lease's, in chain order (queries.events_of); `evidence`: signature -> the
+    """`events`: the lease's, in chain order (coordinator.db.explorer.events_of); `evidence`: signature -> the
     slashes of that transaction with their recorded evidence (coordinator.db.nodes.slash_evidence)."""
     shares = ShareBook()
     rows = []

@@ -13,8 +13,8 @@ from solders.pubkey import Pubkey
 
 from coordinator.db import feed as ledger
 from coordinator.db.connection import Connection
+from coordinator.db.explorer import simulated_nodes
 from coordinator.view import verification_status
-from coordinator.web.explorer.common import simulated_nodes
 from gpunet.catalog import gpu_model_name, region_name
 
 if TYPE_CHECKING:

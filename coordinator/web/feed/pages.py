@@ -14,8 +14,8 @@ from starlette.responses import Response
 from coordinator.api.params import Param, parse_query
 from coordinator.db.chain import plain_row
 from coordinator.db.connection import Connection
+from coordinator.db.explorer import simulated_nodes
 from coordinator.web import page, templates
-from coordinator.web.explorer.common import simulated_nodes
 
 if TYPE_CHECKING:
     import asyncpg
@@ -47,7 +47,7 @@ def settlement(record: asyncpg.Record | dict[str, Any], simulated: set[str]) -> 
 
 async def settlements(conn: Connection, records: Iterable[asyncpg.Record]) -> list[dict[str, Any]]:
     """Settlement rows as the pages show them, their nodes marked simulated by the explorer's rule
-    (coordinator.web.explorer.common.simulated_nodes: one query for the lot)."""
+    (coordinator.db.explorer.simulated_nodes: one query for the lot)."""
     records = list(records)
     simulated = await simulated_nodes(conn, sorted({r["node_key"] for r in records if r["node_key"]}))
     return [settlement(r, simulated) for r in records]

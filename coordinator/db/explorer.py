@@ -10,8 +10,9 @@ from typing import Any
 import asyncpg
 
 from coordinator.db.connection import Connection
+from gpunet.instructions import TIER_SIMULATED
 
-__all__ = ["earnings_by_period", "events_of", "fee_changes", "node_faults", "settlement_span"]
+__all__ = ["earnings_by_period", "events_of", "fee_changes", "node_faults", "settlement_span", "simulated_nodes"]
 
 
 async def events_of(conn: Connection, column: str, subject: str) -> list[dict[str, Any]]:
@@ -65,3 +66,15 @@ async def node_faults(conn: Connection, node_key: str) -> list[dict[str, Any]]:
         node_key,
     )
     return [{**dict(r), "evidence": json.loads(r["evidence"])} for r in rows]
+
+
+async def simulated_nodes(conn: Connection, node_keys: list[str]) -> set[str]:
+    """The node keys whose GPUs are simulated: verified on chain at the simulated tier, or whose
+    verification records say so (a simulated worker verified at no tier yet)."""
+    rows = await conn.fetch(
+        """SELECT node_key FROM nodes WHERE node_key = ANY($1::text[]) AND verification_tier = $2
+           UNION SELECT node_key FROM verifications WHERE node_key = ANY($1::text[]) AND simulated""",
+        node_keys,
+        TIER_SIMULATED,
+    )
+    return {r["node_key"] for r in rows}
