@@ -71,7 +71,10 @@ def web_routes(
     async def root(request: Request) -> Response:
         return RedirectResponse("/web/")
 
+    from coordinator.web.app import app_routes  # the wallet app (its module imports `page` from here)
+
     return [
+        *app_routes(pool, settings),
         Route("/", root),
         Route("/web/", home),
         Route("/web/bundle", bundle),
