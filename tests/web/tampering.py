@@ -10,6 +10,7 @@ from collections.abc import Callable
 from playwright.async_api import Page, Route
 from solders.instruction import AccountMeta, Instruction
 from solders.message import Message
+from solders.pubkey import Pubkey
 from solders.transaction import Transaction
 
 __all__ = ["Change", "instructions_of", "tamper_transactions"]
@@ -36,8 +37,9 @@ def instructions_of(message: Message) -> list[Instruction]:
     ]
 
 
-async def tamper_transactions(page: Page, action: str, change: Change) -> None:
-    """From now on, the page gets /web/api/tx/`action`'s transaction changed by `change`."""
+async def tamper_transactions(page: Page, action: str, change: Change, payer: Pubkey | None = None) -> None:
+    """From now on, the page gets /web/api/tx/`action`'s transaction changed by `change` (and paid by
+    `payer`, when given)."""
 
     async def handle(route: Route) -> None:
         response = await route.fetch()
@@ -45,7 +47,7 @@ async def tamper_transactions(page: Page, action: str, change: Change) -> None:
         if "transaction" in body:
             message = Transaction.from_bytes(base64.b64decode(body["transaction"])).message
             changed = Message.new_with_blockhash(
-                change(instructions_of(message)), message.account_keys[0], message.recent_blockhash
+                change(instructions_of(message)), payer or message.account_keys[0], message.recent_blockhash
             )
             body["transaction"] = base64.b64encode(bytes(Transaction.new_unsigned(changed))).decode()
         await route.fulfill(response=response, json=body)

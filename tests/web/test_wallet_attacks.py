@@ -71,14 +71,15 @@ async def test_a_coordinators_transaction_other_than_the_form_asks_is_refused_be
     start = await io_of(web_stack, me)
     thief = Keypair()
     thief_tokens = await web_stack.market.fund(thief.pubkey(), 1)
-    tampers: list[tuple[Change, str]] = [
-        (_with_transfer(thief_tokens), f"makes account {thief_tokens} writable"),
-        (_with_transfer(None), "an instruction of the SPL token program"),
-        (_config_writable, f"makes account {config_pda()} writable"),
-        (_longer, "duration_seconds"),
+    tampers: list[tuple[Change, Pubkey | None, str]] = [
+        (_with_transfer(thief_tokens), None, f"makes account {thief_tokens} writable"),
+        (_with_transfer(None), None, "an instruction of the SPL token program"),
+        (_config_writable, None, f"makes account {config_pda()} writable"),
+        (_longer, None, "duration_seconds"),
+        (lambda ixs: ixs, thief.pubkey(), f"the fee payer is {thief.pubkey()}"),
     ]
-    for change, why in tampers:
-        await tamper_transactions(page, "open_lease", change)
+    for change, payer, why in tampers:
+        await tamper_transactions(page, "open_lease", change, payer)
         await _open(page)
         await expect(page.locator("#message")).to_contain_text(REFUSED)
         await expect(page.locator("#message")).to_contain_text(why)

@@ -43,8 +43,13 @@ async function act(plan: Promise<import("./actions").Plan>): Promise<void> {
   if (await run(session.idl, session.connected!, session.program, await plan)) await (window as any).gpunetRefresh();
 }
 
+const REFRESH_MS = 3000; // the unbonding's end passes by itself: the withdraw button follows it
+
 async function main(): Promise<void> {
   session = await start(showProvider);
+  setInterval(() => {
+    if (session.connected) (window as any).gpunetRefresh().catch(() => undefined);
+  }, REFRESH_MS);
   $("#stake-button").onclick = guard(() => act(stake(session.context(), parseIo(input("stake_amount"), "Stake"))));
   $("#unstake-button").onclick = guard(() => act(unstake(session.context(), parseIo(input("unstake_amount"), "Unstake"))));
   $("#withdraw-button").onclick = guard(() =>
