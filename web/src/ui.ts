@@ -52,7 +52,9 @@ export function say(text: string, kind: "error" | "notice" | "ok" = "notice"): v
 }
 
 export function hideMessage(): void {
-  $("#message").hidden = true;
+  const box = $("#message");
+  box.hidden = true;
+  box.textContent = ""; // an earlier message never stands for a later outcome
 }
 
 export function clear(element: HTMLElement): void {
