@@ -9,18 +9,23 @@ base unit; the honest control moves exactly the escrow."""
 
 from __future__ import annotations
 
+import base64
 import struct
 
+import httpx
 import pytest
 from playwright.async_api import Page, expect
 from solders.instruction import AccountMeta, Instruction
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
+from solders.signature import Signature
+from solders.transaction import Transaction
 from spl.token.instructions import TransferParams, transfer
 
 from gpunet.amounts import IO, escrow_for
 from gpunet.idl import PROGRAM_ID
 from gpunet.pda import config_pda
+from gpunet.testbed import funded_wallet
 from gpunet.tokens import TOKEN_PROGRAM_ID, io_account
 from tests.web.tampering import Change, tamper_transactions
 from tests.web.walletapp import connected_app, io_of, sign_on_screen
@@ -126,3 +131,36 @@ async def test_a_wallet_that_signs_wrongly_is_refused_and_a_refused_transaction_
     await sign_on_screen(page, str(PROGRAM_ID))
     await expect(page.locator("#message")).to_contain_text("Open a lease: confirmed")
     assert await io_of(web_stack, wallet.keypair.pubkey()) == start - ESCROW
+
+
+@pytest.mark.timeout(300)
+async def test_the_relay_sends_only_transactions_signed_by_the_accounts_they_name(web_stack) -> None:
+    """Behind the page, /web/api/submit refuses a transaction whose signature does not verify (nothing
+    is sent); the same transaction honestly signed is relayed and confirmed."""
+    client = await funded_wallet(web_stack.chain, 10)
+    await web_stack.market.fund(client.pubkey(), ESCROW)
+    form = {
+        "wallet": str(client.pubkey()),
+        "lease_id": "7",
+        "gpu_model": "1",
+        "min_vram_gb": "0",
+        "gpu_count": "2",
+        "region": "0",
+        "max_price_per_gpu_hour": str(540 * IO),
+        "duration_seconds": "600",
+    }
+    async with httpx.AsyncClient(base_url=web_stack.coordinator.api_url, timeout=60) as http:
+        built = (await http.post("/web/api/tx/open_lease", json=form)).json()
+        assert (built["escrow"], built["fee_payer"]) == (str(ESCROW), str(client.pubkey()))
+        message = Transaction.from_bytes(base64.b64decode(built["transaction"])).message
+        signature = bytearray(bytes(client.sign_message(bytes(message))))
+        signature[0] ^= 1
+        tampered = Transaction.populate(message, [Signature.from_bytes(bytes(signature))])
+        refused = await http.post("/web/api/submit", json={"transaction": base64.b64encode(bytes(tampered)).decode()})
+        assert refused.status_code == 400 and "do not verify" in refused.json()["error"]
+        assert await io_of(web_stack, client.pubkey()) == ESCROW
+
+        honest = Transaction.populate(message, [client.sign_message(bytes(message))])
+        sent = await http.post("/web/api/submit", json={"transaction": base64.b64encode(bytes(honest)).decode()})
+        assert sent.status_code == 200 and sent.json()["signature"] == str(honest.signatures[0])
+    assert await io_of(web_stack, client.pubkey()) == 0
