@@ -14,7 +14,7 @@ import struct
 
 import httpx
 import pytest
-from playwright.async_api import Page, expect
+from playwright.async_api import Page, Route, expect
 from solders.instruction import AccountMeta, Instruction
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
@@ -101,6 +101,23 @@ async def test_a_coordinators_transaction_other_than_the_form_asks_is_refused_be
     assert len(wallet.requests) == 1
     assert await io_of(web_stack, me) == start - ESCROW
 
+    # A job the coordinator prepares other than the form's is not signed; the form's own job is.
+    async def other_job(route: Route) -> None:
+        response = await route.fetch()
+        body = await response.json()
+        message = bytes.fromhex(body["message_hex"]).replace(b'"sleep"', b'"curl"')
+        await route.fulfill(response=response, json={**body, "message_hex": message.hex()})
+
+    await page.route("**/web/api/job", other_job)
+    await page.locator("#command").fill("sleep 60")
+    await page.locator("#job-button").click()
+    await expect(page.locator("#message")).to_contain_text("not the form's: not signed")
+    assert len(wallet.requests) == 1
+    await page.unroute("**/web/api/job")
+    await page.locator("#job-button").click()
+    await expect(page.locator("#message")).to_contain_text("Job 1 attached")
+    assert [r.kind for r in wallet.requests] == ["transaction", "message"]
+
 
 @pytest.mark.timeout(300)
 async def test_a_wallet_that_signs_wrongly_is_refused_and_a_refused_transaction_changes_nothing(
@@ -150,6 +167,14 @@ async def test_the_relay_sends_only_transactions_signed_by_the_accounts_they_nam
         "duration_seconds": "600",
     }
     async with httpx.AsyncClient(base_url=web_stack.coordinator.api_url, timeout=60) as http:
+        for bad, why in (
+            ({**form, "gpu_count": "0"}, "gpu_count: an integer from 1 to 255"),
+            ({**form, "wallet": "x"}, "wallet: not a base58 address"),
+        ):
+            refused = await http.post("/web/api/tx/open_lease", json=bad)
+            assert refused.status_code == 400 and why in refused.json()["error"]
+        refused = await http.post("/web/api/tx/drain", json=form)
+        assert refused.status_code == 400 and "no action 'drain'" in refused.json()["error"]
         built = (await http.post("/web/api/tx/open_lease", json=form)).json()
         assert (built["escrow"], built["fee_payer"]) == (str(ESCROW), str(client.pubkey()))
         message = Transaction.from_bytes(base64.b64decode(built["transaction"])).message
