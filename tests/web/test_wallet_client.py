@@ -89,3 +89,7 @@ async def test_a_client_opens_a_lease_attaches_a_job_follows_it_tops_up_and_clos
     assert start - end == await token_balance(web_stack.chain, vault) + paid
     assert len(wallet.transactions()) == 3 and all(t.message.account_keys[0] == me for t in wallet.transactions())
     assert io_account(me, web_stack.market.mint) in wallet.transactions()[0].message.account_keys
+
+    # Usable at phone width: nothing wider than the screen.
+    await page.set_viewport_size({"width": 375, "height": 800})
+    assert await page.evaluate("document.documentElement.scrollWidth") <= 375

@@ -1,6 +1,7 @@
 """The wallet app's supplier flow in a real browser: a supplier of the running gpunet stakes, unstakes
 (the unbonding is a few seconds here, as the admin can set it) and withdraws from the page, sees its
-node, and each step moves exactly the amount it showed (base units, read from the chain)."""
+node, and each step moves exactly the amount it showed (base units, read from the chain). Its wallet
+only signs and sends (the client's test covers a wallet that returns the signed transaction)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,9 @@ async def test_a_supplier_stakes_unstakes_and_withdraws_from_the_page(web_stack,
     )
     supplier = web_stack.demo.suppliers[0]
     me = supplier.wallet.pubkey()
-    page, wallet = await connected_app(web_stack, browser, "/web/app/supplier", keypair=supplier.wallet)
+    # A wallet that only signs and sends (solana:signAndSendTransaction), as some do: the page checks
+    # each transaction before, and the coordinator confirms it after.
+    page, wallet = await connected_app(web_stack, browser, "/web/app/supplier", keypair=supplier.wallet, send_only=True)
     node = str(node_pda(supplier.node_key.pubkey()))
     await expect(page.locator(f'#nodes a[href="/web/nodes/{node}"]')).to_be_visible()
     start = await io_of(web_stack, me)
@@ -59,4 +62,4 @@ async def test_a_supplier_stakes_unstakes_and_withdraws_from_the_page(web_stack,
     await expect(page.locator("#message")).to_contain_text("Withdraw unbonded stake: confirmed")
     assert await io_of(web_stack, me) == start
     assert (await fetch(web_stack.chain, provider_pda(me), "Provider")).unbonding == 0
-    assert [r.kind for r in wallet.requests] == ["transaction"] * 3
+    assert [r.kind for r in wallet.requests] == ["send"] * 3

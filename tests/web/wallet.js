@@ -3,14 +3,14 @@
 // `wallet-standard:register-wallet` event, and an answer to the app's `wallet-standard:app-ready`),
 // as Phantom, Solflare and Backpack do. It holds no key: every signature comes from the test process
 // through the Playwright binding `gpunetWalletSign` (tests/web/testwallet.py), which signs with a real
-// keypair and records each request. CONFIG ({address, publicKey}) is prepended by the test.
+// keypair and records each request. CONFIG ({address, publicKey, sendOnly}) is prepended by the test.
 (() => {
   const chains = ["solana:localnet", "solana:devnet", "solana:mainnet"];
   const account = Object.freeze({
     address: CONFIG.address,
     publicKey: new Uint8Array(CONFIG.publicKey),
     chains,
-    features: ["solana:signTransaction", "solana:signMessage"],
+    features: [CONFIG.sendOnly ? "solana:signAndSendTransaction" : "solana:signTransaction", "solana:signMessage"],
   });
   const listeners = new Set();
   let accounts = [];
@@ -40,12 +40,24 @@
           return () => listeners.delete(listener);
         },
       },
-      "solana:signTransaction": {
-        version: "1.0.0",
-        supportedTransactionVersions: ["legacy", 0],
-        signTransaction: async (...inputs) =>
-          Promise.all(inputs.map(async (i) => ({ signedTransaction: await sign("transaction", i.transaction) }))),
-      },
+      // Like a wallet that only signs and sends (CONFIG.sendOnly), or one that gives the app the signed transaction.
+      ...(CONFIG.sendOnly
+        ? {
+            "solana:signAndSendTransaction": {
+              version: "1.0.0",
+              supportedTransactionVersions: ["legacy", 0],
+              signAndSendTransaction: async (...inputs) =>
+                Promise.all(inputs.map(async (i) => ({ signature: await sign("send", i.transaction) }))),
+            },
+          }
+        : {
+            "solana:signTransaction": {
+              version: "1.0.0",
+              supportedTransactionVersions: ["legacy", 0],
+              signTransaction: async (...inputs) =>
+                Promise.all(inputs.map(async (i) => ({ signedTransaction: await sign("transaction", i.transaction) }))),
+            },
+          }),
       "solana:signMessage": {
         version: "1.0.0",
         signMessage: async (...inputs) =>

@@ -32,13 +32,14 @@ async def connected_app(
     io: int = 5_000 * IO,
     mode: Mode = "honest",
     keypair: Keypair | None = None,
+    send_only: bool = False,
 ) -> tuple[Page, TestWallet]:
     """A page of the wallet app at `path` with the test wallet (a new keypair with 10 SOL and `io` IO,
-    unless given) connected."""
+    unless given) connected; `send_only`: a wallet that only signs and sends."""
     if keypair is None:
         keypair = await funded_wallet(stack.chain, 10)
         await stack.market.fund(keypair.pubkey(), io)
-    wallet = TestWallet(keypair, mode)
+    wallet = TestWallet(keypair, mode, chain=stack.chain if send_only else None)
     page = await browser.new_page(viewport={"width": 1280, "height": 800})
     page.set_default_timeout(TIMEOUT_MS)
     page.on("console", lambda m: print("console:", m.text))
