@@ -149,6 +149,20 @@ async def test_a_wallet_that_signs_wrongly_is_refused_and_a_refused_transaction_
     await expect(page.locator("#message")).to_contain_text("Open a lease: confirmed")
     assert await io_of(web_stack, wallet.keypair.pubkey()) == start - ESCROW
 
+    # The person switches accounts in the wallet (standard:events): the page follows, and the next
+    # lease is the new account's, paid from its IO; the first account's balance stays as it was.
+    first = wallet.keypair.pubkey()
+    other = await funded_wallet(web_stack.chain, 10)
+    await web_stack.market.fund(other.pubkey(), ESCROW)
+    await wallet.switch(page, other)
+    await expect(page.locator("#account")).to_have_text(str(other.pubkey()))
+    await _open(page)
+    await sign_on_screen(page, str(PROGRAM_ID))
+    await expect(page.locator("#message")).to_contain_text("Open a lease: confirmed")
+    assert await io_of(web_stack, other.pubkey()) == 0
+    assert await io_of(web_stack, first) == start - ESCROW
+    assert wallet.transactions()[-1].message.account_keys[0] == other.pubkey()
+
 
 @pytest.mark.timeout(300)
 async def test_the_relay_sends_only_transactions_signed_by_the_accounts_they_name(web_stack) -> None:

@@ -46,12 +46,19 @@ class TestWallet:
     async def install(self, page: Page) -> None:
         """Makes the wallet register in `page` (and every page it navigates to)."""
         await page.expose_function("gpunetWalletSign", self._sign)
-        config = {
+        await page.add_init_script(f"const CONFIG = {json.dumps(self._config())};\n{WALLET_JS.read_text()}")
+
+    async def switch(self, page: Page, keypair: Keypair) -> None:
+        """The person switches the wallet to `keypair`'s account (the wallet emits standard:events' change)."""
+        self.keypair = keypair
+        await page.evaluate("config => window.gpunetTestWalletSwitch(config)", self._config())
+
+    def _config(self) -> dict[str, object]:
+        return {
             "address": str(self.keypair.pubkey()),
             "publicKey": list(bytes(self.keypair.pubkey())),
             "sendOnly": self.chain is not None,
         }
-        await page.add_init_script(f"const CONFIG = {json.dumps(config)};\n{WALLET_JS.read_text()}")
 
     def _signature(self, data: bytes) -> bytes:
         signer = self.other if self.mode == "wrong-account" else self.keypair

@@ -6,12 +6,14 @@
 // keypair and records each request. CONFIG ({address, publicKey, sendOnly}) is prepended by the test.
 (() => {
   const chains = ["solana:localnet", "solana:devnet", "solana:mainnet"];
-  const account = Object.freeze({
-    address: CONFIG.address,
-    publicKey: new Uint8Array(CONFIG.publicKey),
-    chains,
-    features: [CONFIG.sendOnly ? "solana:signAndSendTransaction" : "solana:signTransaction", "solana:signMessage"],
-  });
+  const accountOf = (config) =>
+    Object.freeze({
+      address: config.address,
+      publicKey: new Uint8Array(config.publicKey),
+      chains,
+      features: [CONFIG.sendOnly ? "solana:signAndSendTransaction" : "solana:signTransaction", "solana:signMessage"],
+    });
+  let account = accountOf(CONFIG);
   const listeners = new Set();
   let accounts = [];
   const sign = async (kind, bytes) => new Uint8Array(await window.gpunetWalletSign(kind, Array.from(bytes)));
@@ -64,6 +66,12 @@
           Promise.all(inputs.map(async (i) => ({ signedMessage: i.message, signature: await sign("message", i.message) }))),
       },
     },
+  };
+  // The person switches accounts in the wallet: it says so through standard:events.
+  window.gpunetTestWalletSwitch = (config) => {
+    account = accountOf(config);
+    accounts = [account];
+    listeners.forEach((l) => l({ accounts }));
   };
   const register = ({ register }) => register(wallet);
   window.dispatchEvent(new CustomEvent("wallet-standard:register-wallet", { detail: register }));

@@ -8,10 +8,11 @@ import { closeLease, type LeaseFacts, openLease, topUp } from "./actions";
 import { attachJob, signedGet } from "./requests";
 import { type Session, start, walletState } from "./session";
 import { run } from "./signing";
-import { $, clear, el, formatIo, input, parseIo, parseWhole, say } from "./ui";
+import { $, clear, el, formatIo, hideMessage, input, parseIo, parseWhole, say } from "./ui";
 
 let session: Session;
-let lease: LeaseFacts | null = null;
+let followed: Address | null = null; // the lease the page shows
+let lease: LeaseFacts | null = null; // its facts, once its first state has arrived
 let live: EventSource | null = null;
 let jobNumber = 1;
 
@@ -48,6 +49,8 @@ async function quote(): Promise<void> {
 
 function follow(address_: Address): void {
   live?.close();
+  followed = address_;
+  lease = null;
   $("#lease").hidden = false;
   $("#lease-address").textContent = address_;
   live = new EventSource(`/web/api/leases/${address_}/events`);
@@ -56,6 +59,7 @@ function follow(address_: Address): void {
 
 function show(state: Record<string, any>): void {
   if (state.error) return say(state.error, "error");
+  if (state.lease !== followed) return; // a stream of a lease no longer shown
   lease = {
     lease: address(state.lease),
     gpuCount: BigInt(state.gpu_count),
@@ -101,8 +105,19 @@ async function refreshLeases(s: Session): Promise<void> {
 
 function guard(action: () => Promise<void>): () => void {
   return () => {
+    hideMessage();
     action().catch((e) => say((e as Error).message, "error"));
   };
+}
+
+function shown(): Address {
+  if (!followed) throw new Error("Choose a lease first");
+  return followed;
+}
+
+function facts(): LeaseFacts {
+  if (!lease) throw new Error("The lease's state has not arrived yet: try again in a moment");
+  return lease;
 }
 
 async function main(): Promise<void> {
@@ -118,24 +133,25 @@ async function main(): Promise<void> {
   $("#job-button").onclick = guard(async () => {
     const command = input("command").trim().split(/\s+/).filter(Boolean);
     if (!command.length) throw new Error("Command: the job's program and its arguments");
-    await attachJob(session.connected!, lease!.lease, command, jobNumber);
-    say(`Job ${jobNumber} attached to lease ${lease!.lease}: signed by your wallet.`, "ok");
+    await attachJob(session.connected!, shown(), command, jobNumber);
+    say(`Job ${jobNumber} attached to lease ${shown()}: signed by your wallet.`, "ok");
     jobNumber += 1;
   });
   $("#status-button").onclick = guard(async () => {
-    const view = await signedGet(session.connected!, `/leases/${lease!.lease}/job?tail=20`);
-    const nodes = (view.nodes as Record<string, string>[]).map((n) => `${n.node_key ?? n.node}: ${n.state ?? n.status}`);
+    const view = await signedGet(session.connected!, `/leases/${shown()}/job?tail=20`);
+    const nodes = (view.nodes as Record<string, string>[]).map((n) => `${n.node_key}: ${n.state}`);
     $("#job-status").textContent = nodes.join("\n") || "no node has reported yet";
-    $("#job-logs").textContent = (view.logs as Record<string, string>[]).map((l) => l.line ?? l.text ?? JSON.stringify(l)).join("\n");
+    $("#job-logs").textContent = (view.logs as Record<string, string>[]).map((l) => l.line).join("\n");
+    jobNumber = Number(view.job_number ?? 0) + 1; // the next job's number, as the coordinator counts them
   });
   $("#topup-button").onclick = guard(async () => {
     const extra = parseWhole(input("extra_minutes"), "Extra minutes", 1n, 527040n) * 60n;
-    const plan = await topUp(session.context(), lease!, extra);
+    const plan = await topUp(session.context(), facts(), extra);
     if (await run(session.idl, session.connected!, session.program, plan)) await (window as any).gpunetRefresh();
   });
   $("#close-button").onclick = guard(async () => {
     const before = BigInt((await walletState(session.connected!.account.address)).io);
-    const plan = await closeLease(session.context(), lease!);
+    const plan = await closeLease(session.context(), facts());
     if (await run(session.idl, session.connected!, session.program, plan)) {
       const after = BigInt((await walletState(session.connected!.account.address)).io);
       $("#refund").textContent = `Refunded ${formatIo(after - before)} to your IO account.`;

@@ -3,7 +3,7 @@
 import { stake, unstake, withdraw } from "./actions";
 import { type Session, start } from "./session";
 import { run } from "./signing";
-import { $, clear, el, formatIo, input, parseIo, say } from "./ui";
+import { $, clear, el, formatIo, hideMessage, input, parseIo, say } from "./ui";
 
 let session: Session;
 
@@ -35,6 +35,7 @@ async function showProvider(s: Session): Promise<void> {
 
 function guard(action: () => Promise<void>): () => void {
   return () => {
+    hideMessage();
     action().catch((e) => say((e as Error).message, "error"));
   };
 }

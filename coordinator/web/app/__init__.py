@@ -44,6 +44,7 @@ __all__ = ["app_routes"]
 
 MAX_BODY = 64 * 1024
 LIVE_POLL_SECONDS = 1.0
+LIVE_STREAM_SECONDS = 120.0
 
 
 def _error(status: int, message: str, **extra: Any) -> JSONResponse:
@@ -162,7 +163,10 @@ def app_routes(pool: asyncpg.Pool, settings: Settings) -> list[BaseRoute]:
         async def stream() -> AsyncIterator[str]:
             last = None
             async with AsyncClient(settings.rpc_url, commitment=Confirmed) as chain:
-                while not await request.is_disconnected():
+                # A stream ends after a while (EventSource reconnects by itself), so that no page held
+                # open keeps a stopping coordinator waiting.
+                deadline = asyncio.get_running_loop().time() + LIVE_STREAM_SECONDS
+                while not await request.is_disconnected() and asyncio.get_running_loop().time() < deadline:
                     try:
                         state = json.dumps(await lease_state(chain, pool, address))
                     except AccountError as e:
