@@ -60,6 +60,9 @@ function follow(address_: Address): void {
 function show(state: Record<string, any>): void {
   if (state.error) return say(state.error, "error");
   if (state.lease !== followed) return; // a stream of a lease no longer shown
+  if (lease === null || $("#lease-status").textContent !== state.status) {
+    (window as any).gpunetRefresh().catch(() => undefined); // the lease list and balances follow its status
+  }
   lease = {
     lease: address(state.lease),
     gpuCount: BigInt(state.gpu_count),
