@@ -1,6 +1,10 @@
-// gpunet's IDL as the page reads it (served by the coordinator at /web/api/idl, from gpunet/idl): the
-// instructions' discriminators, their accounts' writable/signer flags, and their argument layouts,
-// with a small Borsh decoder for the argument types the wallet actions use.
+// gpunet's IDL as the page reads it: the instructions' discriminators, their accounts' writable/signer
+// flags, and their argument layouts, with a small Borsh decoder for the argument types the wallet
+// actions use. The IDL (gpunet/idl/gpunet.json) is bundled into wallet.js at build time rather than
+// fetched from the coordinator (which serves the same file at /web/api/idl for other tools): what the
+// page checks transactions against is then covered by the bundle's published SHA-256, and a
+// coordinator cannot loosen the checks by serving another IDL.
+import bundled from "../../gpunet/idl/gpunet.json";
 
 export type IdlType = string | { defined: { name: string } } | { array: [IdlType, number] } | { vec: IdlType };
 
@@ -26,11 +30,7 @@ export interface Idl {
 
 export type Value = bigint | boolean | Value[] | { [field: string]: Value };
 
-export async function loadIdl(): Promise<Idl> {
-  const response = await fetch("/web/api/idl");
-  if (!response.ok) throw new Error(`the IDL could not be loaded (${response.status})`);
-  return (await response.json()) as Idl;
-}
+export const IDL = bundled as unknown as Idl;
 
 const SIZES: Record<string, number> = { u8: 1, i8: 1, u16: 2, i16: 2, u32: 4, i32: 4, u64: 8, i64: 8 };
 

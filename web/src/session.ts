@@ -5,7 +5,7 @@ import type { Wallet } from "@wallet-standard/base";
 
 import type { Context } from "./actions";
 import { connect, watchWallets } from "./discover";
-import { type Idl, loadIdl } from "./idl";
+import { IDL, type Idl } from "./idl";
 import type { Connected } from "./signing";
 import { $, clear, el, formatIo, formatSol, say } from "./ui";
 
@@ -27,9 +27,11 @@ export async function walletState(wallet: string): Promise<Record<string, any>> 
 // Starts the session: lists the wallets as they register; `onConnected` runs after a connect, an
 // account change and every refresh.
 export async function start(onConnected: (s: Session) => Promise<void>): Promise<Session> {
-  const program = address($("[data-program]").textContent!.trim());
-  const idl = await loadIdl();
-  if (idl.address !== program) say(`The IDL served is for ${idl.address}, not this page's program ${program}.`, "error");
+  // The program is the bundled IDL's; a page that names another one is not this app's.
+  const program = address(IDL.address);
+  const idl = IDL;
+  const named = $("[data-program]").textContent!.trim();
+  if (named !== program) throw new Error(`This page names program ${named}, not gpunet's ${program}: nothing will be signed.`);
   const chain = ($("[data-app]").dataset.chain ?? "solana:localnet") as `${string}:${string}`;
   const session: Session = {
     idl,

@@ -2,8 +2,9 @@
 endpoints their TypeScript module (web/src) calls under /web/api/.
 
 Transactions are built here with the SDK's builders and returned unsigned; the page decodes each one
-with @solana/kit and gpunet's IDL (served at /web/api/idl) and checks it against its own form before
-the wallet is asked (web/src/check.ts), so a coordinator that slips in an instruction or a writable
+with @solana/kit and gpunet's IDL (bundled into wallet.js, so under its published hash; also served at
+/web/api/idl for other tools) and checks it against its own form before the wallet is asked
+(web/src/check.ts), so a coordinator that slips in an instruction or a writable
 account is refused in the page. Signed transactions come back to /web/api/submit, which relays them."""
 
 from __future__ import annotations
