@@ -190,7 +190,7 @@ class Coordinator:
             ttl_seconds=settings.leader_ttl_seconds,
             renew_seconds=settings.leader_renew_seconds,
             gateway_url=settings.advertise_gateway_url or self.gateway.url,
-            api_url=settings.advertise_api_url or f"http://{settings.api_host}:{settings.api_port}",
+            api_url=settings.api_url,
             metrics=self.metrics,
             on_lead=self._lead,
             on_lose=self._follow,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -32,6 +33,12 @@ class Settings(BaseSettings):
     commitment: Literal["confirmed", "finalized"] = Field(default="confirmed", description="confirmed or finalized")
     api_host: str = Field(default="127.0.0.1", description="the API's address")
     api_port: int = Field(default=8080, ge=0, le=65535, description="the API's port")
+    api_cors_origins: str = Field(
+        default="",
+        description="web origins (scheme://host[:port], comma-separated; * for any) whose pages may call the API "
+        "from a browser (CORS: GET, and POST for the client routes, with the X-Gpunet-* headers); unset: none, "
+        "no CORS headers at all",
+    )
     poll_seconds: float = Field(
         default=5.0,
         gt=0,
@@ -242,6 +249,15 @@ class Settings(BaseSettings):
             raise ValueError(f"not a base58 public key: {value!r}") from e
         return value
 
+    @field_validator("api_cors_origins")
+    @classmethod
+    def _origins_are_origins(cls, value: str) -> str:
+        for origin in _origins(value):
+            # a browser's Origin header is exactly scheme://host[:port]: a path or a trailing slash never matches
+            if origin != "*" and not _ORIGIN.fullmatch(origin):
+                raise ValueError(f"not a web origin (scheme://host[:port], no path): {origin!r}")
+        return value
+
     @model_validator(mode="after")
     def _leader_renews_within_its_lease(self) -> Settings:
         if self.leader_renew_seconds * 2 > self.leader_ttl_seconds:
@@ -256,8 +272,25 @@ class Settings(BaseSettings):
         return Pubkey.from_string(self.program_id)
 
     @property
+    def api_url(self) -> str:
+        """This coordinator's API as others reach it: the advertised URL, else the address it listens on."""
+        return self.advertise_api_url or f"http://{self.api_host}:{self.api_port}"
+
+    @property
+    def cors_origins(self) -> list[str]:
+        """The origins GPUNET_API_CORS_ORIGINS names ([]: no CORS)."""
+        return _origins(self.api_cors_origins)
+
+    @property
     def fee_payer_path(self) -> Path:
         return (self.fee_payer_dir or self.state_dir / "fee-payers").expanduser()
+
+
+_ORIGIN = re.compile(r"https?://[A-Za-z0-9.\-\[\]:]+")
+
+
+def _origins(value: str) -> list[str]:
+    return [o.strip() for o in value.split(",") if o.strip()]
 
 
 def settings_help() -> str:

@@ -139,22 +139,30 @@ def _lease_sums(lease: Pubkey, txs: list[ChainTransaction]) -> _Sums:
 
 
 async def _served_evidence(coordinator: str, signature: Signature) -> list[dict[str, Any]]:
-    """The evidence a coordinator serves for the slashes of one transaction; [] when it has none."""
+    """The evidence a coordinator serves for the slashes of one transaction, every page; [] when it has none."""
     url = f"{coordinator.rstrip('/')}/slashes/{signature}/evidence"
-    try:
-        async with httpx.AsyncClient(timeout=30) as http:
-            response = await http.get(url)
-    except httpx.HTTPError as e:
-        raise CoordinatorError(f"cannot reach the coordinator at {url}: {type(e).__name__}: {e}") from None
-    if response.status_code == 404:
-        return []
-    try:
-        body = parse_json(response.content)
-    except NotJson:  # nested too deep included: an answer, not a crash
-        body = {"error": response.text[:200]}
-    if response.status_code >= 400 or not isinstance(body, dict) or not isinstance(body.get("items"), list):
-        raise CoordinatorError(f"the coordinator refused ({response.status_code}): {body.get('error', body)}")
-    return list(body["items"])
+    items: list[dict[str, Any]] = []
+    offset: Any = 0
+    while offset is not None:
+        try:
+            async with httpx.AsyncClient(timeout=30) as http:
+                response = await http.get(url, params={"offset": offset})
+        except httpx.HTTPError as e:
+            raise CoordinatorError(f"cannot reach the coordinator at {url}: {type(e).__name__}: {e}") from None
+        if response.status_code == 404:
+            return []
+        try:
+            body = parse_json(response.content)
+        except NotJson:  # nested too deep included: an answer, not a crash
+            body = {"error": response.text[:200]}
+        if response.status_code >= 400 or not isinstance(body, dict) or not isinstance(body.get("items"), list):
+            raise CoordinatorError(f"the coordinator refused ({response.status_code}): {body.get('error', body)}")
+        items += body["items"]
+        following = body.get("next_offset")
+        if following is not None and (type(following) is not int or following <= offset):
+            raise CoordinatorError(f"the coordinator's next page of {url} goes nowhere: {following!r}")
+        offset = following
+    return items
 
 
 async def _check_evidence(

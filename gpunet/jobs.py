@@ -296,9 +296,11 @@ async def resume_slashing(coordinator_url: str, attester: Keypair, region: str |
     )
 
 
-async def node_verifications(coordinator_url: str, node: Pubkey) -> Any:
-    """A node's GPU verification challenges and verdicts (by node account or node key), newest first."""
-    return await _call("GET", f"{coordinator_url.rstrip('/')}/nodes/{node}/verifications")
+async def node_verifications(coordinator_url: str, node: Pubkey, limit: int = 100, offset: int = 0) -> Any:
+    """A page of a node's GPU verification challenges and verdicts (by node account or node key), newest
+    first: `items`, and `next_offset` where the next page starts (None: none)."""
+    params = {"limit": limit, "offset": offset}
+    return await _call("GET", f"{coordinator_url.rstrip('/')}/nodes/{node}/verifications", params=params)
 
 
 async def submit_checkpoint_key(coordinator_url: str, client: Keypair, lease: Pubkey, nodes: list[Pubkey]) -> Any:

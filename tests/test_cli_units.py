@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpunet.amounts import AmountError, escrow_for, format_io, parse_io
+from gpunet.amounts import AmountError, escrow_for, format_io, parse_io, parse_u64, u64_json
 from gpunet.cli import clock
 from gpunet.cli.common import BadInput, duration_arg
 from gpunet.cli.node import verification_label
@@ -22,6 +22,26 @@ def test_io_amounts_parse_exactly(text, units) -> None:
 def test_bad_io_amounts_are_refused(text) -> None:
     with pytest.raises(AmountError):
         parse_io(text)
+
+
+@pytest.mark.parametrize("units", [0, 1, 2**53 + 1, 2**64 - 1])
+def test_u64s_go_through_the_api_as_digits_exactly(units) -> None:
+    assert parse_u64(u64_json(units)) == units and u64_json(units) == str(units)
+
+
+@pytest.mark.parametrize(
+    "value", ["18446744073709551616", "-1", "+1", " 1", "1 ", "1.0", "1e3", "0x1", "1_000", "\u0661", "", 1, 1.0, None]
+)
+def test_anything_but_a_u64_s_digits_is_refused(value) -> None:
+    """A JSON number may have been rounded on its way (2**53 + 1 reads as 2**53 in JavaScript): not taken."""
+    with pytest.raises(AmountError, match="expected a u64 as a string of decimal digits"):
+        parse_u64(value)
+
+
+@pytest.mark.parametrize("value", [-1, 2**64, True, 1.0])
+def test_only_a_u64_is_served_as_one(value) -> None:
+    with pytest.raises(ValueError, match="is not a u64"):
+        u64_json(value)
 
 
 def test_escrow_rounds_up_like_the_program() -> None:

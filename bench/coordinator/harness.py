@@ -93,7 +93,7 @@ class Deployment:
 
     async def online(self, count: int) -> bool:
         async with httpx.AsyncClient(timeout=5) as http:
-            items = (await http.get(f"{self.coordinator.api_url}/workers")).json()["items"]
+            items = (await http.get(f"{self.coordinator.api_url}/workers", params={"limit": 500})).json()["items"]
         return sum(1 for w in items if w["online"]) >= count
 
     async def open(self, gpus: int, seconds: int, spec: JobSpec, gpus_per_node: int | None) -> tuple[Pubkey, float]:

@@ -13,6 +13,8 @@ import asyncpg
 from solders.pubkey import Pubkey
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -20,7 +22,8 @@ from starlette.routing import BaseRoute, Route
 from coordinator.api.metrics import coordinator_metrics, render_metrics, render_readiness
 from coordinator.api.openapi import openapi_document
 from coordinator.api.params import BadRequest, parse_pubkey, parse_query, parse_signature
-from coordinator.api.resources import PAGE, RESOURCES, Resource
+from coordinator.api.resources import PAGE, RESOURCES, Resource, page_body
+from coordinator.api.u64 import event_data_json, integers_as_text
 from coordinator.audit import NotFound, audit_lease, audit_provider
 from coordinator.db import chain as ledger
 from coordinator.db import nodes as faults
@@ -28,16 +31,20 @@ from coordinator.db import ping, verifications
 from coordinator.indexer.rpc import ChainRpc, RpcError
 from coordinator.settings import Settings
 from coordinator.web import web_routes
+from gpunet.amounts import u64_json
+from gpunet.protocol import REQUEST_AT_HEADER, REQUEST_NONCE_HEADER, REQUEST_SIGNATURE_HEADER, REQUEST_WALLET_HEADER
 
 if TYPE_CHECKING:
     from coordinator.service import Coordinator
 
-__all__ = ["create_app"]
+__all__ = ["LEASE_ASSIGNMENTS", "create_app"]
+
+LEASE_ASSIGNMENTS = 100  # a lease item's assignments at most; /assignments?lease= pages on from there
 
 
 def _json_value(value: Any) -> Any:
     if isinstance(value, Decimal):
-        return int(value)  # numeric(20, 0): token amounts in base units
+        return u64_json(int(value))  # numeric(20, 0): a u64 (coordinator.api.u64)
     if isinstance(value, tuple):
         return list(value)
     if isinstance(value, datetime):
@@ -48,7 +55,7 @@ def _json_value(value: Any) -> Any:
 def _row(record: asyncpg.Record) -> dict[str, Any]:
     row = {k: _json_value(v) for k, v in dict(record).items()}
     if isinstance(row.get("data"), str):
-        row["data"] = json.loads(row["data"])
+        row["data"] = event_data_json(row["name"], json.loads(row["data"]))
     return row
 
 
@@ -74,15 +81,7 @@ def create_app(
             limit, offset = values["limit"], values["offset"]
             async with pool.acquire() as conn:
                 rows = [_row(r) for r in await ledger.page(conn, resource.table, filters, limit, offset)]
-            more = len(rows) > limit
-            return JSONResponse(
-                {
-                    "items": rows[:limit],
-                    "limit": limit,
-                    "offset": offset,
-                    "next_offset": offset + limit if more else None,
-                }
-            )
+            return JSONResponse(page_body(rows, limit, offset))
 
         return handler
 
@@ -98,8 +97,10 @@ def create_app(
                 if row is None:
                     return _error(404, f"no {resource.key} {key} in the ledger")
                 body = _row(row)
-                if resource.name == "leases":
-                    body["assignments"] = [_row(r) for r in await ledger.lease_assignments(conn, key)]
+                if resource.name == "leases":  # its first page of assignments; /assignments?lease= has the rest
+                    rows = [_row(r) for r in await ledger.lease_assignments(conn, key, LEASE_ASSIGNMENTS)]
+                    shown = page_body(rows, LEASE_ASSIGNMENTS, 0)
+                    body["assignments"], body["assignments_next_offset"] = shown["items"], shown["next_offset"]
             return JSONResponse(body)
 
         return handler
@@ -117,31 +118,37 @@ def create_app(
                 return _error(404, str(e))
             except RpcError as e:
                 return _error(503, f"the chain could not be read for the audit: {e}")
-            return JSONResponse(report.to_json())
+            body = report.to_json()
+            for d in body["differences"]:
+                d["indexed"], d["chain"] = integers_as_text(d["indexed"]), integers_as_text(d["chain"])
+            return JSONResponse(body)
 
         return handler
 
     async def node_verifications(request: Request) -> Response:
         """The evidence behind a node's verification status: its challenges and verdicts, newest first."""
-        parse_query(request.query_params, ())
+        values = parse_query(request.query_params, PAGE)
+        limit, offset = values["limit"], values["offset"]
         key = parse_pubkey("key", request.path_params["key"])
         async with pool.acquire() as conn:
             node = await ledger.row(conn, "nodes", "node", key) or await ledger.row(conn, "nodes", "node_key", key)
             if node is None:
                 return _error(404, f"no node with node account or node key {key} in the ledger")
-            rows = await verifications.of_node(conn, node["node_key"])
-        return JSONResponse({"node": node["node"], "node_key": node["node_key"], "items": [_row(r) for r in rows]})
+            rows = await verifications.of_node(conn, node["node_key"], limit + 1, offset)
+        page = page_body([_row(r) for r in rows], limit, offset)
+        return JSONResponse({"node": node["node"], "node_key": node["node_key"], **page})
 
     async def slash_evidence(request: Request) -> Response:
-        parse_query(request.query_params, ())
+        values = parse_query(request.query_params, PAGE)
+        limit, offset = values["limit"], values["offset"]
         signature = parse_signature("signature", request.path_params["signature"])
         async with pool.acquire() as conn:
+            # all of them (one transaction holds a few), so that a page past the end is no 404
             items = await faults.slash_evidence(conn, signature)
         if not items:
             return _error(404, f"no slash in transaction {signature} in the ledger")
-        return JSONResponse(
-            {"signature": signature, "items": [{k: _json_value(v) for k, v in i.items()} for i in items]}
-        )
+        rows = [{k: _json_value(v) for k, v in i.items()} for i in items[offset : offset + limit + 1]]
+        return JSONResponse({"signature": signature, **page_body(rows, limit, offset)})
 
     async def health(request: Request) -> Response:
         try:
@@ -237,4 +244,26 @@ def create_app(
         assert isinstance(exc, HTTPException)
         return _error(exc.status_code, exc.detail or "error")
 
-    return Starlette(routes=routes, exception_handlers={BadRequest: bad_request, HTTPException: http_error})
+    return Starlette(
+        routes=routes,
+        exception_handlers={BadRequest: bad_request, HTTPException: http_error},
+        middleware=_cors(settings),
+    )
+
+
+def _cors(settings: Settings) -> list[Middleware]:
+    """CORS for the origins GPUNET_API_CORS_ORIGINS names, none by default (no header at all). A page of
+    another origin may read the API and call the client routes; signed requests carry their wallet's
+    signature in headers, never a cookie, so no credentials are allowed (or needed)."""
+    if not settings.cors_origins:
+        return []
+    headers = [REQUEST_AT_HEADER, REQUEST_WALLET_HEADER, REQUEST_NONCE_HEADER, REQUEST_SIGNATURE_HEADER]
+    return [
+        Middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["GET", "POST"],
+            allow_headers=[*headers, "Content-Type"],
+            expose_headers=["Location"],  # a follower replica's 307 names the leader in it
+        )
+    ]

@@ -208,8 +208,11 @@ def openapi_document() -> dict[str, Any]:
             "The slashes of one transaction, each with the evidence the coordinator recorded for it (null when it "
             "holds none): its canonical JSON (sorted keys, no spaces) hashes (SHA-256) to the slash's evidence_hash "
             "on chain.",
-            [{"name": "signature", "in": "path", "required": True, "schema": SIGNATURE_SCHEMA}],
-            _json("ok", schemas.SLASH_EVIDENCE),
+            [
+                {"name": "signature", "in": "path", "required": True, "schema": SIGNATURE_SCHEMA},
+                *(_query(p) for p in PAGE),
+            ],
+            _json("a page", schemas.SLASH_EVIDENCE),
         )
     }
     audit = _json("the audit's verdict (ok) and every difference", schemas.AUDIT)
@@ -228,8 +231,8 @@ def openapi_document() -> dict[str, Any]:
     paths["/nodes/{key}/verifications"] = {
         "get": _op(
             "A node's GPU verification challenges and verdicts, newest first (by node account or node key).",
-            [_KEY],
-            _json("ok", schemas.NODE_VERIFICATIONS),
+            [_KEY, *(_query(p) for p in PAGE)],
+            _json("a page", schemas.NODE_VERIFICATIONS),
         )
     }
     # A running coordinator's client routes (coordinator.api.work).
@@ -386,8 +389,8 @@ def openapi_document() -> dict[str, Any]:
         "get": _op(
             "Workers connected to the gateway now (simulated ones say so), and whether a "
             "correlated outage pauses slashing (for the fleet, or per region).",
-            [],
-            _json("ok", schemas.WORKERS),
+            [_query(p) for p in PAGE],
+            _json("a page", schemas.WORKERS),
         )
     }
     paths["/slashing/resume"] = {

@@ -9,12 +9,14 @@ from typing import Any
 from solders.pubkey import Pubkey
 from solders.signature import Signature
 
+from gpunet.amounts import AmountError, parse_u64, u64_json
 from gpunet.catalog import GPU_MODELS, REGIONS, CatalogError, gpu_model, region
 from gpunet.limits import ANY
 
 __all__ = [
     "PUBKEY_SCHEMA",
     "SIGNATURE_SCHEMA",
+    "U64_SCHEMA",
     "BadRequest",
     "Param",
     "parse_pubkey",
@@ -26,6 +28,8 @@ _MAX_I64 = 2**63 - 1
 # Custom formats: no regex says "base58 of exactly 32 (64) bytes", so the formats name it.
 PUBKEY_SCHEMA = {"type": "string", "format": "base58-pubkey", "description": "base58 of a 32-byte public key"}
 SIGNATURE_SCHEMA = {"type": "string", "format": "base58-signature", "description": "base58 of a 64-byte signature"}
+# Every u64 the API takes or gives: decimal digits in a string (JavaScript rounds integers above 2**53).
+U64_SCHEMA = {"type": "string", "pattern": "^[0-9]+$", "maxLength": 20, "format": "u64"}
 
 
 class BadRequest(Exception):
@@ -35,7 +39,7 @@ class BadRequest(Exception):
 @dataclass(frozen=True)
 class Param:
     name: str
-    kind: str  # "pubkey", "signature", "integer", "boolean", "choice", "gpu_model" or "region"
+    kind: str  # "pubkey", "signature", "integer", "u64", "boolean", "choice", "gpu_model" or "region"
     column: str | None = None  # the SQL filter it becomes; None for paging
     op: str = "="
     minimum: int = 0
@@ -54,6 +58,8 @@ class Param:
                 "maximum": self.maximum,
                 **({"default": self.default} if self.default is not None else {}),
             }
+        if self.kind == "u64":  # a string of digits, as the answers give u64s (coordinator.api.u64)
+            return {**U64_SCHEMA, **({"default": u64_json(self.default)} if self.default is not None else {})}
         if self.kind == "boolean":
             return {"type": "boolean"}
         if self.kind == "choice":
@@ -108,6 +114,14 @@ def _parse(p: Param, raw: str) -> Any:
             raise BadRequest(f"{p.name}: {raw[:40]!r} is not an integer") from None
         if not p.minimum <= value <= p.maximum:
             raise BadRequest(f"{p.name}: {value} is out of range [{p.minimum}, {p.maximum}]")
+        return value
+    if p.kind == "u64":
+        try:
+            value = parse_u64(raw, p.name)
+        except AmountError as e:
+            raise BadRequest(str(e)) from None
+        if value < p.minimum:
+            raise BadRequest(f"{p.name}: {value} is less than {p.minimum}")
         return value
     if p.kind == "boolean":
         if raw not in ("true", "false"):

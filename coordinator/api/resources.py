@@ -2,18 +2,32 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from coordinator.api.params import Param
 from gpunet.events import EVENT_NAMES
 from gpunet.limits import MAX_VERIFICATION_TIER
 
-__all__ = ["PAGE", "RESOURCES", "Resource"]
+__all__ = ["PAGE", "RESOURCES", "Resource", "page_body"]
 
 PAGE = (
     Param("limit", "integer", minimum=1, maximum=500, default=100, description="rows per page"),
     Param("offset", "integer", minimum=0, maximum=10**9, default=0, description="rows to skip"),
 )
+
+
+def page_body(rows: Sequence[Any], limit: int, offset: int) -> dict[str, Any]:
+    """Every list's answer: a page of `rows` (up to `limit` + 1 of them, from `offset` on: one more than
+    a page says another follows), and where the next page starts (null: none)."""
+    return {
+        "items": list(rows[:limit]),
+        "limit": limit,
+        "offset": offset,
+        "next_offset": offset + limit if len(rows) > limit else None,
+    }
+
 
 _SLOTS = (
     Param("from_slot", "integer", "slot", ">=", description="only rows at or after this slot"),
@@ -64,6 +78,18 @@ RESOURCES = {
                 Param("status", "choice", "status", choices=("open", "active", "closing", "closed")),
             ),
             "Leases with their escrow totals; an item also lists its assignments.",
+        ),
+        Resource(
+            "assignments",
+            "assignments",
+            None,
+            (
+                Param("lease", "pubkey", "lease"),
+                Param("node", "pubkey", "node"),
+                Param("provider", "pubkey", "provider"),
+                Param("active", "boolean", "active"),
+            ),
+            "Leases' shares on nodes, each lease's active ones first (a lease item lists its first page).",
         ),
         Resource(
             "settlements",

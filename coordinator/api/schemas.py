@@ -1,5 +1,5 @@
 """The JSON schema of every API answer, in one place: each ledger table's columns as the API serves
-them (`SELECT *`, amounts as integers), and the shape of every other route's answer. The OpenAPI
+them (`SELECT *`, every u64 as a string of digits), and the shape of every other route's answer. The OpenAPI
 document (coordinator/api/openapi.py) is built from these, and a test holds the answers the routes
 actually send to them (tests/coordinator/test_openapi_responses.py)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from coordinator.api.params import PUBKEY_SCHEMA, SIGNATURE_SCHEMA
+from coordinator.api.params import PUBKEY_SCHEMA, SIGNATURE_SCHEMA, U64_SCHEMA
 from coordinator.scheduler.model import VERIFICATION_STATES
 from gpunet.protocol import GpuTelemetry
 
@@ -27,6 +27,7 @@ __all__ = [
     "SLASH_EVIDENCE",
     "TABLE_COLUMNS",
     "TELEMETRY",
+    "U64",
     "WORKERS",
     "item_schema",
     "page_schema",
@@ -35,7 +36,10 @@ __all__ = [
 Schema = dict[str, Any]
 
 _INT: Schema = {"type": "integer"}
-_AMOUNT: Schema = {"type": "integer", "minimum": 0, "description": "IO base units"}
+# Every u64 is a string of decimal digits (coordinator.api.u64): JavaScript rounds integers above 2**53.
+U64: Schema = U64_SCHEMA
+_AMOUNT: Schema = {**U64, "description": "IO base units"}
+_MAYBE_AMOUNT: Schema = {**_AMOUNT, "type": ["string", "null"]}
 _MAYBE_INT: Schema = {"type": ["integer", "null"]}
 _BOOL: Schema = {"type": "boolean"}
 _TEXT: Schema = {"type": "string"}
@@ -46,7 +50,6 @@ _SIG: Schema = SIGNATURE_SCHEMA
 _MAYBE_SIG: Schema = {**SIGNATURE_SCHEMA, "type": ["string", "null"]}
 _HEX: Schema = {"type": "string", "pattern": "^[0-9a-f]*$", "description": "hex"}
 _TIME: Schema = {"type": "string", "format": "date-time"}
-_ANY: Schema = {}
 
 
 def _object(properties: dict[str, Schema], optional: tuple[str, ...] = ()) -> Schema:
@@ -97,7 +100,7 @@ TABLE_COLUMNS: dict[str, dict[str, Schema]] = {
     "leases": {
         "lease": _KEY,
         "client": _KEY,
-        "lease_id": _INT,
+        "lease_id": U64,
         "gpu_model": _INT,
         "min_vram_gb": _INT,
         "gpu_count": _INT,
@@ -123,11 +126,11 @@ TABLE_COLUMNS: dict[str, dict[str, Schema]] = {
         "provider": _KEY,
         "gpus": _INT,
         "price_per_gpu_hour": _AMOUNT,
-        "epoch": {**_INT, "description": "the assignment's number in the lease, which its usage receipts name"},
+        "epoch": {**U64, "description": "the assignment's number in the lease, which its usage receipts name"},
         "assigned_at": _INT,
         "settled_until": {**_INT, "description": "`through` of the last settled receipt"},
-        "receipt_gpu_seconds": {**_INT, "description": "cumulative GPU-seconds of the last settled receipt"},
-        "gpu_seconds": {**_INT, "description": "GPU-seconds paid for"},
+        "receipt_gpu_seconds": {**U64, "description": "cumulative GPU-seconds of the last settled receipt"},
+        "gpu_seconds": {**U64, "description": "GPU-seconds paid for"},
         "active": _BOOL,
         "assigned_by": _MAYBE_SIG,
         "signature": _SIG,
@@ -138,10 +141,10 @@ TABLE_COLUMNS: dict[str, dict[str, Schema]] = {
         "lease": _KEY,
         "node": _KEY,
         "provider": _KEY,
-        "epoch": _INT,
-        "receipt_gpu_seconds": _INT,
+        "epoch": U64,
+        "receipt_gpu_seconds": U64,
         "through": _INT,
-        "gpu_seconds": _INT,
+        "gpu_seconds": U64,
         "amount": _AMOUNT,
         "payout": _AMOUNT,
         "fee": _AMOUNT,
@@ -182,7 +185,10 @@ TABLE_COLUMNS: dict[str, dict[str, Schema]] = {
         "slot": _INT,
         "block_time": _MAYBE_INT,
         "name": _TEXT,
-        "data": {"type": "object", "description": "the event's fields, as the program emitted them"},
+        "data": {
+            "type": "object",
+            "description": "the event's fields, as the program emitted them; its u64 fields as strings of digits",
+        },
         "lease": _MAYBE_KEY,
         "provider": _MAYBE_KEY,
     },
@@ -193,11 +199,13 @@ def _row(table: str) -> Schema:
     return _object(TABLE_COLUMNS[table])
 
 
-def page_schema(table: str) -> Schema:
-    """A page of `table`: its rows, and where the next page starts (null: none)."""
+def _page(item: Schema, **more: Schema) -> Schema:
+    """Every list's answer (coordinator.api.resources.page_body): a page of items, where the next page
+    starts (null: none), and `more` beside them."""
     return _object(
         {
-            "items": {"type": "array", "items": _row(table)},
+            **more,
+            "items": {"type": "array", "items": item},
             "limit": _INT,
             "offset": _INT,
             "next_offset": _MAYBE_INT,
@@ -205,10 +213,24 @@ def page_schema(table: str) -> Schema:
     )
 
 
+def page_schema(table: str) -> Schema:
+    """A page of `table`'s rows."""
+    return _page(_row(table))
+
+
 def item_schema(table: str) -> Schema:
-    """One row of `table` (a lease also lists its assignments)."""
+    """One row of `table` (a lease also lists its first page of assignments)."""
     if table == "leases":
-        return _object({**TABLE_COLUMNS[table], "assignments": {"type": "array", "items": _row("assignments")}})
+        return _object(
+            {
+                **TABLE_COLUMNS[table],
+                "assignments": {"type": "array", "items": _row("assignments"), "description": "the active ones first"},
+                "assignments_next_offset": {
+                    **_MAYBE_INT,
+                    "description": "more: /assignments?lease=...&offset= this (null: all are listed)",
+                },
+            }
+        )
     return _row(table)
 
 
@@ -263,8 +285,8 @@ AUDIT = _object(
                 {
                     "check": {"type": "string", "enum": ["event", "row", "account", "vault", "unindexed"]},
                     "what": _TEXT,
-                    "indexed": _ANY,
-                    "chain": _ANY,
+                    "indexed": {"description": "the ledger's value; every integer in it as a string of digits"},
+                    "chain": {"description": "the chain's value; every integer in it as a string of digits"},
                     "signatures": {"type": "array", "items": _SIG},
                 }
             ),
@@ -273,75 +295,65 @@ AUDIT = _object(
     optional=("given",),
 )
 
-SLASH_EVIDENCE = _object(
-    {
-        "signature": _SIG,
-        "items": {
-            "type": "array",
-            "items": _object(
-                {
-                    "event_index": _INT,
-                    "provider": _KEY,
-                    "node": _KEY,
-                    "attester": _KEY,
-                    "fault": _TEXT,
-                    "evidence_hash": {**_HEX, "description": "on chain: SHA-256 of the evidence's canonical JSON"},
-                    "lease": _MAYBE_KEY,
-                    "slot": _INT,
-                    "evidence": {
-                        "type": ["object", "null"],
-                        "description": "what the coordinator recorded; null when it holds none",
-                    },
-                    "node_key": _MAYBE_KEY,
-                }
-            ),
-        },
-    }
+SLASH_EVIDENCE = _page(
+    signature=_SIG,
+    item=_object(
+        {
+            "event_index": _INT,
+            "provider": _KEY,
+            "node": _KEY,
+            "attester": _KEY,
+            "fault": _TEXT,
+            "evidence_hash": {**_HEX, "description": "on chain: SHA-256 of the evidence's canonical JSON"},
+            "lease": _MAYBE_KEY,
+            "slot": _INT,
+            "evidence": {
+                "type": ["object", "null"],
+                "description": "what the coordinator recorded; null when it holds none",
+            },
+            "node_key": _MAYBE_KEY,
+        }
+    ),
 )
 
 _MAYBE_NUMBER: Schema = {"type": ["number", "null"]}
-NODE_VERIFICATIONS = _object(
-    {
-        "node": _KEY,
-        "node_key": _KEY,
-        "items": {
-            "type": "array",
-            "items": _object(
-                {
-                    "id": _INT,
-                    "node_key": _KEY,
-                    "gpu_index": {**_MAYBE_INT, "description": "null: a verdict on the node's inventory"},
-                    "gpu_uuid": _MAYBE_TEXT,
-                    "model": {**_TEXT, "description": "the registered model the challenge was sized for"},
-                    "simulated": _BOOL,
-                    "challenge": _MAYBE_TEXT,
-                    "seed": _MAYBE_TEXT,
-                    "n": _MAYBE_INT,
-                    "depth": _MAYBE_INT,
-                    "products": _MAYBE_INT,
-                    "expected_seconds": _MAYBE_NUMBER,
-                    "deadline_seconds": _MAYBE_NUMBER,
-                    "committed_seconds": {**_MAYBE_NUMBER, "description": "null: no commitment came in time"},
-                    "verdict": {"type": "string", "enum": ["passed", "failed", "refused", "unfit", "unverified"]},
-                    "reason": _TEXT,
-                    "at": _TIME,
-                    "kind": {
-                        "type": ["string", "null"],
-                        "enum": ["compute", "memory", None],
-                        "description": "the GPU's compute or memory check (gpunet.vram); null: a verdict on the node",
-                    },
-                    "lanes": {**_MAYBE_INT, "description": "memory check: lanes of blocks filled"},
-                    "blocks": {**_MAYBE_INT, "description": "memory check: blocks per lane"},
-                    "block_bytes": _MAYBE_INT,
-                    "answer_deadline_seconds": {
-                        **_MAYBE_NUMBER,
-                        "description": "memory check: from naming the blocks to the answer",
-                    },
-                    "answered_seconds": {**_MAYBE_NUMBER, "description": "memory check: null: no answer in time"},
-                }
-            ),
-        },
-    }
+NODE_VERIFICATIONS = _page(
+    node=_KEY,
+    node_key=_KEY,
+    item=_object(
+        {
+            "id": _INT,
+            "node_key": _KEY,
+            "gpu_index": {**_MAYBE_INT, "description": "null: a verdict on the node's inventory"},
+            "gpu_uuid": _MAYBE_TEXT,
+            "model": {**_TEXT, "description": "the registered model the challenge was sized for"},
+            "simulated": _BOOL,
+            "challenge": _MAYBE_TEXT,
+            "seed": _MAYBE_TEXT,
+            "n": _MAYBE_INT,
+            "depth": _MAYBE_INT,
+            "products": _MAYBE_INT,
+            "expected_seconds": _MAYBE_NUMBER,
+            "deadline_seconds": _MAYBE_NUMBER,
+            "committed_seconds": {**_MAYBE_NUMBER, "description": "null: no commitment came in time"},
+            "verdict": {"type": "string", "enum": ["passed", "failed", "refused", "unfit", "unverified"]},
+            "reason": _TEXT,
+            "at": _TIME,
+            "kind": {
+                "type": ["string", "null"],
+                "enum": ["compute", "memory", None],
+                "description": "the GPU's compute or memory check (gpunet.vram); null: a verdict on the node",
+            },
+            "lanes": {**_MAYBE_INT, "description": "memory check: lanes of blocks filled"},
+            "blocks": {**_MAYBE_INT, "description": "memory check: blocks per lane"},
+            "block_bytes": _MAYBE_INT,
+            "answer_deadline_seconds": {
+                **_MAYBE_NUMBER,
+                "description": "memory check: from naming the blocks to the answer",
+            },
+            "answered_seconds": {**_MAYBE_NUMBER, "description": "memory check: null: no answer in time"},
+        }
+    ),
 )
 
 # A stored checkpoint as the job view shows it: one rank's newest (coordinator.checkpoints.CheckpointStore.summary).
@@ -490,7 +502,7 @@ _QUOTE_TERMS = _object(
         "gpu_count": _INT,
         "min_vram_gb": _INT,
         "region": _TEXT,
-        "max_price_per_gpu_hour": {**_MAYBE_INT, "description": "IO base units; null: no ceiling given"},
+        "max_price_per_gpu_hour": {**_MAYBE_AMOUNT, "description": "IO base units; null: no ceiling given"},
         "gpus_per_node": _MAYBE_INT,
     }
 )
@@ -517,9 +529,9 @@ _CANDIDATE = _object(
 _ESCROW = _object(
     {
         "duration_seconds": _INT,
-        "max_price_per_gpu_hour": _MAYBE_INT,
-        "needed": {**_MAYBE_INT, "description": "IO base units lease open escrows (null: no node to price it)"},
-        "cost_at_quoted_prices": _MAYBE_INT,
+        "max_price_per_gpu_hour": _MAYBE_AMOUNT,
+        "needed": {**_MAYBE_AMOUNT, "description": "IO base units lease open escrows (null: no node to price it)"},
+        "cost_at_quoted_prices": _MAYBE_AMOUNT,
     }
 )
 _QUOTED = {"terms": _QUOTE_TERMS, "candidates": {"type": "array", "items": _CANDIDATE}, "escrow": _ESCROW}
@@ -572,32 +584,27 @@ LEASE_FILES = _object(
     optional=("sealed",),
 )
 
-WORKERS = _object(
-    {
-        "items": {
-            "type": "array",
-            "items": _object(
-                {
-                    "node_key": _KEY,
-                    "connected": _BOOL,
-                    "online": _BOOL,
-                    "healthy": _BOOL,
-                    "simulated": _BOOL,
-                    "last_heartbeat": {"type": "number"},
-                }
-            ),
-        },
-        "slashing": _object(
-            {
-                "paused": _BOOL,
-                "reason": _MAYBE_TEXT,
-                "paused_regions": {
-                    "type": "array",
-                    "items": _object({"region": _TEXT, "since": {"type": "number"}}),
-                },
-            }
-        ),
-    }
+WORKERS = _page(
+    item=_object(
+        {
+            "node_key": _KEY,
+            "connected": _BOOL,
+            "online": _BOOL,
+            "healthy": _BOOL,
+            "simulated": _BOOL,
+            "last_heartbeat": {"type": "number"},
+        }
+    ),
+    slashing=_object(
+        {
+            "paused": _BOOL,
+            "reason": _MAYBE_TEXT,
+            "paused_regions": {
+                "type": "array",
+                "items": _object({"region": _TEXT, "since": {"type": "number"}}),
+            },
+        }
+    ),
 )
 
 SLASHING_RESUMED = _object({"resumed": _TEXT})

@@ -25,6 +25,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from coordinator.api.params import BadRequest, Param, parse_pubkey, parse_query
+from coordinator.api.resources import PAGE, page_body
 from coordinator.checkpoints import TooLargeToServe, checkpoint_routes, latest_sealed
 from coordinator.db import chain as indexed
 from coordinator.db import jobs, requests
@@ -34,7 +35,7 @@ from coordinator.db.connection import Connection
 from coordinator.jobs import job_over, job_progress
 from coordinator.scheduler import LeaseRequest, NotPlaced, Placement, Scheduler, SchedulerError
 from gpunet import instructions as ix
-from gpunet.amounts import escrow_for
+from gpunet.amounts import U64_MAX, escrow_for, u64_json
 from gpunet.catalog import CatalogError, gpu_model_name, region, region_name
 from gpunet.json_input import NotJson, parse_json
 from gpunet.limits import ANY, MAX_GPUS_PER_NODE, MAX_LEASE_GPUS, MAX_LEASE_NODES
@@ -66,10 +67,10 @@ QUOTE_PARAMS = (
     Param("region", "region", default=ANY, description="a region's name (eu-west, ...) or catalog code; any"),
     Param(
         "max_price_per_gpu_hour",
-        "integer",
+        "u64",
         minimum=1,
-        maximum=2**64 - 1,
-        description="IO base units; default: no ceiling (the escrow is then sized at the dearest node chosen)",
+        description="IO base units, decimal digits; default: no ceiling (the escrow is then sized at the dearest "
+        "node chosen)",
     ),
     Param(
         "gpus_per_node", "integer", minimum=1, maximum=MAX_GPUS_PER_NODE, description="equal shares of this many GPUs"
@@ -108,12 +109,12 @@ def _describe(placement: Placement | NotPlaced) -> dict[str, Any]:
             {
                 "node_key": str(s.node_key),
                 "gpus": s.gpus,
-                "price_per_gpu_hour": s.price_per_gpu_hour,
+                "price_per_gpu_hour": u64_json(s.price_per_gpu_hour),
                 "simulated": s.simulated,
             }
             for s in placement.shares
         ],
-        "burn_per_hour": sum(s.gpus * s.price_per_gpu_hour for s in placement.shares),
+        "burn_per_hour": _amount("the burn per hour", sum(s.gpus * s.price_per_gpu_hour for s in placement.shares)),
     }
 
 
@@ -132,7 +133,7 @@ def _candidates(scheduler: Scheduler, terms: ix.LeaseTerms, placement: Placement
             "missing_gpus": v.missing_gpus,
             "vram_gb": v.vram_gb,
             "region": region_name(v.region),
-            "price_per_gpu_hour": v.price_per_gpu_hour,
+            "price_per_gpu_hour": u64_json(v.price_per_gpu_hour),
             "reliability": round(scheduler.scoring.reliability(v), 4),
             "online": v.online,
             "healthy": v.healthy,
@@ -155,14 +156,26 @@ def _escrow(
     price: int | None = terms.max_price_per_gpu_hour
     if not given_max_price:
         price = max((s.price_per_gpu_hour for s in shares), default=None)
+    needed = None if price is None else escrow_for(price, terms.gpu_count, seconds)
+    cost = sum(escrow_for(s.price_per_gpu_hour, s.gpus, seconds) for s in shares) if shares else None
     return {
         "duration_seconds": seconds,
-        "max_price_per_gpu_hour": price,
-        "needed": None if price is None else escrow_for(price, terms.gpu_count, seconds),
-        "cost_at_quoted_prices": sum(escrow_for(s.price_per_gpu_hour, s.gpus, seconds) for s in shares)
-        if shares
-        else None,
+        "max_price_per_gpu_hour": _maybe_u64(price),
+        "needed": None if needed is None else _amount(f"the escrow for {seconds} s", needed),
+        "cost_at_quoted_prices": None if cost is None else _amount(f"the cost of {seconds} s", cost),
     }
+
+
+def _maybe_u64(value: int | None) -> str | None:
+    return None if value is None else u64_json(value)
+
+
+def _amount(what: str, value: int) -> str:
+    """An amount the quote computed, as the API gives u64s; one no token account could hold is refused
+    (no lease could escrow it: the program's checked arithmetic would refuse it too)."""
+    if value > U64_MAX:
+        raise BadRequest(f"{what} would be {value} IO base units, more than a u64 holds: ask for less")
+    return u64_json(value)
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -394,7 +407,7 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
                 "gpu_count": terms.gpu_count,
                 "min_vram_gb": terms.min_vram_gb,
                 "region": region_name(terms.region),
-                "max_price_per_gpu_hour": values.get("max_price_per_gpu_hour"),
+                "max_price_per_gpu_hour": _maybe_u64(values.get("max_price_per_gpu_hour")),
                 "gpus_per_node": values.get("gpus_per_node"),
             },
             **_describe(placement),
@@ -427,21 +440,27 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
         )
 
     async def workers(request: Request) -> Response:
-        parse_query(request.query_params, ())
+        values = parse_query(request.query_params, PAGE)
+        limit, offset = values["limit"], values["offset"]
         fleet, outages = coordinator.fleet, coordinator.outages
+        known = sorted(fleet.nodes.items(), key=lambda kv: str(kv[0]))
         return JSONResponse(
             {
-                "items": [
-                    {
-                        "node_key": str(key),
-                        "connected": seen.connected,
-                        "online": fleet.online(key),
-                        "healthy": seen.healthy,
-                        "simulated": seen.simulated,
-                        "last_heartbeat": seen.last_heartbeat,
-                    }
-                    for key, seen in sorted(fleet.nodes.items(), key=lambda kv: str(kv[0]))
-                ],
+                **page_body(
+                    [
+                        {
+                            "node_key": str(key),
+                            "connected": seen.connected,
+                            "online": fleet.online(key),
+                            "healthy": seen.healthy,
+                            "simulated": seen.simulated,
+                            "last_heartbeat": seen.last_heartbeat,
+                        }
+                        for key, seen in known[offset : offset + limit + 1]
+                    ],
+                    limit,
+                    offset,
+                ),
                 # a correlated outage pauses slashing (and moving shares) until the fleet is heard again
                 "slashing": {
                     "paused": outages.slashing_paused,

@@ -306,6 +306,8 @@ _PAGE_ORDER = {
     "slashes": _CHAIN_ORDER,
     "stake_changes": _CHAIN_ORDER,
     "events": "r.id",
+    # a lease's as its item lists them (the active ones first), so that its pages go on from there
+    "assignments": "r.lease, r.active DESC, r.node",
 }
 
 
@@ -320,9 +322,9 @@ async def page(
     return await conn.fetch(sql, *(value for _, _, value in filters))
 
 
-async def lease_assignments(conn: Connection, lease: str) -> list[asyncpg.Record]:
-    """A lease's assignments, the active ones first."""
-    return await conn.fetch("SELECT * FROM assignments WHERE lease = $1 ORDER BY active DESC, node", lease)
+async def lease_assignments(conn: Connection, lease: str, limit: int) -> list[asyncpg.Record]:
+    """A lease's first `limit` + 1 assignments, the active ones first (as /assignments?lease= pages them)."""
+    return await page(conn, "assignments", [("lease", "=", lease)], limit, 0)
 
 
 async def indexed_events(conn: Connection, column: str, subject: str) -> list[asyncpg.Record]:

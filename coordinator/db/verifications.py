@@ -55,10 +55,10 @@ async def record(conn: Connection, v: Verdict) -> None:
     )  # fmt: skip
 
 
-async def of_node(conn: Connection, node_key: str, limit: int = 100) -> list[asyncpg.Record]:
-    """The node's latest verification records, newest first."""
+async def of_node(conn: Connection, node_key: str, limit: int = 100, offset: int = 0) -> list[asyncpg.Record]:
+    """The node's latest verification records, newest first, after skipping `offset` of them."""
     return await conn.fetch(
-        "SELECT * FROM verifications WHERE node_key = $1 ORDER BY id DESC LIMIT $2", node_key, limit
+        "SELECT * FROM verifications WHERE node_key = $1 ORDER BY id DESC LIMIT $2 OFFSET $3", node_key, limit, offset
     )
 
 

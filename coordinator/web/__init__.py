@@ -58,6 +58,7 @@ def web_routes(
     pool: asyncpg.Pool, rpc: ChainRpc, settings: Settings, coordinator: Coordinator | None = None
 ) -> list[BaseRoute]:
     """The site's routes (mounted beside the API by coordinator.api.create_app)."""
+    from coordinator.web.explorer import explorer_routes  # it renders with this module's page()
 
     async def home(request: Request) -> Response:
         return page(request, "network.html", settings)
@@ -78,5 +79,6 @@ def web_routes(
         Route("/", root),
         Route("/web/", home),
         Route("/web/bundle", bundle),
+        *explorer_routes(pool, rpc, settings, coordinator),
         Mount("/web/static", app=StaticFiles(directory=STATIC), name="static"),
     ]

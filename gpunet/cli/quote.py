@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from gpunet import catalog
-from gpunet.amounts import format_io, parse_io
+from gpunet.amounts import format_io, parse_io, parse_u64
 from gpunet.cli import clock
 from gpunet.cli.common import (
     DEFAULT_COORDINATOR,
@@ -133,7 +133,7 @@ def quote(
                     _free(c),
                     f"{c['gpu_model']} {c['vram_gb']} GB",
                     c["region"],
-                    format_io(c["price_per_gpu_hour"]),
+                    format_io(parse_u64(c["price_per_gpu_hour"])),
                     f"{c['reliability']:.0%}",
                     _VERIFICATION[c["verification"]],
                     _state(c),
@@ -143,23 +143,25 @@ def quote(
             if answer["placeable"]:
                 lines.append(
                     f"[green]placeable now[/] on {len(answer['shares'])} node(s), burning "
-                    f"{format_io(answer['burn_per_hour'])}/hour"
+                    f"{format_io(parse_u64(answer['burn_per_hour']))}/hour"
                 )
             else:
                 lines.append(f"[yellow]not placeable now:[/] {escape(answer['reason'])}")
             if escrow.get("needed") is not None:
-                at = format_io(escrow["max_price_per_gpu_hour"])
+                at = format_io(parse_u64(escrow["max_price_per_gpu_hour"]))
                 whose = "your maximum price" if price is not None else "the dearest chosen node's price"
                 lines.append(
-                    f"escrow needed for {clock.span(seconds)}: [bold]{format_io(escrow['needed'])}[/] "
+                    f"escrow needed for {clock.span(seconds)}: [bold]{format_io(parse_u64(escrow['needed']))}[/] "
                     f"(at {whose}, {at}/GPU-hour, as --max-price)"
                 )
                 if escrow.get("cost_at_quoted_prices") is not None:
                     lines.append(
                         f"at the chosen nodes' prices the whole duration costs "
-                        f"{format_io(escrow['cost_at_quoted_prices'])} (the rest of the escrow comes back)"
+                        f"{format_io(parse_u64(escrow['cost_at_quoted_prices']))} (the rest of the escrow comes back)"
                     )
-                lines.append(f"to open it: {_open_command(terms, escrow['max_price_per_gpu_hour'], duration)}")
+                lines.append(
+                    f"to open it: {_open_command(terms, parse_u64(escrow['max_price_per_gpu_hour']), duration)}"
+                )
             else:
                 lines.append("escrow: no node can take it now to size it; pass --max-price to size it at your price")
             return Group(*lines)

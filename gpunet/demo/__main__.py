@@ -1,6 +1,8 @@
 """`python -m gpunet.demo`: runs the story in a fresh directory; exit 0 when every token is
 accounted for and the audit passes. `python -m gpunet.demo ray`: the Ray cluster story
-(gpunet/demo/ray_story.py); exit 0 when the cluster ran a task on each node and was whole again."""
+(gpunet/demo/ray_story.py); exit 0 when the cluster ran a task on each node and was whole again.
+`--web`: after the story, everything stays up, the explorer and the wallet app on the coordinator's
+/web/, until Ctrl-C."""
 
 from __future__ import annotations
 
@@ -20,11 +22,17 @@ def main() -> int:
     console = Console(soft_wrap=True)  # a key or signature is never cut across lines
     workdir = Path(tempfile.mkdtemp(prefix="gpunet-demo-"))
     try:
-        story = RayDemo if sys.argv[1:] == ["ray"] else Demo
-        if sys.argv[1:] not in ([], ["ray"]):
-            console.print(f"[red]demo: unknown story {' '.join(sys.argv[1:])!r} (none, or: ray)[/]")
+        args = sys.argv[1:]
+        keep_serving = "--web" in args
+        args = [a for a in args if a != "--web"]
+        story = RayDemo if args == ["ray"] else Demo
+        if args not in ([], ["ray"]):
+            console.print(f"[red]demo: unknown story {' '.join(args)!r} (none, or: ray; and --web)[/]")
             return 2
-        result = asyncio.run(story(workdir, console).run())
+        result = asyncio.run(story(workdir, console, keep_serving=keep_serving).run())
+    except KeyboardInterrupt:
+        console.print("[dim]stopped[/]")
+        return 0
     except (LocalnetError, RuntimeError, TimeoutError) as e:
         console.print(f"[red]demo: {e}[/]")
         return 2

@@ -12,6 +12,7 @@ every payment with its transaction, the conservation check and the audit.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 import time
@@ -32,7 +33,7 @@ from solders.pubkey import Pubkey
 
 from gpunet import instructions as ix
 from gpunet.accounts import fetch
-from gpunet.amounts import IO, format_io
+from gpunet.amounts import IO, format_io, parse_u64
 from gpunet.audit import audit_lease, audit_provider
 from gpunet.cli.links import Explorer, ExplorerError, explorer_for
 from gpunet.demo.processes import CoordinatorProcess, WorkerProcess
@@ -145,9 +146,13 @@ class Demo:
         *,
         lease_seconds: int = 36,
         restart_coordinator: bool = False,
+        keep_serving: bool = False,
     ) -> None:
+        """`keep_serving`: after the story, everything stays up (the explorer and the wallet app on
+        the coordinator's /web/) until Ctrl-C."""
         self.workdir, self.console = workdir, console or Console(soft_wrap=True)
         self.lease_seconds, self.restart_coordinator = lease_seconds, restart_coordinator
+        self.keep_serving = keep_serving
         self.suppliers: list[Supplier] = []
         self.explorer: Explorer | None = None
 
@@ -155,8 +160,8 @@ class Demo:
         self.console.print(text)
 
     def _tx(self, signature: object) -> str:
-        """A transaction, short, linked to the explorer ($GPUNET_EXPLORER_URL, default the Solana
-        Explorer on this local node) where the terminal draws links."""
+        """A transaction, short, linked to the explorer ($GPUNET_EXPLORER_URL, default gpunet's own on
+        the coordinator's /web/) where the terminal draws links."""
         return self.explorer.link("tx", signature, short(signature)) if self.explorer else short(signature)
 
     def _section(self, number: int) -> None:
@@ -166,11 +171,6 @@ class Demo:
         node = LocalnetProcess(self.workdir / "localnet.log", slot_ms=100)
         with self.console.status("Starting gpunet-localnet…"):
             node.start()
-        try:  # the node's port is known once it runs
-            self.explorer = explorer_for(os.environ.get("GPUNET_EXPLORER_URL"), node.url, "GPUNET_EXPLORER_URL")
-        except ExplorerError as e:
-            self.say(f"[yellow]{escape(str(e))}: no explorer links[/]")
-            self.explorer = None
         self.say(f"[dim]gpunet-localnet on {node.url} (gpunet program: {program_build()}); logs in {self.workdir}[/]")
         coordinator: CoordinatorProcess | None = None
         try:
@@ -178,8 +178,17 @@ class Demo:
                 self.chain = chain
                 await self.initialise()
                 coordinator = await self.start_coordinator(node)
+                self._link_explorer(node, coordinator)
                 await self.start_suppliers(coordinator)
-                return await self._lease(node, coordinator)
+                result = await self._lease(node, coordinator)
+                if self.keep_serving:
+                    await self._serve(coordinator, result.lease)
+                else:
+                    self.say(
+                        "[dim]the explorer's page of this lease, while the demo runs (`scripts/demo --web` keeps it "
+                        f"up after the story): {coordinator.api_url}/web/leases/{result.lease}[/]"
+                    )
+                return result
         finally:
             with self.console.status("Shutting down workers, coordinator and node…"):
                 for s in self.suppliers:
@@ -189,6 +198,23 @@ class Demo:
                     coordinator.stop(timeout=60)
                 node.stop()
             self.say("[dim]everything stopped cleanly[/]")
+
+    def _link_explorer(self, node: LocalnetProcess, coordinator: CoordinatorProcess) -> None:
+        """The demo's links: to gpunet's explorer on the coordinator (or $GPUNET_EXPLORER_URL's)."""
+        template = os.environ.get("GPUNET_EXPLORER_URL") or f"{coordinator.api_url}/web/{{kind}}/{{id}}"
+        try:
+            self.explorer = explorer_for(template, node.url, "GPUNET_EXPLORER_URL")
+        except ExplorerError as e:
+            self.say(f"[yellow]{escape(str(e))}: no explorer links[/]")
+            self.explorer = None
+
+    async def _serve(self, coordinator: CoordinatorProcess, lease: Pubkey) -> None:
+        self.say(
+            f"[bold]the explorer stays up: this lease at {coordinator.api_url}/web/leases/{lease}, the network at "
+            f"{coordinator.api_url}/web/, the wallet app at {coordinator.api_url}/web/app. Ctrl-C stops it all.[/]"
+        )
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.Event().wait()
 
     async def initialise(self) -> None:
         self._section(1)
@@ -347,8 +373,9 @@ class Demo:
                     for s in settlements[seen_settlements:]:
                         progress.console.print(
                             f"  {by_node.get(s['node'], '?')}: receipt for {s['receipt_gpu_seconds']} GPU-s "
-                            f"signed by its node → {s['gpu_seconds']} more paid {format_io(s['payout'])}, "
-                            f"fee {format_io(s['fee'])} kept for the treasury  [dim]tx {short(s['signature'])}[/]"
+                            f"signed by its node → {s['gpu_seconds']} more paid {format_io(parse_u64(s['payout']))}, "
+                            f"fee {format_io(parse_u64(s['fee']))} kept for the treasury  "
+                            f"[dim]tx {short(s['signature'])}[/]"
                         )
                     seen_settlements = len(settlements)
                     paid_nodes = [by_node.get(s["node"]) for s in settlements]
@@ -376,9 +403,10 @@ class Demo:
                     slashes = (await http.get("/slashes", params={"lease": str(lease)})).json()["items"]
                     for s in slashes[seen_slashes:]:
                         progress.console.print(
-                            f"[yellow]  {by_node.get(s['node'], '?')} slashed {format_io(s['amount'])} "
+                            f"[yellow]  {by_node.get(s['node'], '?')} slashed {format_io(parse_u64(s['amount']))} "
                             f"for {s['fault']}: "
-                            f"{format_io(s['to_client'])} to the client, {format_io(s['to_treasury'])} to the treasury "
+                            f"{format_io(parse_u64(s['to_client']))} to the client, "
+                            f"{format_io(parse_u64(s['to_treasury']))} to the treasury "
                             f"(evidence {short(s['evidence_hash'])})  [dim]tx {short(s['signature'])}[/]"
                         )
                     seen_slashes = len(slashes)

@@ -19,11 +19,13 @@ from solana.rpc.async_api import AsyncClient
 from solders.keypair import Keypair
 from typer.testing import CliRunner
 
+from coordinator.api import app as api_app
 from coordinator.api import create_app
 from coordinator.db import connect_pool, nodes
 from coordinator.db.migrate import migrate
 from coordinator.indexer.rpc import ChainRpc
 from coordinator.settings import Settings
+from gpunet.amounts import U64_MAX, parse_u64
 from gpunet.audit import audit_lease, audit_provider, evidence_hash
 from gpunet.cli import app as gpunet_app
 from gpunet.exits import Exit
@@ -74,10 +76,10 @@ def api_url(node, database_url):
     thread.join(timeout=30)
 
 
-async def test_resources_filters_and_pagination(node, market: Market, indexer, pool, api_url):
+async def test_resources_filters_and_pagination(node, market: Market, indexer, pool, api_url, monkeypatch):
     ada, bob = await market.supplier(), await market.supplier()
     dev = await market.client()
-    lease = await market.open_lease(dev, 3, gpus=4)
+    lease = await market.open_lease(dev, U64_MAX, gpus=4)  # an id JavaScript's numbers cannot hold
     await market.assign(lease, [(ada, 2), (bob, 2)])
     await market.settle(lease, ada)
     expected = await chain_events(node, market.signatures)
@@ -101,13 +103,34 @@ async def test_resources_filters_and_pagination(node, market: Market, indexer, p
         rest = (await http.get("/providers", params={"limit": 1, "offset": 1})).json()
         assert rest["items"][0]["provider"] != page["items"][0]["provider"] and rest["next_offset"] is None
         mine = (await http.get("/providers", params={"authority": str(ada.wallet.pubkey())})).json()["items"]
-        assert [p["provider"] for p in mine] == [str(ada.provider)] and mine[0]["earned"] > 0
+        assert [p["provider"] for p in mine] == [str(ada.provider)] and parse_u64(mine[0]["earned"]) > 0
 
+        # every u64 is a string of digits (a JavaScript client would round one above 2**53), other integers not
         item = (await http.get(f"/leases/{lease}")).json()
-        assert item["status"] == "active" and item["deposited"] == 12_000_000
+        assert item["status"] == "active" and item["deposited"] == "12000000" and item["lease_id"] == str(U64_MAX)
         assert sorted(a["node"] for a in item["assignments"]) == sorted([str(ada.node), str(bob.node)])
+        assert item["assignments_next_offset"] is None and type(item["gpu_count"]) is int
         settlements = (await http.get("/settlements", params={"lease": str(lease)})).json()["items"]
-        assert [(s["node"], s["epoch"]) for s in settlements] == [(str(ada.node), 1)]
+        assert [(s["node"], s["epoch"]) for s in settlements] == [(str(ada.node), "1")]
+        [settled] = (await http.get("/events", params={"name": "UsageSettled"})).json()["items"]
+        assert settled["data"]["payout"] == settlements[0]["payout"] and settled["data"]["epoch"] == "1"
+        assert type(settled["data"]["through"]) is int and type(settled["slot"]) is int  # i64 and slot: numbers
+        [opened] = (await http.get("/events", params={"name": "LeaseOpened"})).json()["items"]
+        assert (opened["data"]["lease_id"], opened["data"]["deposit"]) == (str(U64_MAX), "12000000")
+        assert type(opened["data"]["terms"]["max_price_per_gpu_hour"]) is str  # a nested u64 too
+        assert type(opened["data"]["terms"]["gpu_count"]) is int
+
+        # a lease's assignments page on at /assignments, in the order its item lists them
+        shares = [(a["node"], a["active"]) for a in item["assignments"]]
+        first = (await http.get("/assignments", params={"lease": str(lease), "limit": 1})).json()
+        second = (await http.get("/assignments", params={"lease": str(lease), "limit": 1, "offset": 1})).json()
+        assert (first["next_offset"], second["next_offset"]) == (1, None)
+        assert [(a["node"], a["active"]) for a in first["items"] + second["items"]] == shares
+        assert (await http.get("/assignments", params={"node": str(bob.node)})).json()["items"][0]["gpus"] == 2
+        # a lease item lists one page of them at most, and says where the rest are
+        monkeypatch.setattr(api_app, "LEASE_ASSIGNMENTS", 1)
+        short = (await http.get(f"/leases/{lease}")).json()
+        assert short["assignments"] == first["items"] and short["assignments_next_offset"] == 1
         assert (await http.get("/settlements", params={"node": str(bob.node)})).json()["items"] == []
         assert (
             len((await http.get("/nodes", params={"provider": str(bob.provider), "jailed": "false"})).json()["items"])
@@ -221,6 +244,12 @@ async def test_each_slash_serves_its_evidence_and_the_audit_checks_it_against_th
         (f"/audit/leases/{Keypair().pubkey()}", 404, "neither the ledger nor the chain has it"),
         (f"/audit/providers/{Keypair().pubkey()}", 404, "is neither a provider account nor the wallet"),
         ("/no-such-thing", 404, "Not Found"),
+        # every list pages, within the same limits
+        ("/assignments?limit=501", 400, "limit: 501 is out of range [1, 500]"),
+        (f"/nodes/{Keypair().pubkey()}/verifications?limit=0", 400, "limit: 0 is out of range [1, 500]"),
+        (f"/nodes/{Keypair().pubkey()}/verifications?limit=501", 400, "limit: 501 is out of range [1, 500]"),
+        (f"/slashes/{Keypair().sign_message(b'x')}/evidence?limit=0", 400, "limit: 0 is out of range [1, 500]"),
+        (f"/slashes/{Keypair().sign_message(b'x')}/evidence?offset=-1", 400, "offset: -1 is out of range"),
     ],
 )
 def test_bad_parameters_get_a_4xx_with_a_message(api_url, path, status, message):
@@ -235,6 +264,9 @@ def _value(schema: dict) -> st.SearchStrategy:
     if schema.get("type") == "integer":
         valid = st.integers(schema.get("minimum", -(2**70)), schema.get("maximum", 2**70)).map(str)
         return st.one_of(valid, st.integers(-(2**70), 2**70).map(str), anything)
+    if schema.get("format") == "u64":
+        digits = st.integers(0, 2**70).map(str)
+        return st.one_of(digits, st.integers(-(2**70), 2**70).map(str), anything)
     if schema.get("type") == "boolean":
         return st.one_of(st.sampled_from(["true", "false"]), anything)
     if "enum" in schema:
@@ -282,6 +314,7 @@ def test_schemathesis_finds_no_server_error_or_contract_violation(api_url):
 
     schemathesis.openapi.format("base58-pubkey", st.builds(lambda: str(Keypair().pubkey())))
     schemathesis.openapi.format("base58-signature", st.builds(lambda: str(Keypair().sign_message(b"x"))))
+    schemathesis.openapi.format("u64", st.integers(0, 2**64 - 1).map(str))
     schema = schemathesis.openapi.from_url(f"{api_url}/openapi.json")
     operations = [result.ok() for result in schema.get_all_operations()]
     paths = httpx.get(f"{api_url}/openapi.json", timeout=30).json()["paths"]

@@ -203,7 +203,7 @@ async def test_quote_takes_names_and_lists_candidates_with_their_state_and_the_e
     assert {c["node_key"] for c in offline["candidates"]} == set(keys)
     for c in offline["candidates"]:
         assert (c["gpu_model"], c["region"], c["online"], c["chosen_gpus"]) == ("H100", "us-east", False, 0)
-        assert c["price_per_gpu_hour"] == Cluster.PRICE and c["reliability"] == 0.9 and c["free_gpus"] == 2
+        assert c["price_per_gpu_hour"] == str(Cluster.PRICE) and c["reliability"] == 0.9 and c["free_gpus"] == 2
         assert (c["missing_gpus"], c["verification"]) == (0, "unverified")  # no worker has said what it runs
     # no maximum price and nothing placeable: nothing to size the escrow at
     assert offline["escrow"]["needed"] is None
@@ -239,17 +239,36 @@ async def test_quote_takes_names_and_lists_candidates_with_their_state_and_the_e
     assert online["candidates"][0]["chosen_gpus"] == 2  # the chosen node first
     assert online["candidates"][0]["node_key"] == keys[0]  # the failed node is not chosen
     # sized at the dearest chosen node's price, for 2 h
-    assert online["escrow"] == {
+    assert online["escrow"] == {  # every amount a string of digits
         "duration_seconds": 7200,
-        "max_price_per_gpu_hour": Cluster.PRICE,
-        "needed": 2 * 2 * Cluster.PRICE,
-        "cost_at_quoted_prices": 2 * 2 * Cluster.PRICE,
+        "max_price_per_gpu_hour": str(Cluster.PRICE),
+        "needed": str(2 * 2 * Cluster.PRICE),
+        "cost_at_quoted_prices": str(2 * 2 * Cluster.PRICE),
     }
-    mine = (await http.get("/quote", params={**terms, "max_price_per_gpu_hour": 5 * Cluster.PRICE})).json()
-    assert mine["escrow"]["needed"] == 2 * 2 * 5 * Cluster.PRICE and mine["escrow"]["max_price_per_gpu_hour"] == (
-        5 * Cluster.PRICE
+    assert online["burn_per_hour"] == str(2 * Cluster.PRICE) and online["shares"][0]["price_per_gpu_hour"] == str(
+        Cluster.PRICE
     )
+    mine = (await http.get("/quote", params={**terms, "max_price_per_gpu_hour": str(5 * Cluster.PRICE)})).json()
+    assert mine["escrow"]["needed"] == str(2 * 2 * 5 * Cluster.PRICE) and mine["terms"]["max_price_per_gpu_hour"] == (
+        mine["escrow"]["max_price_per_gpu_hour"]
+    ) == str(5 * Cluster.PRICE)
     assert (await http.get("/quote", params={**terms, "max_price_per_gpu_hour": 1})).json()["placeable"] is False
+    # the largest u64 is taken exactly; anything but its decimal digits within u64 is a 400 that says so
+    no_duration = {k: v for k, v in terms.items() if k != "duration_seconds"}
+    top = (await http.get("/quote", params={**no_duration, "max_price_per_gpu_hour": str(2**64 - 1)})).json()
+    assert top["terms"]["max_price_per_gpu_hour"] == "18446744073709551615"
+    # an escrow no token account could hold is refused, saying so (no lease could escrow it)
+    beyond = await http.get("/quote", params={**terms, "max_price_per_gpu_hour": str(2**64 - 1)})
+    assert beyond.status_code == 400 and "more than a u64 holds" in beyond.json()["error"]
+    for bad in ("18446744073709551616", "1e6", "1.5", "-1", "+5", " 5", "5_000", "0x10", "\u0661\u0662", "", "0"):
+        refused = await http.get("/quote", params={**terms, "max_price_per_gpu_hour": bad})
+        assert refused.status_code == 400, (bad, refused.text)
+        assert refused.json()["error"].startswith("max_price_per_gpu_hour: "), refused.text
+    # the workers page like every list
+    pages = [(await http.get("/workers", params={"limit": 1, "offset": i})).json() for i in (0, 1)]
+    assert [w["node_key"] for p in pages for w in p["items"]] == sorted(keys)
+    assert [p["next_offset"] for p in pages] == [1, None] and pages[1]["slashing"]["paused"] is False
+    assert (await http.get("/workers", params={"limit": 0})).status_code == 400
 
     # the command prints the table, the escrow and the command that opens the lease
     url = str(http.base_url)
@@ -275,7 +294,7 @@ async def test_quote_takes_names_and_lists_candidates_with_their_state_and_the_e
         stdout=asyncio.subprocess.PIPE,
     )
     printed = json.loads((await asyncio.wait_for(proc.communicate(), 60))[0])
-    assert printed["terms"]["gpu_model"] == "any" and printed["escrow"]["needed"] == 2 * 10 * 10**6
+    assert printed["terms"]["gpu_model"] == "any" and printed["escrow"]["needed"] == str(2 * 10 * 10**6)
 
 
 async def test_one_job_at_a_time_the_next_once_the_current_one_ended_on_every_node(placed_api) -> None:

@@ -21,6 +21,7 @@ from solders.keypair import Keypair
 from starlette.applications import Starlette
 
 from coordinator.api import create_app
+from coordinator.api.schemas import TABLE_COLUMNS
 from coordinator.api.work import work_routes
 from coordinator.checkpoints import CheckpointStore, DiskBlobs, checkpoint_routes
 from coordinator.db import nodes, verifications
@@ -38,6 +39,7 @@ from gpunet.checkpoint import (
     sign_manifest,
     signed_headers,
 )
+from gpunet.idl import idl_json
 from gpunet.protocol import (
     CheckpointFile,
     GpuTelemetry,
@@ -52,7 +54,7 @@ from gpunet.testbed import Market
 from .conftest import eventually
 from .world import live_settings
 
-_PAGES = ("/providers", "/nodes", "/leases", "/settlements", "/slashes", "/stake_changes", "/events")
+_PAGES = ("/providers", "/nodes", "/leases", "/assignments", "/settlements", "/slashes", "/stake_changes", "/events")
 
 
 @pytest.fixture
@@ -151,6 +153,22 @@ async def test_every_answer_holds_to_the_documented_schema(served, pool) -> None
         await verifications.record(conn, challenge)
         await verifications.record(conn, memory)
         await verifications.record(conn, Verdict(bob.node_key.pubkey(), "H100", True, "unfit", "its GPUs differ"))
+    # three records page as two and one, newest first, as the whole list has them
+    checks = f"/nodes/{bob.node}/verifications"
+    whole = (await http.get(checks)).json()
+    pages = [(await http.get(checks, params={"limit": 2, "offset": at})).json() for at in (0, 2)]
+    assert [p["next_offset"] for p in pages] == [2, None] and whole["next_offset"] is None
+    assert (
+        [r["id"] for p in pages for r in p["items"]]
+        == [r["id"] for r in whole["items"]]
+        == sorted((r["id"] for r in whole["items"]), reverse=True)
+    )
+    assert [r["verdict"] for r in whole["items"]] == ["unfit", "failed", "passed"]
+    # a page past one transaction's slashes is empty, not a 404
+    evidence = f"/slashes/{extra['slash']}/evidence"
+    assert (await http.get(evidence, params={"limit": 1})).json()["next_offset"] is None
+    past = await http.get(evidence, params={"offset": 1})
+    assert past.status_code == 200 and past.json()["items"] == []
 
     # The waiting lease's latest checkpoint, read by its client (a signed GET) and refused unsigned.
     async with pool.acquire() as conn:
@@ -217,18 +235,25 @@ async def test_every_answer_holds_to_the_documented_schema(served, pool) -> None
         ("/providers/{key}", f"/providers/{stranger}", {}, 404),
         ("/nodes/{key}", f"/nodes/{bob.node}", {}, 200),
         ("/nodes/{key}/verifications", f"/nodes/{bob.node}/verifications", {}, 200),
+        ("/nodes/{key}/verifications", f"/nodes/{bob.node}/verifications", {"limit": 2}, 200),
+        ("/nodes/{key}/verifications", f"/nodes/{bob.node}/verifications", {"limit": 0}, 400),
         ("/nodes/{key}/verifications", f"/nodes/{bob.node_key.pubkey()}/verifications", {}, 200),
         ("/nodes/{key}/verifications", f"/nodes/{stranger}/verifications", {}, 404),
         ("/leases/{key}", f"/leases/{lease}", {}, 200),
         ("/leases/{key}", "/leases/nope", {}, 400),
         ("/slashes/{signature}/evidence", f"/slashes/{extra['slash']}/evidence", {}, 200),
+        ("/slashes/{signature}/evidence", f"/slashes/{extra['slash']}/evidence", {"offset": 1}, 200),
         ("/slashes/{signature}/evidence", f"/slashes/{Keypair().sign_message(b'x')}/evidence", {}, 404),
         ("/audit/leases/{key}", f"/audit/leases/{lease}", {}, 200),
         ("/audit/providers/{key}", f"/audit/providers/{ada.wallet.pubkey()}", {}, 200),
         ("/audit/providers/{key}", f"/audit/providers/{stranger}", {}, 404),
         ("/quote", "/quote", {"gpu_count": 1, "max_price_per_gpu_hour": 10**9}, 200),
         ("/quote", "/quote", {"max_price_per_gpu_hour": 10**9}, 400),
+        ("/quote", "/quote", {"gpu_count": 1, "max_price_per_gpu_hour": "1e9"}, 400),
+        ("/quote", "/quote", {"gpu_count": 1, "duration_seconds": 60}, 200),
         ("/workers", "/workers", {}, 200),
+        ("/workers", "/workers", {"limit": 1, "offset": 1}, 200),
+        ("/workers", "/workers", {"limit": 501}, 400),
     ]
     for path in _PAGES:
         requests += [(path, path, {}, 200), (path, path, {"limit": 1}, 200)]
@@ -311,3 +336,65 @@ async def test_required_parameters_are_marked_required(served) -> None:
                     assert "properties" in schema or "oneOf" in schema, (path, status, schema)
     missing = await http.get("/quote", params={"max_price_per_gpu_hour": 1})
     assert missing.status_code == 400 and missing.json()["error"] == "gpu_count is required"
+
+
+async def test_every_u64_column_is_served_as_a_string_and_no_other(served, pool) -> None:
+    """The rule (coordinator.api.u64): the schema of each ledger table the API serves says string of digits
+    exactly for its numeric(20, 0) columns, the u64s; the answers hold to it (checked above)."""
+    async with pool.acquire() as conn:
+        columns = await conn.fetch(
+            "SELECT table_name, column_name, data_type, numeric_precision FROM information_schema.columns "
+            "WHERE table_schema = current_schema() AND table_name = ANY($1::text[])",
+            list(TABLE_COLUMNS),
+        )
+    served_columns = [c for c in columns if c["column_name"] in TABLE_COLUMNS[c["table_name"]]]
+    assert len(served_columns) == sum(len(c) for c in TABLE_COLUMNS.values()), "a schema names a column not there"
+    for c in served_columns:
+        u64 = (c["data_type"], c["numeric_precision"]) == ("numeric", 20)
+        schema = TABLE_COLUMNS[c["table_name"]][c["column_name"]]
+        assert (schema.get("format") == "u64") == u64, (c["table_name"], c["column_name"], schema)
+
+
+def _u64_fields(kind: Any, value: Any, types: dict[str, Any], where: str) -> list[str]:
+    """Where, in an event's data, a u64 (by the IDL) is not a string of digits or another integer is not a number."""
+    if isinstance(kind, str):
+        wide = kind in ("u64", "u128")
+        if kind[0] in "ui" and kind[1:].isdigit() and (type(value) is not (str if wide else int)):
+            return [f"{where}: {kind} as {value!r}"]
+        return [f"{where}: {value!r}"] if wide and not value.isdigit() else []
+    if "option" in kind:
+        return [] if value is None else _u64_fields(kind["option"], value, types, where)
+    if "vec" in kind or ("array" in kind and isinstance(value, list)):
+        inner = kind["vec"] if "vec" in kind else kind["array"][0]
+        return [bad for i, v in enumerate(value) for bad in _u64_fields(inner, v, types, f"{where}[{i}]")]
+    found = types.get(kind.get("defined", {}).get("name"), {})
+    if found.get("kind") != "struct":
+        return []
+    return [
+        bad for f in found["fields"] for bad in _u64_fields(f["type"], value[f["name"]], types, f"{where}.{f['name']}")
+    ]
+
+
+async def test_every_events_u64_fields_are_strings(served) -> None:
+    """Over a ledger with every kind of event: each u64 field of an event's data (by the IDL, nested ones
+    too) is a string of digits, and each narrower integer a JSON number."""
+    http, _, _ = served
+    idl = json.loads(idl_json())
+    types = {t["name"]: t["type"] for t in idl["types"]}
+    events = (await http.get("/events", params={"limit": 500})).json()["items"]
+    nested = {"LeaseOpened", "LeaseAssigned", "LeaseReassigned", "NodeRegistered", "UsageSettled", "ProviderSlashed"}
+    assert {e["name"] for e in events} >= nested
+    bad = [b for e in events for b in _u64_fields({"defined": {"name": e["name"]}}, e["data"], types, e["name"])]
+    assert not bad, bad[:5]
+
+
+async def test_an_audit_difference_gives_its_integers_as_strings(served, pool) -> None:
+    """A difference's compared values may be any column or balance: every integer in them is a string."""
+    http, world, _ = served
+    lease = str(world["lease"])
+    async with pool.acquire() as conn:
+        paid = await conn.fetchval("UPDATE leases SET paid = paid + 1 WHERE lease = $1 RETURNING paid", lease)
+    report = (await http.get(f"/audit/leases/{lease}")).json()
+    found = [d for d in report["differences"] if d["what"].endswith(".paid")]
+    assert not report["ok"] and found, report
+    assert found[0]["indexed"] == str(paid) and found[0]["chain"] == str(paid - 1)
