@@ -29,6 +29,7 @@ from coordinator.web.app.relay import BadTransaction, confirm, decode_signed, re
 from coordinator.web.app.state import lease_state, wallet_state
 from gpunet import catalog
 from gpunet.accounts import AccountError
+from gpunet.amounts import u64_json
 from gpunet.client import TransactionFailed
 from gpunet.idl import idl_json
 from gpunet.json_input import NotJson, parse_json
@@ -132,7 +133,7 @@ def app_routes(pool: asyncpg.Pool, settings: Settings) -> list[BaseRoute]:
                 "program": str(settings.program),
                 "fee_payer": str(wallet),
                 "transaction": tx.base64(),
-                "fee_lamports": str(tx.fee_lamports),
+                "fee_lamports": u64_json(tx.fee_lamports),
                 **built.summary,
             }
         )

@@ -19,14 +19,13 @@ from solders.pubkey import Pubkey
 from gpunet import catalog
 from gpunet import instructions as ix
 from gpunet.accounts import AccountError, fetch, fetch_config
-from gpunet.amounts import escrow_for
+from gpunet.amounts import U64_MAX, escrow_for, u64_json
 from gpunet.errors import GpunetError
 from gpunet.pda import lease_pda, provider_pda
 from gpunet.tokens import io_account
 
 __all__ = ["ACTIONS", "Built", "FormError", "build"]
 
-U64 = 2**64
 MAX_LEASE_SECONDS = 366 * 86_400  # a form's duration or top-up, at most (the program bounds it further)
 
 
@@ -47,7 +46,7 @@ def _pubkey(form: dict[str, Any], name: str) -> Pubkey:
         raise FormError(f"{name}: not a base58 address") from None
 
 
-def _int(form: dict[str, Any], name: str, low: int = 0, high: int = U64 - 1) -> int:
+def _int(form: dict[str, Any], name: str, low: int = 0, high: int = U64_MAX) -> int:
     """A u64-sized integer, given as a JSON integer or a decimal string (the page sends u64s as strings)."""
     raw = form.get(name)
     if isinstance(raw, bool) or not isinstance(raw, int | str):
@@ -94,7 +93,7 @@ async def open_lease(chain: AsyncClient, wallet: Pubkey, form: dict[str, Any]) -
         _int(form, "duration_seconds", 1, MAX_LEASE_SECONDS),
     )
     escrow = escrow_for(terms.max_price_per_gpu_hour, terms.gpu_count, terms.duration_seconds)
-    if escrow >= U64:
+    if escrow > U64_MAX:
         raise FormError("the escrow (max price x GPUs x duration) does not fit a u64")
     tokens = io_account(wallet, config.io_mint)
     lease = lease_pda(wallet, lease_id)
@@ -103,8 +102,8 @@ async def open_lease(chain: AsyncClient, wallet: Pubkey, form: dict[str, Any]) -
         {
             "does": f"opens lease {lease} and escrows {escrow} IO base units from your IO account",
             "lease": str(lease),
-            "lease_id": str(lease_id),
-            "escrow": str(escrow),
+            "lease_id": u64_json(lease_id),
+            "escrow": u64_json(escrow),
             "io_account": str(tokens),
             "io_mint": str(config.io_mint),
         },
@@ -122,7 +121,7 @@ async def top_up(chain: AsyncClient, wallet: Pubkey, form: dict[str, Any]) -> Bu
         {
             "does": f"extends lease {address} by {extra} s, escrowing {amount} IO base units more",
             "lease": str(address),
-            "escrow": str(amount),
+            "escrow": u64_json(amount),
             "io_account": str(tokens),
         },
     )
@@ -156,7 +155,7 @@ async def stake(chain: AsyncClient, wallet: Pubkey, form: dict[str, Any]) -> Bui
         [ix.stake(wallet, tokens, amount)],
         {
             "does": f"stakes {amount} IO base units from your IO account",
-            "amount": str(amount),
+            "amount": u64_json(amount),
             "provider": str(provider_pda(wallet)),
             "io_account": str(tokens),
         },
@@ -171,7 +170,7 @@ async def unstake(chain: AsyncClient, wallet: Pubkey, form: dict[str, Any]) -> B
         {
             "does": f"starts unbonding {amount} IO base units of your stake "
             f"(withdrawable after {config.unbonding_seconds} s)",
-            "amount": str(amount),
+            "amount": u64_json(amount),
             "provider": str(provider_pda(wallet)),
         },
     )
@@ -188,7 +187,7 @@ async def withdraw(chain: AsyncClient, wallet: Pubkey, form: dict[str, Any]) -> 
         [ix.withdraw_unstaked(wallet, tokens)],
         {
             "does": f"withdraws your unbonded stake ({provider.unbonding} IO base units) to your IO account",
-            "amount": str(provider.unbonding),
+            "amount": u64_json(provider.unbonding),
             "provider": str(provider_pda(wallet)),
             "io_account": str(tokens),
         },

@@ -1,6 +1,6 @@
 """What the wallet app shows of a wallet and its leases: balances and accounts read from the chain, the
-settlements from the ledger (each an indexed chain event). u64 amounts are strings (JSON numbers lose
-precision past 2^53 in a browser)."""
+settlements from the ledger (each an indexed chain event). u64 amounts are strings, as the API's
+(gpunet.amounts.u64_json: JSON numbers lose precision past 2^53 in a browser)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from solana.rpc.async_api import AsyncClient
 from solders.pubkey import Pubkey
 
 from gpunet.accounts import AccountError, chain_clock, escrow, fetch, fetch_config
+from gpunet.amounts import u64_json
 from gpunet.pda import provider_pda
 from gpunet.tokens import io_account, io_balance
 
@@ -20,11 +21,6 @@ __all__ = ["WARN_FRACTION", "WARN_SECONDS", "lease_state", "wallet_state"]
 # 10 minutes: Akash's users' most frequent complaint is a lease that ran dry unnoticed.
 WARN_FRACTION = 0.2
 WARN_SECONDS = 600
-
-
-def _u64(value: Any) -> str:
-    """A ledger amount (numeric(20, 0), a Decimal) as the integer string the page reads."""
-    return str(int(value))
 
 
 def _status(account: Any) -> str:
@@ -56,16 +52,16 @@ async def lease_state(chain: AsyncClient, pool: asyncpg.Pool, address: Pubkey) -
     return {
         "lease": str(address),
         "client": str(lease.client),
-        "lease_id": str(lease.lease_id),
+        "lease_id": u64_json(lease.lease_id),
         "status": status,
         "gpu_count": int(lease.terms.gpu_count),
-        "max_price_per_gpu_hour": str(lease.terms.max_price_per_gpu_hour),
+        "max_price_per_gpu_hour": u64_json(lease.terms.max_price_per_gpu_hour),
         "duration_seconds": duration,
-        "deposited": str(lease.deposited),
-        "paid": str(lease.paid),
-        "fees": str(lease.fees),
-        "refunded": str(lease.refunded),
-        "escrow_left": None if held is None else str(held),
+        "deposited": u64_json(lease.deposited),
+        "paid": u64_json(lease.paid),
+        "fees": u64_json(lease.fees),
+        "refunded": u64_json(lease.refunded),
+        "escrow_left": None if held is None else u64_json(held),
         "seconds_left": left,
         "warn_top_up": warn,
         "nodes": [str(a.node) for a in list(lease.assignments)[: lease.node_count]],
@@ -73,10 +69,10 @@ async def lease_state(chain: AsyncClient, pool: asyncpg.Pool, address: Pubkey) -
             {
                 "signature": r["signature"],
                 "node": r["node"],
-                "gpu_seconds": _u64(r["gpu_seconds"]),
-                "amount": _u64(r["amount"]),
-                "payout": _u64(r["payout"]),
-                "fee": _u64(r["fee"]),
+                "gpu_seconds": u64_json(int(r["gpu_seconds"])),
+                "amount": u64_json(int(r["amount"])),
+                "payout": u64_json(int(r["payout"])),
+                "fee": u64_json(int(r["fee"])),
             }
             for r in settled
         ],
@@ -93,9 +89,9 @@ async def wallet_state(chain: AsyncClient, pool: asyncpg.Pool, wallet: Pubkey) -
         account = await fetch(chain, provider_address, "Provider")
         provider = {
             "provider": str(provider_address),
-            "staked": str(account.staked),
-            "bonded": str(account.bonded),
-            "unbonding": str(account.unbonding),
+            "staked": u64_json(account.staked),
+            "bonded": u64_json(account.bonded),
+            "unbonding": u64_json(account.unbonding),
             "unbonding_ends_at": int(account.unbonding_ends_at),
         }
     except AccountError:
@@ -114,8 +110,8 @@ async def wallet_state(chain: AsyncClient, pool: asyncpg.Pool, wallet: Pubkey) -
         )
     return {
         "wallet": str(wallet),
-        "sol_lamports": str((await chain.get_balance(wallet)).value),
-        "io": str(await io_balance(chain, wallet, config.io_mint)),
+        "sol_lamports": u64_json((await chain.get_balance(wallet)).value),
+        "io": u64_json(await io_balance(chain, wallet, config.io_mint)),
         "io_account": str(io_account(wallet, config.io_mint)),
         "io_mint": str(config.io_mint),
         "now": await chain_clock(chain),
@@ -123,10 +119,10 @@ async def wallet_state(chain: AsyncClient, pool: asyncpg.Pool, wallet: Pubkey) -
         "leases": [
             {
                 "lease": r["lease"],
-                "lease_id": _u64(r["lease_id"]),
+                "lease_id": u64_json(int(r["lease_id"])),
                 "status": r["status"],
                 "gpu_count": r["gpu_count"],
-                "deposited": _u64(r["deposited"]),
+                "deposited": u64_json(int(r["deposited"])),
             }
             for r in leases
         ],
@@ -136,7 +132,7 @@ async def wallet_state(chain: AsyncClient, pool: asyncpg.Pool, wallet: Pubkey) -
                 "node_key": r["node_key"],
                 "gpu_count": r["gpu_count"],
                 "jailed": r["jailed"],
-                "earned": _u64(r["earned"]),
+                "earned": u64_json(int(r["earned"])),
                 "faults": int(r["faults"]),
             }
             for r in nodes
