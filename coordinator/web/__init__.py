@@ -58,7 +58,10 @@ def web_routes(
     pool: asyncpg.Pool, rpc: ChainRpc, settings: Settings, coordinator: Coordinator | None = None
 ) -> list[BaseRoute]:
     """The site's routes (mounted beside the API by coordinator.api.create_app)."""
-    from coordinator.web.explorer import explorer_routes  # it renders with this module's page()
+    # The pages' modules render with this module's page() and templates: imported here, not above.
+    from coordinator.web.app import app_routes
+    from coordinator.web.explorer import explorer_routes
+    from coordinator.web.feed import feed_routes
 
     async def bundle(request: Request) -> Response:
         """What a user checks the app against: the bundle's SHA-256 and the program ID."""
@@ -69,9 +72,8 @@ def web_routes(
     async def root(request: Request) -> Response:
         return RedirectResponse("/web/")
 
-    from coordinator.web.feed import feed_routes  # it renders through this module's templates
-
     return [
+        *app_routes(pool, settings),
         Route("/", root),
         *feed_routes(pool, rpc, settings, coordinator),
         Route("/web/bundle", bundle),

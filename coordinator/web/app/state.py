@@ -1,0 +1,140 @@
+"""What the wallet app shows of a wallet and its leases: balances and accounts read from the chain, the
+settlements from the ledger (each an indexed chain event). u64 amounts are strings, as the API's
+(gpunet.amounts.u64_json: JSON numbers lose precision past 2^53 in a browser)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import asyncpg
+from solana.rpc.async_api import AsyncClient
+from solders.pubkey import Pubkey
+
+from gpunet.accounts import AccountError, chain_clock, escrow, fetch, fetch_config
+from gpunet.amounts import u64_json
+from gpunet.pda import provider_pda
+from gpunet.tokens import io_account, io_balance
+
+__all__ = ["WARN_FRACTION", "WARN_SECONDS", "lease_state", "wallet_state"]
+
+# The page warns (and offers a top-up) when a placed lease has under 20 % of its time left, or under
+# 10 minutes: Akash's users' most frequent complaint is a lease that ran dry unnoticed.
+WARN_FRACTION = 0.2
+WARN_SECONDS = 600
+
+
+def _status(account: Any) -> str:
+    return type(account.status).__name__
+
+
+async def lease_state(chain: AsyncClient, pool: asyncpg.Pool, address: Pubkey) -> dict[str, Any]:
+    """A lease as its client follows it: status, nodes, escrow left and time left (with the top-up
+    warning), and its settlements so far. AccountError when there is no such lease."""
+    lease = await fetch(chain, address, "Lease")
+    status = _status(lease)
+    now = await chain_clock(chain)
+    left: int | None = None
+    held: int | None = None
+    if status == "Active":
+        view = await escrow(chain, address, lease)
+        held = view.balance
+        left = max(0, view.ends_at - now)
+        if view.runway_seconds is not None:
+            left = min(left, view.runway_seconds)
+    duration = int(lease.terms.duration_seconds)
+    warn = left is not None and (left < WARN_SECONDS or left < duration * WARN_FRACTION)
+    async with pool.acquire() as conn:
+        settled = await conn.fetch(
+            "SELECT signature, node, gpu_seconds, amount, payout, fee FROM settlements WHERE lease = $1 "
+            "ORDER BY slot, event_index",
+            str(address),
+        )
+    return {
+        "lease": str(address),
+        "client": str(lease.client),
+        "lease_id": u64_json(lease.lease_id),
+        "status": status,
+        "gpu_count": int(lease.terms.gpu_count),
+        "max_price_per_gpu_hour": u64_json(lease.terms.max_price_per_gpu_hour),
+        "duration_seconds": duration,
+        "deposited": u64_json(lease.deposited),
+        "paid": u64_json(lease.paid),
+        "fees": u64_json(lease.fees),
+        "refunded": u64_json(lease.refunded),
+        "escrow_left": None if held is None else u64_json(held),
+        "seconds_left": left,
+        "warn_top_up": warn,
+        "nodes": [str(a.node) for a in list(lease.assignments)[: lease.node_count]],
+        "settlements": [
+            {
+                "signature": r["signature"],
+                "node": r["node"],
+                "gpu_seconds": u64_json(int(r["gpu_seconds"])),
+                "amount": u64_json(int(r["amount"])),
+                "payout": u64_json(int(r["payout"])),
+                "fee": u64_json(int(r["fee"])),
+            }
+            for r in settled
+        ],
+    }
+
+
+async def wallet_state(chain: AsyncClient, pool: asyncpg.Pool, wallet: Pubkey) -> dict[str, Any]:
+    """The wallet's SOL and IO, its leases (from the ledger) and, for a supplier, its stake (from the
+    chain) and its nodes with their earnings and faults (from the ledger)."""
+    config = await fetch_config(chain)
+    provider_address = provider_pda(wallet)
+    provider: dict[str, Any] | None = None
+    try:
+        account = await fetch(chain, provider_address, "Provider")
+        provider = {
+            "provider": str(provider_address),
+            "staked": u64_json(account.staked),
+            "bonded": u64_json(account.bonded),
+            "unbonding": u64_json(account.unbonding),
+            "unbonding_ends_at": int(account.unbonding_ends_at),
+        }
+    except AccountError:
+        pass
+    async with pool.acquire() as conn:
+        leases = await conn.fetch(
+            "SELECT lease, lease_id, status, gpu_count, deposited FROM leases WHERE client = $1 ORDER BY lease_id DESC",
+            str(wallet),
+        )
+        nodes = await conn.fetch(
+            "SELECT n.node, n.node_key, n.gpu_count, n.jailed, "
+            "(SELECT coalesce(sum(s.payout), 0) FROM settlements s WHERE s.node = n.node) AS earned, "
+            "(SELECT count(*) FROM slashes f WHERE f.node = n.node) AS faults "
+            "FROM nodes n WHERE n.provider = $1 ORDER BY n.node",
+            str(provider_address),
+        )
+    return {
+        "wallet": str(wallet),
+        "sol_lamports": u64_json((await chain.get_balance(wallet)).value),
+        "io": u64_json(await io_balance(chain, wallet, config.io_mint)),
+        "io_account": str(io_account(wallet, config.io_mint)),
+        "io_mint": str(config.io_mint),
+        "now": await chain_clock(chain),
+        "provider": provider,
+        "leases": [
+            {
+                "lease": r["lease"],
+                "lease_id": u64_json(int(r["lease_id"])),
+                "status": r["status"],
+                "gpu_count": r["gpu_count"],
+                "deposited": u64_json(int(r["deposited"])),
+            }
+            for r in leases
+        ],
+        "nodes": [
+            {
+                "node": r["node"],
+                "node_key": r["node_key"],
+                "gpu_count": r["gpu_count"],
+                "jailed": r["jailed"],
+                "earned": u64_json(int(r["earned"])),
+                "faults": int(r["faults"]),
+            }
+            for r in nodes
+        ],
+    }
