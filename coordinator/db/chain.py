@@ -328,10 +328,10 @@ async def lease_assignments(conn: Connection, lease: str, limit: int) -> list[as
 
 
 async def indexed_events(conn: Connection, column: str, subject: str) -> list[asyncpg.Record]:
-    """The events of a lease or provider (`column`), in the order they were indexed."""
+    """The events of a lease or provider (`column`), in the order they were indexed (`id`)."""
     _checked("events", column)
     return await conn.fetch(
-        f"SELECT signature, event_index, slot, block_time, name, data FROM events WHERE {column} = $1 ORDER BY id",
+        f"SELECT id, signature, event_index, slot, block_time, name, data FROM events WHERE {column} = $1 ORDER BY id",
         subject,
     )
 

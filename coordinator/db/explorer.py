@@ -9,6 +9,7 @@ from typing import Any
 
 import asyncpg
 
+from coordinator.db.chain import indexed_events
 from coordinator.db.connection import Connection
 from gpunet.instructions import TIER_SIMULATED
 
@@ -17,13 +18,7 @@ __all__ = ["earnings_by_period", "events_of", "fee_changes", "node_faults", "set
 
 async def events_of(conn: Connection, column: str, subject: str) -> list[dict[str, Any]]:
     """The events of a lease or provider (`column`), in chain order, with their data decoded."""
-    if column not in ("lease", "provider"):
-        raise ValueError(f"events.{column} is not a ledger key")  # a programming error, never user input
-    rows = await conn.fetch(
-        f"SELECT id, signature, event_index, slot, block_time, name, data FROM events WHERE {column} = $1 ORDER BY id",
-        subject,
-    )
-    return [{**dict(r), "data": json.loads(r["data"])} for r in rows]
+    return [{**dict(r), "data": json.loads(r["data"])} for r in await indexed_events(conn, column, subject)]
 
 
 async def fee_changes(conn: Connection) -> list[tuple[int, int]]:

@@ -10,6 +10,8 @@ import asyncpg
 from solana.rpc.async_api import AsyncClient
 from solders.pubkey import Pubkey
 
+from coordinator.db import chain as ledger
+from coordinator.db import wallet as wallet_rows
 from gpunet.accounts import AccountError, chain_clock, escrow, fetch, fetch_config
 from gpunet.amounts import u64_json
 from gpunet.pda import provider_pda
@@ -21,6 +23,7 @@ __all__ = ["WARN_FRACTION", "WARN_SECONDS", "lease_state", "wallet_state"]
 # 10 minutes: Akash's users' most frequent complaint is a lease that ran dry unnoticed.
 WARN_FRACTION = 0.2
 WARN_SECONDS = 600
+SETTLEMENTS_SHOWN = 500
 
 
 def _status(account: Any) -> str:
@@ -43,12 +46,10 @@ async def lease_state(chain: AsyncClient, pool: asyncpg.Pool, address: Pubkey) -
             left = min(left, view.runway_seconds)
     duration = int(lease.terms.duration_seconds)
     warn = left is not None and (left < WARN_SECONDS or left < duration * WARN_FRACTION)
-    async with pool.acquire() as conn:
-        settled = await conn.fetch(
-            "SELECT signature, node, gpu_seconds, amount, payout, fee FROM settlements WHERE lease = $1 "
-            "ORDER BY slot, event_index",
-            str(address),
-        )
+    async with pool.acquire() as conn:  # the first SETTLEMENTS_SHOWN, in chain order (the explorer has them all)
+        settled = (await ledger.page(conn, "settlements", [("lease", "=", str(address))], SETTLEMENTS_SHOWN, 0))[
+            :SETTLEMENTS_SHOWN
+        ]
     return {
         "lease": str(address),
         "client": str(lease.client),
@@ -97,17 +98,8 @@ async def wallet_state(chain: AsyncClient, pool: asyncpg.Pool, wallet: Pubkey) -
     except AccountError:
         pass
     async with pool.acquire() as conn:
-        leases = await conn.fetch(
-            "SELECT lease, lease_id, status, gpu_count, deposited FROM leases WHERE client = $1 ORDER BY lease_id DESC",
-            str(wallet),
-        )
-        nodes = await conn.fetch(
-            "SELECT n.node, n.node_key, n.gpu_count, n.jailed, "
-            "(SELECT coalesce(sum(s.payout), 0) FROM settlements s WHERE s.node = n.node) AS earned, "
-            "(SELECT count(*) FROM slashes f WHERE f.node = n.node) AS faults "
-            "FROM nodes n WHERE n.provider = $1 ORDER BY n.node",
-            str(provider_address),
-        )
+        leases = await wallet_rows.client_leases(conn, str(wallet))
+        nodes = await wallet_rows.provider_nodes(conn, str(provider_address))
     return {
         "wallet": str(wallet),
         "sol_lamports": u64_json((await chain.get_balance(wallet)).value),
