@@ -9,9 +9,10 @@ from typing import TYPE_CHECKING
 
 from starlette.routing import BaseRoute, Route
 
-from coordinator.web.explorer.lease import lease_audit_page, lease_page
+from coordinator.web.explorer.audit import audit_page
+from coordinator.web.explorer.lease import lease_page
 from coordinator.web.explorer.node import node_page
-from coordinator.web.explorer.provider import provider_audit_page, provider_page
+from coordinator.web.explorer.provider import provider_page
 
 if TYPE_CHECKING:
     import asyncpg
@@ -28,8 +29,8 @@ def explorer_routes(
 ) -> list[BaseRoute]:
     return [
         Route("/web/leases/{lease}", lease_page(pool, settings)),
-        Route("/web/leases/{lease}/audit", lease_audit_page(settings)),
+        Route("/web/leases/{lease}/audit", audit_page(settings, "lease")),
         Route("/web/providers/{provider}", provider_page(pool, settings)),
-        Route("/web/providers/{provider}/audit", provider_audit_page(settings)),
+        Route("/web/providers/{provider}/audit", audit_page(settings, "provider")),
         Route("/web/nodes/{key}", node_page(pool, settings, coordinator)),
     ]

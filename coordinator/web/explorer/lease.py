@@ -21,7 +21,6 @@ from coordinator.web import page
 from coordinator.web.explorer.common import (
     CHAIN_ERRORS,
     BadAddress,
-    audited,
     chain_client,
     error_page,
     parse_address,
@@ -30,7 +29,6 @@ from coordinator.web.explorer.common import (
 from coordinator.web.explorer.rule import FeeHistory
 from coordinator.web.explorer.timeline import timeline
 from gpunet.accounts import chain_clock, escrow, fetch
-from gpunet.audit import audit_lease
 from gpunet.catalog import gpu_model_name, region_name
 
 if TYPE_CHECKING:
@@ -40,7 +38,7 @@ if TYPE_CHECKING:
 
     from coordinator.settings import Settings
 
-__all__ = ["TIMELINE_PAGE", "lease_audit_page", "lease_page"]
+__all__ = ["TIMELINE_PAGE", "lease_page"]
 
 TIMELINE_PAGE = 200  # timeline rows a page shows (every row is still checked: the rule needs those before it)
 
@@ -106,31 +104,6 @@ def lease_page(pool: asyncpg.Pool, settings: Settings) -> Callable[[Request], Aw
             checks={s: sum(1 for c in checked if c.status == s) for s in ("checked", "mismatch", "unknown")},
             escrow=held,
             escrow_error=escrow_error,
-        )
-
-    return handler
-
-
-def lease_audit_page(settings: Settings) -> Callable[[Request], Awaitable[Response]]:
-    """The SDK's chain-only audit of a lease, as `gpunet audit --lease` runs it, with this
-    coordinator's slash evidence: its own page, which the lease page loads after it paints."""
-
-    async def handler(request: Request) -> Response:
-        try:
-            lease = parse_address(request.path_params["lease"], "lease")
-        except BadAddress as e:
-            return error_page(request, settings, 400, "Bad request", str(e))
-        async with chain_client(settings) as chain:
-            report, audit_error = await audited(audit_lease(chain, lease, coordinator=settings.api_url))
-        return page(
-            request,
-            "audit.html",
-            settings,
-            subject=f"lease {lease}",
-            back=f"/web/leases/{lease}",
-            what=f"--lease {lease}",
-            report=report,
-            audit_error=audit_error,
         )
 
     return handler

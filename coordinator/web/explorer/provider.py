@@ -18,12 +18,9 @@ from coordinator.db.explorer import simulated_nodes
 from coordinator.web import page
 from coordinator.web.explorer.common import (
     BadAddress,
-    audited,
-    chain_client,
     error_page,
     parse_address,
 )
-from gpunet.audit import audit_provider
 from gpunet.catalog import gpu_model_name, region_name
 from gpunet.pda import provider_pda
 
@@ -32,7 +29,7 @@ if TYPE_CHECKING:
 
     from coordinator.settings import Settings
 
-__all__ = ["provider_audit_page", "provider_page"]
+__all__ = ["provider_page"]
 
 HOURLY_UNDER_SECONDS = 2 * 86_400  # a history shorter than two days reads better by the hour
 
@@ -74,31 +71,6 @@ def provider_page(pool: asyncpg.Pool, settings: Settings) -> Callable[[Request],
             simulated=simulated,
             model_name=gpu_model_name,
             region_name=region_name,
-        )
-
-    return handler
-
-
-def provider_audit_page(settings: Settings) -> Callable[[Request], Awaitable[Response]]:
-    """The SDK's chain-only audit of a provider (named by its account or its supplier's wallet), as
-    `gpunet audit --provider` runs it: its own page, which the provider page loads after it paints."""
-
-    async def handler(request: Request) -> Response:
-        try:
-            key = parse_address(request.path_params["provider"], "provider")
-        except BadAddress as e:
-            return error_page(request, settings, 400, "Bad request", str(e))
-        async with chain_client(settings) as chain:
-            report, audit_error = await audited(audit_provider(chain, key, coordinator=settings.api_url))
-        return page(
-            request,
-            "audit.html",
-            settings,
-            subject=f"provider {key}",
-            back=f"/web/providers/{key}",
-            what=f"--provider {key}",
-            report=report,
-            audit_error=audit_error,
         )
 
     return handler
