@@ -16,6 +16,7 @@ from pathlib import Path
 
 import httpx
 
+from coordinator.api.u64 import event_data_json
 from gpunet.keys import create_keypair_file
 from gpunet.localnet import free_ports
 from gpunet.testbed import Market
@@ -48,7 +49,8 @@ async def test_run_with_embedded_postgres_indexes_serves_and_stops_cleanly(node,
         )
     try:
         await market.supplier()
-        expected = await chain_events(node, market.signatures)
+        # as the API serves them: u64 fields as text (coordinator.api.u64)
+        expected = [(s, i, n, event_data_json(n, d)) for s, i, n, d in await chain_events(node, market.signatures)]
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as http:
 
             async def served() -> bool:

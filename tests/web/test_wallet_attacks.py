@@ -1,6 +1,7 @@
 """The wallet app's attack twins, each beside its honest control, in a real browser:
-- a coordinator's transaction carrying an SPL token Transfer, an unexpected writable account, or an
-  amount other than the form's is refused in the page before the wallet is asked;
+- a coordinator's transaction carrying an SPL token Transfer, an unexpected writable account, an
+  amount other than the form's, or a priority fee that would burn the wallet's SOL is refused in the
+  page before the wallet is asked;
 - a transaction the program refuses (not enough IO) shows the program's reason and changes nothing;
 - a wallet that returns a tampered signature, or signs as another account, is refused before
   anything is sent.
@@ -15,6 +16,8 @@ import struct
 import httpx
 import pytest
 from playwright.async_api import Page, Route, expect
+from solders.compute_budget import ID as COMPUTE_BUDGET
+from solders.compute_budget import set_compute_unit_price
 from solders.instruction import AccountMeta, Instruction
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
@@ -58,6 +61,17 @@ def _config_writable(ixs: list[Instruction]) -> list[Instruction]:
     return [*head, Instruction(lease.program_id, lease.data, accounts)]
 
 
+def _priority_fee_of(lamports_per_unit: int) -> Change:
+    """The compute-unit price replaced by one of `lamports_per_unit` per unit: with the limit the
+    coordinator set, a fee that burns the wallet's SOL (to the validators)."""
+
+    def change(ixs: list[Instruction]) -> list[Instruction]:
+        kept = [i for i in ixs if not (i.program_id == COMPUTE_BUDGET and bytes(i.data)[:1] == b"\x03")]
+        return [set_compute_unit_price(lamports_per_unit * 1_000_000), *kept]
+
+    return change
+
+
 def _longer(ixs: list[Instruction]) -> list[Instruction]:
     # open_lease's data: discriminator 8, lease_id 8, terms (u16 u16 u8 u16 u64 i64), tolerance u32.
     *head, lease = ixs
@@ -81,6 +95,7 @@ async def test_a_coordinators_transaction_other_than_the_form_asks_is_refused_be
         (_with_transfer(None), None, "an instruction of the SPL token program"),
         (_config_writable, None, f"makes account {config_pda()} writable"),
         (_longer, None, "duration_seconds"),
+        (_priority_fee_of(1_000), None, "above the app's limit"),
         (lambda ixs: ixs, thief.pubkey(), f"the fee payer is {thief.pubkey()}"),
     ]
     for change, payer, why in tampers:

@@ -17,6 +17,10 @@ export const TOKEN_PROGRAM = "TokenkegQfeZyiNwAJbNbGKPFXCWuBvf9Ss623VQ5DA";
 export const COMPUTE_BUDGET_PROGRAM = "ComputeBudget111111111111111111111111111111";
 export const SYSTEM_PROGRAM = "11111111111111111111111111111111";
 const BASE_FEE_LAMPORTS = 5000n; // per signature
+// The most a transaction of the app may pay in fees (base fee and priority fee): 0.01 SOL, far above
+// what a priority fee costs even in congestion, far below what a coordinator could burn of the
+// wallet's SOL by naming an absurd compute-unit price (the fee goes to the validators, not to it).
+export const MAX_FEE_LAMPORTS = 10_000_000n;
 const PROGRAM_NAMES: Record<string, string> = {
   [TOKEN_PROGRAM]: "the SPL token program",
   [COMPUTE_BUDGET_PROGRAM]: "the compute budget program",
@@ -180,6 +184,9 @@ export function checkTransaction(idl: Idl, transaction: Uint8Array, expected: Ex
   const units = computeUnits ?? 200000n;
   const micro = price ?? 0n;
   const feeLamports = BASE_FEE_LAMPORTS * BigInt(numSignerAccounts) + (units * micro + 999999n) / 1000000n;
+  if (feeLamports > MAX_FEE_LAMPORTS) {
+    throw new Refused(`its fee would be ${feeLamports} lamports, above the app's limit of ${MAX_FEE_LAMPORTS}`);
+  }
   return {
     messageBytes: new Uint8Array(decoded.messageBytes),
     feeLamports,
