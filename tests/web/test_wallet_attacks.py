@@ -204,6 +204,9 @@ async def test_the_relay_sends_only_transactions_signed_by_the_accounts_they_nam
             assert refused.status_code == 400 and why in refused.json()["error"]
         refused = await http.post("/web/api/tx/drain", json=form)
         assert refused.status_code == 400 and "no action 'drain'" in refused.json()["error"]
+        for path in ("/web/api/leases/x", "/web/api/leases/x/events", "/web/api/wallet/x"):
+            refused = await http.get(path)
+            assert refused.status_code == 400 and "not a base58 address" in refused.json()["error"], path
         built = (await http.post("/web/api/tx/open_lease", json=form)).json()
         assert (built["escrow"], built["fee_payer"]) == (str(ESCROW), str(client.pubkey()))
         message = Transaction.from_bytes(base64.b64decode(built["transaction"])).message

@@ -160,7 +160,10 @@ def app_routes(pool: asyncpg.Pool, settings: Settings) -> list[BaseRoute]:
     async def lease_events(request: Request) -> Response:
         """The lease's state, sent (server-sent events) whenever it changes: placement, settlements,
         escrow and time left arrive live."""
-        address = _address(request.path_params["lease"], "lease")
+        try:
+            address = _address(request.path_params["lease"], "lease")
+        except FormError as e:
+            return _error(400, str(e))
 
         async def stream() -> AsyncIterator[str]:
             last = None
