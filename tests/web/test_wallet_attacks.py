@@ -22,6 +22,8 @@ from solders.instruction import AccountMeta, Instruction
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 from solders.signature import Signature
+from solders.system_program import TransferParams as SolTransferParams
+from solders.system_program import transfer as sol_transfer
 from solders.transaction import Transaction
 from spl.token.instructions import TransferParams, transfer
 
@@ -215,6 +217,18 @@ async def test_the_relay_sends_only_transactions_signed_by_the_accounts_they_nam
         tampered = Transaction.populate(message, [Signature.from_bytes(bytes(signature))])
         refused = await http.post("/web/api/submit", json={"transaction": base64.b64encode(bytes(tampered)).decode()})
         assert refused.status_code == 400 and "do not verify" in refused.json()["error"]
+        # A transaction signed as it should be, but not gpunet's (a SOL transfer): not relayed.
+        blockhash = (await web_stack.chain.get_latest_blockhash()).value.blockhash
+        pay = Transaction.new_signed_with_payer(
+            [sol_transfer(SolTransferParams(from_pubkey=client.pubkey(), to_pubkey=Keypair().pubkey(), lamports=1))],
+            client.pubkey(),
+            [client],
+            blockhash,
+        )
+        sol_before = (await web_stack.chain.get_balance(client.pubkey())).value
+        refused = await http.post("/web/api/submit", json={"transaction": base64.b64encode(bytes(pay)).decode()})
+        assert refused.status_code == 400 and "only gpunet's transactions" in refused.json()["error"]
+        assert (await web_stack.chain.get_balance(client.pubkey())).value == sol_before
         assert await io_of(web_stack, client.pubkey()) == ESCROW
 
         honest = Transaction.populate(message, [client.sign_message(bytes(message))])

@@ -148,7 +148,7 @@ def app_routes(pool: asyncpg.Pool, settings: Settings) -> list[BaseRoute]:
             except ValueError:
                 raise FormError("signature: not a base58 transaction signature") from None
         else:
-            signature = await relay(chain, decode_signed(form.get("transaction")))
+            signature = await relay(chain, decode_signed(form.get("transaction"), settings.program))
         return JSONResponse({"signature": str(signature), "confirmed": True})
 
     async def wallet(request: Request, chain: AsyncClient) -> Response:

@@ -15,6 +15,7 @@ from solana.rpc.async_api import AsyncClient
 from solana.rpc.commitment import Confirmed
 from solana.rpc.core import RPCException
 from solana.rpc.types import TxOpts
+from solders.compute_budget import ID as COMPUTE_BUDGET
 from solders.instruction import Instruction
 from solders.message import Message
 from solders.pubkey import Pubkey
@@ -66,9 +67,11 @@ async def unsigned(chain: AsyncClient, payer: Pubkey, instructions: Sequence[Ins
     return Unsigned(Transaction.new_unsigned(message), budget)
 
 
-def decode_signed(encoded: object) -> Transaction:
-    """The posted transaction (base64), every signature it needs present and valid: a transaction
-    the chain would refuse for its signatures is refused here too, before anything is sent."""
+def decode_signed(encoded: object, program: Pubkey) -> Transaction:
+    """The posted transaction (base64), every signature it needs present and valid (a transaction
+    the chain would refuse for its signatures is refused here too, before anything is sent), calling
+    only `program` (gpunet) and the compute budget: the relay is the wallet app's, not an open relay
+    for any transaction through the coordinator's RPC node."""
     if not isinstance(encoded, str) or len(encoded) > 2 * MAX_TRANSACTION_BYTES:
         raise BadTransaction("transaction: a base64 string is required")
     try:
@@ -77,6 +80,12 @@ def decode_signed(encoded: object) -> Transaction:
         raise BadTransaction(f"transaction: not a serialized transaction ({e})") from None
     if not all(tx.verify_with_results()):
         raise BadTransaction("the transaction's signatures do not verify: it is not signed by the accounts it names")
+    keys = tx.message.account_keys
+    others = {keys[i.program_id_index] for i in tx.message.instructions} - {program, COMPUTE_BUDGET}
+    if others:
+        raise BadTransaction(
+            f"the transaction calls {', '.join(sorted(map(str, others)))}: this relay sends only gpunet's transactions"
+        )
     return tx
 
 
