@@ -86,6 +86,7 @@ __all__ = [
     "CoordinatorMessage",
     "Dispatch",
     "Error",
+    "Expose",
     "GpuInfo",
     "GpuTelemetry",
     "Heartbeat",
@@ -358,6 +359,16 @@ RESERVED_ENV = (
 RAY_AUTH_TOKEN = "RAY_AUTH_TOKEN"
 
 
+class Expose(_Model):
+    """A port of the job its client exposes by name: an `http` one is served by the coordinator's
+    relay at a stable URL per lease and name (`/endpoints/{lease}/{name}/`), a `tcp` one is reached
+    with `gpunet lease forward` by name. Only what the job exposes is ever served."""
+
+    name: Annotated[str, Field(pattern=r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$")]
+    port: Annotated[int, Field(ge=1, le=65535)]
+    protocol: Literal["http", "tcp"] = "http"
+
+
 class JobSpec(_Model):
     """What to run: `command` (argv) on the host, or `image` (with `command` as its argv, if any)
     in docker/podman. The job finds its checkpoint directory in $GPUNET_CHECKPOINT_DIR."""
@@ -378,6 +389,8 @@ class JobSpec(_Model):
     # rank 0 the head; `command`, if any, runs on the head as the cluster's driver (RAY_ADDRESS set),
     # again on a new head after a failover. The client submits more through the head's Jobs API.
     ray: bool = False
+    # The job's ports its client exposes by name (served by the relay, see Expose).
+    expose: Annotated[list[Expose], Field(max_length=16)] = []
 
     @model_validator(mode="after")
     def _check(self) -> JobSpec:
@@ -390,6 +403,10 @@ class JobSpec(_Model):
                 f"a Ray job names the secret {RAY_AUTH_TOKEN}: only its holders reach the cluster "
                 "(`gpunet lease job --ray` derives it from the wallet and seals it to the nodes)"
             )
+        if len({e.name for e in self.expose}) != len(self.expose) or len({e.port for e in self.expose}) != len(
+            self.expose
+        ):
+            raise ValueError("an exposed port's name or port is given twice")
         if len(set(self.secrets)) != len(self.secrets):
             raise ValueError("a secret is named twice")
         for name in self.secrets:
@@ -446,6 +463,9 @@ class Hello(_FromWorker):
     # traffic. None: an older worker (the coordinator then uses the session's remote address).
     advertise_addr: HostStr | None = None
     cluster_ports: PortRange | None = None
+    # The port at the advertised address where clients reach the node's data plane directly
+    # (gpunet.tunnel; they try it before the coordinator's relay). None: the relay only.
+    tunnel_port: Annotated[int, Field(ge=1, le=65535)] | None = None
 
 
 class ChallengeAnswer(_FromWorker):
@@ -859,6 +879,8 @@ def job_message(lease: Pubkey, spec: JobSpec, gpus_per_node: int | None = None, 
         del job["secrets"]  # a job without secrets signs as it did before they existed
     if not job["ray"]:
         del job["ray"]  # so does one that is no Ray cluster
+    if not job["expose"]:
+        del job["expose"]  # and one that exposes no port
     body = {"job": job, "gpus_per_node": gpus_per_node, "job_number": job_number}
     return JOB_DOMAIN_TAG + bytes(lease) + json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
 
