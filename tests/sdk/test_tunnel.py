@@ -127,7 +127,7 @@ async def test_a_reader_that_does_not_read_holds_back_only_its_own_stream() -> N
 
 
 async def test_a_peer_that_sends_beyond_its_window_has_its_stream_reset() -> None:
-    relay, node, tasks, relay_end = await _links(serve=lambda s: asyncio.Event().wait())
+    relay, node, tasks, _ = await _links(serve=lambda s: asyncio.Event().wait())
     stream = await relay.open(b"x")
     stream._credit = 10 * WINDOW  # a cheating sender ignores its window
     await stream.send(b"y" * (WINDOW + MAX_DATA))
