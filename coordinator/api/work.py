@@ -4,8 +4,8 @@ latest checkpoint, give its job's secrets and its checkpoint key sealed to its n
 quote, and see the workers connected now (simulated ones say so). A lease's job view, logs, files,
 secrets and checkpoint key are private: each request is signed (gpunet.protocol.request_message,
 headers X-Gpunet-Time-Ms, X-Gpunet-Wallet, X-Gpunet-Nonce, X-Gpunet-Signature, within 60 s and used
-once) by the lease's client (or, to read, by the supplier of a node the lease is on); anything else
-is 401 and shows nothing. Errors are JSON `{"error": message}` with a 4xx status, like the read API;
+once: coordinator.api.signed) by the lease's client (or, to read, by the supplier of a node the lease
+is on); anything else is 401 and shows nothing. Errors are JSON `{"error": message}` with a 4xx status, like the read API;
 a refused request changes nothing."""
 
 from __future__ import annotations
@@ -26,9 +26,10 @@ from starlette.routing import Route
 
 from coordinator.api.params import BadRequest, Param, parse_pubkey, parse_query
 from coordinator.api.resources import PAGE, page_body
+from coordinator.api.signed import authorize
 from coordinator.checkpoints import TooLargeToServe, checkpoint_routes, latest_sealed
 from coordinator.db import chain as indexed
-from coordinator.db import jobs, requests
+from coordinator.db import jobs
 from coordinator.db import leases as ledger
 from coordinator.db import nodes as node_rows  # `nodes` names lists of node keys here
 from coordinator.db.connection import Connection
@@ -39,17 +40,7 @@ from gpunet.amounts import U64_MAX, escrow_for, u64_json
 from gpunet.catalog import CatalogError, gpu_model_name, region, region_name
 from gpunet.json_input import NotJson, parse_json
 from gpunet.limits import ANY, MAX_GPUS_PER_NODE, MAX_LEASE_GPUS, MAX_LEASE_NODES
-from gpunet.protocol import (
-    REQUEST_AT_HEADER,
-    REQUEST_CLOCK_SKEW_SECONDS,
-    REQUEST_NONCE_HEADER,
-    REQUEST_SIGNATURE_HEADER,
-    REQUEST_WALLET_HEADER,
-    JobSpec,
-    job_message,
-    operator_message,
-    request_message,
-)
+from gpunet.protocol import JobSpec, job_message, operator_message
 from gpunet.raycluster import ray_endpoints
 
 if TYPE_CHECKING:
@@ -473,53 +464,6 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
                 },
             }
         )
-
-    async def authorize(
-        conn: Connection, request: Request, lease: str, body: bytes, *, suppliers: bool
-    ) -> Response | None:
-        """None when the request is signed (request_message, fresh, never seen) by the lease's client
-        (or, with `suppliers`, by the supplier of a node the lease is on); else the 4xx to answer."""
-        raw_at = request.headers.get(REQUEST_AT_HEADER)
-        raw_wallet = request.headers.get(REQUEST_WALLET_HEADER)
-        raw_signature = request.headers.get(REQUEST_SIGNATURE_HEADER)
-        who = "the lease's client" + (" or a supplier of its nodes" if suppliers else "")
-        if raw_at is None or raw_wallet is None or raw_signature is None:
-            return _error(
-                401,
-                f"a private route: sign the request as {who}: headers {REQUEST_AT_HEADER} (unix milliseconds), "
-                f"{REQUEST_WALLET_HEADER} and {REQUEST_SIGNATURE_HEADER} (over gpunet.protocol.request_message; "
-                "the gpunet command and SDK do it)",
-            )
-        try:
-            at_ms = int(raw_at, 10)
-        except ValueError:
-            raise BadRequest(f"{REQUEST_AT_HEADER}: {raw_at[:40]!r} is not an integer (unix milliseconds)") from None
-        wallet = parse_pubkey(REQUEST_WALLET_HEADER, raw_wallet)
-        try:
-            signature = Signature.from_string(raw_signature)
-        except ValueError:
-            raise BadRequest(f"{REQUEST_SIGNATURE_HEADER}: not a base58 Ed25519 signature") from None
-        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-        nonce = request.headers.get(REQUEST_NONCE_HEADER, "")[:64]
-        message = request_message(request.method, target, body, at_ms, Pubkey.from_string(wallet), nonce)
-        if not signature.verify(Pubkey.from_string(wallet), message):
-            return _error(401, "the signature is not the wallet's over this request (method, path, body, time)")
-        row = await ledger.lease_row(conn, lease)
-        if row is None:
-            return _error(404, f"lease {lease} is not indexed (yet): retry in a moment")
-        if wallet != row["client"] and not (suppliers and await jobs.supplies_lease(conn, lease, wallet)):
-            return _error(401, f"wallet {wallet} is not {who}")
-        at = at_ms / 1000
-        # The replay guard is in the ledger: a signature answered by one replica is refused by all.
-        if abs(time.time() - at) > REQUEST_CLOCK_SKEW_SECONDS or not await requests.first_use(
-            conn, str(signature), at, REQUEST_CLOCK_SKEW_SECONDS
-        ):
-            return _error(
-                401,
-                f"a stale or replayed request (sign a fresh one: {REQUEST_AT_HEADER} within "
-                f"{REQUEST_CLOCK_SKEW_SECONDS} s of the coordinator's clock)",
-            )
-        return None
 
     async def files(request: Request) -> Response:
         """The latest checkpoint files of the lease's rank `rank` (default 0), for the lease's client
