@@ -5,8 +5,8 @@ quote, and see the workers connected now (simulated ones say so). A lease's job 
 secrets and checkpoint key are private: each request is signed (gpunet.protocol.request_message,
 headers X-Gpunet-Time-Ms, X-Gpunet-Wallet, X-Gpunet-Nonce, X-Gpunet-Signature, within 60 s and used
 once: coordinator.api.signed) by the lease's client (or, to read, by the supplier of a node the lease
-is on); anything else is 401 and shows nothing. Errors are JSON `{"error": message}` with a 4xx status, like the read API;
-a refused request changes nothing."""
+is on); anything else is 401 and shows nothing. Errors are JSON `{"error": message}` with a 4xx
+status, like the read API; a refused request changes nothing."""
 
 from __future__ import annotations
 
