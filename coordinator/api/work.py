@@ -16,6 +16,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import ValidationError
 from solders.pubkey import Pubkey
@@ -26,9 +27,10 @@ from starlette.routing import Route
 
 from coordinator.api.params import BadRequest, Param, parse_pubkey, parse_query
 from coordinator.api.resources import PAGE, page_body
+from coordinator.api.signed import Refused, check_signed
 from coordinator.checkpoints import TooLargeToServe, checkpoint_routes, latest_sealed
 from coordinator.db import chain as indexed
-from coordinator.db import jobs, requests
+from coordinator.db import jobs
 from coordinator.db import leases as ledger
 from coordinator.db import nodes as node_rows  # `nodes` names lists of node keys here
 from coordinator.db.connection import Connection
@@ -40,15 +42,9 @@ from gpunet.catalog import CatalogError, gpu_model_name, region, region_name
 from gpunet.json_input import NotJson, parse_json
 from gpunet.limits import ANY, MAX_GPUS_PER_NODE, MAX_LEASE_GPUS, MAX_LEASE_NODES
 from gpunet.protocol import (
-    REQUEST_AT_HEADER,
-    REQUEST_CLOCK_SKEW_SECONDS,
-    REQUEST_NONCE_HEADER,
-    REQUEST_SIGNATURE_HEADER,
-    REQUEST_WALLET_HEADER,
     JobSpec,
     job_message,
     operator_message,
-    request_message,
 )
 from gpunet.raycluster import ray_endpoints
 
@@ -315,6 +311,34 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
         except ValueError:  # too few ports: its worker refuses the job, saying so
             return None
 
+    async def reach(request: Request) -> Response:
+        """Where the client reaches its lease's nodes (gpunet.reach): this replica's relay (any replica
+        relays for every node) and each node's direct address, if it takes clients directly. Only
+        where to knock: the client pins each node's key from the chain."""
+        parse_query(request.query_params, ())
+        lease = parse_pubkey("lease", request.path_params["key"])
+        async with pool.acquire() as conn:
+            refused = await authorize(conn, request, lease, b"", suppliers=False)
+            if refused is not None:
+                return refused
+            shares = await ledger.active_shares(conn, lease=lease)
+            direct = {s.node_key: await node_rows.direct_tunnel(conn, s.node_key) for s in shares}
+        gateway = urlsplit(coordinator.settings.advertise_gateway_url or coordinator.gateway.url)
+        return JSONResponse(
+            {
+                "lease": lease,
+                "relay": urlunsplit((gateway.scheme, gateway.netloc, "/client", "", "")),
+                "nodes": [
+                    {
+                        "rank": s.rank,
+                        "node_key": str(s.node_key),
+                        "direct": f"ws://{direct[s.node_key]}/client" if direct[s.node_key] else None,
+                    }
+                    for s in shares
+                ],
+            }
+        )
+
     def redispatch(lease: str, nodes: Iterable[str]) -> None:
         """These nodes of the lease get its job again, now with what the client sealed to them."""
         given = coordinator.shared.dispatched.get(lease)
@@ -477,48 +501,13 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
     async def authorize(
         conn: Connection, request: Request, lease: str, body: bytes, *, suppliers: bool
     ) -> Response | None:
-        """None when the request is signed (request_message, fresh, never seen) by the lease's client
-        (or, with `suppliers`, by the supplier of a node the lease is on); else the 4xx to answer."""
-        raw_at = request.headers.get(REQUEST_AT_HEADER)
-        raw_wallet = request.headers.get(REQUEST_WALLET_HEADER)
-        raw_signature = request.headers.get(REQUEST_SIGNATURE_HEADER)
-        who = "the lease's client" + (" or a supplier of its nodes" if suppliers else "")
-        if raw_at is None or raw_wallet is None or raw_signature is None:
-            return _error(
-                401,
-                f"a private route: sign the request as {who}: headers {REQUEST_AT_HEADER} (unix milliseconds), "
-                f"{REQUEST_WALLET_HEADER} and {REQUEST_SIGNATURE_HEADER} (over gpunet.protocol.request_message; "
-                "the gpunet command and SDK do it)",
-            )
-        try:
-            at_ms = int(raw_at, 10)
-        except ValueError:
-            raise BadRequest(f"{REQUEST_AT_HEADER}: {raw_at[:40]!r} is not an integer (unix milliseconds)") from None
-        wallet = parse_pubkey(REQUEST_WALLET_HEADER, raw_wallet)
-        try:
-            signature = Signature.from_string(raw_signature)
-        except ValueError:
-            raise BadRequest(f"{REQUEST_SIGNATURE_HEADER}: not a base58 Ed25519 signature") from None
+        """None when the request is signed (coordinator.api.signed) by the lease's client (or, with
+        `suppliers`, by the supplier of a node the lease is on); else the 4xx to answer."""
         target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-        nonce = request.headers.get(REQUEST_NONCE_HEADER, "")[:64]
-        message = request_message(request.method, target, body, at_ms, Pubkey.from_string(wallet), nonce)
-        if not signature.verify(Pubkey.from_string(wallet), message):
-            return _error(401, "the signature is not the wallet's over this request (method, path, body, time)")
-        row = await ledger.lease_row(conn, lease)
-        if row is None:
-            return _error(404, f"lease {lease} is not indexed (yet): retry in a moment")
-        if wallet != row["client"] and not (suppliers and await jobs.supplies_lease(conn, lease, wallet)):
-            return _error(401, f"wallet {wallet} is not {who}")
-        at = at_ms / 1000
-        # The replay guard is in the ledger: a signature answered by one replica is refused by all.
-        if abs(time.time() - at) > REQUEST_CLOCK_SKEW_SECONDS or not await requests.first_use(
-            conn, str(signature), at, REQUEST_CLOCK_SKEW_SECONDS
-        ):
-            return _error(
-                401,
-                f"a stale or replayed request (sign a fresh one: {REQUEST_AT_HEADER} within "
-                f"{REQUEST_CLOCK_SKEW_SECONDS} s of the coordinator's clock)",
-            )
+        try:
+            await check_signed(conn, request.method, target, request.headers, body, lease, suppliers=suppliers)
+        except Refused as e:
+            return _error(e.status, e.message)
         return None
 
     async def files(request: Request) -> Response:
@@ -629,6 +618,7 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
         Route("/leases/{key}/job", submit_job, methods=["POST"]),
         Route("/leases/{key}/job", job_view),
         Route("/leases/{key}/files", files),
+        Route("/leases/{key}/reach", reach),
         Route("/leases/{key}/secrets", leader_only(give_secrets), methods=["POST"]),
         Route("/leases/{key}/checkpoint-key", leader_only(give_checkpoint_key), methods=["POST"]),
         Route("/quote", leader_only(quote)),
