@@ -143,12 +143,15 @@ class Gateway:
         self.leading: Callable[[], bool] = lambda: True
         self.leader_url: Callable[[], Awaitable[str]] = _no_leader
         self._closing: set[asyncio.Task[None]] = set()  # redirected sessions still closing
+        # Other WebSocket paths this server answers (the relay's data plane: coordinator.relay), on every
+        # replica, leading or not; every other path is a worker's control session.
+        self.routes: dict[str, Callable[[ServerConnection], Awaitable[None]]] = {}
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> Gateway:
         if self._handler is None:
             raise RuntimeError("the gateway needs its handler before it starts")
         # Keepalive pings every 5 s also measure each session's latency (the scheduler scores it).
-        self._server = await serve(self._session, host, port, max_size=MAX_MESSAGE_BYTES, ping_interval=5)
+        self._server = await serve(self._route, host, port, max_size=MAX_MESSAGE_BYTES, ping_interval=5)
         return self
 
     @property
@@ -220,6 +223,11 @@ class Gateway:
             await ws.send(encode(message))
         except ConnectionClosed:
             raise NodeOffline(f"node {node_key}'s worker session closed") from None
+
+    async def _route(self, ws: ServerConnection) -> None:
+        path = ws.request.path.partition("?")[0] if ws.request is not None else ""
+        route = self.routes.get(path, self._session)
+        await route(ws)
 
     @logs.scoped
     async def _session(self, ws: ServerConnection) -> None:

@@ -51,6 +51,7 @@ from coordinator.loops.workers import WorkerMessages
 from coordinator.metrics import Metrics
 from coordinator.outages import WATCH_EVERY_SECONDS, DatabaseLost, Outages
 from coordinator.payers import FeePayers, fee_payer_keys
+from coordinator.relay import Relay
 from coordinator.scheduler import LeaseRequest, NotPlaced, Scheduler
 from coordinator.scheduler import Placement as Placed
 from coordinator.settings import Settings
@@ -85,6 +86,9 @@ class Coordinator:
         self.gateway = Gateway(heartbeat_seconds=settings.heartbeat_seconds)
         self.gateway.leading = lambda: self.leading
         self.gateway.leader_url = self._leader_gateway
+        # The data plane (shells, forwards, endpoints) on the gateway's server, on every replica.
+        self.relay = Relay(pool)
+        self.gateway.routes = self.relay.routes()
         self.checkpoints = CheckpointStore(
             blob_store(
                 settings.checkpoint_dir or settings.state_dir / "checkpoints",

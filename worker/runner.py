@@ -137,6 +137,7 @@ class JobRunner:
         # the image it runs in; None: a host process in bubblewrap (only where the supplier allows it)
         self.image = self.spec.image or sandbox.default_image
         self.restarts = 0
+        self.process_pid: int | None = None  # bubblewrap's or the engine's `run`, while the job runs
         self.state: JobState = "starting"
         self._cancelled = asyncio.Event()
         self._cancel_reason = ""
@@ -226,8 +227,12 @@ class JobRunner:
                 )
             except OSError as e:
                 return self._status("failed", detail=f"cannot start {argv[0]!r}: {e.strerror or e}")
+            self.process_pid = process.pid  # how a shell or a forward finds the job's sandbox (worker/job_access.py)
             self._status("running")
-            outcome, code = await self._supervise(process, deadline)
+            try:
+                outcome, code = await self._supervise(process, deadline)
+            finally:
+                self.process_pid = None
             if code > 128:  # bubblewrap and the container engines report a job killed by signal N as 128 + N
                 code = 128 - code
             if outcome == "rejoin":

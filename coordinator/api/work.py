@@ -4,9 +4,9 @@ latest checkpoint, give its job's secrets and its checkpoint key sealed to its n
 quote, and see the workers connected now (simulated ones say so). A lease's job view, logs, files,
 secrets and checkpoint key are private: each request is signed (gpunet.protocol.request_message,
 headers X-Gpunet-Time-Ms, X-Gpunet-Wallet, X-Gpunet-Nonce, X-Gpunet-Signature, within 60 s and used
-once: coordinator.api.signed) by the lease's client (or, to read, by the supplier of a node the lease
-is on); anything else is 401 and shows nothing. Errors are JSON `{"error": message}` with a 4xx
-status, like the read API; a refused request changes nothing."""
+once) by the lease's client (or, to read, by the supplier of a node the lease is on); anything else
+is 401 and shows nothing. Errors are JSON `{"error": message}` with a 4xx status, like the read API;
+a refused request changes nothing."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import ValidationError
 from solders.pubkey import Pubkey
@@ -26,7 +27,7 @@ from starlette.routing import Route
 
 from coordinator.api.params import BadRequest, Param, parse_pubkey, parse_query
 from coordinator.api.resources import PAGE, page_body
-from coordinator.api.signed import authorize
+from coordinator.api.signed import Refused, check_signed
 from coordinator.checkpoints import TooLargeToServe, checkpoint_routes, latest_sealed
 from coordinator.db import chain as indexed
 from coordinator.db import jobs
@@ -40,7 +41,11 @@ from gpunet.amounts import U64_MAX, escrow_for, u64_json
 from gpunet.catalog import CatalogError, gpu_model_name, region, region_name
 from gpunet.json_input import NotJson, parse_json
 from gpunet.limits import ANY, MAX_GPUS_PER_NODE, MAX_LEASE_GPUS, MAX_LEASE_NODES
-from gpunet.protocol import JobSpec, job_message, operator_message
+from gpunet.protocol import (
+    JobSpec,
+    job_message,
+    operator_message,
+)
 from gpunet.raycluster import ray_endpoints
 
 if TYPE_CHECKING:
@@ -306,6 +311,34 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
         except ValueError:  # too few ports: its worker refuses the job, saying so
             return None
 
+    async def reach(request: Request) -> Response:
+        """Where the client reaches its lease's nodes (gpunet.reach): this replica's relay (any replica
+        relays for every node) and each node's direct address, if it takes clients directly. Only
+        where to knock: the client pins each node's key from the chain."""
+        parse_query(request.query_params, ())
+        lease = parse_pubkey("lease", request.path_params["key"])
+        async with pool.acquire() as conn:
+            refused = await authorize(conn, request, lease, b"", suppliers=False)
+            if refused is not None:
+                return refused
+            shares = await ledger.active_shares(conn, lease=lease)
+            direct = {s.node_key: await node_rows.direct_tunnel(conn, s.node_key) for s in shares}
+        gateway = urlsplit(coordinator.settings.advertise_gateway_url or coordinator.gateway.url)
+        return JSONResponse(
+            {
+                "lease": lease,
+                "relay": urlunsplit((gateway.scheme, gateway.netloc, "/client", "", "")),
+                "nodes": [
+                    {
+                        "rank": s.rank,
+                        "node_key": str(s.node_key),
+                        "direct": f"ws://{direct[s.node_key]}/client" if direct[s.node_key] else None,
+                    }
+                    for s in shares
+                ],
+            }
+        )
+
     def redispatch(lease: str, nodes: Iterable[str]) -> None:
         """These nodes of the lease get its job again, now with what the client sealed to them."""
         given = coordinator.shared.dispatched.get(lease)
@@ -465,6 +498,18 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
             }
         )
 
+    async def authorize(
+        conn: Connection, request: Request, lease: str, body: bytes, *, suppliers: bool
+    ) -> Response | None:
+        """None when the request is signed (coordinator.api.signed) by the lease's client (or, with
+        `suppliers`, by the supplier of a node the lease is on); else the 4xx to answer."""
+        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        try:
+            await check_signed(conn, request.method, target, request.headers, body, lease, suppliers=suppliers)
+        except Refused as e:
+            return _error(e.status, e.message)
+        return None
+
     async def files(request: Request) -> Response:
         """The latest checkpoint files of the lease's rank `rank` (default 0), for the lease's client
         only (a signed GET)."""
@@ -573,6 +618,7 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
         Route("/leases/{key}/job", submit_job, methods=["POST"]),
         Route("/leases/{key}/job", job_view),
         Route("/leases/{key}/files", files),
+        Route("/leases/{key}/reach", reach),
         Route("/leases/{key}/secrets", leader_only(give_secrets), methods=["POST"]),
         Route("/leases/{key}/checkpoint-key", leader_only(give_checkpoint_key), methods=["POST"]),
         Route("/quote", leader_only(quote)),

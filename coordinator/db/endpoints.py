@@ -1,4 +1,4 @@
-"""A lease's served endpoints (migration 0021): the bearer tokens its client issued (by SHA-256;
+"""A lease's served endpoints (migration 0022): the bearer tokens its client issued (by SHA-256;
 the token itself is never stored), the names it made public, and its access log, bounded per lease."""
 
 from __future__ import annotations

@@ -13,7 +13,9 @@ from coordinator.keys import NodeKey
 from gpunet.protocol import PortRange
 
 __all__ = [
+    "direct_tunnel",
     "is_draining",
+    "is_registered",
     "reach",
     "record_fault",
     "record_reach",
@@ -82,17 +84,30 @@ async def slash_evidence(conn: Connection, signature: str) -> list[dict[str, Any
     return [{**dict(r), "evidence": json.loads(r["evidence"]) if r["evidence"] is not None else None} for r in rows]
 
 
-async def record_reach(conn: Connection, node_key: NodeKey, host: str, ports: PortRange | None) -> None:
-    """What the node's worker advertised in the hello of the session just admitted (migration 0017)."""
+async def record_reach(
+    conn: Connection, node_key: NodeKey, host: str, ports: PortRange | None, tunnel_port: int | None = None
+) -> None:
+    """What the node's worker advertised in the hello of the session just admitted (migrations 0017, 0021)."""
     await conn.execute(
-        """INSERT INTO node_reach (node_key, host, ports_first, ports_last) VALUES ($1, $2, $3, $4)
-           ON CONFLICT (node_key) DO UPDATE SET host = $2, ports_first = $3, ports_last = $4,
+        """INSERT INTO node_reach (node_key, host, ports_first, ports_last, tunnel_port) VALUES ($1, $2, $3, $4, $5)
+           ON CONFLICT (node_key) DO UPDATE SET host = $2, ports_first = $3, ports_last = $4, tunnel_port = $5,
                                                  updated_at = clock_timestamp()""",
         str(node_key),
         host,
         ports.first if ports else None,
         ports.last if ports else None,
+        tunnel_port,
     )
+
+
+async def direct_tunnel(conn: Connection, node_key: NodeKey) -> str | None:
+    """Where clients reach the node's data plane directly ("host:port"; None: through the relay only)."""
+    row = await conn.fetchrow("SELECT host, tunnel_port FROM node_reach WHERE node_key = $1", str(node_key))
+    return None if row is None or row["tunnel_port"] is None else f"{row['host']}:{row['tunnel_port']}"
+
+
+async def is_registered(conn: Connection, node_key: NodeKey) -> bool:
+    return bool(await conn.fetchval("SELECT registered FROM nodes WHERE node_key = $1", str(node_key)))
 
 
 async def reach(conn: Connection, node_key: NodeKey) -> tuple[str, PortRange | None] | None:

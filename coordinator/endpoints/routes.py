@@ -27,7 +27,8 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from coordinator.api.params import BadRequest, Param, parse_pubkey, parse_query
-from coordinator.api.signed import authorize
+from coordinator.api.signed import Refused, check_signed
+from coordinator.db.connection import Connection
 from coordinator.db import endpoints as rows
 from coordinator.endpoints.serve import NAME, Endpoints, new_token
 from gpunet.json_input import NotJson, parse_json
@@ -63,6 +64,16 @@ def _body_object(body: bytes, shape: str, allowed: set[str]) -> dict[str, Any]:
     return value
 
 
+async def authorize(conn: Connection, request: Request, lease: str, body: bytes) -> Response | None:
+    """None when the lease's client signed the request (coordinator.api.signed); else the 4xx to answer."""
+    target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    try:
+        await check_signed(conn, request.method, target, request.headers, body, lease)
+    except Refused as e:
+        return _error(e.status, e.message)
+    return None
+
+
 def endpoint_routes(endpoints: Endpoints) -> list[Route]:
     pool, settings = endpoints.pool, endpoints.settings
 
@@ -78,7 +89,7 @@ def endpoint_routes(endpoints: Endpoints) -> list[Route]:
         parse_query(request.query_params, ())
         lease = parse_pubkey("lease", request.path_params["key"])
         async with pool.acquire() as conn:
-            refused = await authorize(conn, request, lease, b"", suppliers=False)
+            refused = await authorize(conn, request, lease, b"")
             if refused is not None:
                 return refused
             tokens = await rows.live_tokens(conn, lease)
@@ -134,7 +145,7 @@ def endpoint_routes(endpoints: Endpoints) -> list[Route]:
         if len(body) > MAX_BODY:
             return _error(413, f"the body is at most {MAX_BODY} bytes")
         async with pool.acquire() as conn:
-            refused = await authorize(conn, request, lease, body, suppliers=False)
+            refused = await authorize(conn, request, lease, body)
             if refused is not None:
                 return refused
             payload = _body_object(body, '{"public": true or false}', {"public"})
@@ -160,7 +171,7 @@ def endpoint_routes(endpoints: Endpoints) -> list[Route]:
         if len(body) > MAX_BODY:
             return _error(413, f"the body is at most {MAX_BODY} bytes")
         async with pool.acquire() as conn:
-            refused = await authorize(conn, request, lease, body, suppliers=False)
+            refused = await authorize(conn, request, lease, body)
             if refused is not None:
                 return refused
             label = _body_object(body, '{"label": text} or nothing', {"label"}).get("label", "")
@@ -194,7 +205,7 @@ def endpoint_routes(endpoints: Endpoints) -> list[Route]:
         if not TOKEN_ID.fullmatch(token_id):
             raise BadRequest(f"{token_id[:40]!r} is not a token id (16 hex digits, as the token's creation gave)")
         async with pool.acquire() as conn:
-            refused = await authorize(conn, request, lease, b"", suppliers=False)
+            refused = await authorize(conn, request, lease, b"")
             if refused is not None:
                 return refused
             revoked = await rows.revoke_token(conn, lease, token_id)
@@ -208,7 +219,7 @@ def endpoint_routes(endpoints: Endpoints) -> list[Route]:
         values = parse_query(request.query_params, LOG_PARAMS)
         lease = parse_pubkey("lease", request.path_params["key"])
         async with pool.acquire() as conn:
-            refused = await authorize(conn, request, lease, b"", suppliers=False)
+            refused = await authorize(conn, request, lease, b"")
             if refused is not None:
                 return refused
         await endpoints.flush_log()  # what this replica answered so far is in it

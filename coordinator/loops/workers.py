@@ -100,7 +100,7 @@ class WorkerMessages:
             try:
                 async with self.pool.acquire() as conn:
                     await nodes.record_reach(
-                        conn, node_key, self.link.host(node_key), self.link.cluster_ports(node_key)
+                        conn, node_key, self.link.host(node_key), self.link.cluster_ports(node_key), hello.tunnel_port
                     )
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as e:
                 log.warning("worker.reach_not_recorded", node=node_key, error=str(e))
