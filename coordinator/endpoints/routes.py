@@ -28,8 +28,8 @@ from starlette.routing import Route
 
 from coordinator.api.params import BadRequest, Param, parse_pubkey, parse_query
 from coordinator.api.signed import Refused, check_signed
-from coordinator.db.connection import Connection
 from coordinator.db import endpoints as rows
+from coordinator.db.connection import Connection
 from coordinator.endpoints.serve import NAME, Endpoints, new_token
 from gpunet.json_input import NotJson, parse_json
 
@@ -68,7 +68,7 @@ async def authorize(conn: Connection, request: Request, lease: str, body: bytes)
     """None when the lease's client signed the request (coordinator.api.signed); else the 4xx to answer."""
     target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
     try:
-        await check_signed(conn, request.method, target, request.headers, body, lease)
+        await check_signed(conn, request.method, target, request.headers, body, lease, suppliers=False)
     except Refused as e:
         return _error(e.status, e.message)
     return None

@@ -252,9 +252,7 @@ class Endpoints:
             http = sorted(n for n, e in serving.exposes.items() if e.protocol == "http")
             which = f"its HTTP endpoints: {', '.join(http)}" if http else "it exposes no HTTP port"
             job = f"job {serving.job_number}" if serving.job_number else "job (it has none yet)"
-            return self._done(
-                exchange, _error(404, f"lease {lease}'s {job} exposes no port named {name!r} ({which})")
-            )
+            return self._done(exchange, _error(404, f"lease {lease}'s {job} exposes no port named {name!r} ({which})"))
         if expose.protocol != "http":
             return self._done(
                 exchange,
@@ -407,9 +405,7 @@ class Endpoints:
         before = self.health.get((lease, name, node))
         self.health[(lease, name, node)] = Health(healthy, time.time(), reason)
         if before is None or before.healthy != healthy:
-            log.info(
-                "endpoint.health", lease=lease, name=name, node_key=node, healthy=healthy, reason=reason or None
-            )
+            log.info("endpoint.health", lease=lease, name=name, node_key=node, healthy=healthy, reason=reason or None)
 
     async def _forward(
         self,
@@ -512,8 +508,8 @@ class Endpoints:
             del self._served[key]
             self._turn.pop(key, None)
         served = set(self._served)
-        for key in [k for k in self.health if (k[0], k[1]) not in served]:
-            del self.health[key]
+        for mark in [k for k in self.health if (k[0], k[1]) not in served]:
+            del self.health[mark]
         rate, burst = self.settings.endpoint_requests_per_second, self.settings.endpoint_burst
         for lease in [k for k, b in self._buckets.items() if b.tokens + (now - b.at) * rate >= burst]:
             del self._buckets[lease]  # full again: as good as a new one
@@ -540,8 +536,8 @@ class Endpoints:
             expose = serving.exposes.get(name)
             if serving.status != "active" or expose is None or expose.protocol != "http":
                 continue
-            for key in [k for k in self.health if k[:2] == (lease, name) and k[2] not in serving.nodes]:
-                del self.health[key]  # a node the lease moved away from
+            for mark in [k for k in self.health if k[:2] == (lease, name) and k[2] not in serving.nodes]:
+                del self.health[mark]  # a node the lease moved away from
             checks += [check(lease, name, node) for node in serving.nodes]
         await asyncio.gather(*checks)
 
@@ -672,4 +668,3 @@ class _Relayed(StreamingResponse):
         self.endpoints._account(self.exchange, status)
         with contextlib.suppress(Exception):
             await self.channel.close()
-
