@@ -2,7 +2,8 @@
 `{"completion": ..., "node": ...}`) on 127.0.0.1:$PORT, saying which node answered (its rank, its
 GPUs and its working directory: the node's own, whatever rank it took over). Also: GET /stream?n=N
 (N chunks, one every STREAM_SECONDS, chunked), GET /slow?s=S (answers after S seconds), GET /count
-(the requests it took), and GET on any other path (the path and the headers it got)."""
+(the requests it took), GET /quit (answers, then the job exits 0), and GET on any other path (the
+path and the headers it got)."""
 
 import json
 import os
@@ -55,6 +56,10 @@ class Handler(BaseHTTPRequestHandler):
                 self.wfile.flush()
                 time.sleep(float(os.environ.get("STREAM_SECONDS", "0.3")))
             self.wfile.write(b"0\r\n\r\n")
+            return
+        if url.path == "/quit":
+            self._answer({"node": NODE, "quitting": True})
+            threading.Timer(0.2, os._exit, (0,)).start()
             return
         if url.path == "/slow":
             time.sleep(float(query.get("s", "1")))
