@@ -530,7 +530,11 @@ class SecureChannel:
             try:
                 chunks = []
                 while True:
-                    chunks.append(self._tls.read(256 * 1024))
+                    # after the peer's close_notify, read() returns b"" (it does not raise): the end
+                    if not (chunk := self._tls.read(256 * 1024)):
+                        self._eof = True
+                        break
+                    chunks.append(chunk)
             except ssl.SSLWantReadError:
                 pass
             except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
