@@ -428,7 +428,7 @@ class Endpoints:
                 async with asyncio.timeout(CONNECT_SECONDS):
                     channel = await self.relay.open_endpoint(lease, node, name)
             except (TunnelError, TimeoutError, OSError) as e:
-                why.append(f"node {node}: no stream: {e or type(e).__name__}")
+                why.append(f"node {node}: no stream: {str(e) or type(e).__name__}")
                 self._mark(lease, name, node, False, why[-1])
                 continue
             conn = h11.Connection(h11.CLIENT)
@@ -443,7 +443,7 @@ class Endpoints:
             except (TunnelError, TimeoutError, OSError, h11.ProtocolError) as e:
                 with contextlib.suppress(Exception):
                     await channel.close()
-                why.append(f"node {node}: no answer: {e or type(e).__name__}")
+                why.append(f"node {node}: no answer: {str(e) or type(e).__name__}")
                 self._mark(lease, name, node, False, why[-1])
                 continue
             self._mark(lease, name, node, True)
@@ -524,7 +524,7 @@ class Endpoints:
                     async with asyncio.timeout(CONNECT_SECONDS):
                         channel = await self.relay.open_endpoint(lease, node, name)
                 except (TunnelError, TimeoutError, OSError) as e:
-                    self._mark(lease, name, node, False, f"check failed: {e or type(e).__name__}")
+                    self._mark(lease, name, node, False, f"check failed: {str(e) or type(e).__name__}")
                     return
                 with contextlib.suppress(Exception):
                     await channel.close()
@@ -635,7 +635,7 @@ class _Relayed(StreamingResponse):
                     async with asyncio.timeout(timeout):
                         data = await self.channel.recv()
                 except (TunnelError, TimeoutError, OSError) as e:
-                    raise _Broken(f"the answer broke off: {e or type(e).__name__}") from None
+                    raise _Broken(f"the answer broke off: {str(e) or type(e).__name__}") from None
                 self.conn.receive_data(data or b"")
                 continue
             if isinstance(event, h11.Data):
