@@ -24,6 +24,7 @@ lock = threading.Lock()
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # chunked answers, as model servers stream tokens
+    disable_nagle_algorithm = True  # its head and body are two writes: no delayed-ACK wait between them
 
     def _count(self) -> None:
         global taken
