@@ -347,6 +347,7 @@ class Coordinator:
                 await task
         with contextlib.suppress(Exception):  # the access log's last second
             await asyncio.wait_for(self.endpoints.flush_log(), 5)
+        await self.endpoints.close()
         await self.gateway.stop()
         await self.chain.close()
 

@@ -41,10 +41,11 @@ SERVER = Path(__file__).resolve().parents[1] / "worker" / "jobs" / "completion.p
 class TcpChannel:
     """A node's job port as `Relay.open_endpoint` gives it: bytes both ways, None at the end."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader, self.writer = reader, writer
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, relay: LocalRelay) -> None:
+        self.reader, self.writer, self.relay = reader, writer, relay
 
     async def send(self, data: bytes) -> None:
+        self.relay.sent += 1
         self.writer.write(data)
         await self.writer.drain()
 
@@ -62,7 +63,8 @@ class LocalRelay:
 
     def __init__(self) -> None:
         self.ports: dict[Pubkey, int] = {}
-        self.opened: list[Pubkey] = []
+        self.opened: list[Pubkey] = []  # the streams opened, to which node
+        self.sent = 0  # what was sent to the jobs (requests), on new channels and kept ones
 
     def linked(self, node_key: Pubkey) -> bool:
         return node_key in self.ports
@@ -72,7 +74,7 @@ class LocalRelay:
             raise LinkClosed(f"node {node_key} has no link")
         self.opened.append(node_key)
         try:
-            return TcpChannel(*await asyncio.open_connection("127.0.0.1", self.ports[node_key]))
+            return TcpChannel(*await asyncio.open_connection("127.0.0.1", self.ports[node_key]), self)
         except OSError as e:
             raise StreamRefused(f"the job does not listen: {e}") from None
 
@@ -81,7 +83,13 @@ def start_server(port: int, mark: str, log: Path) -> subprocess.Popen:
     with log.open("ab") as out:
         return subprocess.Popen(
             [sys.executable, str(SERVER)],
-            env={"PORT": str(port), "NODE_MARK": mark, "RANK": mark[-1], "STREAM_SECONDS": "0.3"},
+            env={
+                "PORT": str(port),
+                "NODE_MARK": mark,
+                "RANK": mark[-1],
+                "STREAM_SECONDS": "0.3",
+                "KEEPALIVE_SECONDS": "0.5",
+            },
             stdout=out,
             stderr=subprocess.STDOUT,
         )
@@ -151,6 +159,7 @@ async def served(chain, settings, pool, indexer, spawned, tmp_path):
     finally:
         server.should_exit = True
         await task
+        await endpoints.close()
         await rpc.close()
 
 
@@ -192,7 +201,7 @@ async def test_a_token_opens_the_endpoint_and_nothing_else_does(served) -> None:
     bare = await http.post(url, json=prompt)
     assert bare.status_code == 401 and bare.headers["www-authenticate"].startswith("Bearer")
     assert f"gpunet lease endpoint token {lease}" in bare.json()["error"]
-    assert served["relay"].opened == []
+    assert served["relay"].opened == [] and served["relay"].sent == 0
 
     # The client's token: the job answers, without ever seeing the token.
     token = await token_of(http, wallet, lease, "laptop")
@@ -205,7 +214,7 @@ async def test_a_token_opens_the_endpoint_and_nothing_else_does(served) -> None:
     assert answered.headers["content-security-policy"].startswith("sandbox")
 
     # Malformed, never issued, another lease's, revoked: 400, 401, 403, 403; none reaches the job.
-    opened = len(served["relay"].opened)
+    sent = served["relay"].sent
     assert (await http.post(url, json=prompt, headers=bearer("nope"))).status_code == 400
     assert (await http.post(url, json=prompt, headers={"Authorization": "Basic eDp5"})).status_code == 400
     unknown = await http.post(url, json=prompt, headers=bearer("gpe_" + "A" * 43))
@@ -218,7 +227,7 @@ async def test_a_token_opens_the_endpoint_and_nothing_else_does(served) -> None:
     assert revoked.status_code == 200 and revoked.json()["id"] == token["id"]
     refused = await http.post(url, json=prompt, headers=bearer(token["token"]))
     assert refused.status_code == 403 and "revoked" in refused.json()["error"]
-    assert len(served["relay"].opened) == opened
+    assert served["relay"].sent == sent
     # ... while the lease's other token still opens it
     assert (await http.post(url, json=prompt, headers=bearer(spare["token"]))).status_code == 200
 
@@ -308,6 +317,17 @@ async def test_requests_spread_over_the_nodes_stream_and_move_to_a_node_that_ans
     ]
     assert set(marks) == {"node0", "node1"}
 
+    # An answered request's channel serves the next one (no new stream); one the job closed while it
+    # was kept is dropped for a new one, the node not blamed.
+    opened = len(relay.opened)
+    for _ in range(4):
+        assert (await http.post(url, json={"prompt": "x"}, headers=bearer(token))).status_code == 200
+    assert len(relay.opened) == opened
+    await asyncio.sleep(1.0)  # the jobs close connections idle for 0.5 s
+    again = await http.post(url, json={"prompt": "x"}, headers=bearer(token))
+    assert again.status_code == 200 and len(relay.opened) == opened + 1
+    assert all(endpoints.health[(lease, "api", k.pubkey())].healthy for _, k in served["cluster"].nodes)
+
     # A streamed answer comes as the job sends it, not once it has ended.
     started = time.monotonic()
     async with http.stream("GET", f"/endpoints/{lease}/api/stream?n=5", headers=bearer(token)) as streamed:
@@ -339,8 +359,8 @@ async def test_requests_spread_over_the_nodes_stream_and_move_to_a_node_that_ans
     # and the next ones go to node 1 first (node 0 is skipped until a check passes)
     tried = len(relay.opened)
     for _ in range(4):
-        await http.post(url, json={"prompt": "x"}, headers=bearer(token))
-    assert relay.opened[tried:] == [served["cluster"].nodes[1][1].pubkey()] * 4
+        assert (await http.post(url, json={"prompt": "x"}, headers=bearer(token))).json()["node"]["mark"] == "node1"
+    assert served["cluster"].nodes[0][1].pubkey() not in relay.opened[tried:]
 
     # No node serves: 503 with Retry-After; back: served again at the same URL.
     saved = dict(relay.ports)

@@ -3,7 +3,7 @@
 GPUs and its working directory: the node's own, whatever rank it took over). Also: GET /stream?n=N
 (N chunks, one every STREAM_SECONDS, chunked), GET /slow?s=S (answers after S seconds), GET /count
 (the requests it took), GET /quit (answers, then the job exits 0), and GET on any other path (the
-path and the headers it got)."""
+path and the headers it got). KEEPALIVE_SECONDS: an idle connection is closed after this long."""
 
 import json
 import os
@@ -25,6 +25,7 @@ lock = threading.Lock()
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # chunked answers, as model servers stream tokens
     disable_nagle_algorithm = True  # its head and body are two writes: no delayed-ACK wait between them
+    timeout = float(os.environ.get("KEEPALIVE_SECONDS", "0")) or None  # an idle connection is closed after it
 
     def _count(self) -> None:
         global taken
