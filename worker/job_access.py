@@ -333,7 +333,7 @@ async def spawn(
 
 class JobProcess:
     """A command running inside a job's sandbox (see spawn). Its output in chunks, its input, its
-    terminal's size, signals, its exit code."""
+    terminal's size, signals, its exit code. One task reads and one writes at a time."""
 
     def __init__(
         self, process: asyncio.subprocess.Process, *, master: int | None, pid_namespace: tuple[int, int], session: str
@@ -482,7 +482,9 @@ class JobProcess:
 
     async def wait(self) -> int:
         """The exit code, the shell's way: 0-255, 128 + N for a command killed by signal N (the
-        engine reports a container's so, and cannot tell it from an exit code of 128 + N)."""
+        engine reports a container's so, and cannot tell it from an exit code of 128 + N). Without a
+        tty, once its output has ended too (asyncio's: a process it left running that holds its
+        stdout delays it; kill() does not)."""
         code = await self._process.wait()
         return 128 - code if code < 0 else code
 

@@ -103,7 +103,8 @@ async def test_a_command_in_a_host_job_sees_the_job_and_nothing_of_another_lease
     assert os.geteuid() == 0, "a root worker's test: its host jobs run as a uid of their own"
     state = tmp_path / "state"
     sandbox = host_jobs(state)
-    job_a = _dispatch(["sleep", "61"], env={"MODE": "train", "LD_LIBRARY_PATH": "/opt/job-libs"})
+    # a host job's opened secrets are in its env, as any variable: here API_TOKEN
+    job_a = _dispatch(["sleep", "61"], env={"API_TOKEN": "tok-5ecret", "LD_LIBRARY_PATH": "/opt/job-libs"})
     job_b = _dispatch(["sleep", "62"])
     async with (
         running(sandbox, state, job_a, {"a-only": "x"}) as a,
@@ -113,7 +114,9 @@ async def test_a_command_in_a_host_job_sees_the_job_and_nothing_of_another_lease
         # nsenter and setpriv run as root: none of the job's variables is theirs (LD_LIBRARY_PATH
         # and LD_PRELOAD are the C library's), though the command gets them all
         agent_side = Path(f"/proc/{process.pid}/environ").read_bytes().split(b"\0")
-        assert not [v for v in agent_side if v.startswith((b"LD_", b"MODE="))], agent_side
+        assert not [v for v in agent_side if v.startswith((b"LD_", b"API_TOKEN="))], agent_side
+        # and a secret's value is never in a command line (anyone on the machine reads those)
+        assert b"tok-5ecret" not in Path(f"/proc/{process.pid}/cmdline").read_bytes()
         await process.write(b"go\n")
         out = await output(process)
     lines = out["stdout"].splitlines()
@@ -121,7 +124,7 @@ async def test_a_command_in_a_host_job_sees_the_job_and_nothing_of_another_lease
     # the job's uid (not root, no capability), directory and environment, GPUs included
     assert f"uid={host_job_uid(job_a.lease)}" in lines and f"cwd={a.dirs.workdir}" in lines, lines
     assert "CapEff:\t0000000000000000" in lines and "NoNewPrivs:\t1" in lines, lines
-    for variable in (f"GPUNET_LEASE={job_a.lease}", "MODE=train", "LD_LIBRARY_PATH=/opt/job-libs"):
+    for variable in (f"GPUNET_LEASE={job_a.lease}", "API_TOKEN=tok-5ecret", "LD_LIBRARY_PATH=/opt/job-libs"):
         assert f"env {variable}" in lines, lines
     assert "env CUDA_VISIBLE_DEVICES=GPU-sim-a" in lines and f"env GPUNET_WORKDIR={a.dirs.workdir}" in lines
     # its pid namespace: the job's own process and the command's, nothing of the machine's (this
@@ -232,14 +235,21 @@ def _running_commands(prefix: str) -> list[str]:
 
 async def test_a_command_in_a_container_job_sees_the_job(tmp_path, podman) -> None:
     state = tmp_path / "state"
-    async with running(
-        podman, state, _dispatch(["sleep", "61"], image=IMAGE, env={"MODE": "train"}), {"a-only": "x"}
-    ) as runner:
-        out = await output(await spawn(runner, ["/bin/sh", "-c", LOOK.format(other="/etc/hostname")], tty=False))
+    spec = JobSpec(command=["sleep", "61"], image=IMAGE, env={"MODE": "train"}, secrets=["API_TOKEN"])
+    job = Dispatch(lease=str(Pubkey.new_unique()), gpus=1, job=spec)
+    # the secret opened into the job's env, as the agent does: `podman run` took it by name
+    job = job.model_copy(update={"job": spec.model_copy(update={"env": spec.env | {"API_TOKEN": "tok-5ecret"}})})
+    async with running(podman, state, job, {"a-only": "x"}) as runner:
+        process = await spawn(runner, ["/bin/sh", "-c", "read go; " + LOOK.format(other="/etc/hostname")], tty=False)
+        for agent_side in ("cmdline", "environ"):  # the container has the secret: the engine's exec does not
+            assert b"tok-5ecret" not in Path(f"/proc/{process.pid}/{agent_side}").read_bytes()
+        await process.write(b"go\n")
+        out = await output(process)
     lines = out["stdout"].splitlines()
     assert (out["exit"], out["stderr"]) == ("0", "done\n"), out
     assert "cwd=/work" in lines and "ls a-only" in lines and "CapEff:\t0000000000000000" in lines, lines
-    assert f"env GPUNET_LEASE={runner.dispatch.lease}" in lines and "env MODE=train" in lines, lines
+    for variable in (f"GPUNET_LEASE={runner.dispatch.lease}", "MODE=train", "API_TOKEN=tok-5ecret"):
+        assert f"env {variable}" in lines, lines
     commands = [line[3:] for line in lines if line.startswith("ps ")]
     assert "sleep 61" in commands and _own_command() not in commands, commands
 
@@ -299,6 +309,21 @@ async def test_a_port_inside_the_job_is_reached_in_its_own_network_namespace(tmp
                 writer.close()
             with pytest.raises(JobUnreachable, match=f"nothing listens on port {unused} inside the job"):
                 await connect(runner, unused)
+
+
+async def test_input_reaches_the_command_and_its_end_ends_it(tmp_path) -> None:
+    state = tmp_path / "state"
+    async with running(host_jobs(state), state, _dispatch(["sleep", "60"])) as runner:
+        process = await spawn(runner, ["cat"], tty=False)
+        await process.write(b"line one\n")
+        process.close_stdin()
+        assert await output(process) == {"stdout": "line one\n", "stderr": "", "exit": "0"}
+        # the same through a terminal: its end-of-file ends the shell
+        process = await spawn(runner, [], tty=True)
+        process.close_stdin()
+        assert (await output(process))["exit"] == "0"
+        out = await output(await spawn(runner, ["no-such-program"], tty=False))
+        assert out["exit"] == "127" and "cannot run 'no-such-program' in the job" in out["stderr"], out
 
 
 async def test_a_job_that_has_ended_cannot_be_reached(tmp_path) -> None:
