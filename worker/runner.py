@@ -42,7 +42,7 @@ RAY_LAUNCHER = (Path(__file__).parent / "ray_launcher.py").read_text()  # run as
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_agent() -> None:
+def die_with_agent() -> None:
     # In the child before exec: if the agent dies (even SIGKILL), the kernel kills the job, so a
     # restarted agent never finds an orphan still using the GPUs (Linux; elsewhere a no-op).
     try:
@@ -58,19 +58,26 @@ def _in_bubblewrap(pids: int | None, file_bytes: int) -> Callable[[], None]:
     to it: the largest file it may write, and (where it runs as a uid of its own: `pids`) how many
     processes that uid may have (root, bubblewrap itself, is exempt; the job is not)."""
 
+    def prepare() -> None:
+        die_with_agent()
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        host_job_limits(pids, file_bytes)
+
+    return prepare
+
+
+def host_job_limits(pids: int | None, file_bytes: int) -> None:
+    """Lowers this process's limits to a host job's (in a child before exec; what runs in the job's
+    sandbox inherits them): the largest file it may write, and how many processes its uid may have."""
+
     def lower(limit: int, to: int) -> None:  # never above the agent's own hard limit (a non-root agent's)
         hard = resource.getrlimit(limit)[1]
         to = to if hard == resource.RLIM_INFINITY else min(to, hard)
         resource.setrlimit(limit, (to, to))
 
-    def prepare() -> None:
-        _die_with_agent()
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        lower(resource.RLIMIT_FSIZE, file_bytes)
-        if pids is not None:
-            lower(resource.RLIMIT_NPROC, pids)
-
-    return prepare
+    lower(resource.RLIMIT_FSIZE, file_bytes)
+    if pids is not None:
+        lower(resource.RLIMIT_NPROC, pids)
 
 
 def _give(directory: Path, uid: int) -> None:
@@ -218,7 +225,7 @@ class JobRunner:
                     stdout=asyncio.subprocess.PIPE,
                     stderr=asyncio.subprocess.PIPE,
                     start_new_session=True,
-                    preexec_fn=_die_with_agent
+                    preexec_fn=die_with_agent
                     if self.image is not None
                     else _in_bubblewrap(
                         self.sandbox.pids_limit if self.uid is not None else None, self.sandbox.file_bytes

@@ -53,7 +53,7 @@ SETPRIV = "/usr/bin/setpriv"  # util-linux: drops to the job's uid inside bubble
 _SETUID_CAPS = ("--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP")
 
 
-def _drop_to(uid: int) -> list[str]:
+def drop_to(uid: int) -> list[str]:
     """setpriv's options: the job's uid and gid, no other group, no capability, no new privileges."""
     return [
         f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
@@ -232,7 +232,7 @@ class Sandbox:
             )
         if allow_host_jobs:
             bwrap = shutil.which("bwrap")
-            drop = [SETPRIV, *_drop_to(JOB_UID_BASE)] if drop_root else []
+            drop = [SETPRIV, *drop_to(JOB_UID_BASE)] if drop_root else []
             # what every host job's sandbox uses (--perms: bubblewrap 0.5 or newer), run once
             problem = "is not installed: apt-get install bubblewrap" if bwrap is None else None
             if bwrap is not None and (failed := _fails(
@@ -457,5 +457,5 @@ class Sandbox:
             argv += ["--remount-ro", path]
         argv += ["--chdir", str(dirs.workdir), "--"]
         if uid is not None:
-            argv += [SETPRIV, *_drop_to(uid)]
+            argv += [SETPRIV, *drop_to(uid)]
         return [*argv, "/usr/bin/env", "--default-signal=TERM", *command]
