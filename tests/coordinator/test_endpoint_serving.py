@@ -300,6 +300,15 @@ async def test_a_token_opens_the_endpoint_and_nothing_else_does(served) -> None:
     assert (await signed(http, stranger, "GET", f"/leases/{lease}/endpoints/log")).status_code == 401
     assert (await signed(http, wallet, "GET", f"/leases/{lease}/endpoints/log?tail=0")).status_code == 400
 
+    # ... bounded: the newest entries of each lease are kept
+    endpoints = served["endpoints"]
+    endpoints.settings = endpoints.settings.model_copy(update={"endpoint_log_per_lease": 3})
+    before = whole.json()["items"][-1]["id"]
+    for _ in range(5):
+        await http.get(f"/endpoints/{lease}/api/count", headers=bearer(spare["token"]))
+    kept = (await signed(http, wallet, "GET", f"/leases/{lease}/endpoints/log?limit=1000")).json()["items"]
+    assert [e["id"] for e in kept] == [before + 3, before + 4, before + 5]
+
     metrics = served["endpoints"].metrics.render()
     assert 'gpunet_endpoint_requests_total{code="200"}' in metrics
     assert 'gpunet_endpoint_requests_total{code="403"}' in metrics and lease not in metrics

@@ -168,6 +168,8 @@ async def test_endpoints_on_real_workers(node, chain, pool, database_url, tmp_pa
             entries = [json.loads(line) for line in out.splitlines()]
             assert {401, 403, 404, 429, 200} <= {e["status"] for e in entries}
             assert {e["node_key"] for e in entries if e["status"] == 200} == set(placed)
+            metrics = (await http.get(f"{api}/metrics")).text  # counted, never by lease
+            assert 'gpunet_endpoint_requests_total{code="429"}' in metrics and str(lease) not in metrics
 
             # No node serves the second lease's endpoint (its job has ended): 503 with Retry-After.
             quit_ = await http.get(f"{api}/endpoints/{other}/api/quit", headers=elsewhere)
