@@ -252,7 +252,13 @@ class Endpoints:
             return self._done(exchange, _error(400, f"Content-Length: {declared[:40]!r} is not a number of bytes"))
         if declared is not None and int(declared) > limit:
             return self._done(exchange, _error(413, f"an endpoint takes a request body of at most {limit} bytes"))
-        serving = await self.serving(lease)
+        try:
+            serving = await self.serving(lease)
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as e:
+            return self._done(
+                exchange,
+                _error(503, f"the ledger cannot be read now ({type(e).__name__}): retry", {"Retry-After": "5"}),
+            )
         if serving.status is None:
             return self._done(exchange, _error(404, f"lease {lease} is not indexed (yet): retry in a moment"))
         exchange.logged = True
@@ -263,7 +269,12 @@ class Endpoints:
         expose = serving.exposes.get(name)
         public = name in serving.public and expose is not None and expose.protocol == "http"
         if not public:
-            refused = await self._access(request, lease, exchange)
+            try:
+                refused = await self._access(request, lease, exchange)
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as e:
+                refused = _error(
+                    503, f"the ledger cannot be read now ({type(e).__name__}): retry", {"Retry-After": "5"}
+                )
             if refused is not None:
                 return self._done(exchange, refused)
         if serving.unreadable is not None:
@@ -692,7 +703,11 @@ async def _head(conn: h11.Connection, channel: Channel) -> h11.Response:
         raise TunnelError(f"the job closed the connection before it answered ({type(event).__name__})")
 
 
-def _response_headers(head: h11.Response, sandbox: bool) -> list[tuple[bytes, bytes]]:
+def _response_headers(head: h11.Response, prefix: str, sandbox: bool) -> list[tuple[bytes, bytes]]:
+    """The job's headers as the caller gets them: less hop-by-hop ones; a redirect to a path of the
+    job's (Location: /...) and its cookies' paths under the endpoint's prefix (`/endpoints/{lease}/
+    {name}`: the leases' endpoints share one origin, and one job's cookies must never reach another's);
+    and the sandbox."""
     named = {
         t.strip().lower()
         for k, v in head.headers
@@ -700,14 +715,35 @@ def _response_headers(head: h11.Response, sandbox: bool) -> list[tuple[bytes, by
         for t in v.decode("latin-1").split(",")
         if t.strip()
     }
-    out = [
-        (k, v)
-        for k, v in head.headers
-        if (lower := k.decode("latin-1")) not in HOP and lower not in named and lower != "date"
-    ]
+    out = []
+    for key, value in head.headers:
+        lower = key.decode("latin-1")
+        if lower in HOP or lower in named or lower == "date":
+            continue
+        if lower == "location" and value.startswith(b"/") and not value.startswith(b"//"):
+            value = prefix.encode() + value
+        elif lower == "set-cookie":
+            value = _scoped_cookie(value, prefix)
+        out.append((key, value))
     if sandbox:
         out.append((b"content-security-policy", SANDBOX.encode()))
     return out
+
+
+def _scoped_cookie(value: bytes, prefix: str) -> bytes:
+    """A Set-Cookie under the endpoint's prefix: its Path prefixed (`/` when it had none), its Domain
+    dropped (host-only)."""
+    cookie, *attributes = value.split(b";")
+    path = b"/"
+    kept = []
+    for attribute in attributes:
+        name = attribute.strip().split(b"=", 1)[0].lower()
+        if name == b"path":
+            given = attribute.strip().split(b"=", 1)[1].strip() if b"=" in attribute else b""
+            path = given if given.startswith(b"/") else b"/"
+        elif name != b"domain":
+            kept.append(attribute)
+    return b";".join([cookie, *kept, b" Path=" + prefix.encode() + path])
 
 
 class _Relayed(StreamingResponse):
@@ -728,7 +764,8 @@ class _Relayed(StreamingResponse):
         self._ended = False
         self._whole = False  # the whole answer came (the channel may serve the next request)
         super().__init__(self._body(), status_code=head.status_code)
-        self.raw_headers = _response_headers(head, endpoints.settings.endpoint_sandbox)
+        prefix = f"/endpoints/{key[0]}/{key[1]}"
+        self.raw_headers = _response_headers(head, prefix, endpoints.settings.endpoint_sandbox)
 
     async def _body(self) -> AsyncIterator[bytes]:
         timeout = self.endpoints.settings.endpoint_timeout_seconds

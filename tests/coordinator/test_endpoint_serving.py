@@ -347,6 +347,15 @@ async def test_requests_spread_over_the_nodes_stream_and_move_to_a_node_that_ans
     assert "".join(c for _, c in chunks).count("data: ") == 5
     assert chunks[0][0] < 1.0 and chunks[-1][0] > 1.0, chunks  # the first before the job had sent them all
 
+    # A job's cookies and redirects stay under its endpoint's prefix (every lease's share one origin).
+    jar = await http.get(f"/endpoints/{lease}/api/cookie", headers=bearer(token))
+    assert jar.headers.get_list("set-cookie") == [
+        f"sid=1; HttpOnly; Path=/endpoints/{lease}/api/",
+        f"pref=2; Path=/endpoints/{lease}/api/ui",
+    ]
+    moved = await http.get(f"/endpoints/{lease}/api/redirect", headers=bearer(token))
+    assert moved.status_code == 302 and moved.headers["location"] == f"/endpoints/{lease}/api/v1/completions"
+
     # A body over the limit: 413, and the job never sees it.
     counted = [(await http.get(f"/endpoints/{lease}/api/count", headers=bearer(token))).json() for _ in range(2)]
     before = sum(c["taken"] for c in counted)
@@ -424,6 +433,14 @@ async def test_a_closed_lease_s_endpoints_answer_410(served, chain) -> None:
     token = (await token_of(http, cluster.client_wallet, lease))["token"]
     url = f"/endpoints/{lease}/api/v1/completions"
     assert (await http.post(url, json={"prompt": "x"}, headers=bearer(token))).status_code == 200
+    # The ledger does not answer: 503 with Retry-After (nothing served on a stale word), then served again.
+    endpoints, pool = served["endpoints"], served["endpoints"].pool
+    endpoints.pool = _Down()
+    endpoints.forget(lease)
+    down = await http.post(url, json={"prompt": "x"}, headers=bearer(token))
+    assert down.status_code == 503 and down.headers["retry-after"] == "5", down.text
+    endpoints.pool = pool
+    assert (await http.post(url, json={"prompt": "x"}, headers=bearer(token))).status_code == 200
     await cluster.market.close_lease(cluster.lessee, cluster.lease)
 
     async def gone() -> bool:
@@ -436,6 +453,13 @@ async def test_a_closed_lease_s_endpoints_answer_410(served, chain) -> None:
     # the client still reads what its endpoints served
     log = await signed(http, cluster.client_wallet, "GET", f"/leases/{lease}/endpoints/log")
     assert [e["status"] for e in log.json()["items"]][:1] == [200] and log.json()["items"][-1]["status"] == 410
+
+
+class _Down:
+    """A pool whose database does not answer."""
+
+    def acquire(self):
+        raise OSError("connection refused")
 
 
 async def _truly(value: bool) -> bool:

@@ -2,8 +2,9 @@
 `{"completion": ..., "node": ...}`) on 127.0.0.1:$PORT, saying which node answered (its rank, its
 GPUs and its working directory: the node's own, whatever rank it took over). Also: GET /stream?n=N
 (N chunks, one every STREAM_SECONDS, chunked), GET /slow?s=S (answers after S seconds), GET /count
-(the requests it took), GET /quit (answers, then the job exits 0), and GET on any other path (the
-path and the headers it got). KEEPALIVE_SECONDS: an idle connection is closed after this long."""
+(the requests it took), GET /quit (answers, then the job exits 0), GET /cookie (sets two cookies),
+GET /redirect (to /v1/completions), and GET on any other path (the path and the headers it got).
+KEEPALIVE_SECONDS: an idle connection is closed after this long."""
 
 import json
 import os
@@ -58,6 +59,19 @@ class Handler(BaseHTTPRequestHandler):
                 self.wfile.flush()
                 time.sleep(float(os.environ.get("STREAM_SECONDS", "0.3")))
             self.wfile.write(b"0\r\n\r\n")
+            return
+        if url.path == "/cookie":  # a session cookie for the whole site, as a web app sets one
+            self.send_response(200)
+            self.send_header("Set-Cookie", "sid=1; Path=/; Domain=example.com; HttpOnly")
+            self.send_header("Set-Cookie", "pref=2; Path=/ui")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        if url.path == "/redirect":
+            self.send_response(302)
+            self.send_header("Location", "/v1/completions")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
             return
         if url.path == "/quit":
             self._answer({"node": NODE, "quitting": True})
