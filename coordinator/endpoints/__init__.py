@@ -9,7 +9,8 @@ URL serves from the new node.
 request changes nothing:
 
 1. a bad lease address: 400; a lease not indexed: 404; a closing or closed lease: **410** (an
-   endpoint serves only while its lease is active; what the chain says about a lease is public).
+   endpoint serves only while its lease is active; what the chain says about a lease is public);
+   the ledger not answering: 503 with Retry-After.
 2. access: a name the client made public (`POST /leases/{lease}/endpoints/{name}`, signed) takes
    anyone; any other needs `Authorization: Bearer <token>`, a token the lease's client created
    (`POST /leases/{lease}/endpoint-tokens`, signed; shown once, only its SHA-256 is kept). **401**:
@@ -48,7 +49,10 @@ linked node is marked unhealthy they are still tried, in case a check is stale, 
 (percent-encoding kept), the headers less hop-by-hop ones; the caller's bearer token never reaches
 the job (a token-protected endpoint's Authorization header is dropped; a public endpoint's reaches
 the job, so the job may check credentials of its own, unless it holds a gpunet token); X-Forwarded-For,
--Proto, -Host and -Prefix (`/endpoints/{lease}/{name}`) are set. Not relayed: WebSocket upgrades,
+-Proto, -Host and -Prefix (`/endpoints/{lease}/{name}`) are set. Back, the job's redirects to its own
+paths (`Location: /...`) and its cookies' paths are put under that prefix, and its cookies' domains
+dropped: every lease's endpoints share one origin, and one job's cookies must never reach another's.
+Not relayed: WebSocket upgrades,
 HTTP/2 and trailers (`gpunet lease forward` reaches the port as TCP). Pages are served under
 `Content-Security-Policy: sandbox ...` (GPUNET_ENDPOINT_SANDBOX) so a job's page runs in an origin of
 its own, not the coordinator's (the explorer and the wallet app are served from it).
