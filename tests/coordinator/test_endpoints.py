@@ -23,6 +23,7 @@ from tests.worker.sandboxes import JOBS
 
 from .conftest import eventually
 from .world import (
+    World,
     all_running,
     cluster_env,
     live_settings,
@@ -65,8 +66,6 @@ def _which(answer: httpx.Response) -> str:
 
 @pytest.mark.timeout(600)
 async def test_endpoints_on_real_workers(node, chain, pool, database_url, tmp_path, spawned) -> None:
-    from .world import World
-
     world = await World().build(chain, tmp_path)
     settings = live_settings(
         node,
