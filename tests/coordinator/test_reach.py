@@ -3,7 +3,8 @@ coordinator with its relay, `gpunet worker run` with simulated GPUs, and a job t
 its own network namespace on each of its two nodes. A port forward, one command and a terminal,
 each through the relay and directly; what the relay carries holds none of it in the clear; every
 attack beside its honest control: a stranger, a node that is not the lease's, the relay's own word
-about which node is which, a node killed under a shell, a closed lease."""
+about which node is which, a node killed under a command (and the forward that follows its share to the node it moved to),
+a closed lease."""
 
 from __future__ import annotations
 
@@ -124,8 +125,9 @@ async def test_the_client_reaches_its_job_and_nobody_else_does(
                     direct=direct,
                 )  # fmt: skip
             except ReachError as e:
-                if "nothing listens" in str(e) or "not running" in str(e) or "no job" in str(e):
-                    return None  # the server is still starting
+                starting = ("nothing listens", "not running", "no job", "holds no share", "no data-plane link")
+                if any(why in str(e) for why in starting):
+                    return None  # the server is still starting (or its share still moving)
                 raise
             answer = await _http(access, b"GET /hello HTTP/1.0\r\n\r\n")
             return {"via": access.via, "node": str(access.node_key), "body": json.loads(answer.split(b"\r\n\r\n")[1])}
@@ -194,6 +196,16 @@ async def test_the_client_reaches_its_job_and_nobody_else_does(
         workers[placed[1]].send_signal(signal.SIGKILL)
         with pytest.raises(TunnelError, match="closed"):
             await asyncio.wait_for(waiting, 30)
+
+        # the forward follows the share: once it moved, the same rank's port is the new node's server
+        await eventually(lambda: _all_linked(coordinator, [unplaced]), what="the third node's link")
+
+        async def moved() -> dict | None:
+            got = await forwarded(1, False)
+            return got if got is not None and got["node"] == unplaced else None
+
+        got = await eventually(moved, timeout=90, what="rank 1's server on the node it moved to")
+        assert got["body"]["served_by_rank"] == "1" and got["via"] == "relay"
 
         # the lease closes: nothing of it is reached any more
         await world.market.close_lease(world.lessee, lease)
