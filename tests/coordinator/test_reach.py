@@ -3,8 +3,8 @@ coordinator with its relay, `gpunet worker run` with simulated GPUs, and a job t
 its own network namespace on each of its two nodes. A port forward, one command and a terminal,
 each through the relay and directly; what the relay carries holds none of it in the clear; every
 attack beside its honest control: a stranger, a node that is not the lease's, the relay's own word
-about which node is which, a node killed under a command (and the forward that follows its share to the node it moved to),
-a closed lease."""
+about which node is which, a node killed under a command (and the forward that follows its share
+to the node it moved to), a closed lease."""
 
 from __future__ import annotations
 
