@@ -527,14 +527,11 @@ class SecureChannel:
             self._buffer.clear()
             return data
         while not self._eof:
+            chunks = []
             try:
-                chunks = []
-                while True:
-                    # after the peer's close_notify, read() returns b"" (it does not raise): the end
-                    if not (chunk := self._tls.read(256 * 1024)):
-                        self._eof = True
-                        break
+                while chunk := self._tls.read(256 * 1024):
                     chunks.append(chunk)
+                self._eof = True  # an empty read: the other end closed the channel (close_notify)
             except ssl.SSLWantReadError:
                 pass
             except (ssl.SSLZeroReturnError, ssl.SSLEOFError):

@@ -233,3 +233,23 @@ async def test_an_access_signed_for_another_nonce_or_node_or_request_is_refused(
         read_access(changed, node.pubkey(), nonce)  # the request changed on the way
     with pytest.raises(TunnelError, match="port"):
         read_access({**good, "request": {**good["request"], "port": 70000}}, node.pubkey(), nonce)
+
+
+async def test_a_channel_the_node_closes_ends_for_the_client(tmp_path) -> None:
+    node = Keypair()
+
+    async def say_bye(stream: Stream) -> None:
+        channel = SecureChannel(stream, node_context(node, tmp_path), server_side=True)
+        await channel.handshake()
+        await channel.send(b"bye")
+        await channel.close()
+
+    relay, _, tasks, _ = await _links(serve=say_bye)
+    client = SecureChannel(await relay.open(b"tls"), client_context(), server_side=False, node_key=node.pubkey())
+    await client.handshake()
+    got = b""
+    while (data := await asyncio.wait_for(client.recv(), 5)) is not None:  # it once spun on empty reads
+        got += data
+    assert got == b"bye"
+    for t in tasks:
+        t.cancel()
