@@ -36,8 +36,8 @@ class Settings(BaseSettings):
     api_cors_origins: str = Field(
         default="",
         description="web origins (scheme://host[:port], comma-separated; * for any) whose pages may call the API "
-        "from a browser (CORS: GET, and POST for the client routes, with the X-Gpunet-* headers); unset: none, "
-        "no CORS headers at all",
+        "from a browser (CORS: GET, and POST and DELETE for the client routes, with the X-Gpunet-* headers); "
+        "unset: none, no CORS headers at all",
     )
     poll_seconds: float = Field(
         default=5.0,

@@ -253,8 +253,9 @@ def create_app(
 
 def _cors(settings: Settings) -> list[Middleware]:
     """CORS for the origins GPUNET_API_CORS_ORIGINS names, none by default (no header at all). A page of
-    another origin may read the API and call the client routes; signed requests carry their wallet's
-    signature in headers, never a cookie, so no credentials are allowed (or needed)."""
+    another origin may read the API and call the client routes (DELETE: an endpoint token's revocation);
+    signed requests carry their wallet's signature in headers, never a cookie, so no credentials are
+    allowed (or needed)."""
     if not settings.cors_origins:
         return []
     headers = [REQUEST_AT_HEADER, REQUEST_WALLET_HEADER, REQUEST_NONCE_HEADER, REQUEST_SIGNATURE_HEADER]

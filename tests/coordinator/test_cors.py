@@ -49,7 +49,12 @@ async def test_an_allowed_origin_gets_the_headers(configured: httpx.AsyncClient)
     assert preflight.headers["access-control-allow-origin"] == ALLOWED
     allowed = {h.strip().lower() for h in preflight.headers["access-control-allow-headers"].split(",")}
     assert {h.lower() for h in SIGNED.split(", ")} | {"content-type"} <= allowed
-    assert {m.strip() for m in preflight.headers["access-control-allow-methods"].split(",")} == {"GET", "POST"}
+    # DELETE: a page revokes a lease's endpoint token (DELETE /leases/{key}/endpoint-tokens/{id})
+    assert {m.strip() for m in preflight.headers["access-control-allow-methods"].split(",")} == {
+        "GET",
+        "POST",
+        "DELETE",
+    }
 
 
 async def test_another_origin_method_or_header_gets_none(configured: httpx.AsyncClient) -> None:
