@@ -527,10 +527,11 @@ class SecureChannel:
             self._buffer.clear()
             return data
         while not self._eof:
+            chunks = []
             try:
-                chunks = []
-                while True:
-                    chunks.append(self._tls.read(256 * 1024))
+                while chunk := self._tls.read(256 * 1024):
+                    chunks.append(chunk)
+                self._eof = True  # read gives b"" once the peer's close_notify came: never again data
             except ssl.SSLWantReadError:
                 pass
             except (ssl.SSLZeroReturnError, ssl.SSLEOFError):

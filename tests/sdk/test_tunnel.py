@@ -210,3 +210,26 @@ async def test_an_access_signed_for_another_nonce_or_node_or_request_is_refused(
         read_access(changed, node.pubkey(), nonce)  # the request changed on the way
     with pytest.raises(TunnelError, match="port"):
         read_access({**good, "request": {**good["request"], "port": 70000}}, node.pubkey(), nonce)
+
+
+async def test_a_channel_closed_by_its_peer_reads_its_last_bytes_then_ends(tmp_path) -> None:
+    """A clean close (TLS close_notify, then the pipe's end) reads as the end of the channel on the
+    other side: recv returns what came before it, then None (it looped forever on the close_notify)."""
+    node = Keypair()
+
+    async def serve(stream: Stream) -> None:
+        channel = SecureChannel(stream, node_context(node, tmp_path), server_side=True)
+        await channel.handshake()
+        await channel.send(b"last words")
+        await channel.close()
+
+    relay, _, tasks, _ = await _links(serve=serve)
+    client = SecureChannel(await relay.open(b"tls"), client_context(), server_side=False, node_key=node.pubkey())
+    await client.handshake()
+    received = b""
+    while (data := await asyncio.wait_for(client.recv(), 5)) is not None:
+        received += data
+    assert received == b"last words"
+    assert await client.recv() is None
+    for t in tasks:
+        t.cancel()
