@@ -322,17 +322,31 @@ async def test_a_forwarded_connection_half_closes_and_still_gets_its_answer(tmp_
             request += data
         await channel.send(b"answer to " + request)
 
-    async def local(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        channel, _ = await _channel(tmp_path, node)
-        await pump_tcp(channel, reader, writer)
+    pumps: list[asyncio.Task[None]] = []
+
+    async def pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        channel, node_task = await _channel(tmp_path, node)
+        try:
+            await pump_tcp(channel, reader, writer)
+        finally:
+            node_task.cancel()
+
+    def local(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        pumps.append(asyncio.create_task(pump(reader, writer)))
 
     server = await asyncio.start_server(local, "127.0.0.1", 0)
     reader, writer = await asyncio.open_connection(*server.sockets[0].getsockname()[:2])
-    writer.write(b"the question")
-    writer.write_eof()
-    assert await asyncio.wait_for(reader.read(), 5) == b"answer to the question"
-    writer.close()
-    server.close()
+    try:
+        writer.write(b"the question")
+        writer.write_eof()
+        assert await asyncio.wait_for(reader.read(), 5) == b"answer to the question"
+        await asyncio.wait_for(asyncio.gather(*pumps), 5)  # and the pump ended with the node's end
+    finally:
+        writer.close()
+        server.close()
+        for task in pumps:
+            task.cancel()
+        await asyncio.gather(*pumps, return_exceptions=True)
 
 
 async def _until(check: Callable[[], bool], timeout: float = 5.0) -> None:
