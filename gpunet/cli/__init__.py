@@ -14,7 +14,19 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from gpunet.cli import admin, explorer, keys, lease, lease_watch, localnet, node, provider, quote, wallet
+from gpunet.cli import (
+    admin,
+    explorer,
+    keys,
+    lease,
+    lease_endpoint,
+    lease_watch,
+    localnet,
+    node,
+    provider,
+    quote,
+    wallet,
+)
 from gpunet.exits import Exit
 from gpunet.extras import ExtraMissing
 
@@ -48,6 +60,7 @@ app.add_typer(admin.app, name="admin")
 app.add_typer(provider.app, name="provider")
 app.add_typer(node.app, name="node")
 lease.app.command("watch")(lease_watch.watch)  # in its own module, which builds on lease's
+lease.app.add_typer(lease_endpoint.app, name="endpoint")
 app.add_typer(lease.app, name="lease")
 
 

@@ -186,6 +186,29 @@ async def test_the_client_reaches_the_pinned_node_and_proves_its_wallet(tmp_path
         t.cancel()
 
 
+async def test_a_channel_closed_by_its_peer_ends_for_the_reader_and_never_spins(tmp_path) -> None:
+    """The client closes (TLS close_notify, then the stream's end) while the node reads: the node's
+    recv says the end (None), and the event loop runs on meanwhile (it once looped on read()'s b"")."""
+    node = Keypair()
+    ended: asyncio.Future[bytes | None] = asyncio.get_running_loop().create_future()
+
+    async def serve(stream: Stream) -> None:
+        channel = SecureChannel(stream, node_context(node, tmp_path), server_side=True)
+        await channel.handshake()
+        await channel.send_message({"ok": True})
+        ended.set_result(await channel.recv())
+        await channel.close()
+
+    relay, _, tasks, _ = await _links(serve=serve)
+    client = SecureChannel(await relay.open(b"tls"), client_context(), server_side=False, node_key=node.pubkey())
+    await client.handshake()
+    assert await client.read_message() == {"ok": True}
+    await client.close()
+    assert await asyncio.wait_for(ended, 5) is None
+    for t in tasks:
+        t.cancel()
+
+
 async def test_a_node_that_is_not_the_pinned_one_is_refused(tmp_path) -> None:
     impostor, expected = Keypair(), Keypair()
     client, tasks = await _channel_pair(impostor, expected.pubkey(), tmp_path)
