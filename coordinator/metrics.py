@@ -87,6 +87,42 @@ class Metrics:
             "decisions this replica tried after its term ended, refused by the fencing check",
             registry=r,
         )
+        # Served endpoints (coordinator.endpoints). Never labelled by lease or name: their number is
+        # unbounded, and every value of a label is a series Prometheus keeps; the access log has them.
+        self.endpoint_requests = Counter(
+            "gpunet_endpoint_requests",
+            "requests to served endpoints, by the status answered (the job's, or the relay's own refusal)",
+            ["code"],
+            registry=r,
+        )
+        self.endpoint_bytes = Counter(
+            "gpunet_endpoint_bytes",
+            "body bytes through served endpoints: in (requests, to the jobs), out (responses, to the callers)",
+            ["direction"],
+            registry=r,
+        )
+        for direction in ("in", "out"):
+            self.endpoint_bytes.labels(direction)
+        self.endpoint_latency_seconds = Histogram(
+            "gpunet_endpoint_latency_seconds",
+            "seconds from a request's arrival to its response's head from the job's node (the relay's time and "
+            "the job's; a streamed body's length is not in it)",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+            registry=r,
+        )
+        self.endpoint_retries = Counter(
+            "gpunet_endpoint_retries",
+            "requests sent again to another node of the lease (the first failed before answering)",
+            registry=r,
+        )
+        self.endpoint_streams = Gauge(
+            "gpunet_endpoint_streams", "requests to served endpoints in flight now", registry=r
+        )
+        self.endpoint_log_dropped = Counter(
+            "gpunet_endpoint_log_dropped",
+            "access log entries not recorded (the ledger did not take them in time)",
+            registry=r,
+        )
         # The attester's balance as last read (None: not yet); /readyz compares it with the minimum.
         self.attester_balance: int | None = None
 

@@ -36,6 +36,7 @@ from coordinator.checkpoints import CheckpointStore, blob_store
 from coordinator.db import jobs
 from coordinator.db import leader as leader_db
 from coordinator.db import leases as ledger
+from coordinator.endpoints import Endpoints
 from coordinator.fleet import Fleet
 from coordinator.gateway import Gateway
 from coordinator.indexer import Indexer
@@ -89,6 +90,8 @@ class Coordinator:
         # The data plane (shells, forwards, endpoints) on the gateway's server, on every replica.
         self.relay = Relay(pool)
         self.gateway.routes = self.relay.routes()
+        # A job's exposed HTTP ports at /endpoints/{lease}/{name}/, through the relay, on every replica.
+        self.endpoints = Endpoints(pool, settings, self.metrics, self.relay)
         self.checkpoints = CheckpointStore(
             blob_store(
                 settings.checkpoint_dir or settings.state_dir / "checkpoints",
@@ -207,6 +210,8 @@ class Coordinator:
             ("database-watch", lambda: self.outages.watch_database(), 1.0),
             ("attester-balance", self._read_attester_balance, self.settings.attester_balance_seconds),
             ("sessions-to-leader", self._sessions_to_leader, self.settings.leader_renew_seconds),
+            ("endpoint-health", self.endpoints.check_health, self.settings.endpoint_health_seconds),
+            ("endpoint-log", self.endpoints.flush_log, 1.0),
         ):
             self._tasks.append(asyncio.create_task(self._every(name, step, every, self.metrics), name=name))
         with contextlib.suppress(Exception):  # a lone coordinator leads from here on; a database fault: next round
@@ -340,6 +345,9 @@ class Coordinator:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        with contextlib.suppress(Exception):  # the access log's last second
+            await asyncio.wait_for(self.endpoints.flush_log(), 5)
+        await self.endpoints.close()
         await self.gateway.stop()
         await self.chain.close()
 

@@ -212,6 +212,51 @@ class Settings(BaseSettings):
         "as newer ones come)",
     )
 
+    # --- served endpoints (coordinator/endpoints.py): a job's exposed HTTP ports at /endpoints/{lease}/{name}/
+    endpoint_url: str = Field(
+        default="",
+        description="the base URL under which clients reach the endpoints (the API's own URL by default); a "
+        "hostname of its own for them keeps a job's pages out of the explorer's and the wallet app's origin",
+    )
+    endpoint_requests_per_second: float = Field(
+        default=50.0,
+        gt=0,
+        description="the requests per second a lease's endpoints take in all (a token bucket, per replica); "
+        "beyond it: 429 with Retry-After",
+    )
+    endpoint_burst: int = Field(
+        default=100, ge=1, description="how many requests a lease's endpoints take at once above that rate"
+    )
+    endpoint_max_streams: int = Field(
+        default=32,
+        ge=1,
+        description="requests in flight at once to a lease's endpoints (per replica); beyond it: 429 with Retry-After",
+    )
+    endpoint_max_body_bytes: int = Field(
+        default=16 * 2**20,
+        ge=0,
+        description="the largest request body an endpoint takes (held to retry on another node); larger: 413",
+    )
+    endpoint_timeout_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        description="how long a job may take to start its answer (and then to send each next piece of it)",
+    )
+    endpoint_health_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        description="how often each node serving an endpoint requested lately is checked (a stream opened "
+        "through its link to the job's port); a node that fails a check or a request is skipped until one passes",
+    )
+    endpoint_log_per_lease: int = Field(
+        default=10_000, ge=1, description="the most access log entries the ledger keeps of a lease (its newest)"
+    )
+    endpoint_sandbox: bool = Field(
+        default=True,
+        description="serve a job's pages under Content-Security-Policy: sandbox (an origin of their own in the "
+        "browser: no reach into the coordinator's pages); off only where endpoint_url is a hostname of its own",
+    )
+
     # --- GPU verification (gpunet.verification; README, "Verified supply")
     verify_every_seconds: float = Field(
         default=86_400.0,
@@ -275,6 +320,11 @@ class Settings(BaseSettings):
     def api_url(self) -> str:
         """This coordinator's API as others reach it: the advertised URL, else the address it listens on."""
         return self.advertise_api_url or f"http://{self.api_host}:{self.api_port}"
+
+    @property
+    def endpoints_url(self) -> str:
+        """Where clients reach the served endpoints: endpoint_url, else the API's URL (no trailing slash)."""
+        return (self.endpoint_url or self.api_url).rstrip("/")
 
     @property
     def cors_origins(self) -> list[str]:

@@ -22,7 +22,7 @@ from websockets.exceptions import InvalidHandshake, InvalidStatus
 
 from gpunet.accounts import fetch
 from gpunet.errors import GpunetError
-from gpunet.jobs import _signed_call
+from gpunet.jobs import CoordinatorError, _signed_call
 from gpunet.protocol import sign_request
 from gpunet.tunnel import (
     MAX_DATA,
@@ -84,7 +84,10 @@ async def open_access(
     """A channel into the job on the lease's node `rank`, admitted for `request`; ReachError saying
     why not (the node's own refusal included)."""
     node_key = await node_of_rank(chain, lease, rank)
-    info = await reach_info(coordinator_url, client, lease)
+    try:
+        info = await reach_info(coordinator_url, client, lease)
+    except CoordinatorError as e:
+        raise ReachError(f"the coordinator will not say where lease {lease}'s nodes are: {e}") from None
     node = next((n for n in info.get("nodes", []) if n.get("node_key") == str(node_key)), None)
     attempts: list[tuple[Literal["direct", "relay"], str, dict[str, str]]] = []
     if direct and node is not None and node.get("direct"):

@@ -114,6 +114,7 @@ class Stream:
     _allowed: int = WINDOW  # what the peer may have sent in all: the window and every grant since
     _received: int = 0
     _taken: int = 0  # taken by our reader and not yet granted back
+    buffered: int = 0  # received and not yet taken by our reader: at most a window
     _inbox: asyncio.Queue[bytes | None] = field(default_factory=asyncio.Queue)
     _may_send: asyncio.Event = field(default_factory=asyncio.Event)
     _sent_fin: bool = False
@@ -141,6 +142,7 @@ class Stream:
             if self.closed_reason is not None:
                 raise StreamRefused(self.closed_reason)
             return None
+        self.buffered -= len(data)
         self._taken += len(data)
         if self._taken >= WINDOW // 2:  # in batches: not a frame per read
             grant, self._taken = self._taken, 0
@@ -180,6 +182,7 @@ class Stream:
         self._received += len(data)
         if self._received > self._allowed:
             return False
+        self.buffered += len(data)
         self._inbox.put_nowait(data)
         return True
 
@@ -531,7 +534,7 @@ class SecureChannel:
             try:
                 while chunk := self._tls.read(256 * 1024):
                     chunks.append(chunk)
-                self._eof = True  # read gives b"" once the peer's close_notify came: never again data
+                self._eof = True  # an empty read: the other end closed the channel (close_notify)
             except ssl.SSLWantReadError:
                 pass
             except (ssl.SSLZeroReturnError, ssl.SSLEOFError):

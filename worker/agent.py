@@ -48,6 +48,7 @@ from worker.network import advertised_address
 from worker.runner import JobDirs, JobRunner
 from worker.sandbox import EngineChoice, NetworkPolicy, Sandbox, SandboxUnavailable
 from worker.session import Backoff, Session
+from worker.tunnel import DataPlane
 from worker.verify import ChallengeRefused, Prover
 
 __all__ = ["Agent", "SandboxUnavailable", "StateDirBusy", "StateDirUnusable", "WorkerSettings"]
@@ -111,6 +112,12 @@ class WorkerSettings(BaseSettings):
     # The CPUs a Ray job's node offers Ray (--num-cpus); unset: the machine's in proportion to the
     # lease's share of its GPUs.
     ray_cpus: int | None = Field(None, ge=1)
+    # The chain's JSON-RPC (the CLI's --url): the node reads a lease's client there before it lets
+    # anyone into the lease's job (shells, forwards: worker/tunnel.py). Unset: nobody is let in.
+    rpc_url: str | None = None
+    # The port at the advertised address where clients reach this node's data plane directly, before
+    # they try the coordinator's relay (0: any free port). Unset: through the relay only.
+    tunnel_port: int | None = Field(None, ge=0, le=65535)
     # The operator port (worker/metrics.py: /metrics, /healthz, /readyz); unset: none is opened.
     metrics_host: str = "127.0.0.1"
     metrics_port: int | None = Field(None, ge=0, le=65535)
@@ -247,6 +254,15 @@ class Agent:
             backoff=Backoff(settings.reconnect_base_seconds, settings.reconnect_cap_seconds),
             not_registered_grace=settings.not_registered_exit_seconds,
         )
+        self.data_plane = DataPlane(
+            node,
+            settings.gateway_urls,
+            holds=lambda lease: (share := self.shares.get(lease)) is not None and not share.released,
+            job_of=self._job_of,
+            rpc_url=settings.rpc_url,
+            state_dir=settings.state_dir,
+            direct=None if settings.tunnel_port is None else (self.advertise_addr or "127.0.0.1", settings.tunnel_port),
+        )
         if unacked := self.journal.unacked():
             log.info("usage.unacknowledged", node=node.pubkey(), receipts=len(unacked))  # sent once connected
 
@@ -260,11 +276,14 @@ class Agent:
             metrics = MetricsServer(self, self.settings.metrics_host, self.settings.metrics_port)
             await metrics.start()
             log.info("worker.metrics", url=f"http://{metrics.host}:{metrics.port}/metrics")
+        await self.data_plane.listen()  # its port goes into the hello
         meter = asyncio.create_task(self._meter_clock())
+        data_plane = asyncio.create_task(self.data_plane.run())
         try:
             await self.session.run_forever()
         finally:
             meter.cancel()
+            data_plane.cancel()
             if metrics is not None:
                 await metrics.stop()
             await self.stop_jobs("agent stopping")
@@ -300,7 +319,15 @@ class Agent:
             inventory=self.inventory,
             advertise_addr=self.advertise_addr,
             cluster_ports=self.cluster_ports,
+            tunnel_port=self.data_plane.port,
         )
+
+    def _job_of(self, lease: str) -> JobRunner | None:
+        """The runner of the job running on this node's share of the lease (None: none runs)."""
+        share = self.shares.get(lease)
+        if share is None or share.released or not share.job_running or share.runner is None:
+            return None
+        return share.runner
 
     def heartbeat(self) -> Heartbeat:
         samples = self.gpus.sample()

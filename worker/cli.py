@@ -123,7 +123,9 @@ def run(
         "-u",
         envvar="GPUNET_RPC_URL",
         show_envvar=True,
-        help="RPC URL or cluster name: check the node's registration at start-up.",
+        help="RPC URL or cluster name: check the node's registration at start-up, and read a lease's client on "
+        "chain before letting anyone into its job (shells, forwards: without it nobody is let in) "
+        "[GPUNET_WORKER_RPC_URL too].",
     ),
     usage_period: int = typer.Option(
         None, "--usage-period", help="Seconds between the usage receipts sent, until the coordinator says."
@@ -178,6 +180,13 @@ def run(
         help="The address this node's cluster peers reach it at (MASTER_ADDR, the Ray head's) "
         "[GPUNET_WORKER_ADVERTISE_ADDR; default: the address of the interface that routes to the gateway].",
     ),
+    tunnel_port: int = typer.Option(
+        None,
+        "--tunnel-port",
+        help="The port at the advertised address where clients reach this node's jobs directly (shells, "
+        "forwards; 0: any free port), before they try the coordinator's relay [GPUNET_WORKER_TUNNEL_PORT; "
+        "default: through the relay only].",
+    ),
     cluster_ports: str = typer.Option(
         None,
         "--cluster-ports",
@@ -206,8 +215,10 @@ def run(
         host_job_paths=host_job_path or None,
         advertise_addr=advertise_addr,
         cluster_ports=cluster_ports,
+        tunnel_port=tunnel_port,
     )
-    rpc_url = _rpc_url(url) if url else None
+    rpc_url = _rpc_url(url) if url else settings.rpc_url
+    settings.rpc_url = rpc_url
     node = _node(keypair)
     gpus = _gpus(simulate_gpus, node)
     if rpc_url:

@@ -33,7 +33,7 @@ from gpunet.raycluster import RAY_INSTALL, RAY_VERSION, RayPorts, ray_endpoints
 from worker.checkpoints import restore
 from worker.egress import EgressFilterUnavailable
 from worker.inputs import InputRefused, fetch_inputs, registry_refusal
-from worker.sandbox import ENGINE_ENV, Sandbox, host_job_uid
+from worker.sandbox import ENGINE_ENV, Sandbox, host_job_env, host_job_uid
 
 __all__ = ["JobDirs", "JobRunner"]
 
@@ -42,7 +42,7 @@ RAY_LAUNCHER = (Path(__file__).parent / "ray_launcher.py").read_text()  # run as
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_agent() -> None:
+def die_with_agent() -> None:
     # In the child before exec: if the agent dies (even SIGKILL), the kernel kills the job, so a
     # restarted agent never finds an orphan still using the GPUs (Linux; elsewhere a no-op).
     try:
@@ -54,23 +54,30 @@ def _die_with_agent() -> None:
 def _in_bubblewrap(pids: int | None, file_bytes: int) -> Callable[[], None]:
     """What the child does before it becomes bubblewrap: it dies with the agent; SIGTERM to the job's
     process group must reach the job, not end bubblewrap (which would take the job with it at once;
-    the job gets SIGTERM's default back: env --default-signal); and the job's limits, inherited down
+    the job gets SIGTERM's default back: worker/job_launcher.py); and the job's limits, inherited down
     to it: the largest file it may write, and (where it runs as a uid of its own: `pids`) how many
     processes that uid may have (root, bubblewrap itself, is exempt; the job is not)."""
+
+    def prepare() -> None:
+        die_with_agent()
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        host_job_limits(pids, file_bytes)
+
+    return prepare
+
+
+def host_job_limits(pids: int | None, file_bytes: int) -> None:
+    """Lowers this process's limits to a host job's (in a child before exec; what runs in the job's
+    sandbox inherits them): the largest file it may write, and how many processes its uid may have."""
 
     def lower(limit: int, to: int) -> None:  # never above the agent's own hard limit (a non-root agent's)
         hard = resource.getrlimit(limit)[1]
         to = to if hard == resource.RLIM_INFINITY else min(to, hard)
         resource.setrlimit(limit, (to, to))
 
-    def prepare() -> None:
-        _die_with_agent()
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        lower(resource.RLIMIT_FSIZE, file_bytes)
-        if pids is not None:
-            lower(resource.RLIMIT_NPROC, pids)
-
-    return prepare
+    lower(resource.RLIMIT_FSIZE, file_bytes)
+    if pids is not None:
+        lower(resource.RLIMIT_NPROC, pids)
 
 
 def _give(directory: Path, uid: int) -> None:
@@ -137,6 +144,7 @@ class JobRunner:
         # the image it runs in; None: a host process in bubblewrap (only where the supplier allows it)
         self.image = self.spec.image or sandbox.default_image
         self.restarts = 0
+        self.process_pid: int | None = None  # bubblewrap's or the engine's `run`, while the job runs
         self.state: JobState = "starting"
         self._cancelled = asyncio.Event()
         self._cancel_reason = ""
@@ -172,7 +180,9 @@ class JobRunner:
 
     async def run(self) -> JobStatus:
         """Runs the job to its end (success, failure, time limit or cancel); returns the final status."""
-        refusal = self.sandbox.refusal(self.spec.image) or (self._ray_refusal() if self.spec.ray else None)
+        refusal = self.sandbox.refusal(self.spec.image, self.spec.secrets) or (
+            self._ray_refusal() if self.spec.ray else None
+        )
         if refusal:
             return self._status("refused", detail=refusal)
         if self.image is None and not self.spec.ray:  # what bubblewrap would only say as its exit status 127
@@ -212,12 +222,13 @@ class JobRunner:
                 process = await asyncio.create_subprocess_exec(
                     *argv,
                     cwd=self.dirs.workdir,
-                    env=self._env(),
+                    # a host job's environment goes past bubblewrap prefixed: never acted on as root
+                    env=self._env() if self.image is not None else host_job_env(self._env()),
                     stdin=asyncio.subprocess.DEVNULL,
                     stdout=asyncio.subprocess.PIPE,
                     stderr=asyncio.subprocess.PIPE,
                     start_new_session=True,
-                    preexec_fn=_die_with_agent
+                    preexec_fn=die_with_agent
                     if self.image is not None
                     else _in_bubblewrap(
                         self.sandbox.pids_limit if self.uid is not None else None, self.sandbox.file_bytes
@@ -226,8 +237,12 @@ class JobRunner:
                 )
             except OSError as e:
                 return self._status("failed", detail=f"cannot start {argv[0]!r}: {e.strerror or e}")
+            self.process_pid = process.pid  # how a shell or a forward finds the job's sandbox (worker/job_access.py)
             self._status("running")
-            outcome, code = await self._supervise(process, deadline)
+            try:
+                outcome, code = await self._supervise(process, deadline)
+            finally:
+                self.process_pid = None
             if code > 128:  # bubblewrap and the container engines report a job killed by signal N as 128 + N
                 code = 128 - code
             if outcome == "rejoin":

@@ -262,7 +262,7 @@ def _cors(settings: Settings) -> list[Middleware]:
         Middleware(
             CORSMiddleware,
             allow_origins=settings.cors_origins,
-            allow_methods=["GET", "POST"],
+            allow_methods=["GET", "POST", "DELETE"],
             allow_headers=[*headers, "Content-Type"],
             expose_headers=["Location"],  # a follower replica's 307 names the leader in it
         )

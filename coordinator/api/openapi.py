@@ -18,7 +18,9 @@ _WHY = {
     403: "signed by a node that holds no share of the lease now",
     404: "not found (or no such route on this server)",
     409: "refused in the current state",
+    410: "the lease has ended (closing or closed)",
     413: "too large",
+    429: "over the lease's limits (Retry-After says when to try again)",
     503: "the database or the chain could not be read",
 }
 
@@ -142,6 +144,120 @@ def _checkpoint_paths(paths: dict[str, Any]) -> None:
             403,
             409,
         ),
+    }
+
+
+def _endpoint_paths(paths: dict[str, Any], signed: list[dict[str, Any]], how: str) -> None:
+    """The served endpoints and the client's routes that manage them (coordinator.endpoints)."""
+    from coordinator.endpoints.routes import LOG_PARAMS
+
+    name = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
+    lease = {**_KEY, "name": "lease"}
+    rest = {"name": "path", "in": "path", "required": True, "schema": {"type": "string"}}
+    bearer = {
+        "name": "Authorization",
+        "in": "header",
+        "required": False,
+        "description": "Bearer <token> (a token the lease's client created); none for a public endpoint",
+        "schema": {"type": "string"},
+    }
+    answer = {"description": "the job's answer, streamed as it sends it", "content": {"*/*": {"schema": {}}}}
+    unavailable = _json("no node of the lease serves it now (Retry-After says when to try again)", schemas.ERROR)
+    served: dict[str, Any] = {}
+    for method in ("get", "post", "put", "patch", "delete"):
+        served[method] = {
+            "summary": "The lease's job's exposed HTTP port `name`, at the same URL whichever node serves it: "
+            "the request (the path after the name, the query, the body) goes to one of the lease's nodes "
+            "through the relay and the answer streams back. Open to anyone if the client made it public, "
+            "else to a bearer token of the lease (401: none, or one never issued; 403: revoked, or another "
+            "lease's). Not billed apart from the lease.",
+            "parameters": [lease, name, rest, bearer],
+            "responses": {
+                "200": answer,
+                **_errors(400, 401, 403, 404, 410, 413, 429),
+                "503": unavailable,
+            },
+        }
+    paths["/endpoints/{lease}/{name}/{path}"] = served
+    paths["/endpoints/{lease}/{name}"] = {
+        "get": {
+            "summary": "Redirects to the endpoint's URL with its slash (a page's relative links need it).",
+            "parameters": [lease, name],
+            "responses": {"308": {"description": "to /endpoints/{lease}/{name}/"}},
+        }
+    }
+    paths["/leases/{key}/endpoints"] = {
+        "get": _op(
+            "The lease's current job's exposed ports: each one's URL (http ones), whether it is public, and "
+            "how its nodes stand on this replica; the lease's live endpoint tokens (ids and labels, never "
+            f"the tokens) and the limits. Only for the lease's client, as {how}.",
+            [_KEY, *signed],
+            _json("ok", schemas.ENDPOINTS),
+            401,
+        )
+    }
+    paths["/leases/{key}/endpoints/log"] = {
+        "get": _op(
+            "The access log of the lease's endpoints, oldest first: a page after ?after= (`more` says whether "
+            "another follows), or the last ?tail= entries; every request to them, refused ones too (the path "
+            f"without its query). Only for the lease's client, as {how}.",
+            [_KEY, *(_query(p) for p in LOG_PARAMS), *signed],
+            _json("ok", schemas.ENDPOINT_LOG),
+            401,
+        )
+    }
+    paths["/leases/{key}/endpoints/{name}"] = {
+        "post": {
+            "summary": "Make one of the job's exposed HTTP ports public (anyone may call it, no token) or not. "
+            f"Only by the lease's client, as {how}.",
+            "parameters": [_KEY, name, *signed],
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {
+                        "schema": {
+                            "type": "object",
+                            "required": ["public"],
+                            "properties": {"public": {"type": "boolean"}},
+                        }
+                    }
+                },
+            },
+            "responses": {"200": _json("set", schemas.ENDPOINT_PUBLIC), **_errors(400, 401, 404, 410, 413)},
+        }
+    }
+    paths["/leases/{key}/endpoint-tokens"] = {
+        "post": {
+            "summary": "A new bearer token for the lease's endpoints, shown this once (the coordinator keeps only "
+            f"its SHA-256); at most 64 live ones (409). Only by the lease's client, as {how}.",
+            "parameters": [_KEY, *signed],
+            "requestBody": {
+                "required": False,
+                "content": {
+                    "application/json": {
+                        "schema": {"type": "object", "properties": {"label": {"type": "string", "maxLength": 64}}}
+                    }
+                },
+            },
+            "responses": {"201": _json("created", schemas.ENDPOINT_TOKEN), **_errors(400, 401, 404, 409, 410, 413)},
+        }
+    }
+    paths["/leases/{key}/endpoint-tokens/{id}"] = {
+        "delete": {
+            "summary": "Revoke one of the lease's endpoint tokens (then 403 wherever it is shown). Only by the "
+            f"lease's client, as {how}.",
+            "parameters": [
+                _KEY,
+                {
+                    "name": "id",
+                    "in": "path",
+                    "required": True,
+                    "schema": {"type": "string", "pattern": "^[0-9a-f]{16}$"},
+                },
+                *signed,
+            ],
+            "responses": {"200": _json("revoked", schemas.ENDPOINT_TOKEN_REVOKED), **_errors(400, 401, 404)},
+        }
     }
 
 
@@ -367,6 +483,7 @@ def openapi_document() -> dict[str, Any]:
         }
     }
     _checkpoint_paths(paths)
+    _endpoint_paths(paths, signed, how)
     paths["/quote"] = {
         "get": _op(
             "Which nodes a lease would get now, at what burn rate, or why none; the matching nodes (price, region, "

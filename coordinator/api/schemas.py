@@ -13,6 +13,11 @@ from gpunet.protocol import GpuTelemetry
 
 __all__ = [
     "AUDIT",
+    "ENDPOINTS",
+    "ENDPOINT_LOG",
+    "ENDPOINT_PUBLIC",
+    "ENDPOINT_TOKEN",
+    "ENDPOINT_TOKEN_REVOKED",
     "ERROR",
     "HEALTH",
     "HEALTHZ",
@@ -608,3 +613,87 @@ WORKERS = _page(
 )
 
 SLASHING_RESUMED = _object({"resumed": _TEXT})
+
+# --- served endpoints (coordinator.endpoints)
+_TOKEN_ID: Schema = {"type": "string", "pattern": "^[0-9a-f]{16}$", "description": "a token's id (never the token)"}
+_ENDPOINT_NODE = _object(
+    {
+        "node_key": _KEY,
+        "linked": {**_BOOL, "description": "its worker has a data-plane link to this replica"},
+        "healthy": {"type": ["boolean", "null"], "description": "its last check or request here (null: none yet)"},
+        "reason": _MAYBE_TEXT,
+    }
+)
+ENDPOINTS = _object(
+    {
+        "lease": _KEY,
+        "status": {"type": ["string", "null"], "description": "the lease's status (open, active, closing, closed)"},
+        "job_number": _MAYBE_INT,
+        "endpoints": {
+            "type": "array",
+            "description": "the current job's exposed ports",
+            "items": _object(
+                {
+                    "name": _TEXT,
+                    "port": _INT,
+                    "protocol": {"type": "string", "enum": ["http", "tcp"]},
+                    "url": {**_MAYBE_TEXT, "description": "where an http one is served (null: tcp, not over HTTP)"},
+                    "public": _BOOL,
+                    "nodes": {"type": "array", "items": _ENDPOINT_NODE},
+                }
+            ),
+        },
+        "tokens": {
+            "type": "array",
+            "description": "the lease's live tokens (never the tokens themselves)",
+            "items": _object({"id": _TOKEN_ID, "label": _TEXT, "created_at": _TIME}),
+        },
+        "limits": _object(
+            {
+                "requests_per_second": {"type": "number"},
+                "burst": _INT,
+                "max_streams": _INT,
+                "max_body_bytes": _INT,
+            }
+        ),
+    }
+)
+ENDPOINT_PUBLIC = _object({"lease": _KEY, "name": _TEXT, "public": _BOOL, "url": _TEXT})
+ENDPOINT_TOKEN = _object(
+    {
+        "lease": _KEY,
+        "id": _TOKEN_ID,
+        "token": {
+            "type": "string",
+            "pattern": "^gpe_[A-Za-z0-9_-]{43}$",
+            "description": "the bearer token, shown this once (only its SHA-256 is kept)",
+        },
+        "label": _TEXT,
+        "created_at": _TIME,
+    }
+)
+ENDPOINT_TOKEN_REVOKED = _object({"lease": _KEY, "id": _TOKEN_ID, "revoked_at": _TIME})
+ENDPOINT_LOG = _object(
+    {
+        "lease": _KEY,
+        "items": {
+            "type": "array",
+            "items": _object(
+                {
+                    "id": _INT,
+                    "at": _TIME,
+                    "name": _TEXT,
+                    "method": _TEXT,
+                    "path": {**_TEXT, "description": "without the query"},
+                    "status": _INT,
+                    "bytes_in": _INT,
+                    "bytes_out": _INT,
+                    "ms": _INT,
+                    "node_key": {**_MAYBE_KEY, "description": "the node that answered (null: none did)"},
+                    "token": {"type": ["string", "null"], "description": "the id of the token used (null: none)"},
+                }
+            ),
+        },
+        "more": {**_BOOL, "description": "another page follows (ask again with ?after= the last id)"},
+    }
+)

@@ -34,6 +34,7 @@ from coordinator.db import jobs
 from coordinator.db import leases as ledger
 from coordinator.db import nodes as node_rows  # `nodes` names lists of node keys here
 from coordinator.db.connection import Connection
+from coordinator.endpoints import endpoint_routes
 from coordinator.jobs import job_over, job_progress
 from coordinator.scheduler import LeaseRequest, NotPlaced, Placement, Scheduler, SchedulerError
 from gpunet import instructions as ix
@@ -626,4 +627,5 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
         Route("/nodes/{key}/telemetry", leader_only(telemetry)),
         Route("/slashing/resume", leader_only(resume_slashing), methods=["POST"]),
         *checkpoint_routes(coordinator.checkpoints, coordinator.checkpoint_holder, coordinator.checkpoint_signers),
+        *endpoint_routes(coordinator.endpoints),  # on every replica: the ledger and this replica's relay
     ]

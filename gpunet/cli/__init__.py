@@ -14,7 +14,20 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from gpunet.cli import admin, explorer, keys, lease, lease_reach, lease_watch, localnet, node, provider, quote, wallet
+from gpunet.cli import (
+    admin,
+    explorer,
+    keys,
+    lease,
+    lease_endpoint,
+    lease_reach,
+    lease_watch,
+    localnet,
+    node,
+    provider,
+    quote,
+    wallet,
+)
 from gpunet.exits import Exit
 from gpunet.extras import ExtraMissing
 
@@ -51,6 +64,7 @@ lease.app.command("watch")(lease_watch.watch)  # in its own module, which builds
 lease.app.command("shell")(lease_reach.shell)  # into the job: gpunet.reach
 lease.app.command("exec")(lease_reach.exec_)
 lease.app.command("forward")(lease_reach.forward)
+lease.app.add_typer(lease_endpoint.app, name="endpoint")
 app.add_typer(lease.app, name="lease")
 
 

@@ -401,8 +401,10 @@ def listen(port: int) -> socket.socket:
 
 
 def _reach_exit(error: ReachError) -> Exit:
-    """Refused by the node (the job, the port, the wallet): 1; not reached at all: 5."""
-    return Exit.REFUSED if " refused: " in str(error) else Exit.UNREACHABLE
+    """Refused by the node (the job, the port, the wallet) or the coordinator (not the lease's client):
+    1; not reached at all: 5."""
+    why = str(error)
+    return Exit.REFUSED if " refused: " in why or "the coordinator refused (" in why else Exit.UNREACHABLE
 
 
 @dataclass

@@ -27,6 +27,7 @@ from gpunet.cli.lease_reach import (
     ChannelLost,
     Input,
     Interrupted,
+    _reach_exit,
     exit_status,
     parse_forward,
     pump_tcp,
@@ -37,7 +38,7 @@ from gpunet.cli.lease_reach import (
 )
 from gpunet.exits import Exit
 from gpunet.keys import create_keypair_file
-from gpunet.reach import Access
+from gpunet.reach import Access, ReachError
 from gpunet.tunnel import (
     EXIT,
     RESIZE,
@@ -429,3 +430,16 @@ def test_exec_whose_node_is_lost_exits_14(node_here, wallet: Path) -> None:
 
 async def _silent_until_eof(channel: SecureChannel) -> None:
     await _until_eof(channel)  # then gone
+
+
+def test_why_a_channel_was_not_opened_is_the_exit_code() -> None:
+    node = "node 9xQ refused: nothing listens on port 8888 in the job"
+    stranger = "the coordinator will not say where lease L's nodes are: the coordinator refused (403): not yours"
+    down = "the coordinator will not say where lease L's nodes are: cannot reach the coordinator at http://x: boom"
+    unreached = "cannot reach node 9xQ of lease L: relay ws://x/client: HTTP 502"
+    assert [_reach_exit(ReachError(m)) for m in (node, stranger, down, unreached)] == [
+        Exit.REFUSED,
+        Exit.REFUSED,
+        Exit.UNREACHABLE,
+        Exit.UNREACHABLE,
+    ]

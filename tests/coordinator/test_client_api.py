@@ -379,6 +379,10 @@ def _fuzz(base: str) -> None:
             "/leases/{key}/secrets",
             "/quote",
             "/workers",
+            "/leases/{key}/endpoints",
+            "/leases/{key}/endpoints/log",
+            "/leases/{key}/endpoint-tokens",
+            "/endpoints/{lease}/{name}/{path}",
         ):
             continue  # the ledger routes have their own run in test_api
 

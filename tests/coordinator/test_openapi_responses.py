@@ -42,6 +42,7 @@ from gpunet.checkpoint import (
 from gpunet.idl import idl_json
 from gpunet.protocol import (
     CheckpointFile,
+    Expose,
     GpuTelemetry,
     Heartbeat,
     JobSpec,
@@ -133,7 +134,7 @@ async def test_every_answer_holds_to_the_documented_schema(served, pool) -> None
 
     # The waiting lease gets a job: the POST's answer is documented too.
     client = extra["client"]
-    spec = JobSpec(command=["python", "train.py"], secrets=["TOKEN"])
+    spec = JobSpec(command=["python", "train.py"], secrets=["TOKEN"], expose=[Expose(name="api", port=8000)])
     signature = client.wallet.sign_message(job_message(extra["lease"], spec, None, 1))
     body = {"job": spec.model_dump(mode="json"), "gpus_per_node": None, "job_number": 1, "signature": str(signature)}
     accepted = await http.post(f"/leases/{waiting}/job", json=body)
@@ -221,6 +222,7 @@ async def test_every_answer_holds_to_the_documented_schema(served, pool) -> None
     # The checkpoint store's routes: on the coordinator, a node without a share of the lease (403) and
     # an unsigned request (401); every other answer from the same routes over a store that lets bob's node in.
     checkpoint_gets = await _checkpoint_answers(doc, http, waiting, bob.node_key, key)
+    endpoint_gets = await _endpoint_answers(doc, http, client.wallet, waiting, lease)
 
     stranger = str(Keypair().pubkey())
     requests: list[tuple[str, str, dict[str, Any], int]] = [  # (document path, URL, query, expected status)
@@ -266,9 +268,65 @@ async def test_every_answer_holds_to_the_documented_schema(served, pool) -> None
         if path in _PAGES and status == 200:
             assert response.json()["items"], f"{path} served no rows: its row schema went unchecked"
 
-    exercised = {path for path, *_ in requests} | {"/leases/{key}/files", "/leases/{key}/job"} | checkpoint_gets
+    exercised = {path for path, *_ in requests} | {"/leases/{key}/files", "/leases/{key}/job"}
+    exercised |= checkpoint_gets | endpoint_gets
     gets = {path for path, operations in doc["paths"].items() if "get" in operations}
     assert gets <= exercised, f"GET routes no answer of which is checked: {sorted(gets - exercised)}"
+
+
+async def _endpoint_answers(
+    doc: dict[str, Any], http: httpx.AsyncClient, wallet: Keypair, waiting: str, other: str
+) -> set[str]:
+    """The endpoint routes' answers for the waiting lease (its job exposes `api`; not placed yet),
+    checked against the document; the GET paths exercised."""
+
+    async def signed(method: str, url: str, body: bytes = b"") -> httpx.Response:
+        return await http.request(method, url, content=body or None, headers=sign_request(wallet, method, url, body))
+
+    created = await signed("POST", f"/leases/{waiting}/endpoint-tokens", b'{"label": "ci"}')
+    assert created.status_code == 201, created.text
+    _check(doc, "/leases/{key}/endpoint-tokens", "post", created)
+    _check(doc, "/leases/{key}/endpoint-tokens", "post", await http.post(f"/leases/{waiting}/endpoint-tokens"))
+    token = created.json()
+    bearer = {"Authorization": f"Bearer {token['token']}"}
+    served = "/endpoints/{lease}/{name}/{path}"
+    for url, method, headers, status in [
+        (f"/endpoints/{waiting}/api/v1/completions", "post", bearer, 503),  # not placed yet
+        (f"/endpoints/{waiting}/api/", "get", {}, 401),
+        (f"/endpoints/{waiting}/api/", "get", {"Authorization": "Bearer x"}, 400),
+        (f"/endpoints/{waiting}/nope/", "get", bearer, 404),
+        (f"/endpoints/{other}/api/", "get", bearer, 410),  # every_event_kind's lease is closed
+        ("/endpoints/nope/api/", "get", bearer, 400),
+    ]:
+        answer = await http.request(method, url, headers=headers)
+        assert answer.status_code == status, (url, answer.text)
+        _check(doc, served, method, answer)
+        if status == 503:
+            assert int(answer.headers["retry-after"]) >= 1
+    slash = await http.get(f"/endpoints/{waiting}/api", params={"q": "1"})
+    assert slash.status_code == 308 and slash.headers["location"] == f"/endpoints/{waiting}/api/?q=1"
+    assert "308" in doc["paths"]["/endpoints/{lease}/{name}"]["get"]["responses"]
+    public = await signed("POST", f"/leases/{waiting}/endpoints/api", b'{"public": true}')
+    assert public.status_code == 200, public.text
+    _check(doc, "/leases/{key}/endpoints/{name}", "post", public)
+    _check(doc, "/leases/{key}/endpoints/{name}", "post", await signed("POST", f"/leases/{waiting}/endpoints/x", b"{}"))
+    for url, status in [
+        (f"/leases/{waiting}/endpoints", 200),
+        (f"/leases/{waiting}/endpoints/log", 200),
+        (f"/leases/{waiting}/endpoints/log?tail=2", 200),
+        (f"/leases/{waiting}/endpoints/log?limit=0", 400),
+    ]:
+        answer = await signed("GET", url)
+        assert answer.status_code == status, (url, answer.text)
+        _check(doc, url.split("?")[0].replace(waiting, "{key}"), "get", answer)
+    for url in (f"/leases/{waiting}/endpoints", f"/leases/{waiting}/endpoints/log"):
+        _check(doc, url.replace(waiting, "{key}"), "get", await http.get(url))  # unsigned: 401
+    revoke = f"/leases/{waiting}/endpoint-tokens/{token['id']}"
+    revoked = await signed("DELETE", revoke)
+    assert revoked.status_code == 200, revoked.text
+    _check(doc, "/leases/{key}/endpoint-tokens/{id}", "delete", revoked)
+    _check(doc, "/leases/{key}/endpoint-tokens/{id}", "delete", await signed("DELETE", f"{revoke[:-16]}{'0' * 16}"))
+    return {served, "/endpoints/{lease}/{name}", "/leases/{key}/endpoints", "/leases/{key}/endpoints/log"}
 
 
 async def _checkpoint_answers(

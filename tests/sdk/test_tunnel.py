@@ -186,6 +186,29 @@ async def test_the_client_reaches_the_pinned_node_and_proves_its_wallet(tmp_path
         t.cancel()
 
 
+async def test_a_channel_closed_by_its_peer_ends_for_the_reader_and_never_spins(tmp_path) -> None:
+    """The client closes (TLS close_notify, then the stream's end) while the node reads: the node's
+    recv says the end (None), and the event loop runs on meanwhile (it once looped on read()'s b"")."""
+    node = Keypair()
+    ended: asyncio.Future[bytes | None] = asyncio.get_running_loop().create_future()
+
+    async def serve(stream: Stream) -> None:
+        channel = SecureChannel(stream, node_context(node, tmp_path), server_side=True)
+        await channel.handshake()
+        await channel.send_message({"ok": True})
+        ended.set_result(await channel.recv())
+        await channel.close()
+
+    relay, _, tasks, _ = await _links(serve=serve)
+    client = SecureChannel(await relay.open(b"tls"), client_context(), server_side=False, node_key=node.pubkey())
+    await client.handshake()
+    assert await client.read_message() == {"ok": True}
+    await client.close()
+    assert await asyncio.wait_for(ended, 5) is None
+    for t in tasks:
+        t.cancel()
+
+
 async def test_a_node_that_is_not_the_pinned_one_is_refused(tmp_path) -> None:
     impostor, expected = Keypair(), Keypair()
     client, tasks = await _channel_pair(impostor, expected.pubkey(), tmp_path)
@@ -212,24 +235,21 @@ async def test_an_access_signed_for_another_nonce_or_node_or_request_is_refused(
         read_access({**good, "request": {**good["request"], "port": 70000}}, node.pubkey(), nonce)
 
 
-async def test_a_channel_closed_by_its_peer_reads_its_last_bytes_then_ends(tmp_path) -> None:
-    """A clean close (TLS close_notify, then the pipe's end) reads as the end of the channel on the
-    other side: recv returns what came before it, then None (it looped forever on the close_notify)."""
+async def test_a_channel_the_node_closes_ends_for_the_client(tmp_path) -> None:
     node = Keypair()
 
-    async def serve(stream: Stream) -> None:
+    async def say_bye(stream: Stream) -> None:
         channel = SecureChannel(stream, node_context(node, tmp_path), server_side=True)
         await channel.handshake()
-        await channel.send(b"last words")
+        await channel.send(b"bye")
         await channel.close()
 
-    relay, _, tasks, _ = await _links(serve=serve)
+    relay, _, tasks, _ = await _links(serve=say_bye)
     client = SecureChannel(await relay.open(b"tls"), client_context(), server_side=False, node_key=node.pubkey())
     await client.handshake()
-    received = b""
-    while (data := await asyncio.wait_for(client.recv(), 5)) is not None:
-        received += data
-    assert received == b"last words"
-    assert await client.recv() is None
+    got = b""
+    while (data := await asyncio.wait_for(client.recv(), 5)) is not None:  # it once spun on empty reads
+        got += data
+    assert got == b"bye"
     for t in tasks:
         t.cancel()
