@@ -374,9 +374,13 @@ class WebSocketPipe:
         self.ws = ws
 
     async def send(self, data: bytes) -> None:
+        """Sends `data`; StreamRefused with the close's reason once the WebSocket closed (as recv)."""
         view = memoryview(data)
-        for i in range(0, len(view), MAX_DATA):
-            await self.ws.send(bytes(view[i : i + MAX_DATA]))
+        try:
+            for i in range(0, len(view), MAX_DATA):
+                await self.ws.send(bytes(view[i : i + MAX_DATA]))
+        except Exception as e:  # websockets' ConnectionClosed: the relay's code and reason say why
+            raise StreamRefused(_close_reason(e)) from None
 
     async def recv(self) -> bytes | None:
         try:
