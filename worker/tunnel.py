@@ -226,7 +226,9 @@ class DataPlane:
                 await _pump(channel, reader, writer)
             else:
                 tty = request.kind == "shell"
-                process = await spawn(runner, request.command, tty=tty, rows=request.rows, cols=request.cols)
+                process = await spawn(
+                    runner, request.command, tty=tty, rows=request.rows, cols=request.cols, term=request.term
+                )
                 await channel.send_message({"ok": True})
                 log.info("tunnel.shell" if tty else "tunnel.exec", lease=lease)
                 await _shell(channel, process)
