@@ -34,7 +34,6 @@ from rich.markup import escape
 from solana.rpc.async_api import AsyncClient
 from solders.pubkey import Pubkey
 
-from gpunet.accounts import AccountError
 from gpunet.cli.common import (
     DEFAULT_COORDINATOR,
     DEFAULT_KEYPAIR,
@@ -46,6 +45,7 @@ from gpunet.cli.common import (
     pubkey_arg,
 )
 from gpunet.cli.lease import LeaseArg
+from gpunet.errors import GpunetError
 from gpunet.exits import Exit
 from gpunet.jobs import CoordinatorError
 from gpunet.reach import Access, ReachError, node_of_rank, open_access, reach_info
@@ -461,7 +461,7 @@ class _Target:
                         self.coordinator, chain, self.s.wallet, self.lease, request, rank=self.rank,
                         direct=not self.relay_only,
                     )  # fmt: skip
-                except (ReachError, CoordinatorError) as e:
+                except (ReachError, CoordinatorError, TunnelError) as e:
                     problem = str(e)
                 if time.monotonic() > deadline:
                     raise self.s.fail(
@@ -735,8 +735,9 @@ async def _forward(target: _Target, chain: AsyncClient, listener: socket.socket,
             access = await open_access(
                 target.coordinator, chain, s.wallet, address, request, rank=target.rank, direct=not target.relay_only
             )
-        except (ReachError, CoordinatorError, AccountError, TunnelError, OSError) as e:
-            s.err.print(f"[yellow]connection from {peer}:[/] {escape(str(e))}", soft_wrap=True, highlight=False)
+        except Exception as e:  # whatever one connection meets ends it alone, said in a line
+            why = str(e) if isinstance(e, GpunetError) and str(e) else f"{type(e).__name__}: {e}"
+            s.err.print(f"[yellow]connection from {peer}:[/] {escape(why)}", soft_wrap=True, highlight=False)
             writer.close()
             return
         if (access.node_key, access.via) != last[0]:
@@ -746,9 +747,10 @@ async def _forward(target: _Target, chain: AsyncClient, listener: socket.socket,
             s.err.print(f"[dim]reaching node {access.node_key} ({access.via})[/]", highlight=False)
         try:
             await pump_tcp(access.channel, reader, writer)
-        except ChannelLost as e:
+        except Exception as e:  # ChannelLost, or anything else: this connection alone ends
+            why = e.reason if isinstance(e, ChannelLost) else f"{type(e).__name__}: {e}"
             s.err.print(
-                f"[yellow]connection from {peer}:[/] the tunnel to node {access.node_key} broke: {escape(e.reason)} "
+                f"[yellow]connection from {peer}:[/] the tunnel to node {access.node_key} broke: {escape(why)} "
                 "(new connections reconnect, to the node the share moves to)",
                 soft_wrap=True,
                 highlight=False,

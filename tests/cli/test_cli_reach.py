@@ -14,6 +14,8 @@ import signal
 import socket
 import struct
 import termios
+import threading
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -443,3 +445,72 @@ def test_why_a_channel_was_not_opened_is_the_exit_code() -> None:
         Exit.UNREACHABLE,
         Exit.UNREACHABLE,
     ]
+
+
+def test_a_forward_says_each_failed_connection_goes_on_and_ends_with_the_lease(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, wallet: Path
+) -> None:
+    """A connection the node refuses is a line and ends alone; the next one gets through; the lease's
+    end (as the chain says it) ends the forward with 14."""
+    node_key = Keypair().pubkey()
+    attempts: list[int] = []
+    lease_closed = threading.Event()
+
+    async def assigned(chain, lease, rank):
+        if lease_closed.is_set():
+            raise ReachError(f"lease {lease} is closed: its job is no longer reached")
+        return node_key
+
+    async def where(coordinator, client, lease):
+        return {"relay": "ws://relay/client", "nodes": [{"node_key": str(node_key), "direct": None}]}
+
+    async def echo(channel: SecureChannel) -> None:
+        while (data := await channel.recv()) is not None:
+            await channel.send(data.upper())
+
+    async def open_access(coordinator, chain, client, lease, request, *, rank=0, direct=True):
+        attempts.append(request.port)
+        if len(attempts) == 1:
+            raise ReachError(f"node {node_key} refused: nothing listens on port {request.port} in the job")
+        channel, _ = await _channel(tmp_path, echo)
+        return Access(channel, node_key, rank, "relay")
+
+    monkeypatch.setattr(lease_reach, "node_of_rank", assigned)
+    monkeypatch.setattr(lease_reach, "reach_info", where)
+    monkeypatch.setattr(lease_reach, "open_access", open_access)
+    monkeypatch.setattr(lease_reach, "WATCH_SECONDS", 0.1)
+    port = _free_port()
+    done: list = []
+    argv = ["lease", "forward", LEASE, f"8888:{port}", "--keypair", str(wallet), "--url", DEAD]
+    runner = threading.Thread(target=lambda: done.append(CliRunner().invoke(app, argv)))
+    runner.start()
+    try:
+        first = _connect(port)
+        assert first.recv(100) == b""  # refused there: this one connection ends
+        first.close()
+        second = _connect(port)
+        second.sendall(b"hello")
+        assert second.recv(100) == b"HELLO"
+        second.close()
+    finally:
+        lease_closed.set()
+        runner.join(10)
+    [result] = done
+    assert result.exit_code == Exit.CONNECTION_LOST, result.output
+    assert f"forwarding 127.0.0.1:{port} -> lease {LEASE} rank 0 port 8888 (node {node_key}, relay only)" in (
+        " ".join(result.stdout.split())
+    )
+    said = " ".join(result.stderr.split())
+    assert "nothing listens on port 8888 in the job" in said and f"reaching node {node_key} (relay)" in said
+    assert "stopped forwarding: lease" in said and "is closed" in said
+    assert attempts == [8888, 8888]
+
+
+def _connect(port: int) -> socket.socket:
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            return socket.create_connection(("127.0.0.1", port), timeout=5)
+        except ConnectionRefusedError:  # not listening yet
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
