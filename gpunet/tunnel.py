@@ -574,6 +574,15 @@ class SecureChannel:
             raise TunnelError("a tunnel message must be a JSON object")
         return value
 
+    async def close_write(self) -> None:
+        """Says this side is done sending (TLS close_notify) and keeps reading: the other end's recv
+        returns None, and what it still sends comes through (a TCP half-close, forwarded)."""
+        try:
+            self._tls.unwrap()
+        except ssl.SSLError:  # SSLWantReadError: the close_notify is written, the peer's not yet read
+            pass
+        await self._flush()
+
     async def close(self) -> None:
         try:
             self._tls.unwrap()

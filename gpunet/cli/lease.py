@@ -63,7 +63,9 @@ from gpunet.protocol import JOB_ENDED, RAY_AUTH_TOKEN, Expose, InputFile, JobSpe
 from gpunet.raycluster import RAY_INSTALL, ray_token
 from gpunet.tokens import io_account, io_balance
 
-app = typer.Typer(help="Leases: open, job, status, ray, watch, top up, close, show, list.", no_args_is_help=True)
+app = typer.Typer(
+    help="Leases: open, job, status, shell, exec, forward, ray, watch, top up, close, show, list.", no_args_is_help=True
+)
 STATUS_LINES = 20  # the latest log lines `lease status` shows (`lease logs` prints them all)
 FOLLOW_SECONDS = 1.0
 PLACEMENT_WAIT_SECONDS = 300.0  # how long `lease job --secret` waits for the lease's nodes to seal to
