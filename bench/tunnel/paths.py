@@ -100,6 +100,7 @@ async def relay_forward(relay: str, client: Keypair, lease: Pubkey, node_key: Pu
         max_size=MAX_DATA + 1024,
         ping_interval=5,
         open_timeout=10,
+        compression=None,  # as open_access
     )
     channel = SecureChannel(WebSocketPipe(ws), client_context(), server_side=False, node_key=node_key)
     try:
