@@ -183,7 +183,7 @@ def _endpoint_paths(paths: dict[str, Any], signed: list[dict[str, Any]], how: st
         "get": {
             "summary": "Redirects to the endpoint's URL with its slash (a page's relative links need it).",
             "parameters": [lease, name],
-            "responses": {"308": {"description": "to /endpoints/{lease}/{name}/"}},
+            "responses": {"308": {"description": "to /endpoints/{lease}/{name}/"}, **_errors(404)},
         }
     }
     paths["/leases/{key}/endpoints"] = {

@@ -126,6 +126,8 @@ async def test_the_client_reaches_its_job_and_nobody_else_does(
         workers = await start_workers(world, coordinator, tmp_path, spawned, env=_env(node.url))
         lease, placed = await placed_lease(world, api, chain, 600, spec)
         await eventually(lambda: _all_linked(coordinator, placed), what="both nodes' data-plane links")
+        # no permessage-deflate on the links (nor on the client's tunnels, below): ciphertext does not compress
+        assert not any(link.ws.protocol.extensions for link in coordinator.relay.links.values())
         client = world.client
 
         async def forwarded(rank: int, direct: bool) -> dict | None:
@@ -153,6 +155,7 @@ async def test_the_client_reaches_its_job_and_nobody_else_does(
         # one command, through the relay: the job's environment, directory and exit code
         exec_ = AccessRequest(kind="exec", lease=str(lease), command=["sh", "-c", "env; pwd; exit 7"])
         access = await open_access(api, chain, client, lease, exec_, direct=False)
+        assert isinstance(access.channel.pipe, WebSocketPipe) and not access.channel.pipe.ws.protocol.extensions
         await send_frame(access.channel, tunnel.STDIN_EOF)
         out, code = await _command(access)
         assert code == 7
