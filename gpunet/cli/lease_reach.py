@@ -24,7 +24,7 @@ import termios
 import time
 import tty
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Annotated, Any, BinaryIO
 
 import click
@@ -416,7 +416,6 @@ class _Target:
     lease: Pubkey
     rank: int
     relay_only: bool
-    said: set[str] = field(default_factory=set)
 
     def command(self, name: str) -> str:
         return f"gpunet lease {name} {self.lease}" + (f" --rank {self.rank}" if self.rank else "")
@@ -566,7 +565,8 @@ def shell(
     when the connection breaks first (the node lost), says so and, at a terminal, offers to reconnect to
     the rank's node as the chain assigns it once the share moved (a new shell: the old one ended with
     its node); else exits 14. Without a terminal on stdin it still runs (no raw mode; stdin's end is
-    the remote terminal's end of input)."""
+    the remote terminal's end of input). Not opened: 1 refused (not your lease, no job running there,
+    the node's refusal), 2 a lease not active or a rank it lacks, 5 the node or coordinator unreached."""
     s = Session(url, keypair, False)
     terminal = stdin_is_terminal()
     interactive = terminal and sys.stderr.isatty()
@@ -641,7 +641,7 @@ def exec_(
     stdout and its stderr to stderr, this stdin to its stdin (`echo hi | gpunet lease exec L -- cat`),
     and exit with its exit status (128 + N when a signal N killed it). Ctrl-C once sends it SIGINT,
     twice gives up here (130), which ends it there. When the connection breaks before it ended (the
-    node lost), exits 14: how the command ended is unknown."""
+    node lost), exits 14: how the command ended is unknown. Not started: 1, 2 or 5, as `lease shell`."""
     s = Session(url, keypair, False)
     result: dict[str, Any] = {}
 
