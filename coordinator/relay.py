@@ -205,7 +205,12 @@ class Relay:
                     elif not isinstance(error, ConnectionClosed):
                         raise error
             if tasks[0] in done and tasks[0].exception() is None:
-                await tasks[1]  # the client finished sending: the node's answer still comes
+                try:
+                    await tasks[1]  # the client finished sending: the node's answer still comes
+                except ConnectionClosed:
+                    pass  # the client went after all: nothing more to send it
+                except _Close as e:
+                    code, reason = e.code, e.reason
         except StreamRefused as e:
             code, reason = CLOSE_NODE_LOST, str(e)
         finally:

@@ -24,3 +24,4 @@ class Exit(IntEnum):
     WORKER_STATE = 11  # `gpunet worker`: the state directory is unusable (damaged journal, another agent on it)
     NO_SANDBOX = 12  # `gpunet worker`: no container engine and no --allow-host-jobs (or no bubblewrap for it)
     NOT_REGISTERED = 13  # `gpunet worker run`: the coordinator kept refusing the node key as not registered
+    CONNECTION_LOST = 14  # `lease shell|exec|forward`: the channel into the job broke first (node lost, lease closed)

@@ -114,6 +114,7 @@ class Stream:
     _allowed: int = WINDOW  # what the peer may have sent in all: the window and every grant since
     _received: int = 0
     _taken: int = 0  # taken by our reader and not yet granted back
+    buffered: int = 0  # received and not yet taken by our reader: at most a window
     _inbox: asyncio.Queue[bytes | None] = field(default_factory=asyncio.Queue)
     _may_send: asyncio.Event = field(default_factory=asyncio.Event)
     _sent_fin: bool = False
@@ -141,6 +142,7 @@ class Stream:
             if self.closed_reason is not None:
                 raise StreamRefused(self.closed_reason)
             return None
+        self.buffered -= len(data)
         self._taken += len(data)
         if self._taken >= WINDOW // 2:  # in batches: not a frame per read
             grant, self._taken = self._taken, 0
@@ -180,6 +182,7 @@ class Stream:
         self._received += len(data)
         if self._received > self._allowed:
             return False
+        self.buffered += len(data)
         self._inbox.put_nowait(data)
         return True
 
@@ -371,9 +374,13 @@ class WebSocketPipe:
         self.ws = ws
 
     async def send(self, data: bytes) -> None:
+        """Sends `data`; StreamRefused with the close's reason once the WebSocket closed (as recv)."""
         view = memoryview(data)
-        for i in range(0, len(view), MAX_DATA):
-            await self.ws.send(bytes(view[i : i + MAX_DATA]))
+        try:
+            for i in range(0, len(view), MAX_DATA):
+                await self.ws.send(bytes(view[i : i + MAX_DATA]))
+        except Exception as e:  # websockets' ConnectionClosed: the relay's code and reason say why
+            raise StreamRefused(_close_reason(e)) from None
 
     async def recv(self) -> bytes | None:
         try:
@@ -570,6 +577,15 @@ class SecureChannel:
         if not isinstance(value, dict):
             raise TunnelError("a tunnel message must be a JSON object")
         return value
+
+    async def close_write(self) -> None:
+        """Says this side is done sending (TLS close_notify) and keeps reading: the other end's recv
+        returns None, and what it still sends comes through (a TCP half-close, forwarded)."""
+        try:
+            self._tls.unwrap()
+        except ssl.SSLError:  # SSLWantReadError: the close_notify is written, the peer's not yet read
+            pass
+        await self._flush()
 
     async def close(self) -> None:
         try:

@@ -7,6 +7,7 @@ import pytest
 from gpunet.amounts import AmountError, escrow_for, format_io, parse_io, parse_u64, u64_json
 from gpunet.cli import clock
 from gpunet.cli.common import BadInput, duration_arg
+from gpunet.cli.lease import expose_arg
 from gpunet.cli.node import verification_label
 from gpunet.cli.wallet import format_sol
 from gpunet.cluster import ClusterError, resolve_cluster
@@ -129,3 +130,21 @@ def test_a_node_s_verification_reads_as_its_tier_and_how_long_it_holds() -> None
     assert verification_label({"verification_tier": 1, "verified_until": now - 60}, now) == (
         "simulated, expired 2027-01-15 07:59:00 UTC"
     )
+
+
+def test_an_exposed_port_is_name_equals_port_with_an_optional_protocol() -> None:
+    assert (expose_arg("api=8000").name, expose_arg("api=8000").port, expose_arg("api=8000").protocol) == (
+        "api",
+        8000,
+        "http",
+    )
+    assert expose_arg("ssh=22/tcp").protocol == "tcp"
+    for bad, why in [
+        ("api", "NAME=PORT"),
+        ("api=x", "NAME=PORT"),
+        ("API=80", "pattern"),
+        ("a=99999", "65535"),
+        ("a=80/udp", "'tcp'"),
+    ]:
+        with pytest.raises(BadInput, match=why):
+            expose_arg(bad)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from worker.runner import JobRunner, die_with_agent, host_job_limits
-from worker.sandbox import ENGINE_ENV, SETPRIV, drop_to
+from worker.sandbox import ENGINE_ENV, JOB_ENV_PREFIX, SETPRIV, drop_to
 
 __all__ = [
     "DEFAULT_COMMAND",
@@ -47,7 +47,7 @@ DEFAULT_COMMAND = ("/bin/sh",)
 # process is not the agent's child). GPUNET_* names are the worker's: no job sets them.
 SESSION_ENV = "GPUNET_SESSION"
 LAUNCHER = (Path(__file__).parent / "session_launcher.py").read_text()  # run as `python -c` in the sandbox
-JOBENV_PREFIX = "GPUNET_JOBENV_"  # session_launcher.py's: how the job's environment passes nsenter and setpriv
+JOBENV_PREFIX = JOB_ENV_PREFIX  # how the job's environment passes nsenter and setpriv (session_launcher.py)
 NSENTER = "/usr/bin/nsenter"
 # nsenter's option for each namespace a host job's sandbox may have of its own (the user namespace
 # first: a non-root agent's bubblewrap makes one, and it owns the others)

@@ -33,7 +33,7 @@ from gpunet.raycluster import RAY_INSTALL, RAY_VERSION, RayPorts, ray_endpoints
 from worker.checkpoints import restore
 from worker.egress import EgressFilterUnavailable
 from worker.inputs import InputRefused, fetch_inputs, registry_refusal
-from worker.sandbox import ENGINE_ENV, Sandbox, host_job_uid
+from worker.sandbox import ENGINE_ENV, Sandbox, host_job_env, host_job_uid
 
 __all__ = ["JobDirs", "JobRunner"]
 
@@ -54,7 +54,7 @@ def die_with_agent() -> None:
 def _in_bubblewrap(pids: int | None, file_bytes: int) -> Callable[[], None]:
     """What the child does before it becomes bubblewrap: it dies with the agent; SIGTERM to the job's
     process group must reach the job, not end bubblewrap (which would take the job with it at once;
-    the job gets SIGTERM's default back: env --default-signal); and the job's limits, inherited down
+    the job gets SIGTERM's default back: worker/job_launcher.py); and the job's limits, inherited down
     to it: the largest file it may write, and (where it runs as a uid of its own: `pids`) how many
     processes that uid may have (root, bubblewrap itself, is exempt; the job is not)."""
 
@@ -180,7 +180,9 @@ class JobRunner:
 
     async def run(self) -> JobStatus:
         """Runs the job to its end (success, failure, time limit or cancel); returns the final status."""
-        refusal = self.sandbox.refusal(self.spec.image) or (self._ray_refusal() if self.spec.ray else None)
+        refusal = self.sandbox.refusal(self.spec.image, self.spec.secrets) or (
+            self._ray_refusal() if self.spec.ray else None
+        )
         if refusal:
             return self._status("refused", detail=refusal)
         if self.image is None and not self.spec.ray:  # what bubblewrap would only say as its exit status 127
@@ -220,7 +222,8 @@ class JobRunner:
                 process = await asyncio.create_subprocess_exec(
                     *argv,
                     cwd=self.dirs.workdir,
-                    env=self._env(),
+                    # a host job's environment goes past bubblewrap prefixed: never acted on as root
+                    env=self._env() if self.image is not None else host_job_env(self._env()),
                     stdin=asyncio.subprocess.DEVNULL,
                     stdout=asyncio.subprocess.PIPE,
                     stderr=asyncio.subprocess.PIPE,

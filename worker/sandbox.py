@@ -46,6 +46,30 @@ _PROC_READ_ONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus")
 # (above systemd's container ranges), with no name, no home and no file of the machine's own.
 JOB_UID_BASE, JOB_UID_COUNT = 0x70000000, 1 << 24
 SETPRIV = "/usr/bin/setpriv"  # util-linux: drops to the job's uid inside bubblewrap
+# A host job's first program in its sandbox: it gives the job the environment that came prefixed
+# (host_job_env), past bubblewrap and setpriv, which run as root (worker/job_launcher.py).
+JOB_LAUNCHER = (Path(__file__).parent / "job_launcher.py").read_text()
+JOB_ENV_PREFIX = "GPUNET_JOBENV_"
+# Variables the C library, Go's runtime or the container engine act on: a container job's secret may
+# not have such a name (its value passes through the engine's environment). Prefixes and names.
+_ACTED_ON_PREFIXES = ("LD_", "GLIBC_", "MALLOC_", "GO", "CONTAINERS_", "DOCKER_", "BUILDAH_", "XDG_", "SSL_")
+_ACTED_ON = {
+    "PATH", "HOME", "TMPDIR", "TZDIR", "GCONV_PATH", "GETCONF_DIR", "HOSTALIASES", "LOCALDOMAIN", "LOCPATH",
+    "NIS_PATH", "NLSPATH", "RESOLV_HOST_CONF", "RES_OPTIONS", "REGISTRY_AUTH_FILE", "STORAGE_DRIVER",
+    "STORAGE_OPTS", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
+}  # fmt: skip
+
+
+def engine_acts_on(name: str) -> bool:
+    return name in _ACTED_ON or name.upper().startswith(_ACTED_ON_PREFIXES)
+
+
+def host_job_env(job_env: dict[str, str]) -> dict[str, str]:
+    """What a host job's bubblewrap is started with: the agent's own PATH and locale (what bubblewrap
+    and setpriv run with, as root), and the job's environment under JOB_ENV_PREFIX only, which no
+    program but the launcher reads (a job's LD_PRELOAD never reaches a root process)."""
+    base = {k: os.environ[k] for k in ("PATH", "LANG", "LC_ALL") if k in os.environ}
+    return base | {JOB_ENV_PREFIX + name: value for name, value in job_env.items()}
 
 
 # what bubblewrap keeps of root's capabilities for setpriv to drop to the job's uid (setpriv then
@@ -301,9 +325,16 @@ class Sandbox:
             subprocess.run([*self.engine, "rm", "--force", *ids], capture_output=True, timeout=300, check=False)
         return len(ids)
 
-    def refusal(self, image: str | None) -> str | None:
-        """Why a job naming `image` (None: no image) cannot run here, or None."""
+    def refusal(self, image: str | None, secrets: Collection[str] = ()) -> str | None:
+        """Why a job naming `image` (None: no image) and `secrets` cannot run here, or None."""
         image = image or self.default_image
+        if image is not None and (acted_on := sorted(name for name in secrets if engine_acts_on(name))):
+            # a container's secrets reach it through the engine's environment (never its argv), and the
+            # engine runs as root: a secret named LD_PRELOAD or CONTAINERS_CONF would be root's
+            return (
+                f"the job's secret(s) {', '.join(acted_on)} would be read by the container engine itself, as "
+                "root, before the container starts: give them other names (or as plain --env values)"
+            )
         if image is None and self.bwrap is None:
             return (
                 "this node runs jobs only in containers and the job names no image (nor did the supplier "
@@ -458,4 +489,4 @@ class Sandbox:
         argv += ["--chdir", str(dirs.workdir), "--"]
         if uid is not None:
             argv += [SETPRIV, *drop_to(uid)]
-        return [*argv, "/usr/bin/env", "--default-signal=TERM", *command]
+        return [*argv, sys.executable, "-I", "-S", "-c", JOB_LAUNCHER, *command]

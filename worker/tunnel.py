@@ -93,7 +93,9 @@ class DataPlane:
         """Opens the direct listener, if the supplier gave it a port (before the hello, which advertises it)."""
         if self.direct is not None and self._server is None:
             host, port = self.direct
-            self._server = await serve(self._direct, host, port, max_size=MAX_DATA + 1024, ping_interval=5)
+            self._server = await serve(
+                self._direct, host, port, max_size=MAX_DATA + 1024, ping_interval=5, compression=None
+            )
             self.port = next(iter(self._server.sockets)).getsockname()[1]
             log.info("tunnel.direct_listening", host=host, port=self.port)
 
@@ -110,7 +112,11 @@ class DataPlane:
         delay = 0.5
         while True:
             try:
-                async with connect(url, max_size=MAX_DATA + 1024, ping_interval=3, ping_timeout=5) as ws:
+                # no permessage-deflate (here, at the direct listener, and the client's, gpunet.reach): the
+                # streams carry TLS ciphertext, which does not compress (bench/tunnel)
+                async with connect(
+                    url, max_size=MAX_DATA + 1024, ping_interval=3, ping_timeout=5, compression=None
+                ) as ws:
                     nonce = bytes.fromhex(json.loads(await asyncio.wait_for(ws.recv(), 10))["nonce"])
                     signature = self.node.sign_message(link_message(nonce, self.node_key))
                     await ws.send(json.dumps({"node_key": str(self.node_key), "signature": str(signature)}))
@@ -226,7 +232,9 @@ class DataPlane:
                 await _pump(channel, reader, writer)
             else:
                 tty = request.kind == "shell"
-                process = await spawn(runner, request.command, tty=tty, rows=request.rows, cols=request.cols)
+                process = await spawn(
+                    runner, request.command, tty=tty, rows=request.rows, cols=request.cols, term=request.term
+                )
                 await channel.send_message({"ok": True})
                 log.info("tunnel.shell" if tty else "tunnel.exec", lease=lease)
                 await _shell(channel, process)

@@ -20,6 +20,7 @@ from gpunet.cli import (
     keys,
     lease,
     lease_endpoint,
+    lease_reach,
     lease_watch,
     localnet,
     node,
@@ -60,6 +61,9 @@ app.add_typer(admin.app, name="admin")
 app.add_typer(provider.app, name="provider")
 app.add_typer(node.app, name="node")
 lease.app.command("watch")(lease_watch.watch)  # in its own module, which builds on lease's
+lease.app.command("shell")(lease_reach.shell)  # into the job: gpunet.reach
+lease.app.command("exec")(lease_reach.exec_)
+lease.app.command("forward")(lease_reach.forward)
 lease.app.add_typer(lease_endpoint.app, name="endpoint")
 app.add_typer(lease.app, name="lease")
 

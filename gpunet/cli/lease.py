@@ -59,11 +59,13 @@ from gpunet.jobs import (
 from gpunet.limits import MAX_GPUS_PER_NODE, MAX_LEASE_GPUS
 from gpunet.market import lease_reach
 from gpunet.pda import lease_pda
-from gpunet.protocol import JOB_ENDED, RAY_AUTH_TOKEN, InputFile, JobSpec
+from gpunet.protocol import JOB_ENDED, RAY_AUTH_TOKEN, Expose, InputFile, JobSpec
 from gpunet.raycluster import RAY_INSTALL, ray_token
 from gpunet.tokens import io_account, io_balance
 
-app = typer.Typer(help="Leases: open, job, status, ray, watch, top up, close, show, list.", no_args_is_help=True)
+app = typer.Typer(
+    help="Leases: open, job, status, shell, exec, forward, ray, watch, top up, close, show, list.", no_args_is_help=True
+)
 STATUS_LINES = 20  # the latest log lines `lease status` shows (`lease logs` prints them all)
 FOLLOW_SECONDS = 1.0
 PLACEMENT_WAIT_SECONDS = 300.0  # how long `lease job --secret` waits for the lease's nodes to seal to
@@ -547,6 +549,16 @@ def job(
             "wallet, sealed to the nodes as the secret RAY_AUTH_TOKEN).",
         ),
     ] = False,
+    expose: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--expose",
+            metavar="NAME=PORT[/tcp]",
+            help="Expose the job's PORT by NAME: an HTTP one is served by the coordinator at "
+            "/endpoints/LEASE/NAME/ (with a token or public: `gpunet lease endpoint`), a /tcp one is reached "
+            "with `gpunet lease forward`; repeat for several.",
+        ),
+    ] = None,
     coordinator: CoordinatorOpt = DEFAULT_COORDINATOR,
     url: UrlOpt = None,
     keypair: KeypairOpt = DEFAULT_KEYPAIR,
@@ -583,6 +595,7 @@ def job(
                 time_limit_seconds=duration_arg(time_limit) if time_limit else None,
                 secrets=sorted([*secrets, RAY_AUTH_TOKEN] if ray else secrets),
                 ray=ray,
+                expose=[expose_arg(item) for item in expose or []],
             )
         except ValidationError as e:
             raise BadInput(f"the job: {e.errors()[0]['msg']}") from None
@@ -617,6 +630,18 @@ def job(
         )
 
     Session(url, keypair, json_output).run(command_)
+
+
+def expose_arg(item: str) -> Expose:
+    """NAME=PORT[/http|/tcp] as the job's exposed port; BadInput saying what is wrong."""
+    name, sep, rest = item.partition("=")
+    port, _, protocol = rest.partition("/")
+    if not sep or not port.isdigit():
+        raise BadInput(f"--expose takes NAME=PORT[/tcp], e.g. api=8000 or ssh=22/tcp; got {item!r}")
+    try:
+        return Expose(name=name, port=int(port), protocol=protocol or "http")  # type: ignore[arg-type]
+    except ValidationError as e:
+        raise BadInput(f"--expose {item!r}: {e.errors()[0]['msg']}") from None
 
 
 async def _seal_once_placed(

@@ -108,6 +108,7 @@ class WorkerProcess(_Process):
         api_url: str | None = None,
         *,
         number: int = 0,
+        rpc_url: str | None = None,
     ) -> None:
         """`number`: this machine's worker number: several share it, each with its own loopback
         address (127.0.0.<2 + number>, Linux answers on all of 127/8) and 40 cluster ports, so that
@@ -115,6 +116,8 @@ class WorkerProcess(_Process):
         self.name = name
         # with the coordinator's API: checkpoints of any size, through its checkpoint store
         api = ["--api", api_url] if api_url else []
+        # with the chain's RPC: the node reads a lease's client there and lets it into its job
+        api += ["--url", rpc_url] if rpc_url else []
         first = 30000 + 40 * (number % 800)
         cluster = ["--advertise-addr", loopback_address(number), "--cluster-ports", f"{first}-{first + 39}"]
         super().__init__(

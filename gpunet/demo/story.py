@@ -44,7 +44,9 @@ from gpunet.keys import create_keypair_file
 from gpunet.localnet import LocalnetProcess, program_build
 from gpunet.pda import lease_pda, node_pda, provider_pda
 from gpunet.protocol import JobSpec
+from gpunet.reach import ReachError, open_access
 from gpunet.testbed import Market
+from gpunet.tunnel import EXIT, AccessRequest, read_frame
 from worker.simulate import SimulatedGpus
 
 __all__ = ["Demo", "DemoResult"]
@@ -153,6 +155,7 @@ class Demo:
         self.workdir, self.console = workdir, console or Console(soft_wrap=True)
         self.lease_seconds, self.restart_coordinator = lease_seconds, restart_coordinator
         self.keep_serving = keep_serving
+        self.rpc_url: str | None = None  # the local node's, once started
         self.suppliers: list[Supplier] = []
         self.explorer: Explorer | None = None
 
@@ -175,7 +178,7 @@ class Demo:
         coordinator: CoordinatorProcess | None = None
         try:
             async with AsyncClient(node.url, commitment=Confirmed) as chain:
-                self.chain = chain
+                self.chain, self.rpc_url = chain, node.url
                 await self.initialise()
                 coordinator = await self.start_coordinator(node)
                 self._link_explorer(node, coordinator)
@@ -276,6 +279,7 @@ class Demo:
                 coordinator.gateway_url,
                 coordinator.api_url,
                 number=len(self.suppliers),
+                rpc_url=self.rpc_url,
             )
             supplier.worker.start()
             self.suppliers.append(supplier)
@@ -335,11 +339,32 @@ class Demo:
             f"the client sealed the lease's checkpoint key to {' and '.join(names[k] for k in sealed)}: "
             f"each rank's {CHECKPOINT_MIB} MiB checkpoint goes to the coordinator's store encrypted"
         )
+        answer = await self._until(lambda: self._reach(coordinator, client.wallet, lease), 60, "the job reached")
+        self.say(
+            f"the client ran a command in rank 0's sandbox through the coordinator's relay, encrypted end to end "
+            f"to {names[view['placement']['nodes'][0]]}'s key on chain (`gpunet lease exec`): {escape(answer)}"
+        )
 
         self._section(4)
         await self._watch(coordinator, client.wallet, lease, result, names)
         await self._summary(lease, result, coordinator)
         return result
+
+    async def _reach(self, coordinator: CoordinatorProcess, client: Keypair, lease: Pubkey) -> str | None:
+        """What one command prints inside the job of rank 0 (None: its job is not running yet)."""
+        command = ["sh", "-c", 'echo "rank $RANK sees GPUs $CUDA_VISIBLE_DEVICES"']
+        request = AccessRequest(kind="exec", lease=str(lease), command=command)
+        try:
+            access = await open_access(coordinator.api_url, self.chain, client, lease, request, direct=False)
+        except ReachError as e:
+            if "not running" in str(e) or "no job" in str(e) or "no data-plane link" in str(e):
+                return None
+            raise
+        output = b""
+        while (frame := await read_frame(access.channel)) is not None and frame[0] != EXIT:
+            output += frame[1]
+        await access.channel.close()
+        return output.decode(errors="replace").strip()
 
     async def _submit(self, coordinator: CoordinatorProcess, client: Keypair, lease: Pubkey, spec: JobSpec) -> bool:
         try:

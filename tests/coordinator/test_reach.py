@@ -39,7 +39,17 @@ from gpunet.tunnel import (
 from tests.worker.sandboxes import JOBS
 
 from .conftest import eventually
-from .world import World, cluster_env, live_settings, placed_lease, running, start_workers
+from .world import (
+    World,
+    cluster_env,
+    live_settings,
+    open_lease,
+    placed_lease,
+    running,
+    start_workers,
+    steps_job,
+    submitted,
+)
 
 PORT = 8765
 MARK = "fortytwo-is-the-answer"  # what the job's answers carry, never the relay's bytes in the clear
@@ -116,6 +126,8 @@ async def test_the_client_reaches_its_job_and_nobody_else_does(
         workers = await start_workers(world, coordinator, tmp_path, spawned, env=_env(node.url))
         lease, placed = await placed_lease(world, api, chain, 600, spec)
         await eventually(lambda: _all_linked(coordinator, placed), what="both nodes' data-plane links")
+        # no permessage-deflate on the links (nor on the client's tunnels, below): ciphertext does not compress
+        assert not any(link.ws.protocol.extensions for link in coordinator.relay.links.values())
         client = world.client
 
         async def forwarded(rank: int, direct: bool) -> dict | None:
@@ -143,6 +155,7 @@ async def test_the_client_reaches_its_job_and_nobody_else_does(
         # one command, through the relay: the job's environment, directory and exit code
         exec_ = AccessRequest(kind="exec", lease=str(lease), command=["sh", "-c", "env; pwd; exit 7"])
         access = await open_access(api, chain, client, lease, exec_, direct=False)
+        assert isinstance(access.channel.pipe, WebSocketPipe) and not access.channel.pipe.ws.protocol.extensions
         await send_frame(access.channel, tunnel.STDIN_EOF)
         out, code = await _command(access)
         assert code == 7
@@ -247,3 +260,57 @@ async def _knock_directly(api: str, client: Keypair, wallet: Keypair, lease: Pub
     request = AccessRequest(kind="exec", lease=str(lease), command=["id"])
     await channel.send_message(sign_access(wallet, node_key, nonce, request))
     return str((await channel.read_message()).get("error"))
+
+
+async def test_a_flood_of_streams_holds_back_neither_the_relay_nor_any_control_session(
+    node, chain, pool, database_url, tmp_path, spawned
+) -> None:
+    """Node A's job floods eight forwards whose client stops reading; the relay keeps at most a
+    window of each (a link's credit), and both nodes' control sessions, node A's own included, go on
+    (their heartbeats and job logs recorded meanwhile) since the data plane is a link of its own."""
+    world = await World().build(chain, tmp_path, nodes=2)
+    settings = live_settings(node, database_url)
+    api = f"http://127.0.0.1:{settings.api_port}"
+    flood = JobSpec(command=[sys.executable, str(JOBS / "flood.py")], env={"PORT": str(PORT)})
+    async with running(settings, pool, world.admin) as coordinator:
+        await start_workers(world, coordinator, tmp_path, spawned, env=_env(node.url))
+        lease_a, placed_a = await placed_lease(world, api, chain, 600, flood, gpus=2)
+        lease_b = await open_lease(world, chain, 600, gpus=2, lease_id=2)
+        await eventually(lambda: submitted(api, world.client, lease_b, steps_job()), what="lease B's job")
+        node_a, node_b = (
+            Pubkey.from_string(placed_a[0]),
+            next(Pubkey.from_string(k) for k in world.node_keys() if k != placed_a[0]),
+        )
+        await eventually(lambda: _all_linked(coordinator, [str(node_a)]), what="node A's link")
+
+        async def forward() -> Access | None:
+            request = AccessRequest(kind="tcp", lease=str(lease_a), port=PORT)
+            try:
+                return await open_access(api, chain, world.client, lease_a, request, direct=False)
+            except ReachError as e:
+                if "nothing listens" in str(e) or "no job" in str(e):
+                    return None
+                raise
+
+        streams = [await eventually(forward, what="a forward of the flood") for _ in range(8)]
+        for access in streams:  # each takes its first bytes, then reads no more
+            assert await access.channel.recv()
+        before = {k: await _recorded(pool, k) for k in (node_a, node_b)}
+        await asyncio.sleep(4)
+        link = coordinator.relay.links[node_a]
+        held = [s.buffered for s in link.streams.values()]
+        # each stalled stream holds what its window let through (the rest waits in the client's socket
+        # buffers and the job's), never more
+        assert len(held) == 8 and 0 < min(held) and max(held) <= tunnel.WINDOW
+        for key in (node_a, node_b):
+            assert coordinator.fleet.silent_for(key) < 3  # heartbeats go on through the flood
+            assert await _recorded(pool, key) > before[key]  # so do the jobs' logs
+        for access in streams:
+            await access.channel.close()
+
+
+async def _recorded(pool, node_key: Pubkey) -> int:
+    async with pool.acquire() as conn:
+        return await conn.fetchval(
+            "SELECT count(*) FROM job_events WHERE kind = 'log' AND node_key = $1", str(node_key)
+        )

@@ -31,6 +31,8 @@ from gpunet.demo.processes import CoordinatorProcess
 from gpunet.history import transactions_of
 from gpunet.keys import create_keypair_file
 from gpunet.pda import node_pda
+from gpunet.reach import ReachError, open_access, reach_info
+from gpunet.tunnel import EXIT, AccessRequest, read_frame
 from worker.session import CLOSE_TIMEOUT_SECONDS, PING_SECONDS, PING_TIMEOUT_SECONDS
 
 from .conftest import eventually
@@ -141,13 +143,18 @@ async def test_replicas_hand_over_the_lead_without_losing_or_doubling_work(
         assert await leads(pool, "r1")  # a live lead is not taken
         gateways = f"{r1.gateway_url},{r2.gateway_url}"
         workers = {
-            key: start_worker(world, i, gateways, tmp_path / f"worker{i}.log")
+            key: start_worker(world, i, gateways, tmp_path / f"worker{i}.log", {"GPUNET_WORKER_RPC_URL": node.url})
             for i, key in enumerate(world.node_keys())
         }
         spawned.extend(workers.values())
         await eventually(lambda: workers_online(r2.api_url, 3), what="the workers on the leader")
         # the client speaks to the follower: its API serves the ledger and redirects what the leader knows
         lease, placed = await running_lease(world, r2.api_url, chain, 600)
+        # and any replica relays: each worker links its data plane to both, the follower's reaches the job
+        assert (
+            await eventually(lambda: _exit_through(r2.api_url, chain, world, lease), what="the follower's relay") == 5
+        )
+        assert (await reach_info(r2.api_url, world.client, lease))["relay"].startswith(r2.gateway_url.rsplit("/", 1)[0])
         await eventually(lambda: settled(chain, lease), what="a first settlement")
 
         # --- the leader paused past its lease: the other takes over, the old one cannot decide
@@ -201,6 +208,21 @@ async def test_replicas_hand_over_the_lead_without_losing_or_doubling_work(
         for share in {(e.node, e.epoch) for e in events}:
             mine = [e.receipt_gpu_seconds for e in events if (e.node, e.epoch) == share]
             assert mine == sorted(mine)
+
+
+async def _exit_through(api: str, chain, world: World, lease) -> int | None:
+    """The exit code of `sh -c 'exit 5'` in rank 0's job, through `api`'s replica's relay."""
+    request = AccessRequest(kind="exec", lease=str(lease), command=["sh", "-c", "exit 5"])
+    try:
+        access = await open_access(api, chain, world.client, lease, request, direct=False)
+    except ReachError as e:
+        if "no data-plane link" in str(e):
+            return None  # the worker's link to this replica is not up yet
+        raise
+    while (frame := await read_frame(access.channel)) is not None:
+        if frame[0] == EXIT:
+            return int.from_bytes(frame[1], "big", signed=True)
+    return None
 
 
 async def _equals(value, expected) -> bool:

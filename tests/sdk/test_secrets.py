@@ -18,6 +18,7 @@ from gpunet.protocol import (
     REQUEST_SIGNATURE_HEADER,
     REQUEST_WALLET_HEADER,
     Dispatch,
+    Expose,
     JobSpec,
     JobStatus,
     job_message,
@@ -68,10 +69,11 @@ def test_secret_names_are_checked_and_old_messages_parse_and_sign_as_before() ->
     # a job without secrets signs exactly as before the field existed; one with secrets signs them
     lease = Keypair().pubkey()
     body = {"job": {**JobSpec(command=["x"]).model_dump(mode="json")}, "gpus_per_node": None, "job_number": 1}
-    del body["job"]["secrets"], body["job"]["ray"]  # neither existed then
+    del body["job"]["secrets"], body["job"]["ray"], body["job"]["expose"]  # none of them existed then
     before = b"gpunet-job-v1\x00" + bytes(lease) + json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
     assert job_message(lease, JobSpec(command=["x"])) == before
     assert job_message(lease, JobSpec(command=["x"], secrets=["T"])) != before
+    assert job_message(lease, JobSpec(command=["x"], expose=[Expose(name="api", port=8000)])) != before
     token = ["RAY_AUTH_TOKEN"]
     ray = JobSpec(command=["x"], ray=True, secrets=token)  # the control: a Ray job naming its token
     assert job_message(lease, ray) != job_message(lease, JobSpec(command=["x"], secrets=token))  # signs that it is one

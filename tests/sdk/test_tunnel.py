@@ -7,6 +7,8 @@ import asyncio
 
 import pytest
 from solders.keypair import Keypair
+from websockets.exceptions import ConnectionClosedError
+from websockets.frames import Close
 
 from gpunet.tunnel import (
     MAX_DATA,
@@ -17,6 +19,7 @@ from gpunet.tunnel import (
     Stream,
     StreamRefused,
     TunnelError,
+    WebSocketPipe,
     client_context,
     new_nonce,
     node_context,
@@ -253,3 +256,22 @@ async def test_a_channel_the_node_closes_ends_for_the_client(tmp_path) -> None:
     assert got == b"bye"
     for t in tasks:
         t.cancel()
+
+
+async def test_a_websocket_closed_under_a_send_says_why_as_a_tunnel_error() -> None:
+    """The relay closes a client's tunnel (4502, its reason) as the client sends its handshake: the
+    send fails with the relay's reason as a TunnelError, as a receive does (it was websockets' own
+    ConnectionClosedError, past every caller's `except TunnelError`)."""
+
+    class Closed:
+        async def send(self, message: bytes) -> None:
+            raise ConnectionClosedError(Close(4502, "node N has no data-plane link"), None)
+
+        async def recv(self) -> bytes:
+            raise ConnectionClosedError(Close(4502, "node N has no data-plane link"), None)
+
+    pipe = WebSocketPipe(Closed())
+    with pytest.raises(StreamRefused, match="node N has no data-plane link"):
+        await pipe.send(b"hello")
+    with pytest.raises(StreamRefused, match="node N has no data-plane link"):
+        await pipe.recv()

@@ -27,7 +27,7 @@ from gpunet.protocol import Dispatch, JobLog, JobSpec, JobStatus
 from tests.worker.outside import INPUT_SERVER, INTERNET, other_machine
 from tests.worker.sandboxes import IMAGE, JOBS, agent_started
 from worker.runner import JobDirs, JobRunner
-from worker.sandbox import Sandbox, SandboxUnavailable, host_job_uid, nvidia_device_nodes
+from worker.sandbox import Sandbox, SandboxUnavailable, host_job_env, host_job_uid, nvidia_device_nodes
 
 GPUNET = str(Path(sys.executable).parent / "gpunet")
 
@@ -445,7 +445,8 @@ def test_a_ray_nodes_own_tmp_keeps_what_lies_under_tmp_in_sight(tmp_path) -> Non
     argv = sandbox.host_argv(
         [str(tool)], dirs, network=False, gpu_uuids=[], private_tmp=True, uid=host_job_uid(dispatch.lease)
     )
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    env = host_job_env({"PATH": os.environ["PATH"]})  # the job's environment, as the runner passes it
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False, env=env)
     assert (done.returncode, done.stdout.split("\n")[:2]) == (0, ["ray here", str(dirs.workdir)]), done.stderr
     assert not Path("/tmp/ray.sock").exists()  # its own /tmp, not the machine's
 
@@ -530,3 +531,31 @@ def test_a_host_job_gets_the_device_nodes_of_its_own_gpus_only(tmp_path) -> None
     ]
     # the control: a GPU the driver does not list means every GPU's node (the README says so)
     assert nvidia_device_nodes(["GPU-zzz"], proc, dev) == [*shared, *(str(dev / f"nvidia{i}") for i in range(3))]
+
+
+async def test_a_host_jobs_environment_never_reaches_the_root_programs_that_set_its_sandbox_up(tmp_path) -> None:
+    """bubblewrap (and a root worker's setpriv) run as root: a job's LD_* variable given to them would
+    load the client's code into root's process. The loader's own debug output shows which programs it
+    acted in: the job's, never bubblewrap (seen there before the job's environment went prefixed)."""
+    state = _state(tmp_path)
+    rec = Recorder()
+    spec = JobSpec(command=[sys.executable, "-c", "print('ran')"], env={"LD_DEBUG": "libs"})
+    dispatch = Dispatch(lease=str(Pubkey.new_unique()), gpus=1, job=spec)
+    final = await JobRunner(
+        dispatch, ["GPU-sim-a"], JobDirs.of(state, dispatch), simulated=True, send=rec.send,
+        sandbox=_host_jobs(tmp_path, state),
+    ).run()  # fmt: skip
+    loader = [line for line in rec.lines("stderr") if "calling init" in line or "find library" in line]
+    assert final.state == "succeeded" and "ran" in rec.lines()
+    assert loader  # the honest control: the job itself has its LD_DEBUG
+    assert not [line for line in rec.lines("stderr") if "bwrap" in line or "setpriv" in line], loader[:3]
+
+
+def test_a_container_jobs_secret_the_engine_itself_would_act_on_is_refused() -> None:
+    """A container's secrets pass through the engine's environment (root's): LD_PRELOAD there loads a
+    library into podman, CONTAINERS_CONF chooses its configuration. Refused, saying why; an ordinary
+    name (the honest control) is not."""
+    containers = Sandbox(engine=("podman",))
+    for name in ("LD_PRELOAD", "CONTAINERS_CONF", "GODEBUG", "PATH"):
+        assert name in (containers.refusal("img", [name, "HF_TOKEN"]) or "")
+    assert containers.refusal("img", ["HF_TOKEN", "WANDB_API_KEY"]) is None
