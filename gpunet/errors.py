@@ -27,6 +27,8 @@ class GpunetError(Exception):
       does not open under the lease's key
     - `cli.common.BadInput` (ValueError): a command argument that makes no sense; nothing sent
     - `cli.common.NotEnoughFunds`: the wallet cannot pay, checked before sending
+    - `cli.lease_reach.ChannelLost`: the channel into a job ended before its command's exit status came
+    - `cli.lease_reach.Interrupted`: a signal here ended a shell or a command (`code`: 128 + its number)
     - `cli.links.ExplorerError` (ValueError): an explorer URL template that cannot make links
     - `client.TransactionFailed`: the transaction was refused; `.program_error` is the `ProgramError`
       when the program refused it (its error codes are `ProgramError` values, not exceptions)
@@ -40,9 +42,14 @@ class GpunetError(Exception):
       - `keys.NodeKeyNotFound`: no node key of that name (the message says how to create one)
     - `localnet.LocalnetError`: the local node's binary is missing or the node did not come up
     - `protocol.ProtocolError` (ValueError): a worker-protocol message that is not valid
+    - `reach.ReachError`: a lease's job cannot be reached (the coordinator's, the relay's or the node's
+      refusal, or no way through)
     - `secrets.SecretError` (ValueError): a secret that cannot be sealed or opened
     - `solana_config.SolanaConfigError` (ValueError): the Solana CLI's config file is unreadable or
       malformed (the message names it)
+    - `tunnel.TunnelError`: the data plane into a job failed (the message says what)
+      - `tunnel.LinkClosed`: the link to the node went away
+      - `tunnel.StreamRefused`: the other end refused or ended the stream (its reason)
 
     tests/test_errors.py fails when an exception class under gpunet/ does not derive from it.
     """

@@ -581,8 +581,8 @@ def _watch(node: Keypair, simulate: str | None, api_url: str | None, every: floa
 
     try:
         with Live(table(), console=console, auto_refresh=False) as live:
-            errors.print(f"watching node {node.pubkey()}'s GPUs every {every:g} s; Ctrl-C to stop")
-            try:
+            try:  # from the line that says so: a stop right after it still ends cleanly
+                errors.print(f"watching node {node.pubkey()}'s GPUs every {every:g} s; Ctrl-C to stop")
                 while True:
                     time.sleep(every)
                     live.update(table(), refresh=True)

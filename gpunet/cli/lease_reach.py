@@ -27,7 +27,6 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, BinaryIO
 
-import click
 import typer
 from pydantic import ValidationError
 from rich.markup import escape
@@ -101,7 +100,7 @@ RelayOnlyOpt = Annotated[
 ]
 
 
-class ChannelLost(Exception):
+class ChannelLost(GpunetError):
     """The channel into the job ended before the command's exit status came; the reason says how."""
 
     def __init__(self, reason: str) -> None:
@@ -109,7 +108,7 @@ class ChannelLost(Exception):
         self.reason = reason
 
 
-class Interrupted(Exception):
+class Interrupted(GpunetError):
     """A signal here ended the session (Ctrl-C twice, SIGTERM, SIGHUP, a closed stdout); `code` is
     the exit code (128 + the signal's number)."""
 
@@ -624,7 +623,7 @@ def shell(
         try:
             if not typer.confirm(f"reconnect to rank {rank} of lease {lease} now?", default=True, err=True):
                 raise typer.Exit(Exit.CONNECTION_LOST)
-        except click.exceptions.Abort:
+        except typer.Abort:
             raise typer.Exit(Exit.CONNECTION_LOST) from None
 
 

@@ -203,10 +203,13 @@ def app_routes(pool: asyncpg.Pool, settings: Settings) -> list[BaseRoute]:
             first = e.errors()[0]
             return _error(400, f"job.{'.'.join(map(str, first['loc']))}: {first['msg']}")
         message = job_message(lease_key, spec, per_node, number)
+        job = spec.model_dump(mode="json")
+        if not job["expose"]:
+            del job["expose"]  # as job_message signs it, and as the page (which exposes no port) checks it
         return JSONResponse(
             {
                 "message_hex": message.hex(),
-                "job": spec.model_dump(mode="json"),
+                "job": job,
                 "gpus_per_node": per_node,
                 "job_number": number,
             }
