@@ -56,8 +56,6 @@ class Relay:
     def __init__(self, pool: asyncpg.Pool) -> None:
         self.pool = pool
         self.links: dict[Pubkey, Link] = {}
-        self.streams_relayed = 0
-        self.bytes_relayed = {"to_node": 0, "to_client": 0}
 
     def linked(self, node_key: Pubkey) -> bool:
         return node_key in self.links
@@ -116,7 +114,6 @@ class Relay:
                 "predates the data plane): retry once it reconnects"
             )
         stream = await link.open(json.dumps(opening).encode())
-        self.streams_relayed += 1
         return stream
 
     async def open_endpoint(self, lease: str, node_key: Pubkey, name: str) -> SecureChannel:
@@ -179,14 +176,12 @@ class Relay:
             async for message in ws:
                 if isinstance(message, str) or len(message) > MAX_DATA:
                     raise _Close(CLOSE_REFUSED, f"a tunnel carries binary messages of at most {MAX_DATA} bytes")
-                self.bytes_relayed["to_node"] += len(message)
                 await stream.send(message)  # waits for the stream's credit: the client's TCP holds back
             await stream.close()
 
         async def to_client() -> None:
             try:
                 while (data := await stream.recv()) is not None:
-                    self.bytes_relayed["to_client"] += len(data)
                     await ws.send(data)
             except StreamRefused as e:
                 raise _Close(CLOSE_NODE_LOST, f"the node's end closed: {e}") from None

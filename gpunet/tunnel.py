@@ -216,7 +216,6 @@ class Link:
         self._tasks: set[asyncio.Task[None]] = set()
         self._write_lock = asyncio.Lock()
         self.closed: str | None = None
-        self.bytes_in = self.bytes_out = 0
 
     async def write(self, kind: int, stream: int, payload: bytes) -> None:
         if self.closed is not None:
@@ -227,8 +226,6 @@ class Link:
                 await self.ws.send(frame)
         except Exception as e:  # the socket is gone: every stream learns it from run()'s end
             raise LinkClosed(f"the data-plane link closed ({type(e).__name__})") from None
-        if kind == DATA:
-            self.bytes_out += len(payload)
 
     async def open(self, opening: bytes, timeout: float = 10.0) -> Stream:
         """A new stream to the other end (the relay's side), once it accepts; StreamRefused with its
@@ -318,7 +315,6 @@ class Link:
             if not stream._data(payload):
                 await stream.reset(f"stream {sid} sent beyond its window of {WINDOW} bytes")
                 return None
-            self.bytes_in += len(payload)
         elif kind == CREDIT:
             if len(payload) != 4:
                 return "a credit frame carries 4 bytes"
