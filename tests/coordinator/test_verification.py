@@ -53,6 +53,17 @@ async def _verdicts(pool, node_key: Pubkey) -> list[tuple[str, str]]:
     return [(r["verdict"], r["reason"]) for r in rows]
 
 
+async def _slashed_fault(pool, node_key: Pubkey):
+    """The node's fault once its slash's signature is recorded (the chain shows the jail a moment before)."""
+
+    async def recorded():
+        async with pool.acquire() as conn:
+            fault = await conn.fetchrow("SELECT * FROM faults WHERE node_key = $1", str(node_key))
+        return fault if fault is not None and fault["slash_signature"] else None
+
+    return await eventually(recorded, timeout=30, what="the slash's signature recorded")
+
+
 @pytest.mark.timeout(300)
 async def test_only_nodes_whose_gpus_prove_what_was_registered_are_verified_and_get_leases(
     node, chain, database_url, pool, tmp_path, spawned
@@ -98,9 +109,8 @@ async def test_only_nodes_whose_gpus_prove_what_was_registered_are_verified_and_
         await eventually(lambda: jailed(slow), timeout=90, what="the slow node slashed")
         failed = await _verdicts(pool, slow)
         assert failed[-1][0] == "failed" and "missed the deadline" in failed[-1][1]
-        async with pool.acquire() as conn:
-            fault = await conn.fetchrow("SELECT * FROM faults WHERE node_key = $1", str(slow))
-        assert fault["kind"] == "FailedVerification" and fault["slash_signature"]
+        fault = await _slashed_fault(pool, slow)
+        assert fault["kind"] == "FailedVerification"
         assert (await fetch(chain, node_pda(slow), "Node")).verification_tier == 0
 
         # The node short of memory: its compute check passes, its memory check's answer comes too late.
@@ -109,9 +119,8 @@ async def test_only_nodes_whose_gpus_prove_what_was_registered_are_verified_and_
         # Its GPUs are checked at once: each passes its compute check, and each memory check fails.
         assert [v for v, _ in failed] == ["passed", "passed", "failed", "failed"], failed
         assert all(re.match(r"GPU [01] memory check: .*deadline", reason) for _, reason in failed[2:]), failed
-        async with pool.acquire() as conn:
-            fault = await conn.fetchrow("SELECT * FROM faults WHERE node_key = $1", str(short))
-        assert fault["kind"] == "FailedVerification" and fault["slash_signature"]
+        fault = await _slashed_fault(pool, short)
+        assert fault["kind"] == "FailedVerification"
         assert json.loads(fault["evidence"])["challenges"][0]["kind"] == "memory"
 
         # The misregistered node: unfit, not slashed (the supplier fixes the registration or the machine).
