@@ -31,20 +31,27 @@ class GpuModel:
     # 0.864; RTX 4090 1.008; RTX 3090 0.936; A10G 0.6 (the A10's); T4 0.32; B200 8 (HGX B200 per
     # GPU); RTX 5090 1.792; L4 0.3.
     memory_tbps: float
+    # Peak dense TF32 tensor throughput in TFLOP/s (no sparsity: the datasheets' figures marked with
+    # sparsity, halved): what a real GPU's compute check is expected at (gpunet.verification
+    # multiplies in float32 with TF32 tensor cores). From NVIDIA's datasheets and whitepapers:
+    # H100/H200 SXM 494.7; A100 156; L40S 183; A10 62.5 (A10G: the A10's); L4 60; B200 1,125 (HGX
+    # B200, per GPU); the GeForce whitepapers' "Peak TF32 Tensor TFLOPS": RTX 3090 35.6, RTX 4090
+    # 82.6, RTX 5090 104.8. T4 (Turing) has no TF32 tensor cores: its FP32 peak, 8.1.
+    tf32_tflops: float
 
 
 GPU_MODELS: tuple[GpuModel, ...] = (
-    GpuModel(1, "H100", 80, r"\bH100\b", 989, 3.35),
-    GpuModel(2, "H200", 141, r"\bH200\b", 989, 4.8),
-    GpuModel(3, "A100", 80, r"\bA100\b", 312, 2.039),
-    GpuModel(4, "L40S", 48, r"\bL40S\b", 362, 0.864),
-    GpuModel(5, "RTX4090", 24, r"RTX 4090\b", 165, 1.008),
-    GpuModel(6, "RTX3090", 24, r"RTX 3090\b", 71, 0.936),
-    GpuModel(7, "A10G", 24, r"\bA10G\b", 125, 0.6),
-    GpuModel(8, "T4", 16, r"\bT4\b", 65, 0.32),
-    GpuModel(9, "B200", 180, r"\bB200\b", 2250, 8),
-    GpuModel(10, "RTX5090", 32, r"RTX 5090\b", 210, 1.792),
-    GpuModel(11, "L4", 24, r"\bL4\b", 121, 0.3),
+    GpuModel(1, "H100", 80, r"\bH100\b", 989, 3.35, 494.7),
+    GpuModel(2, "H200", 141, r"\bH200\b", 989, 4.8, 494.7),
+    GpuModel(3, "A100", 80, r"\bA100\b", 312, 2.039, 156),
+    GpuModel(4, "L40S", 48, r"\bL40S\b", 362, 0.864, 183),
+    GpuModel(5, "RTX4090", 24, r"RTX 4090\b", 165, 1.008, 82.6),
+    GpuModel(6, "RTX3090", 24, r"RTX 3090\b", 71, 0.936, 35.6),
+    GpuModel(7, "A10G", 24, r"\bA10G\b", 125, 0.6, 62.5),
+    GpuModel(8, "T4", 16, r"\bT4\b", 65, 0.32, 8.1),
+    GpuModel(9, "B200", 180, r"\bB200\b", 2250, 8, 1125),
+    GpuModel(10, "RTX5090", 32, r"RTX 5090\b", 210, 1.792, 104.8),
+    GpuModel(11, "L4", 24, r"\bL4\b", 121, 0.3, 60),
 )
 
 REGIONS: dict[int, str] = {

@@ -25,3 +25,4 @@ class Exit(IntEnum):
     NO_SANDBOX = 12  # `gpunet worker`: no container engine and no --allow-host-jobs (or no bubblewrap for it)
     NOT_REGISTERED = 13  # `gpunet worker run`: the coordinator kept refusing the node key as not registered
     CONNECTION_LOST = 14  # `lease shell|exec|forward`: the channel into the job broke first (node lost, lease closed)
+    CHECK_FAILED = 15  # `worker check --run`: a GPU refused a check, answered it wrong, or missed its deadline

@@ -22,8 +22,17 @@ a prover that skipped or corrupted a fraction f of the rows fails an opening wit
 commitment fail every opening. What it does not: memory (the claimed VRAM is the memory check's,
 gpunet.vram), and a GPU of another model with the same throughput passes the compute check.
 
-numpy is the reference path: the verifier, and the simulated workers, which emulate their model's
-speed (`simulated_seconds`), so their verdicts are labelled simulated everywhere.
+Every function computes in an array namespace it is given (`xp`, the Python array API standard):
+numpy's by default, the reference path of the verifier and of simulated workers, which emulate their
+model's speed (`simulated_seconds`), so their verdicts are labelled simulated everywhere; cupy's on a
+real GPU (worker/gpu/compute.py). A GPU multiplies in float32 with TF32 tensor cores: TF32 keeps 11
+significant bits, the entries need 4, and every partial sum is an integer below 2**24, exact in the
+FP32 accumulator, so the products are exact. TF32 runs at half the rate of FP16 with FP32
+accumulation, which would be exact too, but cupy's matmul returns FP16 for FP16 inputs (not exact
+above 2048): FP32 output from FP16 inputs takes cuBLAS's raw gemmEx, TF32 only cupy's public API. A
+real GPU's expected time is therefore its model's dense TF32 peak (gpunet.catalog) at REAL_EFFICIENCY.
+Its row digests are computed on the device; the digests (4 bytes a row) come to the host for the
+Merkle tree, the products never do.
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ import math
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -62,7 +72,7 @@ __all__ = [
     "workload_for",
 ]
 
-_M32 = np.uint64(0xFFFFFFFF)
+_M32 = 0xFFFFFFFF
 CHUNK = VERIFY_CHUNK  # row digests per Merkle leaf
 OPENINGS = 16  # rows opened per challenge: skipping half the work survives with probability 2**-16
 MARGIN = 0.25  # the deadline's allowance over the expected time at the claimed speed
@@ -102,8 +112,9 @@ def new_seed() -> bytes:
 
 def _rate(model: GpuModel, simulated: bool) -> float:
     """FLOP/s the model is expected to reach on the challenge."""
-    peak = model.fp16_tflops * 1e12
-    return peak * SIMULATED_SCALE if simulated else peak * REAL_EFFICIENCY
+    if simulated:
+        return model.fp16_tflops * 1e12 * SIMULATED_SCALE
+    return model.tf32_tflops * 1e12 * REAL_EFFICIENCY
 
 
 def workload_for(model: GpuModel, seed: bytes, *, simulated: bool, seconds: float) -> Workload:
@@ -120,36 +131,47 @@ def simulated_seconds(workload: Workload, model: GpuModel) -> float:
     return workload.flops / _rate(model, True)
 
 
-def _mix(h: np.ndarray) -> np.ndarray:
+def _mix(xp: Any, h: Any) -> Any:
     """A 32-bit finalizer (murmur3's), on uint64 arrays holding 32-bit values."""
-    h = h ^ (h >> np.uint64(16))
-    h = (h * np.uint64(0x85EBCA6B)) & _M32
-    h = h ^ (h >> np.uint64(13))
-    h = (h * np.uint64(0xC2B2AE35)) & _M32
-    return h ^ (h >> np.uint64(16))
+    h = h ^ (h >> 16)
+    h = (h * 0x85EBCA6B) & _M32
+    h = h ^ (h >> 13)
+    h = (h * 0xC2B2AE35) & _M32
+    return h ^ (h >> 16)
 
 
-def _words(seed: bytes) -> tuple[np.uint64, np.uint64]:
-    return np.uint64(int.from_bytes(seed[:4], "little")), np.uint64(int.from_bytes(seed[4:8], "little"))
+def _words(seed: bytes) -> tuple[int, int]:
+    return int.from_bytes(seed[:4], "little"), int.from_bytes(seed[4:8], "little")
 
 
 def matrix(
-    seed: bytes, k: int, which: int, rows: int, cols: int, first_row: int = 0, count: int | None = None
-) -> np.ndarray:
+    seed: bytes,
+    k: int,
+    which: int,
+    rows: int,
+    cols: int,
+    first_row: int = 0,
+    count: int | None = None,
+    *,
+    xp: Any = None,
+    dtype: Any = None,
+) -> Any:
     """Rows `first_row`.. (`count` of them, all by default) of matrix `which` (0: A_k, 1: B with k = 0) of
-    product k, a `rows` x `cols` matrix of integers in [-8, 7] (float64: exact, and fast in BLAS)."""
+    product k, a `rows` x `cols` matrix of integers in [-8, 7], as `dtype` (float64 by default: exact,
+    and fast in BLAS; any float type holds them exactly) in the array namespace `xp` (numpy's by default)."""
+    xp = _namespace(xp)
     count = rows - first_row if count is None else count
     s0, s1 = _words(seed)
-    i = np.arange(first_row, first_row + count, dtype=np.uint64)[:, None]
-    j = np.arange(cols, dtype=np.uint64)[None, :]
-    x = ((np.uint64(2 * k + which) * np.uint64(rows) + i) * np.uint64(cols)) + j
-    h = _mix(((x & _M32) ^ s0) * np.uint64(0x9E3779B1) & _M32 ^ ((x >> np.uint64(32)) ^ s1))
-    return (h >> np.uint64(28)).astype(np.float64) - 8.0
+    i = xp.arange(first_row, first_row + count, dtype=xp.uint64)[:, None]
+    j = xp.arange(cols, dtype=xp.uint64)[None, :]
+    x = ((2 * k + which) * rows + i) * cols + j
+    h = _mix(xp, ((((x & _M32) ^ s0) * 0x9E3779B1) & _M32) ^ ((x >> 32) ^ s1))
+    return xp.astype(h >> 28, xp.float64 if dtype is None else dtype) - 8.0
 
 
 @functools.lru_cache(maxsize=1)
 def shared_b(workload: Workload) -> np.ndarray:
-    """B, the right-hand matrix of every product of the workload."""
+    """B, the right-hand matrix of every product of the workload (numpy's: the verifier's)."""
     return matrix(workload.seed, 0, 1, workload.depth, workload.n)
 
 
@@ -159,21 +181,40 @@ def product(workload: Workload, k: int) -> np.ndarray:
     return (matrix(w.seed, k, 0, w.n, w.depth) @ shared_b(w)).astype(np.int64)
 
 
-def row_digests(workload: Workload, k: int, c: np.ndarray, first_row: int = 0) -> np.ndarray:
-    """The digest of each row of `c` (rows `first_row`.. of C_k): a sum of non-linear mixes of its
-    entries, each salted by its position and the seed, so none is known without the whole row."""
+def row_digests(workload: Workload, k: int, c: Any, first_row: int = 0, *, xp: Any = None) -> Any:
+    """The digest (uint32) of each row of `c` (rows `first_row`.. of C_k, integers of any numeric type):
+    a sum of non-linear mixes of its entries, each salted by its position and the seed, so none is
+    known without the whole row. In `c`'s array namespace `xp` (numpy's by default)."""
+    xp = _namespace(xp)
     s0, s1 = _words(workload.seed)
-    rows = np.arange(first_row, first_row + c.shape[0], dtype=np.uint64)[:, None]
-    cols = np.arange(c.shape[1], dtype=np.uint64)[None, :]
-    salt = _mix(((np.uint64(k) * np.uint64(workload.n) + rows) * np.uint64(0x9E3779B1) ^ s1) & _M32)
-    v = c.astype(np.int64).astype(np.uint64) & _M32  # two's complement, 32 bits
-    h = _mix(((v ^ salt) * np.uint64(0x27D4EB2F) + cols * np.uint64(0x165667B1) + s0) & _M32)
-    return (h.sum(axis=1, dtype=np.uint64) & _M32).astype(np.uint32)
+    rows = xp.arange(first_row, first_row + c.shape[0], dtype=xp.uint64)[:, None]
+    cols = xp.arange(c.shape[1], dtype=xp.uint64)[None, :]
+    salt = _mix(xp, (((k * workload.n + rows) * 0x9E3779B1) ^ s1) & _M32)
+    v = xp.astype(xp.astype(c, xp.int64), xp.uint64) & _M32  # two's complement, 32 bits
+    h = _mix(xp, (((v ^ salt) * 0x27D4EB2F) + cols * 0x165667B1 + s0) & _M32)
+    return xp.astype(xp.sum(h, axis=1, dtype=xp.uint64) & _M32, xp.uint32)
 
 
-def digests_of(workload: Workload) -> np.ndarray:
-    """Every row digest of the workload, products in order (the reference prover's whole work)."""
-    return np.concatenate([row_digests(workload, k, product(workload, k)) for k in range(workload.products)])
+def digests_of(workload: Workload, *, xp: Any = None, dtype: Any = None) -> Any:
+    """Every row digest of the workload, products in order: the prover's whole work, in the array
+    namespace `xp` (numpy's by default: the reference prover; a GPU's, its digests stay on the
+    device), the products multiplied in `dtype` (float64 by default; float32 is exact too, see
+    the module's docstring)."""
+    xp = _namespace(xp)
+    w = workload
+    b = matrix(w.seed, 0, 1, w.depth, w.n, xp=xp, dtype=dtype)
+    parts = [row_digests(w, k, xp.matmul(matrix(w.seed, k, 0, w.n, w.depth, xp=xp, dtype=dtype), b), xp=xp)
+             for k in range(w.products)]  # fmt: skip
+    return xp.concat(parts)
+
+
+def _namespace(xp: Any) -> Any:
+    """The array namespace to compute in: numpy's (array-API-compatible) unless one is given."""
+    if xp is not None:
+        return xp
+    import array_api_compat.numpy
+
+    return array_api_compat.numpy
 
 
 def _leaf(index: int, chunk: np.ndarray) -> bytes:

@@ -24,7 +24,7 @@ from solders.keypair import Keypair
 
 from gpunet import logs
 from gpunet.amounts import format_io
-from gpunet.catalog import gpu_model_name, region_name
+from gpunet.catalog import gpu_model, gpu_model_name, region_name
 from gpunet.cluster import ClusterError, resolve_cluster
 from gpunet.exits import Exit
 from gpunet.json_input import NotJson, parse_json
@@ -37,6 +37,7 @@ from worker.inventory_check import inventory_check
 from worker.journal import Journal, JournalError
 from worker.session import NodeNotRegistered
 from worker.simulate import SimulationSpecError
+from worker.verify import Prover
 
 __all__ = ["app"]
 
@@ -296,6 +297,53 @@ def inventory(keypair: Path = KeypairOption, simulate_gpus: str = SimulateOption
         print(json.dumps({"inventory_hash": inv.hash().hex(), "inventory": inv.model_dump(mode="json")}, indent=2))
     finally:
         gpus.close()
+
+
+@app.command("check")
+def check(
+    keypair: Path = KeypairOption,
+    simulate_gpus: str = SimulateOption,
+    run_checks: bool = typer.Option(
+        False, "--run", help="Answer a compute and a memory check on each GPU here and check the answers."
+    ),
+) -> None:
+    """Say which verification backend each GPU would use; with --run, time its checks against the deadlines."""
+    from worker.gpu.selfcheck import check_gpu
+
+    node = _node(keypair)
+    gpus = _gpus(simulate_gpus, node)
+    try:
+        inv = gpus.inventory()
+    finally:
+        gpus.close()
+    prover = Prover(inv)
+    table = Table(
+        "GPU",
+        "model",
+        "verification backend",
+        *(("check", "took", "expected", "deadline", "verdict") if run_checks else ()),
+    )
+    failed = False
+    for gpu, backend in zip(inv.gpus, prover.backends, strict=True):
+        name = backend.name or f"[red]none[/]: {escape(backend.refusal or '')}"
+        if not run_checks or backend.name is None or not gpu.model:
+            table.add_row(str(gpu.index), gpu.model or f"[yellow]not listed[/] ({escape(gpu.name)})", name)
+            continue
+        for i, found in enumerate(asyncio.run(check_gpu(prover, gpu.index, gpu_model(gpu.model)))):
+            head = (str(gpu.index), gpu.model, name) if i == 0 else ("", "", "")
+            if isinstance(found, str):
+                failed = True
+                table.add_row(*head, "", "", "", "", f"[red]refused[/]: {escape(found)}")
+                continue
+            late = found.seconds > found.deadline_seconds
+            failed |= late or found.problem is not None
+            verdict = (f"[red]wrong[/]: {escape(found.problem)}" if found.problem
+                       else "[yellow]too slow[/]" if late else "[green]passes[/]")  # fmt: skip
+            table.add_row(*head, found.check, f"{found.seconds:.2f} s", f"{found.expected_seconds:.2f} s",
+                          f"{found.deadline_seconds:.2f} s", verdict)  # fmt: skip
+    console.print(table)
+    if failed:
+        raise typer.Exit(int(Exit.CHECK_FAILED))
 
 
 @app.command("status")

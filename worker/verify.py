@@ -2,12 +2,14 @@
 GPU no lease holds, its row digests (compute) or its filled blocks (memory) are committed, and the
 rows or blocks the verifier then names are opened.
 
-Simulated GPUs run the reference path (numpy, scaled down) and take as long as their model's
-simulated throughput and bandwidth say, so a simulated node answers like a GPU of that model would.
-One set up to hold less memory than its model (`vram_share` < 1, a lie to see caught) keeps only
-the blocks that fit and takes, to answer, at least the time recomputing the others would. A real GPU
-needs a GPU backend for the products; this worker has none yet, so it refuses challenges on real
-GPUs, saying so: a refusal leaves the node unverified, it is never a failed verification."""
+Each GPU's challenges run on its backend (worker/gpu). Simulated GPUs run the reference path (numpy,
+scaled down) and take as long as their model's simulated throughput and bandwidth say, so a
+simulated node answers like a GPU of that model would. One set up to hold less memory than its
+model (`vram_share` < 1, a lie to see caught) keeps only the blocks that fit and takes, to answer, at
+least the time recomputing the others would. A real GPU runs the GPU backend (the extra
+gpunet[gpu]) as fast as it can: its time is its own. Without a backend its challenges are refused,
+saying which extra to install: a refusal leaves the node unverified, it is never a failed
+verification."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import asyncio
 import base64
 import time
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -33,6 +36,7 @@ from gpunet.protocol import (
     VerifyOpen,
     VerifyOpenings,
 )
+from worker.gpu import Backend, backends
 
 __all__ = ["ChallengeRefused", "Prover"]
 
@@ -45,10 +49,23 @@ class ChallengeRefused(Exception):
 
 @dataclass
 class _Filled:
-    """A memory check's fill, and the blocks this GPU could keep of it."""
+    """A memory check's fill on the reference path, and the blocks this (simulated) GPU could keep of it."""
 
     filled: vram.Filled
     stored: np.ndarray  # bool [lane, j]
+
+
+class _DeviceFilled(Protocol):
+    """A memory check's fill held on a real GPU (worker/gpu/memory.py)."""
+
+    workload: vram.MemoryWorkload
+
+    def root(self) -> bytes: ...
+
+    def open_blocks(self, asked: list[tuple[int, int]]) -> list[vram.BlockOpening]: ...
+
+
+_Kept = tuple[v.Workload, np.ndarray] | _Filled | _DeviceFilled
 
 
 class Prover:
@@ -58,7 +75,8 @@ class Prover:
         self.vram_share = vram_share  # < 1: a simulated GPU with less memory than its model (tests of the memory check)
         # Each GPU's latest challenge, by GPU: a node's GPUs are challenged at once, and a committed
         # challenge must stay until its openings are asked (refusing them fails the verification).
-        self._kept: dict[int, tuple[str, tuple[v.Workload, np.ndarray] | _Filled]] = {}
+        self._kept: dict[int, tuple[str, _Kept]] = {}
+        self.backends: list[Backend] = backends(inventory)
 
     def workload(self, challenge: Verify) -> v.Workload:
         return v.Workload(
@@ -75,9 +93,15 @@ class Prover:
         model = self._model(challenge.gpu)
         started = time.monotonic()
         workload = self.workload(challenge)
-        digests = await asyncio.to_thread(v.digests_of, workload)
-        emulated = v.simulated_seconds(workload, model) * self.slowdown
-        await asyncio.sleep(max(0.0, emulated - (time.monotonic() - started)))
+        device = self.backends[challenge.gpu].device
+        if device is None:
+            digests = await asyncio.to_thread(v.digests_of, workload)
+            emulated = v.simulated_seconds(workload, model) * self.slowdown
+            await asyncio.sleep(max(0.0, emulated - (time.monotonic() - started)))
+        else:
+            from worker.gpu import compute
+
+            digests = await asyncio.to_thread(compute.digests, workload, device)
         self._kept[challenge.gpu] = (challenge.id, (workload, digests))
         return VerifyCommit(simulated=simulated, id=challenge.id, root=v.commit(digests).hex())
 
@@ -85,16 +109,14 @@ class Prover:
         """The model of a GPU this worker can run a challenge on."""
         if gpu >= len(self.inventory.gpus):
             raise ChallengeRefused(f"this node has no GPU {gpu}")
-        if not self.inventory.simulated:
-            raise ChallengeRefused(
-                "this worker has no GPU backend for verification challenges yet: the node stays unverified"
-            )
+        if (refusal := self.backends[gpu].refusal) is not None:
+            raise ChallengeRefused(f"{refusal}; the node stays unverified")
         try:
             return gpu_model(self.inventory.gpus[gpu].model)
         except CatalogError as e:
             raise ChallengeRefused(f"GPU {gpu} is not a listed model: {e}") from None
 
-    def _take(self, challenge: str) -> tuple[v.Workload, np.ndarray] | _Filled | None:
+    def _take(self, challenge: str) -> _Kept | None:
         """The commitment of `challenge`, no longer kept once taken (its openings are sent once)."""
         for gpu, (id_, kept) in list(self._kept.items()):
             if id_ == challenge:
@@ -112,6 +134,13 @@ class Prover:
             bytes.fromhex(challenge.seed), challenge.lanes, challenge.blocks, challenge.block_bytes,
             challenge.expected_seconds, self.inventory.simulated,
         )  # fmt: skip
+        device = self.backends[challenge.gpu].device
+        if device is not None:
+            from worker.gpu import memory
+
+            on_device = await asyncio.to_thread(memory.fill_on_device, workload, device)
+            self._kept[challenge.gpu] = (challenge.id, on_device)
+            return VerifyCommit(simulated=simulated, id=challenge.id, root=on_device.root().hex())
         if workload.bytes > vram.SIMULATED_MEMORY_SCALE * model.vram_gb * 2**30:
             raise ChallengeRefused(f"a fill of {workload.bytes} bytes is more than a simulated {model.name} holds")
         filled = await asyncio.to_thread(vram.fill, workload)
@@ -124,22 +153,25 @@ class Prover:
 
     def holds_memory(self, challenge: str) -> bool:
         """Whether `challenge` is a memory check this prover committed to (its opening takes time)."""
-        return any(id_ == challenge and isinstance(kept, _Filled) for id_, kept in self._kept.values())
+        return any(id_ == challenge and not isinstance(kept, tuple) for id_, kept in self._kept.values())
 
     async def open_memory(self, request: VerifyOpen, simulated: bool) -> VerifyMemoryOpenings:
         """The named blocks' openings, as soon as the blocks are at hand: at once when all were kept,
         else after the recomputation of the missing inputs would take at the model's speed."""
         started = time.monotonic()
         kept = self._take(request.id)
-        if not isinstance(kept, _Filled):
+        if kept is None or isinstance(kept, tuple):
             raise ChallengeRefused(f"no memory commitment of challenge {request.id} is kept here")
-        w = kept.filled.workload
+        w = kept.filled.workload if isinstance(kept, _Filled) else kept.workload
         asked = [(lane, j) for lane, j in request.rows]
         if any(not (lane < w.lanes and j < w.blocks) for lane, j in asked):
             raise ChallengeRefused(f"a block asked for is outside challenge {request.id}")
-        opened = await asyncio.to_thread(vram.open_blocks, kept.filled, asked)
-        recompute = vram.short_answer_seconds(kept.filled, kept.stored, asked) * self.slowdown
-        await asyncio.sleep(max(0.0, recompute - (time.monotonic() - started)))
+        if isinstance(kept, _Filled):
+            opened = await asyncio.to_thread(vram.open_blocks, kept.filled, asked)
+            recompute = vram.short_answer_seconds(kept.filled, kept.stored, asked) * self.slowdown
+            await asyncio.sleep(max(0.0, recompute - (time.monotonic() - started)))
+        else:
+            opened = await asyncio.to_thread(kept.open_blocks, asked)
         blocks = [
             MemoryBlock(
                 lane=o.lane,
@@ -154,7 +186,7 @@ class Prover:
 
     def open(self, request: VerifyOpen, simulated: bool) -> VerifyOpenings:
         kept = self._take(request.id)
-        if kept is None or isinstance(kept, _Filled):
+        if not isinstance(kept, tuple):
             raise ChallengeRefused(f"no commitment of challenge {request.id} is kept here")
         workload, digests = kept
         openings = []
