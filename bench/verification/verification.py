@@ -1,22 +1,34 @@
-"""Benchmark (not a test): GPU verification's costs and verdicts (gpunet.verification).
+"""Benchmark (not a test): GPU verification's costs and verdicts (gpunet.verification, gpunet.vram).
 
-Prints, per model: the prover's time on the reference path (numpy on this CPU), the verifier's
-CPU time for its openings, and their ratio (the work is O(products * n^2 * depth) against the
-verifier's O(openings * n * depth)); for the simulated shape, the round trip through the worker's
-prover (emulating the model's speed); then the false positives over honest simulated challenges
-(target 0) and the detection rate over the lie matrix (target 100 %): a GPU slower than claimed,
-corrupted rows, skipped work, answers that do not match the commitment, a replayed answer.
+    .venv/bin/python bench/verification/verification.py [--backend numpy|simulator|cupy] [--smoke]
 
-    .venv/bin/python bench/verification/verification.py [--honest 1000]
+--backend numpy (the default): per model, the prover's time on the reference path (numpy on this
+CPU, the simulated shape), the verifier's CPU time for its openings, and their ratio (the work is
+O(products * n^2 * depth) against the verifier's O(openings * n * depth)); the real shape's verifier
+time; the round trip through the worker's prover (emulating the model's speed); then the false
+positives over honest simulated challenges (target 0) and the detection rate over the lie matrix
+(target 100 %): a GPU slower than claimed, corrupted rows, skipped work, answers that do not match
+the commitment, a replayed answer.
 
-No GPU backend exists yet: the real shape is timed on the CPU for the verifier's side only. The
-memory check's figures: bench/verification/memory.py.
+--backend simulator: the memory check's fill kernel (worker/gpu/memory.py) under numba's CUDA
+simulator at a small size, against the numpy verifier: the prover's time, the verifier's, their
+ratio (the simulator runs a kernel's threads as Python threads: its time says nothing of a GPU's).
+
+--backend cupy (on a machine with an NVIDIA GPU and gpunet[gpu]; bench/verification/gpu-check
+runs it): device 0's compute and memory checks at their real size, the measured TF32 efficiency
+and fill time against what the deadlines assume (gpunet.catalog, REAL_EFFICIENCY,
+REAL_STEP_SECONDS), and the honest margin left to each deadline.
+
+The memory check's own figures on the reference path: bench/verification/memory.py.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
+import os
+import re
 import secrets
 import sys
 import time
@@ -27,7 +39,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from gpunet import verification as v
-from gpunet.catalog import GPU_MODELS, gpu_model
+from gpunet import vram
+from gpunet.catalog import GPU_MODELS, GpuModel, gpu_model
 from gpunet.protocol import GpuInfo, Inventory, Verify, VerifyOpen
 from worker.verify import Prover
 
@@ -89,14 +102,108 @@ async def _round_trip(claimed: str, actual: str, seconds: float) -> tuple[float,
     return elapsed, w.deadline, v.check_all(w, bytes.fromhex(commit.root), openings, rows) is None
 
 
+def _device(smoke: bool) -> None:
+    """Device 0's checks at their real size (cupy), against the catalog's assumptions."""
+    import cupy
+
+    from worker.gpu import compute
+
+    name = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    model = next((m for m in GPU_MODELS if re.search(m.nvml_pattern, name)), None)
+    if model is None:
+        sys.exit(f"device 0 is a {name}, not a listed model (gpunet.catalog): nothing to compare against")
+    print(f"device 0: {name} ({model.name}: dense TF32 {model.tf32_tflops:g} TFLOP/s, {model.memory_tbps:g} TB/s)")
+    w = v.workload_for(model, v.new_seed(), simulated=False, seconds=1.0 if smoke else 8.0)
+    compute.digests(v.Workload(w.seed, w.n, w.depth, 1, w.expected_seconds, False), 0)  # compile, allocate
+    t = time.monotonic()
+    digests = compute.digests(w, 0)
+    prove = time.monotonic() - t
+    root, rows = v.commit(digests), v.choose_rows(w)
+    t = time.process_time()
+    problem = v.check_all(w, root, [v.open_row(w, digests, k, r) for k, r in rows], rows)
+    verify = time.process_time() - t
+    efficiency = w.flops / prove / (model.tf32_tflops * 1e12)
+    print(
+        f"compute: {w.n}x{w.depth}x{w.products} products in {prove:.2f} s (expected {w.expected_seconds:.2f} s,"
+        f" deadline {w.deadline:.2f} s): measured efficiency {efficiency:.1%} of the TF32 peak against"
+        f" REAL_EFFICIENCY {v.REAL_EFFICIENCY:.0%}; honest margin {w.deadline - prove:+.2f} s;"
+        f" verifier {verify:.2f} s CPU ({prove / verify:.0f}x); answer {'holds' if problem is None else problem}"
+    )
+    _device_memory(model, smoke)
+
+
+def _device_memory(model: GpuModel, smoke: bool) -> None:
+    from worker.gpu import memory
+
+    w = vram.memory_workload_for(model, v.new_seed(), simulated=False)
+    if smoke:
+        w = dataclasses.replace(w, blocks=max(2, w.blocks // 64), expected_seconds=w.expected_seconds / 64)
+    t = time.monotonic()
+    filled = memory.fill_on_device(w, 0)
+    root = filled.root()
+    prove = time.monotonic() - t
+    asked = vram.choose_blocks(w)
+    t = time.monotonic()
+    opened = filled.open_blocks(asked)
+    answer = time.monotonic() - t
+    t = time.process_time()
+    problem = vram.check_memory(w, root, opened, asked)
+    verify = time.process_time() - t
+    step = prove / w.blocks
+    bandwidth = w.total_blocks * w.block_bytes * (2 + vram.PARENTS) / prove / 1e12
+    print(
+        f"memory: {w.lanes} lanes x {w.blocks} blocks ({w.bytes / 2**30:.1f} GiB) filled and committed in"
+        f" {prove:.2f} s (expected {w.expected_seconds:.2f} s, deadline {w.deadline:.2f} s): a step"
+        f" {step * 1e6:.2f} us against REAL_STEP_SECONDS {vram.REAL_STEP_SECONDS * 1e6:g} us, traffic"
+        f" {bandwidth:.3f} TB/s of the {model.memory_tbps:g} TB/s peak; honest margin {w.deadline - prove:+.2f} s;"
+        f" answer {answer:.3f} s (deadline {w.answer_deadline:.1f} s); verifier {verify:.3f} s CPU;"
+        f" {'holds' if problem is None else problem}"
+    )
+
+
+def _simulator() -> None:
+    """The memory check's kernel under numba's CUDA simulator, against the numpy verifier."""
+    os.environ["NUMBA_ENABLE_CUDASIM"] = "1"  # before numba is imported
+    from worker.gpu import memory
+
+    w = dataclasses.replace(
+        vram.memory_workload_for(gpu_model("H100"), v.new_seed(), simulated=True), lanes=2, blocks=32
+    )
+    t = time.process_time()
+    filled = memory.fill_on_device(w, 0)
+    root = filled.root()
+    prove = time.process_time() - t
+    asked = vram.choose_blocks(w)
+    opened = filled.open_blocks(asked)
+    t = time.process_time()
+    problem = vram.check_memory(w, root, opened, asked)
+    verify = time.process_time() - t
+    t = time.process_time()
+    reference = vram.fill(w)
+    numpy_prove = time.process_time() - t
+    print(
+        f"memory kernel under the CUDA simulator, {w.lanes} lanes x {w.blocks} blocks: prover {prove:.2f} s CPU,"
+        f" verifier {verify:.4f} s ({prove / verify:.0f}x), the numpy reference's fill {numpy_prove:.3f} s;"
+        f" same root as the reference: {root == reference.root()}; answer {'holds' if problem is None else problem}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--backend", choices=("numpy", "simulator", "cupy"), default="numpy")
+    parser.add_argument("--smoke", action="store_true", help="a few challenges and models: a run that cannot rot")
     parser.add_argument("--honest", type=int, default=1000, help="honest simulated challenges for the false positives")
     parser.add_argument("--lies", type=int, default=50, help="challenges per kind of lie")
     args = parser.parse_args()
+    if args.backend == "cupy":
+        return _device(args.smoke)
+    if args.backend == "simulator":
+        return _simulator()
+    if args.smoke:
+        args.honest, args.lies = 20, 3
 
     print("model     shape (n x depth x products)   expected  prover (CPU)  verifier CPU  prover/verifier work")
-    for model in GPU_MODELS:
+    for model in GPU_MODELS[:2] if args.smoke else GPU_MODELS:
         w = v.workload_for(model, v.new_seed(), simulated=True, seconds=1.5)
         t = time.process_time()
         digests = v.digests_of(w)
@@ -115,7 +222,7 @@ def main() -> None:
         ratios = (w.flops / (v.OPENINGS * 2 * w.n * w.depth), real.flops / (v.OPENINGS * 2 * real.n * real.depth))
         print(f"{model.name:<9} {shapes[0]:<22} {w.expected_seconds:>6.2f} s  {prove:>9.3f} s  {verify:>10.4f} s"
               f"  {ratios[0]:>12.0f}x")  # fmt: skip
-        print(f"{'':<9} {shapes[1]:<22} {real.expected_seconds:>6.2f} s  {'(no GPU)':>11}  {verify_real:>10.2f} s"
+        print(f"{'':<9} {shapes[1]:<22} {real.expected_seconds:>6.2f} s  {'(on a GPU)':>11}  {verify_real:>10.2f} s"
               f"  {ratios[1]:>12.0f}x")  # fmt: skip
 
     print("\nround trips through the worker's prover (simulated, 1.5 s at the claimed speed):")
