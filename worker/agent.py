@@ -224,6 +224,12 @@ class Agent:
         self.prover = Prover(
             self.inventory, slowdown=settings.simulate_slowdown, vram_share=settings.simulate_vram_share
         )
+        for gpu, backend in zip(self.inventory.gpus, self.prover.backends, strict=True):
+            # Once at start: a supplier sees here why a real GPU's challenges would be refused.
+            if backend.name is None:
+                log.warning("verification.no_backend", node=node.pubkey(), gpu=gpu.index, reason=backend.refusal)
+            else:
+                log.info("verification.backend", node=node.pubkey(), gpu=gpu.index, backend=backend.name)
         self._verifications: set[asyncio.Task[None]] = set()
         self._lock = _lock_state_dir(settings.state_dir)
         try:
