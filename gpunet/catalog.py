@@ -28,15 +28,17 @@ class GpuModel:
     fp16_tflops: float
     # Peak memory bandwidth in TB/s: what the memory check's fill deadline is derived from
     # (gpunet.vram). From NVIDIA's datasheets: H100 SXM 3.35; H200 4.8; A100 80GB SXM 2.039; L40S
-    # 0.864; RTX 4090 1.008; RTX 3090 0.936; A10G 0.6 (the A10's); T4 0.32; B200 8 (HGX B200 per
+    # 0.864; RTX 4090 1.008; RTX 3090 0.936; A10G 0.6 (the A10's); T4 0.32; B200 7.7 (HGX B200 per
     # GPU); RTX 5090 1.792; L4 0.3.
     memory_tbps: float
     # Peak dense TF32 tensor throughput in TFLOP/s (no sparsity: the datasheets' figures marked with
     # sparsity, halved): what a real GPU's compute check is expected at (gpunet.verification
     # multiplies in float32 with TF32 tensor cores). From NVIDIA's datasheets and whitepapers:
-    # H100/H200 SXM 494.7; A100 156; L40S 183; A10 62.5 (A10G: the A10's); L4 60; B200 1,125 (HGX
-    # B200, per GPU); the GeForce whitepapers' "Peak TF32 Tensor TFLOPS": RTX 3090 35.6, RTX 4090
-    # 82.6, RTX 5090 104.8. T4 (Turing) has no TF32 tensor cores: its FP32 peak, 8.1.
+    # H100/H200 SXM 494.7 (989 with sparsity); A100 156 (312); L40S 183 (366); A10 62.5 (125; A10G:
+    # the A10's, NVIDIA publishes none for it); L4 60 (120); B200 1,100 (the HGX B200 per-GPU table's
+    # 2.2 PFLOPS with sparsity); the GeForce whitepapers: RTX 3090 35.6, RTX 4090 82.6. RTX 5090
+    # 104.8 is derived, not published: half its FP16 rate with FP32 accumulation, as on the 4090. T4
+    # (Turing) has no TF32 tensor cores: its FP32 peak, 8.1.
     tf32_tflops: float
 
 
@@ -49,7 +51,7 @@ GPU_MODELS: tuple[GpuModel, ...] = (
     GpuModel(6, "RTX3090", 24, r"RTX 3090\b", 71, 0.936, 35.6),
     GpuModel(7, "A10G", 24, r"\bA10G\b", 125, 0.6, 62.5),
     GpuModel(8, "T4", 16, r"\bT4\b", 65, 0.32, 8.1),
-    GpuModel(9, "B200", 180, r"\bB200\b", 2250, 8, 1125),
+    GpuModel(9, "B200", 180, r"\bB200\b", 2250, 7.7, 1100),
     GpuModel(10, "RTX5090", 32, r"RTX 5090\b", 210, 1.792, 104.8),
     GpuModel(11, "L4", 24, r"\bL4\b", 121, 0.3, 60),
 )

@@ -30,7 +30,8 @@ significant bits, the entries need 4, and every partial sum is an integer below 
 FP32 accumulator, so the products are exact. TF32 runs at half the rate of FP16 with FP32
 accumulation, which would be exact too, but cupy's matmul returns FP16 for FP16 inputs (not exact
 above 2048): FP32 output from FP16 inputs takes cuBLAS's raw gemmEx, TF32 only cupy's public API. A
-real GPU's expected time is therefore its model's dense TF32 peak (gpunet.catalog) at REAL_EFFICIENCY.
+real GPU's expected time is therefore its model's dense TF32 peak (gpunet.catalog) at the share of it
+`real_efficiency` gives (public measurements of large products, and an assumption on the rest).
 Its row digests are computed on the device; the digests (4 bytes a row) come to the host for the
 Merkle tree, the products never do.
 """
@@ -66,6 +67,7 @@ __all__ = [
     "open_chunk",
     "open_row",
     "product",
+    "real_efficiency",
     "row_digests",
     "shared_b",
     "simulated_seconds",
@@ -76,7 +78,34 @@ _M32 = 0xFFFFFFFF
 CHUNK = VERIFY_CHUNK  # row digests per Merkle leaf
 OPENINGS = 16  # rows opened per challenge: skipping half the work survives with probability 2**-16
 MARGIN = 0.25  # the deadline's allowance over the expected time at the claimed speed
-REAL_EFFICIENCY = 0.5  # the share of its peak a GPU reaches on these products (the expected time)
+# The share of its dense TF32 peak (gpunet.catalog) a real GPU is expected to reach over a challenge:
+# the share public measurements of large products reach (GEMM_EFFICIENCY), times the share of the
+# challenge's time that is products (PRODUCT_SHARE). The rest is the matrices' generation and the
+# rows' digests on the device, unfused array operations about as costly as the products: an
+# assumption until bench/verification/gpu-check measures it, and what an operator's calibration
+# (`gpunet coordinator calibrate`) replaces per model with the fleet's own measurements.
+PRODUCT_SHARE = 0.6
+GEMM_EFFICIENCY = {
+    # TF32 torch.mm on an H100 SXM: 403.7 of 494.7 TFLOP/s (github.com/zzc0721/torch-performance-test-data,
+    # database.md); the H200 has the H100's compute.
+    "H100": 0.82,
+    "H200": 0.82,
+    # TF32 on an A100 PCIe 40GB: 108.3 of 156 at 4096^2 (the same repository, issue 108).
+    "A100": 0.69,
+    # No public TF32 figure found: FP16 with FP32 accumulation, cuBLAS through torch, as a share of
+    # its dense peak (the same repository): L40S 0.73, B200 0.72 (and ml-engineering's MAMF table,
+    # github.com/stas00/ml-engineering compute/accelerator, 0.78 for BF16); the GeForce cards beat
+    # their rated peak, which NVIDIA gives at a conservative boost clock (RTX 4090 0.96-1.05, RTX
+    # 3090 1.06, RTX 5090 1.07-1.16): taken as 1.
+    "L40S": 0.73,
+    "B200": 0.72,
+    "RTX4090": 1.0,
+    "RTX3090": 1.0,
+    "RTX5090": 1.0,
+    # T4 (no TF32: its FP32 peak): FP32 SGEMM 4.2-4.4 of 8.1 (the same repository).
+    "T4": 0.52,
+}
+DEFAULT_GEMM_EFFICIENCY = 0.7  # A10G, L4: no public measurement found (datacenter parts measure 0.69-0.82)
 SIMULATED_SCALE = 2e-8  # a simulated GPU computes at its model's peak times this (an H100: 20 MFLOP/s)
 REAL_SHAPE = (4096, 8192)  # (n, depth) on a real GPU: |C| <= 64 * 8192 < 2**24, exact in FP32
 SIMULATED_SHAPE = (64, 256)
@@ -114,7 +143,12 @@ def _rate(model: GpuModel, simulated: bool) -> float:
     """FLOP/s the model is expected to reach on the challenge."""
     if simulated:
         return model.fp16_tflops * 1e12 * SIMULATED_SCALE
-    return model.tf32_tflops * 1e12 * REAL_EFFICIENCY
+    return model.tf32_tflops * 1e12 * real_efficiency(model)
+
+
+def real_efficiency(model: GpuModel) -> float:
+    """The share of its dense TF32 peak a real GPU of `model` is expected to reach on a challenge."""
+    return GEMM_EFFICIENCY.get(model.name, DEFAULT_GEMM_EFFICIENCY) * PRODUCT_SHARE
 
 
 def workload_for(model: GpuModel, seed: bytes, *, simulated: bool, seconds: float) -> Workload:

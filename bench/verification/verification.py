@@ -16,7 +16,7 @@ ratio (the simulator runs a kernel's threads as Python threads: its time says no
 
 --backend cupy (on a machine with an NVIDIA GPU and gpunet[gpu]; bench/verification/gpu-check
 runs it): device 0's compute and memory checks at their real size, the measured TF32 efficiency
-and fill time against what the deadlines assume (gpunet.catalog, REAL_EFFICIENCY,
+and fill time against what the deadlines assume (gpunet.catalog, real_efficiency,
 REAL_STEP_SECONDS), and the honest margin left to each deadline.
 
 The memory check's own figures on the reference path: bench/verification/memory.py.
@@ -126,7 +126,7 @@ def _device(smoke: bool) -> None:
     print(
         f"compute: {w.n}x{w.depth}x{w.products} products in {prove:.2f} s (expected {w.expected_seconds:.2f} s,"
         f" deadline {w.deadline:.2f} s): measured efficiency {efficiency:.1%} of the TF32 peak against"
-        f" REAL_EFFICIENCY {v.REAL_EFFICIENCY:.0%}; honest margin {w.deadline - prove:+.2f} s;"
+        f" {v.real_efficiency(model):.0%} assumed; honest margin {w.deadline - prove:+.2f} s;"
         f" verifier {verify:.2f} s CPU ({prove / verify:.0f}x); answer {'holds' if problem is None else problem}"
     )
     _device_memory(model, smoke)
