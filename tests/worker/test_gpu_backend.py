@@ -7,7 +7,12 @@ What cannot run here is cupy on a device: bench/verification/gpu-check runs thes
 from __future__ import annotations
 
 import contextlib
+import os
+import re
 import secrets
+import subprocess
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import array_api_compat.numpy as np_namespace
@@ -23,6 +28,7 @@ from worker.gpu import compute
 from worker.verify import ChallengeRefused, Prover
 
 H100 = gpu_model("H100")
+GPUNET = str(Path(sys.executable).with_name("gpunet"))
 NAMESPACES = pytest.mark.parametrize("xp", [np_namespace, array_api_strict], ids=["numpy", "array-api-strict"])
 
 
@@ -166,3 +172,18 @@ async def test_a_real_gpu_answers_through_its_backend_at_its_own_speed(cuda, swa
     answer = prover.open(VerifyOpen(id=commit.id, rows=[[k, r] for k, r in rows]), False)
     openings = [v.Opening(o.product, o.row, o.chunk, [bytes.fromhex(p) for p in o.path]) for o in answer.openings]
     assert v.check_all(slow, bytes.fromhex(commit.root), openings, rows) is None
+
+
+def test_worker_check_names_each_gpus_backend_and_runs_its_checks(tmp_path) -> None:
+    keypair = tmp_path / "node.json"
+    subprocess.run([GPUNET, "keys", "new", str(keypair)], check=True, capture_output=True)
+    base = [GPUNET, "worker", "check", "--keypair", str(keypair)]
+    env = {**os.environ, "COLUMNS": "200"}
+    listed = subprocess.run([*base, "--simulate-gpus", "A100:2:80"], capture_output=True, text=True, env=env)
+    assert listed.returncode == 0, listed.stderr
+    assert len(re.findall(r"│ [01] +│ A100 +│ reference \(numpy, simulated\)", listed.stdout)) == 2, listed.stdout
+    run = subprocess.run([*base, "--simulate-gpus", "H100:1:80", "--run"], capture_output=True, text=True, env=env,
+                         timeout=60)  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    for check in ("compute", "memory"):
+        assert re.search(rf"│ {check} +│ [\d.]+ s +│ [\d.]+ s +│ [\d.]+ s +│ passes", run.stdout), run.stdout
