@@ -302,6 +302,9 @@ async def test_an_uncalibrated_real_gpu_is_not_slashed_for_being_slow_only(node,
         await _round(coordinator, link, (slow, _Gpu(**SLOW)))
         assert [r["verdict"] for r in await _rows(pool, slow)] == ["too_slow"] * 4
         assert await _node(chain, slow) == before[slow]
+        # /metrics counts the verdict.
+        metrics = coordinator.shared.metrics.registry
+        assert metrics.get_sample_value("gpunet_coordinator_verifications_total", {"verdict": "too_slow"}) == 4
 
         # The H100 calibrated with an expectation the slow GPU cannot meet: its missed deadline fails.
         async with pool.acquire() as conn:
