@@ -44,6 +44,8 @@ __all__ = [
     "Measurement",
     "NodeSample",
     "Proposal",
+    "Row",
+    "measurement",
     "percentile",
     "propose",
 ]
