@@ -1,11 +1,13 @@
-"""`gpunet coordinator run|index|api|migrate|audit` (also `python -m coordinator ...`)."""
+"""`gpunet coordinator run|index|api|migrate|audit|calibrate|...` (also `python -m coordinator ...`)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import getpass
 import json
 import signal
+import socket
 from collections.abc import Awaitable, Callable
 
 import asyncpg
@@ -13,6 +15,8 @@ import httpx
 import typer
 import uvicorn
 from pydantic import ValidationError
+from rich.console import Console
+from rich.table import Table
 from solana.exceptions import SolanaRpcException
 from solana.rpc.async_api import AsyncClient
 from solders.keypair import Keypair
@@ -22,7 +26,17 @@ from coordinator.api.params import BadRequest, parse_pubkey
 from coordinator.api.work import work_routes
 from coordinator.attester import require_listed
 from coordinator.audit import NotFound, audit_lease, audit_provider
-from coordinator.db import SchemaTooNew, open_database
+from coordinator.calibration import (
+    MIN_MEASUREMENTS,
+    MIN_NODES,
+    MIN_SUPPLIERS,
+    PER_NODE,
+    PERCENTILE,
+    Proposal,
+    percentile,
+    propose,
+)
+from coordinator.db import SchemaTooNew, calibrations, open_database
 from coordinator.indexer import Indexer
 from coordinator.indexer.rpc import ChainRpc, RpcError
 from coordinator.indexer.service import ChainMismatch
@@ -31,6 +45,7 @@ from coordinator.service import Coordinator, DatabaseLost
 from coordinator.settings import Settings, settings_help
 from gpunet import logs
 from gpunet.accounts import AccountError, fetch_config
+from gpunet.catalog import CatalogError, gpu_model
 from gpunet.exits import Exit
 from gpunet.jobs import CoordinatorError, resume_slashing
 from gpunet.keys import KeypairFileError, load_keypair
@@ -278,3 +293,111 @@ def resume_slashing_command(
         typer.echo(f"coordinator resume-slashing: {e}", err=True)
         raise typer.Exit(int(Exit.UNREACHABLE if "cannot reach" in str(e) else Exit.REFUSED)) from None
     typer.echo(f"slashing resumed for {result['resumed']}: its silent nodes are judged now")
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"
+
+
+def _step(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value * 1e3:.3g} ms" if value >= 1e-3 else f"{value * 1e6:.3g} µs"
+
+
+def _report(p: Proposal) -> Table:
+    m = p.model
+    t = Table(
+        "check", "measured", "count", "nodes", "suppliers", "median", f"p{PERCENTILE}", f"p{100 - PERCENTILE}",
+        "catalog's assumption", "in force", "would set",
+        title=f"calibration of the {m.name} from its real GPUs' honest answers",
+        caption=f"each node's latest {PER_NODE} of each check count ({p.ignored} older ones left out); "
+        f"the value set is the slow end: the {PERCENTILE}th percentile efficiency, the {100 - PERCENTILE}th "
+        "percentile step time",
+    )  # fmt: skip
+    for check, what, show in (
+        (p.compute, f"efficiency (share of {m.fp16_tflops:g} TFLOP/s)", _share),
+        (p.memory, "step time (per block of a lane)", _step),
+    ):
+        t.add_row(
+            check.kind, what, str(len(check.measurements)), str(check.nodes), str(check.suppliers),
+            show(check.at(50)), show(check.at(PERCENTILE)), show(check.at(100 - PERCENTILE)), show(check.assumed),
+            show(check.current), "-" if check.problem else f"[bold]{show(check.proposed)}[/]",
+        )  # fmt: skip
+    return t
+
+
+def _by_node(p: Proposal) -> Table:
+    t = Table("node key", "supplier", "compute", "median efficiency", "memory", "median step", title="by node")
+    for n in p.nodes:
+        t.add_row(
+            n.node_key, n.supplier, str(len(n.compute)), _share(percentile(n.compute, 50) if n.compute else None),
+            str(len(n.memory)), _step(percentile(n.memory, 50) if n.memory else None),
+        )  # fmt: skip
+    return t
+
+
+@app.command()
+def calibrate(
+    model: str = typer.Argument(..., help="the GPU model, by name (H100) or code"),
+    apply: bool = typer.Option(False, "--apply", help="record the calibration (without it: the report only)"),
+    by: str = typer.Option(None, "--by", help="who sets it, recorded with it (default: USER@HOST)"),
+) -> None:
+    """Calibrate a GPU model's verification deadlines from its real GPUs' recorded honest answers (checks
+    passed or too slow, never failed): the compute check's efficiency and the memory check's step time,
+    at the slow end of the measurements. Prints the report; records it only with --apply (in force from
+    the next check of a GPU of the model). Refused (exit 1) with too few measurements: each node counts
+    with its latest 5 of each check, and at least 5 of each are needed, from 2 nodes of 2 suppliers."""
+    try:
+        gpu = gpu_model(model)
+    except CatalogError as e:
+        typer.echo(f"coordinator calibrate: {e}", err=True)
+        raise typer.Exit(int(Exit.BAD_INPUT)) from None
+    found: list[Proposal] = []
+    applied: list[calibrations.Calibration] = []
+    set_by = by or f"{getpass.getuser()}@{socket.gethostname()}"
+
+    async def main(settings: Settings) -> None:
+        async with open_database(settings) as pool, pool.acquire() as conn:
+            current = await calibrations.current(conn, gpu.name)
+            proposal = propose(
+                gpu,
+                await calibrations.measurements(conn, gpu.name),
+                None if current is None else current.efficiency,
+                None if current is None else current.step_seconds,
+            )
+            found.append(proposal)
+            if apply and not proposal.problems:
+                assert proposal.compute.proposed is not None and proposal.memory.proposed is not None
+                calibration = await calibrations.record(
+                    conn, gpu.name, efficiency=proposal.compute.proposed, step_seconds=proposal.memory.proposed,
+                    percentile=PERCENTILE, compute_samples=len(proposal.compute.measurements),
+                    memory_samples=len(proposal.memory.measurements), nodes=proposal.node_count,
+                    suppliers=proposal.supplier_count, sample=proposal.sample, set_by=set_by,
+                )  # fmt: skip
+                applied.append(calibration)
+
+    _serve(main)
+    [proposal] = found
+    out = Console()
+    out.print(_report(proposal))
+    if proposal.nodes:
+        out.print(_by_node(proposal))
+    if proposal.problems:
+        typer.echo(
+            f"coordinator calibrate: the {gpu.name} cannot be calibrated yet: " + "; ".join(proposal.problems)
+            + f". A calibration needs {MIN_MEASUREMENTS} measurements of each check or more, of {MIN_NODES} nodes "
+            f"of {MIN_SUPPLIERS} suppliers or more (each node counts with its latest {PER_NODE}); meanwhile the "
+            f"{gpu.name}'s right but late answers stay too slow, never failed.",
+            err=True,
+        )  # fmt: skip
+        raise typer.Exit(int(Exit.REFUSED))
+    if applied:
+        c = applied[0]
+        out.print(
+            f"applied: calibration {c.id} of the {gpu.name} (efficiency {c.efficiency:.3g}, step time "
+            f"{_step(c.step_seconds)}, from {len(c.sample)} measurements of {c.nodes} nodes), set by {c.set_by}: "
+            f"in force from the next check of a {gpu.name}, whose missed deadline then fails."
+        )
+        return
+    out.print(f"not applied: `gpunet coordinator calibrate {gpu.name} --apply` records it.")

@@ -278,6 +278,14 @@ class Settings(BaseSettings):
         "memory answers in a share of this, so it is caught only when that share is over the 1 s answer deadline "
         "(at 10 s: one holding half its model's VRAM or less every time, 60 % in about half its checks)",
     )
+    verify_uncalibrated_wait: float = Field(
+        default=4.0,
+        ge=1,
+        le=20,
+        description="a real GPU whose model is not calibrated (gpunet coordinator calibrate) is waited for this "
+        "many times its deadline: a right answer past the deadline is too_slow (no slash, unverified, challenged "
+        "again), its time recorded to calibrate the model from",
+    )
     slash_failed_verification: bool = Field(
         default=True,
         description="slash (fault FailedVerification, which jails) a node that fails a challenge it took or "

@@ -139,24 +139,30 @@ def new_seed() -> bytes:
     return secrets.token_bytes(16)
 
 
-def _rate(model: GpuModel, simulated: bool) -> float:
-    """FLOP/s the model is expected to reach on the challenge."""
+def _rate(model: GpuModel, simulated: bool, efficiency: float | None = None) -> float:
+    """FLOP/s the model is expected to reach on the challenge (a real GPU: at `efficiency` of its
+    dense TF32 peak, the model's calibration, else `real_efficiency`)."""
     if simulated:
         return model.fp16_tflops * 1e12 * SIMULATED_SCALE
-    return model.tf32_tflops * 1e12 * real_efficiency(model)
+    return model.tf32_tflops * 1e12 * (real_efficiency(model) if efficiency is None else efficiency)
 
 
 def real_efficiency(model: GpuModel) -> float:
-    """The share of its dense TF32 peak a real GPU of `model` is expected to reach on a challenge."""
+    """The share of its dense TF32 peak a real GPU of `model` is expected to reach on a challenge
+    (before any calibration)."""
     return GEMM_EFFICIENCY.get(model.name, DEFAULT_GEMM_EFFICIENCY) * PRODUCT_SHARE
 
 
-def workload_for(model: GpuModel, seed: bytes, *, simulated: bool, seconds: float) -> Workload:
+def workload_for(
+    model: GpuModel, seed: bytes, *, simulated: bool, seconds: float, efficiency: float | None = None
+) -> Workload:
     """A workload that takes about `seconds` at the claimed model's speed (more products, not bigger
-    ones: the shape keeps the results exact)."""
+    ones: the shape keeps the results exact). `efficiency`: the share of its peak a real GPU of the
+    model was measured to reach (its calibration), instead of `real_efficiency`."""
     n, depth = SIMULATED_SHAPE if simulated else REAL_SHAPE
-    products = max(1, math.ceil(seconds * _rate(model, simulated) / (2 * n * n * depth)))
-    expected = 2 * products * n * n * depth / _rate(model, simulated)
+    rate = _rate(model, simulated, efficiency)
+    products = max(1, math.ceil(seconds * rate / (2 * n * n * depth)))
+    expected = 2 * products * n * n * depth / rate
     return Workload(seed, n, depth, products, expected, simulated)
 
 

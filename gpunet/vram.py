@@ -139,7 +139,12 @@ def _traffic(lanes: int, blocks: int, block_bytes: int) -> int:
 
 
 def memory_workload_for(
-    model: GpuModel, seed: bytes, *, simulated: bool, simulated_seconds: float = 10.0
+    model: GpuModel,
+    seed: bytes,
+    *,
+    simulated: bool,
+    simulated_seconds: float = 10.0,
+    step_seconds: float | None = None,
 ) -> MemoryWorkload:
     """A fill of MEMORY_FRACTION of the model's VRAM (scaled down for simulated GPUs). A real GPU
     is expected to take the longer of its lanes' sequential steps and the fill's traffic at
@@ -154,7 +159,8 @@ def memory_workload_for(
     lanes = max(1, math.floor(size / block_bytes / REAL_LANE_BLOCKS))
     blocks = max(2, math.floor(size / (lanes * block_bytes)))
     bandwidth = _traffic(lanes, blocks, block_bytes) / (model.memory_tbps * 1e12 * REAL_EFFICIENCY)
-    return MemoryWorkload(seed, lanes, blocks, block_bytes, max(bandwidth, blocks * REAL_STEP_SECONDS), simulated)
+    step = REAL_STEP_SECONDS if step_seconds is None else step_seconds  # `step_seconds`: the model's calibration
+    return MemoryWorkload(seed, lanes, blocks, block_bytes, max(bandwidth, blocks * step), simulated)
 
 
 def _expand(w: MemoryWorkload, lane: int, j: int, inputs: Sequence[bytes]) -> bytes:

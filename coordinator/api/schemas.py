@@ -341,7 +341,12 @@ NODE_VERIFICATIONS = _page(
             "expected_seconds": _MAYBE_NUMBER,
             "deadline_seconds": _MAYBE_NUMBER,
             "committed_seconds": {**_MAYBE_NUMBER, "description": "null: no commitment came in time"},
-            "verdict": {"type": "string", "enum": ["passed", "failed", "refused", "unfit", "unverified"]},
+            "verdict": {
+                "type": "string",
+                "enum": ["passed", "failed", "refused", "unfit", "unverified", "too_slow"],
+                "description": "too_slow: a real GPU of a model not calibrated yet answered right, after the "
+                "deadline (its time is committed_seconds): not slashed, not verified, challenged again",
+            },
             "reason": _TEXT,
             "at": _TIME,
             "kind": {
@@ -357,6 +362,12 @@ NODE_VERIFICATIONS = _page(
                 "description": "memory check: from naming the blocks to the answer",
             },
             "answered_seconds": {**_MAYBE_NUMBER, "description": "memory check: null: no answer in time"},
+            "flops": {**_MAYBE_INT, "description": "compute check: its work (2 * products * n * n * depth)"},
+            "calibration": {
+                **_MAYBE_INT,
+                "description": "the model calibration the deadline rested on (gpunet coordinator calibrate); "
+                "null: the catalog's assumed efficiency and step time",
+            },
         }
     ),
 )

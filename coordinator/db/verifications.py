@@ -1,5 +1,5 @@
 """GPU verification's records (migrations 0010_gpu_verifications, 0013_memory_checks,
-0018_identity_holder): every challenge (a GPU's compute check and its memory check) and its verdict,
+0018_identity_holder, 0023_calibrations): every challenge (a GPU's compute check and its memory check) and its verdict,
 and the GPU identities seen on each node, with when it was last verified with them."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ class Verdict:
     node_key: NodeKey
     model: str
     simulated: bool
-    verdict: str  # passed, failed, refused or unfit
+    verdict: str  # passed, failed, refused, unfit, unverified or too_slow
     reason: str = ""
     gpu_index: int | None = None
     gpu_uuid: str | None = None
@@ -41,17 +41,22 @@ class Verdict:
     block_bytes: int | None = None
     answer_deadline_seconds: float | None = None
     answered_seconds: float | None = None
+    flops: int | None = None  # the compute check's
+    calibration: int | None = None  # the model calibration its deadline rested on (None: the catalog's assumption)
 
 
 async def record(conn: Connection, v: Verdict) -> None:
     await conn.execute(
         """INSERT INTO verifications (node_key, gpu_index, gpu_uuid, model, simulated, challenge, seed, n, depth,
                                       products, expected_seconds, deadline_seconds, committed_seconds, verdict, reason,
-                                      kind, lanes, blocks, block_bytes, answer_deadline_seconds, answered_seconds)
-           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)""",
+                                      kind, lanes, blocks, block_bytes, answer_deadline_seconds, answered_seconds,
+                                      flops, calibration)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21,
+                   $22, $23)""",
         str(v.node_key), v.gpu_index, v.gpu_uuid, v.model, v.simulated, v.challenge, v.seed, v.n, v.depth,
         v.products, v.expected_seconds, v.deadline_seconds, v.committed_seconds, v.verdict, v.reason,
         v.kind, v.lanes, v.blocks, v.block_bytes, v.answer_deadline_seconds, v.answered_seconds,
+        v.flops, v.calibration,
     )  # fmt: skip
 
 

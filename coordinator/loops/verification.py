@@ -16,6 +16,14 @@ evidence, `coordinator/db/verifications.py`, served by the API):
    the node), unless the worker *refused* the challenge before committing to it (no GPU backend, a
    lease took the GPU): then it stays unverified. A refusal to open a committed challenge is a
    failure. Each check is a row of evidence (its `kind`).
+   A real GPU whose model is not calibrated yet (coordinator/calibration.py: its deadlines rest on
+   the catalog's peak figures times an assumed efficiency, not on the fleet's measurements) is
+   waited for past its deadline (`verify_uncalibrated_wait` times it), and its commitment checked
+   as any: right but late (the compute check's deadline, or the memory check's fill deadline) is
+   *too slow*, neither slashed nor verified, and its time is recorded to calibrate the model from.
+   A wrong answer, a broken commitment or a memory check's late answer (what catches memory that
+   is not there) still fails. Once the model is calibrated (its calibration sizes the workloads),
+   a missed deadline fails.
 A node whose every GPU passed is recorded on chain as verified (tier 1 for simulated GPUs, which
 only clusters that accept simulated nodes take; tier 2 for real ones) until the verification runs out.
 """
@@ -36,8 +44,8 @@ from solana.rpc.async_api import AsyncClient
 from solders.pubkey import Pubkey
 
 from coordinator.attester import Attester, evidence_hash
+from coordinator.db import calibrations, nodes, verifications
 from coordinator.db import leases as ledger
-from coordinator.db import nodes, verifications
 from coordinator.db.verifications import Verdict
 from coordinator.gateway import NodeOffline
 from coordinator.keys import NodeKey
@@ -69,7 +77,7 @@ SIMULATED_TIER = 1  # the reference path on simulated GPUs (clusters that accept
 VERIFIED_TIER = 2  # compute challenges passed on real GPUs
 OPEN_TIMEOUT_SECONDS = 30.0  # for the openings, once committed (they cost the prover little)
 SPOT_CHECKS = 0.25  # the share of verifications that come at a random, earlier time
-RETRY_SECONDS = 300.0  # a node left unverified (refused, unfit, failed) is looked at again after this
+RETRY_SECONDS = 300.0  # a node left unverified (refused, unfit, failed, too slow) is looked at again after this
 
 
 class _Refused(Exception):
@@ -78,6 +86,15 @@ class _Refused(Exception):
 
 class _Failed(Exception):
     """The node took the challenge and failed it (its reason)."""
+
+
+class _TooSlow(Exception):
+    """An uncalibrated real GPU answered right, but after the deadline, or not in the time waited
+    (`committed`: whether it committed at all): not held against it, it is not verified either."""
+
+    def __init__(self, reason: str, *, committed: bool = True) -> None:
+        super().__init__(reason)
+        self.committed = committed
 
 
 @dataclass
@@ -268,17 +285,29 @@ class Verification:
             return duplicate
         # Every GPU at once: a node verified in the time of one GPU, and the memory checks' fills held
         # all together (one GPU's worth of memory cannot answer for each GPU in turn).
+        calibration = None
+        if not inventory.simulated:  # simulated GPUs' deadlines are the simulation's own
+            async with self.pool.acquire() as conn:
+                calibration = await calibrations.current(conn, model.name)
         outcomes = await asyncio.gather(
-            *(self._gpu(node_key, inventory, model, gpu.index, gpu.uuid) for gpu in gpus[: node.spec.gpu_count]),
+            *(
+                self._gpu(node_key, inventory, model, calibration, gpu.index, gpu.uuid)
+                for gpu in gpus[: node.spec.gpu_count]
+            ),
             return_exceptions=True,
         )
         self._challenging.discard(node_key)  # answered: a placement from now on no longer ends it
         for outcome in outcomes:
-            if isinstance(outcome, BaseException) and not isinstance(outcome, _Refused | _Failed):
+            if isinstance(outcome, BaseException) and not isinstance(outcome, _Refused | _Failed | _TooSlow):
                 raise outcome
         if failed := [o for o in outcomes if isinstance(o, _Failed)]:
             await self._failed(node_key, str(failed[0]))
             return str(failed[0])
+        # Right but late on an uncalibrated model: no slash, and no verification (it is not known to
+        # be the model it claims); challenged again at the retry interval.
+        if slow := [o for o in outcomes if isinstance(o, _TooSlow)]:
+            log.warning("verification.too_slow", node=node_key, reason=str(slow[0]))
+            return str(slow[0])
         # A node busy on leases passes on its free GPUs: one partly leased all the time must not run
         # out of verification (and so of new leases). The GPUs it says are leased were verified before
         # a lease could take them (the config requires it), and they are never more than leases hold.
@@ -321,26 +350,65 @@ class Verification:
                 await nodes.record_fault(conn, node_key, None, "DuplicateGpu", evidence, evidence_hash(evidence))
         return await self._unfit(node_key, inventory, model.name, reason)
 
-    async def _gpu(self, node_key: NodeKey, inventory: Inventory, model: GpuModel, gpu: int, uuid: str) -> None:
-        """One GPU's checks, compute then memory; raises _Refused or _Failed (its reason)."""
+    async def _gpu(
+        self,
+        node_key: NodeKey,
+        inventory: Inventory,
+        model: GpuModel,
+        calibration: calibrations.Calibration | None,
+        gpu: int,
+        uuid: str,
+    ) -> None:
+        """One GPU's checks, compute then memory; raises _Refused, _Failed or _TooSlow (its reason). A
+        compute check too slow but committed is followed by the memory check all the same (which may
+        fail it, and is measured too)."""
+        slow: _TooSlow | None = None
         try:
-            await self._challenge(node_key, inventory, model, gpu, uuid)
-            await self._memory_check(node_key, inventory, model, gpu, uuid)
+            try:
+                await self._challenge(node_key, inventory, model, calibration, gpu, uuid)
+            except _TooSlow as e:
+                if not e.committed:
+                    raise
+                slow = e
+            await self._memory_check(node_key, inventory, model, calibration, gpu, uuid)
         except _Refused as e:
             raise _Refused(f"GPU {gpu} refused its challenge: {e}") from None
+        if slow is not None:
+            raise slow
 
-    async def _challenge(self, node_key: NodeKey, inventory: Inventory, model: GpuModel, gpu: int, uuid: str) -> None:
-        """One GPU's challenge; raises _Refused or _Failed (its reason), recording the evidence either way."""
+    def _waited(self, inventory: Inventory, calibration: calibrations.Calibration | None, deadline: float) -> float:
+        """How long a commitment is waited for: the deadline, or longer on an uncalibrated real GPU
+        (its time is what calibrates the model)."""
+        if inventory.simulated or calibration is not None:
+            return deadline
+        return deadline * self.settings.verify_uncalibrated_wait
+
+    async def _challenge(
+        self,
+        node_key: NodeKey,
+        inventory: Inventory,
+        model: GpuModel,
+        calibration: calibrations.Calibration | None,
+        gpu: int,
+        uuid: str,
+    ) -> None:
+        """One GPU's challenge; raises _Refused, _Failed or _TooSlow (its reason), recording the evidence
+        either way."""
         seconds = self.settings.verify_simulated_seconds if inventory.simulated else self.settings.verify_seconds
-        workload = v.workload_for(model, v.new_seed(), simulated=inventory.simulated, seconds=seconds)
+        efficiency = None if calibration is None else calibration.efficiency
+        workload = v.workload_for(
+            model, v.new_seed(), simulated=inventory.simulated, seconds=seconds, efficiency=efficiency
+        )
         c = _Challenge(secrets.token_hex(16), node_key)
         self._challenges[c.id] = c
         evidence = Verdict(
             node_key, model.name, inventory.simulated, "passed", gpu_index=gpu, gpu_uuid=uuid, challenge=c.id,
             kind="compute",
             seed=workload.seed.hex(), n=workload.n, depth=workload.depth, products=workload.products,
-            expected_seconds=workload.expected_seconds, deadline_seconds=workload.deadline,
+            expected_seconds=workload.expected_seconds, deadline_seconds=workload.deadline, flops=workload.flops,
+            calibration=None if calibration is None else calibration.id,
         )  # fmt: skip
+        waited = self._waited(inventory, calibration, workload.deadline)
         sent = time.monotonic()
         try:
             try:
@@ -348,10 +416,16 @@ class Verification:
                     id=c.id, gpu=gpu, seed=workload.seed.hex(), n=workload.n, depth=workload.depth,
                     products=workload.products, expected_seconds=workload.expected_seconds,
                 ))  # fmt: skip
-                commit = await asyncio.wait_for(asyncio.shield(c.committed), workload.deadline)
+                commit = await asyncio.wait_for(asyncio.shield(c.committed), waited)
             except NodeOffline:
                 raise _Refused("the worker disconnected") from None
             except TimeoutError:
+                if waited > workload.deadline:
+                    raise _TooSlow(
+                        f"GPU {gpu} too slow (uncalibrated): no commitment in {waited:.1f} s (the deadline of "
+                        f"{workload.deadline:.1f} s {self.settings.verify_uncalibrated_wait:g} times), "
+                        f"a {model.name} is expected in {workload.expected_seconds:.1f} s", committed=False,
+                    ) from None  # fmt: skip
                 raise _Failed(f"GPU {gpu} missed the deadline of {workload.deadline:.1f} s "
                               f"(a {model.name} needs about {workload.expected_seconds:.1f} s)") from None  # fmt: skip
             elapsed = time.monotonic() - sent
@@ -370,6 +444,11 @@ class Verification:
             wrong = await asyncio.to_thread(v.check_all, workload, bytes.fromhex(commit.root), openings, rows)
             if wrong is not None:
                 raise _Failed(f"GPU {gpu}: {wrong}")
+            if elapsed > workload.deadline and waited > workload.deadline:  # right, but late: uncalibrated
+                raise _TooSlow(
+                    f"GPU {gpu} too slow (uncalibrated): committed in {elapsed:.1f} s, a {model.name} is expected "
+                    f"in {workload.expected_seconds:.1f} s (deadline {workload.deadline:.1f} s)"
+                )
             await self._store(evidence)
         except _Refused as e:
             await self._store(replace(evidence, verdict="refused", reason=str(e)))
@@ -377,17 +456,28 @@ class Verification:
         except _Failed as e:
             await self._store(replace(evidence, verdict="failed", reason=str(e)))
             raise
+        except _TooSlow as e:
+            await self._store(replace(evidence, verdict="too_slow", reason=str(e)))
+            raise
         finally:
             self._challenges.pop(c.id, None)
 
     async def _memory_check(
-        self, node_key: NodeKey, inventory: Inventory, model: GpuModel, gpu: int, uuid: str
+        self,
+        node_key: NodeKey,
+        inventory: Inventory,
+        model: GpuModel,
+        calibration: calibrations.Calibration | None,
+        gpu: int,
+        uuid: str,
     ) -> None:
-        """One GPU's memory check (gpunet.vram); raises _Refused or _Failed (its reason, "GPU i memory
-        check: ..."), recording the evidence either way."""
+        """One GPU's memory check (gpunet.vram); raises _Refused, _Failed or _TooSlow (its reason, "GPU i
+        memory check..."), recording the evidence either way. Only the fill's deadline waits for a
+        calibration: the answer's (no time to recompute) is what catches memory that is not there."""
         w = vram.memory_workload_for(
             model, v.new_seed(), simulated=inventory.simulated,
             simulated_seconds=self.settings.verify_simulated_memory_seconds,
+            step_seconds=None if calibration is None else calibration.step_seconds,
         )  # fmt: skip
         c = _Challenge(secrets.token_hex(16), node_key)
         self._challenges[c.id] = c
@@ -395,8 +485,10 @@ class Verification:
             node_key, model.name, inventory.simulated, "passed", gpu_index=gpu, gpu_uuid=uuid, challenge=c.id,
             kind="memory", seed=w.seed.hex(), lanes=w.lanes, blocks=w.blocks, block_bytes=w.block_bytes,
             expected_seconds=w.expected_seconds, deadline_seconds=w.deadline, answer_deadline_seconds=w.answer_deadline,
+            calibration=None if calibration is None else calibration.id,
         )  # fmt: skip
         what = f"GPU {gpu} memory check"
+        waited = self._waited(inventory, calibration, w.deadline)
         sent = time.monotonic()
         try:
             try:
@@ -404,13 +496,20 @@ class Verification:
                     id=c.id, gpu=gpu, seed=w.seed.hex(), lanes=w.lanes, blocks=w.blocks, block_bytes=w.block_bytes,
                     expected_seconds=w.expected_seconds,
                 ))  # fmt: skip
-                commit = await asyncio.wait_for(asyncio.shield(c.committed), w.deadline)
+                commit = await asyncio.wait_for(asyncio.shield(c.committed), waited)
             except NodeOffline:
                 raise _Refused("the worker disconnected") from None
             except TimeoutError:
+                if waited > w.deadline:
+                    raise _TooSlow(
+                        f"{what} too slow (uncalibrated): no commitment in {waited:.1f} s (the fill deadline of "
+                        f"{w.deadline:.1f} s {self.settings.verify_uncalibrated_wait:g} times), "
+                        f"a {model.name} fills {w.bytes} bytes in about {w.expected_seconds:.1f} s", committed=False,
+                    ) from None  # fmt: skip
                 raise _Failed(f"{what}: it missed the fill deadline of {w.deadline:.1f} s (a {model.name} fills "
                               f"{w.bytes} bytes in about {w.expected_seconds:.1f} s)") from None  # fmt: skip
-            evidence = replace(evidence, committed_seconds=round(time.monotonic() - sent, 3))
+            filled = time.monotonic() - sent
+            evidence = replace(evidence, committed_seconds=round(filled, 3))
             asked = vram.choose_blocks(w)
             named = time.monotonic()
             try:
@@ -437,12 +536,20 @@ class Verification:
             wrong = await asyncio.to_thread(vram.check_memory, w, bytes.fromhex(commit.root), openings, asked)
             if wrong is not None:
                 raise _Failed(f"{what}: {wrong}")
+            if filled > w.deadline and waited > w.deadline:  # right, but late: uncalibrated
+                raise _TooSlow(
+                    f"{what} too slow (uncalibrated): filled in {filled:.1f} s, a {model.name} is expected in "
+                    f"{w.expected_seconds:.1f} s (deadline {w.deadline:.1f} s)"
+                )
             await self._store(evidence)
         except _Refused as e:
             await self._store(replace(evidence, verdict="refused", reason=str(e)))
             raise
         except _Failed as e:
             await self._store(replace(evidence, verdict="failed", reason=str(e)))
+            raise
+        except _TooSlow as e:
+            await self._store(replace(evidence, verdict="too_slow", reason=str(e)))
             raise
         finally:
             self._challenges.pop(c.id, None)

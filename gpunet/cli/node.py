@@ -416,8 +416,10 @@ def verifications(
     json_output: JsonOpt = False,
 ) -> None:
     """A node's GPU verification history, newest first: each GPU's compute check and memory check
-    (model it was sized for, deadline, how long the node took; for the memory check also the answer's
-    deadline and time) and its verdict, with why. The coordinator keeps it."""
+    (model it was sized for, the time expected of the model, deadline, how long the node took; for the
+    memory check also the answer's deadline and time) and its verdict, with why. The coordinator keeps
+    it. A real GPU of a model not calibrated yet that answers right after the deadline is too_slow: not
+    slashed, not verified, checked again."""
 
     async def command(s: Session) -> None:
         key = node_key_arg(node)  # the coordinator takes the node account too
@@ -425,7 +427,7 @@ def verifications(
         rows = found["items"]
 
         def table() -> Table:
-            t = Table("when", "GPU", "check", "model", "deadline", "took", "verdict", "why",
+            t = Table("when", "GPU", "check", "model", "expected", "deadline", "took", "verdict", "why",
                       title=f"node {found['node_key']}")  # fmt: skip
             for r in rows:
                 took = _seconds(r["committed_seconds"])
@@ -436,7 +438,8 @@ def verifications(
                 colour = {"passed": "green", "failed": "red"}.get(r["verdict"], "yellow")
                 sim = " (simulated)" if r["simulated"] else ""
                 t.add_row(r["at"], "-" if r["gpu_index"] is None else str(r["gpu_index"]), r.get("kind") or "node",
-                          r["model"] + sim, deadline, took, f"[{colour}]{r['verdict']}[/]", r["reason"])  # fmt: skip
+                          r["model"] + sim, _seconds(r.get("expected_seconds")), deadline, took,
+                          f"[{colour}]{r['verdict']}[/]", r["reason"])  # fmt: skip
             return t
 
         s.show(rows, table)

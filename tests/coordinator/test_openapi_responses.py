@@ -141,8 +141,8 @@ async def test_every_answer_holds_to_the_documented_schema(served, pool) -> None
     assert accepted.status_code == 201
     _check(doc, "/leases/{key}/job", "post", accepted)
 
-    # GPU verification's evidence for bob's node: a compute check passed, a memory check failed, and a
-    # verdict on its inventory.
+    # GPU verification's evidence for bob's node: a compute check passed, a memory check failed, a
+    # verdict on its inventory, and a real GPU's compute check too slow for an uncalibrated model.
     challenge = Verdict(bob.node_key.pubkey(), "H100", True, "passed", gpu_index=0, gpu_uuid="GPU-sim-1",
                         challenge="ab" * 16, seed="01" * 16, n=64, depth=256, products=15, expected_seconds=1.5,
                         deadline_seconds=2.9, committed_seconds=1.6, kind="compute")  # fmt: skip
@@ -154,7 +154,13 @@ async def test_every_answer_holds_to_the_documented_schema(served, pool) -> None
         await verifications.record(conn, challenge)
         await verifications.record(conn, memory)
         await verifications.record(conn, Verdict(bob.node_key.pubkey(), "H100", True, "unfit", "its GPUs differ"))
-    # three records page as two and one, newest first, as the whole list has them
+        await verifications.record(conn, Verdict(
+            bob.node_key.pubkey(), "H100", False, "too_slow", "GPU 0 too slow (uncalibrated): committed in 12.3 s",
+            gpu_index=0, gpu_uuid="GPU-real-1", challenge="ef" * 16, seed="03" * 16, n=4096, depth=8192, products=15,
+            expected_seconds=8.3, deadline_seconds=12.4, committed_seconds=12.5, kind="compute",
+            flops=2 * 15 * 4096 * 4096 * 8192,
+        ))  # fmt: skip
+    # four records page as two and two, newest first, as the whole list has them
     checks = f"/nodes/{bob.node}/verifications"
     whole = (await http.get(checks)).json()
     pages = [(await http.get(checks, params={"limit": 2, "offset": at})).json() for at in (0, 2)]
@@ -164,7 +170,7 @@ async def test_every_answer_holds_to_the_documented_schema(served, pool) -> None
         == [r["id"] for r in whole["items"]]
         == sorted((r["id"] for r in whole["items"]), reverse=True)
     )
-    assert [r["verdict"] for r in whole["items"]] == ["unfit", "failed", "passed"]
+    assert [r["verdict"] for r in whole["items"]] == ["too_slow", "unfit", "failed", "passed"]
     # a page past one transaction's slashes is empty, not a 404
     evidence = f"/slashes/{extra['slash']}/evidence"
     assert (await http.get(evidence, params={"limit": 1})).json()["next_offset"] is None
