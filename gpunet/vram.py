@@ -26,9 +26,10 @@ twice would then not be read at all). Lanes are independent (a GPU fills them in
 lane is sequential, but each step is parallel within its block (a GPU runs P's 8 rows, then its 8
 columns, on 8 threads: worker/gpu/memory.py).
 
-Why this step: it was SHAKE-128 over the step's inputs, a serial sponge per block that a GPU
-cannot split among threads: its fill was far too slow to be the one a deadline can assume. P runs
-the same on numpy (vectorised over rows and lanes, the reference here) and on a GPU, bit for bit.
+Why this step: it was SHAKE-128 over the step's inputs (and the digest SHA-256's first 8 bytes), a
+serial sponge per block that a GPU cannot split among threads: its fill was far too slow to be
+the one a deadline can assume. P runs the same on numpy (vectorised over rows and lanes, the
+reference here) and on a GPU, bit for bit.
 
 The prover commits, before a deadline derived from the fill's expected time at the claimed model
 (`MemoryWorkload.deadline`), to the Merkle root over the blocks' 64-bit digests (BLAKE2b with an
@@ -36,8 +37,8 @@ The prover commits, before a deadline derived from the fill's expected time at t
 blocks (`choose_blocks`); within a short deadline (`MemoryWorkload.answer_deadline`: round trips,
 not computation) the prover sends, for each, the chunk and path of its digest, and the contents of
 its predecessor and parents with theirs (`open_blocks`). The verifier checks the paths and
-recomputes each named block from its inputs (`check_memory`): 1 + 1 + PARENTS digests and one
-step per named block against the prover's step per block of the whole fill.
+recomputes each named block from its inputs (`check_memory`): up to 2 + PARENTS digests and one
+step per named block, against the prover's step and digest for every block of the fill.
 
 What that catches: a prover that filled the blocks with anything but the recurrence fails a named
 block's recomputation (a fraction f of wrong blocks survives with probability (1 - f)**openings);
@@ -56,15 +57,18 @@ was held during the challenge, by the prover or by anything it can reach within 
 host RAM, another GPU, even another machine (16 named blocks' inputs are 128 KiB) could hold it,
 as long as the fill's steps can read it. A lane's steps are sequential and few lanes run at once
 (a few dozen: far less bandwidth than a GPU has), so only a fill deadline bound to the GPU's own
-latency per step would pin the memory there: a step time measured on the GPU (every read of a
-parent from host memory adds a PCIe round trip to the chain) might, not yet measured.
+latency per step could pin the memory there: once the step is measured on the GPU, a prover whose
+parents come from host memory adds a PCIe round trip to every step of its lanes and might miss the
+fill's deadline for it; not measured.
 Nor does it catch a small shortfall: the longest chain a short prover must recompute is a share
 of its lane (it can always fill again), a share that shrinks with what it kept, so what is caught
 depends on the lane's sequential time over the answer deadline. Measured (bench/verification/
 memory.py): in the simulation (10 s against 1 s) a GPU holding 60 % of its claimed VRAM (75 % of
 the fill's blocks) is caught in about half its checks, 50 % or less in every one; on a real lane
-(10 answer deadlines long) the chain reaches the deadline only for a GPU holding about a third of
-its VRAM or less (see the bench's --real-lane).
+(10 answer deadlines long, --real-lane 1000000) a GPU holding 40 % of its VRAM recomputes a chain
+of about 0.095 of its lane (1.9 s: just inside the 2 s deadline), one holding a third 0.16 (3.2 s)
+and a quarter 0.28 (5.5 s): caught from about a third down. Twice as long a lane (40 s of fill)
+would catch 40 %, as the lanes before this step did (2**21 blocks at 20 us: 42 s).
 
 numpy/hashlib is the reference path: the verifier, and simulated workers, which take the fill time
 the challenge expects (`MemoryWorkload.expected_seconds`, a setting of the simulation) and, when
@@ -122,9 +126,10 @@ REAL_BLOCK_BYTES = BLOCK_BYTES
 # A real lane's sequential time, in answer deadlines: only a lane's sequential steps make
 # recomputing costly in time (a GPU recomputes missing blocks in parallel at its full bandwidth,
 # but not the chain each depends on, which is a share of the lane: see the module's docstring).
-# 10: a GPU short of about two thirds of its memory recomputes a chain of a tenth of its lane or
-# more (bench/verification/memory.py --real-lane); longer lanes catch smaller shortfalls, at the
-# price of a longer fill (10 answer deadlines: 20 s on every model at any step time).
+# 10: a GPU holding a third of its VRAM or less recomputes a chain of over a tenth of its lane,
+# more than the deadline (bench/verification/memory.py --real-lane); longer lanes catch smaller
+# shortfalls, at the price of a longer fill (10 answer deadlines: 20 s on every model, whatever the
+# step's time).
 LANE_ANSWER_DEADLINES = 10
 # One step of a lane on a GPU (7 parents' 7 KiB read, X made, P on 8 threads, the block written):
 # assumed, for the GPU backend to measure and the coordinator's calibration to replace per model
@@ -134,7 +139,10 @@ LANE_ANSWER_DEADLINES = 10
 # parents, P's 16 G per thread, four barriers.
 REAL_STEP_SECONDS = 20e-6
 REAL_EFFICIENCY = 0.25  # the share of its peak bandwidth a GPU reaches filling (reads + P + write)
-REAL_ALLOWANCE_SECONDS = 2.0  # round trips, the kernels' launch, the Merkle tree over the digests (host)
+# Round trips, the kernels' launch. The Merkle tree over the digests, built on the host, is not
+# counted in: 2.3 s for an H100's 2**27 digest words on the CPU here, 5 s for a B200's, which
+# MARGIN's quarter of the 20 s fill covers (a measured fill-and-commit time would count it).
+REAL_ALLOWANCE_SECONDS = 2.0
 SIMULATED_BLOCK_BYTES = BLOCK_BYTES
 SIMULATED_LANES = 4
 SIMULATED_MEMORY_SCALE = 2.0**-16  # a simulated H100's 64 GiB fill is 1 MiB

@@ -176,10 +176,10 @@ def main() -> None:
         found = sum(_caught(kind, vram.fill(_workload())) for _ in range(args.lies))
         caught, total = caught + found, total + args.lies
         print(f"  {kind:<36} caught {found} of {args.lies}")
-    rate = caught / total
-    print(
-        f"detection rate: {rate:.1%}  target {TARGET_DETECTION:.0%}: {'met' if rate >= TARGET_DETECTION else 'MISSED'}"
-    )
+    if total:
+        rate = caught / total
+        met = "met" if rate >= TARGET_DETECTION else "MISSED"
+        print(f"detection rate: {rate:.1%}  target {TARGET_DETECTION:.0%}: {met}")
 
 
 if __name__ == "__main__":
