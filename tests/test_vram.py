@@ -31,11 +31,13 @@ from gpunet.protocol import (
 from worker.verify import ChallengeRefused, Prover
 
 H100 = gpu_model("H100")
+# The root of the fill of seed 00 01 .. 0f, 2 lanes of 8 blocks (test_the_fill_of_a_fixed_seed_is_pinned).
+PINNED_ROOT = "dde17f010c4f2c796c85c469b76b9fa744d2635c0b151e627b25c6d78d6cbe9c"
 
 
 def _small() -> vram.MemoryWorkload:
     """A workload a few times smaller than a simulated H100's: hundreds of them run in seconds."""
-    return vram.MemoryWorkload(v.new_seed(), 2, 48, 256, 1.0, True)
+    return vram.MemoryWorkload(v.new_seed(), 2, 48, vram.BLOCK_BYTES, 1.0, True)
 
 
 def _answer(filled: vram.Filled, asked: list[tuple[int, int]]) -> str | None:
@@ -61,6 +63,101 @@ def test_the_workload_fills_the_stated_share_of_the_claimed_vram() -> None:
         assert simulated.deadline > simulated.expected_seconds > simulated.answer_deadline * 5
 
 
+_M64 = 2**64 - 1
+
+
+def _rotr(x: int, r: int) -> int:
+    return ((x >> r) | (x << (64 - r))) & _M64
+
+
+def _gb(v: list[int], a: int, b: int, c: int, d: int) -> None:
+    """RFC 9106's GB without its multiplication (BlaMka's 2 * trunc(a) * trunc(b)): BLAKE2b's G."""
+    v[a] = (v[a] + v[b]) & _M64
+    v[d] = _rotr(v[d] ^ v[a], 32)
+    v[c] = (v[c] + v[d]) & _M64
+    v[b] = _rotr(v[b] ^ v[c], 24)
+    v[a] = (v[a] + v[b]) & _M64
+    v[d] = _rotr(v[d] ^ v[a], 16)
+    v[c] = (v[c] + v[d]) & _M64
+    v[b] = _rotr(v[b] ^ v[c], 63)
+
+
+def _p16(v: list[int]) -> list[int]:
+    v = list(v)
+    for quarter in ((0, 4, 8, 12), (1, 5, 9, 13), (2, 6, 10, 14), (3, 7, 11, 15),
+                    (0, 5, 10, 15), (1, 6, 11, 12), (2, 7, 8, 13), (3, 4, 9, 14)):  # fmt: skip
+        _gb(v, *quarter)
+    return v
+
+
+def test_the_step_is_argon2s_permutation_in_plain_python() -> None:
+    """vram.permute against RFC 9106's P written out word by word: each row of 8 16-byte registers
+    (words 16i .. 16i + 15), then each column (registers i, i + 8, ..., i + 56: words 2i, 2i + 1,
+    2i + 16, ...); a block is P(X) ^ X."""
+    x = [secrets.randbits(64) for _ in range(vram.BLOCK_WORDS)]
+    q = list(x)
+    for i in range(8):
+        q[16 * i : 16 * i + 16] = _p16(q[16 * i : 16 * i + 16])
+    for i in range(8):
+        column = [16 * r + 2 * i + k for r in range(8) for k in (0, 1)]
+        for at, word in zip(column, _p16([q[c] for c in column]), strict=True):
+            q[at] = word
+    assert [int(w) for w in vram.permute(np.array(x, dtype=np.uint64))] == q
+    # A block made by derive is that step over X = the tweak, for block 0.
+    w = _small()
+    tweak = [int(t) for t in vram.tweak(w.seed, np.array([1]), np.array([0]))[0]]
+    block = np.frombuffer(vram.derive(w, 1, 0, None, []), dtype="<u8")
+    permuted = vram.permute(np.array(tweak, dtype=np.uint64))
+    assert [int(b) for b in block] == [int(p) ^ t for p, t in zip(permuted, tweak, strict=True)]
+
+
+def test_the_fill_of_a_fixed_seed_is_pinned() -> None:
+    """The construction's known answer: a change to the step, the tweak, the parents or the digest
+    changes it (and must change worker/gpu/memory.py's kernels with it: tests/gpu)."""
+    w = vram.MemoryWorkload(bytes(range(16)), 2, 8, vram.BLOCK_BYTES, 1.0, True)
+    filled = vram.fill(w)
+    assert filled.root().hex() == PINNED_ROOT
+    digest = hashlib.blake2b(filled.content(1, 7), digest_size=8).digest()  # block 15 of the fill's 16
+    assert digest == filled.digests[30:32].astype("<u4").tobytes()
+
+
+def test_a_parent_read_twice_counts_once() -> None:
+    """XOR would cancel a block read twice: each distinct input enters X once, so block 1 (whose
+    predecessor and parents are all block 0) still depends on block 0."""
+    assert vram.distinct(5, [4, 3, 3, 1, 4, 0, 3]) == [False, True, False, True, False, True, False]
+    w = _small()
+    a, b = secrets.token_bytes(w.block_bytes), secrets.token_bytes(w.block_bytes)
+    assert vram.derive(w, 0, 1, a, [a] * vram.PARENTS) != vram.derive(w, 0, 1, b, [b] * vram.PARENTS)
+
+
+def test_blocks_of_another_size_are_refused() -> None:
+    with pytest.raises(ValueError, match="blocks are 1024 bytes"):
+        vram.MemoryWorkload(v.new_seed(), 2, 48, 256, 1.0, True)
+
+
+def test_a_real_lane_is_its_answer_deadlines_at_the_step_time() -> None:
+    """At the assumed step or a measured one (the coordinator's calibration): the lane's sequential
+    time is LANE_ANSWER_DEADLINES answer deadlines, the fill its model's share of VRAM, and the
+    lanes' time is the expected fill's (longer than its traffic at the model's bandwidth)."""
+    for model in (H100, gpu_model("L4"), gpu_model("B200")):
+        claimed = model.vram_gb * 2**30 * vram.MEMORY_FRACTION
+        for step in (None, 2e-6, 50e-6):
+            w = vram.memory_workload_for(model, v.new_seed(), simulated=False, step_seconds=step)
+            at = vram.REAL_STEP_SECONDS if step is None else step
+            lane_seconds = vram.LANE_ANSWER_DEADLINES * w.answer_deadline
+            assert lane_seconds <= w.blocks * at < lane_seconds * 2
+            assert w.expected_seconds == pytest.approx(w.blocks * at)
+            assert claimed * 0.99 <= w.bytes <= claimed and w.block_bytes == vram.BLOCK_BYTES
+    h100 = vram.memory_workload_for(H100, v.new_seed(), simulated=False)
+    assert h100.expected_seconds > 20 * vram._traffic(h100.lanes, h100.blocks, vram.BLOCK_BYTES) / (
+        H100.memory_tbps * 1e12 * vram.REAL_EFFICIENCY
+    )  # the lanes' time dominates an H100's fill by over 20 times
+    # A step so short that the lane outgrows the fill: one lane, the fill's length.
+    one = vram.memory_workload_for(gpu_model("T4"), v.new_seed(), simulated=False, step_seconds=1e-9)
+    assert one.lanes == 1
+    assert one.blocks * vram.BLOCK_BYTES == pytest.approx(16 * 2**30 * vram.MEMORY_FRACTION, abs=1024)
+
+
 def test_which_blocks_a_block_reads_depends_on_the_one_before() -> None:
     """Data-dependent parents: no prover can know which blocks it will need before computing."""
     w = _small()
@@ -73,11 +170,10 @@ def test_which_blocks_a_block_reads_depends_on_the_one_before() -> None:
 def test_blocks_filled_with_something_else_fail_the_recurrence() -> None:
     w = _small()
     honest = vram.fill(w)
-    # Every block of lane 0 from 10 on is random bytes; the digests are of what is stored.
-    forged = [list(lane) for lane in honest.blocks]
-    forged[0][10:] = [secrets.token_bytes(w.block_bytes) for _ in forged[0][10:]]
-    raw = b"".join(hashlib.sha256(b).digest()[:8] for lane in forged for b in lane)
-    bad = vram.Filled(w, forged, np.frombuffer(raw, dtype="<u4").copy(), honest.parents)
+    # Every block of lane 0 from 10 on is random words; the digests are of what is stored.
+    forged = honest.blocks.copy()
+    forged[0, 10:] = np.random.default_rng().integers(0, 2**64, forged[0, 10:].shape, dtype=np.uint64)
+    bad = vram.Filled(w, forged, vram.block_digests(forged), honest.parents)
     assert "not the one its inputs make" in (_answer(bad, [(0, 20)]) or "")
     assert _answer(bad, [(1, 20)]) is None  # the control: lane 1 was filled right
 
@@ -129,7 +225,7 @@ def test_a_short_provers_chain_stays_a_share_of_a_long_lane() -> None:
     """What makes the check bind on a real GPU, whose lanes are long: the chain of recomputation one
     after another stays a share of the lane (0.15 of 4,096 blocks at the least in 40 draws, half of
     them kept), not a logarithm of it (with parents uniform over the lane it was 0.02)."""
-    w = vram.MemoryWorkload(v.new_seed(), 1, 4096, 64, 1.0, True)  # small blocks: the same graph
+    w = vram.MemoryWorkload(v.new_seed(), 1, 4096, vram.BLOCK_BYTES, 1.0, True)
     filled = vram.fill(w)
     for _ in range(10):
         _, depth = vram.recompute_cost(filled, vram.kept_share(w, 0.5), vram.choose_blocks(w))
@@ -137,7 +233,7 @@ def test_a_short_provers_chain_stays_a_share_of_a_long_lane() -> None:
 
 
 def test_recomputation_cost_counts_every_missing_input_once() -> None:
-    w = vram.MemoryWorkload(v.new_seed(), 1, 6, 64, 6.0, True)
+    w = vram.MemoryWorkload(v.new_seed(), 1, 6, vram.BLOCK_BYTES, 6.0, True)
     filled = vram.fill(w)
     stored = np.zeros((1, 6), dtype=bool)
     stored[0, 0] = True
@@ -218,6 +314,8 @@ async def test_the_prover_refuses_what_it_cannot_answer() -> None:
         await prover.commit_memory(_challenge(w).model_copy(update={"gpu": 3}), True)
     with pytest.raises(ChallengeRefused, match="more than a simulated H100 holds"):
         await prover.commit_memory(_challenge(w).model_copy(update={"blocks": w.blocks * 2}), True)
+    with pytest.raises(ChallengeRefused, match="blocks are 1024 bytes"):
+        await prover.commit_memory(_challenge(w).model_copy(update={"block_bytes": 256}), True)
     with pytest.raises(ChallengeRefused, match="no memory commitment"):
         await prover.open_memory(VerifyOpen(id="0" * 32, rows=[[0, 0]]), True)
     real = Prover(_inventory().model_copy(update={"simulated": False}))

@@ -130,10 +130,13 @@ class Prover:
         keeps only what fits."""
         model = self._model(challenge.gpu)
         started = time.monotonic()
-        workload = vram.MemoryWorkload(
-            bytes.fromhex(challenge.seed), challenge.lanes, challenge.blocks, challenge.block_bytes,
-            challenge.expected_seconds, self.inventory.simulated,
-        )  # fmt: skip
+        try:
+            workload = vram.MemoryWorkload(
+                bytes.fromhex(challenge.seed), challenge.lanes, challenge.blocks, challenge.block_bytes,
+                challenge.expected_seconds, self.inventory.simulated,
+            )  # fmt: skip
+        except ValueError as e:  # another fill's blocks (the protocol allows sizes this fill does not take)
+            raise ChallengeRefused(f"challenge {challenge.id}: {e}") from None
         device = self.backends[challenge.gpu].device
         if device is not None:
             from worker.gpu import memory

@@ -9,20 +9,24 @@ GPUs holding a share of their model's VRAM, the least time their answer takes (r
 they could not keep) against the answer deadline, with the share caught; then the false positives
 over honest simulated challenges (target 0) and the detection rate over the lie matrix (target
 100 %): short of memory (a quarter of it), blocks filled with something else, answers that do not
-match the commitment, a replay of an old seed's answers. With --real-lane, the recomputation's
-longest chain on one lane of a real length, as a time at the assumed step against the real answer
-deadline (the lane's length is what makes that chain long: it grows with the lane).
+match the commitment, a replay of an old seed's answers. With --real-lane N, the recomputation's
+longest chain on one lane of N blocks, as a share of the lane and so as a time on a real lane
+(LANE_ANSWER_DEADLINES answer deadlines long, whatever the step's time) against the real answer
+deadline (the lane's length is what makes that chain long: it grows with the lane). That lane is
+its dependency graph only: each block's parents drawn by vram.parents_of from random words, as
+the blocks' pseudo-random first words would draw them, so a real lane's length takes seconds.
 
-    .venv/bin/python bench/verification/memory.py [--honest 1000] [--lies 50] [--real-lane 2097152]
+    .venv/bin/python bench/verification/memory.py [--honest 1000] [--lies 50] [--real-lane 2000000] [--smoke]
 
-No GPU backend exists yet: the real shapes are sized, not run.
+The fill here is the reference's (numpy). The GPU kernel's figures: bench/verification/
+verification.py --backend simulator (under numba's CUDA simulator, against this reference) and
+--backend cupy (on a GPU, against REAL_STEP_SECONDS and the bandwidth assumed).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import secrets
 import sys
 import time
@@ -59,10 +63,10 @@ def _caught(kind: str, filled: vram.Filled) -> bool:
         return vram.short_answer_seconds(filled, stored, asked) > w.answer_deadline
     if kind == "blocks filled with something else":
         # Half the blocks of every lane (from its middle on) random: their digests committed as they are.
-        forged = [lane[: w.blocks // 2] + [secrets.token_bytes(w.block_bytes) for _ in lane[w.blocks // 2 :]]
-                  for lane in filled.blocks]  # fmt: skip
-        raw = b"".join(hashlib.sha256(b).digest()[:8] for lane in forged for b in lane)
-        bad = vram.Filled(w, forged, np.frombuffer(raw, dtype="<u4").copy(), filled.parents)
+        forged = filled.blocks.copy()
+        forged[:, w.blocks // 2 :] = np.random.default_rng().integers(0, 2**64, forged[:, w.blocks // 2 :].shape,
+                                                                      dtype=np.uint64)  # fmt: skip
+        bad = vram.Filled(w, forged, vram.block_digests(forged), filled.parents)
         return vram.check_memory(w, bad.root(), vram.open_blocks(bad, asked), asked) is not None
     if kind == "answers not of the commitment":
         opened = vram.open_blocks(filled, asked)
@@ -79,19 +83,38 @@ def _caught(kind: str, filled: vram.Filled) -> bool:
     raise ValueError(kind)
 
 
+def _graph(blocks: int, rng: np.random.Generator) -> vram.Filled:
+    """One lane's dependency graph without its contents: block j's parents drawn by parents_of's
+    rule from random words in place of block j-1's first words (all recompute_cost reads)."""
+    w = vram.MemoryWorkload(v.new_seed(), 1, blocks, vram.BLOCK_BYTES, 1.0, True)
+    j = np.arange(1, blocks, dtype=np.uint64)[:, None]
+    bits = np.array([int(x).bit_length() for x in j[:, 0]], dtype=np.uint64)[:, None]
+    words = rng.integers(0, 2**64, (blocks - 1, vram.PARENTS), dtype=np.uint64, endpoint=False)
+    low = np.uint64(1) << (words % bits)
+    high = np.minimum(low * np.uint64(2) - np.uint64(1), j)
+    parents = np.full((1, blocks, vram.PARENTS), -1, dtype=np.int64)
+    parents[0, 1:] = (j - low - (words >> np.uint64(8)) % (high - low + np.uint64(1))).astype(np.int64)
+    empty = np.zeros((1, 0, vram.BLOCK_WORDS), dtype=np.uint64)
+    return vram.Filled(w, empty, np.zeros(0, dtype=np.uint32), parents)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--honest", type=int, default=1000, help="honest simulated challenges for the false positives")
     parser.add_argument("--lies", type=int, default=50, help="challenges per kind of lie")
     parser.add_argument("--real-lane", type=int, default=0, help="also measure the chain on one lane this long "
-                        "(2097152 is a real lane: minutes here)")  # fmt: skip
+                        f"({vram.lane_blocks()} is a real lane at the assumed step: a minute or so here)")  # fmt: skip
+    parser.add_argument("--smoke", action="store_true", help="a few of everything: a run that cannot rot")
     args = parser.parse_args()
+    draws = 200
+    if args.smoke:
+        args.honest, args.lies, args.real_lane, draws = 5, 2, args.real_lane or 4096, 10
 
     print(f"memory check: {vram.MEMORY_FRACTION:.0%} of the claimed VRAM, {vram.PARENTS} parents per block, "
           f"{vram.OPENINGS} blocks named")  # fmt: skip
     print("model    real fill (lanes x blocks x bytes)   expected  sim fill   prover CPU  verifier CPU  ratio"
           "  real work ratio")  # fmt: skip
-    for model in GPU_MODELS:
+    for model in GPU_MODELS[:2] if args.smoke else GPU_MODELS:
         real = vram.memory_workload_for(model, v.new_seed(), simulated=False)
         w = vram.memory_workload_for(model, v.new_seed(), simulated=True)
         t = time.process_time()
@@ -106,18 +129,18 @@ def main() -> None:
         print(f"{model.name:<8} {shape:<36} {real.expected_seconds:>6.2f} s  {w.bytes / 2**20:>5.2f} MiB"
               f"  {prove:>8.3f} s  {verify:>10.4f} s  {prove / verify:>5.0f}x"
               f"  {real.total_blocks / (vram.OPENINGS * (2 + vram.PARENTS)):>12.0f}x")  # fmt: skip
-    print(f"(real: the expected fill is a lane's {vram.REAL_LANE_BLOCKS} steps of an assumed "
-          f"{vram.REAL_STEP_SECONDS * 1e6:.0f} us, against an answer deadline of {vram.REAL_ANSWER_SECONDS:.0f} s; "
-          "no GPU backend has measured the step yet)")  # fmt: skip
+    print(f"(real: the expected fill is a lane's {vram.lane_blocks()} steps of an assumed "
+          f"{vram.REAL_STEP_SECONDS * 1e6:.0f} us ({vram.LANE_ANSWER_DEADLINES} answer deadlines of "
+          f"{vram.REAL_ANSWER_SECONDS:.0f} s); a measured step changes the lanes' length, not that time)")  # fmt: skip
 
     w = _workload()
     filled = vram.fill(w)
     print(f"\nsimulated H100 short of memory: fill {SECONDS:.0f} s, answer deadline {w.answer_deadline:.1f} s; "
-          "least answer time over 200 challenges each")  # fmt: skip
+          f"least answer time over {draws} challenges each")  # fmt: skip
     for share in (1.0, 0.75, 0.6, 0.5, 0.4, 0.25, 0.125):
         kept = min(1.0, share / vram.MEMORY_FRACTION)
         times = []
-        for _ in range(200):
+        for _ in range(draws):
             stored = vram.kept_share(w, kept) if kept < 1 else np.ones((w.lanes, w.blocks), bool)
             times.append(vram.short_answer_seconds(filled, stored, vram.choose_blocks(w)))
         a = np.array(times)
@@ -126,20 +149,20 @@ def main() -> None:
               f"median {np.median(a):5.2f} s -> caught in {caught:.0%}")  # fmt: skip
 
     if args.real_lane:
-        lane = vram.MemoryWorkload(v.new_seed(), 1, args.real_lane, 64, 1.0, True)  # small blocks: same graph
         t = time.monotonic()
-        filled = vram.fill(lane)
-        print(f"\none real lane of {args.real_lane} blocks (filled in {time.monotonic() - t:.0f} s here): the longest "
-              f"chain a GPU short of memory recomputes, at the assumed {vram.REAL_STEP_SECONDS * 1e6:.0f} us a step, "
-              f"against the {vram.REAL_ANSWER_SECONDS:.0f} s answer deadline")  # fmt: skip
-        for share in (0.6, 0.5, 0.4, 0.25):
+        lane = _graph(args.real_lane, np.random.default_rng())
+        lane_seconds = vram.LANE_ANSWER_DEADLINES * vram.REAL_ANSWER_SECONDS
+        print(f"\none lane of {args.real_lane} blocks (its graph drawn in {time.monotonic() - t:.0f} s here): the "
+              f"longest chain a GPU short of memory recomputes, as a share of the lane, on a real lane of "
+              f"{lane_seconds:.0f} s against the {vram.REAL_ANSWER_SECONDS:.0f} s answer deadline")  # fmt: skip
+        for share in (0.6, 0.5, 0.4, 1 / 3, 0.25):
             kept = share / vram.MEMORY_FRACTION
-            depths = [vram.recompute_cost(filled, vram.kept_share(lane, kept), vram.choose_blocks(lane))[1]
-                      for _ in range(3)]  # fmt: skip
-            least = min(depths) * vram.REAL_STEP_SECONDS * vram.REAL_LANE_BLOCKS / args.real_lane
+            w = lane.workload
+            depths = [vram.recompute_cost(lane, vram.kept_share(w, kept), vram.choose_blocks(w))[1] for _ in range(3)]
+            least = min(depths) / args.real_lane * lane_seconds
             verdict = "caught" if least > vram.REAL_ANSWER_SECONDS else "NOT caught"
             print(f"  holds {share:.0%} of its VRAM: chain {min(depths) / args.real_lane:.3f} of the lane -> at least "
-                  f"{least:.1f} s on a lane of {vram.REAL_LANE_BLOCKS} -> {verdict}")  # fmt: skip
+                  f"{least:.1f} s -> {verdict}")  # fmt: skip
 
     t = time.monotonic()
     false_positives = sum(_honest(vram.fill(_workload())) is not None for _ in range(args.honest))
@@ -153,10 +176,10 @@ def main() -> None:
         found = sum(_caught(kind, vram.fill(_workload())) for _ in range(args.lies))
         caught, total = caught + found, total + args.lies
         print(f"  {kind:<36} caught {found} of {args.lies}")
-    rate = caught / total
-    print(
-        f"detection rate: {rate:.1%}  target {TARGET_DETECTION:.0%}: {'met' if rate >= TARGET_DETECTION else 'MISSED'}"
-    )
+    if total:
+        rate = caught / total
+        met = "met" if rate >= TARGET_DETECTION else "MISSED"
+        print(f"detection rate: {rate:.1%}  target {TARGET_DETECTION:.0%}: {met}")
 
 
 if __name__ == "__main__":
