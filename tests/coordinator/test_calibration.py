@@ -69,6 +69,7 @@ from gpunet.protocol import (
 from gpunet.testbed import Market, Supplier
 
 from .conftest import eventually, leading_without_loops
+from .links import ScriptedLink
 
 REPO = Path(__file__).resolve().parents[2]
 H100 = gpu_model("H100")
@@ -111,7 +112,7 @@ class _Gpu:
     answer_seconds: float = 0.0
 
 
-class _Link:
+class _Link(ScriptedLink):
     """The gateway's send side: each node's GPU a scripted real GPU (`_Gpu`), answering in the
     background as a worker does."""
 
@@ -119,20 +120,9 @@ class _Link:
         self.verification = coordinator.verification
         self.inventories = inventories  # each node's, as registered
         self.gpus: dict[Pubkey, _Gpu] = {}  # the nodes online
+        self.nodes = self.gpus
         self.kept: dict[str, Any] = {}  # challenge id -> (workload, digests) or vram.Filled
         self.tasks: set[asyncio.Task[None]] = set()
-
-    def online(self, node_key: Pubkey) -> bool:
-        return node_key in self.gpus
-
-    def latency_ms(self, node_key: Pubkey) -> float | None:
-        return None
-
-    def host(self, node_key: Pubkey) -> str:
-        return "127.0.0.1"
-
-    def cluster_ports(self, node_key: Pubkey) -> None:
-        return None
 
     async def send(self, node_key: Pubkey, message: Any) -> None:
         task = asyncio.create_task(self._answer(node_key, self.gpus[node_key], message))

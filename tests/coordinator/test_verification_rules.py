@@ -32,6 +32,7 @@ from gpunet.testbed import Market
 from worker.verify import Prover
 
 from .conftest import eventually, leading_without_loops
+from .links import ScriptedLink
 from .world import truly
 
 
@@ -44,25 +45,14 @@ def _inventory(*uuids: str) -> Inventory:
     return Inventory(driver_version="simulated", cuda_version="simulated", simulated=True, gpus=gpus)
 
 
-class _Link:
+class _Link(ScriptedLink):
     """The gateway's send side, each node's challenges answered by a real prover over its inventory."""
 
     def __init__(self, coordinator: Coordinator, inventories: dict[Pubkey, Inventory]) -> None:
         self.verification = coordinator.verification
         self.provers = {key: Prover(inventory) for key, inventory in inventories.items()}
+        self.nodes = self.provers
         self.sent: list[tuple[Pubkey, Any]] = []
-
-    def online(self, node_key: Pubkey) -> bool:
-        return node_key in self.provers
-
-    def latency_ms(self, node_key: Pubkey) -> float | None:
-        return None
-
-    def host(self, node_key: Pubkey) -> str:
-        return "127.0.0.1"
-
-    def cluster_ports(self, node_key: Pubkey) -> None:
-        return None
 
     async def send(self, node_key: Pubkey, message: Any) -> None:
         self.sent.append((node_key, message))
