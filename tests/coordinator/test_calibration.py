@@ -89,7 +89,7 @@ def small_real_workloads(monkeypatch) -> None:
     monkeypatch.setattr(v, "real_efficiency", lambda model: ASSUMED_EFFICIENCY)
     monkeypatch.setattr(v, "REAL_ALLOWANCE_SECONDS", 0.25)
     monkeypatch.setattr(vram, "MEMORY_FRACTION", 1.0001 * 2 * 256 * 1024 / (H100.vram_gb * 2**30))
-    monkeypatch.setattr(vram, "REAL_LANE_BLOCKS", 256)
+    monkeypatch.setattr(vram, "LANE_ANSWER_DEADLINES", 0.3199)  # lanes of 256 blocks at the assumed step
     monkeypatch.setattr(vram, "REAL_STEP_SECONDS", ASSUMED_STEP_SECONDS)
     monkeypatch.setattr(vram, "REAL_ALLOWANCE_SECONDS", 0.25)
 
