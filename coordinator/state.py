@@ -68,6 +68,10 @@ class Shared:
     failovers: dict[str, set[NodeKey]] = field(default_factory=dict)
     # lease -> when its workers were told to stop (lease end; dispatch and drain skip the lease)
     ending: dict[str, float] = field(default_factory=dict)
+    # lease -> its nodes whose workers acknowledged being told to stop (worker messages): each has released
+    # its share and stops the job, and takes no other lease's share onto those GPUs before the job has
+    # stopped; once every node of a lease closed on chain has, lease end frees them in the scheduler
+    stopped: dict[str, set[NodeKey]] = field(default_factory=dict)
     # (lease, draining node) -> its share's move (drain; dispatch skips the share; worker messages advance it)
     drains: dict[tuple[str, NodeKey], DrainMove] = field(default_factory=dict)
     # node -> the leases its last checked heartbeat claimed and it holds (worker messages; failover clears a lost node)
@@ -97,3 +101,4 @@ class Shared:
         self.dispatched.pop(lease, None)
         self.failovers.pop(lease, None)
         self.ending.pop(lease, None)
+        self.stopped.pop(lease, None)

@@ -240,6 +240,9 @@ class Agent:
             os.close(self._lock)
             raise
         self.shares: dict[str, _Share] = {}  # lease -> its share of this node
+        # lease -> its first dispatch, waiting for GPUs that released shares still hold while their jobs
+        # stop: taken once they have (a GPU never runs two leases' jobs at once)
+        self.waiting: dict[str, Dispatch] = {}
         self.cluster_ports = PortRange.parse(settings.cluster_ports)
         self.advertise_addr = settings.advertise_addr or advertised_address(settings.gateway_url)
         if self.advertise_addr is None:
@@ -484,10 +487,19 @@ class Agent:
             if g.uuid not in busy and samples.get(g.uuid, None) is not None and samples[g.uuid].healthy
         ]
         if d.gpus > len(free):
+            stopping = {uuid for share in self.shares.values() if share.released for uuid in share.gpu_uuids}
+            soon = [g.uuid for g in self.inventory.gpus if g.uuid in stopping and g.uuid in samples]
+            if d.gpus <= len(free) + len(soon):
+                # the GPUs of a lease that just ended, its job still stopping: taken once it has
+                if d.lease not in self.waiting:
+                    log.info("share.waiting", lease=d.lease, gpus=d.gpus, free=len(free), stopping=len(soon))
+                self.waiting[d.lease] = d
+                return
             self._refuse(
                 "dispatch", d.lease, f"{d.gpus} GPUs asked for, {len(free)} free and healthy on this node", unable=True
             )
             return
+        self.waiting.pop(d.lease, None)
         uuids = free[: d.gpus]
         meter = LeaseMeter(
             self.journal,
@@ -689,11 +701,18 @@ class Agent:
                 del self.shares[lease]  # released while the job ran: its GPUs are free only now
                 if share.successor is not None:
                     self._take(share.successor)
+                for waiting in list(self.waiting.values()):  # those that waited for these GPUs
+                    if waiting.lease not in self.shares:
+                        self._take(waiting)
 
     def _cancel(self, c: Cancel) -> None:
         """The coordinator releases the share (the lease ended or was closed, or the share moved):
         billing stops now, the job is stopped, and the GPUs are free once it has."""
         share = self._held(c.lease)
+        if share is None and self.waiting.pop(c.lease, None) is not None:  # it never started here
+            self.session.send(Ack(simulated=self.simulated, of="cancel", lease=c.lease))
+            log.info("share.released", lease=c.lease, reason=c.reason, waited=True)
+            return
         if share is None:
             self._refuse("cancel", c.lease, "this node holds no share of this lease")
             return

@@ -1,6 +1,8 @@
 """Lease end: at its end (or when its client closes it) a lease's workers are told to stop, their
 last usage is settled, and the lease is closed and finalized on chain (the rest of its escrow
-refunded)."""
+refunded). Its nodes are free for the next lease once it is closed on chain (the program frees them
+at `close_lease`) and every one of them acknowledged being told to stop, not at its finalization:
+a worker that acknowledged takes no other lease's share onto those GPUs before the old job stopped."""
 
 from __future__ import annotations
 
@@ -32,6 +34,9 @@ log = get_logger("gpunet.coordinator.lease_end")
 # A closing lease's connected nodes not yet paid to its end are waited for this long before it is
 # finalized: two of the worker's usage resends (GPUNET_WORKER_USAGE_RESEND_SECONDS, 15 s).
 UNPAID_WAIT_SECONDS = 40.0
+# A closed lease's node that has not acknowledged being told to stop is told again this often (its
+# session dropped before the message came, say); its GPUs stay reserved until it acknowledges.
+CANCEL_RESEND_SECONDS = 5.0
 
 
 class LeaseEnd:
@@ -51,6 +56,8 @@ class LeaseEnd:
         self.finalize_after = finalize_after  # unix seconds: none is finalized before (see _finalize)
         self.pool, self.chain, self.shared, self.link, self.fence = pool, chain, shared, link, fence
         self.attester, self.settle, self.close_grace_seconds = attester, settle, close_grace_seconds
+        self._billed_until: dict[str, int | None] = {}  # lease -> the billing end its workers were told
+        self._told: dict[tuple[str, NodeKey], float] = {}  # (lease, node) -> when last told to stop
 
     async def step(self) -> None:
         now = time.time()
@@ -69,21 +76,48 @@ class LeaseEnd:
                     ending[lease] = now
                     billed_until = (await fetch(self.chain, Pubkey.from_string(lease), "Lease")).billable_until
                     await self._stop_workers(lease, "the lease was closed", billed_until)
-                elif now - ending[lease] >= self.close_grace_seconds:
-                    await self._finalize(conn, lease)
+                else:
+                    await self._free_nodes(lease, now)
+                    if now - ending[lease] >= self.close_grace_seconds:
+                        await self._finalize(conn, lease)
             for lease in await ledger.closed_unended(conn):
                 await self._stop_workers(lease, "the lease was closed")
                 self.shared.forget(lease)
+                self._billed_until.pop(lease, None)
+                for key in [k for k in self._told if k[0] == lease]:
+                    del self._told[key]
                 async with self.fence.decision(conn):
                     await ledger.set_placement(conn, lease, "ended", "the lease is closed")
 
     async def _stop_workers(self, lease: str, reason: str, billing_ended_at: int | None = None) -> None:
         reservations = self.shared.scheduler.reservations
+        self._billed_until.setdefault(lease, billing_ended_at)
         for key in reservations[lease].node_keys if lease in reservations else ():
-            try:
-                await self.link.send(key, Cancel(lease=lease, reason=reason, ends_at=billing_ended_at))
-            except NodeOffline:
-                pass
+            await self._tell_stop(lease, key, reason, billing_ended_at)
+
+    async def _tell_stop(self, lease: str, key: NodeKey, reason: str, billing_ended_at: int | None) -> None:
+        self._told[(lease, key)] = time.time()
+        try:
+            await self.link.send(key, Cancel(lease=lease, reason=reason, ends_at=billing_ended_at))
+        except NodeOffline:
+            pass
+
+    async def _free_nodes(self, lease: str, now: float) -> None:
+        """The lease is closed on chain (its nodes are free there): the scheduler frees them too once
+        every node's worker acknowledged being told to stop (`Shared.stopped`); one that did not yet
+        is told again now and then. Its last usage is settled and it is finalized later, as before."""
+        reservations = self.shared.scheduler.reservations
+        if lease not in reservations:
+            return
+        stopped = self.shared.stopped.get(lease, set())
+        waiting = [k for k in reservations[lease].node_keys if k not in stopped]
+        if not waiting:
+            self.shared.scheduler.release(lease)
+            log.info("lease.nodes_freed", lease=lease, after_s=round(now - self.shared.ending.get(lease, now), 3))
+            return
+        for key in waiting:
+            if self.link.online(key) and now - self._told.get((lease, key), 0.0) >= CANCEL_RESEND_SECONDS:
+                await self._tell_stop(lease, key, "the lease was closed", self._billed_until.get(lease))
 
     @logs.scoped
     async def _close(self, lease: str) -> None:

@@ -198,6 +198,10 @@ class WorkerMessages:
                 )
 
     async def worker_ack(self, node_key: NodeKey, ack: Ack) -> None:
+        if ack.of == "cancel" and ack.lease is not None and ack.lease in self.shared.ending:
+            # told its lease ended: it released the share (or held none of it); either way its GPUs
+            # take another lease's share only once the job has stopped (`worker.agent`)
+            self.shared.stopped.setdefault(ack.lease, set()).add(node_key)
         if ack.error:
             log.warning("worker.refused", node=node_key, of=ack.of, lease=ack.lease, error=ack.error)
             self.verification.refused(node_key, ack)

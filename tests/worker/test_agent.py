@@ -381,6 +381,55 @@ async def test_billing_stops_at_the_cancel_or_at_the_lease_end_which_a_top_up_mo
         assert [a.error for a in gateway.messages(Ack) if a.of == "lease_end"] == [None, refusal[0].error]
 
 
+async def test_the_next_leases_share_waits_for_the_closed_leases_job_to_stop_on_the_same_gpus(tmp_path) -> None:
+    """The coordinator frees a lease's nodes at its close, once the worker acknowledged the cancel: the
+    next lease's dispatch onto the same GPUs may come while the old job still stops. It is neither
+    refused (the node would be judged unable) nor started beside the old job: it waits for it."""
+    first, second = str(Pubkey.new_unique()), str(Pubkey.new_unique())
+    slow_stop = script(  # takes a second to stop once told (saving its state, say)
+        "import signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, lambda *_: (time.sleep(1.0), print('stopped', flush=True), sys.exit(0)))\n"
+        "print('up', flush=True)\n"
+        "while True: time.sleep(0.05)\n"
+    )
+    async with FakeGateway() as gateway, running_agent(gateway, tmp_path) as agent:
+        await gateway.send(Dispatch(lease=first, gpus=2, job=slow_stop))
+        await gateway.wait_for(
+            lambda: any(m.lease == first and m.line == "up" for m in gateway.messages(JobLog)) or None,
+            what="the first lease's job up",
+        )
+        await gateway.wait_for(lambda: reports(gateway, first), what="a receipt of the first lease")
+        await gateway.send(Cancel(lease=first, reason="the lease was closed"))
+        await gateway.send(Dispatch(lease=second, gpus=2, job=job(steps=100000)))  # its GPUs, at once
+        await gateway.wait_for(
+            lambda: any(m.lease == second and m.state == "running" for m in gateway.messages(JobStatus)) or None,
+            what="the second lease's job running",
+        )
+        assert [a.error for a in gateway.messages(Ack) if a.lease == second] == [None]  # taken, not refused
+        events = [
+            (m.lease, getattr(m, "state", None) or getattr(m, "line", None))
+            for _, m in gateway.received
+            if isinstance(m, JobStatus | JobLog)
+        ]
+        first_end = events.index((first, "cancelled"))
+        assert (first, "stopped") in events[:first_end]
+        assert all(lease == first for lease, _ in events[:first_end]), "the first job stopped before the second began"
+        # billing: the second share from its take, after the first share's final receipt
+        receipts = [(i, m) for i, (_, m) in enumerate(gateway.received) if isinstance(m, UsageReceiptMessage)]
+        last_first = max(i for i, m in receipts if m.lease == first)
+        assert [m.final for i, m in receipts if m.lease == first][-1]
+        assert all(i > last_first for i, m in receipts if m.lease == second)
+        assert set(agent.shares) == {second} and not agent.waiting
+
+        # the control: a lease that needs GPUs no share releases is refused as before
+        third = str(Pubkey.new_unique())
+        await gateway.send(Dispatch(lease=third, gpus=1, job=job(steps=10)))
+        refusal = await gateway.wait_for(
+            lambda: [a for a in gateway.messages(Ack) if a.lease == third and a.error], what="the refusal"
+        )
+        assert refusal[0].unable and third not in agent.waiting
+
+
 async def test_a_dispatch_of_an_ended_job_holds_the_share_without_running_it(tmp_path) -> None:
     lease = str(Pubkey.new_unique())
     async with FakeGateway() as gateway, running_agent(gateway, tmp_path) as agent:
