@@ -25,6 +25,9 @@ __all__ = [
 ]
 
 
+_SAME_CLAIM = "excluded.gpu_seconds = usage_receipts.gpu_seconds AND excluded.through = usage_receipts.through"
+
+
 async def record_receipt(conn: Connection, node_key: NodeKey, message: UsageReceiptMessage) -> bool:
     """Durable before the worker's ack, and only of a share the node holds or held: the ledger's
     assignment of the node to the lease has the receipt's epoch, active or not (a share that just
@@ -33,7 +36,9 @@ async def record_receipt(conn: Connection, node_key: NodeKey, message: UsageRece
     not its own). A receipt replaces the share's stored one when it is newer (runs through a later
     instant), or when it is the node's final one (its billing ended, maybe before receipts it sent
     earlier: that one is the one to settle); a final one is replaced by nothing. A re-sent receipt
-    changes nothing."""
+    changes nothing, and a final one claiming what the stored one claims (the worker signs one at
+    the lease's end, then the final one at its cancel) keeps what settlement decided of it: that
+    claim is settled already, and pending again it would meet a lease finalized meanwhile."""
     held = await conn.fetchval(
         "SELECT EXISTS (SELECT 1 FROM assignments WHERE lease = $1 AND node_key = $2 AND epoch = $3)",
         message.lease,
@@ -43,11 +48,13 @@ async def record_receipt(conn: Connection, node_key: NodeKey, message: UsageRece
     if not held:
         return False
     await conn.execute(
-        """INSERT INTO usage_receipts (lease, node_key, epoch, gpu_seconds, through, final, signature, simulated)
+        f"""INSERT INTO usage_receipts (lease, node_key, epoch, gpu_seconds, through, final, signature, simulated)
            VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
            ON CONFLICT (lease, node_key, epoch) DO UPDATE
            SET gpu_seconds = excluded.gpu_seconds, through = excluded.through, final = excluded.final,
-               signature = excluded.signature, simulated = excluded.simulated, status = 'pending', reason = '',
+               signature = excluded.signature, simulated = excluded.simulated,
+               status = CASE WHEN {_SAME_CLAIM} THEN usage_receipts.status ELSE 'pending' END,
+               reason = CASE WHEN {_SAME_CLAIM} THEN usage_receipts.reason ELSE '' END,
                received_at = clock_timestamp()
            WHERE NOT usage_receipts.final AND (excluded.final OR excluded.through > usage_receipts.through)""",
         message.lease,

@@ -113,10 +113,11 @@ async def test_only_the_seconds_seen_online_are_paid_and_the_share_goes_on(clust
 # --- through the database and the settlement loop
 
 
-def _message(u: SignedUsage) -> UsageReceiptMessage:
+def _message(u: SignedUsage, final: bool = False) -> UsageReceiptMessage:
     r = u.receipt
     return UsageReceiptMessage(
         simulated=True,
+        final=final,
         lease=str(u.lease),
         epoch=r.epoch,
         gpu_seconds=r.gpu_seconds,
@@ -125,9 +126,9 @@ def _message(u: SignedUsage) -> UsageReceiptMessage:
     )
 
 
-async def _record(pool: asyncpg.Pool, u: SignedUsage) -> None:
+async def _record(pool: asyncpg.Pool, u: SignedUsage, final: bool = False) -> None:
     async with pool.acquire() as conn:
-        await usage.record_receipt(conn, u.node_key, _message(u))
+        await usage.record_receipt(conn, u.node_key, _message(u, final))
 
 
 def _settlement(
@@ -226,6 +227,30 @@ async def test_a_coordinator_restart_between_metering_and_settlement_loses_nothi
     assert (await fetch(cluster.client, cluster.lease, "Lease")).paid == lease.paid
     async with pool.acquire() as conn:
         assert await usage.pending_receipts(conn) == []
+
+
+async def test_a_final_receipt_of_a_settled_claim_stays_settled_and_a_smaller_one_is_pending(
+    cluster, pool, indexer, fence
+) -> None:
+    """A worker signs a receipt at the lease's end and the final one at its cancel, claiming the
+    same: recorded after the first was settled, the final one keeps its status (pending again, it
+    would wait for a settlement the lease's finalization may already have made impossible). The
+    control: a final receipt that claims less (billing ended earlier) is pending, to be settled."""
+    await _indexed(pool, cluster)
+    newest = await _meter(pool, cluster, 2)
+    await _settlement(pool, cluster, 3_600, fence).settle()
+
+    async def statuses() -> dict[str, tuple[str, bool]]:
+        async with pool.acquire() as conn:
+            rows = await conn.fetch("SELECT node_key, status, final FROM usage_receipts")
+        return {r["node_key"]: (r["status"], r["final"]) for r in rows}
+
+    same, smaller = newest
+    await _record(pool, same, final=True)
+    r = smaller.receipt
+    less = cluster.receipt(1, 0, gpu_seconds=r.gpu_seconds - 2, through=r.through - 1)
+    await _record(pool, less, final=True)
+    assert await statuses() == {str(same.node_key): ("settled", True), str(less.node_key): ("pending", True)}
 
 
 async def test_a_node_s_receipts_wait_while_a_correlated_outage_pauses_it(cluster, pool, indexer, fence) -> None:
