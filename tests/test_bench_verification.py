@@ -26,4 +26,6 @@ def test_the_numpy_backend_prints_prover_verifier_and_verdict_figures() -> None:
     assert re.search(r"^H100 +sim 64x256x\d+ +[\d.]+ s +[\d.]+ s +[\d.]+ s +\d+x$", out, re.MULTILINE), out
     assert re.search(r"a A100 +claiming H100 +: +[\d.]+ s to commit, deadline +[\d.]+ s -> caught \(deadline\)", out)
     assert re.search(r"false positives: \d+ of 20 honest challenges", out), out
+    assert re.search(r"under \d+ busy processes .*: \d+ past the deadline, \d+ with openings that do not hold; "
+                     r"the slowest commitment [\d.]+ s against the [\d.]+ s deadline", out), out  # fmt: skip
     assert re.search(r"detection rate: [\d.]+%", out), out
