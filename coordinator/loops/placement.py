@@ -34,6 +34,9 @@ class Placement:
         self.pool, self.shared, self.view, self.attester, self.fence = pool, shared, view, attester, fence
         # lease -> when this process first saw it open and waiting (the placement latency's start)
         self._seen: dict[str, float] = {}
+        # lease -> the scheduler's NotPlaced whose reason the ledger holds: the same one again (the
+        # fleet unchanged since) is not written again
+        self._recorded: dict[str, NotPlaced] = {}
 
     async def step(self) -> None:
         waiting = dict.fromkeys(WAITING_REASONS, 0)
@@ -42,6 +45,7 @@ class Placement:
             leases = await ledger.waiting_leases(conn)
             now = time.monotonic()
             self._seen = {lease["lease"]: self._seen.get(lease["lease"], now) for lease in leases}
+            self._recorded = {k: d for k, d in self._recorded.items() if k in self._seen}
             for lease in leases:
                 if not lease["has_job"]:
                     async with self.fence.decision(conn):
@@ -74,9 +78,13 @@ class Placement:
             return None
         decision = scheduler.place(request)
         if isinstance(decision, NotPlaced):
-            async with self.fence.decision(conn):
-                await ledger.set_placement(conn, lease["lease"], "waiting", decision.reason)
+            if self._recorded.get(request.lease) is not decision:
+                self._recorded.pop(request.lease, None)
+                async with self.fence.decision(conn):
+                    await ledger.set_placement(conn, lease["lease"], "waiting", decision.reason)
+                self._recorded[request.lease] = decision
             return decision.reason
+        self._recorded.pop(request.lease, None)
         scheduler.reserve(decision)
         nodes = list(decision.node_keys)
         async with self.fence.decision(conn):

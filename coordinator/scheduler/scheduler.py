@@ -32,6 +32,14 @@ __all__ = ["Scheduler"]
 
 Choice = list[tuple[NodeView, int]]
 
+# Facts of a node that only rank it among the qualifying (coordinator.scheduler.scoring), never
+# decide whether it qualifies: a change of them alone cannot let a lease that waits be placed.
+_RANKING_ONLY = frozenset({"latency_ms", "completed_shares", "failed_shares"})
+
+
+def _deciding(view: NodeView) -> tuple[Any, ...]:
+    return tuple(getattr(view, f.name) for f in dataclasses.fields(view) if f.name not in _RANKING_ONLY)
+
 
 class Scheduler:
     """Decides placements (`place`, `replace`) and keeps the fleet's free GPUs in step with them.
@@ -53,6 +61,11 @@ class Scheduler:
         self._pools: dict[tuple[int, int], Pool] = {}
         self._reservations: dict[str, Placement] = {}
         self._holders: dict[Address, set[str]] = {}  # node -> leases holding a share of it
+        # Waiting leases' NotPlaced, valid until the fleet changes in a way that can change it (a node
+        # added, removed or changed in a deciding fact, GPUs taken or freed): the placement loop
+        # retries every waiting lease on every step, and working out why one waits walks every node
+        # of its model (10 ms at 100,000 nodes), so an unchanged fleet costs each a lookup only.
+        self._waiting: dict[str, NotPlaced] = {}
         # Told each time GPUs of a node are taken (reserve, restore, replace): GPU verification
         # yields to it (coordinator/loops/verification.py).
         self.taken: Callable[[Address], None] = lambda _node_key: None
@@ -74,7 +87,11 @@ class Scheduler:
                     f"node {view.node_key}: gpu_count {view.gpu_count} is below its {old.gpus_leased} leased GPUs"
                 )
             view.gpus_leased = old.gpus_leased
+            if _deciding(old) != _deciding(view):
+                self._waiting.clear()
             self._drop(old)
+        else:
+            self._waiting.clear()
         self._put(view)
 
     def update_node(self, node_key: Address, /, **changes: Any) -> NodeView:
@@ -86,6 +103,8 @@ class Scheduler:
             new = dataclasses.replace(old, **changes)  # runs NodeView.check, gpus_leased <= gpu_count too
         except TypeError as e:
             raise InvalidNodeView(f"node {node_key}: {e}") from None
+        if _deciding(old) != _deciding(new):
+            self._waiting.clear()
         self._drop(old)
         self._put(new)
         return new
@@ -101,15 +120,21 @@ class Scheduler:
         view = self._node(node_key)
         if self._holders.get(node_key):
             raise NodeBusy(f"node {node_key} holds shares of leases {sorted(self._holders[node_key])}")
+        self._waiting.clear()
         self._drop(view)
 
     # -- decisions -----------------------------------------------------------------------------
 
     def place(self, request: LeaseRequest) -> Placement | NotPlaced:
-        """The best placement for the lease now, or why there is none. Changes nothing."""
+        """The best placement for the lease now, or why there is none. Changes nothing. Asked again
+        with the fleet unchanged since, a lease that waits gets the same NotPlaced (`is` it)."""
+        waiting = self._waiting.get(request.lease)
+        if waiting is not None and waiting.request == request:
+            return waiting
         choice = self._choose(request, (), request.terms.gpu_count)
         if choice is None:
-            return NotPlaced(request, lambda: self.explain(request))
+            waiting = self._waiting[request.lease] = NotPlaced(request, lambda: self.explain(request))
+            return waiting
         return Placement(request, tuple(PlacedShare.of(view, gpus) for view, gpus in choice))
 
     def explain(self, request: LeaseRequest) -> str:
@@ -305,6 +330,7 @@ class Scheduler:
         """Leases (gpus > 0) or frees (gpus < 0) GPUs of a node, keeping the index in step."""
         indexed = self._entries.get(view.node_key)
         view.gpus_leased += gpus
+        self._waiting.clear()
         if gpus > 0:
             self.taken(view.node_key)
         if indexed is None:

@@ -221,3 +221,32 @@ def test_a_node_is_placed_only_on_the_gpus_its_worker_runs() -> None:
     assert leased(restarted) == {"a-short": 8}
     short.check_consistency()
     restarted.check_consistency()
+
+
+def test_a_waiting_lease_is_explained_again_only_when_the_fleet_changed_in_what_decides() -> None:
+    """The placement loop retries every waiting lease on every step; working out why one waits walks
+    every node of its model, so the same NotPlaced comes back while nothing that decides changed."""
+    scheduler = scheduler_of([node("small", gpus=4), node("away", online=False)])
+    waiting = scheduler.place(request(gpus=8))
+    assert refused(waiting).startswith("cannot place 8 H100 GPUs")
+    assert scheduler.place(request(gpus=8)) is waiting
+    scheduler.update_node("small", latency_ms=250.0)  # ranks it, cannot make it qualify
+    scheduler.record_outcome("small", completed=True)
+    assert scheduler.place(request(gpus=8)) is waiting
+    # the control: facts that decide each bring a fresh decision, and the lease is placed once it can be
+    scheduler.update_node("small", healthy=False)
+    again = scheduler.place(request(gpus=8))
+    assert again is not waiting and refused(again)
+    scheduler.upsert_node(node("late", gpus=2, leased=2))
+    assert scheduler.place(request(gpus=8)) is not again
+    scheduler.update_node("away", online=True)
+    assert placed(scheduler.place(request(gpus=8))) == [("away", 8)]
+
+
+def test_a_waiting_lease_is_placed_on_the_gpus_a_closed_lease_frees() -> None:
+    scheduler = scheduler_of([node("only")])
+    scheduler.reserve(scheduler.place(request("first", gpus=8)))  # type: ignore[arg-type]
+    waiting = scheduler.place(request("second", gpus=8))
+    assert refused(waiting) and scheduler.place(request("second", gpus=8)) is waiting
+    scheduler.release("first")
+    assert placed(scheduler.place(request("second", gpus=8))) == [("only", 8)]

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from coordinator.scheduler import NodeView, NotPlaced, Placement, Scheduler, Scoring, StalePlacement
+from coordinator.scheduler import LeaseRequest, NodeView, NotPlaced, Placement, Scheduler, Scoring, StalePlacement
 from tests.scheduler.fleets import (
     cluster_cases,
     fewest_nodes,
@@ -151,6 +151,7 @@ class FleetLifecycle(RuleBasedStateMachine):
         self.scheduler = scheduler_of(fleet)
         self.base = leased(self.scheduler)  # GPUs leased outside this scheduler's reservations
         self.serial = 0
+        self.waiting: dict[str, LeaseRequest] = {}  # leases not placed yet, retried as the fleet changes
 
     @rule(req=lease_requests())
     def open_lease(self, req) -> None:
@@ -160,6 +161,28 @@ class FleetLifecycle(RuleBasedStateMachine):
         if isinstance(decision, Placement):
             assert violations(decision, dict(self.scheduler.nodes)) == []
             self.scheduler.reserve(decision)
+        else:
+            self.waiting[req.lease] = req
+
+    @precondition(lambda self: bool(self.waiting))
+    @rule()
+    def retry_waiting(self) -> None:
+        """The placement loop's retry of every waiting lease: a NotPlaced kept from before the fleet
+        changed must never hide a placement that exists now."""
+        for lease, req in list(self.waiting.items()):
+            decision = self.scheduler.place(req)
+            needed = fewest_nodes(self.scheduler.nodes.values(), req)
+            if isinstance(decision, NotPlaced):
+                assert needed is None, f"a placement on {needed} nodes exists; scheduler said: {decision.reason}"
+                continue
+            assert violations(decision, dict(self.scheduler.nodes)) == []
+            self.scheduler.reserve(decision)
+            del self.waiting[lease]
+
+    @precondition(lambda self: bool(self.scheduler.nodes))
+    @rule(data=st.data(), latency=st.none() | st.floats(0, 2_000))
+    def latency_changes(self, data: st.DataObject, latency: float | None) -> None:
+        self.scheduler.update_node(data.draw(st.sampled_from(sorted(self.scheduler.nodes))), latency_ms=latency)
 
     @precondition(lambda self: bool(self.scheduler.reservations))
     @rule(data=st.data())
