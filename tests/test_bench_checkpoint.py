@@ -6,27 +6,18 @@ trial; their values are not checked: a benchmark reports them, a test does not."
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 
-from tests.conftest import REPO
+from tests.benchmarks import run_benchmark
 
 SHARES = r"hashing +[\d.]+%  transfer +[\d.]+%  other +[\d.]+%"
 
 
-def _run(args: list[str], timeout: float, env: dict[str, str] | None = None) -> str:
-    run = subprocess.run([sys.executable, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    return run.stdout
-
-
 @pytest.mark.timeout(60)
 def test_the_checkpoint_benchmark_uploads_and_restores_through_the_store() -> None:
-    out = _run(["bench/checkpoint/checkpoint.py", "--smoke"], timeout=50)
+    out = run_benchmark(["bench/checkpoint/checkpoint.py", "--smoke"], timeout=50)
     assert re.search(r"^16 MiB checkpoint, 8 MiB chunks \(2 chunks\)$", out, re.MULTILINE), out
     for phase in ("first", "unchanged", "1% changed"):
         line = rf"upload, {re.escape(phase)}: +[\d.]+ s +[\d.]+ MiB/s  sent \d+ chunks  encryption +[\d.]+%  {SHARES}"
@@ -36,11 +27,7 @@ def test_the_checkpoint_benchmark_uploads_and_restores_through_the_store() -> No
 
 @pytest.mark.timeout(120)
 def test_the_checkpoint_failover_benchmark_restores_on_another_node(localnet_bin) -> None:
-    out = _run(
-        ["bench/checkpoint/failover.py", "--smoke"],
-        timeout=110,
-        env={**os.environ, "GPUNET_LOCALNET_BIN": str(localnet_bin)},
-    )
+    out = run_benchmark(["bench/checkpoint/failover.py", "--smoke"], timeout=110, localnet_bin=localnet_bin)
     spans = r"n=1 p50 [\d.]+ s  max [\d.]+ s; p99: not reported \(n=1 < 100 trials\)"
     assert re.search(r"^16 MiB checkpoint \(8 MiB chunks\), lost_after_seconds = 3", out, re.MULTILINE), out
     assert re.search(rf"node loss detected -> job running again elsewhere: {spans}", out), out
