@@ -81,10 +81,10 @@ async def main(trials: int, ttl: float, renew: float) -> None:
     print(f"deployment in {workdir} (logs there)", file=sys.stderr)
     node = LocalnetProcess(workdir / "localnet.log", slot_ms=100).start()
     database = EmbeddedPostgres(workdir / "database")
-    url = await database.start()
     replicas: dict[str, CoordinatorProcess] = {}
     workers: list[WorkerProcess] = []
     try:
+        url = await database.start()  # in the try: a database that fails to start leaves no node behind
         async with AsyncClient(node.url, commitment=Confirmed) as chain:
             admin = await funded_deployer(chain)
             attester = workdir / "attester.json"
