@@ -13,7 +13,10 @@ heartbeat + lost_after_seconds) and from the kill. The restore's own time (from 
 log) is split into decryption (AES-GCM open), hashing (chunk ids) and transfer (HTTP and the
 store), and its share of the failover is shown.
 
-    .venv/bin/python bench/checkpoint/failover.py [--mib 256] [--trials 2] [--lost-after 3]
+    .venv/bin/python bench/checkpoint/failover.py [--mib 256] [--trials 2] [--lost-after 3] [--smoke]
+
+--smoke: one trial with a 16 MiB checkpoint (two chunks), every figure printed in seconds (for the
+test suite: tests/test_bench_checkpoint.py); one trial's figures are no distribution.
 
 Target: under 15 s from detection with 256 MiB, the transfer being most of it.
 
@@ -31,7 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import re
+import json
 import sys
 import time
 from functools import partial
@@ -41,14 +44,10 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "coordinator"))
 
-from harness import JOB, deployment, summary, until
+from harness import JOB, deployment, trials_summary, until
 
 from gpunet.jobs import job_view, seal_missing_checkpoint_key
 from gpunet.protocol import JobSpec
-
-RESTORED = re.compile(
-    r"checkpoint\.restored lease=(\S+) .* bytes=(\d+) seconds=([\d.]+) open=([\d.]+) hash=([\d.]+) transfer=([\d.]+)"
-)
 
 
 async def main(mib: int, trials: int, lost_after: float) -> None:
@@ -92,8 +91,8 @@ async def main(mib: int, trials: int, lost_after: float) -> None:
             )
             await dep.close(lease)
     print(f"{mib} MiB checkpoint (8 MiB chunks), lost_after_seconds = {lost_after:g}, heartbeats every 0.5 s")
-    print(f"node loss detected -> job running again elsewhere: {summary(from_detection)}")
-    print(f"worker killed -> job running again elsewhere:      {summary(from_kill)}")
+    print(f"node loss detected -> job running again elsewhere: {trials_summary(from_detection)}")
+    print(f"worker killed -> job running again elsewhere:      {trials_summary(from_kill)}")
     total = sum(r[0] for r in restores)
     failover = sum(from_detection)
     print(
@@ -123,12 +122,21 @@ async def _last_heartbeat(dep, node_key: str) -> float:
 
 
 def _restore_of(log: Path, lease: str) -> tuple[float, float, float, float]:
-    """(total, decryption, hashing, transfer) seconds of the lease's restore, from the worker's log."""
+    """(total, decryption, hashing, transfer) seconds of the lease's restore, from the worker's log
+    (JSON lines: a worker whose output is not a terminal logs JSON, gpunet.logs)."""
     for line in reversed(log.read_text(errors="replace").splitlines()):
-        m = RESTORED.search(line)
-        if m and m.group(1) == lease:
-            return float(m.group(3)), float(m.group(4)), float(m.group(5)), float(m.group(6))
-    raise RuntimeError(f"no checkpoint.restored line for lease {lease} in {log}")
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue  # a line of the job's output or a traceback
+        if isinstance(event, dict) and event.get("event") == "checkpoint.restored" and event.get("lease") == lease:
+            return (
+                float(event["seconds"]),
+                float(event["open_seconds"]),
+                float(event["hash_seconds"]),
+                float(event["transfer_seconds"]),
+            )
+    raise RuntimeError(f"no checkpoint.restored JSON line for lease {lease} in {log} (GPUNET_LOG_FORMAT=human?)")
 
 
 if __name__ == "__main__":
@@ -136,7 +144,10 @@ if __name__ == "__main__":
     parser.add_argument("--mib", type=int, default=256, help="MiB of weights in the checkpoint")
     parser.add_argument("--trials", type=int, default=2)
     parser.add_argument("--lost-after", type=float, default=3.0, help="the coordinator's lost_after_seconds")
+    parser.add_argument("--smoke", action="store_true", help="one trial, 16 MiB: runs in seconds (CI)")
     args = parser.parse_args()
+    if args.smoke:
+        args.mib, args.trials = 16, 1
     if args.trials < 1 or args.lost_after <= 0 or args.mib < 1:
         parser.error("--trials and --mib must be >= 1 and --lost-after > 0")
     asyncio.run(main(args.mib, args.trials, args.lost_after))

@@ -48,6 +48,21 @@ def summary(values: list[float]) -> str:
     )
 
 
+MIN_TRIALS_FOR_P99 = 100  # fewer, and the "p99" is the slowest trial or near it: no tail is measured
+
+
+def trials_summary(values: list[float]) -> str:
+    """`summary` of a few trials: the p99 only from MIN_TRIALS_FOR_P99 on, else why it is missing."""
+    if not values:
+        return "n=0: no trial measured"
+    if len(values) >= MIN_TRIALS_FOR_P99:
+        return summary(values)
+    return (
+        f"n={len(values)} p50 {statistics.median(values):.3f} s  max {max(values):.3f} s; "
+        f"p99: not reported (n={len(values)} < {MIN_TRIALS_FOR_P99} trials)"
+    )
+
+
 @dataclass
 class Node:
     name: str
