@@ -24,7 +24,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness import JOB, deployment, summary, until
+from harness import JOB, deployment, trials_summary, until
 
 from gpunet.protocol import JobSpec
 
@@ -54,8 +54,8 @@ async def main(trials: int, lost_after: float) -> None:
             )
             await dep.close(lease)
     print(f"lost_after_seconds = {lost_after:g}, heartbeats every 0.5 s")
-    print(f"node loss detected -> lease running again elsewhere: {summary(after_detection)}")
-    print(f"worker killed -> lease running again elsewhere: {summary(times)}")
+    print(f"node loss detected -> lease running again elsewhere: {trials_summary(after_detection)}")
+    print(f"worker killed -> lease running again elsewhere: {trials_summary(times)}")
     print("target (from detection): < 10 s -> " + ("met" if max(after_detection) < 10 else "NOT met"))
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness import JOB, deployment, summary, until
+from harness import JOB, deployment, trials_summary, until
 
 from gpunet.protocol import JobSpec
 
@@ -40,7 +40,7 @@ async def main(rounds: int, nodes: int) -> None:
             print(f"round {r + 1}: {times[-1]:.3f} s", file=sys.stderr)
             await dep.close(lease)
             await until(lambda: _free(dep, nodes), 60, "the nodes free again")
-    print(f"lease opened -> job running on all {nodes} nodes: {summary(times)}")
+    print(f"lease opened -> job running on all {nodes} nodes: {trials_summary(times)}")
     print(
         "target: p50 < 1 s, p99 < 3 s -> "
         + ("met" if sorted(times)[len(times) // 2] < 1 and max(times) < 3 else "NOT met")
