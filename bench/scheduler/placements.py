@@ -175,11 +175,21 @@ def run(size: int, requests: int, seed: int) -> dict[str, float]:
         start = clock()
         assert decision.reason
         explain_times.append(clock() - start)
+    # The placement loop's next step over the same waiting leases, the fleet unchanged since its last
+    # (the first pass after the stream's changes works each reason out again; the second is timed).
+    still = [w.request for w in waiting[:200] if isinstance(d := scheduler.place(w.request), NotPlaced) and d.reason]
+    retry_times: list[int] = []
+    for req in still:
+        start = clock()
+        again = scheduler.place(req)
+        assert isinstance(again, NotPlaced) and again.reason
+        retry_times.append(clock() - start)
     gc.unfreeze()
     scheduler.check_consistency()
     times.sort()
     cpu_times.sort()
     explain_times.sort()
+    retry_times.sort()
     mean_s = sum(times) / len(times) / 1e9
     return {
         "nodes": size,
@@ -195,6 +205,7 @@ def run(size: int, requests: int, seed: int) -> dict[str, float]:
         "cycle_rate": len(stream) / cycle_s,
         "utilisation": held / total_gpus,
         "explain_p99_ms": explain_times[int(len(explain_times) * 0.99)] / 1e6 if explain_times else 0.0,
+        "retry_p99_ms": retry_times[int(len(retry_times) * 0.99)] / 1e6 if retry_times else 0.0,
     }
 
 
@@ -212,7 +223,7 @@ def main() -> None:
     )
     header = (
         f"{'nodes':>8} {'decisions/s':>12} {'cpu /s':>8} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'cpu p99':>8} "
-        f"{'cpu max':>8} {'placed':>7} {'cycles/s':>9} {'util':>5} {'why p99':>8}  target"
+        f"{'cpu max':>8} {'placed':>7} {'cycles/s':>9} {'util':>5} {'why p99':>8} {'again p99':>9}  target"
     )
     print(header)
     print("-" * len(header))
@@ -226,13 +237,15 @@ def main() -> None:
             f"{size:>8,} {r['rate']:>12,.0f} {r['cpu_rate']:>8,.0f} {r['p50_ms']:>8.3f} {r['p99_ms']:>8.3f} "
             f"{r['max_ms']:>8.2f} "
             f"{r['cpu_p99_ms']:>8.3f} {r['cpu_max_ms']:>8.2f} {r['placed']:>7.1%} {r['cycle_rate']:>9,.0f} "
-            f"{r['utilisation']:>5.0%} {r['explain_p99_ms']:>8.2f}  {verdict}"
+            f"{r['utilisation']:>5.0%} {r['explain_p99_ms']:>8.2f} {r['retry_p99_ms']:>9.4f}  {verdict}"
         )
     print(
         "decisions/s = 1 / mean place() time (wall clock); cpu /s, cpu p99/max = the same place() calls in\n"
         "this thread's CPU time (no preemption by other processes); cycles/s = place + reserve + releases, "
         "end to end;\n"
-        "why p99 = ms to work out a NotPlaced reason (done when the reason is read, not in place())."
+        "why p99 = ms to work out a NotPlaced reason (done when the reason is read, not in place());\n"
+        "again p99 = ms to retry a waiting lease and read its reason with the fleet unchanged since the\n"
+        "last retry, as the placement loop does every step (target < 1 ms at 100,000 nodes)."
     )
 
 
