@@ -74,3 +74,38 @@ def test_the_scale_model_prints_each_fleet_before_and_after() -> None:
     for model in ("before", "after"):
         for gpus in ("10,000", "100,000", "1,000,000"):
             _line(rf"^{model} +{gpus} +[\d,]+ +[\d.]+ +[\d,]+ +[\d.]+ % .+ [\d.]+ %", out)
+
+
+@pytest.mark.timeout(150)
+def test_the_chaos_benchmark_completes_every_job_and_balances_every_lease(localnet_bin) -> None:
+    out = run_benchmark(["bench/chaos/chaos.py", "--leases", "2"], timeout=140, localnet_bin=localnet_bin)
+    _line(r"^2 leases, \d+ workers killed \(30% of the shares\)$", out)
+    _line(r"^checkpointing jobs completed: \d+/2$", out)
+    _line(rf"^time to recover \(kill -> running elsewhere\): ({FEW_TRIALS}|n=0: no trial measured)$", out)
+    _line(r"^conservation: \d+/2 leases balance; base units mis-settled: \d+$", out)
+    _line(r"^target: every job completes, 0 mis-settled -> (met|NOT met)$", out)
+
+
+@pytest.mark.timeout(150)
+def test_the_faults_benchmark_runs_a_scenario_with_its_control(localnet_bin) -> None:
+    out = run_benchmark(
+        ["bench/faults/faults.py", "--runs", "1", "--scenarios", "one-node-lost"],
+        timeout=140,
+        localnet_bin=localnet_bin,
+    )
+    _line(r"^one-node-lost +1 +\d+ +\d+ +\d+ +\d+$", out)
+    _line(
+        r"^targets: 0 innocent slashes, 0 unpaid GPU-seconds, 0 jobs run twice; the control slashed exactly once", out
+    )
+
+
+@pytest.mark.timeout(150)
+def test_the_ray_benchmark_forms_a_cluster_and_replaces_its_head(localnet_bin) -> None:
+    out = run_benchmark(
+        ["bench/ray/ray.py", "--rounds", "1", "--sizes", "2", "--head-rounds", "1"],
+        timeout=140,
+        localnet_bin=localnet_bin,
+    )
+    _line(rf"^N=2: lease opened -> Ray cluster ready with all 2 nodes: {FEW_TRIALS}$", out)
+    _line(rf"^N=2: head lost -> cluster whole again on a new head: {FEW_TRIALS}$", out)
+    _line(r"^N=2: target p50 < 30 s -> (met|NOT met)$", out)

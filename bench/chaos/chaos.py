@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "coordinator"))
 
-from harness import JOB, PRICE, deployment, summary, until
+from harness import JOB, PRICE, deployment, trials_summary, until
 
 from gpunet.accounts import fetch
 from gpunet.history import transactions_of
@@ -66,7 +66,7 @@ async def main(leases: int, kill_fraction: float, seed: int) -> None:
                         mis_settled += abs(e.data.payout + e.data.fee - e.data.gpu_seconds * PRICE // 3600)
     print(f"{leases} leases, {kills} workers killed ({kill_fraction:.0%} of the shares)")
     print(f"checkpointing jobs completed: {completed}/{leases}")
-    print(f"time to recover (kill -> running elsewhere): {summary(recoveries)}")
+    print(f"time to recover (kill -> running elsewhere): {trials_summary(recoveries)}")
     print(f"conservation: {leases - misses}/{leases} leases balance; base units mis-settled: {mis_settled}")
     print(
         "target: every job completes, 0 mis-settled -> "

@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "coordinator"))
 
-from harness import Deployment, deployment, summary, until
+from harness import Deployment, deployment, trials_summary, until
 
 from gpunet.jobs import job_view, seal_missing_secrets
 from gpunet.protocol import RAY_AUTH_TOKEN, JobSpec
@@ -83,9 +83,9 @@ async def measure(nodes: int, rounds: int, head_rounds: int) -> None:
             print(f"N={nodes} head lost {r + 1}: whole again after {whole[-1]:.2f} s", file=sys.stderr)
             await dep.close(lease)
             await until(lambda: _free(dep), 120, "the nodes free again")
-    print(f"N={nodes}: lease opened -> Ray cluster ready with all {nodes} nodes: {summary(ready)}")
+    print(f"N={nodes}: lease opened -> Ray cluster ready with all {nodes} nodes: {trials_summary(ready)}")
     if whole:
-        print(f"N={nodes}: head lost -> cluster whole again on a new head: {summary(whole)}")
+        print(f"N={nodes}: head lost -> cluster whole again on a new head: {trials_summary(whole)}")
     print(f"N={nodes}: target p50 < 30 s -> {'met' if statistics.median(ready) < 30 else 'NOT met'}")
 
 
