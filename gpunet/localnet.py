@@ -102,6 +102,7 @@ class LocalnetProcess:
         log: Path,
         slot_ms: int = 400,
         binary: Path | None = None,
+        confirm_slots: int = 0,
         ledger: Path | None = None,
         genesis: Path | None = None,
         upgrade_authority: Pubkey | None = None,
@@ -109,6 +110,7 @@ class LocalnetProcess:
         self.binary = binary or localnet_binary()
         self.rpc_port, self.ws_port = free_ports(2)
         self.slot_ms = slot_ms
+        self.confirm_slots = confirm_slots  # slots before "confirmed" (0: at once; 2 is mainnet-like)
         self.log = log
         self.ledger = ledger
         self.genesis = genesis
@@ -169,6 +171,8 @@ class LocalnetProcess:
             "--upgrade-authority",
             str(self.upgrade_authority),
         ]
+        if self.confirm_slots:  # the node's default is 0
+            args += ["--confirm-slots", str(self.confirm_slots)]
         if self.ledger:
             args += ["--ledger", str(self.ledger)]
         if self.genesis:

@@ -32,6 +32,15 @@ def localnet(
     ws_port: Annotated[int, typer.Option("--ws-port", min=1, max=65535)] = 8900,
     ledger: Annotated[Path | None, typer.Option("--ledger", help="Keep state here across restarts.")] = None,
     slot_ms: Annotated[int, typer.Option("--slot-ms", min=1, help="Milliseconds per slot.")] = 400,
+    confirm_slots: Annotated[
+        int,
+        typer.Option(
+            "--confirm-slots",
+            min=0,
+            max=1000,
+            help="Slots before a transaction is confirmed (0: at once; 2 is like a real cluster's 0.5-1.5 s).",
+        ),
+    ] = 0,
     keypair: KeypairOpt = DEFAULT_KEYPAIR,
 ) -> None:
     """Run gpunet-localnet (JSON-RPC + PubSub with the gpunet program) until Ctrl-C. Your wallet
@@ -69,6 +78,8 @@ def localnet(
         str(ws_port),
         "--slot-ms",
         str(slot_ms),
+        "--confirm-slots",
+        str(confirm_slots),
         "--upgrade-authority",
         str(deployer),
     ]

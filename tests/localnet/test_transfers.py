@@ -1,4 +1,4 @@
-"""Airdrop, SOL transfer confirmed through signatureSubscribe, transaction history."""
+"""Airdrop, SOL transfer confirmed through signatureSubscribe, transaction history, the confirmation delay."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 from solana.rpc.async_api import AsyncClient
+from solana.rpc.commitment import Confirmed, Processed
 from solana.rpc.websocket_api import connect
 from solders.keypair import Keypair
 from solders.rpc.responses import SignatureNotification, SlotNotification
@@ -125,3 +126,34 @@ async def test_epoch_info_blockhash_and_fees(node):
         version = (await client.get_version()).value
         assert version.solana_core == "2.3.13"
         assert (await client.get_identity()).value.identity
+
+
+async def test_a_confirmation_delay_holds_confirmed_back_by_its_slots(start_node):
+    """With --confirm-slots 3, a transfer is processed at once and confirmed only 3 slots after its
+    own slot: its status and a signatureSubscribe at "confirmed" both wait; the control, a
+    subscription at "processed", is told at once."""
+    node = start_node(confirm_slots=3)
+    async with AsyncClient(node.url) as client:
+        alice = await funded_wallet(client, 2)  # waits out the delay (the client asks for "finalized")
+        tx = await signed(
+            client,
+            alice,
+            [transfer(TransferParams(from_pubkey=alice.pubkey(), to_pubkey=Keypair().pubkey(), lamports=1))],
+        )
+        sig = tx.signatures[0]
+        async with connect(node.ws_url) as confirmed_ws, connect(node.ws_url) as processed_ws:
+            await confirmed_ws.signature_subscribe(sig, commitment=Confirmed)
+            await processed_ws.signature_subscribe(sig, commitment=Processed)
+            await confirmed_ws.recv()
+            await processed_ws.recv()
+            await client.send_raw_transaction(bytes(tx))
+            told = (await asyncio.wait_for(processed_ws.recv(), 5))[0]
+            assert isinstance(told, SignatureNotification)
+            first = (await client.get_signature_statuses([sig])).value[0]
+            assert first is not None and str(first.confirmation_status).endswith("Processed")
+            note = (await asyncio.wait_for(confirmed_ws.recv(), 10))[0]
+            assert isinstance(note, SignatureNotification) and note.result.value.err is None
+            slot_told = (await client.get_slot()).value
+        assert slot_told >= first.slot + 3
+        status = (await client.get_signature_statuses([sig])).value[0]
+        assert str(status.confirmation_status).endswith("Confirmed") and status.confirmations >= 3

@@ -22,6 +22,34 @@ pub const LAMPORTS_PER_SIGNATURE: u64 = 5_000;
 /// Lamports the faucet (requestAirdrop) starts with.
 pub const FAUCET_LAMPORTS: u64 = 500_000_000 * 1_000_000_000;
 
+/// How far a transaction has come, in the order a client waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Commitment {
+    Processed,
+    Confirmed,
+    Finalized,
+}
+
+impl Commitment {
+    /// A request's `commitment` (absent: finalized, the RPC's default); the aliases the RPC
+    /// still accepts map as agave maps them.
+    pub fn parse(name: Option<&str>) -> Self {
+        match name {
+            Some("processed" | "recent") => Self::Processed,
+            Some("confirmed" | "single" | "singleGossip") => Self::Confirmed,
+            _ => Self::Finalized,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Processed => "processed",
+            Self::Confirmed => "confirmed",
+            Self::Finalized => "finalized",
+        }
+    }
+}
+
 /// What PubSub subscribers are told about.
 #[derive(Clone, Debug)]
 pub enum Event {
@@ -58,7 +86,12 @@ pub struct Chain {
     pub events: broadcast::Sender<Event>,
     /// Set when the state changed since the ledger last saved it.
     pub dirty: bool,
+    /// Slots after its own before a transaction counts as confirmed (0: every commitment at once).
+    pub confirm_slots: u64,
 }
+
+/// Slots after its own before a transaction is finalized, as on a real cluster (32 votes deep).
+pub const FINALITY_SLOTS: u64 = 32;
 
 /// Seconds since the Unix epoch.
 pub fn unix_now() -> i64 {
@@ -100,6 +133,7 @@ impl Chain {
             by_address: HashMap::new(),
             events,
             dirty: true,
+            confirm_slots: 0,
         };
         chain.blockhashes.push(genesis_hash, 0);
         chain.set_clock(now);
@@ -172,6 +206,24 @@ impl Chain {
 
     pub fn transaction(&self, sig: &Signature) -> Option<&Arc<TxRecord>> {
         self.by_signature.get(sig).map(|&i| &self.txs[i])
+    }
+
+    /// The commitment a transaction of `slot` has reached: with a confirmation delay, "confirmed"
+    /// only `confirm_slots` slots later and "finalized" `FINALITY_SLOTS` later, as on a real cluster
+    /// (there, a supermajority's votes take those slots to land).
+    pub fn commitment_of(&self, slot: u64) -> Commitment {
+        let age = self.slot.saturating_sub(slot);
+        match self.confirm_slots {
+            0 => Commitment::Finalized,
+            n if age >= n.max(FINALITY_SLOTS) => Commitment::Finalized,
+            n if age >= n => Commitment::Confirmed,
+            _ => Commitment::Processed,
+        }
+    }
+
+    /// A transaction's signature status as of now.
+    pub fn status_json(&self, rec: &TxRecord) -> serde_json::Value {
+        rec.status_json(self.commitment_of(rec.slot), self.slot.saturating_sub(rec.slot))
     }
 
     /// Appends a processed transaction to the history and the indexes.
@@ -263,6 +315,21 @@ mod tests {
         assert!(chain.blockhashes.is_valid(&h0));
         chain.tick(unix_now());
         assert!(!chain.blockhashes.is_valid(&h0));
+    }
+
+    #[test]
+    fn a_confirmation_delay_holds_a_transaction_at_processed_then_confirmed() {
+        let mut chain = Chain::new(node_svm(&ProgramBuild::Native).unwrap());
+        assert_eq!(chain.commitment_of(0), Commitment::Finalized, "no delay: every commitment at once");
+        chain.confirm_slots = 2;
+        let seen = [0, 1, 2, 31, 32].map(|age| {
+            chain.slot = 100 + age;
+            chain.commitment_of(100)
+        });
+        use Commitment::*;
+        assert_eq!(seen, [Processed, Processed, Confirmed, Confirmed, Finalized]);
+        assert_eq!(Commitment::parse(Some("singleGossip")), Confirmed);
+        assert_eq!(Commitment::parse(None), Finalized);
     }
 
     #[test]

@@ -23,6 +23,9 @@ use {
     },
 };
 
+/// A transaction that passed `Chain::verify`: the only kind `Chain::send` takes.
+pub struct Verified(VersionedTransaction);
+
 static PRECOMPILES: LazyLock<[Pubkey; 3]> = LazyLock::new(|| {
     [
         "Ed25519SigVerify111111111111111111111111111",
@@ -115,19 +118,20 @@ impl Chain {
     }
 
     /// Checks done before a transaction may run: sanitize and signatures.
-    pub fn verify(tx: &VersionedTransaction) -> Result<(), RpcError> {
+    /// sendTransaction's checks that need no chain state (sanitized, every signature valid): done
+    /// before the chain is locked, so concurrent requests verify in parallel.
+    pub fn verify(tx: VersionedTransaction) -> Result<Verified, RpcError> {
         tx.sanitize()
             .map_err(|e| RpcError::invalid_params(format!("invalid transaction: {}", TransactionError::from(e))))?;
         if tx.signatures.is_empty() || !tx.verify_with_results().iter().all(|ok| *ok) {
             return Err(RpcError::signature_verification_failure());
         }
-        Ok(())
+        Ok(Verified(tx))
     }
 
     /// sendTransaction. Ok(signature) also when, with skipPreflight, the
     /// transaction is dropped (bad blockhash, duplicate, unpaid fee), as a validator does.
-    pub fn send(&mut self, tx: VersionedTransaction, skip_preflight: bool) -> Result<Signature, RpcError> {
-        Self::verify(&tx)?;
+    pub fn send(&mut self, Verified(tx): Verified, skip_preflight: bool) -> Result<Signature, RpcError> {
         let signature = tx.signatures[0];
         let refused = if self.by_signature.contains_key(&signature) {
             Some(TransactionError::AlreadyProcessed)
@@ -223,12 +227,13 @@ impl Chain {
         addresses: &[Pubkey],
         encode: &dyn Fn(&Account) -> Value,
     ) -> Result<Value, RpcError> {
-        if sig_verify {
-            Self::verify(&tx)?;
+        let tx = if sig_verify {
+            Self::verify(tx)?.0
         } else {
             tx.sanitize()
                 .map_err(|e| RpcError::invalid_params(format!("invalid transaction: {}", TransactionError::from(e))))?;
-        }
+            tx
+        };
         let replacement = if replace {
             let (hash, last_valid) = self.latest_blockhash();
             json!({ "blockhash": hash.to_string(), "lastValidBlockHeight": last_valid })
@@ -291,7 +296,7 @@ impl Chain {
                 continue;
             }
             let sig = self
-                .send(tx, false)
+                .send(Self::verify(tx)?, false)
                 .map_err(|e| RpcError::internal(format!("airdrop request failed: {}", e.message)))?;
             return Ok(sig);
         }

@@ -3,7 +3,7 @@
 
 use {
     super::{
-        chain::{Event, TxEvent},
+        chain::{Commitment, Event, TxEvent},
         encoding::{encode_notification_account, AccountOpts, Encoding},
         errors::{error_response, RpcError, RpcResult},
         methods::accounts::{matches, parse_filters, Filter},
@@ -44,7 +44,8 @@ enum Sub {
     Program(Pubkey, AccountOpts, Vec<Filter>),
     /// None: every transaction; Some(key): transactions mentioning key.
     Logs(Option<Pubkey>),
-    Signature(Signature),
+    /// Notified once the transaction reaches the commitment asked for.
+    Signature(Signature, Commitment),
     Slot,
 }
 
@@ -154,7 +155,9 @@ fn subscribe(
             let s: String = p.req(0)?;
             let sig = Signature::from_str(&s)
                 .map_err(|_| RpcError::invalid_params("Invalid Request: Invalid signature provided"))?;
-            Sub::Signature(sig)
+            let cfg = p.config(1)?;
+            cfg.check(node.chain().slot)?;
+            Sub::Signature(sig, Commitment::parse(cfg.get::<String>("commitment")?.as_deref()))
         }
         "slotSubscribe" => Sub::Slot,
         m if m.ends_with("Unsubscribe") => {
@@ -167,10 +170,10 @@ fn subscribe(
         _ => return Err(RpcError::method_not_found()),
     };
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-    if let Sub::Signature(sig) = &sub {
-        // Already processed: notify at once (every commitment is reached immediately).
+    if let Sub::Signature(sig, wanted) = &sub {
+        // Already there: notify at once.
         let chain = node.chain();
-        if let Some(rec) = chain.transaction(sig) {
+        if let Some(rec) = chain.transaction(sig).filter(|r| chain.commitment_of(r.slot) >= *wanted) {
             extra.push(notification("signatureNotification", id, ctx(rec.slot, json!({ "err": err_json(&rec.err) }))));
             return Ok(json!(id));
         }
@@ -183,14 +186,28 @@ fn notify(node: &Node, subs: &mut HashMap<u64, Sub>, ev: &Event) -> Vec<Message>
     let mut out = vec![];
     match ev {
         Event::Slot { slot, parent } => {
+            let mut done = vec![];
             for (id, sub) in subs.iter() {
-                if matches!(sub, Sub::Slot) {
-                    out.push(notification(
+                match sub {
+                    Sub::Slot => out.push(notification(
                         "slotNotification",
                         *id,
                         json!({ "parent": parent, "root": slot, "slot": slot }),
-                    ));
+                    )),
+                    // A transaction processed earlier may reach the commitment asked for with this slot.
+                    Sub::Signature(sig, wanted) => {
+                        let chain = node.chain();
+                        if let Some(rec) = chain.transaction(sig).filter(|r| chain.commitment_of(r.slot) >= *wanted) {
+                            let value = json!({ "err": err_json(&rec.err) });
+                            out.push(notification("signatureNotification", *id, ctx(rec.slot, value)));
+                            done.push(*id);
+                        }
+                    }
+                    _ => {}
                 }
+            }
+            for id in done {
+                subs.remove(&id);
             }
         }
         Event::Tx(tx) => {
@@ -228,8 +245,8 @@ fn notify_tx(node: &Node, id: u64, sub: &Sub, tx: &TxEvent, out: &mut Vec<Messag
                 out.push(notification("logsNotification", id, ctx(tx.slot, value)));
             }
         }
-        Sub::Signature(sig) => {
-            if sig.to_string() == tx.signature {
+        Sub::Signature(sig, wanted) => {
+            if sig.to_string() == tx.signature && node.chain().commitment_of(tx.slot) >= *wanted {
                 out.push(notification("signatureNotification", id, ctx(tx.slot, json!({ "err": err_json(&tx.err) }))));
                 done.push(id);
             }

@@ -2,7 +2,7 @@
 //! block time or balances), and how getTransaction / getSignatureStatuses show it.
 
 use {
-    super::token::TokenBalance,
+    super::{chain::Commitment, token::TokenBalance},
     base64::{engine::general_purpose::STANDARD as B64, Engine},
     serde::{Deserialize, Serialize},
     serde_json::{json, Value},
@@ -66,13 +66,14 @@ impl TxRecord {
         self.tx.signatures[0].to_string()
     }
 
-    pub fn status_json(&self) -> Value {
+    /// Its signature status, `reached` being the commitment it has reached now and `age` the slots since.
+    pub fn status_json(&self, reached: Commitment, age: u64) -> Value {
         json!({
             "slot": self.slot,
-            "confirmations": null,
+            "confirmations": if reached == Commitment::Finalized { Value::Null } else { json!(age) },
             "err": err_json(&self.err),
             "status": status_json(&self.err),
-            "confirmationStatus": "finalized",
+            "confirmationStatus": reached.name(),
         })
     }
 

@@ -2,6 +2,7 @@
 
 use {
     crate::node::{
+        chain::Chain,
         encoding::{encode_account, with_context, AccountOpts, Encoding},
         errors::{RpcError, RpcResult},
         params::{parse_pubkey, parse_signature, Params},
@@ -68,7 +69,7 @@ pub fn send_transaction(node: &Node, p: Params) -> RpcResult<Value> {
         tmp.insert("commitment".into(), c);
         crate::node::params::Config(tmp).check(u64::MAX)?;
     }
-    let tx = decode_transaction(&encoded, &encoding)?;
+    let tx = Chain::verify(decode_transaction(&encoded, &encoding)?)?;
     let mut chain = node.chain();
     cfg.check(chain.slot)?;
     Ok(json!(chain.send(tx, skip_preflight)?.to_string()))
@@ -109,7 +110,7 @@ pub fn get_signature_statuses(node: &Node, p: Params) -> RpcResult<Value> {
     let _ = p.config(1)?.get::<bool>("searchTransactionHistory")?;
     let chain = node.chain();
     let values: Vec<Value> =
-        sigs.iter().map(|s| chain.transaction(s).map_or(Value::Null, |r| r.status_json())).collect();
+        sigs.iter().map(|s| chain.transaction(s).map_or(Value::Null, |r| chain.status_json(r))).collect();
     Ok(with_context(chain.slot, Value::Array(values)))
 }
 
@@ -168,7 +169,7 @@ pub fn get_signatures_for_address(node: &Node, p: Params) -> RpcResult<Value> {
                     "err": crate::node::record::err_json(&r.err),
                     "memo": null,
                     "blockTime": r.block_time,
-                    "confirmationStatus": "finalized",
+                    "confirmationStatus": chain.commitment_of(r.slot).name(),
                 })
             })
             .collect(),
