@@ -28,7 +28,7 @@ from coordinator.payers import FeePayers
 from gpunet import instructions as ix
 from gpunet.accounts import AccountError, fetch, fetch_config
 from gpunet.audit import evidence_hash  # the auditors' hash: what goes on chain for a slash
-from gpunet.client import TransactionExpired, send_and_confirm
+from gpunet.client import InFlight, TransactionExpired
 from gpunet.events import decode_events
 from gpunet.logs import get_logger
 from gpunet.pda import evidence_pda, node_pda
@@ -66,9 +66,12 @@ class Attester:
         backoff_s: float = 0.2,
         metrics: Metrics | None = None,
         intend: Intend | None = None,
+        sender: InFlight | None = None,
     ) -> None:
         self.client = client
         self.intend = intend
+        # The transactions out at once, settlements' included: callers send concurrently, one window.
+        self.sender = sender or InFlight(client)
         self.metrics = metrics or Metrics()
         self.key = key
         self.payers = payers or FeePayers(client, key)  # who pays each fee (the attester signs every one)
@@ -77,7 +80,7 @@ class Attester:
 
     async def _send(self, instructions: list[Instruction]) -> Signature:
         payer, cosigners = await self.payers.signing()
-        return await send_and_confirm(self.client, payer, instructions, cosigners)
+        return await self.sender.send(payer, instructions, cosigners)
 
     async def _retry(
         self,

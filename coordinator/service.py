@@ -60,6 +60,7 @@ from coordinator.settlement import Settler
 from coordinator.state import Shared
 from coordinator.view import FleetView
 from gpunet.accounts import AccountError, fetch_config
+from gpunet.client import InFlight
 from gpunet.logs import get_logger
 from gpunet.protocol import Welcome
 
@@ -83,7 +84,11 @@ class Coordinator:
             attester,
             fee_payer_keys(settings.fee_payer_path, settings.fee_payers),
             min_lamports=settings.fee_payer_min_lamports,
+            top_up_lamports=settings.fee_payer_top_up_lamports,
+            attester_reserve_lamports=settings.attester_min_lamports,
         )
+        # One window of transactions in flight for everything this process sends (gpunet.client.InFlight).
+        self.sender = InFlight(self.chain, window=settings.tx_window)
         self.gateway = Gateway(heartbeat_seconds=settings.heartbeat_seconds)
         self.gateway.leading = lambda: self.leading
         self.gateway.leader_url = self._leader_gateway
@@ -124,7 +129,12 @@ class Coordinator:
         )
         self.shared = Shared(Scheduler(accept_simulated=settings.accept_simulated), metrics=self.metrics)
         chain_writer = Attester(
-            self.chain, self.attester_key, payers=self.payers, metrics=self.metrics, intend=fence.intend
+            self.chain,
+            self.attester_key,
+            payers=self.payers,
+            metrics=self.metrics,
+            intend=fence.intend,
+            sender=self.sender,
         )
         view = FleetView(self.shared, self.fleet, self.gateway)
         self.outages = Outages(
@@ -132,7 +142,7 @@ class Coordinator:
         )
         self.settlement = Settlement(
             pool,
-            Settler(self.chain, self.attester_key, self.payers, intend=fence.intend),
+            Settler(self.chain, self.attester_key, self.payers, intend=fence.intend, sender=self.sender),
             self.fleet,
             started_at=time.time(),
             reconnect_grace_seconds=settings.reconnect_grace_seconds,

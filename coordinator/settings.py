@@ -55,12 +55,21 @@ class Settings(BaseSettings):
         description="the coordinator's key (`run` only): one of the config's attesters, to assign, settle and slash",
     )
     fee_payers: int = Field(
-        default=0,
+        default=8,
         ge=0,
         le=256,
         description="how many fee-payer keys the coordinator's transactions are spread over (round robin), so "
         "no single payer is a hot account; 0: the attester pays its own fees. The keys are fee-payer-N.json "
-        "in the fee-payer dir, made when missing: fund each with SOL (`gpunet coordinator fee-payers` lists them)",
+        "in the fee-payer dir, made when missing, and topped up from the attester (`gpunet coordinator "
+        "fee-payers` lists them)",
+    )
+    tx_window: int = Field(
+        default=64,
+        ge=1,
+        le=1024,
+        description="transactions the coordinator keeps in flight at once (settlements, placements, moves, "
+        "closes): sent without waiting for each other's confirmation, a share's or a lease's in order; the "
+        "window halves on the RPC's 429 or on slow confirmations and grows back up to this",
     )
     fee_payer_dir: Path | None = Field(
         default=None, description="where the fee-payer keypair files are kept; unset: the state dir's fee-payers/"
@@ -68,8 +77,14 @@ class Settings(BaseSettings):
     fee_payer_min_lamports: int = Field(
         default=10_000_000,
         ge=0,
-        description="a fee payer holding less is skipped (with a warning) until it is funded again; when none "
-        "holds enough, the attester pays",
+        description="a fee payer holding less is topped up from the attester, or else skipped (with a "
+        "warning) until it is funded again; when none holds enough, the attester pays",
+    )
+    fee_payer_top_up_lamports: int = Field(
+        default=100_000_000,
+        ge=0,
+        description="a fee payer found under the minimum gets this much SOL from the attester, while the "
+        "attester keeps its own minimum (attester_min_lamports); 0: never (fund the payers yourself)",
     )
     attester_min_lamports: int = Field(
         default=50_000_000,

@@ -15,13 +15,15 @@ the online time the coordinator itself observed (heartbeats) since the last sett
 the increment, only the seconds it saw the node online (and at most wall time x GPUs since the
 last settled receipt) are accepted and paid; the rest is settled unpaid. A closing lease takes
 receipts until its settlement deadline. Accepted receipts are packed several to a transaction,
-each Ed25519 instruction directly before its settle_usage, as the program requires. With a
+each Ed25519 instruction directly before its settle_usage, as the program requires, and the
+transactions are sent at once, a share's in order (`InFlight`: a bounded window). With a
 fence (coordinator.leader), each transaction is first recorded as the leader's decision under the
 check that its term still leads.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -40,7 +42,7 @@ from coordinator.attester import Intend
 from coordinator.payers import FeePayers
 from gpunet import instructions as ix
 from gpunet.accounts import AccountError, chain_clock, fetch, fetch_config, lease_end
-from gpunet.client import TransactionExpired, TransactionFailed, send_and_confirm
+from gpunet.client import InFlight, TransactionExpired, TransactionFailed
 from gpunet.fees import MAX_COMPUTE_UNITS, Budget, with_budget
 from gpunet.tokens import io_account
 from gpunet.usage import Receipt
@@ -89,12 +91,20 @@ to the receipt's `through` (None: not tracked)."""
 
 class Settler:
     def __init__(
-        self, client: AsyncClient, attester: Keypair, payers: FeePayers | None = None, *, intend: Intend | None = None
+        self,
+        client: AsyncClient,
+        attester: Keypair,
+        payers: FeePayers | None = None,
+        *,
+        intend: Intend | None = None,
+        sender: InFlight | None = None,
     ) -> None:
         self.client = client
         self.intend = intend
         self.attester = attester
         self.payers = payers or FeePayers(client, attester)  # who pays each fee (coordinator.payers)
+        # The transactions out at once, the coordinator's other transactions' included (one window).
+        self.sender = sender or InFlight(client)
         self._authorities: dict[Pubkey, Pubkey] = {}  # provider account -> its wallet (never changes)
 
     async def settle(
@@ -147,9 +157,32 @@ class Settler:
                     ],
                 )
             )
-        for group in self._pack(ready):
-            outcomes.extend(await self._send(group))
+        outcomes.extend(await self._send_all(self._pack(ready)))
         return outcomes
+
+    async def _send_all(self, groups: list[list[_Ready]]) -> list[Outcome]:
+        """Sends the transactions at once, within the sender's window, but a share's receipts in
+        order: a transaction holding a share waits for the one before it holding that share (the
+        program takes a share's receipts only in order). Every transaction is seen to its end; then
+        the first error, if any, is raised (a Fenced leader's, say)."""
+        last: dict[tuple[Pubkey, Pubkey], asyncio.Task[list[Outcome]]] = {}
+        tasks = []
+        for group in groups:
+            shares = {(u.lease, u.node_key) for u, _, _ in group}
+            before = {last[s] for s in shares if s in last}
+            task = asyncio.create_task(self._send_after(before, group))
+            last.update(dict.fromkeys(shares, task))
+            tasks.append(task)
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        return [o for result in results if not isinstance(result, BaseException) for o in result]
+
+    async def _send_after(self, before: set[asyncio.Task[list[Outcome]]], group: list[_Ready]) -> list[Outcome]:
+        if before:
+            await asyncio.wait(before)  # their outcomes are theirs; this one is judged on chain after them
+        return await self._send(group)
 
     def _check(
         self, usage: SignedUsage, lease: Any, observed: ObservedSeconds, queued: tuple[int, int] | None, now: int
@@ -226,7 +259,7 @@ class Settler:
             await self.intend("settle", subject)
         try:
             payer, cosigners = await self.payers.signing()
-            sig = await send_and_confirm(self.client, payer, instructions, cosigners)
+            sig = await self.sender.send(payer, instructions, cosigners)
             return [Outcome(u, Status.SETTLED, _accepted(u, n), sig, n) for u, n, _ in group]
         except (TransactionFailed, TransactionExpired) as e:
             if len(group) == 1:

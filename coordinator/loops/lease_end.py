@@ -6,6 +6,7 @@ a worker that acknowledged takes no other lease's share onto those GPUs before t
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 
@@ -21,7 +22,6 @@ from coordinator.gateway import NodeOffline
 from coordinator.keys import NodeKey
 from coordinator.leader import Fence
 from coordinator.state import Shared, WorkerLink
-from gpunet import logs
 from gpunet.accounts import fetch
 from gpunet.client import TransactionFailed
 from gpunet.logs import get_logger
@@ -53,7 +53,7 @@ class LeaseEnd:
         fence: Fence,
         finalize_after: float = 0.0,
     ) -> None:
-        self.finalize_after = finalize_after  # unix seconds: none is finalized before (see _finalize)
+        self.finalize_after = finalize_after  # unix seconds: none is finalized before (see _finalizable)
         self.pool, self.chain, self.shared, self.link, self.fence = pool, chain, shared, link, fence
         self.attester, self.settle, self.close_grace_seconds = attester, settle, close_grace_seconds
         self._billed_until: dict[str, int | None] = {}  # lease -> the billing end its workers were told
@@ -62,13 +62,15 @@ class LeaseEnd:
     async def step(self) -> None:
         now = time.time()
         ending = self.shared.ending
+        closing: list[str] = []  # to close on chain this step
+        finalizing: list[str] = []  # to finalize, once checked after the settlement pass
         async with self.pool.acquire() as conn:
             for lease, ends_at in await ledger.leases_due(conn, int(now)):
                 if lease not in ending:
                     ending[lease] = now
                     await self._stop_workers(lease, "the lease reached its end", ends_at)
                 elif now - ending[lease] >= self.close_grace_seconds:
-                    await self._close(lease)
+                    closing.append(lease)
             # Closed for use (by us at its end, or by its client): the nodes' last usage is settled,
             # then the lease is finalized (the rest of its escrow refunded).
             for lease in await ledger.closing_leases(conn):
@@ -78,8 +80,9 @@ class LeaseEnd:
                     await self._stop_workers(lease, "the lease was closed", billed_until)
                 else:
                     await self._free_nodes(lease, now)
-                    if now - ending[lease] >= self.close_grace_seconds:
-                        await self._finalize(conn, lease)
+                    # nothing is finalized before `finalize_after` (see _finalizable)
+                    if now - ending[lease] >= self.close_grace_seconds and now >= self.finalize_after:
+                        finalizing.append(lease)
             for lease in await ledger.closed_unended(conn):
                 await self._stop_workers(lease, "the lease was closed")
                 self.shared.forget(lease)
@@ -88,6 +91,17 @@ class LeaseEnd:
                     del self._told[key]
                 async with self.fence.decision(conn):
                     await ledger.set_placement(conn, lease, "ended", "the lease is closed")
+        if not (closing or finalizing):
+            return
+        await self.settle(None)  # the workers' last receipts first: one pass for every lease here
+        async with self.pool.acquire() as conn:
+            finalizing = [lease for lease in finalizing if await self._finalizable(conn, lease)]
+        # Different leases' closes and finalizations go out at once (the attester's window).
+        sends = [self._send("close", self.attester.close, lease) for lease in closing]
+        sends += [self._send("finalize", self.attester.finalize, lease) for lease in finalizing]
+        for result in await asyncio.gather(*sends, return_exceptions=True):
+            if isinstance(result, BaseException):
+                raise result  # after every send has ended: the loop's supervisor hears the first
 
     async def _stop_workers(self, lease: str, reason: str, billing_ended_at: int | None = None) -> None:
         reservations = self.shared.scheduler.reservations
@@ -119,12 +133,6 @@ class LeaseEnd:
             if self.link.online(key) and now - self._told.get((lease, key), 0.0) >= CANCEL_RESEND_SECONDS:
                 await self._tell_stop(lease, key, "the lease was closed", self._billed_until.get(lease))
 
-    @logs.scoped
-    async def _close(self, lease: str) -> None:
-        logs.bind(lease=lease)
-        await self.settle(None)  # the workers' last receipts first
-        await self._send("close", self.attester.close, lease)
-
     @staticmethod
     async def _send(action: str, send: Callable[[Pubkey], Awaitable[object]], lease: str) -> None:
         try:
@@ -134,22 +142,19 @@ class LeaseEnd:
             return
         log.info(f"lease.{action}d", lease=lease, tx=tx)
 
-    @logs.scoped
-    async def _finalize(self, conn: Connection, lease: str) -> None:
-        """Finalizes a closing lease once no usage receipt of it is pending and every share whose node
-        is connected is paid up to the end of billing: a worker sends again the receipts this process
+    async def _finalizable(self, conn: Connection, lease: str) -> bool:
+        """Whether a closing lease is finalized now (its last usage settled by the pass before): once
+        no usage receipt of it is pending and every share whose node is connected is paid up to the
+        end of billing: a worker sends again the receipts this process
         could not record (its database was down, say) only every so often, and finalizing before they
         come would leave that usage unpayable. A connected node is waited for `UNPAID_WAIT_SECONDS`
         at most (a report of it refused for good must not hold the client's refund until the chain's
         settlement deadline); a node that is not connected, not at all — but nothing is finalized
         before `finalize_after`: the reconnect grace of this process's start (or of its term as the
         leader), while nodes may still be reconnecting to send their last receipts."""
-        if time.time() < self.finalize_after:
-            return
-        await self.settle(None)
         account = await fetch(self.chain, Pubkey.from_string(lease), "Lease")
         if type(account.status).__name__ != "Closing":
-            return  # finalized meanwhile (by anyone); the indexer will show it
+            return False  # finalized meanwhile (by anyone); the indexer will show it
         waited = time.time() - self.shared.ending.get(lease, 0.0)
         unpaid = [
             a
@@ -157,6 +162,4 @@ class LeaseEnd:
             if a.settled_until < account.billable_until and self.link.online(a.node_key)
         ]
         unpaid = unpaid if waited < UNPAID_WAIT_SECONDS else []
-        if (unpaid or await usage.pending_count(conn, lease)) and time.time() <= account.settle_deadline:
-            return
-        await self._send("finalize", self.attester.finalize, lease)
+        return not ((unpaid or await usage.pending_count(conn, lease)) and time.time() <= account.settle_deadline)

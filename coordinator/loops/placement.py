@@ -1,7 +1,9 @@
-"""Placement: open leases with a job onto nodes, through the scheduler and `assign_lease`."""
+"""Placement: open leases with a job onto nodes, through the scheduler and `assign_lease`: every
+lease placed in a step is decided first (its nodes reserved), then all their transactions go out at once."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import asyncpg
@@ -13,6 +15,7 @@ from coordinator.db.connection import Connection
 from coordinator.leader import Fence
 from coordinator.metrics import WAITING_REASONS, waiting_reason
 from coordinator.scheduler import LeaseRequest, NotPlaced, SchedulerError
+from coordinator.scheduler import Placement as Placed  # the scheduler's; this module's Placement is the loop
 from coordinator.state import Shared
 from coordinator.view import FleetView
 from gpunet import instructions as ix
@@ -40,6 +43,7 @@ class Placement:
 
     async def step(self) -> None:
         waiting = dict.fromkeys(WAITING_REASONS, 0)
+        placed: list[tuple[asyncpg.Record, Placed]] = []
         async with self.pool.acquire() as conn:
             await self.view.refresh(conn)
             leases = await ledger.waiting_leases(conn)
@@ -52,15 +56,26 @@ class Placement:
                         await ledger.set_placement(conn, lease["lease"], "waiting", NO_JOB)
                     waiting[waiting_reason(NO_JOB)] += 1
                     continue
-                if (why := await self._place(conn, lease)) is not None:
-                    waiting[waiting_reason(why)] += 1
+                decided = await self._decide(conn, lease)
+                if isinstance(decided, str):
+                    waiting[waiting_reason(decided)] += 1
+                elif decided is not None:
+                    placed.append((lease, decided))
+        # The decisions are taken (their nodes reserved): their transactions go out at once, within
+        # the attester's window, each lease's steps in order in its own task.
+        results = await asyncio.gather(*(self._assign(lease, d) for lease, d in placed), return_exceptions=True)
+        for result in results:
+            if isinstance(result, str):
+                waiting[waiting_reason(result)] += 1
         for reason, count in waiting.items():
             self.shared.metrics.leases_waiting.labels(reason).set(count)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result  # each lease's own state is recorded; the loop's supervisor hears the first
 
-    @logs.scoped
-    async def _place(self, conn: Connection, lease: asyncpg.Record) -> str | None:
-        """Places the lease; the reason it still waits, if it does (None: placed, or failed for good)."""
-        logs.bind(lease=lease["lease"])
+    async def _decide(self, conn: Connection, lease: asyncpg.Record) -> Placed | str | None:
+        """The scheduler's placement of the lease, its nodes reserved and the ledger told it is
+        assigning; the reason it still waits, if it does; None: failed for good."""
         scheduler = self.shared.scheduler
         try:
             terms = ix.LeaseTerms(
@@ -79,30 +94,40 @@ class Placement:
         decision = scheduler.place(request)
         if isinstance(decision, NotPlaced):
             if self._recorded.get(request.lease) is not decision:
-                self._recorded.pop(request.lease, None)
                 async with self.fence.decision(conn):
                     await ledger.set_placement(conn, lease["lease"], "waiting", decision.reason)
                 self._recorded[request.lease] = decision
             return decision.reason
         self._recorded.pop(request.lease, None)
         scheduler.reserve(decision)
+        try:
+            async with self.fence.decision(conn):
+                await ledger.set_placement(conn, lease["lease"], "assigning", "", list(decision.node_keys))
+        except BaseException:
+            scheduler.release(lease["lease"])
+            raise
+        return decision
+
+    @logs.scoped
+    async def _assign(self, lease: asyncpg.Record, decision: Placed) -> str | None:
+        """Assigns the placed lease on chain; the reason it waits again, if the chain refused it."""
+        logs.bind(lease=lease["lease"])
+        scheduler = self.shared.scheduler
         nodes = list(decision.node_keys)
-        async with self.fence.decision(conn):
-            await ledger.set_placement(conn, lease["lease"], "assigning", "", nodes)
         try:
             sig = await self.attester.assign(Pubkey.from_string(lease["lease"]), decision.sdk_shares())
         except TransactionFailed as e:
             scheduler.release(lease["lease"])
             why = f"the chain refused the placement: {e}"
-            async with self.fence.decision(conn):
+            async with self.pool.acquire() as conn, self.fence.decision(conn):
                 await ledger.set_placement(conn, lease["lease"], "waiting", why)
             return why
         except BaseException:
             scheduler.release(lease["lease"])
-            async with self.fence.decision(conn):
+            async with self.pool.acquire() as conn, self.fence.decision(conn):
                 await ledger.set_placement(conn, lease["lease"], "waiting", "assign_lease did not complete; retrying")
             raise
-        async with self.fence.decision(conn):
+        async with self.pool.acquire() as conn, self.fence.decision(conn):
             await ledger.set_placement(conn, lease["lease"], "placed", "", nodes, str(sig) if sig else None)
         metrics = self.shared.metrics
         metrics.placements.inc()

@@ -13,10 +13,9 @@ from solana.rpc.async_api import AsyncClient
 from solana.rpc.commitment import Confirmed
 from solders.signature import Signature
 
-from coordinator import attester as attester_module
 from coordinator.attester import Attester, evidence_hash
 from gpunet.accounts import fetch
-from gpunet.client import TransactionFailed
+from gpunet.client import InFlight, TransactionFailed
 from gpunet.events import events_of_transaction
 from gpunet.pda import node_pda
 
@@ -31,16 +30,16 @@ async def three_nodes(node):
 
 def _lose_first_reply(monkeypatch) -> list[int]:
     """The first send lands on chain but its reply is lost (as when the RPC connection drops)."""
-    real, calls = attester_module.send_and_confirm, []
+    real, calls = InFlight.send, []
 
-    async def flaky(*args, **kwargs):
+    async def flaky(self, *args, **kwargs):
         calls.append(1)
-        sig = await real(*args, **kwargs)
+        sig = await real(self, *args, **kwargs)
         if len(calls) == 1:
             raise httpx.ReadTimeout("reply lost")
         return sig
 
-    monkeypatch.setattr(attester_module, "send_and_confirm", flaky)
+    monkeypatch.setattr(InFlight, "send", flaky)
     return calls
 
 

@@ -1,6 +1,7 @@
 """The coordinator's fee payers on gpunet-localnet: its settlements and attester transactions land
 with several distinct payers from its pool (the attester signs each, pays none), a payer without SOL
-is skipped with a warning while the funded ones pay, and with none funded the attester pays."""
+is topped up from the attester while the attester keeps its reserve, or else skipped with a warning
+while the funded ones pay, and with none funded the attester pays."""
 
 from __future__ import annotations
 
@@ -66,6 +67,38 @@ async def test_with_no_funded_payer_the_attester_pays(cluster, caplog) -> None:
     assert await _fee_payer(cluster, outcome.signature) == cluster.admin.pubkey()
     [empty_pool] = [e for e in _events(caplog) if e["event"] == "coordinator.fee_payers_empty"]
     assert empty_pool["payers"] == 2 and empty_pool["attester"] == str(cluster.admin.pubkey())
+
+
+async def test_an_empty_payer_is_topped_up_from_the_attester_while_it_keeps_its_reserve(cluster, caplog) -> None:
+    """Top-ups on: the empty payer gets exactly the top-up from the attester and pays; the controls:
+    an attester that would fall under its reserve tops nobody up (the attester pays), and with top-ups
+    off the payer is skipped as before."""
+    empty = Keypair()
+    attester = await funded_wallet(cluster.client, 1)
+    await cluster.wait_for_period(1)
+    caplog.set_level(logging.INFO, logger="gpunet.coordinator.payers")
+    before = (await cluster.client.get_balance(attester.pubkey())).value
+    payers = FeePayers(
+        cluster.client, attester, [empty], top_up_lamports=100_000_000, attester_reserve_lamports=800_000_000
+    )
+    payer, cosigners = await payers.signing()
+    assert payer.pubkey() == empty.pubkey() and cosigners == [attester]
+    assert (await cluster.client.get_balance(empty.pubkey())).value == 100_000_000
+    after = (await cluster.client.get_balance(attester.pubkey())).value
+    assert before - after == 100_000_000 + 5_000, "the top-up and its fee, from the attester, nothing else"
+    [topped] = [e for e in _events(caplog) if e["event"] == "coordinator.fee_payer_topped_up"]
+    assert topped["payer"] == str(empty.pubkey()) and topped["lamports"] == 100_000_000
+
+    # The attester holds about 0.9 SOL now: another 0.1 SOL would leave it under a 0.85 SOL reserve.
+    poor = Keypair()
+    reserved = FeePayers(
+        cluster.client, attester, [poor], top_up_lamports=100_000_000, attester_reserve_lamports=850_000_000
+    )
+    assert await reserved.signing() == (attester, [])
+    off = FeePayers(cluster.client, attester, [poor])  # top-ups off
+    assert await off.signing() == (attester, [])
+    assert (await cluster.client.get_balance(poor.pubkey())).value == 0
+    assert (await cluster.client.get_balance(attester.pubkey())).value == after
 
 
 def test_the_pool_s_keys_are_files_made_once_and_kept(tmp_path) -> None:
