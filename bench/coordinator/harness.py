@@ -170,9 +170,13 @@ async def until(check: Any, timeout: float, what: str, every: float = 0.05) -> A
 
 
 @contextlib.asynccontextmanager
-async def deployment(**coordinator_settings: object) -> AsyncIterator[Deployment]:
+async def deployment(
+    *, slot_ms: int = 100, confirm_slots: int = 0, **coordinator_settings: object
+) -> AsyncIterator[Deployment]:
+    """The deployment on a node of `slot_ms` slots confirming `confirm_slots` after a transaction's
+    own (400 and 2: like a real cluster; the default: fast blocks, confirmed at once)."""
     workdir = Path(tempfile.mkdtemp(prefix="gpunet-bench-"))
-    node = LocalnetProcess(workdir / "localnet.log", slot_ms=100).start()
+    node = LocalnetProcess(workdir / "localnet.log", slot_ms=slot_ms, confirm_slots=confirm_slots).start()
     coordinator: CoordinatorProcess | None = None
     dep: Deployment | None = None
     try:
