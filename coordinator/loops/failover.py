@@ -1,10 +1,12 @@
 """Failover: a node silent for `lost_after` (or its leases' longer downtime tolerance) is lost,
 once `Outages.may_judge` says its silence is its own; what it delivered is paid, it is slashed
 with the evidence of its silence (not when its supplier announced maintenance: a draining node's
-shares just move), and each of its shares moves to the best other qualifying node."""
+shares just move), and each of its shares moves to the best other qualifying node: different
+leases' moves are sent at once, one lease's one after the other."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 
@@ -15,7 +17,6 @@ from solders.pubkey import Pubkey
 from coordinator.attester import Attester, evidence_hash
 from coordinator.db import leases as ledger
 from coordinator.db import nodes
-from coordinator.db.connection import Connection
 from coordinator.fleet import Fleet, due_shares
 from coordinator.keys import NodeKey
 from coordinator.leader import Fence
@@ -153,27 +154,34 @@ class Failover:
             return
         async with self.pool.acquire() as conn:
             await self.view.refresh(conn)
-            for lease, lost in list(failovers.items()):
-                for node_key in sorted(lost, key=str):
-                    if await self._move(conn, lease, node_key):
-                        lost.discard(node_key)
-                if not lost:
-                    del failovers[lease]
+        # Different leases' moves go out at once (the attester's window); one lease's, one after the other.
+        moving = [self._move_lease(lease, lost) for lease, lost in list(failovers.items())]
+        for result in await asyncio.gather(*moving, return_exceptions=True):
+            if isinstance(result, BaseException):
+                raise result  # after every lease's moves ended: the loop's supervisor hears the first
+
+    async def _move_lease(self, lease: str, lost: set[NodeKey]) -> None:
+        for node_key in sorted(lost, key=str):
+            if await self._move(lease, node_key):
+                lost.discard(node_key)
+        if not lost and self.shared.failovers.get(lease) is lost:
+            del self.shared.failovers[lease]
 
     @logs.scoped
-    async def _move(self, conn: Connection, lease: str, lost: NodeKey) -> bool:
-        """Moves the lost node's share; True when done (or no longer needed)."""
+    async def _move(self, lease: str, lost: NodeKey) -> bool:
+        """Moves the lost node's share; True when done (or no longer needed). No database connection is
+        held while the move is sent: the fence takes one to record the decision."""
         logs.bind(lease=lease, node=lost)
         scheduler = self.shared.scheduler
         if lease not in scheduler.reservations or lost not in scheduler.reservation(lease).node_keys:
             return True  # the lease ended meanwhile, or the share moved already
         moved = await move_share(scheduler, self.attester, lease, lost)
         if isinstance(moved, str):
-            async with self.fence.decision(conn):
+            async with self.pool.acquire() as conn, self.fence.decision(conn):
                 await ledger.set_placement(conn, lease, "placed", f"node {lost} lost; {moved}")
             return False
         decision, target = moved
-        async with self.fence.decision(conn):
+        async with self.pool.acquire() as conn, self.fence.decision(conn):
             await ledger.set_placement(
                 conn, lease, "placed", f"node {lost} lost; share moved to {target.node_key}", list(decision.node_keys)
             )
