@@ -72,6 +72,8 @@ class Shared:
     # its share and stops the job, and takes no other lease's share onto those GPUs before the job has
     # stopped; once every node of a lease closed on chain has, lease end frees them in the scheduler
     stopped: dict[str, set[NodeKey]] = field(default_factory=dict)
+    # leases lease end saw closed on chain: each frees its nodes the moment the last of them has stopped
+    closed: set[str] = field(default_factory=set)
     # (lease, draining node) -> its share's move (drain; dispatch skips the share; worker messages advance it)
     drains: dict[tuple[str, NodeKey], DrainMove] = field(default_factory=dict)
     # node -> the leases its last checked heartbeat claimed and it holds (worker messages; failover clears a lost node)
@@ -102,3 +104,17 @@ class Shared:
         self.failovers.pop(lease, None)
         self.ending.pop(lease, None)
         self.stopped.pop(lease, None)
+        self.closed.discard(lease)
+
+    def free_if_stopped(self, lease: str) -> bool:
+        """Frees in the scheduler the nodes of a lease closed on chain once every one of them
+        acknowledged being told to stop (the program freed them at the close); whether it did now.
+        Lease end asks on its pass, worker messages at each acknowledgement, so the next lease can
+        have the nodes at once."""
+        reservation = self.scheduler.reservations.get(lease)
+        if lease not in self.closed or reservation is None:
+            return False
+        if not set(reservation.node_keys) <= self.stopped.get(lease, set()):
+            return False
+        self.scheduler.release(lease)
+        return True

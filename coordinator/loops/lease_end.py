@@ -74,6 +74,7 @@ class LeaseEnd:
             # Closed for use (by us at its end, or by its client): the nodes' last usage is settled,
             # then the lease is finalized (the rest of its escrow refunded).
             for lease in await ledger.closing_leases(conn):
+                self.shared.closed.add(lease)  # before its workers are told: their acks may free the nodes
                 if lease not in ending:
                     ending[lease] = now
                     billed_until = (await fetch(self.chain, Pubkey.from_string(lease), "Lease")).billable_until
@@ -123,13 +124,11 @@ class LeaseEnd:
         reservations = self.shared.scheduler.reservations
         if lease not in reservations:
             return
-        stopped = self.shared.stopped.get(lease, set())
-        waiting = [k for k in reservations[lease].node_keys if k not in stopped]
-        if not waiting:
-            self.shared.scheduler.release(lease)
+        if self.shared.free_if_stopped(lease):
             log.info("lease.nodes_freed", lease=lease, after_s=round(now - self.shared.ending.get(lease, now), 3))
             return
-        for key in waiting:
+        stopped = self.shared.stopped.get(lease, set())
+        for key in [k for k in reservations[lease].node_keys if k not in stopped]:
             if self.link.online(key) and now - self._told.get((lease, key), 0.0) >= CANCEL_RESEND_SECONDS:
                 await self._tell_stop(lease, key, "the lease was closed", self._billed_until.get(lease))
 

@@ -202,6 +202,9 @@ class WorkerMessages:
             # told its lease ended: it released the share (or held none of it); either way its GPUs
             # take another lease's share only once the job has stopped (`worker.agent`)
             self.shared.stopped.setdefault(ack.lease, set()).add(node_key)
+            if self.shared.free_if_stopped(ack.lease):
+                after = time.time() - self.shared.ending[ack.lease]
+                log.info("lease.nodes_freed", lease=ack.lease, after_s=round(after, 3))
         if ack.error:
             log.warning("worker.refused", node=node_key, of=ack.of, lease=ack.lease, error=ack.error)
             self.verification.refused(node_key, ack)
