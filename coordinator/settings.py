@@ -10,6 +10,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from solders.pubkey import Pubkey
 
+from gpunet.client import DEFAULT_WINDOW
 from gpunet.idl import PROGRAM_ID
 
 __all__ = ["Settings", "settings_help"]
@@ -64,7 +65,7 @@ class Settings(BaseSettings):
         "fee-payers` lists them)",
     )
     tx_window: int = Field(
-        default=64,
+        default=DEFAULT_WINDOW,
         ge=1,
         le=1024,
         description="transactions the coordinator keeps in flight at once (settlements, placements, moves, "

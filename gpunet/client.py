@@ -30,10 +30,14 @@ from solders.transaction import Transaction
 from gpunet.errors import GpunetError, ProgramError, custom_error_code, program_error, with_rule
 from gpunet.fees import Budget, FeePolicy, recent_fees, with_budget
 
-__all__ = ["InFlight", "TransactionExpired", "TransactionFailed", "send_and_confirm"]
+__all__ = ["DEFAULT_WINDOW", "InFlight", "TransactionExpired", "TransactionFailed", "send_and_confirm"]
 
 _T = TypeVar("_T")
 MAX_SIGNATURE_STATUSES = 256  # the most getSignatureStatuses takes at once
+# Transactions out at once by default: at a real cluster's 0.8-1.2 s confirmations, about 250 a second
+# (bench/scale/settle_rate.py); the window halves by itself when the RPC or the cluster cannot take it.
+DEFAULT_WINDOW = 256
+BLOCKHASH_REUSE_SECONDS = 0.4  # a slot: transactions sent within one share the blockhash read for the first
 
 _ORDER = {"processed": 0, "confirmed": 1, "finalized": 2}
 
@@ -106,7 +110,7 @@ class InFlight:
         self,
         client: AsyncClient,
         *,
-        window: int = 64,
+        window: int = DEFAULT_WINDOW,
         commitment: Commitment = Confirmed,
         poll_seconds: float = 0.1,
         fees: FeePolicy | None = None,
@@ -124,6 +128,8 @@ class InFlight:
         self._waiting: dict[Signature, _Waiting] = {}
         self._poller: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
+        self._latest: tuple[float, Any] | None = None  # (read at, the latest blockhash and its last valid height)
+        self._reading: asyncio.Lock | None = None
 
     @property
     def window(self) -> int:
@@ -174,8 +180,9 @@ class InFlight:
         client, commitment = self.client, self.commitment
         policy = self.fees or FeePolicy.from_env()
         writable = {m.pubkey for ix in instructions for m in ix.accounts if m.is_writable} | {payer.pubkey()}
+        expired: Hash | None = None
         for _ in range(attempts):
-            latest = (await self._rpc(partial(client.get_latest_blockhash, commitment))).value
+            latest = await self._blockhash(expired)
             budget = await self._rpc(
                 partial(_budget, client, payer, instructions, signers, latest.blockhash, policy, writable, commitment)
             )
@@ -196,6 +203,7 @@ class InFlight:
                 raise TransactionFailed(err if err is not None else data, logs) from None
             status = await self._outcome(signature, latest.last_valid_block_height)
             if status is None:
+                expired = latest.blockhash
                 continue  # expired unseen: it can never land now
             if status.err is not None:
                 tx_info = await self._rpc(
@@ -208,6 +216,22 @@ class InFlight:
             self._took(time.monotonic() - sent_at)
             return signature
         raise TransactionExpired(f"no attempt landed before its blockhash expired ({attempts} attempts)")
+
+    async def _blockhash(self, expired: Hash | None) -> Any:
+        """The latest blockhash, read at most once a slot for all the transactions going out (a
+        blockhash stays valid for 150 slots), never the one an attempt just expired under."""
+        if self._reading is None:
+            self._reading = asyncio.Lock()
+        async with self._reading:
+            now = time.monotonic()
+            if (
+                self._latest is None
+                or now - self._latest[0] > BLOCKHASH_REUSE_SECONDS
+                or self._latest[1].blockhash == expired
+            ):
+                latest = (await self._rpc(partial(self.client.get_latest_blockhash, self.commitment))).value
+                self._latest = (now, latest)
+            return self._latest[1]
 
     async def _outcome(self, signature: Signature, last_valid_block_height: int) -> Any:
         """The transaction's final status (an error, or the commitment reached); None once its

@@ -94,7 +94,7 @@ def test_the_settle_rate_benchmark_settles_through_the_coordinator_and_raw(local
     )
     _line(r"^1\. coordinator settler, one pass: 20/20 receipts settled in \d+ transactions", out)
     _line(r"^2\. raw, 8 concurrent through send_and_confirm: ([\d,]+)/\1 confirmed", out)
-    _line(r"^3\. placements through the coordinator's attester, window 64: 40/40 leases assigned in", out)
+    _line(r"^3\. placements through the coordinator's attester, window 256: 40/40 leases assigned in", out)
     _line(r"^  settled hourly \(after\): [\d.]+/s -> settler (PASS|FAIL)", out)
     _line(r"^  settled hourly at 1 M GPUs, a share each \(target\): 277\.78/s -> settler (PASS|FAIL)", out)
 

@@ -10,7 +10,7 @@ a real cluster's 0.5-1.5 s) unless --slot-ms / --confirm-slots:
   1. the coordinator's settler: `coordinator.settlement.Settler.settle` on a batch of --settler-reports
      receipts (default 250), one pass as the settlement loop runs it (it checks each receipt against
      the chain, then sends the packed transactions at once, --window outstanding at most: the
-     coordinator's GPUNET_TX_WINDOW, default 64), cold caches: settlements/s;
+     coordinator's GPUNET_TX_WINDOW, default 256), cold caches: settlements/s;
   2. the raw rate: one settlement transaction per node (1,250), each signed, simulated, priced,
      sent and confirmed through the SDK (`gpunet.client.send_and_confirm`), --concurrency at a time;
   3. placements: a second lease per node (nodes of 16 GPUs, each lease 8) assigned through the
@@ -48,7 +48,7 @@ from coordinator.settlement import Settler, SignedUsage, Status
 from gpunet import instructions as ix
 from gpunet.accounts import fetch
 from gpunet.amounts import IO
-from gpunet.client import InFlight, send_and_confirm
+from gpunet.client import DEFAULT_WINDOW, InFlight, send_and_confirm
 from gpunet.localnet import LocalnetProcess
 from gpunet.pda import lease_pda
 from gpunet.testbed import Market, funded_wallet
@@ -203,7 +203,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--slot-ms", type=int, default=400)
     p.add_argument("--confirm-slots", type=int, default=2, help="slots before confirmed (0: at once)")
-    p.add_argument("--window", type=int, default=64, help="the settler's transactions in flight at most")
+    p.add_argument("--window", type=int, default=DEFAULT_WINDOW, help="transactions in flight at most")
     p.add_argument("--nodes", type=int, default=NODES, help="the fleet's 8-GPU nodes (one lease each)")
     p.add_argument("--concurrency", type=int, default=32)
     p.add_argument("--settler-reports", type=int, default=250)

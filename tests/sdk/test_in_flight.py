@@ -1,16 +1,19 @@
 """gpunet.client.InFlight's window, unit by unit: never more outstanding than the window, halved on
 the RPC's 429 (the request retried, once a round trip cut) and on a confirmation over twice the
-usual, grown back by confirmations at the usual pace, and the same code path for a lone
-send_and_confirm (window 1). The chain side (1,000 settlements in flight against a node that
-confirms late, a pass killed in flight) is tests/coordinator/test_in_flight.py."""
+usual, grown back by confirmations at the usual pace, the same code path for a lone
+send_and_confirm (window 1), and one blockhash read a slot for every transaction going out. The
+chain side (1,000 settlements in flight against a node that confirms late, a pass killed in flight,
+a leader deposed in flight) is tests/coordinator/test_in_flight.py."""
 
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 
 import httpx
 import pytest
 from solana.exceptions import SolanaRpcException
+from solders.hash import Hash
 from solders.keypair import Keypair
 
 from gpunet.client import InFlight
@@ -106,3 +109,22 @@ def test_a_cluster_that_stays_slower_stops_counting_as_congested() -> None:
     for _ in range(16 * 16):
         sender._took(1.0)
     assert sender.window == 16
+
+
+async def test_the_blockhash_is_read_once_a_slot_for_every_transaction_going_out() -> None:
+    class Chain:
+        reads = 0
+
+        async def get_latest_blockhash(self, commitment):
+            self.reads += 1
+            await asyncio.sleep(0.01)
+            return SimpleNamespace(value=SimpleNamespace(blockhash=Hash.new_unique(), last_valid_block_height=150))
+
+    chain = Chain()
+    sender = InFlight(chain, window=8)  # type: ignore[arg-type]
+    got = await asyncio.gather(*(sender._blockhash(None) for _ in range(20)))
+    assert chain.reads == 1 and len({g.blockhash for g in got}) == 1, "twenty sends in a slot: one read"
+    again = await sender._blockhash(got[0].blockhash)  # an attempt expired under it: never reused
+    assert chain.reads == 2 and again.blockhash != got[0].blockhash
+    sender._latest = (sender._latest[0] - 1.0, sender._latest[1])  # a slot and more later
+    assert (await sender._blockhash(None)).blockhash != again.blockhash and chain.reads == 3
