@@ -44,23 +44,27 @@ class Placement:
     async def step(self) -> None:
         waiting = dict.fromkeys(WAITING_REASONS, 0)
         placed: list[tuple[asyncpg.Record, Placed]] = []
+        failed: Exception | None = None
         async with self.pool.acquire() as conn:
             await self.view.refresh(conn)
             leases = await ledger.waiting_leases(conn)
             now = time.monotonic()
             self._seen = {lease["lease"]: self._seen.get(lease["lease"], now) for lease in leases}
             self._recorded = {k: d for k, d in self._recorded.items() if k in self._seen}
-            for lease in leases:
-                if not lease["has_job"]:
-                    async with self.fence.decision(conn):
-                        await ledger.set_placement(conn, lease["lease"], "waiting", NO_JOB)
-                    waiting[waiting_reason(NO_JOB)] += 1
-                    continue
-                decided = await self._decide(conn, lease)
-                if isinstance(decided, str):
-                    waiting[waiting_reason(decided)] += 1
-                elif decided is not None:
-                    placed.append((lease, decided))
+            try:
+                for lease in leases:
+                    if not lease["has_job"]:
+                        async with self.fence.decision(conn):
+                            await ledger.set_placement(conn, lease["lease"], "waiting", NO_JOB)
+                        waiting[waiting_reason(NO_JOB)] += 1
+                        continue
+                    decided = await self._decide(conn, lease)
+                    if isinstance(decided, str):
+                        waiting[waiting_reason(decided)] += 1
+                    elif decided is not None:
+                        placed.append((lease, decided))
+            except Exception as e:  # the leases decided before it still go out (the ledger says "assigning")
+                failed = e
         # The decisions are taken (their nodes reserved): their transactions go out at once, within
         # the attester's window, each lease's steps in order in its own task.
         results = await asyncio.gather(*(self._assign(lease, d) for lease, d in placed), return_exceptions=True)
@@ -69,7 +73,7 @@ class Placement:
                 waiting[waiting_reason(result)] += 1
         for reason, count in waiting.items():
             self.shared.metrics.leases_waiting.labels(reason).set(count)
-        for result in results:
+        for result in [failed, *results]:
             if isinstance(result, BaseException):
                 raise result  # each lease's own state is recorded; the loop's supervisor hears the first
 
