@@ -37,6 +37,8 @@ MAX_SIGNATURE_STATUSES = 256  # the most getSignatureStatuses takes at once
 # Transactions out at once by default: at a real cluster's 0.8-1.2 s confirmations, about 250 a second
 # (bench/scale/settle_rate.py); the window halves by itself when the RPC or the cluster cannot take it.
 DEFAULT_WINDOW = 256
+THROTTLED_PATIENCE_SECONDS = 60.0  # an RPC answering 429 for longer is treated as down
+POLL_GAP_SECONDS = 0.02  # at most 50 status polls a second, one for all the transactions out
 BLOCKHASH_REUSE_SECONDS = 0.4  # a slot: transactions sent within one share the blockhash read for the first
 
 _ORDER = {"processed": 0, "confirmed": 1, "finalized": 2}
@@ -279,17 +281,21 @@ class InFlight:
                     w.outcome.set_result(None)
             if all(w.outcome.done() for w in self._waiting.values()):
                 return  # the next send starts a poller again
+            # A new send wakes the poll early (a node that confirms at once answers at once), but
+            # polls stay POLL_GAP_SECONDS apart however fast transactions go out.
+            await asyncio.sleep(POLL_GAP_SECONDS)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.poll_seconds)
+                await asyncio.wait_for(self._wake.wait(), max(0.0, self.poll_seconds - POLL_GAP_SECONDS))
 
     async def _rpc(self, call: Callable[[], Awaitable[_T]]) -> _T:
-        """`call()`, again after a growing pause for as long as the RPC answers "too many requests"."""
-        pause = 0.05
+        """`call()`, again after a growing pause while the RPC answers "too many requests", for up to
+        THROTTLED_PATIENCE_SECONDS; then its refusal is raised like any transport error."""
+        pause, give_up = 0.05, time.monotonic() + THROTTLED_PATIENCE_SECONDS
         while True:
             try:
                 return await call()
             except Exception as e:
-                if not _throttled(e):
+                if not _throttled(e) or time.monotonic() > give_up:
                     raise
                 self._cut()
                 await asyncio.sleep(pause)

@@ -16,6 +16,7 @@ from solana.exceptions import SolanaRpcException
 from solders.hash import Hash
 from solders.keypair import Keypair
 
+from gpunet import client as client_module
 from gpunet.client import InFlight
 
 
@@ -128,3 +129,18 @@ async def test_the_blockhash_is_read_once_a_slot_for_every_transaction_going_out
     assert chain.reads == 2 and again.blockhash != got[0].blockhash
     sender._latest = (sender._latest[0] - 1.0, sender._latest[1])  # a slot and more later
     assert (await sender._blockhash(None)).blockhash != again.blockhash and chain.reads == 3
+
+
+async def test_an_rpc_throttling_past_the_patience_is_treated_as_down(monkeypatch) -> None:
+    monkeypatch.setattr(client_module, "THROTTLED_PATIENCE_SECONDS", 0.3)
+    sender = InFlight(None, window=4)  # type: ignore[arg-type]
+    calls = 0
+
+    async def always_throttled() -> str:
+        nonlocal calls
+        calls += 1
+        raise _throttle()
+
+    with pytest.raises(SolanaRpcException):
+        await sender._rpc(always_throttled)
+    assert 2 <= calls <= 6, "retried with growing pauses, then given up"
