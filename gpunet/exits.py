@@ -26,3 +26,4 @@ class Exit(IntEnum):
     NOT_REGISTERED = 13  # `gpunet worker run`: the coordinator kept refusing the node key as not registered
     CONNECTION_LOST = 14  # `lease shell|exec|forward`: the channel into the job broke first (node lost, lease closed)
     CHECK_FAILED = 15  # `worker check --run`: a GPU refused a check, answered it wrong, or missed its deadline
+    SERVICE = 16  # `worker install|uninstall`: systemd could not enable or start (or stop) the service

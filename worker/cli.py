@@ -1,4 +1,4 @@
-"""`gpunet worker run|status|inventory`: the supplier's side of a node."""
+"""`gpunet worker run|status|inventory|check|install|uninstall`: the supplier's side of a node."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import signal
+import subprocess
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -35,6 +36,9 @@ from worker.chain import fetch_node, fetch_node_leases
 from worker.gpus import GpuBackend, GpusUnavailable, open_gpus
 from worker.inventory_check import inventory_check
 from worker.journal import Journal, JournalError
+from worker.service import STATE_DIR, UNIT, UNIT_NAME, Service, ServiceError
+from worker.service import install as install_service
+from worker.service import uninstall as uninstall_service
 from worker.session import NodeNotRegistered
 from worker.simulate import SimulationSpecError
 from worker.verify import Prover
@@ -285,6 +289,83 @@ async def _check_registration(rpc_url: str, node: Keypair, inventory: Inventory,
             "  (no copy of the registered inventory here to compare fields; `gpunet worker inventory` "
             "prints the current one)"
         )
+
+
+@app.command("install")
+def install(
+    keypair: Path = KeypairOption,
+    gateway: str = typer.Option(
+        ..., "--gateway", help="The coordinator's worker gateway (ws:// or wss://; replicas' comma-separated)."
+    ),
+    url: str = UrlOption,
+    simulate_gpus: str = SimulateOption,
+    setting: list[str] = typer.Option(
+        None,
+        "--set",
+        metavar="GPUNET_WORKER_NAME=VALUE",
+        help="Any other worker setting for the service's environment file (repeatable), e.g. "
+        "GPUNET_WORKER_API_URL=https://coordinator.example.",
+    ),
+    root: Path = typer.Option(
+        Path("/"), "--root", help="Write the files under this directory instead of / (they are not started then)."
+    ),
+    start: bool = typer.Option(True, "--start/--no-start", help="Enable and start the service with systemctl."),
+) -> None:
+    """Install the worker as a systemd service: the unit gpunet-worker.service and its environment
+    file /etc/gpunet/worker.env, enabled and started (restarted on failure, started at boot)."""
+    node = _node(keypair)  # a bad key is refused before anything is written
+    settings = {"GPUNET_WORKER_GATEWAY_URL": gateway}
+    if url:
+        settings["GPUNET_RPC_URL"] = _rpc_url(url)
+    for item in setting or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise _fail(Exit.BAD_INPUT, f"--set {item!r}: expected GPUNET_WORKER_NAME=VALUE")
+        settings[key] = value
+    try:
+        service = Service(keypair.expanduser().resolve(), settings, simulate_gpus)
+    except ServiceError as e:
+        raise _fail(Exit.BAD_INPUT, str(e)) from None
+    written = install_service(service, root)
+    for path in written:
+        errors.print(f"wrote {path}")
+    errors.print(f"node {node.pubkey()}: key {service.keypair}, journal and checkpoints in {STATE_DIR}")
+    if root != Path("/") or not start:
+        errors.print("not started: enable it with `systemctl daemon-reload && systemctl enable --now gpunet-worker`")
+        return
+    _systemctl(["daemon-reload"], ["enable", "--now", UNIT_NAME])
+    errors.print("started: `systemctl status gpunet-worker`, its log with `journalctl -u gpunet-worker -f`")
+
+
+@app.command("uninstall")
+def uninstall(
+    root: Path = typer.Option(Path("/"), "--root", help="Remove the files under this directory instead of /."),
+) -> None:
+    """Stop and remove the worker's systemd service; the node key, the journal and the checkpoints stay."""
+    if root == Path("/") and (root / UNIT).exists():
+        _systemctl(["disable", "--now", UNIT_NAME])
+    removed = uninstall_service(root)
+    if root == Path("/") and removed:
+        _systemctl(["daemon-reload"])
+    for path in removed:
+        errors.print(f"removed {path}")
+    if not removed:
+        errors.print(f"no worker service under {root}: nothing removed")
+    errors.print(f"kept: the node key and {STATE_DIR} (the usage journal, checkpoints)")
+
+
+def _systemctl(*commands: list[str]) -> None:
+    for command in commands:
+        try:
+            done = subprocess.run(["systemctl", *command], capture_output=True, text=True, timeout=120)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise _fail(Exit.SERVICE, f"systemctl {' '.join(command)}: {e} (does this machine run systemd?)") from None
+        if done.returncode:
+            raise _fail(
+                Exit.SERVICE,
+                f"systemctl {' '.join(command)} failed: {done.stderr.strip() or done.stdout.strip()} "
+                "(the files are written; run it again as root, or see `journalctl -u gpunet-worker`)",
+            )
 
 
 @app.command("inventory")
