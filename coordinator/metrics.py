@@ -56,6 +56,16 @@ class Metrics:
             "age of the oldest unpaid usage behind a pending receipt (now minus its share's settled_until; 0: none)",
             registry=r,
         )
+        self.transactions_in_flight = Gauge(
+            "gpunet_coordinator_transactions_in_flight",
+            "transactions sent and not yet confirmed or failed (settlements, placements, moves, closes)",
+            registry=r,
+        )
+        self.transaction_window = Gauge(
+            "gpunet_coordinator_transaction_window",
+            "how many transactions may be in flight now (GPUNET_TX_WINDOW, halved on 429s and slow confirmations)",
+            registry=r,
+        )
         self.verifications = Counter(
             "gpunet_coordinator_verifications",
             "GPU verification outcomes recorded, by verdict",

@@ -89,6 +89,8 @@ class Coordinator:
         )
         # One window of transactions in flight for everything this process sends (gpunet.client.InFlight).
         self.sender = InFlight(self.chain, window=settings.tx_window)
+        self.metrics.transactions_in_flight.set_function(lambda: self.sender.outstanding)
+        self.metrics.transaction_window.set_function(lambda: self.sender.window)
         self.gateway = Gateway(heartbeat_seconds=settings.heartbeat_seconds)
         self.gateway.leading = lambda: self.leading
         self.gateway.leader_url = self._leader_gateway

@@ -144,5 +144,12 @@ async def test_a_coordinator_pays_its_settlements_and_attester_transactions_from
         assert coordinator.settlement.settler.payers is coordinator.payers
         assert coordinator.placement.attester.payers is coordinator.payers
         assert coordinator.payers.attester is attester
+        # one window for everything it sends, on /metrics as it moves
+        assert coordinator.settlement.settler.sender is coordinator.placement.attester.sender is coordinator.sender
+        figure = coordinator.metrics.registry.get_sample_value
+        assert figure("gpunet_coordinator_transaction_window") == configured.tx_window
+        coordinator.sender.outstanding, coordinator.sender.limit = 3, 10.0
+        assert figure("gpunet_coordinator_transactions_in_flight") == 3
+        assert figure("gpunet_coordinator_transaction_window") == 10
     finally:
         await coordinator.chain.close()
