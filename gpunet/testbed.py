@@ -9,8 +9,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from solana.rpc.async_api import AsyncClient
 from solders.instruction import Instruction
@@ -27,11 +28,24 @@ from gpunet.pda import lease_pda, node_pda, provider_pda
 from gpunet.tokens import create_mint, ensure_io_account, mint_io
 from gpunet.usage import Receipt
 
-__all__ = ["Client", "Market", "Supplier", "funded_deployer", "funded_wallet"]
+__all__ = ["Client", "Market", "Supplier", "at_most", "funded_deployer", "funded_wallet"]
 
+_T = TypeVar("_T")
 SOL = 10**9
 # What a supplier keeps beside its stake, and a client holds unless told: room for more stakes and leases.
 SPARE_IO = 10_000 * IO
+
+
+async def at_most(n: int, jobs: Sequence[Awaitable[_T]]) -> list[_T]:
+    """The jobs' results, in order, with at most `n` of them running at once (a set-up of many
+    accounts against a node that confirms late)."""
+    gate = asyncio.Semaphore(n)
+
+    async def one(job: Awaitable[_T]) -> _T:
+        async with gate:
+            return await job
+
+    return await asyncio.gather(*(one(j) for j in jobs))
 
 
 async def funded_wallet(chain: AsyncClient, sol: int = 10, keypair: Keypair | None = None) -> Keypair:

@@ -51,23 +51,13 @@ from gpunet.amounts import IO
 from gpunet.client import DEFAULT_WINDOW, InFlight, send_and_confirm
 from gpunet.localnet import LocalnetProcess
 from gpunet.pda import lease_pda
-from gpunet.testbed import Market, funded_wallet
+from gpunet.testbed import Market, at_most, funded_wallet
 from gpunet.tokens import io_account
 from gpunet.usage import Receipt
 
 GPUS_PER_NODE, PROVIDERS, PAYERS = 8, 10, 8
 NODES = 10_000 // GPUS_PER_NODE  # the fleet, unless --nodes
 PRICE = 2 * IO
-
-
-async def _bounded(n: int, jobs: list) -> list:
-    gate = asyncio.Semaphore(n)
-
-    async def one(job):
-        async with gate:
-            return await job
-
-    return await asyncio.gather(*(one(j) for j in jobs))
 
 
 async def setup(
@@ -97,7 +87,7 @@ async def setup(
         await send_and_confirm(chain, market.admin, [ix.assign_lease(market.admin.pubkey(), lease, [share])])
         return supplier, key, lease, waiting
 
-    nodes = await _bounded(concurrency, [node(i) for i in range(count)])
+    nodes = await at_most(concurrency, [node(i) for i in range(count)])
     payers = [await funded_wallet(chain, 10) for _ in range(PAYERS)]
     return market, nodes, payers
 
@@ -159,7 +149,7 @@ async def measure(url: str, a: argparse.Namespace) -> None:
             latencies.append(time.perf_counter() - t0)
 
         t = time.perf_counter()
-        await _bounded(a.concurrency, [settle(s, k, lease) for s, k, lease, _ in nodes])
+        await at_most(a.concurrency, [settle(s, k, lease) for s, k, lease, _ in nodes])
         raw_s = time.perf_counter() - t
 
         # 3. placements: each node's waiting lease assigned through the coordinator's attester, all at

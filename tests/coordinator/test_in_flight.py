@@ -22,7 +22,7 @@ from gpunet.accounts import fetch
 from gpunet.amounts import IO
 from gpunet.client import InFlight
 from gpunet.events import decode_events
-from gpunet.testbed import Market, Supplier, funded_wallet
+from gpunet.testbed import Market, Supplier, at_most, funded_wallet
 from gpunet.usage import Receipt
 
 from .test_leader import Replica, take_from
@@ -33,16 +33,6 @@ PRICE = 2 * IO  # per GPU-hour, each node's (1 GPU)
 SECONDS_PER_HOUR = 3_600
 
 pytestmark = pytest.mark.timeout(600)
-
-
-async def _bounded(n: int, jobs: list) -> list:
-    gate = asyncio.Semaphore(n)
-
-    async def one(job):
-        async with gate:
-            return await job
-
-    return await asyncio.gather(*(one(j) for j in jobs))
 
 
 class World:
@@ -57,7 +47,7 @@ class World:
         self.market = market = await Market.create(
             chain, attester=await funded_wallet(chain, 100), usage_period_seconds=60
         )
-        suppliers: list[Supplier] = await _bounded(
+        suppliers: list[Supplier] = await at_most(
             25, [market.supplier(gpus=1, price_per_gpu_hour=PRICE) for _ in range(SHARES)]
         )
         client = await market.client(1_000 * IO)
@@ -68,7 +58,7 @@ class World:
             await market.assign(lease, [(s, 1) for s in group])
             self.shares += [(lease, s) for s in group]
 
-        await _bounded(25, [lease(i) for i in range(SHARES // NODES_PER_LEASE)])
+        await at_most(25, [lease(i) for i in range(SHARES // NODES_PER_LEASE)])
         self.leases = {lease: await fetch(chain, lease, "Lease") for lease, _ in self.shares}
         return self
 
