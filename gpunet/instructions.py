@@ -37,6 +37,7 @@ from gpunet.pda import (
     program_data_pda,
     provider_pda,
     stake_vault_pda,
+    staking_pda,
 )
 from gpunet.usage import Receipt
 
@@ -539,8 +540,12 @@ def slash_provider(
     fault: str,
     evidence_hash: bytes,
     victim: tuple[Pubkey, Pubkey] | None = None,
+    fault_at: int = 0,
 ) -> Instruction:
-    """`fault`: one of FAULT_KINDS. `victim`: (lease, its client's token account) to pay the client share."""
+    """`fault`: one of FAULT_KINDS. `victim`: (lease, its client's token account) to pay the client share.
+    `fault_at`: when the fault was committed (unix seconds); 0 when unknown, which reaches back as far
+    as the unbonding period. Providers with a pool of delegated stake are not slashed through this
+    builder yet (the program then asks for the pool: PoolMissing)."""
     if fault not in FAULT_KINDS:
         raise ValueError(f"unknown fault kind {fault!r}; expected one of {', '.join(FAULT_KINDS)}")
     if len(evidence_hash) != 32:
@@ -551,9 +556,11 @@ def slash_provider(
         "slash_provider",
         getattr(_program().type["FaultKind"], fault)(),
         list(evidence_hash),
+        fault_at,
         accounts={
             "attester": attester,
             "config": config_pda(),
+            "staking": staking_pda(),
             "node": node_pda(node_key),
             "provider": provider,
             "stake_vault": stake_vault_pda(provider),
@@ -561,6 +568,7 @@ def slash_provider(
             "evidence": evidence_pda(evidence_hash),
             "lease": lease,
             "client_tokens": client_tokens,
+            "pool": PROGRAM_ID,
             "token_program": TOKEN_PROGRAM_ID,
             "system_program": SYSTEM_PROGRAM_ID,
         },

@@ -11,11 +11,15 @@ from gpunet.idl import idl_constants
 __all__ = [
     "ANY",
     "BPS_DENOMINATOR",
+    "DELEGATION_CAP_BPS",
     "MAX_ATTESTERS",
+    "MAX_COHORTS",
+    "MAX_COMMISSION_BPS",
     "MAX_DOWNTIME_TOLERANCE_SECONDS",
     "MAX_GPUS_PER_NODE",
     "MAX_LEASE_GPUS",
     "MAX_LEASE_NODES",
+    "MAX_PROOF_LEN",
     "MAX_PROTOCOL_FEE_BPS",
     "MAX_VERIFICATION_SECONDS",
     "MAX_VERIFICATION_TIER",
@@ -53,3 +57,11 @@ MAX_VERIFICATION_TIER = _limit("MAX_VERIFICATION_TIER")
 """The highest verification tier a node may be recorded at (and the config may require)."""
 MAX_VERIFICATION_SECONDS = _limit("MAX_VERIFICATION_SECONDS")
 """The longest a recorded verification may be valid (and the most `max_verification_seconds` may be)."""
+DELEGATION_CAP_BPS = _limit("DELEGATION_CAP_BPS")
+"""A pool's delegated stake may reach this share of its provider's own active stake (1x)."""
+MAX_COMMISSION_BPS = _limit("MAX_COMMISSION_BPS")
+"""The most the staking config's commission bound may be, in basis points."""
+MAX_COHORTS = _limit("MAX_COHORTS")
+"""The most epochs of undelegated stake a pool may have unbonding at once."""
+MAX_PROOF_LEN = _limit("MAX_PROOF_LEN")
+"""The longest Merkle proof a reward claim may carry."""

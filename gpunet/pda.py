@@ -24,6 +24,7 @@ SEED_NODE = b"node"
 SEED_LEASE = b"lease"
 SEED_LEASE_VAULT = b"lease_vault"
 SEED_EVIDENCE = b"evidence"
+SEED_STAKING = b"staking"
 BPF_LOADER_UPGRADEABLE = Pubkey.from_string("BPFLoaderUpgradeab1e11111111111111111111111")
 
 
@@ -66,6 +67,11 @@ def lease_vault_pda(lease: Pubkey, program_id: Pubkey = PROGRAM_ID) -> Pubkey:
 def evidence_pda(evidence_hash: bytes, program_id: Pubkey = PROGRAM_ID) -> Pubkey:
     """The record that a piece of fault evidence was used for a slash (it can slash once)."""
     return _pda(SEED_EVIDENCE, evidence_hash, program_id=program_id)
+
+
+def staking_pda(program_id: Pubkey = PROGRAM_ID) -> Pubkey:
+    """The staking config (epochs, the per-epoch slash cap, the reward schedule)."""
+    return _pda(SEED_STAKING, program_id=program_id)
 
 
 def program_data_pda(program_id: Pubkey = PROGRAM_ID) -> Pubkey:

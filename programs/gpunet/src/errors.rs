@@ -152,4 +152,58 @@ pub enum GpunetError {
     AlreadyUnbonding,
     #[msg("The lease was never placed, so it has no end yet: only its client may close it")]
     LeaseNotPlaced,
+
+    // --- co-staking and rewards (appended, so earlier codes stay stable)
+    #[msg("Own stake cannot fall below the delegated stake it backs: ask delegators to undelegate first")]
+    DelegationsRelyOnStake,
+    #[msg("The provider has not opened a pool")]
+    NoPool,
+    #[msg("The provider's pool must be passed: it holds stake and rewards this instruction changes")]
+    PoolMissing,
+    #[msg("The delegation would exceed the pool's cap (1x the provider's own active stake)")]
+    DelegationCapExceeded,
+    #[msg("The amount buys no share of the pool: delegate more")]
+    ZeroShares,
+    #[msg("The pool's delegated stake was slashed to nothing: it takes no new delegations")]
+    PoolWipedOut,
+    #[msg("The commission exceeds the staking config's bound")]
+    CommissionTooHigh,
+    #[msg("A scheduled value can only change from a later epoch on")]
+    ScheduleInPast,
+    #[msg("Too many pending changes: wait until the pool's earlier epochs are credited")]
+    ScheduleFull,
+    #[msg("The pool's share history is full: crank its pending reward epochs (claim or skip) first")]
+    PoolHistoryFull,
+    #[msg("The pool has too many unbonding cohorts: wait for the oldest to mature")]
+    TooManyCohorts,
+    #[msg("The delegation is already undelegated")]
+    AlreadyUndelegated,
+    #[msg("The delegation is still active: undelegate it first")]
+    DelegationActive,
+    #[msg("Pass the unbonding cohorts of the pool still slashable for this fault, in the pool's order")]
+    CohortsMismatch,
+    #[msg("The fault time must not be in the future")]
+    InvalidFaultTime,
+    #[msg("The epoch has not ended, or its claim window is over")]
+    EpochNotClaimable,
+    #[msg("The root's total exceeds the epoch's emission")]
+    OverEmission,
+    #[msg("The reward vault's free funds do not cover the root")]
+    RewardsUnfunded,
+    #[msg("The reward root is still in its timelock")]
+    RootTimelocked,
+    #[msg("The reward root is past its timelock: it can no longer be vetoed")]
+    RootAccepted,
+    #[msg("The Merkle proof does not prove this leaf under the epoch's root")]
+    InvalidProof,
+    #[msg("The pool's next epoch to credit is another one")]
+    WrongRewardEpoch,
+    #[msg("The claim would exceed the root's total")]
+    RootOverClaimed,
+    #[msg("The epoch's claim window is not over yet")]
+    ClaimWindowOpen,
+    #[msg("Pass the reward index of the epoch the position needs")]
+    RewardIndexMissing,
+    #[msg("The epoch length of the staking config cannot change")]
+    EpochLengthFixed,
 }

@@ -1,7 +1,7 @@
 //! One event per state change, carrying what an indexer needs to rebuild state without reading accounts.
 use anchor_lang::prelude::*;
 
-use crate::state::{Assignment, ConfigParams, FaultKind, LeaseTerms, NodeSpec};
+use crate::state::{Assignment, ConfigParams, FaultKind, LeaseTerms, NodeSpec, StakingParams};
 
 #[event]
 pub struct ConfigInitialized {
@@ -199,6 +199,12 @@ pub struct ProviderSlashed {
     pub to_client: u64,
     pub lease: Option<Pubkey>,
     pub jail_ends_at: i64,
+    /// When the fault was committed (unbonding that began later still pays for it).
+    pub fault_at: i64,
+    /// Where `amount` came from: the supplier's unclaimed rewards, its own stake, its delegators.
+    pub from_rewards: u64,
+    pub from_own: u64,
+    pub from_delegated: u64,
 }
 
 #[event]
@@ -223,4 +229,117 @@ pub struct NodeVerified {
     pub tier: u8,
     pub valid_until: i64,
     pub evidence_hash: [u8; 32],
+}
+
+// --- co-staking and rewards
+
+#[event]
+pub struct StakingConfigured {
+    pub genesis: i64,
+    pub params: StakingParams,
+}
+
+#[event]
+pub struct RewardsFunded {
+    pub funder: Pubkey,
+    pub amount: u64,
+    pub funded: u64,
+}
+
+#[event]
+pub struct PoolOpened {
+    pub provider: Pubkey,
+    pub commission_bps: u16,
+    pub epoch: i64,
+}
+
+/// A commission change, in force from `from_epoch` (at once for a cut, after a full epoch for a raise).
+#[event]
+pub struct CommissionSet {
+    pub provider: Pubkey,
+    pub commission_bps: u16,
+    pub from_epoch: i64,
+}
+
+#[event]
+pub struct Delegated {
+    pub provider: Pubkey,
+    pub delegator: Pubkey,
+    pub delegation: Pubkey,
+    pub amount: u64,
+    pub shares: u64,
+    /// The first epoch the position earns in.
+    pub since_epoch: i64,
+}
+
+#[event]
+pub struct Undelegated {
+    pub provider: Pubkey,
+    pub delegation: Pubkey,
+    /// What its shares were worth when it left, now unbonding (slashes may still lower it).
+    pub amount: u64,
+    pub exit_epoch: i64,
+    pub withdrawable_at: i64,
+}
+
+#[event]
+pub struct DelegationWithdrawn {
+    pub provider: Pubkey,
+    pub delegation: Pubkey,
+    pub amount: u64,
+}
+
+#[event]
+pub struct RewardsCollected {
+    pub provider: Pubkey,
+    pub delegation: Pubkey,
+    pub amount: u64,
+    pub through_epoch: i64,
+}
+
+#[event]
+pub struct PoolRewardsWithdrawn {
+    pub provider: Pubkey,
+    pub amount: u64,
+}
+
+#[event]
+pub struct RewardRootPosted {
+    pub epoch: i64,
+    pub root: [u8; 32],
+    pub total: u64,
+    pub leaves: u32,
+    pub posted_by: Pubkey,
+    pub claimable_at: i64,
+}
+
+#[event]
+pub struct RewardRootVetoed {
+    pub epoch: i64,
+    pub root: [u8; 32],
+    pub total: u64,
+}
+
+#[event]
+pub struct RewardRootExpired {
+    pub epoch: i64,
+    /// Unclaimed rewards returned to the vault's free funds.
+    pub returned: u64,
+}
+
+#[event]
+pub struct RewardClaimed {
+    pub epoch: i64,
+    pub provider: Pubkey,
+    /// The supplier's amount and the commission, added to its unclaimed rewards.
+    pub to_supplier: u64,
+    /// Spread over `eligible_shares` (the rounding dust stays in the pool).
+    pub to_delegators: u64,
+    pub eligible_shares: u64,
+}
+
+#[event]
+pub struct RewardEpochSkipped {
+    pub epoch: i64,
+    pub provider: Pubkey,
 }

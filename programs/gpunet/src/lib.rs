@@ -12,11 +12,12 @@ pub mod errors;
 pub mod events;
 pub mod instructions;
 pub mod math;
+pub mod merkle;
 pub mod state;
 pub mod vault;
 
 use instructions::*;
-use state::{ConfigParams, FaultKind, LeaseTerms, NodeSpec, Receipt};
+use state::{ConfigParams, FaultKind, LeaseTerms, NodeSpec, Receipt, StakingParams};
 
 declare_id!("DUaGWuMPftjSLiWWJYjqdte7boRZ8vqT77vf372eqHj4");
 
@@ -137,7 +138,85 @@ pub mod gpunet {
         SweepFees::handler(ctx)
     }
 
-    pub fn slash_provider(ctx: Context<SlashProvider>, fault: FaultKind, evidence_hash: [u8; 32]) -> Result<()> {
-        SlashProvider::handler(ctx, fault, evidence_hash)
+    pub fn slash_provider<'info>(
+        ctx: Context<'_, '_, 'info, 'info, SlashProvider<'info>>,
+        fault: FaultKind,
+        evidence_hash: [u8; 32],
+        fault_at: i64,
+    ) -> Result<()> {
+        SlashProvider::handler(ctx, fault, evidence_hash, fault_at)
+    }
+
+    // --- co-staking and rewards
+    pub fn configure_staking(ctx: Context<ConfigureStaking>, params: StakingParams) -> Result<()> {
+        ConfigureStaking::handler(ctx, params)
+    }
+
+    pub fn update_staking(ctx: Context<UpdateStaking>, params: StakingParams) -> Result<()> {
+        UpdateStaking::handler(ctx, params)
+    }
+
+    pub fn fund_rewards(ctx: Context<FundRewards>, amount: u64) -> Result<()> {
+        FundRewards::handler(ctx, amount)
+    }
+
+    pub fn open_pool(ctx: Context<OpenPool>, commission_bps: u16) -> Result<()> {
+        OpenPool::handler(ctx, commission_bps)
+    }
+
+    pub fn set_commission(ctx: Context<SetCommission>, commission_bps: u16) -> Result<()> {
+        SetCommission::handler(ctx, commission_bps)
+    }
+
+    pub fn delegate(ctx: Context<Delegate>, nonce: u64, amount: u64) -> Result<()> {
+        Delegate::handler(ctx, nonce, amount)
+    }
+
+    pub fn undelegate(ctx: Context<Undelegate>) -> Result<()> {
+        Undelegate::handler(ctx)
+    }
+
+    pub fn withdraw_delegation(ctx: Context<WithdrawDelegation>) -> Result<()> {
+        WithdrawDelegation::handler(ctx)
+    }
+
+    pub fn collect_rewards<'info>(ctx: Context<'_, '_, 'info, 'info, CollectRewards<'info>>) -> Result<()> {
+        CollectRewards::handler(ctx)
+    }
+
+    pub fn withdraw_pool_rewards(ctx: Context<WithdrawPoolRewards>) -> Result<()> {
+        WithdrawPoolRewards::handler(ctx)
+    }
+
+    pub fn post_reward_root(
+        ctx: Context<PostRewardRoot>,
+        epoch: i64,
+        root: [u8; 32],
+        total: u64,
+        leaves: u32,
+    ) -> Result<()> {
+        PostRewardRoot::handler(ctx, epoch, root, total, leaves)
+    }
+
+    pub fn veto_reward_root(ctx: Context<VetoRewardRoot>) -> Result<()> {
+        VetoRewardRoot::handler(ctx)
+    }
+
+    pub fn claim_reward(
+        ctx: Context<ClaimReward>,
+        epoch: i64,
+        supplier_amount: u64,
+        delegators_amount: u64,
+        proof: Vec<[u8; 32]>,
+    ) -> Result<()> {
+        ClaimReward::handler(ctx, epoch, supplier_amount, delegators_amount, proof)
+    }
+
+    pub fn skip_reward_epoch(ctx: Context<SkipRewardEpoch>) -> Result<()> {
+        SkipRewardEpoch::handler(ctx)
+    }
+
+    pub fn expire_reward_root(ctx: Context<ExpireRewardRoot>) -> Result<()> {
+        ExpireRewardRoot::handler(ctx)
     }
 }

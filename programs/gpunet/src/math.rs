@@ -85,16 +85,59 @@ pub struct Slash {
     pub to_treasury: u64,
 }
 
-/// `slash_bps` of `stake`, of which `client_share_bps` goes to the client when there is one,
-/// at most `client_bound`; the rest to the treasury.
-pub fn slash(stake: u64, slash_bps: u16, client_share_bps: u16, client_bound: Option<u64>) -> Option<Slash> {
-    let amount = bps_of(stake, slash_bps)?;
+/// A slash of `amount`, of which `client_share_bps` goes to the client when there is one, at
+/// most `client_bound`; the rest to the treasury.
+pub fn slash(amount: u64, client_share_bps: u16, client_bound: Option<u64>) -> Option<Slash> {
     let to_client = match client_bound {
         Some(bound) => bps_of(amount, client_share_bps)?.min(bound),
         None => 0,
     };
     let to_treasury = amount.checked_sub(to_client)?;
     Some(Slash { amount, to_client, to_treasury })
+}
+
+/// How much of a slash each source gives, in the order they give it: the supplier's unclaimed
+/// rewards, its own stake, then (only when `delegated` is slashable, i.e. non-zero) the delegated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlashSources {
+    pub rewards: u64,
+    pub own: u64,
+    pub delegated: u64,
+}
+
+impl SlashSources {
+    pub fn total(&self) -> Option<u64> {
+        self.rewards.checked_add(self.own)?.checked_add(self.delegated)
+    }
+}
+
+/// Takes `amount` from `rewards`, then `own`, then `delegated`, each as far as it goes.
+pub fn slash_sources(amount: u64, rewards: u64, own: u64, delegated: u64) -> SlashSources {
+    let from_rewards = amount.min(rewards);
+    let from_own = (amount - from_rewards).min(own);
+    let from_delegated = (amount - from_rewards - from_own).min(delegated);
+    SlashSources { rewards: from_rewards, own: from_own, delegated: from_delegated }
+}
+
+/// Splits `amount` over `stakes` pro rata, each part at most its stake, the parts summing to
+/// `amount` exactly (`None` if the stakes hold less). Rounding remainders go to the first stakes
+/// with room.
+pub fn pro_rata(amount: u64, stakes: &[u64]) -> Option<Vec<u64>> {
+    let total = stakes.iter().try_fold(0u64, |sum, s| sum.checked_add(*s))?;
+    if amount > total {
+        return None;
+    }
+    let mut parts: Vec<u64> = stakes
+        .iter()
+        .map(|s| u64::try_from(u128::from(amount) * u128::from(*s) / u128::from(total.max(1))).ok())
+        .collect::<Option<_>>()?;
+    let mut rest = amount - parts.iter().sum::<u64>();
+    for (part, stake) in parts.iter_mut().zip(stakes) {
+        let more = rest.min(stake - *part);
+        *part += more;
+        rest -= more;
+    }
+    Some(parts)
 }
 
 #[cfg(test)]
@@ -202,12 +245,34 @@ mod tests {
     #[test]
     fn slash_splits_exactly() {
         let any = Some(u64::MAX);
-        assert_eq!(slash(1_000, 1_000, 5_000, any), Some(Slash { amount: 100, to_client: 50, to_treasury: 50 }));
-        assert_eq!(slash(1_000, 1_000, 5_000, None), Some(Slash { amount: 100, to_client: 0, to_treasury: 100 }));
-        assert_eq!(slash(0, 10_000, 10_000, any), Some(Slash { amount: 0, to_client: 0, to_treasury: 0 }));
-        assert_eq!(slash(u64::MAX, 10_000, 3_333, any).map(|s| s.to_client + s.to_treasury), Some(u64::MAX));
-        assert_eq!(slash(1, 10_001, 0, any), None);
+        assert_eq!(slash(100, 5_000, any), Some(Slash { amount: 100, to_client: 50, to_treasury: 50 }));
+        assert_eq!(slash(100, 5_000, None), Some(Slash { amount: 100, to_client: 0, to_treasury: 100 }));
+        assert_eq!(slash(0, 10_000, any), Some(Slash { amount: 0, to_client: 0, to_treasury: 0 }));
+        assert_eq!(slash(u64::MAX, 3_333, any).map(|s| s.to_client + s.to_treasury), Some(u64::MAX));
+        assert_eq!(slash(1, 10_001, any), None);
         // the client's share is capped by what its lease lost; the rest goes to the treasury
-        assert_eq!(slash(1_000, 1_000, 5_000, Some(20)), Some(Slash { amount: 100, to_client: 20, to_treasury: 80 }));
+        assert_eq!(slash(100, 5_000, Some(20)), Some(Slash { amount: 100, to_client: 20, to_treasury: 80 }));
+    }
+
+    #[test]
+    fn slashes_take_rewards_then_own_stake_then_delegated() {
+        assert_eq!(slash_sources(50, 30, 100, 100), SlashSources { rewards: 30, own: 20, delegated: 0 });
+        assert_eq!(slash_sources(250, 30, 100, 100), SlashSources { rewards: 30, own: 100, delegated: 100 });
+        // a liveness fault passes no slashable delegated stake: what own stake cannot cover is not taken
+        assert_eq!(slash_sources(250, 30, 100, 0), SlashSources { rewards: 30, own: 100, delegated: 0 });
+    }
+
+    #[test]
+    fn pro_rata_parts_sum_exactly_and_fit() {
+        assert_eq!(pro_rata(10, &[1, 1, 1]), None);
+        assert_eq!(pro_rata(3, &[1, 1, 1]), Some(vec![1, 1, 1]));
+        assert_eq!(pro_rata(2, &[1, 1, 1]), Some(vec![1, 1, 0]));
+        assert_eq!(pro_rata(7, &[10, 0, 5]), Some(vec![5, 0, 2]));
+        assert_eq!(pro_rata(0, &[]), Some(vec![]));
+        for (amount, stakes) in [(999u64, vec![7u64, 1_000, 3, 0, 55]), (u64::MAX, vec![u64::MAX])] {
+            let parts = pro_rata(amount, &stakes).unwrap();
+            assert_eq!(parts.iter().sum::<u64>(), amount);
+            assert!(parts.iter().zip(&stakes).all(|(p, s)| p <= s));
+        }
     }
 }

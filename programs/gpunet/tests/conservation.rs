@@ -342,8 +342,7 @@ impl World {
         );
 
         for s in &self.suppliers {
-            let p: Provider = self.h.account(&s.provider);
-            assert_eq!(balances[&s.vault], p.vault_balance().unwrap(), "stake vault == staked + unbonding");
+            assert_eq!(balances[&s.vault], self.h.stake_vault_books(&s.provider), "stake vault == its books");
         }
         let slashed: u64 = self.suppliers.iter().map(|s| self.h.account::<Provider>(&s.provider).slashed).sum();
         assert_eq!(slashed, l.slashed);

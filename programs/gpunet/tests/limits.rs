@@ -40,11 +40,15 @@ fn every_idl_constant_is_checked_here() {
         [
             "ANY",
             "BPS_DENOMINATOR",
+            "DELEGATION_CAP_BPS",
             "MAX_ATTESTERS",
+            "MAX_COHORTS",
+            "MAX_COMMISSION_BPS",
             "MAX_DOWNTIME_TOLERANCE_SECONDS",
             "MAX_GPUS_PER_NODE",
             "MAX_LEASE_GPUS",
             "MAX_LEASE_NODES",
+            "MAX_PROOF_LEN",
             "MAX_PROTOCOL_FEE_BPS",
             "MAX_VERIFICATION_SECONDS",
             "MAX_VERIFICATION_TIER",
@@ -162,4 +166,45 @@ fn node_and_lease_limits() {
     let cluster = h.open_lease(&client, 8, terms(max_nodes, 1));
     h.assign(&cluster, &shares[..usize::from(max_nodes)]).unwrap();
     assert_eq!(h.account::<Lease>(&cluster.lease).node_count, max_nodes);
+}
+
+#[test]
+fn staking_limits() {
+    let limits = Limits(idl_constants());
+    let mut h = Harness::new();
+    // the commission bound
+    let max_commission: u16 = limits.get("MAX_COMMISSION_BPS");
+    assert_error(h.update_staking(|p| p.max_commission_bps = max_commission + 1), GpunetError::InvalidBasisPoints);
+    h.update_staking(|p| p.max_commission_bps = max_commission).unwrap();
+
+    // the pool holds at most DELEGATION_CAP_BPS of its supplier's own stake
+    let s = h.supplier(1_000 * IO);
+    h.open_pool(&s, max_commission).unwrap();
+    let cap = 1_000 * IO * limits.get::<u64>("DELEGATION_CAP_BPS") / gpunet::state::BPS_DENOMINATOR;
+    let d = h.delegator(10_000 * IO);
+    assert_error(h.delegate(&d, &s.provider, cap + 1).unwrap_err(), GpunetError::DelegationCapExceeded);
+
+    // a proof of MAX_PROOF_LEN + 1 hashes is refused before it is hashed
+    let max_proof: usize = limits.get("MAX_PROOF_LEN");
+    h.fund_rewards(IO).unwrap();
+    h.next_epoch(10);
+    h.next_epoch(10);
+    let leaf = gpunet::merkle::RewardLeaf { epoch: 1, provider: s.provider, supplier_amount: 1, delegators_amount: 0 };
+    let tree = RewardTree::new(vec![leaf], &h.mint.clone());
+    h.post_root(1, &tree).unwrap();
+    h.advance(ROOT_TIMELOCK_SECONDS);
+    let cranker = h.wallet();
+    let ix = h.claim_ix(&cranker.pubkey(), 1, &leaf, vec![[0; 32]; max_proof + 1]);
+    assert_error(h.send(&[ix], &[&cranker]), GpunetError::InvalidProof);
+    h.claim(1, &tree, 0).unwrap(); // control: its own (empty) proof
+
+    // MAX_COHORTS epochs of exits may unbond at once, not one more
+    let cohorts: usize = limits.get("MAX_COHORTS");
+    h.update_config(|p| p.unbonding_seconds = (cohorts as i64 + 1) * EPOCH_SECONDS).unwrap();
+    let positions: Vec<Position> = (0..=cohorts).map(|_| h.delegate(&d, &s.provider, IO).unwrap()).collect();
+    for position in &positions[..cohorts] {
+        h.undelegate(&d, position).unwrap();
+        h.next_epoch(10);
+    }
+    assert_error(h.undelegate(&d, &positions[cohorts]), GpunetError::TooManyCohorts);
 }

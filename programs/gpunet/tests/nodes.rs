@@ -23,7 +23,7 @@ fn register_update_and_deregister_a_node() {
     assert_eq!(node.spec, spec);
     assert_eq!((node.provider, node.gpus_leased, node.jailed), (s.provider, 0, false));
     let p: Provider = h.account(&s.provider);
-    assert_eq!((p.bonded, p.node_count, p.free_stake()), (800 * IO, 1, 0));
+    assert_eq!((p.bonded, p.node_count, p.free_collateral()), (800 * IO, 1, 0));
 
     let meta = h.send(&[h.update_node_ix(&s, &node_addr, US, 5 * IO)], &[&s.wallet]).unwrap();
     let ev: NodeUpdated = event(&meta);
@@ -36,7 +36,7 @@ fn register_update_and_deregister_a_node() {
     assert_eq!((ev.bonded_stake, ev.deregistered_at), (800 * IO, h.now()));
     assert_eq!(h.account::<Node>(&node_addr).deregistered_at, h.now());
     let p: Provider = h.account(&s.provider);
-    assert_eq!((p.bonded, p.node_count, p.free_stake()), (800 * IO, 1, 0));
+    assert_eq!((p.bonded, p.node_count, p.free_collateral()), (800 * IO, 1, 0));
     assert_error(h.send(&[h.deregister_node_ix(&s, &node_addr)], &[&s.wallet]), GpunetError::NodeDeregistered);
     h.advance(UNBONDING_SECONDS - 1);
     assert_error(h.send(&[h.release_node_ix(&s, &node_addr)], &[&s.wallet]), GpunetError::NodeStillBonded);

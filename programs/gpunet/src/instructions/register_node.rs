@@ -36,7 +36,7 @@ impl<'info> RegisterNode<'info> {
 
     pub fn validate(&self, spec: &NodeSpec) -> Result<()> {
         require!(spec.is_valid(), GpunetError::InvalidNodeSpec);
-        require!(self.bond(spec)? <= self.provider.free_stake(), GpunetError::InsufficientFreeStake);
+        require!(self.bond(spec)? <= self.provider.free_collateral(), GpunetError::InsufficientFreeStake);
         Ok(())
     }
 

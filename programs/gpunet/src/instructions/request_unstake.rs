@@ -21,7 +21,13 @@ pub struct RequestUnstake<'info> {
 impl RequestUnstake<'_> {
     pub fn validate(&self, amount: u64) -> Result<()> {
         require_gt!(amount, 0, GpunetError::ZeroAmount);
-        require!(amount <= self.provider.free_stake(), GpunetError::InsufficientFreeStake);
+        // What is left must still back the nodes (with the delegated stake it lets count) and the
+        // delegations: own stake is the first-loss tranche, so a supplier cannot leave its
+        // delegators holding the risk alone.
+        let mut after = (*self.provider).clone();
+        after.staked = after.staked.checked_sub(amount).ok_or(GpunetError::InsufficientFreeStake)?;
+        require!(after.is_collateralised(), GpunetError::InsufficientFreeStake);
+        require!(after.delegated <= after.delegation_cap(), GpunetError::DelegationsRelyOnStake);
         // One clock per provider: a second request would move the date the stake already
         // unbonding was promised for. Keeping the old date for the new amount would let fresh
         // stake leave before its own unbonding period (less time to slash it). So the provider

@@ -2,8 +2,12 @@
 //! fault of one of its nodes, and jails that node. A `FailedVerification` also clears the node's
 //! verification (it must pass a new one, once unjailed, wherever the config requires it).
 //!
-//! The fraction applies to all the provider's stake in the vault, active first, then
-//! unbonding (unbonding stake stays slashable). Each piece of evidence slashes once (its
+//! The fraction applies to the stake at risk for the fault: the provider's own (active and
+//! unbonding) and, for a malicious fault (failed verification, invalid usage), its pool's
+//! delegated stake too: the active, and the unbonding cohorts that began after the fault. It is
+//! taken in order from the supplier's unclaimed rewards, its own stake (active first), then the
+//! delegators pro rata; a liveness fault (missed heartbeats) never reaches delegated stake. What
+//! one provider loses in an epoch is capped by the staking config's `slash_cap_bps`. Each piece of evidence slashes once (its
 //! hash becomes an `Evidence` PDA), and a jailed node is not slashed again until it is
 //! unjailed. When the fault hurt a lease that is still live (active, or closing within its
 //! settlement window) and the node holds a share of it now, passing the lease and its
@@ -21,12 +25,16 @@ use crate::state::*;
 use crate::vault;
 
 #[derive(Accounts)]
-#[instruction(fault: FaultKind, evidence_hash: [u8; 32])]
+#[instruction(fault: FaultKind, evidence_hash: [u8; 32], fault_at: i64)]
 pub struct SlashProvider<'info> {
     #[account(mut)]
     pub attester: Signer<'info>,
     #[account(seeds = [SEED_CONFIG], bump = config.bump)]
     pub config: Box<Account<'info, Config>>,
+    /// CHECK: the staking config's address, always passed: read when the deployment has configured
+    /// staking (its epochs and per-epoch cap apply), else no cap applies and every slash is epoch 0's.
+    #[account(seeds = [SEED_STAKING], bump)]
+    pub staking: UncheckedAccount<'info>,
     #[account(mut, seeds = [SEED_NODE, node.node_key.as_ref()], bump = node.bump)]
     pub node: Box<Account<'info, Node>>,
     #[account(mut, address = node.provider @ GpunetError::AccountMismatch)]
@@ -45,6 +53,10 @@ pub struct SlashProvider<'info> {
     pub lease: Option<Box<Account<'info, Lease>>>,
     #[account(mut, token::mint = config.io_mint)]
     pub client_tokens: Option<Box<Account<'info, TokenAccount>>>,
+    /// The provider's pool, required when it has one. The cohorts of it that the fault reaches
+    /// follow as remaining accounts (writable, in the pool's order).
+    #[account(mut, seeds = [SEED_POOL, provider.key().as_ref()], bump = pool.bump)]
+    pub pool: Option<Box<Account<'info, Pool>>>,
     pub token_program: Program<'info, Token>,
     pub system_program: Program<'info, System>,
 }
@@ -81,17 +93,92 @@ impl<'info> SlashProvider<'info> {
         }
     }
 
-    pub fn handler(ctx: Context<Self>, fault: FaultKind, evidence_hash: [u8; 32]) -> Result<()> {
+    /// The pool's cohorts the fault reaches, from the remaining accounts: exactly those still
+    /// listed (unmatured) that began unbonding after the fault, in the pool's order.
+    fn cohorts_reached(
+        &self,
+        pool: &Pool,
+        fault_at: i64,
+        remaining: &'info [AccountInfo<'info>],
+    ) -> Result<Vec<Account<'info, Cohort>>> {
+        let provider = self.provider.key();
+        let expected: Vec<&CohortRef> = pool.cohort_list().iter().filter(|c| c.starts_at > fault_at).collect();
+        require_eq!(expected.len(), remaining.len(), GpunetError::CohortsMismatch);
+        expected
+            .iter()
+            .zip(remaining)
+            .map(|(cohort, info)| {
+                let (address, _) = Pubkey::find_program_address(
+                    &[SEED_COHORT, provider.as_ref(), &cohort.exit_epoch.to_le_bytes()],
+                    &crate::ID,
+                );
+                require_keys_eq!(info.key(), address, GpunetError::CohortsMismatch);
+                require!(info.is_writable, GpunetError::CohortsMismatch);
+                Account::<Cohort>::try_from(info)
+            })
+            .collect()
+    }
+
+    pub fn handler(
+        ctx: Context<'_, '_, 'info, 'info, Self>,
+        fault: FaultKind,
+        evidence_hash: [u8; 32],
+        fault_at: i64,
+    ) -> Result<()> {
         let now = Clock::get()?.unix_timestamp;
         let a = &ctx.accounts;
         require!(a.config.is_attester(a.attester.key), GpunetError::NotAttester);
         require!(!a.node.jailed, GpunetError::NodeJailed);
+        require!(a.provider.has_pool == a.pool.is_some(), GpunetError::PoolMissing);
+        require!(fault_at <= now, GpunetError::InvalidFaultTime);
+        // Stake that began unbonding before the oldest time evidence may still land is withdrawable
+        // or matured: an older (or unknown, 0) fault time reaches exactly what that time reaches.
+        let fault_at = fault_at.max(now.saturating_sub(a.config.deregistered_bond_seconds()));
         let client_bound = a.client_bound(now)?;
+        let staking = if a.staking.owner == &crate::ID {
+            Some(Staking::try_deserialize(&mut &a.staking.try_borrow_data()?[..])?)
+        } else {
+            None
+        };
+        let now_epoch = staking.as_ref().map_or(0, |s| s.epoch_at(now));
+        let slash_cap_bps = staking.as_ref().map_or(BPS_DENOMINATOR as u16, |s| s.slash_cap_bps);
+        let malicious = fault != FaultKind::MissedHeartbeats;
 
-        let stake = a.provider.vault_balance().ok_or(GpunetError::ArithmeticOverflow)?;
+        // the stake at risk: own always; delegated (active, and cohorts begun after the fault) for a malicious fault
+        let mut cohorts = Vec::new();
+        let mut rewards = 0;
+        if let Some(pool) = ctx.accounts.pool.as_mut() {
+            pool.roll(now_epoch, ctx.accounts.provider.delegated_shares)?;
+            pool.drop_matured(now);
+            rewards = pool.provider_rewards;
+        }
+        let a = &ctx.accounts;
+        if let (Some(pool), true) = (a.pool.as_ref(), malicious) {
+            cohorts = a.cohorts_reached(pool, fault_at, ctx.remaining_accounts)?;
+        } else {
+            require!(ctx.remaining_accounts.is_empty(), GpunetError::CohortsMismatch);
+        }
+        let mut delegated_stakes = vec![if malicious { a.provider.delegated } else { 0 }];
+        delegated_stakes.extend(cohorts.iter().map(|c| c.stake));
+        let delegated = delegated_stakes
+            .iter()
+            .try_fold(0u64, |sum, s| sum.checked_add(*s))
+            .ok_or(GpunetError::ArithmeticOverflow)?;
+        let own = a.provider.own_stake().ok_or(GpunetError::ArithmeticOverflow)?;
+        let at_risk = own.checked_add(delegated).ok_or(GpunetError::ArithmeticOverflow)?;
+
+        // at most `slash_cap_bps` of what was at risk when the epoch's slashes began
+        let slashed_before = if a.provider.slash_epoch == now_epoch { a.provider.slashed_in_epoch } else { 0 };
+        let cap_base = at_risk.checked_add(slashed_before).ok_or(GpunetError::ArithmeticOverflow)?;
+        let cap = math::bps_of(cap_base, slash_cap_bps).ok_or(GpunetError::ArithmeticOverflow)?;
+        let amount = math::bps_of(at_risk, a.config.slash_bps[fault.index()])
+            .ok_or(GpunetError::ArithmeticOverflow)?
+            .min(cap.saturating_sub(slashed_before));
+        let sources = math::slash_sources(amount, rewards, own, delegated);
+        let taken = sources.total().ok_or(GpunetError::ArithmeticOverflow)?;
         let split =
-            math::slash(stake, a.config.slash_bps[fault.index()], a.config.slash_client_share_bps, client_bound)
-                .ok_or(GpunetError::ArithmeticOverflow)?;
+            math::slash(taken, a.config.slash_client_share_bps, client_bound).ok_or(GpunetError::ArithmeticOverflow)?;
+        let parts = math::pro_rata(sources.delegated, &delegated_stakes).ok_or(GpunetError::ArithmeticOverflow)?;
 
         let authority_key = a.provider.authority;
         let seeds: &[&[u8]] = &[SEED_PROVIDER, authority_key.as_ref(), &[a.provider.bump]];
@@ -112,13 +199,27 @@ impl<'info> SlashProvider<'info> {
             }
             None => None,
         };
+        if let Some(pool) = ctx.accounts.pool.as_mut() {
+            pool.provider_rewards -= sources.rewards;
+        }
+        for (cohort, part) in cohorts.iter_mut().zip(&parts[1..]) {
+            cohort.stake -= part;
+            cohort.exit(&crate::ID)?;
+        }
 
         let provider = &mut ctx.accounts.provider;
-        let from_active = split.amount.min(provider.staked);
+        let from_active = sources.own.min(provider.staked);
         provider.staked -= from_active;
         provider.unbonding =
-            provider.unbonding.checked_sub(split.amount - from_active).ok_or(GpunetError::ArithmeticOverflow)?;
-        provider.slashed = provider.slashed.checked_add(split.amount).ok_or(GpunetError::ArithmeticOverflow)?;
+            provider.unbonding.checked_sub(sources.own - from_active).ok_or(GpunetError::ArithmeticOverflow)?;
+        provider.delegated -= parts[0];
+        provider.delegated_unbonding = provider
+            .delegated_unbonding
+            .checked_sub(sources.delegated - parts[0])
+            .ok_or(GpunetError::ArithmeticOverflow)?;
+        provider.slashed = provider.slashed.checked_add(taken).ok_or(GpunetError::ArithmeticOverflow)?;
+        provider.slash_epoch = now_epoch;
+        provider.slashed_in_epoch = slashed_before.checked_add(taken).ok_or(GpunetError::ArithmeticOverflow)?;
 
         let node = &mut ctx.accounts.node;
         node.jailed = true;
@@ -130,6 +231,7 @@ impl<'info> SlashProvider<'info> {
         evidence.node = node.key();
         evidence.fault = fault;
         evidence.slashed_at = now;
+        evidence.fault_at = fault_at;
         evidence.bump = ctx.bumps.evidence;
         emit!(ProviderSlashed {
             provider: provider.key(),
@@ -137,11 +239,15 @@ impl<'info> SlashProvider<'info> {
             attester,
             fault,
             evidence_hash,
-            amount: split.amount,
+            amount: taken,
             to_treasury: split.to_treasury,
             to_client: split.to_client,
             lease,
             jail_ends_at,
+            fault_at,
+            from_rewards: sources.rewards,
+            from_own: sources.own,
+            from_delegated: sources.delegated,
         });
         Ok(())
     }

@@ -15,4 +15,6 @@ pub struct Evidence {
     pub slashed_at: i64,
     /// Canonical bump of this PDA.
     pub bump: u8,
+    /// When the fault was committed, as the attester found it (appended last).
+    pub fault_at: i64,
 }

@@ -2,16 +2,22 @@ pub mod config;
 pub mod evidence;
 pub mod lease;
 pub mod node;
+pub mod pool;
 pub mod provider;
+pub mod reward;
 pub mod seeds;
+pub mod staking;
 pub mod usage;
 
 pub use config::*;
 pub use evidence::*;
 pub use lease::*;
 pub use node::*;
+pub use pool::*;
 pub use provider::*;
+pub use reward::*;
 pub use seeds::*;
+pub use staking::*;
 pub use usage::*;
 
 #[cfg(test)]
@@ -25,10 +31,16 @@ mod tests {
     #[test]
     fn account_sizes_are_pinned() {
         assert_eq!(8 + Config::INIT_SPACE, 310);
-        assert_eq!(8 + Provider::INIT_SPACE, 86);
+        assert_eq!(8 + Provider::INIT_SPACE, 127);
         assert_eq!(8 + Node::INIT_SPACE, 188);
         assert_eq!(8 + Lease::INIT_SPACE, 1_351);
-        assert_eq!(8 + Evidence::INIT_SPACE, 50);
+        assert_eq!(8 + Evidence::INIT_SPACE, 58);
+        assert_eq!(8 + Staking::INIT_SPACE, 131);
+        assert_eq!(8 + Pool::INIT_SPACE, 612);
+        assert_eq!(8 + Cohort::INIT_SPACE, 81);
+        assert_eq!(8 + Delegation::INIT_SPACE, 138);
+        assert_eq!(8 + RewardIndex::INIT_SPACE, 25);
+        assert_eq!(8 + RewardRoot::INIT_SPACE, 109);
     }
 
     #[test]

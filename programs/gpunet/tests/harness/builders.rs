@@ -12,6 +12,7 @@ use solana_signer::Signer;
 use gpunet::state::*;
 use gpunet::{accounts as acc, instruction as ix};
 
+use super::staking::{cohort_pda, pool_pda, staking_pda};
 use super::{Harness, TxResult, IO};
 use crate::harness::accounts::*;
 
@@ -520,11 +521,37 @@ impl Harness {
         victim: Option<(&LeaseRef, &Pubkey)>,
         evidence_hash: [u8; 32],
     ) -> Instruction {
+        self.slash_at_ix(attester, node, fault, victim, evidence_hash, self.now())
+    }
+
+    /// A slash for a fault committed at `fault_at`, passing the provider's pool (when it has one)
+    /// and, for a malicious fault, the pool's cohorts that began unbonding after it.
+    pub fn slash_at_ix(
+        &self,
+        attester: &Pubkey,
+        node: &GpuNode,
+        fault: FaultKind,
+        victim: Option<(&LeaseRef, &Pubkey)>,
+        evidence_hash: [u8; 32],
+        fault_at: i64,
+    ) -> Instruction {
         let provider = node.provider;
-        program_ix(
+        let pool = self.exists(&pool_pda(&provider)).then(|| pool_pda(&provider));
+        let cohorts = match (pool, fault) {
+            (Some(pool), FaultKind::FailedVerification | FaultKind::InvalidUsage) => self
+                .account::<Pool>(&pool)
+                .cohort_list()
+                .iter()
+                .filter(|c| c.ends_at > self.now() && c.starts_at > fault_at)
+                .map(|c| AccountMeta::new(cohort_pda(&provider, c.exit_epoch), false))
+                .collect(),
+            _ => vec![],
+        };
+        program_ix_with(
             acc::SlashProvider {
                 attester: *attester,
                 config: config_pda(),
+                staking: staking_pda(),
                 node: node.node,
                 provider,
                 stake_vault: stake_vault_pda(&provider),
@@ -532,10 +559,12 @@ impl Harness {
                 evidence: evidence_pda(&evidence_hash),
                 lease: victim.map(|(l, _)| l.lease),
                 client_tokens: victim.map(|(_, t)| *t),
+                pool,
                 token_program: spl_token::ID,
                 system_program: system_program::ID,
             },
-            ix::SlashProvider { fault, evidence_hash },
+            ix::SlashProvider { fault, evidence_hash, fault_at },
+            cohorts,
         )
     }
 

@@ -4,6 +4,7 @@
 
 pub mod accounts;
 pub mod builders;
+pub mod staking;
 
 use anchor_lang::prelude::*;
 use anchor_lang::solana_program::instruction::{Instruction, InstructionError};
@@ -22,6 +23,7 @@ use solana_transaction_error::TransactionError;
 use gpunet::state::ConfigParams;
 
 pub use accounts::*;
+pub use staking::*;
 
 pub type TxResult = std::result::Result<TransactionMetadata, FailedTransactionMetadata>;
 
@@ -57,6 +59,8 @@ impl Harness {
         let mut h = Self::uninitialised();
         let params = h.default_params();
         h.send(&[h.initialize_ix(&params)], &[&h.admin.insecure_clone()]).expect("initialize");
+        let staking = h.configure_staking_ix(h.default_staking_params());
+        h.send(&[staking], &[&h.admin.insecure_clone()]).expect("configure_staking");
         h
     }
 
