@@ -27,7 +27,7 @@ from coordinator.indexer.projection import IndexedEvent, Ledger
 from coordinator.indexer.rpc import ChainRpc
 from gpunet.accounts import discriminator
 from gpunet.idl import load_idl
-from gpunet.pda import lease_vault_pda, provider_pda, stake_vault_pda
+from gpunet.pda import lease_vault_pda, pool_pda, provider_pda, stake_vault_pda
 
 __all__ = ["Difference", "LedgerAuditReport", "NotFound", "audit_lease", "audit_provider", "resolve_provider"]
 
@@ -357,7 +357,12 @@ async def audit_provider(conn: Connection, rpc: ChainRpc, program: Pubkey, key: 
         },
         events,
     )
-    expected = account["staked"] + account["unbonding"]
+    # The vault holds the supplier's own stake, its delegators' (active and unbonding) and the
+    # pool's uncollected rewards: by the accounts' books, never by what was sent to it.
+    expected = account["staked"] + account["unbonding"] + account["delegated"] + account["delegated_unbonding"]
+    if account["has_pool"]:
+        pool = await _account(rpc, program, str(pool_pda(Pubkey.from_string(provider), program)), "Pool", report, [])
+        expected += pool["provider_rewards"] + pool["delegator_rewards"] if pool else 0
     balance = await rpc.token_balance(str(stake_vault_pda(Pubkey.from_string(provider), program)))
     if balance != expected:
         report.differences.append(Difference("vault", "stake vault balance", expected, balance, _signatures(events)))

@@ -7,6 +7,7 @@ programs/gpunet/tests/harness/builders.rs).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from functools import cache
 from typing import Any
@@ -29,11 +30,13 @@ from gpunet.limits import (
     MIN_DOWNTIME_TOLERANCE_SECONDS,
 )
 from gpunet.pda import (
+    cohort_pda,
     config_pda,
     evidence_pda,
     lease_pda,
     lease_vault_pda,
     node_pda,
+    pool_pda,
     program_data_pda,
     provider_pda,
     stake_vault_pda,
@@ -541,11 +544,13 @@ def slash_provider(
     evidence_hash: bytes,
     victim: tuple[Pubkey, Pubkey] | None = None,
     fault_at: int = 0,
+    pool_cohorts: Sequence[int] | None = None,
 ) -> Instruction:
     """`fault`: one of FAULT_KINDS. `victim`: (lease, its client's token account) to pay the client share.
     `fault_at`: when the fault was committed (unix seconds); 0 when unknown, which reaches back as far
-    as the unbonding period. Providers with a pool of delegated stake are not slashed through this
-    builder yet (the program then asks for the pool: PoolMissing)."""
+    as the unbonding period. `pool_cohorts`: None for a provider without a pool of delegated stake;
+    for one with a pool, the exit epochs of the cohorts the slash reaches (gpunet.staking.cohorts_reached),
+    possibly none."""
     if fault not in FAULT_KINDS:
         raise ValueError(f"unknown fault kind {fault!r}; expected one of {', '.join(FAULT_KINDS)}")
     if len(evidence_hash) != 32:
@@ -568,8 +573,11 @@ def slash_provider(
             "evidence": evidence_pda(evidence_hash),
             "lease": lease,
             "client_tokens": client_tokens,
-            "pool": PROGRAM_ID,
+            "pool": PROGRAM_ID if pool_cohorts is None else pool_pda(provider),
             "token_program": TOKEN_PROGRAM_ID,
             "system_program": SYSTEM_PROGRAM_ID,
         },
+        remaining=[
+            AccountMeta(cohort_pda(provider, epoch), is_signer=False, is_writable=True) for epoch in pool_cohorts or ()
+        ],
     )

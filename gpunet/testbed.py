@@ -20,11 +20,13 @@ from solders.pubkey import Pubkey
 from solders.signature import Signature
 
 from gpunet import instructions as ix
+from gpunet import staking
 from gpunet.accounts import fetch
 from gpunet.amounts import IO
 from gpunet.client import TransactionFailed, send_and_confirm
 from gpunet.localnet import localnet_deployer
-from gpunet.pda import lease_pda, node_pda, provider_pda
+from gpunet.pda import lease_pda, node_pda, provider_pda, staking_pda
+from gpunet.rewards import RewardLeaf, RewardTree
 from gpunet.tokens import create_mint, ensure_io_account, mint_io
 from gpunet.usage import Receipt
 
@@ -192,19 +194,22 @@ class Market:
         share = next(a for a in state.assignments[: state.node_count] if a.node == s.node)
         more = seconds * share.gpus
         receipt = Receipt(share.epoch, share.receipt_gpu_seconds + more, share.settled_until + seconds)
+        settlement = ix.signed_settlement(
+            self.attester.pubkey(), lease, s.node_key, s.wallet.pubkey(), s.tokens, receipt, more
+        )
+        return await self.send_when_clock_allows(self.attester, settlement, "BadPeriod")
+
+    async def send_when_clock_allows(self, payer: Keypair, ixs: Sequence[Instruction], error: str) -> Signature:
+        """Sends, again every 0.25 s while the program refuses with `error` (one that the chain's clock
+        passing a moment ends: a receipt's period, a root's timelock)."""
         for _ in range(100):
             try:
-                return await self.send(
-                    self.attester,
-                    ix.signed_settlement(
-                        self.attester.pubkey(), lease, s.node_key, s.wallet.pubkey(), s.tokens, receipt, more
-                    ),
-                )
-            except TransactionFailed as e:  # BadPeriod until the chain's clock passes the receipt's `through`
-                if e.program_error is None or e.program_error.name != "BadPeriod":
+                return await self.send(payer, ixs)
+            except TransactionFailed as e:
+                if e.program_error is None or e.program_error.name != error:
                     raise
                 await asyncio.sleep(0.25)
-        raise TimeoutError("the chain clock never passed the receipt's end")
+        raise TimeoutError(f"the chain's clock never got past {error}")
 
     async def slash(
         self, s: Supplier, victim: tuple[Pubkey, Client] | None = None, evidence_hash: bytes = bytes(range(32))
@@ -291,4 +296,61 @@ class Market:
         await self.send(bob.wallet, [ix.release_node(bob.wallet.pubkey(), bob.node_key.pubkey())])
         await self.send(bob.wallet, [ix.request_unstake(bob.wallet.pubkey(), 10 * IO)])
         await self.send(bob.wallet, [ix.withdraw_unstaked(bob.wallet.pubkey(), bob.tokens)])
-        return {"lease": lease, "suppliers": [ada, bob, cyd], "client": dev}
+        delegator = await self.co_staking(ada, cyd)
+        return {"lease": lease, "suppliers": [ada, bob, cyd], "client": dev, "delegator": delegator}
+
+    async def staking_epoch(self) -> int:
+        """The staking epoch now, by the local node's clock (which follows the wall clock)."""
+        staking = await fetch(self.chain, staking_pda(), "Staking")
+        return (int(time.time()) - staking.genesis) // staking.epoch_seconds
+
+    async def wait_epoch(self, epoch: int) -> None:
+        """Sleeps until a moment into staking epoch `epoch` (the node's clock lags the wall clock by
+        up to a second: its timestamps are whole seconds of the last slot)."""
+        staking = await fetch(self.chain, staking_pda(), "Staking")
+        await asyncio.sleep(max(0.0, staking.genesis + epoch * staking.epoch_seconds + 1.2 - time.time()))
+
+    async def co_staking(self, ada: Supplier, cyd: Supplier) -> Client:
+        """Every co-staking and reward event, on 5 s epochs: the staking config and its funding; ada's
+        and cyd's pools; a delegator's position in ada's, rewarded for epoch 1, collected, unbonded
+        and withdrawn; a vetoed root, an expired one, and cyd's unrewarded epoch skipped. Returns the
+        delegator."""
+        admin, attester = self.admin, self.attester
+        params = staking.StakingParams(100 * IO, epoch_seconds=5, root_timelock_seconds=1, claim_epochs=1)
+        funds = await self.fund(admin.pubkey(), 1_000 * IO)
+        fan = await self.client(io=20 * IO)
+        await self.send(
+            admin,
+            [
+                staking.configure_staking(admin.pubkey(), self.mint, params),
+                staking.fund_rewards(admin.pubkey(), funds, 1_000 * IO),
+            ],
+        )
+        for s, commission in ((ada, 1_000), (cyd, 0)):
+            await self.send(s.wallet, [staking.open_pool(s.wallet.pubkey(), s.provider, commission)])
+        await self.send(ada.wallet, [staking.set_commission(ada.wallet.pubkey(), ada.provider, 500)])  # a cut: at once
+        await self.send(fan.wallet, [staking.delegate(fan.wallet.pubkey(), fan.tokens, ada.provider, 0, 10 * IO)])
+
+        await self.wait_epoch(1)  # epoch 0's root: posted, vetoed, posted again and left to expire
+        for amount in (IO, 2 * IO):  # the first vetoed (an identical repost would be the same transaction)
+            stale = RewardTree([RewardLeaf(0, cyd.provider, amount, 0)], self.mint)
+            await self.send(attester, [staking.post_reward_root(attester.pubkey(), 0, stale.root, stale.total, 1)])
+            if amount == IO:
+                await self.send(admin, [staking.veto_reward_root(admin.pubkey(), 0, attester.pubkey())])
+
+        # Epoch 2: the delegator leaves (its position still earned epoch 1), and epoch 1's root, once
+        # past its timelock, credits ada's pool; what must land within the epoch goes first.
+        await self.wait_epoch(2)
+        tree = RewardTree([RewardLeaf(1, ada.provider, 5 * IO, 3 * IO)], self.mint)
+        await self.send(attester, [staking.post_reward_root(attester.pubkey(), 1, tree.root, tree.total, 1)])
+        await self.send(fan.wallet, [staking.undelegate(fan.wallet.pubkey(), ada.provider, 0, 2)])
+        claim = staking.claim_reward(fan.wallet.pubkey(), tree.leaves[0], tree.proof(0))
+        await self.send_when_clock_allows(fan.wallet, [claim], "RootTimelocked")
+        await self.send(fan.wallet, [staking.expire_reward_root(0, attester.pubkey())])
+        await self.send(fan.wallet, [staking.collect_rewards(fan.wallet.pubkey(), fan.tokens, ada.provider, 0)])
+        await self.send(ada.wallet, [staking.withdraw_pool_rewards(ada.wallet.pubkey(), ada.provider, ada.tokens)])
+
+        await self.wait_epoch(3)  # cyd's epoch 1 had no leaf: skipped; the delegator's cohort has matured
+        await self.send(fan.wallet, [staking.skip_reward_epoch(fan.wallet.pubkey(), cyd.provider, 1)])
+        await self.send(fan.wallet, [staking.withdraw_delegation(fan.wallet.pubkey(), fan.tokens, ada.provider, 0, 2)])
+        return fan

@@ -319,10 +319,12 @@ def _fees_swept(ledger: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None:
 def _provider_slashed(ledger: Ledger, e: IndexedEvent, d: dict[str, Any]) -> None:
     amount = d["amount"]
     if (p := ledger._get("providers", d["provider"], e)) is not None:
-        # The program takes a slash from active stake first, then from unbonding stake.
-        from_active = min(amount, p["staked"])
+        # Of the supplier's own stake (the rest came from its pool's rewards and delegators) the
+        # program takes active stake first, then unbonding stake.
+        own = d["from_own"]
+        from_active = min(own, p["staked"])
         p["staked"] -= from_active
-        p["unbonding"] -= amount - from_active
+        p["unbonding"] -= own - from_active
         p["slashed"] += amount
         ledger._stake_change(e, p, "slashed", amount)
     if (n := ledger._get("nodes", d["node"], e)) is not None:

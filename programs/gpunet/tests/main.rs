@@ -18,6 +18,7 @@ mod nodes;
 mod pools;
 mod receipt_vector;
 mod review;
+mod reward_vector;
 mod rewards;
 mod settlement;
 mod slashing;
