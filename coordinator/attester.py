@@ -26,12 +26,14 @@ from solders.signature import Signature
 from coordinator.metrics import Metrics
 from coordinator.payers import FeePayers
 from gpunet import instructions as ix
-from gpunet.accounts import AccountError, fetch, fetch_config
+from gpunet import staking
+from gpunet.accounts import AccountError, chain_clock, fetch, fetch_config
 from gpunet.audit import evidence_hash  # the auditors' hash: what goes on chain for a slash
 from gpunet.client import InFlight, TransactionExpired
 from gpunet.events import decode_events
 from gpunet.logs import get_logger
-from gpunet.pda import evidence_pda, node_pda
+from gpunet.pda import evidence_pda, node_pda, pool_pda, reward_root_pda
+from gpunet.rewards import RewardLeaf
 from gpunet.tokens import io_account
 
 __all__ = ["Attester", "Intend", "evidence_hash", "require_listed"]
@@ -134,9 +136,16 @@ class Attester:
         )
 
     async def slash(
-        self, node_key: Pubkey, fault: str, evidence: dict[str, Any], lease: Pubkey | None = None
+        self,
+        node_key: Pubkey,
+        fault: str,
+        evidence: dict[str, Any],
+        lease: Pubkey | None = None,
+        fault_at: float = 0.0,
     ) -> Signature | None:
         """Slashes the node's provider for `fault`; with `lease`, the client's share goes to its client.
+        `fault_at`: when the fault was committed (unix seconds; 0: unknown): a pool's delegators who
+        began unbonding after it still pay for a malicious fault, those who left before do not.
         None, sending nothing, when the node is jailed already: one slash per jailing (the program
         refuses a second, and a loop that noticed another fault of the same node must not retry it)."""
         config = await fetch_config(self.client)
@@ -144,7 +153,15 @@ class Attester:
         if node.jailed:
             log.info("slash.skipped", node=node_key, fault=fault, reason="the node is jailed already")
             return None
-        authority = (await fetch(self.client, node.provider, "Provider")).authority
+        provider = await fetch(self.client, node.provider, "Provider")
+        authority = provider.authority
+        # The program refuses a fault time ahead of its clock, which may lag this machine's.
+        now = await chain_clock(self.client)
+        at = min(int(fault_at), now)
+        cohorts = None
+        if provider.has_pool:
+            pool = await fetch(self.client, pool_pda(node.provider), "Pool")
+            cohorts = staking.cohorts_reached(pool, config, fault, at, now)
         victim = None
         if lease is not None:
             client = (await fetch(self.client, lease, "Lease")).client
@@ -157,7 +174,19 @@ class Attester:
         sig = await self._retry(
             ("slash", f"{node_key} {fault}"),
             lambda: self._send(
-                [ix.slash_provider(self.key.pubkey(), config.treasury, node_key, authority, fault, digest, victim)],
+                [
+                    ix.slash_provider(
+                        self.key.pubkey(),
+                        config.treasury,
+                        node_key,
+                        authority,
+                        fault,
+                        digest,
+                        victim,
+                        fault_at=at,
+                        pool_cohorts=cohorts,
+                    )
+                ],
             ),
             landed,
         )
@@ -246,6 +275,31 @@ class Attester:
                     )
                 ],
             ),
+            landed,
+        )
+
+    async def post_reward_root(self, epoch: int, root: bytes, total: int, leaves: int) -> Signature | None:
+        """Posts `epoch`'s reward root (gpunet.reward_epoch); None when an earlier attempt landed."""
+
+        async def landed() -> bool:
+            return (await self.client.get_account_info(reward_root_pda(epoch))).value is not None
+
+        return await self._retry(
+            ("reward_root", str(epoch)),
+            lambda: self._send([staking.post_reward_root(self.key.pubkey(), epoch, root, total, leaves)]),
+            landed,
+        )
+
+    async def claim_reward(self, leaf: RewardLeaf, proof: list[bytes]) -> Signature | None:
+        """Cranks a pool's claim of its leaf (anyone may; the attester's payers pay the fee and the
+        reward index's rent)."""
+
+        async def landed() -> bool:
+            return (await fetch(self.client, pool_pda(leaf.provider), "Pool")).credited_through >= leaf.epoch
+
+        return await self._retry(
+            ("reward_claim", f"{leaf.epoch} {leaf.provider}"),
+            lambda: self._send([staking.claim_reward(self.key.pubkey(), leaf, proof)]),
             landed,
         )
 

@@ -53,6 +53,7 @@ from coordinator.metrics import Metrics
 from coordinator.outages import WATCH_EVERY_SECONDS, DatabaseLost, Outages
 from coordinator.payers import FeePayers, fee_payer_keys
 from coordinator.relay import Relay
+from coordinator.rewards import Rewards
 from coordinator.scheduler import LeaseRequest, NotPlaced, Scheduler
 from coordinator.scheduler import Placement as Placed
 from coordinator.settings import Settings
@@ -178,6 +179,7 @@ class Coordinator:
         self.verification = Verification(
             settings, pool, self.chain, self.shared, self.gateway, chain_writer, fence=fence
         )
+        self.rewards = Rewards(settings, pool, self.chain, self.fleet, chain_writer)
         self.gateway.handler = self.workers = WorkerMessages(
             pool,
             self.chain,
@@ -255,6 +257,8 @@ class Coordinator:
             ("failover", self.failover.step, 0.5),
             ("drain", self.drain.step, 0.5),
             ("verification", self.verification.step, 1.0),
+            ("reward-samples", self.rewards.sample, min(60.0, self.settings.reward_sample_seconds / 10)),
+            ("rewards", self.rewards.step, self.settings.rewards_every_seconds),
             ("settlement", self.settlement.step, self.settings.settle_seconds),
             ("checkpoint-retention", self._checkpoint_retention, 60.0),
             ("decisions-retention", self._decisions_retention, 3600.0),

@@ -273,6 +273,30 @@ class Settings(BaseSettings):
         "browser: no reach into the coordinator's pages); off only where endpoint_url is a hostname of its own",
     )
 
+    # --- rewards (coordinator/rewards.py; README, "Co-staking and rewards")
+    reward_sample_seconds: int = Field(
+        default=3_600,
+        ge=1,
+        le=86_400,
+        description="uptime is sampled at every multiple of this (unix seconds): a node earns for each sample at "
+        "which the coordinator saw it online and verified",
+    )
+    reward_establishment_epochs: int = Field(
+        default=7,
+        ge=0,
+        le=365,
+        description="a node registered fewer epochs than this before an epoch began earns the establishment rate in it",
+    )
+    reward_establishment_bps: int = Field(
+        default=5_000, ge=0, le=10_000, description="the establishment rate, in basis points of the full reward"
+    )
+    rewards_every_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        le=3_600,
+        description="how often the leader looks for an ended epoch to post and claims to crank",
+    )
+
     # --- GPU verification (gpunet.verification; README, "Verified supply")
     verify_every_seconds: float = Field(
         default=86_400.0,

@@ -156,7 +156,14 @@ async def program_accounts(rpc: AsyncClient, name: str, **equals: Pubkey) -> lis
 
 def _pubkey_offsets(name: str) -> dict[str, int]:
     # The Pubkey fields at the start of each account (fixed offsets after the discriminator).
-    leading = {"Provider": ["authority"], "Node": ["provider", "node_key"], "Lease": ["client"]}
+    leading = {
+        "Provider": ["authority"],
+        "Node": ["provider", "node_key"],
+        "Lease": ["client"],
+        "Pool": ["provider"],
+        "Delegation": ["provider", "delegator"],
+        "Cohort": ["provider"],
+    }
     return {field: _DISCRIMINATOR + 32 * i for i, field in enumerate(leading.get(name, []))}
 
 

@@ -223,6 +223,15 @@ async def audit_lease(client: AsyncClient, lease: Pubkey, coordinator: str | Non
     return report
 
 
+# What moves a stake vault's balance, by event: in (the amount each brings) and out (its `amount`).
+_VAULT_IN: dict[str, Callable[[Any], int]] = {
+    "Staked": lambda d: d.amount,
+    "Delegated": lambda d: d.amount,
+    "RewardClaimed": lambda d: d.to_supplier + d.to_delegators,
+}
+_VAULT_OUT = ("UnstakeWithdrawn", "DelegationWithdrawn", "RewardsCollected", "PoolRewardsWithdrawn", "ProviderSlashed")
+
+
 async def audit_provider(client: AsyncClient, key: Pubkey, coordinator: str | None = None) -> ChainAuditReport:
     """`key` is the supplier's wallet or its provider account (the subject says which was given);
     AccountError when it is neither. With `coordinator` (its API's URL), each of its slashes has its
@@ -236,12 +245,17 @@ async def audit_provider(client: AsyncClient, key: Pubkey, coordinator: str | No
             d = ev.data
             if getattr(d, "provider", None) != provider:
                 continue
+            if ev.name in _VAULT_IN:
+                sums.add("vault in", _VAULT_IN[ev.name](d), tx.signature)
+            if ev.name in _VAULT_OUT:
+                sums.add("vault out", d.amount, tx.signature)
             if ev.name == "Staked":
-                sums.add("stake in", d.amount, tx.signature)
+                sums.add("own in", d.amount, tx.signature)
             elif ev.name == "UnstakeWithdrawn":
-                sums.add("withdrawn", d.amount, tx.signature)
+                sums.add("own out", d.amount, tx.signature)
             elif ev.name == "ProviderSlashed":
                 sums.add("slashed", d.amount, tx.signature)
+                sums.add("own out", d.from_own, tx.signature)
             elif ev.name == "UsageSettled":
                 sums.add("earned", d.payout, tx.signature)
     report = ChainAuditReport(resolved.describe(), len(txs))
@@ -250,12 +264,16 @@ async def audit_provider(client: AsyncClient, key: Pubkey, coordinator: str | No
     # alone say it (`earned`), and every settlement among them was checked against its lease above.
     report.earned = sums.total["earned"]
     report.earned_from = tuple(sums.sources["earned"])
-    held = sums.total["stake in"] - sums.total["withdrawn"] - sums.total["slashed"]
-    sources = tuple(sums.sources["stake in"] + sums.sources["withdrawn"] + sums.sources["slashed"])
+    # The stake vault holds the supplier's own stake, its delegators' and its pool's uncollected
+    # rewards: every unit in came with an event, and so did every unit out.
+    held = sums.total["vault in"] - sums.total["vault out"]
+    sources = tuple(sums.sources["vault in"] + sums.sources["vault out"])
     report.checks.append(
         Check("stake vault balance", held, await token_balance(client, stake_vault_pda(provider)), sources)
     )
-    report.checks.append(Check("staked + unbonding", held, account.staked + account.unbonding, sources))
+    own = sums.total["own in"] - sums.total["own out"]
+    own_sources = tuple(sums.sources["own in"] + sums.sources["own out"])
+    report.checks.append(Check("staked + unbonding", own, account.staked + account.unbonding, own_sources))
     await _check_evidence(txs, lambda d: d.provider == provider, coordinator, report)
     report.node_keys = await node_keys(client, [e.node for e in report.evidence], txs)
     return report

@@ -326,13 +326,14 @@ def skip_reward_epoch(cranker: Pubkey, provider: Pubkey, epoch: int) -> Instruct
     )
 
 
-def cohorts_reached(pool: Any, fault: str, fault_at: int, now: int, bond_seconds: int) -> list[int]:
+def cohorts_reached(pool: Any, config: Any, fault: str, fault_at: int, now: int) -> list[int]:
     """The exit epochs of the pool's cohorts a slash must pass (its remaining accounts), as the program
     selects them: for a malicious fault, the cohorts still unbonding at `now` that began after the
-    fault (`fault_at`, reaching back at most `bond_seconds`: the config's deregistered bond); none for
-    a liveness fault. `pool`: the decoded Pool account. Between building and landing a cohort may
-    mature: the program then refuses (CohortsMismatch) and the slash is built again."""
+    fault (`fault_at`, reaching back at most the config's deregistered bond: the longer of the
+    unbonding period and the settlement window); none for a liveness fault. `pool`, `config`: the
+    decoded accounts; `now`: the chain's clock. Between building and landing a cohort may mature:
+    the program then refuses (CohortsMismatch) and the slash is built again."""
     if fault not in MALICIOUS_FAULTS:
         return []
-    since = max(fault_at, now - bond_seconds)
+    since = max(fault_at, now - max(config.unbonding_seconds, config.settle_window_seconds))
     return [c.exit_epoch for c in pool.cohorts[: pool.cohort_len] if c.ends_at > now and c.starts_at > since]

@@ -27,12 +27,13 @@ from coordinator.api.u64 import event_data_json, integers_as_text
 from coordinator.audit import NotFound, audit_lease, audit_provider
 from coordinator.db import chain as ledger
 from coordinator.db import nodes as faults
-from coordinator.db import ping, verifications
+from coordinator.db import ping, rewards, verifications
 from coordinator.indexer.rpc import ChainRpc, RpcError
 from coordinator.settings import Settings
 from coordinator.web import web_routes
 from gpunet.amounts import u64_json
 from gpunet.protocol import REQUEST_AT_HEADER, REQUEST_NONCE_HEADER, REQUEST_SIGNATURE_HEADER, REQUEST_WALLET_HEADER
+from gpunet.reward_epoch import EpochInputs, epoch_leaves
 
 if TYPE_CHECKING:
     from coordinator.service import Coordinator
@@ -57,6 +58,18 @@ def _row(record: asyncpg.Record) -> dict[str, Any]:
     if isinstance(row.get("data"), str):
         row["data"] = event_data_json(row["name"], json.loads(row["data"]))
     return row
+
+
+def _reward_epoch(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "epoch": row["epoch"],
+        "root": row["root"],
+        "total": str(row["total"]),
+        "leaves": row["leaves"],
+        "posted": row["posted"],
+        "credited": row["credited"],
+        "built_at": row["built_at"].isoformat(),
+    }
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -137,6 +150,34 @@ def create_app(
             rows = await verifications.of_node(conn, node["node_key"], limit + 1, offset)
         page = page_body([_row(r) for r in rows], limit, offset)
         return JSONResponse({"node": node["node"], "node_key": node["node_key"], **page})
+
+    async def reward_epochs(request: Request) -> Response:
+        values = parse_query(request.query_params, PAGE)
+        limit, offset = values["limit"], values["offset"]
+        async with pool.acquire() as conn:
+            rows = await rewards.epochs(conn, limit + 1, offset)
+        return JSONResponse(page_body([_reward_epoch(r) for r in rows], limit, offset))
+
+    async def reward_epoch(request: Request) -> Response:
+        """An epoch's inputs, as its tree was built from them, and every pool's leaf."""
+        parse_query(request.query_params, ())  # refuses any parameter
+        text = request.path_params["epoch"]
+        if not (text.isascii() and text.isdigit()) or int(text) >= 2**63:
+            return _error(400, f"epoch must be a non-negative integer, got {text!r}")
+        async with pool.acquire() as conn:
+            row = await rewards.epoch(conn, int(text))
+        if row is None:
+            return _error(404, f"no reward tree for epoch {text}: it has not ended, or no coordinator built it")
+        leaves = epoch_leaves(EpochInputs.from_json(row["inputs"]))
+        claims = [
+            {
+                "provider": str(leaf.provider),
+                "supplier_amount": str(leaf.supplier_amount),
+                "delegators_amount": str(leaf.delegators_amount),
+            }
+            for leaf in leaves
+        ]
+        return JSONResponse({**_reward_epoch(row), "inputs": row["inputs"], "claims": claims})
 
     async def slash_evidence(request: Request) -> Response:
         values = parse_query(request.query_params, PAGE)
@@ -234,6 +275,7 @@ def create_app(
     routes.append(Route("/slashes/{signature}/evidence", slash_evidence))
     routes += [Route("/audit/leases/{key}", audit("lease")), Route("/audit/providers/{key}", audit("provider"))]
     routes.append(Route("/nodes/{key}/verifications", node_verifications))
+    routes += [Route("/rewards/epochs", reward_epochs), Route("/rewards/epochs/{epoch}", reward_epoch)]
     routes += list(extra_routes)
     routes += web_routes(pool, rpc, settings, coordinator)  # the explorer and the wallet app, under /web/
 

@@ -351,6 +351,23 @@ def openapi_document() -> dict[str, Any]:
             _json("a page", schemas.NODE_VERIFICATIONS),
         )
     }
+    paths["/rewards/epochs"] = {
+        "get": _op(
+            "Every epoch's reward tree the coordinator built, newest first: its root, total and leaves, and "
+            "whether its root landed and its claims were cranked.",
+            [_query(p) for p in PAGE],
+            _json("a page", schemas.REWARD_EPOCHS),
+        )
+    }
+    paths["/rewards/epochs/{epoch}"] = {
+        "get": _op(
+            "One epoch's reward inputs (the uptime samples per node, the open pools' stake, the multipliers) and "
+            "every pool's leaf: `gpunet rewards audit EPOCH` rebuilds the tree from the inputs and compares its "
+            "root with the chain's.",
+            [{"name": "epoch", "in": "path", "required": True, "schema": {"type": "integer", "minimum": 0}}],
+            _json("ok", schemas.REWARD_EPOCH),
+        )
+    }
     # A running coordinator's client routes (coordinator.api.work).
     from coordinator.api.work import FILES_PARAMS, JOB_VIEW_PARAMS, QUOTE_PARAMS
     from gpunet.protocol import (

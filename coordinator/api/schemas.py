@@ -27,6 +27,8 @@ __all__ = [
     "NODE_VERIFICATIONS",
     "QUOTE",
     "READINESS",
+    "REWARD_EPOCH",
+    "REWARD_EPOCHS",
     "SECRETS_ACCEPTED",
     "SLASHING_RESUMED",
     "SLASH_EVIDENCE",
@@ -706,5 +708,53 @@ ENDPOINT_LOG = _object(
             ),
         },
         "more": {**_BOOL, "description": "another page follows (ask again with ?after= the last id)"},
+    }
+)
+
+_REWARD_EPOCH: dict[str, Schema] = {
+    "epoch": _INT,
+    "root": {**_HEX, "description": "the tree's root, as posted (post_reward_root)"},
+    "total": _AMOUNT,
+    "leaves": _INT,
+    "posted": {**_MAYBE_TEXT, "description": "the posting transaction (null: not landed yet)"},
+    "credited": {**_BOOL, "description": "every leaf's pool has been credited (its claim cranked)"},
+    "built_at": _TIME,
+}
+REWARD_EPOCHS = _page(_object(_REWARD_EPOCH))
+_POOL_STAKE = _object({"provider": _KEY, "own_stake": _AMOUNT, "delegated": _AMOUNT})
+_NODE_UPTIME = _object(
+    {
+        "node": _KEY,
+        "provider": _KEY,
+        "gpu_model": _INT,
+        "gpus": _INT,
+        "eligible_samples": {**_INT, "description": "samples at which it was seen online, verified, not jailed"},
+        "established": _BOOL,
+    }
+)
+REWARD_EPOCH = _object(
+    {
+        **_REWARD_EPOCH,
+        "inputs": _object(
+            {
+                "epoch": _INT,
+                "emission": _AMOUNT,
+                "samples": {**_INT, "description": "uptime samples the coordinator took in the epoch"},
+                "reward_tier": {**_INT, "description": "the least verification tier that earns"},
+                "establishment_bps": _INT,
+                "multipliers": {
+                    "type": "object",
+                    "additionalProperties": _INT,
+                    "description": "GPU model code -> basis points",
+                },
+                "nodes": {"type": "array", "items": _NODE_UPTIME},
+                "pools": {"type": "array", "items": _POOL_STAKE},
+            }
+        ),
+        "claims": {
+            "type": "array",
+            "items": _object({"provider": _KEY, "supplier_amount": _AMOUNT, "delegators_amount": _AMOUNT}),
+            "description": "every pool's leaf, in the tree's order (gpunet.reward_epoch.epoch_leaves of the inputs)",
+        },
     }
 )

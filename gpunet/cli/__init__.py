@@ -26,6 +26,8 @@ from gpunet.cli import (
     node,
     provider,
     quote,
+    rewards,
+    stake,
     wallet,
 )
 from gpunet.exits import Exit
@@ -59,7 +61,9 @@ def _root(
 app.add_typer(keys.app, name="keys")
 app.add_typer(admin.app, name="admin")
 app.add_typer(provider.app, name="provider")
+app.add_typer(stake.app, name="stake")
 app.add_typer(node.app, name="node")
+app.add_typer(rewards.app, name="rewards")
 lease.app.command("watch")(lease_watch.watch)  # in its own module, which builds on lease's
 lease.app.command("shell")(lease_reach.shell)  # into the job: gpunet.reach
 lease.app.command("exec")(lease_reach.exec_)

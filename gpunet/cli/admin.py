@@ -1,9 +1,10 @@
-"""`gpunet admin init|update|show|mint`: the protocol's configuration, set by its admin."""
+"""`gpunet admin init|update|show|mint`: the protocol's configuration, set by its admin; and
+`gpunet admin staking configure|update|show|fund`: the co-staking config and its reward vault."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import replace
+from dataclasses import MISSING, fields, replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -12,7 +13,8 @@ from rich.table import Table
 from solders.pubkey import Pubkey
 
 from gpunet import instructions as ix
-from gpunet.accounts import fetch_config, upgrade_authority
+from gpunet import staking as sx
+from gpunet.accounts import chain_clock, fetch_config, upgrade_authority
 from gpunet.amounts import format_io, parse_io
 from gpunet.cli import clock
 from gpunet.cli.common import (
@@ -25,13 +27,23 @@ from gpunet.cli.common import (
     Session,
     UrlOpt,
     duration_arg,
+    io_balance_check,
     pubkey_arg,
+)
+from gpunet.cli.stake import (
+    bps_text,
+    epoch_at,
+    epoch_start,
+    fetch_staking,
+    schedule_at,
+    scheduled_after,
 )
 from gpunet.cluster import is_local
 from gpunet.keys import KeypairFileError, load_keypair
-from gpunet.limits import BPS_DENOMINATOR, MAX_ATTESTERS, MAX_VERIFICATION_TIER
+from gpunet.limits import BPS_DENOMINATOR, MAX_ATTESTERS, MAX_COMMISSION_BPS, MAX_VERIFICATION_TIER
 from gpunet.localnet import localnet_deployer
-from gpunet.tokens import create_mint, ensure_io_account, io_account, mint_authority, mint_io
+from gpunet.pda import reward_vault_pda, staking_pda
+from gpunet.tokens import create_mint, ensure_io_account, io_account, io_balance, mint_authority, mint_io, token_balance
 
 app = typer.Typer(help="Protocol configuration (admin only).", no_args_is_help=True)
 
@@ -502,6 +514,325 @@ def mint_tokens(
         s.show(
             {"wallet": owner, "io_account": io_account(owner, io_mint), "amount": units},
             lambda: f"[green]✓[/] minted {format_io(units)} to {owner}",
+        )
+
+    Session(url, keypair, json_output).run(command)
+
+
+# --- `gpunet admin staking`: the co-staking config (gpunet.staking.StakingParams) and its reward vault
+
+staking_app = typer.Typer(
+    help="Co-staking: the staking config (epochs, commission bound, slash cap, emission) and its reward vault.",
+    no_args_is_help=True,
+)
+app.add_typer(staking_app, name="staking")
+
+# The network's defaults, from the one place they are set (never repeated here).
+STAKING_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(sx.StakingParams) if f.default is not MISSING}
+_DEFAULT_TIMELOCK = clock.span(STAKING_DEFAULTS["root_timelock_seconds"])
+EpochOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--epoch",
+        help="Length of a staking epoch, e.g. 1d or 3s: rewards are credited per epoch "
+        f"(configure's default {clock.span(STAKING_DEFAULTS['epoch_seconds'])}). Fixed once configured.",
+    ),
+]
+MaxCommissionOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-commission-bps",
+        min=0,
+        help=f"The highest commission a pool may charge its delegators, in basis points, at most "
+        f"{MAX_COMMISSION_BPS} (configure's default {STAKING_DEFAULTS['max_commission_bps']}).",
+    ),
+]
+SlashCapOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--slash-cap-bps",
+        min=0,
+        help=f"The most of a provider's stake slashes may take in one epoch, in basis points "
+        f"(configure's default {STAKING_DEFAULTS['slash_cap_bps']}).",
+    ),
+]
+RootTimelockOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--root-timelock",
+        help="How long after an epoch's reward root is posted before it can be claimed: the window to audit "
+        f"and veto it; shorter than an epoch (configure's default {_DEFAULT_TIMELOCK}).",
+    ),
+]
+ClaimEpochsOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--claim-epochs",
+        min=1,
+        help="Epochs after an epoch's end in which its root may be posted and claimed; then its unclaimed "
+        f"rewards return to the vault (configure's default {STAKING_DEFAULTS['claim_epochs']}).",
+    ),
+]
+
+
+def _staking_params(
+    base: sx.StakingParams,
+    epoch: str | None,
+    max_commission_bps: int | None,
+    slash_cap_bps: int | None,
+    emission: str | None,
+    root_timelock: str | None,
+    claim_epochs: int | None,
+) -> sx.StakingParams:
+    """`base` with the options given, checked as the program checks them (StakingParams::validate),
+    before anything is sent."""
+    changes: dict[str, Any] = {}
+    if epoch is not None:
+        changes["epoch_seconds"] = duration_arg(epoch)
+    if max_commission_bps is not None:
+        changes["max_commission_bps"] = max_commission_bps
+    if slash_cap_bps is not None:
+        changes["slash_cap_bps"] = slash_cap_bps
+    if emission is not None:
+        changes["emission_per_epoch"] = parse_io(emission, allow_zero=True)
+    if root_timelock is not None:
+        changes["root_timelock_seconds"] = duration_arg(root_timelock)
+    if claim_epochs is not None:
+        changes["claim_epochs"] = claim_epochs
+    params = replace(base, **changes)
+    if params.max_commission_bps > MAX_COMMISSION_BPS:
+        raise BadInput(f"--max-commission-bps must be 0..{MAX_COMMISSION_BPS}, got {params.max_commission_bps}")
+    if params.slash_cap_bps > BPS_DENOMINATOR:
+        raise BadInput(f"--slash-cap-bps must be 0..{BPS_DENOMINATOR}, got {params.slash_cap_bps}")
+    if params.claim_epochs >= 2**32 or params.epoch_seconds >= 2**62:
+        raise BadInput("--claim-epochs must be below 2^32, and --epoch below 2^62 seconds")
+    if params.root_timelock_seconds >= params.epoch_seconds:
+        raise BadInput(
+            f"the root timelock ({clock.span(params.root_timelock_seconds)}) must be shorter than an epoch "
+            f"({clock.span(params.epoch_seconds)}): pass a shorter --root-timelock"
+        )
+    return params
+
+
+def _staking_params_of(staking: Any) -> sx.StakingParams:
+    """The config's parameters as an update keeps them: the emission is the last one scheduled."""
+    entries = list(staking.emission.entries)[: staking.emission.len]
+    return sx.StakingParams(
+        emission_per_epoch=entries[-1].value,
+        epoch_seconds=staking.epoch_seconds,
+        max_commission_bps=staking.max_commission_bps,
+        slash_cap_bps=staking.slash_cap_bps,
+        root_timelock_seconds=staking.root_timelock_seconds,
+        claim_epochs=staking.claim_epochs,
+    )
+
+
+def _check_admin(wallet: Pubkey, admin: Pubkey, what: str) -> None:
+    if wallet != admin:
+        raise BadInput(
+            f"only gpunet's admin ({admin}, see `gpunet admin show`) may {what}; your wallet is {wallet}: "
+            "pass the admin's keypair with -k. Nothing was sent"
+        )
+
+
+@staking_app.command("configure")
+def staking_configure(
+    emission: Annotated[
+        str, typer.Option("--emission", help="IO emitted as rewards per epoch, e.g. 1000 (0: none for now).")
+    ],
+    epoch: EpochOpt = None,
+    max_commission_bps: MaxCommissionOpt = None,
+    slash_cap_bps: SlashCapOpt = None,
+    root_timelock: RootTimelockOpt = None,
+    claim_epochs: ClaimEpochsOpt = None,
+    url: UrlOpt = None,
+    keypair: KeypairOpt = DEFAULT_KEYPAIR,
+    json_output: JsonOpt = False,
+) -> None:
+    """Create the staking config and its reward vault (once; admin only): epoch 0 begins now.
+    Fund the vault afterwards with `gpunet admin staking fund AMOUNT`."""
+
+    async def command(s: Session) -> None:
+        params = _staking_params(
+            sx.StakingParams(emission_per_epoch=0),
+            epoch,
+            max_commission_bps,
+            slash_cap_bps,
+            emission,
+            root_timelock,
+            claim_epochs,
+        )
+        async with s.client() as client:
+            config = await fetch_config(client)
+            _check_admin(s.wallet.pubkey(), config.admin, "configure staking")
+            if (await client.get_account_info(staking_pda())).value is not None:
+                raise BadInput(
+                    "staking is already configured on this cluster (see `gpunet admin staking show`): change it "
+                    "with `gpunet admin staking update`"
+                )
+            sig = await s.send(
+                client, "Configuring staking", [sx.configure_staking(s.wallet.pubkey(), config.io_mint, params)]
+            )
+            staking = await fetch_staking(client)
+        s.done(
+            f"staking configured: epochs of {clock.span(params.epoch_seconds)} from "
+            f"{clock.at(staking.genesis)}, {format_io(params.emission_per_epoch)} emitted per epoch; fund the "
+            "reward vault with `gpunet admin staking fund AMOUNT`",
+            sig,
+            genesis=staking.genesis,
+            reward_vault=reward_vault_pda(),
+            **_params_data(params),
+        )
+
+    Session(url, keypair, json_output).run(command)
+
+
+def _params_data(params: sx.StakingParams) -> dict[str, int]:
+    return {f.name: getattr(params, f.name) for f in fields(params)}
+
+
+@staking_app.command("update")
+def staking_update(
+    emission: Annotated[
+        str | None, typer.Option("--emission", help="IO emitted as rewards per epoch, from the next epoch on.")
+    ] = None,
+    epoch: EpochOpt = None,
+    max_commission_bps: MaxCommissionOpt = None,
+    slash_cap_bps: SlashCapOpt = None,
+    root_timelock: RootTimelockOpt = None,
+    claim_epochs: ClaimEpochsOpt = None,
+    url: UrlOpt = None,
+    keypair: KeypairOpt = DEFAULT_KEYPAIR,
+    json_output: JsonOpt = False,
+) -> None:
+    """Change some staking parameters (admin only); the others keep their values. The epoch length
+    cannot change; a new emission applies from the next epoch."""
+
+    async def command(s: Session) -> None:
+        async with s.client() as client:
+            config = await fetch_config(client)
+            staking = await fetch_staking(client)
+            current = _staking_params_of(staking)
+            params = _staking_params(
+                current, epoch, max_commission_bps, slash_cap_bps, emission, root_timelock, claim_epochs
+            )
+            if params.epoch_seconds != current.epoch_seconds:
+                raise BadInput(
+                    f"the epoch length is fixed once staking is configured (it is {clock.span(current.epoch_seconds)}):"
+                    " leave --epoch out"
+                )
+            if params == current:
+                raise BadInput("nothing to change: give at least one option with a new value (see --help)")
+            _check_admin(s.wallet.pubkey(), config.admin, "update staking")
+            sig = await s.send(client, "Updating staking", [sx.update_staking(s.wallet.pubkey(), params)])
+            after = await fetch_staking(client)
+        # the program's schedule says from which epoch the emission applies (the epoch may have turned)
+        from_epoch = list(after.emission.entries)[after.emission.len - 1].from_epoch
+        changed = {k: v for k, v in _params_data(params).items() if getattr(current, k) != v}
+        said = ", ".join(
+            f"{k.replace('_', ' ')} {format_io(v) if k == 'emission_per_epoch' else v}" for k, v in changed.items()
+        )
+        s.done(
+            f"staking updated: {said}"
+            + (
+                f" (the new emission applies from epoch {from_epoch}, {clock.until(epoch_start(after, from_epoch))})"
+                if "emission_per_epoch" in changed
+                else ""
+            ),
+            sig,
+            **_params_data(params),
+        )
+
+    Session(url, keypair, json_output).run(command)
+
+
+@staking_app.command("show")
+def staking_show(
+    url: UrlOpt = None, commitment: CommitmentOpt = None, explorer: ExplorerOpt = None, json_output: JsonOpt = False
+) -> None:
+    """The staking config on this cluster: the epoch clock, the bounds, the emission and the reward vault's books."""
+
+    async def command(s: Session) -> None:
+        async with s.client() as client:
+            st = await fetch_staking(client)
+            now = await chain_clock(client)
+            vault = await token_balance(client, reward_vault_pda())
+        epoch = epoch_at(st, now)
+        data = {
+            "genesis": st.genesis,
+            "epoch_seconds": st.epoch_seconds,
+            "epoch": epoch,
+            "next_epoch_at": epoch_start(st, epoch + 1),
+            "max_commission_bps": st.max_commission_bps,
+            "slash_cap_bps": st.slash_cap_bps,
+            "emission_per_epoch": schedule_at(st.emission, epoch) or 0,
+            "scheduled_emission": [
+                {"emission_per_epoch": value, "from_epoch": e} for e, value in scheduled_after(st.emission, epoch)
+            ],
+            "root_timelock_seconds": st.root_timelock_seconds,
+            "claim_epochs": st.claim_epochs,
+            "reward_vault": reward_vault_pda(),
+            "reward_vault_balance": vault,
+            "reward_funded": st.reward_funded,
+            "reward_reserved": st.reward_reserved,
+            "reward_paid": st.reward_paid,
+            "reward_free": st.reward_funded - st.reward_paid - st.reward_reserved,
+        }
+
+        def table() -> Table:
+            t = Table("parameter", "value", title=f"gpunet staking on {s.cluster.rpc_url}")
+            t.add_row("epoch", f"{epoch} (of {clock.span(st.epoch_seconds)}, since {clock.at(st.genesis)})")
+            t.add_row("next epoch", clock.until(data["next_epoch_at"]))
+            t.add_row("max commission", bps_text(st.max_commission_bps))
+            t.add_row("slash cap per epoch", bps_text(st.slash_cap_bps))
+            t.add_row("emission per epoch", format_io(data["emission_per_epoch"]))
+            for change in data["scheduled_emission"]:
+                t.add_row(
+                    "emission change",
+                    f"{format_io(change['emission_per_epoch'])} from epoch {change['from_epoch']}, "
+                    f"{clock.until(epoch_start(st, change['from_epoch']))}",
+                )
+            t.add_row("root timelock", clock.span(st.root_timelock_seconds))
+            t.add_row("claim window", f"{st.claim_epochs} epochs")
+            t.add_row("reward vault", s.link("address", reward_vault_pda()))
+            for key in ("reward_vault_balance", "reward_funded", "reward_reserved", "reward_paid", "reward_free"):
+                t.add_row(key.replace("_", " "), format_io(data[key]))
+            return t
+
+        s.show(data, table)
+
+    Session(url, json_output=json_output, commitment_flag=commitment, explorer_flag=explorer).run(command)
+
+
+@staking_app.command("fund")
+def staking_fund(
+    amount: Annotated[str, typer.Argument(help="IO to add to the reward vault, e.g. 1000.")],
+    url: UrlOpt = None,
+    keypair: KeypairOpt = DEFAULT_KEYPAIR,
+    json_output: JsonOpt = False,
+) -> None:
+    """Fund the reward vault from your wallet's IO account (any wallet may; a plain transfer to the
+    vault funds nothing). Reward roots are paid only from funded IO."""
+
+    async def command(s: Session) -> None:
+        units, me = parse_io(amount), s.wallet.pubkey()
+        async with s.client() as client:
+            io_mint = (await fetch_config(client)).io_mint
+            await fetch_staking(client)
+            io_balance_check(f"funding {format_io(units)}", units, await io_balance(client, me, io_mint))
+            sig = await s.send(
+                client,
+                f"Funding the reward vault with {format_io(units)}",
+                [sx.fund_rewards(me, io_account(me, io_mint), units)],
+            )
+            st = await fetch_staking(client)
+        free = st.reward_funded - st.reward_paid - st.reward_reserved
+        s.done(
+            f"funded the reward vault with {format_io(units)}; {format_io(free)} is free for reward roots",
+            sig,
+            amount=units,
+            reward_funded=st.reward_funded,
+            reward_free=free,
         )
 
     Session(url, keypair, json_output).run(command)

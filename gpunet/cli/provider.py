@@ -1,15 +1,20 @@
-"""`gpunet provider register|stake|unstake|withdraw|show`: a supplier's account and stake."""
+"""`gpunet provider register|stake|unstake|withdraw|show`: a supplier's account and stake; and its pool
+of delegated stake (co-staking): `open-pool`, `commission`, `withdraw-rewards` (delegators use
+`gpunet stake`)."""
 
 from __future__ import annotations
 
 import time
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
+from solana.rpc.async_api import AsyncClient
+from solders.pubkey import Pubkey
 
 from gpunet import instructions as ix
-from gpunet.accounts import AccountError, fetch, fetch_config, resolve_provider
+from gpunet import staking as sx
+from gpunet.accounts import AccountError, chain_clock, fetch, fetch_config, resolve_provider
 from gpunet.amounts import format_io, parse_io
 from gpunet.cli import clock
 from gpunet.cli.common import (
@@ -25,8 +30,9 @@ from gpunet.cli.common import (
     io_balance_check,
     pubkey_arg,
 )
+from gpunet.cli.stake import bps_text, epoch_at, epoch_start, fetch_staking, schedule_at, scheduled_after
 from gpunet.history import transactions_of
-from gpunet.pda import provider_pda, stake_vault_pda
+from gpunet.pda import pool_pda, provider_pda, stake_vault_pda
 from gpunet.tokens import create_io_account_if_missing, io_account, io_balance
 
 app = typer.Typer(help="A supplier's provider account and stake.", no_args_is_help=True)
@@ -199,3 +205,138 @@ def show(
         s.show(data, table)
 
     Session(url, keypair, json_output, commitment_flag=commitment, explorer_flag=explorer).run(command)
+
+
+async def _my_provider(client: AsyncClient, me: Pubkey) -> Any:
+    try:
+        return await fetch(client, provider_pda(me), "Provider")
+    except AccountError:
+        raise AccountError(f"wallet {me} is not a provider (register with `gpunet provider register`)") from None
+
+
+async def _my_pool(client: AsyncClient, me: Pubkey) -> Any:
+    await _my_provider(client, me)
+    try:
+        return await fetch(client, pool_pda(provider_pda(me)), "Pool")
+    except AccountError:
+        raise AccountError(
+            f"provider {provider_pda(me)} has no pool yet: open it with `gpunet provider open-pool --commission-bps N`"
+        ) from None
+
+
+def _commission_check(bps: int, staking: Any) -> None:
+    if bps > staking.max_commission_bps:
+        raise BadInput(
+            f"a commission of {bps_text(bps)} is above the staking config's bound, "
+            f"{bps_text(staking.max_commission_bps)} (see `gpunet admin staking show`)"
+        )
+
+
+@app.command("open-pool")
+def open_pool(
+    commission_bps: Annotated[
+        int,
+        typer.Option(
+            "--commission-bps",
+            min=0,
+            help="Your commission on the delegators' part of the pool's rewards, in basis points (at most the "
+            "staking config's bound: `gpunet admin staking show`).",
+        ),
+    ],
+    url: UrlOpt = None,
+    keypair: KeypairOpt = DEFAULT_KEYPAIR,
+    json_output: JsonOpt = False,
+) -> None:
+    """Open your pool to delegators (co-staking): it takes delegations (up to 1x your own active stake)
+    from now on and earns rewards from the next epoch on."""
+
+    async def command(s: Session) -> None:
+        me = s.wallet.pubkey()
+        async with s.client() as client:
+            staking = await fetch_staking(client)
+            await _my_provider(client, me)
+            _commission_check(commission_bps, staking)
+            if (await client.get_account_info(pool_pda(provider_pda(me)))).value is not None:
+                raise BadInput(
+                    f"provider {provider_pda(me)} already has a pool: change its commission with "
+                    "`gpunet provider commission BPS`"
+                )
+            sig = await s.send(client, "Opening the pool", [sx.open_pool(me, provider_pda(me), commission_bps)])
+            pool = await fetch(client, pool_pda(provider_pda(me)), "Pool")
+        first = pool.opened_epoch + 1
+        s.done(
+            f"pool of provider {provider_pda(me)} opened with a commission of {bps_text(commission_bps)}: it takes "
+            f"delegations now (`gpunet stake delegate {me} AMOUNT`) and earns rewards from epoch {first}, "
+            f"{clock.until(epoch_start(staking, first))}",
+            sig,
+            provider=provider_pda(me),
+            pool=pool_pda(provider_pda(me)),
+            commission_bps=commission_bps,
+            opened_epoch=pool.opened_epoch,
+        )
+
+    Session(url, keypair, json_output).run(command)
+
+
+@app.command("commission")
+def commission(
+    bps: Annotated[int, typer.Argument(min=0, help="The new commission, in basis points (100 = 1 %).")],
+    url: UrlOpt = None,
+    keypair: KeypairOpt = DEFAULT_KEYPAIR,
+    json_output: JsonOpt = False,
+) -> None:
+    """Change your pool's commission: a cut applies at once, a raise only after a full epoch's notice
+    (from the epoch after next), so delegators can leave before it applies."""
+
+    async def command(s: Session) -> None:
+        me = s.wallet.pubkey()
+        async with s.client() as client:
+            staking = await fetch_staking(client)
+            pool = await _my_pool(client, me)
+            _commission_check(bps, staking)
+            epoch = epoch_at(staking, await chain_clock(client))
+            current = schedule_at(pool.commission, epoch) or 0
+            if bps == current and not scheduled_after(pool.commission, epoch):
+                raise BadInput(f"the commission is already {bps_text(bps)}: nothing to change")
+            sig = await s.send(client, "Setting the commission", [sx.set_commission(me, provider_pda(me), bps)])
+            pool = await fetch(client, pool_pda(provider_pda(me)), "Pool")
+        # the program's schedule says when it applies (the epoch may have turned meanwhile)
+        from_epoch = max(e.from_epoch for e in list(pool.commission.entries)[: pool.commission.len])
+        starts = epoch_start(staking, from_epoch)
+        when = "from now" if starts <= time.time() else f"from epoch {from_epoch}, {clock.until(starts)}"
+        s.done(
+            f"commission set to {bps_text(bps)} {when} (it was {bps_text(current)})",
+            sig,
+            commission_bps=bps,
+            from_epoch=from_epoch,
+            previous_bps=current,
+        )
+
+    Session(url, keypair, json_output).run(command)
+
+
+@app.command("withdraw-rewards")
+def withdraw_rewards(url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR, json_output: JsonOpt = False) -> None:
+    """Withdraw your pool's rewards (your own part and your commission) to your IO account; until then
+    a slash takes them first."""
+
+    async def command(s: Session) -> None:
+        me = s.wallet.pubkey()
+        async with s.client() as client:
+            io_mint = (await fetch_config(client)).io_mint
+            pool = await _my_pool(client, me)
+            if pool.provider_rewards == 0:
+                raise BadInput(
+                    f"your pool holds no rewards of yours (credited through epoch {pool.credited_through}): they "
+                    "come as its epochs' reward roots are claimed"
+                )
+            missing = await create_io_account_if_missing(client, me, me, io_mint)
+            amount = pool.provider_rewards
+            sig = await s.send(
+                client,
+                f"Withdrawing {format_io(amount)} of rewards",
+                [*missing, sx.withdraw_pool_rewards(me, provider_pda(me), io_account(me, io_mint))],
+            )
+        s.done(f"withdrew {format_io(amount)} of pool rewards to {io_account(me, io_mint)}", sig, amount=amount)
+
+    Session(url, keypair, json_output).run(command)

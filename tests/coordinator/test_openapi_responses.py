@@ -24,7 +24,7 @@ from coordinator.api import create_app
 from coordinator.api.schemas import TABLE_COLUMNS
 from coordinator.api.work import work_routes
 from coordinator.checkpoints import CheckpointStore, DiskBlobs, checkpoint_routes
-from coordinator.db import nodes, verifications
+from coordinator.db import nodes, rewards, verifications
 from coordinator.db.verifications import Verdict
 from coordinator.indexer.rpc import ChainRpc
 from coordinator.service import Coordinator
@@ -49,6 +49,7 @@ from gpunet.protocol import (
     job_message,
     sign_request,
 )
+from gpunet.reward_epoch import DEFAULT_MULTIPLIERS, EpochInputs, NodeUptime, PoolStake
 from gpunet.secrets import seal
 from gpunet.testbed import Market
 
@@ -230,8 +231,21 @@ async def test_every_answer_holds_to_the_documented_schema(served, pool) -> None
     checkpoint_gets = await _checkpoint_answers(doc, http, waiting, bob.node_key, key)
     endpoint_gets = await _endpoint_answers(doc, http, client.wallet, waiting, lease)
 
+    # An epoch's reward tree as the coordinator keeps it (its rewards loop builds them from samples).
+    inputs = EpochInputs(900, 10**19, 24, 1, 5_000, DEFAULT_MULTIPLIERS,
+                         [NodeUptime(str(ada.node), str(ada.provider), 1, 2, 24, True)],
+                         [PoolStake(str(ada.provider), 100 * 10**6, 0)])  # fmt: skip
+    async with pool.acquire() as conn:
+        await rewards.record_epoch(conn, inputs, bytes(32), 10**19, 1)
+
     stranger = str(Keypair().pubkey())
     requests: list[tuple[str, str, dict[str, Any], int]] = [  # (document path, URL, query, expected status)
+        ("/rewards/epochs", "/rewards/epochs", {}, 200),
+        ("/rewards/epochs", "/rewards/epochs", {"limit": 0}, 400),
+        ("/rewards/epochs/{epoch}", "/rewards/epochs/900", {}, 200),
+        ("/rewards/epochs/{epoch}", "/rewards/epochs/901", {}, 404),
+        ("/rewards/epochs/{epoch}", "/rewards/epochs/-1", {}, 400),
+        ("/rewards/epochs/{epoch}", "/rewards/epochs/900", {"x": 1}, 400),
         ("/health", "/health", {}, 200),
         ("/healthz", "/healthz", {}, 200),
         ("/readyz", "/readyz", {}, 200),

@@ -10,6 +10,7 @@ import pytest
 from solders.pubkey import Pubkey
 
 from gpunet.idl import PROGRAM_ID
+from gpunet.reward_epoch import DEFAULT_MULTIPLIERS, EpochInputs, NodeUptime, PoolStake, epoch_leaves
 from gpunet.rewards import RewardLeaf, RewardTree, node_hash, verify
 
 VECTOR = json.loads((Path(__file__).parents[1] / "vectors" / "reward_tree.json").read_text())
@@ -76,3 +77,65 @@ def test_bad_leaves_and_trees_are_refused():
     assert RewardTree([], MINT).root == bytes(32)
     with pytest.raises(IndexError):
         RewardTree([RewardLeaf(1, provider, 1, 1)], MINT).proof(1)
+
+
+# --- an epoch's leaves from its inputs (gpunet.reward_epoch)
+
+P1, P2, P3 = (str(Pubkey.from_bytes(bytes([n] * 32))) for n in (1, 2, 3))
+
+
+def _inputs(**over: object) -> EpochInputs:
+    values: dict = {
+        "epoch": 4,
+        "emission": 1_000_003,
+        "samples": 24,
+        "reward_tier": 1,
+        "establishment_bps": 5_000,
+        "multipliers": DEFAULT_MULTIPLIERS,
+        "nodes": [
+            NodeUptime(str(Pubkey.from_bytes(bytes([11] * 32))), P1, 1, 8, 24, True),  # 8 H100, all day
+            NodeUptime(str(Pubkey.from_bytes(bytes([12] * 32))), P2, 1, 8, 24, False),  # the same, new
+            NodeUptime(str(Pubkey.from_bytes(bytes([13] * 32))), P3, 8, 1, 12, True),  # one T4, half the day
+        ],
+        "pools": [PoolStake(P1, 100, 0), PoolStake(P2, 100, 300), PoolStake(P3, 50, 50)],
+    }
+    values.update(over)
+    return EpochInputs(**values)
+
+
+def test_an_epoch_pays_by_observed_weight_and_splits_by_stake():
+    by = {str(leaf.provider): leaf for leaf in epoch_leaves(_inputs())}
+    t4 = DEFAULT_MULTIPLIERS[8]
+    w1, w2, w3 = 24 * 8 * 10_000 * 10_000, 24 * 8 * 10_000 * 5_000, 12 * 1 * t4 * 10_000
+    total = w1 + w2 + w3
+    r1, r2, r3 = (1_000_003 * w // total for w in (w1, w2, w3))
+    # P1 has no delegators: everything to the supplier; P2's delegators count up to the 1x cap (100
+    # of their 300); P3's 50 of 50
+    assert (by[P1].supplier_amount, by[P1].delegators_amount) == (r1, 0)
+    assert (by[P2].supplier_amount, by[P2].delegators_amount) == (r2 - r2 * 100 // 200, r2 * 100 // 200)
+    assert (by[P3].supplier_amount, by[P3].delegators_amount) == (r3 - r3 * 50 // 100, r3 * 50 // 100)
+    assert sum(leaf.total for leaf in by.values()) <= 1_000_003  # flooring: the dust stays in the vault
+
+
+def test_nothing_earns_without_samples_or_a_known_model_and_only_pools_get_leaves():
+    nobody = _inputs(nodes=[NodeUptime(str(Pubkey.from_bytes(bytes([14] * 32))), P1, 999, 8, 24, True)])
+    assert [leaf.total for leaf in epoch_leaves(nobody)] == [0, 0, 0]  # every pool still gets a (zero) leaf
+    no_pool = _inputs(pools=[PoolStake(P1, 100, 0)])
+    (only,) = epoch_leaves(no_pool)  # P2 and P3 earned, but without a pool nothing can be credited to them
+    assert str(only.provider) == P1 and only.total == 1_000_003
+
+
+def test_published_inputs_round_trip_and_malformed_ones_are_refused():
+    inputs = _inputs()
+    assert EpochInputs.from_json(json.loads(inputs.canonical())) == inputs
+    good = inputs.to_json()
+    for bad in (
+        {**good, "emission": 5},  # an amount must be a decimal string
+        {**good, "emission": "-5"},
+        {**good, "pools": [*good["pools"], good["pools"][0]]},  # a pool twice
+        {**good, "nodes": [{**good["nodes"][0], "eligible_samples": 25}]},  # more than the epoch's samples
+        {**good, "nodes": [{**good["nodes"][0], "provider": "not a key"}]},
+        {k: v for k, v in good.items() if k != "samples"},
+    ):
+        with pytest.raises(ValueError):
+            EpochInputs.from_json(bad)

@@ -1,0 +1,688 @@
+"""`gpunet stake delegate|undelegate|withdraw|collect|show`: a token holder's positions in providers'
+pools (co-staking). A position is shares of the pool's delegated stake: it backs the provider at
+once, earns from the next epoch on, and leaves through the unbonding cohort of the epoch it was
+undelegated in (withdrawable once that cohort's unbonding ends). Rewards credited to the pool are
+collected per position. The staking config and the epoch clock come from `gpunet admin staking`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import typer
+from rich.console import Group
+from rich.table import Table
+from solana.rpc.async_api import AsyncClient
+from solders.instruction import Instruction
+from solders.pubkey import Pubkey
+from solders.signature import Signature
+
+from gpunet import staking as sx
+from gpunet.accounts import (
+    AccountError,
+    ProviderKey,
+    chain_clock,
+    fetch,
+    fetch_config,
+    program_accounts,
+    resolve_provider,
+)
+from gpunet.amounts import format_io, parse_io
+from gpunet.cli import clock
+from gpunet.cli.common import (
+    DEFAULT_KEYPAIR,
+    BadInput,
+    CommitmentOpt,
+    ExplorerOpt,
+    JsonOpt,
+    KeypairOpt,
+    Session,
+    UrlOpt,
+    io_balance_check,
+    key_column,
+    pubkey_arg,
+)
+from gpunet.client import TransactionFailed
+from gpunet.keys import KeypairFileError
+from gpunet.limits import BPS_DENOMINATOR, DELEGATION_CAP_BPS
+from gpunet.pda import cohort_pda, delegation_pda, pool_pda, reward_index_pda, staking_pda
+from gpunet.tokens import create_io_account_if_missing, io_account, io_balance
+
+app = typer.Typer(help="Delegate IO to providers' pools (co-staking) and collect its rewards.", no_args_is_help=True)
+
+ProviderArg = Annotated[str, typer.Argument(help="The provider: its supplier's wallet or its provider account.")]
+NonceOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--nonce", min=0, help="Only this position (see `gpunet stake show`); default: every one that applies."
+    ),
+]
+ACTIVE = 2**63 - 1  # a Delegation's exit_epoch while it is active (i64::MAX)
+NOT_CONFIGURED = (
+    "co-staking is not configured on this cluster yet: its admin starts it with "
+    "`gpunet admin staking configure --emission AMOUNT`"
+)
+# Positions undelegated (or collected) per transaction: their accounts fit one transaction's size.
+PER_TRANSACTION = 4
+
+
+# --- the epoch clock and the accounts every command reads
+
+
+async def fetch_staking(client: AsyncClient) -> Any:
+    """The staking config; AccountError saying how to create it when there is none."""
+    try:
+        return await fetch(client, staking_pda(), "Staking")
+    except AccountError:
+        raise AccountError(NOT_CONFIGURED) from None
+
+
+def epoch_at(staking: Any, now: int) -> int:
+    """The epoch `now` falls in, as the program counts (times before genesis are epoch 0's)."""
+    return max(now - staking.genesis, 0) // max(staking.epoch_seconds, 1)
+
+
+def epoch_start(staking: Any, epoch: int) -> int:
+    return int(staking.genesis + epoch * staking.epoch_seconds)
+
+
+def schedule_at(schedule: Any, epoch: int) -> int | None:
+    """A Schedule's value in force during `epoch` (None before its first entry)."""
+    entries = list(schedule.entries)[: schedule.len]
+    return next((e.value for e in reversed(entries) if e.from_epoch <= epoch), None)
+
+
+def scheduled_after(schedule: Any, epoch: int) -> list[tuple[int, int]]:
+    """The changes a Schedule holds for after `epoch`: (from epoch, value)."""
+    return [(e.from_epoch, e.value) for e in list(schedule.entries)[: schedule.len] if e.from_epoch > epoch]
+
+
+def bps_text(bps: int) -> str:
+    return f"{bps:,} bps ({bps * 100 / BPS_DENOMINATOR:g} %)"
+
+
+async def resolve(client: AsyncClient, text: str) -> ProviderKey:
+    """PROVIDER as every stake command takes it: the supplier's wallet or its provider account."""
+    return await resolve_provider(client, pubkey_arg(text, "provider wallet or provider account"))
+
+
+async def fetch_pool(client: AsyncClient, provider: ProviderKey) -> Any:
+    try:
+        return await fetch(client, pool_pda(provider.account), "Pool")
+    except AccountError:
+        raise AccountError(
+            f"{provider.describe()} has not opened a pool: it takes delegations once its supplier runs "
+            "`gpunet provider open-pool --commission-bps N`"
+        ) from None
+
+
+def delegation_cap(provider: Any) -> int:
+    """The most delegated stake the provider's own active stake allows (the program's Provider::delegation_cap)."""
+    return int(provider.staked * DELEGATION_CAP_BPS // BPS_DENOMINATOR)
+
+
+def shares_for(provider: Any, amount: int) -> int:
+    """Shares `amount` more delegated IO buys, rounded down (1:1 in an empty pool)."""
+    if provider.delegated_shares == 0:
+        return amount
+    return int(amount * provider.delegated_shares // provider.delegated)
+
+
+def share_value(shares: int, total_shares: int, stake: int) -> int:
+    """What `shares` of `total_shares` of `stake` are worth, rounded down (the program's share_value)."""
+    return int(shares * stake // total_shares) if total_shares else 0
+
+
+def reward_of(shares: int, acc: int) -> int:
+    """`shares x acc / 2^64`, rounded down as the program does it (acc split in halves)."""
+    return int(shares * (acc >> 64) + ((shares * (acc & (2**64 - 1))) >> 64))
+
+
+async def positions_of(
+    client: AsyncClient, delegator: Pubkey, provider: Pubkey | None = None
+) -> list[tuple[Pubkey, Any]]:
+    """The delegator's Delegation accounts (in one provider's pool, or all), by provider and nonce."""
+    where = {"delegator": delegator} if provider is None else {"provider": provider, "delegator": delegator}
+    found = await program_accounts(client, "Delegation", **where)
+    return sorted(found, key=lambda pair: (bytes(pair[1].provider), pair[1].nonce))
+
+
+def only(positions: list[tuple[Pubkey, Any]], nonce: int | None, provider: ProviderKey) -> list[tuple[Pubkey, Any]]:
+    """The positions a --nonce names (all without one); refuses a nonce the wallet holds no position at."""
+    if nonce is None:
+        return positions
+    chosen = [p for p in positions if p[1].nonce == nonce]
+    if not chosen:
+        held = ", ".join(str(d.nonce) for _, d in positions) or "none"
+        raise BadInput(f"you hold no position {nonce} in the pool of {provider.describe()} (yours there: {held})")
+    return chosen
+
+
+@dataclass
+class PositionView:
+    """A position as `stake show` reads it, every figure from the accounts."""
+
+    address: Pubkey
+    d: Any
+    state: str  # active, unbonding, withdrawable, withdrawn
+    amount: int  # what its stake is worth now
+    withdrawable_at: int | None
+    rewards: int | None  # credited to it and not collected; None when an index it needs is missing
+
+    def data(self) -> dict[str, Any]:
+        d = self.d
+        return {
+            "delegation": self.address,
+            "provider": d.provider,
+            "nonce": d.nonce,
+            "state": self.state,
+            "amount": self.amount,
+            "shares": d.shares,
+            "earns_from_epoch": d.since,
+            "exit_epoch": None if d.exit_epoch == ACTIVE else d.exit_epoch,
+            "withdrawable_at": self.withdrawable_at,
+            "rewards_collected_through_epoch": d.reward_epoch,
+            "rewards_to_collect": self.rewards,
+        }
+
+
+async def _acc_through(client: AsyncClient, pool: Any, provider: Pubkey, epoch: int) -> int | None:
+    """The pool's reward per share (x 2^64) summed through `epoch` (credited), as collect_rewards reads it."""
+    if epoch == pool.credited_through:
+        return int(pool.acc)
+    if epoch <= pool.opened_epoch:
+        return 0
+    try:
+        return int((await fetch(client, reward_index_pda(provider, epoch), "RewardIndex")).acc)
+    except AccountError:
+        return None
+
+
+async def collectable(client: AsyncClient, pool: Any, d: Any) -> int | None:
+    """What collect_rewards would pay the position now (None when a reward index it needs is missing)."""
+    credited = pool.credited_through
+    if credited < d.reward_epoch:
+        return 0
+    start = int(d.reward_acc) if d.reward_acc_known else await _acc_through(client, pool, d.provider, d.reward_epoch)
+    end = await _acc_through(client, pool, d.provider, min(d.exit_epoch, credited))
+    if start is None or end is None:
+        return None
+    return reward_of(d.shares, end - start)
+
+
+async def view(client: AsyncClient, provider: Any, pool: Any, address: Pubkey, d: Any, now: int) -> PositionView:
+    """`provider`: the decoded Provider account of the position's pool; `now`: the chain's clock."""
+    rewards = await collectable(client, pool, d)
+    if d.exit_epoch == ACTIVE:
+        amount = share_value(d.shares, provider.delegated_shares, provider.delegated)
+        return PositionView(address, d, "active", amount, None, rewards)
+    if d.cohort_shares == 0:
+        return PositionView(address, d, "withdrawn", 0, None, rewards)
+    cohort = await fetch(client, cohort_pda(d.provider, d.exit_epoch), "Cohort")
+    amount = share_value(d.cohort_shares, cohort.shares, cohort.stake)
+    state = "withdrawable" if now >= cohort.ends_at else "unbonding"
+    return PositionView(address, d, state, amount, int(cohort.ends_at), rewards)
+
+
+def state_text(p: PositionView) -> str:
+    if p.state == "unbonding" and p.withdrawable_at is not None:
+        return f"unbonding until {clock.until(p.withdrawable_at)}"
+    if p.state == "withdrawn":
+        return f"withdrawn; it earned through epoch {p.d.exit_epoch}, collected through {p.d.reward_epoch}"
+    return p.state
+
+
+async def index_epochs(client: AsyncClient, d: Any) -> list[int]:
+    """The epochs whose RewardIndex collect_rewards may need for the position: its reward epoch and
+    its exit epoch, where such an account exists (programs/gpunet/tests/harness/staking.rs)."""
+    epochs = [e for e in dict.fromkeys((d.reward_epoch, d.exit_epoch)) if 0 <= e]
+    found = (await client.get_multiple_accounts([reward_index_pda(d.provider, e) for e in epochs])).value
+    return [e for e, info in zip(epochs, found, strict=True) if info is not None]
+
+
+async def collect_ix(client: AsyncClient, delegator: Pubkey, tokens: Pubkey, d: Any) -> Instruction:
+    return sx.collect_rewards(delegator, tokens, d.provider, d.nonce, await index_epochs(client, d))
+
+
+def report(s: Session, what: str, signatures: Sequence[Signature], **details: Any) -> None:
+    """One transaction: as every command says it (Session.done); several: all their signatures."""
+    if len(signatures) == 1:
+        s.done(what, signatures[0], **details)
+        return
+    links = ", ".join(s.link("tx", sig) for sig in signatures)
+    s.show({"signatures": list(signatures), **details}, lambda: f"[green]✓[/] {what}  [dim]{links}[/]")
+
+
+def chunks(items: Sequence[Any], size: int = PER_TRANSACTION) -> list[Sequence[Any]]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+# --- the commands
+
+
+@app.command("delegate")
+def delegate(
+    provider: ProviderArg,
+    amount: Annotated[str, typer.Argument(help="IO to delegate, e.g. 100 or 12.5.")],
+    url: UrlOpt = None,
+    keypair: KeypairOpt = DEFAULT_KEYPAIR,
+    json_output: JsonOpt = False,
+) -> None:
+    """Delegate IO from your wallet to a provider's pool, as a new position (the next free nonce).
+    It backs the provider at once and earns rewards from the next epoch on."""
+
+    async def command(s: Session) -> None:
+        units, me = parse_io(amount), s.wallet.pubkey()
+        async with s.client() as client:
+            io_mint = (await fetch_config(client)).io_mint
+            staking = await fetch_staking(client)
+            target = await resolve(client, provider)
+            await fetch_pool(client, target)
+            p = target.decoded
+            if p.delegated == 0 and p.delegated_shares > 0:
+                raise BadInput(
+                    f"the pool of {target.describe()} was slashed to nothing (PoolWipedOut): it takes no new "
+                    "delegations; choose another provider"
+                )
+            cap, room = delegation_cap(p), max(delegation_cap(p) - p.delegated, 0)
+            if p.delegated + units > cap:
+                raise BadInput(
+                    f"delegating {format_io(units)} would exceed the pool's cap (DelegationCapExceeded): "
+                    f"{target.describe()} stakes {format_io(p.staked)} of its own, which allows at most "
+                    f"{format_io(cap)} delegated (1x), and {format_io(p.delegated)} already is; at most "
+                    f"{format_io(room)} more fits. Delegate less, or to another provider"
+                )
+            if shares_for(p, units) == 0:
+                raise BadInput(f"{format_io(units)} buys no share of this pool (ZeroShares): delegate more")
+            io_balance_check(f"delegating {format_io(units)}", units, await io_balance(client, me, io_mint))
+            held = {d.nonce for _, d in await positions_of(client, me, target.account)}
+            nonce = next(n for n in range(len(held) + 1) if n not in held)
+            sig = await s.send(
+                client,
+                f"Delegating {format_io(units)}",
+                [sx.delegate(me, io_account(me, io_mint), target.account, nonce, units)],
+            )
+            d = await fetch(client, delegation_pda(target.account, me, nonce), "Delegation")
+        starts = epoch_start(staking, d.since)
+        s.done(
+            f"delegated {format_io(units)} to the pool of provider {target.account}: position {nonce}, "
+            f"{d.shares:,} shares; it earns from epoch {d.since}, which starts "
+            f"{clock.until(starts)}",
+            sig,
+            provider=target.account,
+            delegation=delegation_pda(target.account, me, nonce),
+            nonce=nonce,
+            amount=units,
+            shares=d.shares,
+            earns_from_epoch=d.since,
+            earns_from=starts,
+        )
+
+    Session(url, keypair, json_output).run(command)
+
+
+@app.command("undelegate")
+def undelegate(
+    provider: ProviderArg,
+    nonce: NonceOpt = None,
+    url: UrlOpt = None,
+    keypair: KeypairOpt = DEFAULT_KEYPAIR,
+    json_output: JsonOpt = False,
+) -> None:
+    """Undelegate your active positions in a provider's pool (or one, --nonce): they earn through this
+    epoch, then unbond; withdraw them with `gpunet stake withdraw` once that ends."""
+
+    async def command(s: Session) -> None:
+        me = s.wallet.pubkey()
+        async with s.client() as client:
+            staking = await fetch_staking(client)
+            target = await resolve(client, provider)
+            await fetch_pool(client, target)
+            mine = only(await positions_of(client, me, target.account), nonce, target)
+            active = [(a, d) for a, d in mine if d.exit_epoch == ACTIVE]
+            if not active:
+                if nonce is not None:
+                    raise BadInput(
+                        f"position {nonce} is already undelegated (in epoch {mine[0][1].exit_epoch}): see when it "
+                        f"can be withdrawn with `gpunet stake show {target.account}`"
+                    )
+                raise BadInput(
+                    f"you have no active position in the pool of {target.describe()}"
+                    + (" (yours there are all undelegated already)" if mine else "")
+                    + ": delegate with `gpunet stake delegate PROVIDER AMOUNT`"
+                )
+            signatures = []
+            for batch in chunks(active):
+                signatures.append(await _undelegate(s, client, staking, target.account, [d for _, d in batch]))
+            done = [await fetch(client, a, "Delegation") for a, _ in active]
+            cohorts = {
+                e: await fetch(client, cohort_pda(target.account, e), "Cohort") for e in {d.exit_epoch for d in done}
+            }
+        rows = [
+            {
+                "nonce": d.nonce,
+                "delegation": address,
+                "amount": share_value(d.cohort_shares, cohorts[d.exit_epoch].shares, cohorts[d.exit_epoch].stake),
+                "exit_epoch": d.exit_epoch,
+                "withdrawable_at": cohorts[d.exit_epoch].ends_at,
+            }
+            for (address, _), d in zip(active, done, strict=True)
+        ]
+        said = "; ".join(
+            f"position {r['nonce']} ({format_io(r['amount'])}) withdrawable {clock.until(r['withdrawable_at'])}"
+            for r in rows
+        )
+        report(
+            s,
+            f"undelegated from the pool of provider {target.account}: {said}; then run "
+            f"`gpunet stake withdraw {target.account}`",
+            signatures,
+            provider=target.account,
+            positions=rows,
+        )
+
+    Session(url, keypair, json_output).run(command)
+
+
+async def _undelegate(s: Session, client: AsyncClient, staking: Any, provider: Pubkey, batch: list[Any]) -> Signature:
+    """Sends the batch's undelegations into the cohort of the epoch now by the chain's clock. The
+    program derives that cohort from its own clock: sent just as an epoch ends, the transaction is
+    refused (ConstraintSeeds) and built again for the new epoch."""
+    me = s.wallet.pubkey()
+    for attempt in range(3):
+        epoch = epoch_at(staking, await chain_clock(client))
+        try:
+            return await s.send(
+                client,
+                f"Undelegating position{'s' if len(batch) > 1 else ''} {', '.join(str(d.nonce) for d in batch)}",
+                [sx.undelegate(me, provider, d.nonce, epoch) for d in batch],
+            )
+        except TransactionFailed as e:
+            if attempt == 2 or e.program_error is None or e.program_error.name != "ConstraintSeeds":
+                raise
+    raise AssertionError("unreachable")
+
+
+@app.command("withdraw")
+def withdraw(
+    provider: ProviderArg,
+    nonce: NonceOpt = None,
+    url: UrlOpt = None,
+    keypair: KeypairOpt = DEFAULT_KEYPAIR,
+    json_output: JsonOpt = False,
+) -> None:
+    """Withdraw your undelegated positions in a provider's pool whose unbonding has ended (or one,
+    --nonce) to your IO account, collecting their credited rewards first (a position closes once
+    withdrawn and collected through its exit epoch)."""
+
+    async def command(s: Session) -> None:
+        me = s.wallet.pubkey()
+        async with s.client() as client:
+            io_mint = (await fetch_config(client)).io_mint
+            await fetch_staking(client)
+            target = await resolve(client, provider)
+            pool = await fetch_pool(client, target)
+            now = await chain_clock(client)
+            mine = only(await positions_of(client, me, target.account), nonce, target)
+            views = [await view(client, target.decoded, pool, a, d, now) for a, d in mine]
+            ready = [v for v in views if v.state == "withdrawable"]
+            waiting = [v for v in views if v.state == "unbonding"]
+            later = "; ".join(
+                f"position {v.d.nonce} ({format_io(v.amount)}) is unbonding until {clock.until(v.withdrawable_at)}"
+                for v in waiting
+                if v.withdrawable_at is not None
+            )
+            if not ready:
+                if waiting:
+                    raise BadInput(f"nothing to withdraw yet: {later}; run this again then")
+                raise BadInput(
+                    f"you have no undelegated stake in the pool of {target.describe()}: undelegate first "
+                    f"(`gpunet stake undelegate {target.account}`), then withdraw once it has unbonded"
+                )
+            tokens = io_account(me, io_mint)
+            missing = await create_io_account_if_missing(client, me, me, io_mint)
+            signatures, rows = [], []
+            for v in ready:
+                collect = (
+                    [await collect_ix(client, me, tokens, v.d)] if pool.credited_through >= v.d.reward_epoch else []
+                )
+                withdrawing = [sx.withdraw_delegation(me, tokens, target.account, v.d.nonce, v.d.exit_epoch)]
+                signatures.append(
+                    await s.send(
+                        client,
+                        f"Withdrawing position {v.d.nonce} ({format_io(v.amount)})",
+                        [*missing, *collect, *withdrawing],
+                    )
+                )
+                missing = []
+                closed = (await client.get_account_info(v.address)).value is None
+                rows.append(
+                    {
+                        "nonce": v.d.nonce,
+                        "delegation": v.address,
+                        "amount": v.amount,
+                        "rewards": (v.rewards or 0) if collect else 0,
+                        "exit_epoch": v.d.exit_epoch,
+                        "closed": closed,
+                    }
+                )
+        said = "; ".join(
+            f"position {r['nonce']}: {format_io(r['amount'])}"
+            + (f" and {format_io(r['rewards'])} of rewards" if r["rewards"] else "")
+            + (
+                ""
+                if r["closed"]
+                else f" (it stays open, for its rewards through epoch {r['exit_epoch']}, until the pool is credited "
+                f"through that epoch: then `gpunet stake collect {target.account}`)"
+            )
+            for r in rows
+        )
+        report(
+            s,
+            f"withdrew to {tokens} from the pool of provider {target.account}: {said}"
+            + (f". Still: {later}" if later else ""),
+            signatures,
+            provider=target.account,
+            positions=rows,
+        )
+
+    Session(url, keypair, json_output).run(command)
+
+
+@app.command("collect")
+def collect(
+    provider: ProviderArg,
+    nonce: NonceOpt = None,
+    url: UrlOpt = None,
+    keypair: KeypairOpt = DEFAULT_KEYPAIR,
+    json_output: JsonOpt = False,
+) -> None:
+    """Collect the rewards credited to your positions in a provider's pool (or one, --nonce) to your
+    IO account. A withdrawn position whose rewards are all collected closes (its rent comes back)."""
+
+    async def command(s: Session) -> None:
+        me = s.wallet.pubkey()
+        async with s.client() as client:
+            io_mint = (await fetch_config(client)).io_mint
+            staking = await fetch_staking(client)
+            target = await resolve(client, provider)
+            pool = await fetch_pool(client, target)
+            now = await chain_clock(client)
+            epoch_now = epoch_at(staking, now)
+            mine = only(await positions_of(client, me, target.account), nonce, target)
+            if not mine:
+                raise BadInput(
+                    f"you hold no position in the pool of {target.describe()}: delegate with "
+                    "`gpunet stake delegate PROVIDER AMOUNT`"
+                )
+            views = [await view(client, target.decoded, pool, a, d, now) for a, d in mine]
+            # what collect_rewards pays, or closes (withdrawn, and credited through its exit epoch)
+            due = [
+                v for v in views if v.rewards or (v.state == "withdrawn" and pool.credited_through >= v.d.exit_epoch)
+            ]
+            if not due:
+                waiting = [v for v in views if min(v.d.exit_epoch, epoch_now) > pool.credited_through]
+                raise BadInput(
+                    f"nothing to collect: the pool's rewards are credited through epoch {pool.credited_through}, "
+                    f"and {'your positions have' if len(views) > 1 else 'your position has'} collected all of "
+                    "them"
+                    + (
+                        f"; position{'s' if len(waiting) > 1 else ''} {', '.join(str(v.d.nonce) for v in waiting)} "
+                        "earned in later epochs: collect again once those are credited (an epoch is credited "
+                        "when its reward root is claimed, after it ends)"
+                        if waiting
+                        else ""
+                    )
+                )
+            tokens = io_account(me, io_mint)
+            missing = await create_io_account_if_missing(client, me, me, io_mint)
+            signatures = []
+            for batch in chunks(due):
+                ixs = [await collect_ix(client, me, tokens, v.d) for v in batch]
+                signatures.append(await s.send(client, "Collecting rewards", [*missing, *ixs]))
+                missing = []
+        total = sum(v.rewards or 0 for v in due)
+        rows = [{"nonce": v.d.nonce, "delegation": v.address, "rewards": v.rewards or 0} for v in due]
+        report(
+            s,
+            f"collected {format_io(total)} of rewards from the pool of provider {target.account} to {tokens} "
+            f"(position{'s' if len(due) > 1 else ''} {', '.join(str(v.d.nonce) for v in due)})",
+            signatures,
+            provider=target.account,
+            rewards=total,
+            positions=rows,
+        )
+
+    Session(url, keypair, json_output).run(command)
+
+
+@app.command("show")
+def show(
+    provider: Annotated[
+        str | None,
+        typer.Argument(help="Only this provider's pool (its supplier's wallet or provider account), and the pool."),
+    ] = None,
+    delegator: Annotated[
+        str | None, typer.Option("--delegator", help="Whose positions (default: your wallet).")
+    ] = None,
+    url: UrlOpt = None,
+    keypair: KeypairOpt = DEFAULT_KEYPAIR,
+    commitment: CommitmentOpt = None,
+    explorer: ExplorerOpt = None,
+    json_output: JsonOpt = False,
+) -> None:
+    """A wallet's positions (in every pool, or one provider's) with what they are worth now, their
+    state and the rewards they can collect; with PROVIDER, the pool too: commission, stakes and cap."""
+
+    async def command(s: Session) -> None:
+        async with s.client() as client:
+            staking = await fetch_staking(client)
+            now = await chain_clock(client)
+            target = await resolve(client, provider) if provider else None
+            pool = await fetch_pool(client, target) if target else None
+            if delegator is not None:
+                whose: Pubkey | None = pubkey_arg(delegator, "delegator wallet")
+            else:
+                try:
+                    whose = s.wallet.pubkey()
+                except KeypairFileError:
+                    if target is None:
+                        raise
+                    whose = None  # a pool shown to someone without a wallet here
+            found = await positions_of(client, whose, target.account if target else None) if whose else []
+            pools: dict[Pubkey, tuple[Any, Any]] = {}
+            if target is not None:
+                pools[target.account] = (target.decoded, pool)
+            for _, d in found:
+                if d.provider not in pools:
+                    pools[d.provider] = (
+                        await fetch(client, d.provider, "Provider"),
+                        await fetch(client, pool_pda(d.provider), "Pool"),
+                    )
+            views = [await view(client, *pools[d.provider], a, d, now) for a, d in found]
+        epoch = epoch_at(staking, now)
+        data: dict[str, Any] = {
+            "delegator": whose,
+            "epoch": epoch,
+            "positions": [v.data() for v in views],
+        }
+        if target is not None and pool is not None:
+            data["pool"] = _pool_data(target, pool, staking, epoch)
+
+        def render() -> Group:
+            parts: list[Any] = []
+            if target is not None and pool is not None:
+                parts.append(_pool_table(s, data["pool"], staking))
+            if whose is None:
+                return Group(*parts)
+            if not views:
+                where = f"the pool of provider {target.account}" if target else "any pool"
+                parts.append(f"{whose} holds no position in {where} (delegate with `gpunet stake delegate`)")
+                return Group(*parts)
+            columns = ([] if target else [key_column("provider")]) + ["position", "amount now", "state"]
+            rewards_known = all(v.rewards is not None for v in views)
+            t = Table(*columns, *(["rewards to collect"] if rewards_known else []), title=f"positions of {whose}")
+            for v in views:
+                row = ([] if target else [s.link("address", v.d.provider)]) + [
+                    str(v.d.nonce),
+                    format_io(v.amount),
+                    state_text(v),
+                ]
+                t.add_row(*row, *([format_io(v.rewards or 0)] if rewards_known else []))
+            parts.append(t)
+            return Group(*parts)
+
+        s.show(data, render)
+
+    Session(url, keypair, json_output, commitment_flag=commitment, explorer_flag=explorer).run(command)
+
+
+def _pool_data(target: ProviderKey, pool: Any, staking: Any, epoch: int) -> dict[str, Any]:
+    p = target.decoded
+    commission = schedule_at(pool.commission, epoch) or 0
+    return {
+        "provider": target.account,
+        "authority": target.wallet,
+        "commission_bps": commission,
+        "scheduled_commission": [
+            {"commission_bps": value, "from_epoch": e, "from": epoch_start(staking, e)}
+            for e, value in scheduled_after(pool.commission, epoch)
+        ],
+        "own_stake": p.staked,
+        "own_unbonding": p.unbonding,
+        "delegated": p.delegated,
+        "delegated_shares": p.delegated_shares,
+        "cap": delegation_cap(p),
+        "room": max(delegation_cap(p) - p.delegated, 0),
+        "delegated_unbonding": p.delegated_unbonding,
+        "supplier_rewards": pool.provider_rewards,
+        "delegator_rewards": pool.delegator_rewards,
+        "opened_epoch": pool.opened_epoch,
+        "credited_through_epoch": pool.credited_through,
+    }
+
+
+def _pool_table(s: Session, pool: dict[str, Any], staking: Any) -> Table:
+    t = Table("", "", title=f"pool of provider {s.link('address', pool['provider'])}", show_header=False)
+    t.add_row("supplier's wallet", s.link("address", pool["authority"]))
+    t.add_row("commission now", bps_text(pool["commission_bps"]))
+    for change in pool["scheduled_commission"]:
+        t.add_row(
+            "commission change",
+            f"{bps_text(change['commission_bps'])} from epoch {change['from_epoch']}, {clock.until(change['from'])}",
+        )
+    t.add_row("supplier's own stake", format_io(pool["own_stake"]))
+    if pool["own_unbonding"]:
+        t.add_row("supplier's own unbonding", format_io(pool["own_unbonding"]))
+    t.add_row("delegated stake", format_io(pool["delegated"]))
+    t.add_row("cap (1x own stake)", f"{format_io(pool['cap'])} ({format_io(pool['room'])} more fits)")
+    t.add_row("delegators' unbonding", format_io(pool["delegated_unbonding"]))
+    t.add_row("supplier's rewards to withdraw", format_io(pool["supplier_rewards"]))
+    t.add_row("delegators' rewards not collected", format_io(pool["delegator_rewards"]))
+    t.add_row(
+        "epochs",
+        f"opened in {pool['opened_epoch']}, credited through {pool['credited_through_epoch']} "
+        f"(an epoch is {clock.span(staking.epoch_seconds)})",
+    )
+    return t
