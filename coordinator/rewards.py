@@ -33,18 +33,13 @@ from gpunet.accounts import AccountError, chain_clock, fetch, fetch_config, prog
 from gpunet.instructions import TIER_GPU, TIER_SIMULATED
 from gpunet.logs import get_logger
 from gpunet.pda import pool_pda, reward_root_pda, staking_pda
+from gpunet.positions import epoch_at, epoch_start, schedule_at
 from gpunet.reward_epoch import DEFAULT_MULTIPLIERS, EpochInputs, NodeUptime, PoolStake, epoch_leaves
 from gpunet.rewards import RewardTree
 
-__all__ = ["Rewards", "emission_at"]
+__all__ = ["Rewards"]
 
 log = get_logger("coordinator.rewards")
-
-
-def emission_at(schedule: Any, epoch: int) -> int:
-    """The emission schedule's value in force during `epoch` (0 before its first entry)."""
-    entries = list(schedule.entries)[: schedule.len]
-    return next((e.value for e in reversed(entries) if e.from_epoch <= epoch), 0)
 
 
 class Rewards:
@@ -84,7 +79,7 @@ class Rewards:
             config = await fetch(self.chain, staking_pda(), "Staking")
         except AccountError:
             return  # no staking config on this cluster: nothing to reward
-        now_epoch = (await chain_clock(self.chain) - config.genesis) // config.epoch_seconds
+        now_epoch = epoch_at(config, await chain_clock(self.chain))
         first = max(0, now_epoch - config.claim_epochs)
         for epoch in range(first, now_epoch):  # oldest first: pools are credited epoch by epoch
             async with self.pool.acquire() as conn:
@@ -101,7 +96,7 @@ class Rewards:
 
     async def inputs(self, config: Any, epoch: int) -> EpochInputs:
         """The epoch's inputs: its samples from the database, the open pools' stake from the chain."""
-        start = config.genesis + epoch * config.epoch_seconds
+        start = epoch_start(config, epoch)
         end = start + config.epoch_seconds
         established_by = start - self.settings.reward_establishment_epochs * config.epoch_seconds
         pools = [(address, p) for address, p in await program_accounts(self.chain, "Pool") if p.opened_epoch < epoch]
@@ -125,7 +120,7 @@ class Rewards:
         ]
         return EpochInputs(
             epoch=epoch,
-            emission=emission_at(config.emission, epoch),
+            emission=schedule_at(config.emission, epoch) or 0,
             samples=taken,
             reward_tier=self.tier,
             establishment_bps=self.settings.reward_establishment_bps,

@@ -26,6 +26,7 @@ from gpunet.amounts import IO
 from gpunet.client import TransactionFailed, send_and_confirm
 from gpunet.localnet import localnet_deployer
 from gpunet.pda import lease_pda, node_pda, provider_pda, staking_pda
+from gpunet.positions import epoch_at
 from gpunet.rewards import RewardLeaf, RewardTree
 from gpunet.tokens import create_mint, ensure_io_account, mint_io
 from gpunet.usage import Receipt
@@ -301,8 +302,7 @@ class Market:
 
     async def staking_epoch(self) -> int:
         """The staking epoch now, by the local node's clock (which follows the wall clock)."""
-        staking = await fetch(self.chain, staking_pda(), "Staking")
-        return (int(time.time()) - staking.genesis) // staking.epoch_seconds
+        return epoch_at(await fetch(self.chain, staking_pda(), "Staking"), int(time.time()))
 
     async def wait_epoch(self, epoch: int) -> None:
         """Sleeps until a moment into staking epoch `epoch` (the node's clock lags the wall clock by

@@ -30,19 +30,13 @@ from gpunet.cli.common import (
     io_balance_check,
     pubkey_arg,
 )
-from gpunet.cli.stake import (
-    bps_text,
-    epoch_at,
-    epoch_start,
-    fetch_staking,
-    schedule_at,
-    scheduled_after,
-)
+from gpunet.cli.stake import bps_text
 from gpunet.cluster import is_local
 from gpunet.keys import KeypairFileError, load_keypair
 from gpunet.limits import BPS_DENOMINATOR, MAX_ATTESTERS, MAX_COMMISSION_BPS, MAX_VERIFICATION_TIER
 from gpunet.localnet import localnet_deployer
 from gpunet.pda import reward_vault_pda, staking_pda
+from gpunet.positions import epoch_at, epoch_start, fetch_staking, schedule_at, scheduled_after
 from gpunet.tokens import create_mint, ensure_io_account, io_account, io_balance, mint_authority, mint_io, token_balance
 
 app = typer.Typer(help="Protocol configuration (admin only).", no_args_is_help=True)

@@ -30,9 +30,10 @@ from gpunet.cli.common import (
     io_balance_check,
     pubkey_arg,
 )
-from gpunet.cli.stake import bps_text, epoch_at, epoch_start, fetch_staking, schedule_at, scheduled_after
+from gpunet.cli.stake import bps_text
 from gpunet.history import transactions_of
 from gpunet.pda import pool_pda, provider_pda, stake_vault_pda
+from gpunet.positions import epoch_at, epoch_start, fetch_staking, schedule_at, scheduled_after
 from gpunet.tokens import create_io_account_if_missing, io_account, io_balance
 
 app = typer.Typer(help="A supplier's provider account and stake.", no_args_is_help=True)

@@ -14,7 +14,6 @@ import typer
 from rich.console import Group
 from rich.table import Table
 from solana.rpc.async_api import AsyncClient
-from solders.instruction import Instruction
 from solders.pubkey import Pubkey
 from solders.signature import Signature
 
@@ -25,7 +24,6 @@ from gpunet.accounts import (
     chain_clock,
     fetch,
     fetch_config,
-    program_accounts,
     resolve_provider,
 )
 from gpunet.amounts import format_io, parse_io
@@ -45,8 +43,22 @@ from gpunet.cli.common import (
 )
 from gpunet.client import TransactionFailed
 from gpunet.keys import KeypairFileError
-from gpunet.limits import BPS_DENOMINATOR, DELEGATION_CAP_BPS
-from gpunet.pda import cohort_pda, delegation_pda, pool_pda, reward_index_pda, staking_pda
+from gpunet.limits import BPS_DENOMINATOR
+from gpunet.pda import cohort_pda, delegation_pda, pool_pda
+from gpunet.positions import (
+    ACTIVE,
+    collect_ix,
+    collectable,
+    delegation_cap,
+    epoch_at,
+    epoch_start,
+    fetch_staking,
+    positions_of,
+    schedule_at,
+    scheduled_after,
+    share_value,
+    shares_for,
+)
 from gpunet.tokens import create_io_account_if_missing, io_account, io_balance
 
 app = typer.Typer(help="Delegate IO to providers' pools (co-staking) and collect its rewards.", no_args_is_help=True)
@@ -58,44 +70,11 @@ NonceOpt = Annotated[
         "--nonce", min=0, help="Only this position (see `gpunet stake show`); default: every one that applies."
     ),
 ]
-ACTIVE = 2**63 - 1  # a Delegation's exit_epoch while it is active (i64::MAX)
-NOT_CONFIGURED = (
-    "co-staking is not configured on this cluster yet: its admin starts it with "
-    "`gpunet admin staking configure --emission AMOUNT`"
-)
 # Positions undelegated (or collected) per transaction: their accounts fit one transaction's size.
 PER_TRANSACTION = 4
 
 
 # --- the epoch clock and the accounts every command reads
-
-
-async def fetch_staking(client: AsyncClient) -> Any:
-    """The staking config; AccountError saying how to create it when there is none."""
-    try:
-        return await fetch(client, staking_pda(), "Staking")
-    except AccountError:
-        raise AccountError(NOT_CONFIGURED) from None
-
-
-def epoch_at(staking: Any, now: int) -> int:
-    """The epoch `now` falls in, as the program counts (times before genesis are epoch 0's)."""
-    return max(now - staking.genesis, 0) // max(staking.epoch_seconds, 1)
-
-
-def epoch_start(staking: Any, epoch: int) -> int:
-    return int(staking.genesis + epoch * staking.epoch_seconds)
-
-
-def schedule_at(schedule: Any, epoch: int) -> int | None:
-    """A Schedule's value in force during `epoch` (None before its first entry)."""
-    entries = list(schedule.entries)[: schedule.len]
-    return next((e.value for e in reversed(entries) if e.from_epoch <= epoch), None)
-
-
-def scheduled_after(schedule: Any, epoch: int) -> list[tuple[int, int]]:
-    """The changes a Schedule holds for after `epoch`: (from epoch, value)."""
-    return [(e.from_epoch, e.value) for e in list(schedule.entries)[: schedule.len] if e.from_epoch > epoch]
 
 
 def bps_text(bps: int) -> str:
@@ -115,37 +94,6 @@ async def fetch_pool(client: AsyncClient, provider: ProviderKey) -> Any:
             f"{provider.describe()} has not opened a pool: it takes delegations once its supplier runs "
             "`gpunet provider open-pool --commission-bps N`"
         ) from None
-
-
-def delegation_cap(provider: Any) -> int:
-    """The most delegated stake the provider's own active stake allows (the program's Provider::delegation_cap)."""
-    return int(provider.staked * DELEGATION_CAP_BPS // BPS_DENOMINATOR)
-
-
-def shares_for(provider: Any, amount: int) -> int:
-    """Shares `amount` more delegated IO buys, rounded down (1:1 in an empty pool)."""
-    if provider.delegated_shares == 0:
-        return amount
-    return int(amount * provider.delegated_shares // provider.delegated)
-
-
-def share_value(shares: int, total_shares: int, stake: int) -> int:
-    """What `shares` of `total_shares` of `stake` are worth, rounded down (the program's share_value)."""
-    return int(shares * stake // total_shares) if total_shares else 0
-
-
-def reward_of(shares: int, acc: int) -> int:
-    """`shares x acc / 2^64`, rounded down as the program does it (acc split in halves)."""
-    return int(shares * (acc >> 64) + ((shares * (acc & (2**64 - 1))) >> 64))
-
-
-async def positions_of(
-    client: AsyncClient, delegator: Pubkey, provider: Pubkey | None = None
-) -> list[tuple[Pubkey, Any]]:
-    """The delegator's Delegation accounts (in one provider's pool, or all), by provider and nonce."""
-    where = {"delegator": delegator} if provider is None else {"provider": provider, "delegator": delegator}
-    found = await program_accounts(client, "Delegation", **where)
-    return sorted(found, key=lambda pair: (bytes(pair[1].provider), pair[1].nonce))
 
 
 def only(positions: list[tuple[Pubkey, Any]], nonce: int | None, provider: ProviderKey) -> list[tuple[Pubkey, Any]]:
@@ -187,30 +135,6 @@ class PositionView:
         }
 
 
-async def _acc_through(client: AsyncClient, pool: Any, provider: Pubkey, epoch: int) -> int | None:
-    """The pool's reward per share (x 2^64) summed through `epoch` (credited), as collect_rewards reads it."""
-    if epoch == pool.credited_through:
-        return int(pool.acc)
-    if epoch <= pool.opened_epoch:
-        return 0
-    try:
-        return int((await fetch(client, reward_index_pda(provider, epoch), "RewardIndex")).acc)
-    except AccountError:
-        return None
-
-
-async def collectable(client: AsyncClient, pool: Any, d: Any) -> int | None:
-    """What collect_rewards would pay the position now (None when a reward index it needs is missing)."""
-    credited = pool.credited_through
-    if credited < d.reward_epoch:
-        return 0
-    start = int(d.reward_acc) if d.reward_acc_known else await _acc_through(client, pool, d.provider, d.reward_epoch)
-    end = await _acc_through(client, pool, d.provider, min(d.exit_epoch, credited))
-    if start is None or end is None:
-        return None
-    return reward_of(d.shares, end - start)
-
-
 async def view(client: AsyncClient, provider: Any, pool: Any, address: Pubkey, d: Any, now: int) -> PositionView:
     """`provider`: the decoded Provider account of the position's pool; `now`: the chain's clock."""
     rewards = await collectable(client, pool, d)
@@ -231,18 +155,6 @@ def state_text(p: PositionView) -> str:
     if p.state == "withdrawn":
         return f"withdrawn; it earned through epoch {p.d.exit_epoch}, collected through {p.d.reward_epoch}"
     return p.state
-
-
-async def index_epochs(client: AsyncClient, d: Any) -> list[int]:
-    """The epochs whose RewardIndex collect_rewards may need for the position: its reward epoch and
-    its exit epoch, where such an account exists (programs/gpunet/tests/harness/staking.rs)."""
-    epochs = [e for e in dict.fromkeys((d.reward_epoch, d.exit_epoch)) if 0 <= e]
-    found = (await client.get_multiple_accounts([reward_index_pda(d.provider, e) for e in epochs])).value
-    return [e for e, info in zip(epochs, found, strict=True) if info is not None]
-
-
-async def collect_ix(client: AsyncClient, delegator: Pubkey, tokens: Pubkey, d: Any) -> Instruction:
-    return sx.collect_rewards(delegator, tokens, d.provider, d.nonce, await index_epochs(client, d))
 
 
 def report(s: Session, what: str, signatures: Sequence[Signature], **details: Any) -> None:

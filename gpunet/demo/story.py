@@ -36,7 +36,9 @@ from gpunet.accounts import fetch
 from gpunet.amounts import IO, format_io, parse_u64
 from gpunet.audit import audit_lease, audit_provider
 from gpunet.cli.links import Explorer, ExplorerError, explorer_for
+from gpunet.demo import rewards_story
 from gpunet.demo.processes import CoordinatorProcess, WorkerProcess
+from gpunet.demo.rewards_story import RewardsResult
 from gpunet.history import transactions_of
 from gpunet.idl import PROGRAM_ID
 from gpunet.jobs import CoordinatorError, job_view, seal_missing_checkpoint_key, submit_job
@@ -65,6 +67,7 @@ SECTIONS = (  # the titles of the story's sections, each drawn as a rule
     "3. A client leases 4 H100s as a 2-node cluster and gives it a job",
     "4. The job runs; the nodes' signed usage receipts are settled on chain",
     "5. The lease ends: closed, last receipts settled, escrow refunded",
+    "6. A token holder backs the suppliers; verified uptime earns rewards",
 )
 
 
@@ -98,6 +101,7 @@ class DemoResult:
     slashed_by_supplier: dict[str, int] = field(default_factory=dict)
     to_client_by_supplier: dict[str, int] = field(default_factory=dict)  # each one's slash paid to the client
     compensated: int = 0  # the client's share of the slashes, as the lease account records it
+    rewards: RewardsResult = field(default_factory=RewardsResult)
 
     @property
     def ok(self) -> bool:
@@ -107,6 +111,9 @@ class DemoResult:
             and self.events_indexed_once
             and self.resumed_from_step > 0
             and self.weights_verified
+            and self.rewards.paid > 0
+            and self.rewards.collected > 0
+            and self.rewards.audit_ok
         )
 
 
@@ -234,6 +241,11 @@ class Demo:
             f"the coordinator's key {short(self.admin.pubkey())} is the attester; leases go only to "
             "nodes whose GPUs passed verification"
         )
+        await rewards_story.start_staking(self.market)
+        self.say(
+            f"co-staking: {format_io(rewards_story.EMISSION)} of rewards per {rewards_story.EPOCH_SECONDS} s epoch "
+            f"(a day on a real cluster), {format_io(10 * rewards_story.EMISSION)} funded"
+        )
 
     async def start_coordinator(self, node: LocalnetProcess) -> CoordinatorProcess:
         attester = self.workdir / "attester.json"
@@ -252,6 +264,9 @@ class Demo:
             settle_min_amount=0,
             close_grace_seconds=5,
             poll_seconds=1,
+            reward_sample_seconds=1,  # hourly on a real cluster
+            rewards_every_seconds=1,
+            reward_establishment_epochs=0,  # new nodes earn the full rate at once (7 epochs at half by default)
         )
         with self.console.status("Starting the coordinator (embedded PostgreSQL, indexer, gateway, API)…"):
             coordinator.start()
@@ -295,6 +310,11 @@ class Demo:
         self.say(
             f"every node's GPUs passed their challenges: verified on chain (tier 1, simulated) until "
             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(until))}; evidence: gpunet node verifications NODE"
+        )
+        self.holder = await rewards_story.open_pools(self.market, [s.wallet for s in self.suppliers])
+        self.say(
+            f"every supplier opened a pool ({rewards_story.COMMISSION_BPS // 100}% commission); a token holder "
+            f"delegated {format_io(rewards_story.DELEGATED)} to each (gpunet stake delegate)"
         )
 
     async def _verified(self) -> int | None:
@@ -348,7 +368,30 @@ class Demo:
         self._section(4)
         await self._watch(coordinator, client.wallet, lease, result, names)
         await self._summary(lease, result, coordinator)
+        await self._rewards(coordinator, result)
         return result
+
+    async def _rewards(self, coordinator: CoordinatorProcess, result: DemoResult) -> None:
+        self._section(6)
+        with self.console.status("Waiting for an epoch the nodes were verified and online through to be credited…"):
+            since = await rewards_story.earning_from(self.market, self.holder)
+            epoch = await self._until(
+                lambda: rewards_story.paid_epoch(coordinator.api_url, since), 120, "a rewarded epoch"
+            )
+        names = {str(provider_pda(s.wallet.pubkey())): s.name for s in self.suppliers}
+        self.console.print(rewards_story.rewards_table(epoch, names))
+        result.rewards.epoch, result.rewards.paid = epoch["epoch"], int(epoch["total"])
+        result.rewards.collected = await rewards_story.collect(self.market, self.holder)
+        self.say(
+            f"the coordinator posted epoch {epoch['epoch']}'s root and cranked every pool's claim; the token holder "
+            f"collected {format_io(result.rewards.collected)} (gpunet stake collect): its share of each pool's "
+            "delegators' part, less the commission, for every epoch credited so far"
+        )
+        result.rewards.audit_ok = await rewards_story.audit(self.chain, coordinator.api_url, epoch["epoch"])
+        self.say(
+            f"gpunet rewards audit {epoch['epoch']}: the published inputs rebuild the chain's root → "
+            f"{'[green]OK[/]' if result.rewards.audit_ok else '[red]DIFFERS[/]'}"
+        )
 
     async def _reach(self, coordinator: CoordinatorProcess, client: Keypair, lease: Pubkey) -> str | None:
         """What one command prints inside the job of rank 0 (None: its job is not running yet)."""
@@ -543,15 +586,21 @@ class Demo:
             for tx in await transactions_of(self.chain, PROGRAM_ID)
             for i, e in enumerate(tx.events)
         ]
+        # The coordinator goes on sending (reward roots, claims): the ledger must hold every event the
+        # chain had, in its order, and may have newer ones after them.
         indexed: list[tuple[str, int, str]] = []
         async with httpx.AsyncClient(base_url=coordinator.api_url, timeout=30) as http:
-            while True:
-                page = (await http.get("/events", params={"limit": 500, "offset": len(indexed)})).json()
-                indexed += [(e["signature"], e["event_index"], e["name"]) for e in page["items"]]
-                if page["next_offset"] is None:
+            for _ in range(100):
+                while True:
+                    page = (await http.get("/events", params={"limit": 500, "offset": len(indexed)})).json()
+                    indexed += [(e["signature"], e["event_index"], e["name"]) for e in page["items"]]
+                    if page["next_offset"] is None:
+                        break
+                if len(indexed) >= len(chain_events):
                     break
+                await asyncio.sleep(0.2)  # the indexer catching up
         result.events_on_chain = len(chain_events)
-        result.events_indexed_once = indexed == chain_events
+        result.events_indexed_once = indexed[: len(chain_events)] == chain_events and len(set(indexed)) == len(indexed)
         self.say(
             f"ledger: {len(indexed)} events indexed, {len(chain_events)} on chain, same order, none twice → "
             f"{'[green]OK[/]' if result.events_indexed_once else '[red]DIFFERENT[/]'}"

@@ -40,4 +40,8 @@ async def test_the_whole_story_with_a_lost_worker_and_a_coordinator_restart(
     assert f"+{format_io(result.compensated)}" in client_row and format_io(result.refunded) in client_row
     # Every settlement auditable from the chain, and the ledger lost no event across the restart.
     assert result.audits_ok and result.events_indexed_once and result.events_on_chain > 20
+    # Co-staking: an epoch's root paid the pools of nodes seen online and verified, the token holder
+    # collected its share, and the epoch rebuilds from what the coordinator published.
+    assert result.rewards.paid > 0 and result.rewards.collected > 0 and result.rewards.audit_ok
+    assert f"the token holder collected {format_io(result.rewards.collected)}" in transcript
     assert result.ok
