@@ -38,7 +38,8 @@ fn reward_tree_matches_the_shared_vector() {
     for (i, (leaf, entry)) in leaves.iter().zip(entries).enumerate() {
         assert_eq!(hex(&leaf.hash(&mint)), entry["hash"].as_str().unwrap());
         let proof = tree.proof(i);
-        let expected: Vec<String> = entry["proof"].as_array().unwrap().iter().map(|p| p.as_str().unwrap().into()).collect();
+        let expected: Vec<String> =
+            entry["proof"].as_array().unwrap().iter().map(|p| p.as_str().unwrap().into()).collect();
         assert_eq!(proof.iter().map(|p| hex(p)).collect::<Vec<_>>(), expected);
         assert!(verify(leaf.hash(&mint), &proof, &tree.root()));
     }
