@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 import uvicorn
 
@@ -190,6 +191,15 @@ async def test_an_epoch_pays_observed_verified_uptime_and_its_audit_catches_othe
         # The audit: the published inputs rebuild the chain's root ...
         code, out = await _gpunet("rewards", "audit", str(epoch), "--coordinator", url, "--url", node.url, "--json")
         assert code == 0 and json.loads(out)["ok"] is True, out
+        async with httpx.AsyncClient(base_url=url, timeout=30) as http:  # ... as the explorer's page shows it
+            listing, shown = (await http.get("/web/rewards")).text, (await http.get(f"/web/rewards/{epoch}")).text
+            assert f'data-epoch="{epoch}" data-total="{ada_reward + bob_reward}"' in listing
+            assert 'data-root-check="match"' in shown, shown
+            for provider, (to_supplier, to_delegators) in expected.items():
+                row = f'data-provider="{provider}" data-supplier="{to_supplier}" data-delegators="{to_delegators}"'
+                assert row in shown
+            assert (await http.get("/web/rewards/x1")).status_code == 400
+            assert (await http.get(f"/web/rewards/{epoch + 100}")).status_code == 404
         # ... and a root built from other inputs than those published is caught (here: bob's samples
         # published one higher than the tree was built with).
         counts_of = inputs["nodes"]
@@ -203,6 +213,8 @@ async def test_an_epoch_pays_observed_verified_uptime_and_its_audit_catches_othe
         report = json.loads(out)
         assert code == 7 and report["ok"] is False, out
         assert any("built from other inputs" in d for d in report["differences"]), report
+        async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+            assert 'data-root-check="differs"' in (await http.get(f"/web/rewards/{epoch}")).text
     finally:
         api.should_exit = True
         await served

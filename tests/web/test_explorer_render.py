@@ -75,7 +75,8 @@ def test_unchecked_evidence_is_not_shown_as_matching() -> None:
 
 
 def test_every_explorer_template_compiles() -> None:
-    for name in ("lease.html", "provider.html", "node.html", "audit.html", "explorer_error.html"):
+    for name in ("lease.html", "provider.html", "node.html", "audit.html", "explorer_error.html", "rewards.html",
+                 "reward_epoch.html"):  # fmt: skip
         templates.env.get_template(name)
 
 
