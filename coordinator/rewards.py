@@ -91,7 +91,9 @@ class Rewards:
                 # Every ended epoch gets a root, a zero one when nothing was sampled (this coordinator
                 # was not running): a pool cannot be credited for an epoch until the one before is.
                 await self.post(config, epoch)
-            elif row["posted"] and not row["credited"]:
+            elif not row["posted"]:  # stored, and its root not known to have landed: send it (again)
+                await self.send_root(EpochInputs.from_json(row["inputs"]))
+            elif not row["credited"]:
                 await self.crank(epoch, EpochInputs.from_json(row["inputs"]))
 
     async def inputs(self, config: Any, epoch: int) -> EpochInputs:
@@ -130,12 +132,26 @@ class Rewards:
         )
 
     async def post(self, config: Any, epoch: int) -> None:
+        """Stores the epoch's inputs and tree, then sends its root: what was sent can always be shown."""
         inputs = await self.inputs(config, epoch)
-        mint = (await fetch_config(self.chain)).io_mint
-        tree = RewardTree(epoch_leaves(inputs), mint)
+        tree = RewardTree(epoch_leaves(inputs), (await fetch_config(self.chain)).io_mint)
         async with self.pool.acquire() as conn:
             await db.record_epoch(conn, inputs, tree.root, tree.total, len(tree.leaves))
-        sig = await self.attester.post_reward_root(epoch, tree.root, tree.total, len(tree.leaves))
+        await self.send_root(inputs)
+
+    async def send_root(self, inputs: EpochInputs) -> None:
+        """Posts the root of the stored inputs (an earlier attempt that landed is recognised)."""
+        tree = RewardTree(epoch_leaves(inputs), (await fetch_config(self.chain)).io_mint)
+        epoch = inputs.epoch
+        try:
+            posted = await fetch(self.chain, reward_root_pda(epoch), "RewardRoot")
+        except AccountError:
+            sig = await self.attester.post_reward_root(epoch, tree.root, tree.total, len(tree.leaves))
+        else:  # an earlier attempt landed (its answer lost), or the root is not this ledger's
+            if bytes(posted.root) != tree.root:
+                log.error("rewards.other_root", epoch=epoch, chain=bytes(posted.root).hex(), ours=tree.root.hex())
+                return
+            sig = None
         async with self.pool.acquire() as conn:
             await db.set_posted(conn, epoch, str(sig) if sig else "landed")
         log.info("rewards.root_posted", epoch=epoch, total=tree.total, leaves=len(tree.leaves), tx=sig)

@@ -117,6 +117,13 @@ async def test_an_epoch_pays_observed_verified_uptime_and_its_audit_catches_othe
         taken = await conn.fetchval(
             "SELECT count(*) FROM reward_samples WHERE at >= $1 AND at < $2", start, start + EPOCH_SECONDS
         )
+    assert row["posted"] and row["posted"] != "landed"
+    # A coordinator that lost the answer to its post (stopped before it recorded it) finds the root
+    # landed and records that, rather than send it again.
+    async with pool.acquire() as conn:
+        await conn.execute("UPDATE reward_epochs SET posted = NULL WHERE epoch = $1", epoch)
+        await rewards.step()
+        assert await conn.fetchval("SELECT posted FROM reward_epochs WHERE epoch = $1", epoch) == "landed"
     inputs = json.loads(row["inputs"])
     counts = {n["node"]: (n["eligible_samples"], n["established"]) for n in inputs["nodes"]}
     assert inputs["samples"] == taken >= EPOCH_SECONDS - 2
