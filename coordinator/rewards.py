@@ -48,6 +48,7 @@ class Rewards:
     ) -> None:
         self.settings, self.pool, self.chain, self.fleet, self.attester = settings, pool, chain, fleet, attester
         self.tier = TIER_SIMULATED if settings.accept_simulated else TIER_GPU
+        self._sampled = -1  # the last instant this term sampled
 
     # --- samples
 
@@ -56,12 +57,10 @@ class Rewards:
         period = self.settings.reward_sample_seconds
         now = time.time()
         at = int(now // period * period)
-        if now - at > period / 2 or not self.fleet.judging():
-            return
+        if at == self._sampled or now - at > period / 2 or not self.fleet.judging():
+            return  # sampled already (by this term: another replica's is refused by the database), late, or blind
         async with self.pool.acquire() as conn:
-            rows = await conn.fetch(
-                "SELECT node_key, verification_tier, verified_until, jailed FROM nodes WHERE registered"
-            )
+            rows = await db.registered_nodes(conn)
             online = [
                 (r["node_key"], r["verification_tier"] if r["verified_until"] > at else 0, r["jailed"])
                 for r in rows
@@ -71,6 +70,7 @@ class Rewards:
             ]
             if await db.record_sample(conn, at, online):
                 log.info("rewards.sampled", at=at, online=len(online))
+        self._sampled = at
 
     # --- roots and claims
 

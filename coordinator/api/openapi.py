@@ -364,7 +364,14 @@ def openapi_document() -> dict[str, Any]:
             "One epoch's reward inputs (the uptime samples per node, the open pools' stake, the multipliers) and "
             "every pool's leaf: `gpunet rewards audit EPOCH` rebuilds the tree from the inputs and compares its "
             "root with the chain's.",
-            [{"name": "epoch", "in": "path", "required": True, "schema": {"type": "integer", "minimum": 0}}],
+            [
+                {
+                    "name": "epoch",
+                    "in": "path",
+                    "required": True,
+                    "schema": {"type": "integer", "minimum": 0, "maximum": 2**63 - 1},
+                }
+            ],
             _json("ok", schemas.REWARD_EPOCH),
         )
     }

@@ -18,6 +18,7 @@ __all__ = [
     "node_firsts",
     "record_epoch",
     "record_sample",
+    "registered_nodes",
     "set_credited",
     "set_posted",
 ]
@@ -37,6 +38,13 @@ async def record_sample(conn: Connection, at: int, online: Sequence[tuple[str, i
             [(at, key, tier, jailed) for key, tier, jailed in online],
         )
     return True
+
+
+async def registered_nodes(conn: Connection) -> list[asyncpg.Record]:
+    """Every registered node's key, verification (tier, until) and whether it is jailed."""
+    return list(
+        await conn.fetch("SELECT node_key, verification_tier, verified_until, jailed FROM nodes WHERE registered")
+    )
 
 
 async def eligible_samples(conn: Connection, start: int, end: int, tier: int) -> tuple[int, list[asyncpg.Record]]:

@@ -264,8 +264,8 @@ class Demo:
             settle_min_amount=0,
             close_grace_seconds=5,
             poll_seconds=1,
-            reward_sample_seconds=1,  # hourly on a real cluster
-            rewards_every_seconds=1,
+            reward_sample_seconds=2,  # hourly on a real cluster
+            rewards_every_seconds=3,
             reward_establishment_epochs=0,  # new nodes earn the full rate at once (7 epochs at half by default)
         )
         with self.console.status("Starting the coordinator (embedded PostgreSQL, indexer, gateway, API)…"):
