@@ -357,12 +357,13 @@ async def audit_provider(conn: Connection, rpc: ChainRpc, program: Pubkey, key: 
         },
         events,
     )
-    # The vault holds the supplier's own stake, its delegators' (active and unbonding) and the
-    # pool's uncollected rewards: by the accounts' books, never by what was sent to it.
+    # The vault holds the supplier's own stake, its delegators' (active and unbonding), the pool's
+    # uncollected rewards and its lease income not yet credited: by the accounts' books, never by
+    # what was sent to it.
     expected = account["staked"] + account["unbonding"] + account["delegated"] + account["delegated_unbonding"]
     if account["has_pool"]:
         pool = await _account(rpc, program, str(pool_pda(Pubkey.from_string(provider), program)), "Pool", report, [])
-        expected += pool["provider_rewards"] + pool["delegator_rewards"] if pool else 0
+        expected += pool["provider_rewards"] + pool["delegator_rewards"] + pool["income_pending"] if pool else 0
     balance = await rpc.token_balance(str(stake_vault_pda(Pubkey.from_string(provider), program)))
     if balance != expected:
         report.differences.append(Difference("vault", "stake vault balance", expected, balance, _signatures(events)))

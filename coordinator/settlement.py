@@ -44,6 +44,7 @@ from gpunet import instructions as ix
 from gpunet.accounts import AccountError, chain_clock, fetch, fetch_config, lease_end
 from gpunet.client import InFlight, TransactionExpired, TransactionFailed
 from gpunet.fees import MAX_COMPUTE_UNITS, Budget, with_budget
+from gpunet.positions import epoch_at, fetch_staking
 from gpunet.tokens import io_account
 from gpunet.usage import Receipt
 
@@ -106,6 +107,8 @@ class Settler:
         # The transactions out at once, the coordinator's other transactions' included (one window).
         self.sender = sender or InFlight(client)
         self._authorities: dict[Pubkey, Pubkey] = {}  # provider account -> its wallet (never changes)
+        # Providers seen with a pool (a pool is never closed); the others are read again each batch.
+        self._pooled: set[Pubkey] = set()
 
     async def settle(
         self, batch: Sequence[SignedUsage], observed: ObservedSeconds = lambda _u, _s: None
@@ -115,6 +118,7 @@ class Settler:
         # The chain's clock, not this one: the program refuses a receipt through a second its clock
         # has not reached (BadPeriod), so such a receipt waits for the chain instead.
         now = await chain_clock(self.client)
+        income_epoch = _LazyEpoch(self.client, now)
         outcomes: list[Outcome] = []
         ready: list[tuple[SignedUsage, int, list[Instruction]]] = []
         ordered = sorted(batch, key=lambda u: (bytes(u.lease), bytes(u.node_key), u.receipt.epoch, u.receipt.through))
@@ -139,6 +143,8 @@ class Settler:
             share = _share(lease, usage.node_key)
             assert share is not None  # _check refused the receipt otherwise
             authority = await self._authority(share.provider)
+            # the delegators' part of a pooled provider's payout is its pool's income of this epoch
+            pooled = await self._has_pool(share.provider)
             ready.append(
                 (
                     usage,
@@ -153,6 +159,7 @@ class Settler:
                             io_account(authority, config.io_mint),
                             usage.receipt,
                             checked,
+                            await income_epoch.get() if pooled else None,
                         ),
                     ],
                 )
@@ -233,8 +240,19 @@ class Settler:
 
     async def _authority(self, provider: Pubkey) -> Pubkey:
         if provider not in self._authorities:
-            self._authorities[provider] = (await fetch(self.client, provider, "Provider")).authority
+            await self._read_provider(provider)
         return self._authorities[provider]
+
+    async def _has_pool(self, provider: Pubkey) -> bool:
+        if provider not in self._pooled:
+            await self._read_provider(provider)
+        return provider in self._pooled
+
+    async def _read_provider(self, provider: Pubkey) -> None:
+        account = await fetch(self.client, provider, "Provider")
+        self._authorities[provider] = account.authority
+        if account.has_pool:
+            self._pooled.add(provider)
 
     def _pack(self, ready: list[_Ready]) -> list[list[_Ready]]:
         """Groups settlements into transactions that fit the packet size."""
@@ -274,3 +292,17 @@ class Settler:
 def _share(lease: Any, node_key: Pubkey) -> Any | None:
     """The lease's share held by the node with `node_key`, if it holds one."""
     return next((a for a in list(lease.assignments)[: lease.node_count] if a.node_key == node_key), None)
+
+
+class _LazyEpoch:
+    """The staking epoch at the chain's clock, read once a batch and only when a pooled provider is
+    settled (a cluster without co-staking has no staking account)."""
+
+    def __init__(self, client: AsyncClient, now: int) -> None:
+        self.client, self.now = client, now
+        self._epoch: int | None = None
+
+    async def get(self) -> int:
+        if self._epoch is None:
+            self._epoch = epoch_at(await fetch_staking(self.client), self.now)
+        return self._epoch

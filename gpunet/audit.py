@@ -227,7 +227,9 @@ async def audit_lease(client: AsyncClient, lease: Pubkey, coordinator: str | Non
 _VAULT_IN: dict[str, Callable[[Any], int]] = {
     "Staked": lambda d: d.amount,
     "Delegated": lambda d: d.amount,
-    "RewardClaimed": lambda d: d.to_supplier + d.to_delegators,
+    "UsageSettled": lambda d: d.to_pool,  # the delegators' part of a payout: the pool's income
+    # a credit brings the reward in; the epoch's lease income it credits came with its settlements
+    "RewardClaimed": lambda d: d.to_supplier + d.to_delegators - d.income,
 }
 _VAULT_OUT = ("UnstakeWithdrawn", "DelegationWithdrawn", "RewardsCollected", "PoolRewardsWithdrawn", "ProviderSlashed")
 
@@ -257,15 +259,15 @@ async def audit_provider(client: AsyncClient, key: Pubkey, coordinator: str | No
                 sums.add("slashed", d.amount, tx.signature)
                 sums.add("own out", d.from_own, tx.signature)
             elif ev.name == "UsageSettled":
-                sums.add("earned", d.payout, tx.signature)
+                sums.add("earned", d.payout, tx.signature)  # its pool's part (`to_pool`) included
     report = ChainAuditReport(resolved.describe(), len(txs))
     report.checks.append(sums.check("slashed", account.slashed))
     # No account counts what the provider earned (a settlement writes no shared account): the events
     # alone say it (`earned`), and every settlement among them was checked against its lease above.
     report.earned = sums.total["earned"]
     report.earned_from = tuple(sums.sources["earned"])
-    # The stake vault holds the supplier's own stake, its delegators' and its pool's uncollected
-    # rewards: every unit in came with an event, and so did every unit out.
+    # The stake vault holds the supplier's own stake, its delegators', its pool's uncollected
+    # rewards and lease income: every unit in came with an event, and so did every unit out.
     held = sums.total["vault in"] - sums.total["vault out"]
     sources = tuple(sums.sources["vault in"] + sums.sources["vault out"])
     report.checks.append(

@@ -494,25 +494,38 @@ def settle_usage(
     provider_tokens: Pubkey,
     receipt: Receipt,
     accepted_gpu_seconds: int,
+    income_epoch: int | None = None,
 ) -> Instruction:
     """Must directly follow the node's Ed25519 instruction for `receipt` (`Receipt.sign`). Pays
     `accepted_gpu_seconds` of the receipt's increment over the share's last settled receipt (at most
     all of it); the rest of the increment is settled unpaid. Writes only the lease, its vault and
-    the supplier's token account."""
+    the supplier's token account, and with a pool its pool and stake vault.
+
+    `income_epoch`: None for a provider without a pool; for one with a pool, the staking epoch now
+    (`gpunet.positions.epoch_at` at the chain's clock), whose income the delegators' part becomes
+    (the program also takes the epoch before, so a transaction landing after a boundary is not lost).
+    """
+    provider = provider_pda(provider_authority)
+    pooled = income_epoch is not None
+    absent = PROGRAM_ID  # Anchor: the program id for an optional account left out
     return _ix(
         "settle_usage",
         _values(receipt),
         accepted_gpu_seconds,
+        income_epoch or 0,
         accounts={
             "attester": attester,
             "config": config_pda(),
             "lease": lease,
             "lease_vault": lease_vault_pda(lease),
             "node": node_pda(node_key),
-            "provider": provider_pda(provider_authority),
+            "provider": provider,
             "provider_tokens": provider_tokens,
             "instructions": INSTRUCTIONS,
             "token_program": TOKEN_PROGRAM_ID,
+            "pool": pool_pda(provider) if pooled else absent,
+            "staking": staking_pda() if pooled else absent,
+            "stake_vault": stake_vault_pda(provider) if pooled else absent,
         },
     )
 
@@ -525,12 +538,20 @@ def signed_settlement(
     provider_tokens: Pubkey,
     receipt: Receipt,
     accepted_gpu_seconds: int,
+    income_epoch: int | None = None,
 ) -> list[Instruction]:
     """The node's signature and the settlement, in the order the program requires."""
     return [
         receipt.sign(lease, node),
         settle_usage(
-            attester, lease, node.pubkey(), provider_authority, provider_tokens, receipt, accepted_gpu_seconds
+            attester,
+            lease,
+            node.pubkey(),
+            provider_authority,
+            provider_tokens,
+            receipt,
+            accepted_gpu_seconds,
+            income_epoch,
         ),
     ]
 

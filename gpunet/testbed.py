@@ -21,7 +21,7 @@ from solders.signature import Signature
 
 from gpunet import instructions as ix
 from gpunet import staking
-from gpunet.accounts import fetch
+from gpunet.accounts import chain_clock, fetch
 from gpunet.amounts import IO
 from gpunet.client import TransactionFailed, send_and_confirm
 from gpunet.localnet import localnet_deployer
@@ -195,8 +195,18 @@ class Market:
         share = next(a for a in state.assignments[: state.node_count] if a.node == s.node)
         more = seconds * share.gpus
         receipt = Receipt(share.epoch, share.receipt_gpu_seconds + more, share.settled_until + seconds)
+        income_epoch = None  # the delegators' part of a pooled provider's payout: income of the epoch now
+        if (await fetch(self.chain, s.provider, "Provider")).has_pool:
+            income_epoch = epoch_at(await fetch(self.chain, staking_pda(), "Staking"), await chain_clock(self.chain))
         settlement = ix.signed_settlement(
-            self.attester.pubkey(), lease, s.node_key, s.wallet.pubkey(), s.tokens, receipt, more
+            self.attester.pubkey(),
+            lease,
+            s.node_key,
+            s.wallet.pubkey(),
+            s.tokens,
+            receipt,
+            more,
+            income_epoch,
         )
         return await self.send_when_clock_allows(self.attester, settlement, "BadPeriod")
 

@@ -133,7 +133,12 @@ pub struct UsageSettled {
     /// Gross amount charged to the escrow (payout + fee); less than the cost of `gpu_seconds`
     /// only where the escrow ran out.
     pub amount: u64,
+    /// What the usage paid the provider's side: the supplier's wallet got `payout - to_pool`.
     pub payout: u64,
+    /// The delegators' part of `payout`, paid into the stake vault as the pool's lease income of
+    /// `income_epoch` (0 without a pool or delegated stake).
+    pub to_pool: u64,
+    pub income_epoch: i64,
     /// The protocol fee, kept in the lease's vault until it is swept to the treasury.
     pub fee: u64,
     pub escrow_left: u64,
@@ -331,6 +336,8 @@ pub struct RewardRootExpired {
 pub struct RewardClaimed {
     pub epoch: i64,
     pub provider: Pubkey,
+    /// The delegators' part of the pool's lease income of the epoch, credited with its reward.
+    pub income: u64,
     /// The supplier's amount and the commission, added to its unclaimed rewards.
     pub to_supplier: u64,
     /// Spread over `eligible_shares` (the rounding dust stays in the pool).
@@ -338,8 +345,13 @@ pub struct RewardClaimed {
     pub eligible_shares: u64,
 }
 
+/// An epoch passed without a claim: only its lease income (`income`) is credited.
 #[event]
 pub struct RewardEpochSkipped {
     pub epoch: i64,
     pub provider: Pubkey,
+    pub income: u64,
+    pub to_supplier: u64,
+    pub to_delegators: u64,
+    pub eligible_shares: u64,
 }

@@ -130,8 +130,13 @@ pub mod gpunet {
     }
 
     // --- settlement and slashing
-    pub fn settle_usage(ctx: Context<SettleUsage>, receipt: Receipt, accepted_gpu_seconds: u64) -> Result<()> {
-        SettleUsage::handler(ctx, receipt, accepted_gpu_seconds)
+    pub fn settle_usage(
+        ctx: Context<SettleUsage>,
+        receipt: Receipt,
+        accepted_gpu_seconds: u64,
+        income_epoch: i64,
+    ) -> Result<()> {
+        SettleUsage::handler(ctx, receipt, accepted_gpu_seconds, income_epoch)
     }
 
     pub fn sweep_fees(ctx: Context<SweepFees>) -> Result<()> {

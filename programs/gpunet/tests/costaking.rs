@@ -1,8 +1,9 @@
 //! Property: co-staking and rewards account for every base unit, and each delegator's wallet
 //! equals a plain recomputation.
 //!
-//! Random sequences of delegations (1 unit, dust and large), undelegations, withdrawals, reward
-//! roots and claims (any split between the supplier and its delegators), collections, slashes of
+//! Random sequences of delegations (1 unit, dust and large), undelegations, withdrawals, lease
+//! settlements (their delegators' part is the pool's income of the epoch), reward roots and claims
+//! (any split between the supplier and its delegators), skipped epochs, collections, slashes of
 //! both classes, commission changes, the supplier's withdrawals and donations to both vaults.
 //! After every step: the stake vault holds exactly its books plus donations, the reward vault its
 //! funds less its payouts plus donations, no token appears or vanishes, a failed step moves
@@ -15,10 +16,10 @@ use std::collections::BTreeMap;
 use crate::harness::*;
 use anchor_lang::prelude::Pubkey;
 use anchor_spl::token::spl_token;
-use gpunet::events::{ProviderSlashed, RewardClaimed};
+use gpunet::events::{ProviderSlashed, RewardClaimed, RewardEpochSkipped, UsageSettled};
 use gpunet::math;
 use gpunet::merkle::RewardLeaf;
-use gpunet::state::{reward_of, reward_per_share, share_value, Cohort, FaultKind, Pool, Provider};
+use gpunet::state::{reward_of, reward_per_share, share_value, Cohort, FaultKind, Lease, Pool, Provider};
 use proptest::prelude::*;
 use solana_signer::Signer;
 
@@ -32,6 +33,8 @@ enum Op {
     Withdraw { who: usize, position: usize },
     Collect { who: usize, position: usize },
     Credit { supplier: u64, delegators: u64 },
+    Settle { seconds: i64 },
+    Skip,
     Slash { malicious: bool, back_seconds: i64 },
     Commission { bps: u16 },
     Advance { seconds: i64 },
@@ -48,6 +51,8 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (0..DELEGATORS, 0..4usize).prop_map(|(who, position)| Op::Collect { who, position }),
         3 => (0..=100 * IO, prop_oneof![Just(0u64), 1..=1_000u64, 0..=200 * IO])
             .prop_map(|(supplier, delegators)| Op::Credit { supplier, delegators }),
+        3 => prop_oneof![Just(1i64), 1..=3_600i64].prop_map(|seconds| Op::Settle { seconds }),
+        1 => Just(Op::Skip),
         1 => (any::<bool>(), 0..=7_200i64).prop_map(|(malicious, back_seconds)| Op::Slash { malicious, back_seconds }),
         1 => (0..=MAX_COMMISSION).prop_map(|bps| Op::Commission { bps }),
         4 => prop_oneof![1..=3_600i64, Just(EPOCH_SECONDS)].prop_map(|seconds| Op::Advance { seconds }),
@@ -82,6 +87,13 @@ struct World {
     h: Harness,
     s: Supplier,
     node: GpuNode,
+    lease: LeaseRef,
+    /// The epoch the pool opened in.
+    opened: i64,
+    /// The supplier's own active stake, by the slashes' events.
+    own: u64,
+    /// The delegators' part of lease income by the epoch it was paid in, until credited.
+    income: BTreeMap<i64, u64>,
     delegators: Vec<Delegator>,
     positions: Vec<Vec<ModelPosition>>,
     /// What each delegator's wallet must hold.
@@ -108,6 +120,10 @@ impl World {
         h.open_pool(&s, 1_000).unwrap();
         let node = h.node(&s, h100_spec(1));
         h.fund_rewards(100_000 * IO).unwrap();
+        // a month's lease on the node: settlements pay the supplier and the pool's delegators
+        let client = h.client(1_000_000 * IO);
+        let lease = h.open_lease(&client, 1, terms(1, 24 * 30));
+        h.assign(&lease, &[(&node, 1)]).unwrap();
         let delegators: Vec<Delegator> = (0..DELEGATORS).map(|_| h.delegator(5_000 * IO)).collect();
         let donor = h.delegator(1_000_000);
         let epoch = h.epoch();
@@ -115,6 +131,10 @@ impl World {
             h,
             s,
             node,
+            lease,
+            opened: epoch,
+            own: OWN_STAKE,
+            income: BTreeMap::new(),
             delegators,
             positions: vec![vec![]; DELEGATORS],
             wallets: vec![5_000 * IO; DELEGATORS],
@@ -133,7 +153,8 @@ impl World {
     }
 
     fn accounts(&self) -> Vec<Pubkey> {
-        let mut all = vec![self.s.vault, self.s.tokens, self.h.treasury, reward_vault_pda(), self.donor.tokens];
+        let mut all =
+            vec![self.s.vault, self.s.tokens, self.h.treasury, reward_vault_pda(), self.donor.tokens, self.lease.vault];
         all.extend(self.delegators.iter().map(|d| d.tokens));
         all
     }
@@ -158,6 +179,18 @@ impl World {
 
     fn commission_at(&self, epoch: i64) -> u16 {
         *self.commission.range(..=epoch).next_back().map(|(_, bps)| bps).unwrap()
+    }
+
+    /// The reward per eligible share of crediting `epoch` with `delegators` of reward and its lease
+    /// income, less commission (0 when no share was eligible: all of it went to the supplier).
+    fn credit(&mut self, epoch: i64, delegators: u64) -> u128 {
+        let eligible = self.eligible(epoch);
+        let total = delegators + self.income.remove(&epoch).unwrap_or(0);
+        if eligible == 0 {
+            return 0;
+        }
+        let commission = math::bps_of(total, self.commission_at(epoch)).unwrap();
+        reward_per_share(total - commission, eligible).unwrap()
     }
 
     fn apply(&mut self, op: &Op) -> bool {
@@ -268,15 +301,40 @@ impl World {
                 h.post_root(epoch, &tree).unwrap();
                 h.advance(ROOT_TIMELOCK_SECONDS);
                 let claimed: RewardClaimed = event(&h.claim(epoch, &tree, 0).unwrap());
-                let eligible = self.eligible(epoch);
-                assert_eq!(claimed.eligible_shares, eligible, "the epoch's eligible shares, recomputed");
-                let rps = if eligible == 0 {
-                    0
-                } else {
-                    let commission = math::bps_of(delegators, self.commission_at(epoch)).unwrap();
-                    reward_per_share(delegators - commission, eligible).unwrap()
-                };
+                assert_eq!(claimed.eligible_shares, self.eligible(epoch), "the epoch's eligible shares, recomputed");
+                assert_eq!(claimed.income, self.income.get(&epoch).copied().unwrap_or(0), "the epoch's income");
+                let rps = self.credit(epoch, delegators);
                 self.per_share.insert(epoch, rps);
+                true
+            }
+            Op::Skip => {
+                let Ok(result) = h.skip_epoch(&self.s.provider) else { return false };
+                let skipped: RewardEpochSkipped = event(&result);
+                assert_eq!(skipped.income, self.income.get(&skipped.epoch).copied().unwrap_or(0), "the epoch's income");
+                let rps = self.credit(skipped.epoch, 0);
+                self.per_share.insert(skipped.epoch, rps);
+                true
+            }
+            Op::Settle { seconds } => {
+                let share = h.share(&self.lease, &self.node);
+                let seconds = seconds.min(h.now() - share.settled_until);
+                if seconds <= 0 {
+                    return false;
+                }
+                let receipt = h.full_use_receipt(&self.lease, &self.node, seconds);
+                let Ok(result) = h.settle(&self.lease, &self.node, receipt) else { return false };
+                let settled: UsageSettled = event(&result);
+                // the delegators' part, by stake counted up to the cap (1x own stake), recomputed
+                let counted = self.stake.min(self.own);
+                let stake = u128::from(self.own + counted);
+                let to_pool = if stake == 0 || settled.income_epoch == self.opened {
+                    0 // no share is eligible in the epoch the pool opened in
+                } else {
+                    (u128::from(settled.payout) * u128::from(counted) / stake) as u64
+                };
+                assert_eq!(settled.to_pool, to_pool, "the delegators' part of the payout");
+                assert_eq!(settled.income_epoch, h.epoch());
+                *self.income.entry(settled.income_epoch).or_default() += to_pool;
                 true
             }
             Op::Slash { malicious, back_seconds } => {
@@ -296,6 +354,7 @@ impl World {
                     fault_at,
                 );
                 let ev: ProviderSlashed = event(&h.send(&[ix], &[&attester]).unwrap());
+                self.own -= ev.from_own;
                 // the model's stakes at risk, in the program's order: active, then cohorts by epoch
                 let now = h.now();
                 let reached: Vec<i64> = if malicious {
@@ -379,7 +438,10 @@ impl World {
             assert_eq!(h.balance(&d.tokens), *wallet, "a delegator's wallet");
         }
         let pool: Pool = h.account(&pool_pda(&self.s.provider));
-        assert!(pool.delegator_rewards + pool.provider_rewards <= st.reward_paid);
+        let income: u64 = self.income.values().sum();
+        assert_eq!(pool.income_pending, income, "lease income not yet credited");
+        let settled: Lease = h.account(&self.lease.lease);
+        assert!(pool.delegator_rewards + pool.provider_rewards <= st.reward_paid + settled.paid);
     }
 }
 

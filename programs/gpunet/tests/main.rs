@@ -12,6 +12,7 @@ mod conservation;
 mod costaking;
 mod departures;
 mod drain;
+mod income;
 mod leases;
 mod limits;
 mod nodes;

@@ -2,16 +2,16 @@
 //! crank). A pool is credited epoch by epoch in order, so a leaf is credited once and an epoch's
 //! reward reaches exactly the shares that were in the pool when the epoch began.
 //!
-//! The supplier's amount, and the commission on the delegators' amount (at the commission in force
-//! in that epoch), go to the supplier's unclaimed rewards; the rest is spread over the epoch's
-//! eligible shares (all to the supplier when there were none). `skip_reward_epoch`: once an
-//! epoch's claim window is over, anyone moves a pool past it (no root, or its leaf unclaimed).
+//! The supplier's amount, and the commission on the delegators' amount and on the pool's lease
+//! income of the epoch (at the commission in force in that epoch), go to the supplier's unclaimed
+//! rewards; the rest is spread over the epoch's eligible shares (all to the supplier when there
+//! were none). `skip_reward_epoch`: once an epoch's claim window is over, anyone moves a pool past
+//! it (no root, or its leaf unclaimed), crediting its lease income the same way.
 use anchor_lang::prelude::*;
 use anchor_spl::token::{Token, TokenAccount};
 
 use crate::errors::GpunetError;
 use crate::events::{RewardClaimed, RewardEpochSkipped};
-use crate::math;
 use crate::merkle::{self, RewardLeaf};
 use crate::state::*;
 use crate::vault;
@@ -70,23 +70,8 @@ impl<'info> ClaimReward<'info> {
 
         let shares_now = a.provider.delegated_shares;
         let pool = &mut ctx.accounts.pool;
-        let eligible = pool.eligible_at(epoch, shares_now);
-        let (to_supplier, to_delegators) = if eligible == 0 {
-            (amount, 0)
-        } else {
-            let bps =
-                u16::try_from(pool.commission.at(epoch).unwrap_or(0)).map_err(|_| GpunetError::ArithmeticOverflow)?;
-            let commission = math::bps_of(delegators_amount, bps).ok_or(GpunetError::ArithmeticOverflow)?;
-            let share = delegators_amount - commission;
-            let per_share = reward_per_share(share, eligible).ok_or(GpunetError::ArithmeticOverflow)?;
-            pool.acc = pool.acc.checked_add(per_share).ok_or(GpunetError::ArithmeticOverflow)?;
-            (supplier_amount + commission, share)
-        };
-        pool.provider_rewards =
-            pool.provider_rewards.checked_add(to_supplier).ok_or(GpunetError::ArithmeticOverflow)?;
-        pool.delegator_rewards =
-            pool.delegator_rewards.checked_add(to_delegators).ok_or(GpunetError::ArithmeticOverflow)?;
-        pool.credited_through = epoch;
+        let (income, to_supplier, to_delegators, eligible) =
+            pool.credit(epoch, supplier_amount, delegators_amount, shares_now)?;
         pool.roll(now_epoch, shares_now)?;
         ctx.accounts.reward_index.acc = pool.acc;
         ctx.accounts.reward_index.bump = ctx.bumps.reward_index;
@@ -98,6 +83,7 @@ impl<'info> ClaimReward<'info> {
         emit!(RewardClaimed {
             epoch,
             provider: ctx.accounts.provider.key(),
+            income,
             to_supplier,
             to_delegators,
             eligible_shares: eligible,
@@ -132,11 +118,18 @@ impl<'info> SkipRewardEpoch<'info> {
         let pool = &mut ctx.accounts.pool;
         let epoch = pool.credited_through + 1;
         require!(now_epoch > epoch && !staking.claim_open(epoch, now_epoch), GpunetError::ClaimWindowOpen);
-        pool.credited_through = epoch;
+        let (income, to_supplier, to_delegators, eligible) = pool.credit(epoch, 0, 0, shares_now)?;
         pool.roll(now_epoch, shares_now)?;
         ctx.accounts.reward_index.acc = pool.acc;
         ctx.accounts.reward_index.bump = ctx.bumps.reward_index;
-        emit!(RewardEpochSkipped { epoch, provider: pool.provider });
+        emit!(RewardEpochSkipped {
+            epoch,
+            provider: pool.provider,
+            income,
+            to_supplier,
+            to_delegators,
+            eligible_shares: eligible,
+        });
         Ok(())
     }
 }

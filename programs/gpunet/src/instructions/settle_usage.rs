@@ -11,9 +11,15 @@
 //! Usage is billable up to the lease's end while it is active, and up to its close while it is
 //! closing (until the settlement deadline).
 //!
-//! No hot account: the writes are the lease, its vault and the provider's own token account. The
-//! protocol fee stays in the vault (`Lease::fees`) until `sweep_fees` or `finalize_lease`; the
-//! provider's lifetime earnings are the sum of its `UsageSettled` events.
+//! A provider with a pool shares the payout with its delegators (`Provider::delegators_part`): their
+//! part goes to the stake vault as the pool's lease income of the current staking epoch (or of the
+//! one before, if it is not yet credited: a transaction built just before a boundary still lands),
+//! kept in the pool until the epoch is credited (`claim_reward`, `skip_reward_epoch`).
+//!
+//! No hot account: the writes are the lease, its vault, the provider's own token account and, with
+//! a pool, the pool and its stake vault (both the provider's own). The protocol fee
+//! stays in the vault (`Lease::fees`) until `sweep_fees` or `finalize_lease`; the provider's
+//! lifetime earnings are the sum of its `UsageSettled` events.
 use anchor_lang::prelude::*;
 use anchor_lang::solana_program::sysvar::instructions as instructions_sysvar;
 use anchor_spl::token::{Token, TokenAccount};
@@ -56,13 +62,22 @@ pub struct SettleUsage<'info> {
     #[account(address = instructions_sysvar::ID @ GpunetError::AccountMismatch)]
     pub instructions: UncheckedAccount<'info>,
     pub token_program: Program<'info, Token>,
+    /// The provider's pool and what its income needs: all required when it has a pool, none when
+    /// not (checked in `validate`).
+    #[account(mut, seeds = [SEED_POOL, provider.key().as_ref()], bump = pool.bump)]
+    pub pool: Option<Box<Account<'info, Pool>>>,
+    #[account(seeds = [SEED_STAKING], bump = staking.bump)]
+    pub staking: Option<Box<Account<'info, Staking>>>,
+    #[account(mut, seeds = [SEED_STAKE_VAULT, provider.key().as_ref()], bump = provider.vault_bump)]
+    pub stake_vault: Option<Box<Account<'info, TokenAccount>>>,
 }
 
 impl<'info> SettleUsage<'info> {
-    pub fn validate(&self, receipt: &Receipt, accepted_gpu_seconds: u64) -> Result<()> {
+    pub fn validate(&self, receipt: &Receipt, accepted_gpu_seconds: u64, income_epoch: i64) -> Result<()> {
         require!(self.config.is_attester(self.attester.key), GpunetError::NotAttester);
         require_top_level(&self.instructions)?;
         let now = Clock::get()?.unix_timestamp;
+        self.validate_pool(now, income_epoch)?;
         let billing_end = match self.lease.status {
             LeaseStatus::Active => self.lease.ends_at().ok_or(GpunetError::ArithmeticOverflow)?,
             LeaseStatus::Closing => {
@@ -91,8 +106,26 @@ impl<'info> SettleUsage<'info> {
         require_signed_by_previous_instruction(&self.instructions, &share.node_key, &message)
     }
 
-    #[access_control(ctx.accounts.validate(&receipt, accepted_gpu_seconds))]
-    pub fn handler(ctx: Context<Self>, receipt: Receipt, accepted_gpu_seconds: u64) -> Result<()> {
+    /// A provider with a pool must be settled with it (its delegators' part cannot be left out),
+    /// into an epoch not yet credited (or the pool's first, which takes no income): the current one, or
+    /// the one before.
+    fn validate_pool(&self, now: i64, income_epoch: i64) -> Result<()> {
+        require!(self.provider.has_pool == self.pool.is_some(), GpunetError::PoolMissing);
+        let Some(pool) = self.pool.as_ref() else { return Ok(()) };
+        let (Some(staking), true) = (self.staking.as_ref(), self.stake_vault.is_some()) else {
+            return err!(GpunetError::PoolMissing);
+        };
+        let now_epoch = staking.epoch_at(now);
+        let creditable = income_epoch > pool.credited_through || income_epoch == pool.opened_epoch;
+        require!(
+            creditable && (income_epoch == now_epoch || income_epoch + 1 == now_epoch),
+            GpunetError::WrongRewardEpoch
+        );
+        Ok(())
+    }
+
+    #[access_control(ctx.accounts.validate(&receipt, accepted_gpu_seconds, income_epoch))]
+    pub fn handler(ctx: Context<Self>, receipt: Receipt, accepted_gpu_seconds: u64, income_epoch: i64) -> Result<()> {
         let a = &ctx.accounts;
         let index = a.lease.assignment_index(&a.node.key()).ok_or(GpunetError::NodeNotInLease)?;
         let share = a.lease.assignments[index];
@@ -107,16 +140,32 @@ impl<'info> SettleUsage<'info> {
         )
         .ok_or(GpunetError::ArithmeticOverflow)?;
 
+        // No share is eligible in the epoch the pool opened in (a delegation earns from the epoch
+        // after its own), so its income is all the supplier's; so is income the pool has no room
+        // to keep (`INCOME_HISTORY`).
+        let delegators_part = a.provider.delegators_part(split.payout).ok_or(GpunetError::ArithmeticOverflow)?;
+        let kept = match ctx.accounts.pool.as_mut() {
+            Some(pool) if income_epoch > pool.opened_epoch && delegators_part > 0 => {
+                pool.add_income(income_epoch, delegators_part)?
+            }
+            _ => false,
+        };
+        let to_pool = if kept { delegators_part } else { 0 };
+        let a = &ctx.accounts;
         let lease_id = a.lease.lease_id.to_le_bytes();
         let seeds: &[&[u8]] = &[SEED_LEASE, a.lease.client.as_ref(), &lease_id, &[a.lease.bump]];
+        let lease_authority = a.lease.to_account_info();
         vault::pay_out(
             &a.token_program,
             &a.lease_vault,
             &a.provider_tokens,
-            a.lease.to_account_info(),
+            lease_authority,
             seeds,
-            split.payout,
+            split.payout - to_pool,
         )?;
+        if let (Some(stake_vault), true) = (a.stake_vault.as_ref(), to_pool > 0) {
+            vault::pay_out(&a.token_program, &a.lease_vault, stake_vault, a.lease.to_account_info(), seeds, to_pool)?;
+        }
 
         let lease = &mut ctx.accounts.lease;
         lease.paid = lease.paid.checked_add(split.payout).ok_or(GpunetError::ArithmeticOverflow)?;
@@ -138,6 +187,8 @@ impl<'info> SettleUsage<'info> {
             gpu_seconds: accepted_gpu_seconds,
             amount: split.amount,
             payout: split.payout,
+            to_pool,
+            income_epoch: if ctx.accounts.pool.is_some() { income_epoch } else { 0 },
             fee: split.fee,
             escrow_left,
         });

@@ -36,7 +36,7 @@ mod tests {
         assert_eq!(8 + Lease::INIT_SPACE, 1_351);
         assert_eq!(8 + Evidence::INIT_SPACE, 58);
         assert_eq!(8 + Staking::INIT_SPACE, 131);
-        assert_eq!(8 + Pool::INIT_SPACE, 612);
+        assert_eq!(8 + Pool::INIT_SPACE, 749);
         assert_eq!(8 + Cohort::INIT_SPACE, 81);
         assert_eq!(8 + Delegation::INIT_SPACE, 138);
         assert_eq!(8 + RewardIndex::INIT_SPACE, 25);

@@ -10,6 +10,10 @@
 //! nothing for it. `acc` sums the reward per eligible share (×2^64) over the credited epochs, and
 //! every credit leaves a `RewardIndex` with the sum through its epoch, which a position reads
 //! once for the epoch before it began earning and once for the epoch it stopped.
+//!
+//! Lease income is shared the same way: `settle_usage` pays the delegators' part of a payout into
+//! the stake vault and records it as income of the epoch it was paid in (`income`); that epoch's
+//! credit spreads it, less commission, over the same eligible shares as its reward.
 use anchor_lang::prelude::*;
 
 use crate::errors::GpunetError;
@@ -17,6 +21,19 @@ use crate::state::{Schedule, MAX_COHORTS};
 
 /// Entries of share history a pool keeps for epochs not yet credited.
 pub const ELIGIBLE_HISTORY: usize = 16;
+
+/// Epochs of lease income a pool keeps until they are credited. Every open pool has a leaf in every
+/// epoch's root, cranked once the timelock passes, so two or three are in use; a pool whose credits
+/// stall longer (no root for `INCOME_HISTORY` epochs of settlements) pays the delegators' part of
+/// further income to the supplier rather than refuse a settlement.
+pub const INCOME_HISTORY: usize = 8;
+
+/// The delegators' part of the lease income paid in an epoch, commission not yet taken.
+#[derive(AnchorSerialize, AnchorDeserialize, Clone, Copy, Debug, Default, PartialEq, Eq, InitSpace)]
+pub struct EpochIncome {
+    pub epoch: i64,
+    pub amount: u64,
+}
 
 /// The pool's share count from an epoch on (each entry holds until the next one's epoch).
 #[derive(AnchorSerialize, AnchorDeserialize, Clone, Copy, Debug, Default, PartialEq, Eq, InitSpace)]
@@ -57,6 +74,11 @@ pub struct Pool {
     pub provider_rewards: u64,
     /// Rewards credited to delegators and not yet collected (with the rounding dust, which stays).
     pub delegator_rewards: u64,
+    /// Lease income paid into the stake vault for epochs not yet credited: their sum, and by epoch
+    /// (in order).
+    pub income_pending: u64,
+    pub income_len: u8,
+    pub income: [EpochIncome; INCOME_HISTORY],
     /// The unbonding cohorts still slashable (unmatured), oldest first.
     pub cohort_len: u8,
     pub cohorts: [CohortRef; MAX_COHORTS as usize],
@@ -99,6 +121,70 @@ impl Pool {
             .rev()
             .find(|e| e.from_epoch <= epoch)
             .map_or(0, |e| e.shares)
+    }
+
+    /// Credits `epoch` (the one after `credited_through`): the supplier's amount goes to the
+    /// supplier; the delegators' amount and the epoch's lease income, less the commission in force
+    /// in that epoch, are spread over the epoch's eligible shares (all to the supplier when there
+    /// were none). Returns what went to the supplier, to the delegators, and the eligible shares.
+    pub fn credit(
+        &mut self,
+        epoch: i64,
+        supplier_amount: u64,
+        delegators_amount: u64,
+        shares_now: u64,
+    ) -> Result<(u64, u64, u64, u64)> {
+        let overflow = || error!(GpunetError::ArithmeticOverflow);
+        let income = self.take_income(epoch);
+        let delegators = delegators_amount.checked_add(income).ok_or_else(overflow)?;
+        let eligible = self.eligible_at(epoch, shares_now);
+        let (to_supplier, to_delegators) = if eligible == 0 {
+            (supplier_amount.checked_add(delegators).ok_or_else(overflow)?, 0)
+        } else {
+            let bps = u16::try_from(self.commission.at(epoch).unwrap_or(0)).map_err(|_| overflow())?;
+            let commission = crate::math::bps_of(delegators, bps).ok_or_else(overflow)?;
+            let share = delegators - commission;
+            self.acc =
+                self.acc.checked_add(reward_per_share(share, eligible).ok_or_else(overflow)?).ok_or_else(overflow)?;
+            (supplier_amount.checked_add(commission).ok_or_else(overflow)?, share)
+        };
+        self.provider_rewards = self.provider_rewards.checked_add(to_supplier).ok_or_else(overflow)?;
+        self.delegator_rewards = self.delegator_rewards.checked_add(to_delegators).ok_or_else(overflow)?;
+        self.income_pending = self.income_pending.checked_sub(income).ok_or_else(overflow)?;
+        self.credited_through = epoch;
+        Ok((income, to_supplier, to_delegators, eligible))
+    }
+
+    /// Records `amount` of income for `epoch` (after `credited_through`). False when the pool
+    /// already keeps `INCOME_HISTORY` other epochs: the caller pays the amount elsewhere.
+    pub fn add_income(&mut self, epoch: i64, amount: u64) -> Result<bool> {
+        let len = usize::from(self.income_len);
+        let at = self.income[..len].iter().position(|e| e.epoch >= epoch).unwrap_or(len);
+        if at < len && self.income[at].epoch == epoch {
+            self.income[at].amount =
+                self.income[at].amount.checked_add(amount).ok_or(GpunetError::ArithmeticOverflow)?;
+        } else if len == INCOME_HISTORY {
+            return Ok(false);
+        } else {
+            self.income.copy_within(at..len, at + 1);
+            self.income[at] = EpochIncome { epoch, amount };
+            self.income_len += 1;
+        }
+        self.income_pending = self.income_pending.checked_add(amount).ok_or(GpunetError::ArithmeticOverflow)?;
+        Ok(true)
+    }
+
+    /// Removes and returns `epoch`'s income (0 if none): entries are in order and none is before it.
+    fn take_income(&mut self, epoch: i64) -> u64 {
+        let len = usize::from(self.income_len);
+        if len == 0 || self.income[0].epoch != epoch {
+            return 0;
+        }
+        let amount = self.income[0].amount;
+        self.income.copy_within(1..len, 0);
+        self.income[len - 1] = EpochIncome::default();
+        self.income_len -= 1;
+        amount
     }
 
     pub fn cohort_list(&self) -> &[CohortRef] {
@@ -202,4 +288,55 @@ pub fn reward_of(shares: u64, acc: u128) -> Option<u64> {
 /// The reward per share (×2^64) of spreading `amount` over `shares`, rounded down.
 pub fn reward_per_share(amount: u64, shares: u64) -> Option<u128> {
     (u128::from(amount) << 64).checked_div(u128::from(shares))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn empty_pool() -> Pool {
+        Pool {
+            provider: Pubkey::default(),
+            opened_epoch: 0,
+            commission: Schedule::default(),
+            acc: 0,
+            credited_through: 0,
+            rolled_epoch: 0,
+            eligible_len: 0,
+            eligible: Default::default(),
+            provider_rewards: 0,
+            delegator_rewards: 0,
+            income_pending: 0,
+            income_len: 0,
+            income: Default::default(),
+            cohort_len: 0,
+            cohorts: Default::default(),
+            bump: 0,
+        }
+    }
+
+    #[test]
+    fn income_is_kept_by_epoch_in_order_and_credited_once() {
+        let mut pool = empty_pool();
+        assert!(pool.add_income(3, 5).unwrap());
+        assert!(pool.add_income(2, 7).unwrap()); // the epoch before, landing after a boundary
+        assert!(pool.add_income(3, 1).unwrap());
+        assert_eq!(pool.income_pending, 13);
+        assert_eq!(pool.credit(1, 0, 0, 0).unwrap(), (0, 0, 0, 0)); // epoch 1 had none
+        assert_eq!(pool.credit(2, 0, 0, 0).unwrap().0, 7);
+        assert_eq!(pool.credit(3, 0, 0, 0).unwrap().0, 6);
+        assert_eq!((pool.income_pending, pool.income_len), (0, 0));
+        assert_eq!(pool.provider_rewards, 13, "no eligible shares: all to the supplier");
+    }
+
+    #[test]
+    fn a_full_income_history_refuses_a_new_epoch_but_not_a_kept_one() {
+        let mut pool = empty_pool();
+        for epoch in 1..=INCOME_HISTORY as i64 {
+            assert!(pool.add_income(epoch, 1).unwrap());
+        }
+        assert!(!pool.add_income(INCOME_HISTORY as i64 + 1, 1).unwrap());
+        assert!(pool.add_income(INCOME_HISTORY as i64, 1).unwrap());
+        assert_eq!(pool.income_pending, INCOME_HISTORY as u64 + 1);
+    }
 }

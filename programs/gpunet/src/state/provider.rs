@@ -56,6 +56,17 @@ impl Provider {
         self.collateral().saturating_sub(self.bonded)
     }
 
+    /// The delegators' part of `amount` of lease income or rewards: in proportion to the delegated
+    /// stake counted (up to the cap) against it plus the own active stake, rounded down.
+    pub fn delegators_part(&self, amount: u64) -> Option<u64> {
+        let counted = self.delegated.min(self.delegation_cap());
+        let stake = self.staked.checked_add(counted)?;
+        if stake == 0 {
+            return Some(0);
+        }
+        u64::try_from(u128::from(amount).checked_mul(u128::from(counted))? / u128::from(stake)).ok()
+    }
+
     /// A slash can leave a provider under-collateralised; its nodes get no new work until it restakes.
     pub fn is_collateralised(&self) -> bool {
         self.collateral() >= self.bonded

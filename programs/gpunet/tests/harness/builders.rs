@@ -439,6 +439,24 @@ impl Harness {
         receipt: Receipt,
         accepted_gpu_seconds: u64,
     ) -> Instruction {
+        let has_pool = self.exists(&node.provider) && self.account::<Provider>(&node.provider).has_pool;
+        let income_epoch = if has_pool { self.epoch() } else { 0 };
+        self.settle_usage_into_ix(attester, lease, node, receipt, accepted_gpu_seconds, has_pool, income_epoch)
+    }
+
+    /// `settle_usage` with the pool's accounts or not, into `income_epoch`, whatever the provider.
+    #[allow(clippy::too_many_arguments)]
+    pub fn settle_usage_into_ix(
+        &self,
+        attester: &Pubkey,
+        lease: &LeaseRef,
+        node: &GpuNode,
+        receipt: Receipt,
+        accepted_gpu_seconds: u64,
+        with_pool: bool,
+        income_epoch: i64,
+    ) -> Instruction {
+        let pool = with_pool.then(|| pool_pda(&node.provider));
         program_ix(
             acc::SettleUsage {
                 attester: *attester,
@@ -450,8 +468,11 @@ impl Harness {
                 provider_tokens: node.payout_tokens,
                 instructions: sysvar::instructions::ID,
                 token_program: spl_token::ID,
+                pool,
+                staking: pool.map(|_| staking_pda()),
+                stake_vault: pool.map(|_| stake_vault_pda(&node.provider)),
             },
-            ix::SettleUsage { receipt, accepted_gpu_seconds },
+            ix::SettleUsage { receipt, accepted_gpu_seconds, income_epoch },
         )
     }
 

@@ -210,12 +210,12 @@ impl Harness {
     }
 
     /// What a provider's stake vault must hold by the books: its own stake, the delegated stake
-    /// (active and unbonding) and the pool's uncollected rewards.
+    /// (active and unbonding), the pool's uncollected rewards and its lease income not yet credited.
     pub fn stake_vault_books(&self, provider: &Pubkey) -> u64 {
         let p: Provider = self.account(provider);
         let rewards = if p.has_pool {
             let pool: Pool = self.account(&pool_pda(provider));
-            pool.provider_rewards + pool.delegator_rewards
+            pool.provider_rewards + pool.delegator_rewards + pool.income_pending
         } else {
             0
         };
