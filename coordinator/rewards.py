@@ -29,7 +29,7 @@ from coordinator.attester import Attester
 from coordinator.db import rewards as db
 from coordinator.fleet import Fleet
 from coordinator.settings import Settings
-from gpunet.accounts import AccountError, chain_clock, fetch, fetch_config, program_accounts
+from gpunet.accounts import AccountError, chain_clock, fetch, fetch_config, fetch_many, program_accounts
 from gpunet.instructions import TIER_GPU, TIER_SIMULATED
 from gpunet.logs import get_logger
 from gpunet.pda import pool_pda, reward_root_pda, staking_pda
@@ -101,11 +101,9 @@ class Rewards:
         start = epoch_start(config, epoch)
         end = start + config.epoch_seconds
         established_by = start - self.settings.reward_establishment_epochs * config.epoch_seconds
-        pools = [(address, p) for address, p in await program_accounts(self.chain, "Pool") if p.opened_epoch < epoch]
-        stakes = []
-        for _, p in pools:
-            provider = await fetch(self.chain, p.provider, "Provider")
-            stakes.append(PoolStake(str(p.provider), provider.staked, provider.delegated))
+        pools = [p for _, p in await program_accounts(self.chain, "Pool") if p.opened_epoch < epoch]
+        providers = await fetch_many(self.chain, [p.provider for p in pools], "Provider")
+        stakes = [PoolStake(str(p.provider), a.staked, a.delegated) for p, a in zip(pools, providers, strict=True)]
         async with self.pool.acquire() as conn:
             taken, rows = await db.eligible_samples(conn, start, end, self.tier)
             firsts = await db.node_firsts(conn, [r["node"] for r in rows])
@@ -164,8 +162,8 @@ class Rewards:
         if await chain_clock(self.chain) < root.claimable_at:
             return
         left = 0
-        for i, leaf in enumerate(tree.leaves):
-            pool = await fetch(self.chain, pool_pda(leaf.provider), "Pool")
+        pools = await fetch_many(self.chain, [pool_pda(leaf.provider) for leaf in tree.leaves], "Pool")
+        for i, (leaf, pool) in enumerate(zip(tree.leaves, pools, strict=True)):
             if pool.credited_through >= epoch:
                 continue
             if pool.credited_through + 1 < epoch:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -68,6 +69,25 @@ async def fetch(client: AsyncClient, address: Pubkey, name: str) -> Any:
     if info.owner != PROGRAM_ID:
         raise AccountError(f"the account at {address} is not owned by the gpunet program")
     return decode_account(bytes(info.data), name, address)
+
+
+MULTIPLE_ACCOUNTS_LIMIT = 100  # getMultipleAccounts takes at most 100 addresses a call
+
+
+async def fetch_many(client: AsyncClient, addresses: Sequence[Pubkey], name: str) -> list[Any]:
+    """The decoded accounts, in order, read `MULTIPLE_ACCOUNTS_LIMIT` a call (one RPC per account
+    would not scale to every pool of a network); AccountError if any is absent or foreign."""
+    decoded = []
+    for at in range(0, len(addresses), MULTIPLE_ACCOUNTS_LIMIT):
+        chunk = list(addresses[at : at + MULTIPLE_ACCOUNTS_LIMIT])
+        infos = (await client.get_multiple_accounts(chunk)).value
+        for address, info in zip(chunk, infos, strict=True):
+            if info is None:
+                raise AccountError(f"no {name} account at {address}")
+            if info.owner != PROGRAM_ID:
+                raise AccountError(f"the account at {address} is not owned by the gpunet program")
+            decoded.append(decode_account(bytes(info.data), name, address))
+    return decoded
 
 
 async def chain_clock(client: AsyncClient) -> int:
