@@ -5,6 +5,7 @@ programs/gpunet/src/state/pool.rs and staking.rs)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from solana.rpc.async_api import AsyncClient
@@ -14,10 +15,11 @@ from solders.pubkey import Pubkey
 from gpunet import staking
 from gpunet.accounts import AccountError, fetch, program_accounts
 from gpunet.limits import BPS_DENOMINATOR, DELEGATION_CAP_BPS
-from gpunet.pda import reward_index_pda, staking_pda
+from gpunet.pda import cohort_pda, reward_index_pda, staking_pda
 
 __all__ = [
     "ACTIVE",
+    "PositionView",
     "collect_ix",
     "collectable",
     "delegation_cap",
@@ -25,12 +27,14 @@ __all__ = [
     "epoch_start",
     "fetch_staking",
     "index_epochs",
+    "pool_facts",
     "positions_of",
     "reward_of",
     "schedule_at",
     "scheduled_after",
     "share_value",
     "shares_for",
+    "view",
 ]
 
 ACTIVE = 2**63 - 1  # a Delegation's exit_epoch while it is active (i64::MAX)
@@ -133,3 +137,71 @@ async def index_epochs(client: AsyncClient, d: Any) -> list[int]:
 
 async def collect_ix(client: AsyncClient, delegator: Pubkey, tokens: Pubkey, d: Any) -> Instruction:
     return staking.collect_rewards(delegator, tokens, d.provider, d.nonce, await index_epochs(client, d))
+
+
+@dataclass
+class PositionView:
+    """A position as a token holder reads it, every figure from the accounts."""
+
+    address: Pubkey
+    d: Any
+    state: str  # active, unbonding, withdrawable, withdrawn
+    amount: int  # what its stake is worth now
+    withdrawable_at: int | None
+    rewards: int | None  # credited to it and not collected; None when an index it needs is missing
+
+    def data(self) -> dict[str, Any]:
+        d = self.d
+        return {
+            "delegation": self.address,
+            "provider": d.provider,
+            "nonce": d.nonce,
+            "state": self.state,
+            "amount": self.amount,
+            "shares": d.shares,
+            "earns_from_epoch": d.since,
+            "exit_epoch": None if d.exit_epoch == ACTIVE else d.exit_epoch,
+            "withdrawable_at": self.withdrawable_at,
+            "rewards_collected_through_epoch": d.reward_epoch,
+            "rewards_to_collect": self.rewards,
+        }
+
+
+async def view(client: AsyncClient, provider: Any, pool: Any, address: Pubkey, d: Any, now: int) -> PositionView:
+    """`provider`: the decoded Provider account of the position's pool; `now`: the chain's clock."""
+    rewards = await collectable(client, pool, d)
+    if d.exit_epoch == ACTIVE:
+        amount = share_value(d.shares, provider.delegated_shares, provider.delegated)
+        return PositionView(address, d, "active", amount, None, rewards)
+    if d.cohort_shares == 0:
+        return PositionView(address, d, "withdrawn", 0, None, rewards)
+    cohort = await fetch(client, cohort_pda(d.provider, d.exit_epoch), "Cohort")
+    amount = share_value(d.cohort_shares, cohort.shares, cohort.stake)
+    state = "withdrawable" if now >= cohort.ends_at else "unbonding"
+    return PositionView(address, d, state, amount, int(cohort.ends_at), rewards)
+
+
+def pool_facts(account: Pubkey, provider: Any, pool: Any, staking: Any, epoch: int) -> dict[str, Any]:
+    """A pool as a token holder chooses one: its supplier's own stake, what is delegated and the cap,
+    the commission in force in `epoch` and every change scheduled after it (a raise waits a full
+    epoch, so delegators can leave first)."""
+    return {
+        "provider": account,
+        "authority": provider.authority,
+        "commission_bps": schedule_at(pool.commission, epoch) or 0,
+        "scheduled_commission": [
+            {"commission_bps": value, "from_epoch": e, "from": epoch_start(staking, e)}
+            for e, value in scheduled_after(pool.commission, epoch)
+        ],
+        "own_stake": provider.staked,
+        "own_unbonding": provider.unbonding,
+        "delegated": provider.delegated,
+        "delegated_shares": provider.delegated_shares,
+        "cap": delegation_cap(provider),
+        "room": max(delegation_cap(provider) - provider.delegated, 0),
+        "delegated_unbonding": provider.delegated_unbonding,
+        "supplier_rewards": pool.provider_rewards,
+        "delegator_rewards": pool.delegator_rewards,
+        "opened_epoch": pool.opened_epoch,
+        "credited_through_epoch": pool.credited_through,
+    }

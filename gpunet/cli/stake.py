@@ -7,7 +7,6 @@ collected per position. The staking config and the epoch clock come from `gpunet
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Annotated, Any
 
 import typer
@@ -47,17 +46,17 @@ from gpunet.limits import BPS_DENOMINATOR
 from gpunet.pda import cohort_pda, delegation_pda, pool_pda
 from gpunet.positions import (
     ACTIVE,
+    PositionView,
     collect_ix,
-    collectable,
     delegation_cap,
     epoch_at,
     epoch_start,
     fetch_staking,
+    pool_facts,
     positions_of,
-    schedule_at,
-    scheduled_after,
     share_value,
     shares_for,
+    view,
 )
 from gpunet.tokens import create_io_account_if_missing, io_account, io_balance
 
@@ -105,48 +104,6 @@ def only(positions: list[tuple[Pubkey, Any]], nonce: int | None, provider: Provi
         held = ", ".join(str(d.nonce) for _, d in positions) or "none"
         raise BadInput(f"you hold no position {nonce} in the pool of {provider.describe()} (yours there: {held})")
     return chosen
-
-
-@dataclass
-class PositionView:
-    """A position as `stake show` reads it, every figure from the accounts."""
-
-    address: Pubkey
-    d: Any
-    state: str  # active, unbonding, withdrawable, withdrawn
-    amount: int  # what its stake is worth now
-    withdrawable_at: int | None
-    rewards: int | None  # credited to it and not collected; None when an index it needs is missing
-
-    def data(self) -> dict[str, Any]:
-        d = self.d
-        return {
-            "delegation": self.address,
-            "provider": d.provider,
-            "nonce": d.nonce,
-            "state": self.state,
-            "amount": self.amount,
-            "shares": d.shares,
-            "earns_from_epoch": d.since,
-            "exit_epoch": None if d.exit_epoch == ACTIVE else d.exit_epoch,
-            "withdrawable_at": self.withdrawable_at,
-            "rewards_collected_through_epoch": d.reward_epoch,
-            "rewards_to_collect": self.rewards,
-        }
-
-
-async def view(client: AsyncClient, provider: Any, pool: Any, address: Pubkey, d: Any, now: int) -> PositionView:
-    """`provider`: the decoded Provider account of the position's pool; `now`: the chain's clock."""
-    rewards = await collectable(client, pool, d)
-    if d.exit_epoch == ACTIVE:
-        amount = share_value(d.shares, provider.delegated_shares, provider.delegated)
-        return PositionView(address, d, "active", amount, None, rewards)
-    if d.cohort_shares == 0:
-        return PositionView(address, d, "withdrawn", 0, None, rewards)
-    cohort = await fetch(client, cohort_pda(d.provider, d.exit_epoch), "Cohort")
-    amount = share_value(d.cohort_shares, cohort.shares, cohort.stake)
-    state = "withdrawable" if now >= cohort.ends_at else "unbonding"
-    return PositionView(address, d, state, amount, int(cohort.ends_at), rewards)
 
 
 def state_text(p: PositionView) -> str:
@@ -520,7 +477,7 @@ def show(
             "positions": [v.data() for v in views],
         }
         if target is not None and pool is not None:
-            data["pool"] = _pool_data(target, pool, staking, epoch)
+            data["pool"] = pool_facts(target.account, target.decoded, pool, staking, epoch)
 
         def render() -> Group:
             parts: list[Any] = []
@@ -548,31 +505,6 @@ def show(
         s.show(data, render)
 
     Session(url, keypair, json_output, commitment_flag=commitment, explorer_flag=explorer).run(command)
-
-
-def _pool_data(target: ProviderKey, pool: Any, staking: Any, epoch: int) -> dict[str, Any]:
-    p = target.decoded
-    commission = schedule_at(pool.commission, epoch) or 0
-    return {
-        "provider": target.account,
-        "authority": target.wallet,
-        "commission_bps": commission,
-        "scheduled_commission": [
-            {"commission_bps": value, "from_epoch": e, "from": epoch_start(staking, e)}
-            for e, value in scheduled_after(pool.commission, epoch)
-        ],
-        "own_stake": p.staked,
-        "own_unbonding": p.unbonding,
-        "delegated": p.delegated,
-        "delegated_shares": p.delegated_shares,
-        "cap": delegation_cap(p),
-        "room": max(delegation_cap(p) - p.delegated, 0),
-        "delegated_unbonding": p.delegated_unbonding,
-        "supplier_rewards": pool.provider_rewards,
-        "delegator_rewards": pool.delegator_rewards,
-        "opened_epoch": pool.opened_epoch,
-        "credited_through_epoch": pool.credited_through,
-    }
 
 
 def _pool_table(s: Session, pool: dict[str, Any], staking: Any) -> Table:

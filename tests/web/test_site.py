@@ -60,6 +60,7 @@ async def test_every_page_names_its_controls_and_charts_and_starts_with_a_skip_l
         f"nodes/{web_stack.demo.suppliers[0].node_key.pubkey()}",
         "app",
         "app/supplier",
+        "app/stake",
         "search?q=not-an-address",
     ]
     for path in paths:

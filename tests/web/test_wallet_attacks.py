@@ -206,7 +206,7 @@ async def test_the_relay_sends_only_transactions_signed_by_the_accounts_they_nam
             assert refused.status_code == 400 and why in refused.json()["error"]
         refused = await http.post("/web/api/tx/drain", json=form)
         assert refused.status_code == 400 and "no action 'drain'" in refused.json()["error"]
-        for path in ("/web/api/leases/x", "/web/api/leases/x/events", "/web/api/wallet/x"):
+        for path in ("/web/api/leases/x", "/web/api/leases/x/events", "/web/api/wallet/x", "/web/api/stake/x"):
             refused = await http.get(path)
             assert refused.status_code == 400 and "not a base58 address" in refused.json()["error"], path
         built = (await http.post("/web/api/tx/open_lease", json=form)).json()

@@ -2,7 +2,19 @@
 // addresses the page derives itself (check.ts compares), and what the signing screen says it does.
 import { type Address, address } from "@solana/kit";
 
-import { configPda, ioAccount, leasePda, leaseVaultPda, providerPda, stakeVaultPda } from "./addresses";
+import {
+  cohortPda,
+  configPda,
+  delegationPda,
+  ioAccount,
+  leasePda,
+  leaseVaultPda,
+  poolPda,
+  providerPda,
+  rewardIndexPda,
+  stakeVaultPda,
+  stakingPda,
+} from "./addresses";
 import { type Expected, SYSTEM_PROGRAM, TOKEN_PROGRAM } from "./check";
 import { formatIo } from "./ui";
 
@@ -215,6 +227,149 @@ export async function withdraw(ctx: Context, unbonding: bigint): Promise<Plan> {
       wallet: ctx.wallet,
       program: ctx.program,
       instructions: [{ name: "withdraw_unstaked", accounts: await stakeAccounts(ctx), args: {} }],
+    },
+  };
+}
+
+// --- co-staking: a token holder's positions in providers' pools
+
+// A position as the page acts on it: which pool and nonce (the page derives its accounts from them
+// and the connected wallet), and the figures the coordinator read, shown only.
+export interface PositionFacts {
+  provider: Address;
+  nonce: bigint;
+  amount: bigint; // what its stake is worth now
+  exitEpoch: bigint | null; // the epoch it was undelegated in; null while active
+  indexEpochs: bigint[]; // the epochs whose reward index a collect passes (read-only)
+}
+
+export async function delegate(ctx: Context, provider: Address, nonce: bigint, amount: bigint): Promise<Plan> {
+  return {
+    action: "delegate",
+    title: "Delegate",
+    does: `Moves ${formatIo(amount)} from your IO account into the pool of provider ${provider} as your position ${nonce}: it backs the provider at once, is slashed with the pool for its supplier's malicious faults, and earns from the next epoch on.`,
+    amount,
+    amountLabel: "Delegated",
+    form: { provider, nonce: nonce.toString(), amount: amount.toString() },
+    expected: {
+      wallet: ctx.wallet,
+      program: ctx.program,
+      instructions: [
+        {
+          name: "delegate",
+          accounts: {
+            delegator: ctx.wallet,
+            config: await configPda(ctx.program),
+            staking: await stakingPda(ctx.program),
+            provider,
+            pool: await poolPda(ctx.program, provider),
+            stake_vault: await stakeVaultPda(ctx.program, provider),
+            delegator_tokens: await ioAccount(ctx.wallet, ctx.mint),
+            delegation: await delegationPda(ctx.program, provider, ctx.wallet, nonce),
+            token_program: token,
+            system_program: address(SYSTEM_PROGRAM),
+          },
+          args: { nonce, amount },
+        },
+      ],
+    },
+  };
+}
+
+// `epoch`: the epoch now by the chain's clock; the program puts the position in that epoch's cohort.
+export async function undelegate(ctx: Context, p: PositionFacts, epoch: bigint): Promise<Plan> {
+  return {
+    action: "undelegate",
+    title: "Undelegate",
+    does: `Moves your position ${p.nonce} in the pool of provider ${p.provider} (${formatIo(p.amount)} now) into epoch ${epoch}'s unbonding: it earns through this epoch, stays slashable while it unbonds, and you withdraw it once that ends.`,
+    amount: 0n,
+    amountLabel: "Paid",
+    form: { provider: p.provider, nonce: p.nonce.toString(), epoch: epoch.toString() },
+    expected: {
+      wallet: ctx.wallet,
+      program: ctx.program,
+      instructions: [
+        {
+          name: "undelegate",
+          accounts: {
+            delegator: ctx.wallet,
+            config: await configPda(ctx.program),
+            staking: await stakingPda(ctx.program),
+            provider: p.provider,
+            pool: await poolPda(ctx.program, p.provider),
+            delegation: await delegationPda(ctx.program, p.provider, ctx.wallet, p.nonce),
+            cohort: await cohortPda(ctx.program, p.provider, epoch),
+            system_program: address(SYSTEM_PROGRAM),
+          },
+          args: {},
+        },
+      ],
+    },
+  };
+}
+
+export async function withdrawDelegation(ctx: Context, p: PositionFacts): Promise<Plan> {
+  if (p.exitEpoch === null) throw new Error(`Position ${p.nonce} is active: undelegate it first`);
+  return {
+    action: "withdraw_delegation",
+    title: "Withdraw a position",
+    does: `Moves your unbonded position ${p.nonce} (${formatIo(p.amount)}) from the stake vault of provider ${p.provider} back to your IO account.`,
+    amount: 0n,
+    amountLabel: "Paid",
+    form: { provider: p.provider, nonce: p.nonce.toString() },
+    expected: {
+      wallet: ctx.wallet,
+      program: ctx.program,
+      instructions: [
+        {
+          name: "withdraw_delegation",
+          accounts: {
+            delegator: ctx.wallet,
+            config: await configPda(ctx.program),
+            provider: p.provider,
+            stake_vault: await stakeVaultPda(ctx.program, p.provider),
+            delegation: await delegationPda(ctx.program, p.provider, ctx.wallet, p.nonce),
+            cohort: await cohortPda(ctx.program, p.provider, p.exitEpoch),
+            delegator_tokens: await ioAccount(ctx.wallet, ctx.mint),
+            token_program: token,
+          },
+          args: {},
+        },
+      ],
+    },
+  };
+}
+
+export async function collectRewards(ctx: Context, p: PositionFacts, rewards: bigint): Promise<Plan> {
+  return {
+    action: "collect_rewards",
+    title: "Collect rewards",
+    does: `Pays your position ${p.nonce} in the pool of provider ${p.provider} its credited rewards (${formatIo(rewards)}) to your IO account.`,
+    amount: 0n,
+    amountLabel: "Paid",
+    form: { provider: p.provider, nonce: p.nonce.toString() },
+    expected: {
+      wallet: ctx.wallet,
+      program: ctx.program,
+      instructions: [
+        {
+          name: "collect_rewards",
+          accounts: {
+            config: await configPda(ctx.program),
+            provider: p.provider,
+            pool: await poolPda(ctx.program, p.provider),
+            stake_vault: await stakeVaultPda(ctx.program, p.provider),
+            delegation: await delegationPda(ctx.program, p.provider, ctx.wallet, p.nonce),
+            delegator: ctx.wallet,
+            delegator_tokens: await ioAccount(ctx.wallet, ctx.mint),
+            token_program: token,
+          },
+          remaining: await Promise.all(
+            p.indexEpochs.map(async (e) => ({ address: await rewardIndexPda(ctx.program, p.provider, e), writable: false })),
+          ),
+          args: {},
+        },
+      ],
     },
   };
 }

@@ -6,9 +6,9 @@ import { type Address, address } from "@solana/kit";
 
 import { closeLease, type LeaseFacts, openLease, topUp } from "./actions";
 import { attachJob, signedGet } from "./requests";
-import { type Session, start, walletState } from "./session";
+import { act, type Session, start, walletState } from "./session";
 import { run } from "./signing";
-import { $, clear, el, formatIo, hideMessage, input, parseIo, parseWhole, say } from "./ui";
+import { $, clear, el, formatIo, guard, input, parseIo, parseWhole, say } from "./ui";
 
 let session: Session;
 let followed: Address | null = null; // the lease the page shows
@@ -106,13 +106,6 @@ async function refreshLeases(s: Session): Promise<void> {
   }
 }
 
-function guard(action: () => Promise<void>): () => void {
-  return () => {
-    hideMessage();
-    action().catch((e) => say((e as Error).message, "error"));
-  };
-}
-
 function shown(): Address {
   if (!followed) throw new Error("Choose a lease first");
   return followed;
@@ -150,7 +143,7 @@ async function main(): Promise<void> {
   $("#topup-button").onclick = guard(async () => {
     const extra = parseWhole(input("extra_minutes"), "Extra minutes", 1n, 527040n) * 60n;
     const plan = await topUp(session.context(), facts(), extra);
-    if (await run(session.idl, session.connected!, session.program, plan)) await (window as any).gpunetRefresh();
+    await act(session, plan);
   });
   $("#close-button").onclick = guard(async () => {
     const before = BigInt((await walletState(session.connected!.account.address)).io);

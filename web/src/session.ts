@@ -3,10 +3,10 @@
 import { type Address, address } from "@solana/kit";
 import type { Wallet } from "@wallet-standard/base";
 
-import type { Context } from "./actions";
+import type { Context, Plan } from "./actions";
 import { connect, watchWallets } from "./discover";
 import { IDL, type Idl } from "./idl";
-import type { Connected } from "./signing";
+import { type Connected, run } from "./signing";
 import { $, clear, el, formatIo, formatSol, say } from "./ui";
 
 export interface Session {
@@ -15,13 +15,22 @@ export interface Session {
   connected: Connected | null;
   state: Record<string, any> | null; // /web/api/wallet/{wallet}
   context(): Context;
+  refresh(): Promise<void>; // the wallet's state read again, and the page's part shown
 }
 
-export async function walletState(wallet: string): Promise<Record<string, any>> {
-  const response = await fetch(`/web/api/wallet/${wallet}`);
+// One of the coordinator's state answers (/web/api/...): its error said when it has one.
+export async function stateOf(path: string): Promise<Record<string, any>> {
+  const response = await fetch(path);
   const answer = await response.json();
   if (!response.ok) throw new Error(String(answer.error ?? response.status));
   return answer;
+}
+
+export const walletState = (wallet: string) => stateOf(`/web/api/wallet/${wallet}`);
+
+// Runs the plan (signing.ts) and, once it is confirmed, shows the wallet's state again.
+export async function act(session: Session, plan: Plan): Promise<void> {
+  if (await run(session.idl, session.connected!, session.program, plan)) await session.refresh();
 }
 
 // Starts the session: lists the wallets as they register; `onConnected` runs after a connect, an
@@ -42,6 +51,7 @@ export async function start(onConnected: (s: Session) => Promise<void>): Promise
       if (!this.connected || !this.state) throw new Error("connect a wallet first");
       return { program, wallet: address(this.connected.account.address), mint: address(this.state.io_mint) };
     },
+    refresh: async () => undefined,
   };
   const refresh = async () => {
     if (!session.connected) return;
@@ -52,6 +62,7 @@ export async function start(onConnected: (s: Session) => Promise<void>): Promise
     $("#connected").hidden = false;
     await onConnected(session);
   };
+  session.refresh = refresh;
   (window as any).gpunetRefresh = refresh;
   const list = $("#wallets");
   watchWallets((wallets: readonly Wallet[]) => {

@@ -14,6 +14,11 @@ export function formatSol(lamports: bigint): string {
   return `${lamports / 1_000_000_000n}${frac ? "." + frac : ""} SOL`;
 }
 
+// A chain time (unix seconds) as the pages show it, in UTC.
+export function formatTime(unix: number): string {
+  return new Date(unix * 1000).toISOString().replace(".000Z", " UTC");
+}
+
 // "12.5" -> 12_500_000n; a bad amount throws with a message for the form.
 export function parseIo(text: string, what: string): bigint {
   const match = /^\s*(\d+)(?:\.(\d+))?\s*$/.exec(text);
@@ -55,6 +60,14 @@ export function hideMessage(): void {
   const box = $("#message");
   box.hidden = true;
   box.textContent = ""; // an earlier message never stands for a later outcome
+}
+
+// A button's handler: the message area cleared, then any failure said in it.
+export function guard(action: () => Promise<void>): () => void {
+  return () => {
+    hideMessage();
+    action().catch((e) => say((e as Error).message, "error"));
+  };
 }
 
 export function clear(element: HTMLElement): void {

@@ -10,3 +10,4 @@ export function walletNames(): string[] {
 const app = document.querySelector<HTMLElement>("[data-app]")?.dataset.app;
 if (app === "client") void import("./client");
 if (app === "supplier") void import("./supplier");
+if (app === "stake") void import("./stake");

@@ -1,5 +1,6 @@
-"""The wallet app: the client's page (/web/app) and the supplier's (/web/app/supplier), and the JSON
-endpoints their TypeScript module (web/src) calls under /web/api/.
+"""The wallet app: the client's page (/web/app), the supplier's (/web/app/supplier) and the token
+holder's (/web/app/stake: co-staking), and the JSON endpoints their TypeScript module (web/src) calls
+under /web/api/.
 
 Transactions are built here with the SDK's builders and returned unsigned; the page decodes each one
 with @solana/kit and gpunet's IDL (bundled into wallet.js, so under its published hash; also served at
@@ -26,7 +27,7 @@ from starlette.routing import BaseRoute, Route
 
 from coordinator.web.app.actions import FormError, build
 from coordinator.web.app.relay import BadTransaction, confirm, decode_signed, relay, unsigned
-from coordinator.web.app.state import lease_state, wallet_state
+from coordinator.web.app.state import lease_state, stake_state, wallet_state
 from gpunet import catalog
 from gpunet.accounts import AccountError
 from gpunet.amounts import u64_json
@@ -120,6 +121,9 @@ def app_routes(pool: asyncpg.Pool, settings: Settings) -> list[BaseRoute]:
     async def supplier_page(request: Request) -> Response:
         return page(request, "app_supplier.html", settings, **facts)
 
+    async def stake_page(request: Request) -> Response:
+        return page(request, "app_stake.html", settings, **facts)
+
     async def idl(request: Request) -> Response:
         return JSONResponse(json.loads(idl_json()))
 
@@ -153,6 +157,9 @@ def app_routes(pool: asyncpg.Pool, settings: Settings) -> list[BaseRoute]:
 
     async def wallet(request: Request, chain: AsyncClient) -> Response:
         return JSONResponse(await wallet_state(chain, pool, _address(request.path_params["wallet"], "wallet")))
+
+    async def stake(request: Request, chain: AsyncClient) -> Response:
+        return JSONResponse(await stake_state(chain, _address(request.path_params["wallet"], "wallet")))
 
     async def lease(request: Request, chain: AsyncClient) -> Response:
         return JSONResponse(await lease_state(chain, pool, _address(request.path_params["lease"], "lease")))
@@ -218,10 +225,12 @@ def app_routes(pool: asyncpg.Pool, settings: Settings) -> list[BaseRoute]:
     return [
         Route("/web/app", client_page),
         Route("/web/app/supplier", supplier_page),
+        Route("/web/app/stake", stake_page),
         Route("/web/api/idl", idl),
         Route("/web/api/tx/{action}", with_chain(transaction), methods=["POST"]),
         Route("/web/api/submit", with_chain(submit), methods=["POST"]),
         Route("/web/api/wallet/{wallet}", with_chain(wallet)),
+        Route("/web/api/stake/{wallet}", with_chain(stake)),
         Route("/web/api/leases/{lease}", with_chain(lease)),
         Route("/web/api/leases/{lease}/events", lease_events),
         Route("/web/api/job", job, methods=["POST"]),

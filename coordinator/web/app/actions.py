@@ -18,10 +18,12 @@ from solders.pubkey import Pubkey
 
 from gpunet import catalog
 from gpunet import instructions as ix
-from gpunet.accounts import AccountError, fetch, fetch_config
+from gpunet import staking as sx
+from gpunet.accounts import AccountError, chain_clock, fetch, fetch_config
 from gpunet.amounts import U64_MAX, escrow_for, u64_json
 from gpunet.errors import GpunetError
-from gpunet.pda import lease_pda, provider_pda
+from gpunet.pda import cohort_pda, delegation_pda, lease_pda, pool_pda, provider_pda
+from gpunet.positions import ACTIVE, collect_ix, collectable, epoch_at, fetch_staking, share_value
 from gpunet.tokens import io_account
 
 __all__ = ["ACTIONS", "Built", "FormError", "build"]
@@ -194,6 +196,106 @@ async def withdraw(chain: AsyncClient, wallet: Pubkey, form: dict[str, Any]) -> 
     )
 
 
+# --- co-staking: a token holder's positions in providers' pools (gpunet.staking's builders)
+
+
+async def _pool(chain: AsyncClient, form: dict[str, Any]) -> tuple[Pubkey, Any, Any]:
+    """The form's `provider` (its provider account), with its Provider and Pool accounts."""
+    address = _pubkey(form, "provider")
+    try:
+        return address, await fetch(chain, address, "Provider"), await fetch(chain, pool_pda(address), "Pool")
+    except AccountError:
+        raise FormError(f"provider: {address} is not a provider with an open pool") from None
+
+
+async def _position(chain: AsyncClient, form: dict[str, Any], wallet: Pubkey) -> tuple[Pubkey, Any, Any, Any]:
+    """The wallet's position `nonce` in the form's provider's pool (its address is the wallet's by
+    its seeds), with the pool's accounts."""
+    provider, account, pool = await _pool(chain, form)
+    nonce = _int(form, "nonce")
+    address = delegation_pda(provider, wallet, nonce)
+    try:
+        return address, await fetch(chain, address, "Delegation"), account, pool
+    except AccountError:
+        raise FormError(f"you hold no position {nonce} in the pool of provider {provider}") from None
+
+
+async def delegate(chain: AsyncClient, wallet: Pubkey, form: dict[str, Any]) -> Built:
+    config = await fetch_config(chain)
+    await fetch_staking(chain)
+    provider, _, _ = await _pool(chain, form)
+    nonce, amount = _int(form, "nonce"), _int(form, "amount", 1)
+    if (await chain.get_account_info(delegation_pda(provider, wallet, nonce))).value is not None:
+        raise FormError(f"nonce: you hold position {nonce} in this pool already (the next free nonce opens a new one)")
+    tokens = io_account(wallet, config.io_mint)
+    return Built(
+        [sx.delegate(wallet, tokens, provider, nonce, amount)],
+        {
+            "does": f"delegates {amount} IO base units from your IO account to the pool of provider {provider}",
+            "amount": u64_json(amount),
+            "provider": str(provider),
+            "delegation": str(delegation_pda(provider, wallet, nonce)),
+            "io_account": str(tokens),
+        },
+    )
+
+
+async def undelegate(chain: AsyncClient, wallet: Pubkey, form: dict[str, Any]) -> Built:
+    staking = await fetch_staking(chain)
+    address, d, account, _ = await _position(chain, form, wallet)
+    if d.exit_epoch != ACTIVE:
+        raise FormError(f"position {d.nonce} was undelegated in epoch {d.exit_epoch} already")
+    # The program derives the cohort from its own clock: a form made in an epoch that has since ended
+    # would be refused; it is answered here, with the epoch to build for.
+    epoch, now_epoch = _int(form, "epoch", 0, 2**63 - 1), epoch_at(staking, await chain_clock(chain))
+    if epoch != now_epoch:
+        raise FormError(f"epoch: the chain is in epoch {now_epoch}, not {epoch}: undelegate again")
+    return Built(
+        [sx.undelegate(wallet, d.provider, d.nonce, epoch)],
+        {
+            "does": f"undelegates position {d.nonce} into epoch {epoch}'s unbonding cohort",
+            "amount": u64_json(share_value(d.shares, account.delegated_shares, account.delegated)),
+            "delegation": str(address),
+            "cohort": str(cohort_pda(d.provider, epoch)),
+        },
+    )
+
+
+async def withdraw_delegation(chain: AsyncClient, wallet: Pubkey, form: dict[str, Any]) -> Built:
+    config = await fetch_config(chain)
+    address, d, _, _ = await _position(chain, form, wallet)
+    if d.exit_epoch == ACTIVE or d.cohort_shares == 0:
+        raise FormError(f"position {d.nonce} has no unbonded stake to withdraw (undelegate it first)")
+    cohort = await fetch(chain, cohort_pda(d.provider, d.exit_epoch), "Cohort")
+    tokens = io_account(wallet, config.io_mint)
+    amount = share_value(d.cohort_shares, cohort.shares, cohort.stake)
+    return Built(
+        [sx.withdraw_delegation(wallet, tokens, d.provider, d.nonce, d.exit_epoch)],
+        {
+            "does": f"withdraws position {d.nonce}'s {amount} IO base units to your IO account",
+            "amount": u64_json(amount),
+            "delegation": str(address),
+            "io_account": str(tokens),
+        },
+    )
+
+
+async def collect_rewards(chain: AsyncClient, wallet: Pubkey, form: dict[str, Any]) -> Built:
+    config = await fetch_config(chain)
+    address, d, _, pool = await _position(chain, form, wallet)
+    tokens = io_account(wallet, config.io_mint)
+    rewards = await collectable(chain, pool, d)
+    return Built(
+        [await collect_ix(chain, wallet, tokens, d)],
+        {
+            "does": f"collects position {d.nonce}'s credited rewards to your IO account",
+            "amount": None if rewards is None else u64_json(rewards),
+            "delegation": str(address),
+            "io_account": str(tokens),
+        },
+    )
+
+
 Action = Callable[[AsyncClient, Pubkey, dict[str, Any]], Awaitable[Built]]
 ACTIONS: dict[str, Action] = {
     "open_lease": open_lease,
@@ -202,6 +304,10 @@ ACTIONS: dict[str, Action] = {
     "stake": stake,
     "unstake": unstake,
     "withdraw": withdraw,
+    "delegate": delegate,
+    "undelegate": undelegate,
+    "withdraw_delegation": withdraw_delegation,
+    "collect_rewards": collect_rewards,
 }
 
 

@@ -1,6 +1,6 @@
-"""What the wallet app shows of a wallet and its leases: balances and accounts read from the chain, the
-settlements from the ledger (each an indexed chain event). u64 amounts are strings, as the API's
-(gpunet.amounts.u64_json: JSON numbers lose precision past 2^53 in a browser)."""
+"""What the wallet app shows of a wallet, its leases and its co-staking positions: balances and accounts
+read from the chain, the settlements from the ledger (each an indexed chain event). u64 amounts are
+strings, as the API's (gpunet.amounts.u64_json: JSON numbers lose precision past 2^53 in a browser)."""
 
 from __future__ import annotations
 
@@ -12,18 +12,32 @@ from solders.pubkey import Pubkey
 
 from coordinator.db import chain as ledger
 from coordinator.db import wallet as wallet_rows
-from gpunet.accounts import AccountError, chain_clock, escrow, fetch, fetch_config
+from gpunet.accounts import AccountError, chain_clock, escrow, fetch, fetch_config, fetch_many, program_accounts
 from gpunet.amounts import u64_json
 from gpunet.pda import provider_pda
+from gpunet.positions import epoch_at, fetch_staking, index_epochs, pool_facts, positions_of, view
 from gpunet.tokens import io_account, io_balance
 
-__all__ = ["WARN_FRACTION", "WARN_SECONDS", "lease_state", "wallet_state"]
+__all__ = ["WARN_FRACTION", "WARN_SECONDS", "lease_state", "stake_state", "wallet_state"]
 
 # The page warns (and offers a top-up) when a placed lease has under 20 % of its time left, or under
 # 10 minutes: Akash's users' most frequent complaint is a lease that ran dry unnoticed.
 WARN_FRACTION = 0.2
 WARN_SECONDS = 600
 SETTLEMENTS_SHOWN = 500
+# The u64 figures of a pool and of a position (gpunet.positions: pool_facts, PositionView.data).
+POOL_U64S = (
+    "own_stake",
+    "own_unbonding",
+    "delegated",
+    "delegated_shares",
+    "cap",
+    "room",
+    "delegated_unbonding",
+    "supplier_rewards",
+    "delegator_rewards",
+)
+POSITION_U64S = ("nonce", "amount", "shares", "rewards_to_collect")
 
 
 def _status(account: Any) -> str:
@@ -129,4 +143,41 @@ async def wallet_state(chain: AsyncClient, pool: asyncpg.Pool, wallet: Pubkey) -
             }
             for r in nodes
         ],
+    }
+
+
+def _json(facts: dict[str, Any], u64s: tuple[str, ...]) -> dict[str, Any]:
+    """Addresses in base58 and the named u64s as strings (an absent figure stays null)."""
+    return {
+        k: str(v) if isinstance(v, Pubkey) else u64_json(v) if k in u64s and v is not None else v
+        for k, v in facts.items()
+    }
+
+
+async def stake_state(chain: AsyncClient, wallet: Pubkey) -> dict[str, Any]:
+    """A token holder's co-staking, as `gpunet stake show` reads it: the epoch clock, every pool (its
+    supplier's own stake, what is delegated and the cap, the commission now and scheduled) and the
+    wallet's positions (value now, state, rewards to collect, and the epochs whose reward index a
+    collect passes: the page derives those accounts itself). AccountError when staking is not
+    configured."""
+    staking = await fetch_staking(chain)
+    now = await chain_clock(chain)
+    epoch = epoch_at(staking, now)
+    pools = {p.provider: p for _, p in await program_accounts(chain, "Pool")}
+    providers = dict(zip(pools, await fetch_many(chain, list(pools), "Provider"), strict=True))
+    positions = []
+    for address, d in await positions_of(chain, wallet):
+        shown = await view(chain, providers[d.provider], pools[d.provider], address, d, now)
+        positions.append({**_json(shown.data(), POSITION_U64S), "index_epochs": await index_epochs(chain, d)})
+    return {
+        "wallet": str(wallet),
+        "now": now,
+        "epoch": epoch,
+        "genesis": int(staking.genesis),
+        "epoch_seconds": int(staking.epoch_seconds),
+        "pools": [
+            _json(pool_facts(account, providers[account], pool, staking, epoch), POOL_U64S)
+            for account, pool in sorted(pools.items(), key=lambda item: bytes(item[0]))
+        ],
+        "positions": positions,
     }
