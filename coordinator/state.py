@@ -9,6 +9,7 @@ found again (they are still silent), drains started again (the node is still dra
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -61,8 +62,11 @@ class Shared:
     # Placement's view of the fleet and the GPUs reserved on it (FleetView refreshes it; placement,
     # failover and drain change reservations; dispatch and lease end read them).
     scheduler: Scheduler
-    # lease -> nodes this process gave the lease's current job (dispatch; a reconnect or a move clears a node)
+    # lease -> nodes this process gave the lease's current job (dispatch; `give_again` clears a node)
     dispatched: dict[str, set[NodeKey]] = field(default_factory=dict)
+    # how many times `give_again` was asked: a dispatch that read the lease's state before an ask and sent
+    # after it does not count as given (what it sent may lack what the ask was for, e.g. a sealed key)
+    asks_to_give_again: int = 0
     # lease -> lost nodes, and nodes that refused their share (verification), whose share still has to
     # move (failover; drain leaves those shares alone; dispatch gives them nothing of the lease)
     failovers: dict[str, set[NodeKey]] = field(default_factory=dict)
@@ -95,6 +99,15 @@ class Shared:
     def region(self, node_key: NodeKey) -> int | None:
         view = self.scheduler.nodes.get(node_key)
         return None if view is None else view.region
+
+    def give_again(self, nodes: Iterable[NodeKey], lease: str | None = None) -> None:
+        """These nodes get the job of `lease` (of every lease, without one) again at dispatch's next
+        step: a worker reconnected, a share moved, or the client sealed them something."""
+        self.asks_to_give_again += 1
+        nodes = set(nodes)
+        for held, given in self.dispatched.items():
+            if lease is None or held == lease:
+                given.difference_update(nodes)
 
     def forget(self, lease: str) -> None:
         """The lease is over: nothing of it is kept."""

@@ -342,10 +342,7 @@ def work_routes(coordinator: Coordinator) -> list[Route]:
 
     def redispatch(lease: str, nodes: Iterable[str]) -> None:
         """These nodes of the lease get its job again, now with what the client sealed to them."""
-        given = coordinator.shared.dispatched.get(lease)
-        if given is not None:
-            for key in nodes:
-                given.discard(Pubkey.from_string(key))
+        coordinator.shared.give_again([Pubkey.from_string(key) for key in nodes], lease)
 
     async def give_secrets(request: Request) -> Response:
         """The client's secrets of the lease's current job, sealed to each of its nodes (signed)."""

@@ -48,8 +48,7 @@ class Dispatch:
 
     def reconnected(self, node_key: NodeKey) -> None:
         """A worker reconnected: it is given its leases' jobs again (it ignores one it still runs)."""
-        for nodes in self.shared.dispatched.values():
-            nodes.discard(node_key)
+        self.shared.give_again([node_key])
 
     async def step(self) -> None:
         dispatched = self.shared.dispatched
@@ -125,6 +124,7 @@ class Dispatch:
         ]
         if not todo:
             return
+        asks = self.shared.asks_to_give_again  # before reading what the messages carry
         restores = await jobs.checkpoints_of(conn, lease)  # each rank restores its own
         sealed_keys = await jobs.sealed_checkpoint_keys(conn, lease)
         holders = await jobs.rank_holders(conn, lease)  # a node restores its own rank's checkpoint
@@ -160,7 +160,8 @@ class Dispatch:
                 await self.link.send(s.node_key, message)
             except NodeOffline:
                 continue
-            given.add(s.node_key)
+            if self.shared.asks_to_give_again == asks:  # else the next step sends it again (acknowledged)
+                given.add(s.node_key)
             self.ends_sent[(lease, s.node_key)] = ends_at
             log.info(
                 "job.dispatched",  # the lease: bound above

@@ -185,7 +185,7 @@ class Failover:
             await ledger.set_placement(
                 conn, lease, "placed", f"node {lost} lost; share moved to {target.node_key}", list(decision.node_keys)
             )
-        self.shared.dispatched.get(lease, set()).discard(lost)
+        self.shared.give_again([lost], lease)
         self.shared.metrics.failovers.inc()
         log.warning("lease.failover", to=target.node_key)  # lease and lost node: bound above
         return True
