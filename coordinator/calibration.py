@@ -1,5 +1,5 @@
 """Calibrating a GPU model's verification deadlines from the fleet's own measurements (`gpunet
-coordinator calibrate MODEL`; README, "Verified supply").
+coordinator calibrate MODEL`; docs/supplier/verification.md).
 
 A real GPU's deadlines rest on its model's public peak figures (gpunet.catalog) times an assumed
 efficiency (gpunet.verification.REAL_EFFICIENCY; the memory check's step time, gpunet.vram.

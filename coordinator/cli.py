@@ -340,14 +340,26 @@ def _by_node(p: Proposal) -> Table:
 @app.command()
 def calibrate(
     model: str = typer.Argument(..., help="the GPU model, by name (H100) or code"),
-    apply: bool = typer.Option(False, "--apply", help="record the calibration (without it: the report only)"),
+    apply: bool = typer.Option(
+        False, "--apply", help="record the calibration, with who, when and the measurements (else: the report only)"
+    ),
     by: str = typer.Option(None, "--by", help="who sets it, recorded with it (default: USER@HOST)"),
 ) -> None:
-    """Calibrate a GPU model's verification deadlines from its real GPUs' recorded honest answers (checks
-    passed or too slow, never failed): the compute check's efficiency and the memory check's step time,
-    at the slow end of the measurements. Prints the report; records it only with --apply (in force from
-    the next check of a GPU of the model). Refused (exit 1) with too few measurements: each node counts
-    with its latest 5 of each check, and at least 5 of each are needed, from 2 nodes of 2 suppliers."""
+    """Calibrate a GPU model's verification deadlines from its real GPUs' recorded honest answers.
+
+    Honest answers are checks passed or too slow, never failed; each node counts
+    with its latest 5 of each check. The report gives, for the compute check's
+    efficiency and the memory check's step time: how many measurements, of how
+    many nodes and suppliers, their median, 10th and 90th percentile, the
+    catalog's assumption, the value in force and the value it would set, at the
+    slow end of the measurements (the 10th percentile efficiency, the 90th
+    percentile step time); then, for each node, its supplier, how many
+    measurements of each check it has and their medians.
+
+    It records the calibration only with --apply, with who set it (--by), when and
+    the measurements; it is in force from the next check of a GPU of the model.
+    Refused (exit 1, nothing written) with too few measurements: at least 5 of
+    each check are needed, from 2 nodes of 2 suppliers."""
     try:
         gpu = gpu_model(model)
     except CatalogError as e:

@@ -1,7 +1,7 @@
 """The coordinator's Prometheus metrics, on a registry of its own (not the process's default one:
 tests run several coordinators in one process). The loops count at the point where a thing
 happens; /metrics (coordinator.api.metrics) serves them after the indexer's figures. Counters
-count since this process started; the README's operator section lists every metric."""
+count since this process started; docs/coordinator/index.md lists every metric."""
 
 from __future__ import annotations
 

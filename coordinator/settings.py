@@ -22,23 +22,33 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GPUNET_", extra="ignore")
 
     rpc_url: str = Field(default="http://127.0.0.1:8899", description="JSON-RPC of the cluster")
-    ws_url: str = Field(default="ws://127.0.0.1:8900", description="its PubSub WebSocket")
+    ws_url: str = Field(default="ws://127.0.0.1:8900", description="the cluster's PubSub WebSocket")
     database_url: str | None = Field(
         default=None,
         description="PostgreSQL, e.g. postgresql://gpunet:secret@db.example:5432/gpunet; "
         "unset: an embedded PostgreSQL with its data under the state dir's postgres/",
     )
-    state_dir: Path = Field(default=Path(".state/coordinator"), description="the embedded PostgreSQL's data lives here")
-    program_id: str = Field(default=str(PROGRAM_ID), description="the gpunet program's address")
+    state_dir: Path = Field(
+        default=Path(".state/coordinator"),
+        description="the coordinator's own files: the embedded PostgreSQL's data in postgres/ here (and, unless set "
+        "elsewhere, the fee-payer keys and the checkpoint store)",
+    )
+    program_id: str = Field(
+        default=str(PROGRAM_ID),
+        description="the gpunet program's address (default: the id in its IDL, Anchor.toml's); not a base58 "
+        "public key: refused at start",
+    )
     # `confirmed` is what the issue asks for; `finalized` trades latency for never seeing a rollback.
     commitment: Literal["confirmed", "finalized"] = Field(default="confirmed", description="confirmed or finalized")
     api_host: str = Field(default="127.0.0.1", description="the API's address")
     api_port: int = Field(default=8080, ge=0, le=65535, description="the API's port")
     api_cors_origins: str = Field(
         default="",
-        description="web origins (scheme://host[:port], comma-separated; * for any) whose pages may call the API "
-        "from a browser (CORS: GET, and POST and DELETE for the client routes, with the X-Gpunet-* headers); "
-        "unset: none, no CORS headers at all",
+        description="web origins (scheme://host[:port], comma-separated, e.g. "
+        "https://app.example,http://127.0.0.1:5173; * for any) whose pages may call the API from a browser: GET, "
+        "and POST (and DELETE, an endpoint token's revocation) for the client routes, with the X-Gpunet-* "
+        "signed-request headers; no credentials (requests are signed in headers, never by cookie). An origin "
+        "with a path or a trailing slash is refused at start; unset: no CORS headers at all",
     )
     poll_seconds: float = Field(
         default=5.0,
@@ -69,29 +79,33 @@ class Settings(BaseSettings):
         ge=1,
         le=1024,
         description="transactions the coordinator keeps in flight at once (settlements, placements, moves, "
-        "closes): sent without waiting for each other's confirmation, a share's or a lease's in order; the "
-        "window halves on the RPC's 429 or on slow confirmations and grows back up to this",
+        "closes, finalizations), sent without waiting for each other's confirmation; a share's receipts and a "
+        "lease's steps stay in order. The window halves when the RPC answers 429 or a confirmation takes over "
+        "twice the usual, and grows back by one per window of confirmations, up to this",
     )
     fee_payer_dir: Path | None = Field(
-        default=None, description="where the fee-payer keypair files are kept; unset: the state dir's fee-payers/"
+        default=None,
+        description="where the fee-payer pool's keypair files fee-payer-0.json ... are kept (made when missing, "
+        "mode 0600); unset: the state dir's fee-payers/",
     )
     fee_payer_min_lamports: int = Field(
         default=10_000_000,
         ge=0,
-        description="a fee payer holding less is topped up from the attester, or else skipped (with a "
-        "warning) until it is funded again; when none holds enough, the attester pays",
+        description="a fee payer holding fewer lamports is topped up from the attester, or else skipped (with "
+        "one warning) until it is funded again; when none holds enough, the attester pays",
     )
     fee_payer_top_up_lamports: int = Field(
         default=100_000_000,
         ge=0,
-        description="a fee payer found under the minimum gets this much SOL from the attester, while the "
-        "attester keeps its own minimum (attester_min_lamports); 0: never (fund the payers yourself)",
+        description="the lamports a fee payer found under the minimum gets from the attester (one transfer the "
+        "attester pays), as long as the attester keeps GPUNET_ATTESTER_MIN_LAMPORTS; 0: never (fund the payers "
+        "yourself)",
     )
     attester_min_lamports: int = Field(
         default=50_000_000,
         ge=0,
-        description="/readyz is not ready while the attester holds less SOL than this (it signs, and may pay for, "
-        "every coordinator transaction)",
+        description="/readyz is not ready while the attester holds fewer lamports than this (it signs, and may "
+        "pay for, every coordinator transaction); a warning is logged at each read",
     )
     attester_balance_seconds: float = Field(
         default=30.0, gt=0, description="how often the attester's balance is read (for /metrics and /readyz)"
@@ -103,13 +117,14 @@ class Settings(BaseSettings):
         default=3.0,
         gt=0,
         description="the leader's lease in the database: a replica takes the lead when the leader has not "
-        "renewed it for this long (a SIGKILLed leader is replaced within about this plus leader_renew_seconds)",
+        "renewed it for this long (a SIGKILLed leader is replaced within about this plus "
+        "GPUNET_LEADER_RENEW_SECONDS)",
     )
     leader_renew_seconds: float = Field(
         default=1.0,
         gt=0,
         description="how often the leader renews its lease (and a follower tries to take an expired one); "
-        "well under leader_ttl_seconds",
+        "more than half of GPUNET_LEADER_TTL_SECONDS is refused at start",
     )
     replica_id: str = Field(
         default="",
@@ -123,7 +138,8 @@ class Settings(BaseSettings):
     )
     advertise_api_url: str = Field(
         default="",
-        description="the API's URL as the other replicas point clients to; unset: http://api_host:api_port",
+        description="the API's URL as the other replicas point clients to; unset: "
+        "http://GPUNET_API_HOST:GPUNET_API_PORT",
     )
     heartbeat_seconds: float = Field(default=2.0, gt=0, le=300, description="heartbeat interval asked of every worker")
     lost_after_seconds: float = Field(
@@ -143,13 +159,14 @@ class Settings(BaseSettings):
         ge=0,
         le=43_200,
         description="a share is settled once its newest receipt runs this long past its last settlement (and "
-        "the amount is worth it: settle_min_amount); sooner when its lease's escrow needs it, before its share "
-        "moves and at the lease's close",
+        "the amount is worth it: GPUNET_SETTLE_MIN_AMOUNT), at most 43200 (12 h); sooner when its lease's escrow "
+        "needs it, before its share moves and at the lease's close",
     )
     settle_min_amount: int = Field(
         default=10_000,
         ge=0,
-        description="the least unpaid amount (IO base units) a regular settlement of a share is worth",
+        description="the least unpaid amount (IO base units: 10000 is 0.01 IO) a regular settlement of a share "
+        "is worth",
     )
     # The program moves only the shares of nodes found lost on chain (slashed, so jailed): without this,
     # lost nodes' shares stay put. To move shares without taking stake, set that fault's slash to 0 bps.
@@ -176,7 +193,7 @@ class Settings(BaseSettings):
     region_min_nodes: int = Field(
         default=3,
         ge=1,
-        description="a region with at least this many nodes is checked for a correlated outage on its own",
+        description="a region with at least this many nodes in the fleet is checked for a correlated outage on its own",
     )
     database_outage_exit_seconds: float = Field(
         default=60.0, gt=0, description="a database unreachable this long stops the coordinator (exit 5)"
@@ -213,13 +230,14 @@ class Settings(BaseSettings):
     decisions_retention_seconds: float = Field(
         default=30 * 86_400.0,
         gt=0,
-        description="the leaders' decisions log keeps this long (the chain keeps what was decided for good)",
+        description="the leaders' decisions log (each fenced decision, its term and subject) keeps this long "
+        "(the chain keeps what was decided for good)",
     )
     log_lines_per_lease: int = Field(
         default=100_000,
         ge=1,
-        description="the most log lines the ledger keeps of a lease (its jobs' newest; older ones are deleted as "
-        "new ones come, and a follower's next page starts at the oldest kept)",
+        description="the most log lines the ledger keeps of a lease: its jobs' newest (older ones are deleted as "
+        "new ones come, every 1,000 lines); `lease logs --follow` goes on from the oldest kept",
     )
     checkpoint_quota_bytes: int = Field(
         default=64 * 2**30,
@@ -231,8 +249,9 @@ class Settings(BaseSettings):
     # --- served endpoints (coordinator/endpoints.py): a job's exposed HTTP ports at /endpoints/{lease}/{name}/
     endpoint_url: str = Field(
         default="",
-        description="the base URL under which clients reach the endpoints (the API's own URL by default); a "
-        "hostname of its own for them keeps a job's pages out of the explorer's and the wallet app's origin",
+        description="the base URL clients reach a lease's served endpoints at (/endpoints/{lease}/{name}/); "
+        "unset: the API's URL. A hostname of its own keeps the jobs' pages out of the explorer's and the wallet "
+        "app's origin",
     )
     endpoint_requests_per_second: float = Field(
         default=50.0,
@@ -251,7 +270,8 @@ class Settings(BaseSettings):
     endpoint_max_body_bytes: int = Field(
         default=16 * 2**20,
         ge=0,
-        description="the largest request body an endpoint takes (held to retry on another node); larger: 413",
+        description="the largest request body an endpoint takes (held whole, to be sent again to another node "
+        "when one fails); larger: 413",
     )
     endpoint_timeout_seconds: float = Field(
         default=300.0,
@@ -261,8 +281,8 @@ class Settings(BaseSettings):
     endpoint_health_seconds: float = Field(
         default=5.0,
         gt=0,
-        description="how often each node serving an endpoint requested lately is checked (a stream opened "
-        "through its link to the job's port); a node that fails a check or a request is skipped until one passes",
+        description="how often each node of an endpoint requested in the last 10 minutes is checked (a stream "
+        "to the job's port through the relay); a node failing a check or a request is skipped until one passes",
     )
     endpoint_log_per_lease: int = Field(
         default=10_000, ge=1, description="the most access log entries the ledger keeps of a lease (its newest)"
@@ -270,7 +290,8 @@ class Settings(BaseSettings):
     endpoint_sandbox: bool = Field(
         default=True,
         description="serve a job's pages under Content-Security-Policy: sandbox (an origin of their own in the "
-        "browser: no reach into the coordinator's pages); off only where endpoint_url is a hostname of its own",
+        "browser: no reach into the coordinator's pages); off only where GPUNET_ENDPOINT_URL is a hostname of "
+        "its own",
     )
 
     # --- rewards (coordinator/rewards.py; README, "Co-staking and rewards")
@@ -279,13 +300,14 @@ class Settings(BaseSettings):
         ge=1,
         le=86_400,
         description="uptime is sampled at every multiple of this (unix seconds): a node earns for each sample at "
-        "which the coordinator saw it online and verified",
+        "which the coordinator saw it online by its heartbeats, verified and not jailed",
     )
     reward_establishment_epochs: int = Field(
         default=7,
         ge=0,
         le=365,
-        description="a node registered fewer epochs than this before an epoch began earns the establishment rate in it",
+        description="a node registered fewer epochs than this before an epoch began earns "
+        "GPUNET_REWARD_ESTABLISHMENT_BPS of the full reward in it",
     )
     reward_establishment_bps: int = Field(
         default=5_000, ge=0, le=10_000, description="the establishment rate, in basis points of the full reward"
@@ -294,14 +316,14 @@ class Settings(BaseSettings):
         default=30.0,
         gt=0,
         le=3_600,
-        description="how often the leader looks for an ended epoch to post and claims to crank",
+        description="how often the leader looks for ended epochs to post a root for and claims to crank",
     )
 
     # --- GPU verification (gpunet.verification; README, "Verified supply")
     verify_every_seconds: float = Field(
         default=86_400.0,
         gt=0,
-        description="a verification holds this long (valid-until on chain, at most the config's maximum); nodes "
+        description="a GPU verification holds this long (valid-until on chain, at most the config's maximum); nodes "
         "are verified again before it runs out (jittered), and after any inventory change",
     )
     verify_seconds: float = Field(
@@ -323,8 +345,8 @@ class Settings(BaseSettings):
         ge=1,
         le=20,
         description="a real GPU whose model is not calibrated (gpunet coordinator calibrate) is waited for this "
-        "many times its deadline: a right answer past the deadline is too_slow (no slash, unverified, challenged "
-        "again), its time recorded to calibrate the model from",
+        "many times its deadline: a right answer past the deadline is too_slow (no slash; the node stays "
+        "unverified and is challenged again), its time recorded to calibrate the model from",
     )
     slash_failed_verification: bool = Field(
         default=True,

@@ -1,4 +1,4 @@
-"""The exit codes of every `gpunet` command (the README lists them). In the SDK, the floor that
+"""The exit codes of every `gpunet` command (docs/cli.md lists them). In the SDK, the floor that
 every command stands on: the coordinator's and the worker's own commands (`python -m coordinator`,
 `gpunet worker`) use them too, and they may import the SDK but never the command line above them."""
 

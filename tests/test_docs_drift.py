@@ -1,4 +1,4 @@
-"""The documentation names only what exists: every repository path the README and docs/ put in
+"""The documentation names only what exists: every repository path the README and the docs site (docs/) put in
 backticks is a tracked file or directory (or a build output the set-up makes), and every
 `GPUNET_*` variable they name is a coordinator or worker setting or one the code reads. This keeps
 one kind of drift out: a page describing a module, a script or a setting that was renamed or
@@ -24,7 +24,7 @@ def _tracked() -> list[str]:
 
 
 def _docs() -> dict[str, str]:
-    return {str(p.relative_to(REPO)): p.read_text() for p in [REPO / "README.md", *sorted(REPO.glob("docs/*.md"))]}
+    return {str(p.relative_to(REPO)): p.read_text() for p in [REPO / "README.md", *sorted(REPO.glob("docs/**/*.md"))]}
 
 
 def _paths_named(text: str, tops: set[str]) -> set[str]:

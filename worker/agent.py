@@ -61,66 +61,169 @@ class WorkerSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="GPUNET_WORKER_")
 
-    gateway_url: str = "ws://127.0.0.1:8910/worker"
-    state_dir: Path = Path("~/.local/state/gpunet-worker").expanduser()
-    usage_period_seconds: int = 60  # until the coordinator's welcome says otherwise
-    meter_tick_seconds: float = 1.0  # how often metering progress is journaled (the most a crash can lose)
-    # Usage reports still unacknowledged this long after a pass are sent again (the coordinator may
-    # not have been able to record them: its database down, say); a repeat is harmless.
-    usage_resend_seconds: float = 15.0
-    stop_grace_seconds: float = 10.0  # SIGTERM -> SIGKILL
-    reconnect_base_seconds: float = 0.5
-    reconnect_cap_seconds: float = 30.0
-    # How long the coordinator may keep refusing the node key as not registered on chain (never, or
-    # deregistered) before the agent stops (exit 13): long enough for a `gpunet node register` sent
-    # just after the start to be read at finalized commitment, short of knocking forever.
-    not_registered_exit_seconds: float = Field(300.0, ge=0)
-    # Simulated GPUs only: how much slower than their model they answer GPU verification challenges
-    # (1: as fast as the model; more plays a GPU that is not what it claims, to see it caught).
-    simulate_slowdown: float = 1.0
-    # Simulated GPUs only: the share of their model's VRAM they hold (1: all of it; less plays a GPU
-    # with less memory than it claims, which keeps only what fits of the memory check's blocks).
-    simulate_vram_share: float = Field(1.0, gt=0, le=1)
-    # The coordinator's API (http:// or https://): checkpoints of any size go to its checkpoint store
-    # as sealed chunks (gpunet.checkpoint). Unset: only checkpoints up to 512 KiB move, through the gateway.
-    api_url: str | None = None
-    # The job sandbox (worker/sandbox.py; the README's supplier guide). Jobs run in containers:
-    container_engine: EngineChoice = "auto"  # auto: podman, else docker (one that answers `info`)
-    container_runtime: str | None = None  # podman's --runtime (runc where crun cannot run)
-    default_image: str | None = None  # the image of a job that names none
-    network: NetworkPolicy = "egress"  # none; egress; cluster: only the jobs of multi-node leases
-    # egress: the CIDRs container jobs may reach although private (a dataset server on the LAN); the
-    # opt-out from the filter (jobs then reach the LAN, the machine and the cloud metadata endpoint)
-    egress_allow: list[str] = []
-    egress_unfiltered: bool = False
-    # A job's inputs, fetched by the agent under the egress policy's rules (worker/inputs.py): what
-    # they may take together, in bytes on disk and in seconds
-    inputs_max_bytes: int = Field(16 * 2**30, ge=1)
-    inputs_seconds: float = Field(3600.0, gt=0)
-    pids_limit: int = Field(4096, ge=16)
-    memory: str | None = Field(None, pattern=r"^[0-9]+[bkmg]?$")  # the engine's --memory, e.g. 64g
-    # Host jobs (a job without image, and no default image): only with this opt-in, inside bubblewrap.
-    allow_host_jobs: bool = False
-    host_job_paths: list[Path] = []  # what host jobs may read besides the system dirs and Python
-    host_job_file_bytes: int = Field(64 * 2**30, ge=1)  # the largest file a host job may write
-    # How cluster peers reach this node (sent in the hello; the coordinator hands them to the other
-    # nodes of a cluster lease): the address to advertise (unset: that of the interface that routes
-    # to the gateway, worker/network.py) and the ports opened to them for cluster traffic (the
-    # supplier's firewall lets peers in on these): MASTER_PORT is the first, Ray uses them all.
-    advertise_addr: str | None = None
-    cluster_ports: str = Field("29500-29599", pattern=r"^\d{1,5}-\d{1,5}$")
-    # The CPUs a Ray job's node offers Ray (--num-cpus); unset: the machine's in proportion to the
-    # lease's share of its GPUs.
-    ray_cpus: int | None = Field(None, ge=1)
-    # The chain's JSON-RPC (the CLI's --url): the node reads a lease's client there before it lets
-    # anyone into the lease's job (shells, forwards: worker/tunnel.py). Unset: nobody is let in.
-    rpc_url: str | None = None
-    # The port at the advertised address where clients reach this node's data plane directly, before
-    # they try the coordinator's relay (0: any free port). Unset: through the relay only.
-    tunnel_port: int | None = Field(None, ge=0, le=65535)
-    # The operator port (worker/metrics.py: /metrics, /healthz, /readyz); unset: none is opened.
-    metrics_host: str = "127.0.0.1"
-    metrics_port: int | None = Field(None, ge=0, le=65535)
+    gateway_url: str = Field(
+        "ws://127.0.0.1:8910/worker",
+        description="the coordinator's worker gateway (ws:// or wss://; anything else is refused at start); with "
+        "replicas, each replica's, comma-separated",
+    )
+    state_dir: Path = Field(
+        Path("~/.local/state/gpunet-worker").expanduser(),
+        description="the usage journal usage.jsonl, and per lease jobs/<lease>/work and the checkpoint "
+        "directory, which survive restarts; one agent per state directory (a second one, or one it cannot "
+        "create or write, stops it: exit 11)",
+    )
+    usage_period_seconds: int = Field(
+        60,
+        description="seconds between the usage receipts sent for a share (and one when it is released), until "
+        "the coordinator's welcome says otherwise",
+    )
+    meter_tick_seconds: float = Field(
+        1.0,
+        description="how often a held share's usage receipt is signed and journaled: the most usage a crash can lose",
+    )
+    usage_resend_seconds: float = Field(
+        15.0,
+        description="the newest usage receipts still unacknowledged this long after a pass are sent again (the "
+        "coordinator may not have been able to record them: its database down, say); a repeat is harmless",
+    )
+    stop_grace_seconds: float = Field(10.0, description="a stopped job's time from SIGTERM to SIGKILL")
+    reconnect_base_seconds: float = Field(
+        0.5,
+        description="the first delay before connecting to the gateway again; it doubles with each failed attempt "
+        "(a random delay up to it: full jitter)",
+    )
+    reconnect_cap_seconds: float = Field(30.0, description="the longest delay between two connection attempts")
+    not_registered_exit_seconds: float = Field(
+        300.0,
+        ge=0,
+        description="how long the coordinator may keep refusing the node key as not registered on chain (never "
+        "registered, or deregistered) before the agent stops (exit 13): long enough for a `gpunet node register` "
+        "sent just after the start to land; each refusal is logged (session.not_registered) with the "
+        "coordinator's reason",
+    )
+    simulate_slowdown: float = Field(
+        1.0,
+        description="simulated GPUs only: how many times slower than their model they answer GPU verification "
+        "challenges (1: as fast as the model; more plays a GPU that is not what it claims, to see it caught)",
+    )
+    simulate_vram_share: float = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="simulated GPUs only: the share of their model's VRAM they hold (1: all of it; less plays a "
+        "GPU with less memory than it claims, which keeps only what fits of the memory check's blocks)",
+    )
+    api_url: str | None = Field(
+        None,
+        description="the coordinator's API (http:// or https://): checkpoints of any size go to its checkpoint "
+        "store, encrypted under the lease's key the client seals to this node (until it does, they stay here); "
+        "unset: only checkpoints up to 512 KiB of leases whose client sealed no key move, through the gateway",
+    )
+    # The job sandbox (worker/sandbox.py; docs/supplier/guide.md). Jobs run in containers:
+    container_engine: EngineChoice = Field(
+        "auto",
+        description="auto (podman, else docker whose daemon answers `docker info`), podman, docker or none; an "
+        "engine that answers but cannot run a container stops the worker at its start (exit 12)",
+    )
+    container_runtime: str | None = Field(
+        None, description="podman's --runtime, e.g. runc where crun cannot run; unset: podman's own"
+    )
+    default_image: str | None = Field(
+        None,
+        description="the container image of a job that names none; unset: such a job is a host job (refused "
+        "without GPUNET_WORKER_ALLOW_HOST_JOBS)",
+    )
+    network: NetworkPolicy = Field(
+        "egress",
+        description="the jobs' network: none (loopback only); egress (outbound to the internet only: a container "
+        "job on gpunet's network reaches no private or link-local address, the cloud metadata endpoint among "
+        "them, nor this machine); cluster (only multi-node leases' jobs get a network). Multi-node leases' and "
+        "Ray jobs' containers, and host jobs, use the host's network, which the filter does not cover",
+    )
+    egress_allow: list[str] = Field(
+        [],
+        description="private addresses or CIDRs egress container jobs may reach nevertheless (a dataset server "
+        "on the LAN), never the machine itself; a JSON list in the environment",
+    )
+    egress_unfiltered: bool = Field(
+        False,
+        description="egress without the filter: jobs reach everything this machine reaches (the LAN, the machine, "
+        "a cloud machine's metadata endpoint); only where the filter cannot be installed (it needs root, rootful "
+        "podman and nftables: without them egress stops the worker at its start, exit 12)",
+    )
+    inputs_max_bytes: int = Field(
+        16 * 2**30,
+        ge=1,
+        description="the most a job's inputs (fetched by the agent before the job starts, under the egress "
+        "rules) may take on disk together; beyond: the job fails saying so",
+    )
+    inputs_seconds: float = Field(
+        3600.0, gt=0, description="the most time a job's inputs may take to fetch together; beyond: the job fails"
+    )
+    pids_limit: int = Field(
+        4096,
+        ge=16,
+        description="the most processes a container job (--pids-limit) or a root agent's host job (RLIMIT_NPROC) "
+        "may have",
+    )
+    memory: str | None = Field(
+        None,
+        pattern=r"^[0-9]+[bkmg]?$",
+        description="a container job's memory limit, the engine's --memory (a number, then b, k, m or g: 64g); "
+        "unset: no limit. None applies to host jobs, nor to GPU memory",
+    )
+    allow_host_jobs: bool = Field(
+        False,
+        description="run a job without an image (and no default image) as a host process inside bubblewrap "
+        "(0.5 or newer); without it such a job is refused, and a worker with no working container engine does "
+        "not start (exit 12)",
+    )
+    host_job_paths: list[Path] = Field(
+        [],
+        description="paths host jobs may read besides the system directories and Python (a JSON list in the "
+        "environment); keep keypairs out of them",
+    )
+    host_job_file_bytes: int = Field(
+        64 * 2**30, ge=1, description="the largest file a host job may write (RLIMIT_FSIZE)"
+    )
+    advertise_addr: str | None = Field(
+        None,
+        description="the address this node's cluster peers reach it at (MASTER_ADDR, the Ray head's), sent in "
+        "the hello; unset: that of the interface that routes to the gateway (set it behind NAT to the public "
+        "address that forwards the cluster ports)",
+    )
+    cluster_ports: str = Field(
+        "29500-29599",
+        pattern=r"^\d{1,5}-\d{1,5}$",
+        description="the ports this node opens to its cluster peers, FIRST-LAST: MASTER_PORT is the first, a Ray "
+        "node takes all its ports from the range (at least 20); let the peers in on them in the firewall",
+    )
+    ray_cpus: int | None = Field(
+        None,
+        ge=1,
+        description="the CPUs a Ray job's node offers Ray (--num-cpus); unset: the machine's in proportion to "
+        "the lease's share of its GPUs",
+    )
+    rpc_url: str | None = Field(
+        None,
+        description="the chain's JSON-RPC: the node's registration is checked at start, and a lease's client is "
+        "read there before anyone is let into the lease's job (shells, forwards); unset: nobody is let in. "
+        "--url (or GPUNET_RPC_URL), an RPC URL or a cluster name, goes first",
+    )
+    tunnel_port: int | None = Field(
+        None,
+        ge=0,
+        le=65535,
+        description="the port at the advertised address where clients reach this node's jobs directly (shells, "
+        "forwards; 0: any free port), before they try the coordinator's relay; unset: through the relay only",
+    )
+    metrics_host: str = Field("127.0.0.1", description="the operator port's address")
+    metrics_port: int | None = Field(
+        None,
+        ge=0,
+        le=65535,
+        description="the operator port: GET /metrics (Prometheus), /healthz and /readyz; unset: none is opened",
+    )
 
     @field_validator("cluster_ports")
     @classmethod

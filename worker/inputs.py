@@ -309,7 +309,7 @@ def registry_refusal(image: str, limits: InputLimits) -> str | None:
     (a first part with a dot or a port, or localhost) is checked; a short name goes to the registries
     the supplier configured. The engine resolves the name again itself and follows the registry's
     redirects unchecked: this stops a reference that names the machine or the LAN, not a hostile
-    public registry (the README says so)."""
+    public registry (docs/supplier/guide.md says so)."""
     first, slash, _ = image.partition("/")
     if not slash or not ("." in first or ":" in first or first == "localhost"):
         return None

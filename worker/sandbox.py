@@ -153,7 +153,7 @@ def nvidia_device_nodes(
     """The NVIDIA device nodes a host job with these GPUs needs: the driver's shared ones
     (nvidiactl, nvidia-uvm, ...) and /dev/nvidia<minor> of each of its GPUs, the minor read from
     the driver's /proc/driver/nvidia/gpus/*/information ("GPU UUID", "Device Minor"). Every GPU's
-    node when that cannot be read for one of them (the README says so)."""
+    node when that cannot be read for one of them (docs/supplier/guide.md says so)."""
     shared = [p for p in sorted(glob.glob(f"{dev}/nvidia*")) if not Path(p).name[len("nvidia") :].isdigit()]
     minors: dict[str, str] = {}
     for info in sorted(proc.glob("*/information")):
@@ -228,7 +228,8 @@ class Sandbox:
             raise SandboxUnavailable(
                 f"the container engine ({' '.join(found)}) answers but cannot run a container ({problem}): "
                 "fix the engine (podman in a container or VM: GPUNET_WORKER_CONTAINER_RUNTIME=runc; "
-                "podman's ulimits: see the README), or run host jobs only (GPUNET_WORKER_CONTAINER_ENGINE=none "
+                "podman's ulimits: see docs/supplier/guide.md), or run host jobs only "
+                "(GPUNET_WORKER_CONTAINER_ENGINE=none "
                 "and --allow-host-jobs)"
             )
         if found is None and engine not in ("auto", "none"):

@@ -251,7 +251,7 @@ def figures(model: Settlement, fleet: Fleet, limits: Limits) -> Figures:
 
 @dataclass(frozen=True)
 class LeaseCU:
-    """Executed CU of a lease's own instructions on the SBF build (bench/cu, as README.md's table of
+    """Executed CU of a lease's own instructions on the SBF build (bench/cu, as docs/program/index.md's table of
     compute units records them); assign_lease and close_lease at 1 node and at MAX_LEASE_NODES."""
 
     open_lease: int = 48_555  # the median over 3 keys (48,555-51,555: the bump seed search)
@@ -271,10 +271,10 @@ def by_nodes(measured: tuple[int, int], nodes: int) -> int:
 
 def lifecycle(fleet: Fleet, fee_payers: int, cu: LeaseCU | None = None) -> list[Flow]:
     """A lease's own transactions besides its settlements, once per lease each, with the accounts
-    each writes (README.md's "What each instruction writes" table, plus the fee payer): the client
+    each writes (docs/program/index.md's "What each instruction writes" table, plus the fee payer): the client
     opens the lease, paying its fee and the new accounts' rent; the coordinator assigns it, closes
     it at its end and finalizes it, each paid by a fee payer of its pool with the attester co-signing
-    (2 signatures). The coordinator's transactions carry no Ed25519 check. `cu`: README.md's figures
+    (2 signatures). The coordinator's transactions carry no Ed25519 check. `cu`: docs/program/index.md's figures
     unless given."""
     cu = cu or LeaseCU()
     n = fleet.nodes_per_lease

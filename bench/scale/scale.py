@@ -4,7 +4,7 @@ lease's own transactions added (open_lease, assign_lease, close_lease, finalize_
 mainnet's limits (cited in the output).
 
 From bench/cu's CU on the SBF build (its output read from a file, run here, or given; else the
-README's table) and the accounts each transaction writes (bench/scale/model.py, as data), for a
+docs/program/index.md's table) and the accounts each transaction writes (bench/scale/model.py, as data), for a
 metering tick and a settlement cadence it prints settlement transactions per second, CU per block,
 the most CU any one account takes per block, and the base fees in SOL per GPU-day, with PASS/FAIL
 against the target: 1 M GPUs settled hourly with no account above 5 % of its per-block write limit
@@ -72,7 +72,7 @@ from gpunet.usage import Receipt  # noqa: E402
 FLEETS = (10_000, 100_000, 1_000_000)
 TARGET = Fraction(5, 100)
 # settle_usage on the SBF build (bench/cu): per-period reports before receipts (the last figure the
-# README's table recorded for them), and the receipt settlement as the README's table records it now
+# README's table recorded for them), and the receipt settlement as docs/program/index.md's table records it now
 # (used when bench/cu's output is neither given nor run). A lease's own instructions: model.LeaseCU.
 BEFORE_SETTLE_CU = 47_830
 README_SETTLE_CU = 37_137
@@ -243,11 +243,11 @@ def main() -> None:
         after_cu = settle_cu_from(cu_text)
         source = f"bench/cu ({a.cu or 'run now'})"
     else:
-        after_cu, source = README_SETTLE_CU, "bench/cu on the SBF build, as the README's table records it"
+        after_cu, source = README_SETTLE_CU, "bench/cu on the SBF build, as docs/program/index.md's table records it"
     if cu_text is not None:
         lease_cu, lease_source = lease_cu_from(cu_text), f"bench/cu ({a.cu or 'run now'})"
     else:
-        lease_cu, lease_source = LeaseCU(), "bench/cu on the SBF build, as the README's table records it"
+        lease_cu, lease_source = LeaseCU(), "bench/cu on the SBF build, as docs/program/index.md's table records it"
     limits = LIMITS[a.limits]
 
     def fleet(gpus: int, gpus_per_lease: int = a.gpus_per_lease) -> Fleet:

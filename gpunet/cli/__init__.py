@@ -1,6 +1,6 @@
 """The `gpunet` command line: one sub-app per noun (keys, admin, provider, node, lease, settlements,
 worker, coordinator), plus quote, audit, airdrop, balance, transfer and localnet (and --version).
-Exit codes: gpunet.exits.Exit (listed in the README).
+Exit codes: gpunet.exits.Exit (listed in docs/cli.md).
 
 The command line is the floor on top: it mounts the coordinator's and the worker's commands when
 their extras are installed, and otherwise a command of the same name that says which to install."""

@@ -84,8 +84,9 @@ RemoveAttesterOpt = Annotated[
     list[str] | None,
     typer.Option(
         "--remove-attester",
-        help="Stop allowing this key (repeatable). Refused for the last attester, and, without "
-        "--force, for the key of the coordinator configured here (GPUNET_ATTESTER_KEYPAIR).",
+        help="Stop allowing this key (repeatable). Refused for the last attester, and, without --force, for the "
+        "key of the coordinator configured here (the keypair file $GPUNET_ATTESTER_KEYPAIR names, else "
+        "~/.config/solana/id.json).",
     ),
 ]
 # `update --attester` used to replace the whole list: following the coordinator's old hint cut the
@@ -259,8 +260,16 @@ def init(
     keypair: KeypairOpt = DEFAULT_KEYPAIR,
     json_output: JsonOpt = False,
 ) -> None:
-    """Initialise gpunet on a cluster: the IO mint, the treasury and the protocol parameters. Only the
-    program's upgrade authority (the key that deployed it) may do this."""
+    """Initialise gpunet on a cluster: the IO mint, the treasury and the protocol parameters.
+
+    Only the program's upgrade authority (the key that deployed it) may do this:
+    another wallet is refused (exit 2) before anything is sent, not even the mint,
+    and so is a bad option. Without --mint it creates an IO mint whose authority
+    is the admin (for local clusters).
+
+    Leases then go only to nodes verified at --min-verification-tier or above: by
+    default 1 (simulated GPUs pass) on a local cluster, 2 (real GPUs) elsewhere; 0
+    turns verification off."""
 
     async def command(s: Session) -> None:
         admin = s.wallet
@@ -345,8 +354,14 @@ def update(
     keypair: KeypairOpt = DEFAULT_KEYPAIR,
     json_output: JsonOpt = False,
 ) -> None:
-    """Change some protocol parameters; the others keep their values (attesters are added and removed
-    one by one: --add-attester, --remove-attester)."""
+    """Change some protocol parameters; the others keep their values.
+
+    Attesters are added and removed one by one (--add-attester,
+    --remove-attester); the list is never replaced. Removing the last attester is
+    refused, and so is removing, without --force, the key of the coordinator
+    configured on this machine (the keypair file $GPUNET_ATTESTER_KEYPAIR names,
+    else ~/.config/solana/id.json). An update that changes nothing is refused
+    (exit 2)."""
 
     async def command(s: Session) -> None:
         if attester:
@@ -643,8 +658,11 @@ def staking_configure(
     keypair: KeypairOpt = DEFAULT_KEYPAIR,
     json_output: JsonOpt = False,
 ) -> None:
-    """Create the staking config and its reward vault (once; admin only): epoch 0 begins now.
-    Fund the vault afterwards with `gpunet admin staking fund AMOUNT`."""
+    """Create the staking config and its reward vault (once; admin only).
+
+    Epoch 0 begins now. Fund the vault afterwards with `gpunet admin staking fund
+    AMOUNT`. Every value is checked as the program checks it before anything is
+    sent."""
 
     async def command(s: Session) -> None:
         params = _staking_params(
@@ -699,8 +717,10 @@ def staking_update(
     keypair: KeypairOpt = DEFAULT_KEYPAIR,
     json_output: JsonOpt = False,
 ) -> None:
-    """Change some staking parameters (admin only); the others keep their values. The epoch length
-    cannot change; a new emission applies from the next epoch."""
+    """Change some staking parameters (admin only); the others keep their values.
+
+    The epoch length cannot change; a new emission applies from the next epoch.
+    Every value is checked as the program checks it before anything is sent."""
 
     async def command(s: Session) -> None:
         async with s.client() as client:
@@ -805,8 +825,10 @@ def staking_fund(
     keypair: KeypairOpt = DEFAULT_KEYPAIR,
     json_output: JsonOpt = False,
 ) -> None:
-    """Fund the reward vault from your wallet's IO account (any wallet may; a plain transfer to the
-    vault funds nothing). Reward roots are paid only from funded IO."""
+    """Fund the reward vault from your wallet's IO account.
+
+    Any wallet may; a plain transfer to the vault funds nothing. Reward roots are
+    paid only from funded IO."""
 
     async def command(s: Session) -> None:
         units, me = parse_io(amount), s.wallet.pubkey()

@@ -61,7 +61,10 @@ def list_settlements(
     explorer: ExplorerOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
-    """Every usage settlement of a lease or a provider, oldest first, with its transaction."""
+    """Every usage settlement of a lease or a provider, oldest first, with its transaction.
+
+    Read from the chain alone: its UsageSettled events. Give exactly one of
+    --lease and --provider."""
 
     async def command(s: Session) -> None:
         kind, key = _subject(lease, provider)
@@ -144,9 +147,14 @@ def audit(
     explorer: ExplorerOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
-    """Recompute a lease's or provider's totals from its transactions and compare with its accounts and
-    vaults; with --coordinator, check each slash's evidence against the hash on chain. Exit code 7 when
-    a figure differs, 9 when only a slash's evidence is missing or differs."""
+    """Recompute a lease's or a provider's totals from its transactions; compare them with the chain.
+
+    Give exactly one of --lease and --provider. The totals are compared with its
+    accounts and vaults. With --coordinator it also fetches each slash's evidence
+    from that coordinator and checks that it hashes to the `evidence_hash` on
+    chain, reported apart: matches, differs, or missing. Exit code 7 when a figure
+    differs, 9 when the figures agree but a slash's evidence is missing or
+    differs."""
     verdict = Exit.OK
 
     async def command(s: Session) -> None:

@@ -23,10 +23,13 @@ errors = Console(stderr=True)
 
 @app.command("new")
 def new(
-    path: Path = typer.Argument(..., help="Where to write the new keypair (refuses to overwrite)."),
+    path: Path = typer.Argument(..., help="Where to write the new keypair (an existing file is never overwritten)."),
     json_output: bool = typer.Option(False, "--json", help='Print {"pubkey", "path"} as JSON.'),
 ) -> None:
-    """Create a new keypair file with mode 0600 and print its public key."""
+    """Create a new keypair file with mode 0600 and print its public key.
+
+    Its secret is never printed. A file already at PATH is never overwritten: that
+    is refused (exit 3)."""
     _show(_or_exit(create_keypair_file, path), path, json_output)
 
 
@@ -43,8 +46,17 @@ def new_node(
     name: str = typer.Argument(None, help="The node's name (default: node1, node2, ... whichever is free)."),
     json_output: bool = typer.Option(False, "--json", help='Print {"pubkey", "path", "name"} as JSON.'),
 ) -> None:
-    """Create a node key (the key a worker signs usage with) under ~/.config/gpunet/nodes/ (or
-    $XDG_CONFIG_HOME/gpunet/nodes/), never in the working directory; `node register NAME` finds it."""
+    """Create a node key (the key a worker signs usage with) under a name.
+
+    It is written to ~/.config/gpunet/nodes/NAME.json
+    ($XDG_CONFIG_HOME/gpunet/nodes/ where that is set), never into the working
+    directory, with mode 0600 and never over an existing file; its public key and
+    path are printed, never its secret.
+
+    `gpunet node register` and `gpunet worker run -k` take the NAME (or the file's
+    path), and every other `gpunet node` command that takes a node takes its NAME,
+    the file's path or its public key. A NAME that is a path or a public key is
+    refused (exit 2)."""
     name = name or new_node_name()
     if "/" in name or name.endswith(".json") or name.startswith((".", "~")):
         errors.print(

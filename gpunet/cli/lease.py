@@ -212,8 +212,15 @@ def open_lease(
     keypair: KeypairOpt = DEFAULT_KEYPAIR,
     json_output: JsonOpt = False,
 ) -> None:
-    """Open a lease: escrow max price x GPUs x duration; the coordinator places it on nodes. Refused
-    when no registered, active node could ever take it (read from the chain), unless --force."""
+    """Open a lease, escrowing max price x GPUs x duration; the coordinator places it on nodes.
+
+    Checked before anything is sent, from the chain: that you hold the escrow
+    (exit 4), and that registered nodes neither jailed nor draining could ever
+    take the lease: its model, VRAM, region and price, and its GPUs in all on at
+    most 8 nodes. When none could, it is refused (exit 2), naming the closest
+    nodes, what keeps each from the lease and the option to change; --force opens
+    it anyway. Whether the nodes are online only the coordinator knows: `gpunet
+    quote` asks it."""
 
     async def command(s: Session) -> None:
         tolerance = 0 if downtime_tolerance is None else duration_arg(downtime_tolerance)
@@ -269,7 +276,10 @@ def top_up(
     keypair: KeypairOpt = DEFAULT_KEYPAIR,
     json_output: JsonOpt = False,
 ) -> None:
-    """Extend a lease, escrowing the extra time at its max price."""
+    """Extend a lease, escrowing the extra time at its max price.
+
+    Only the lease's client may top it up: another wallet is refused (exit 2), and
+    so is more IO than you hold (exit 4), before anything is sent."""
 
     async def command(s: Session) -> None:
         address, extra = pubkey_arg(lease, "lease address"), duration_arg(duration)
@@ -307,9 +317,13 @@ def _settled(lease: Any) -> bool:
 def close(
     lease: LeaseArg, url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR, json_output: JsonOpt = False
 ) -> None:
-    """Close a lease: its nodes are freed and billing stops now; what their last usage could still
-    cost stays in escrow while the coordinator settles it, the rest comes back at once. Run it again
-    after the settlement window (or once everything is settled) to get the rest back."""
+    """Close a lease: its nodes are freed and billing stops now.
+
+    What their last usage could still cost stays in escrow while the coordinator
+    settles it; the rest comes back at once. Once nothing more is owed (every
+    node's usage settled, or the settlement window over) the lease is finalized
+    and the rest comes back too: if it was not, run this again after the window
+    (it says until when)."""
 
     async def command(s: Session) -> None:
         address = pubkey_arg(lease, "lease address")
@@ -360,7 +374,16 @@ def show(
     explorer: ExplorerOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
-    """A lease's terms, escrow balance, burn rate, end, escrow runway and nodes."""
+    """A lease's terms, escrow balance, burn rate, end, escrow runway and nodes.
+
+    Its end (a date, and the time to it; an open lease's is its duration after it
+    is placed) and its escrow's runway at the current burn rate are shown apart:
+    the escrow is sized at the maximum price, so on cheaper nodes it lasts past
+    the end, and nothing after the end is billed.
+
+    Of an open lease it also says why it waits (no node with free GPUs matches it,
+    with the closest ones; or it waits for its first job and for matching nodes
+    online) and the `gpunet lease close` command that returns its escrow."""
 
     async def command(s: Session) -> None:
         address = pubkey_arg(lease, "lease address")
@@ -443,7 +466,10 @@ def list_leases(
     explorer: ExplorerOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
-    """A client's leases with their escrow balance, burn rate, time to their end and escrow runway."""
+    """A client's leases with their escrow balance, burn rate, time to their end and escrow runway.
+
+    The time to the end and the escrow's runway are apart, as `gpunet lease show`
+    explains."""
 
     async def command(s: Session) -> None:
         owner = pubkey_arg(client_wallet, "client wallet") if client_wallet else s.wallet.pubkey()
@@ -532,9 +558,10 @@ def job(
         list[str] | None,
         typer.Option(
             "--input",
-            help="[PATH=]URL#SHA256: a file each node fetches (http/https) into the job's working directory "
-            "before it starts, checked against its 64-hex SHA-256 (PATH default: the URL's file name); repeat "
-            "for several.",
+            help="[PATH=]URL#SHA256: a file each node fetches over http(s) into the job's working directory "
+            "before the job starts, from a public address only and within the node's limits, checked against its "
+            "64-hex SHA-256 and named PATH (default: the URL's file name). A bad URL, digest or path is refused "
+            "with nothing sent. Repeat for several.",
         ),
     ] = None,
     secret: SecretOpt = None,
@@ -564,11 +591,17 @@ def job(
     keypair: KeypairOpt = DEFAULT_KEYPAIR,
     json_output: JsonOpt = False,
 ) -> None:
-    """Give your lease its next job (signed with your wallet): the first one gets the lease placed; a
-    later one runs on the same GPUs once the current job has ended (one job at a time). With secrets,
-    it then waits for the lease's nodes and seals each secret to each node's key: the nodes wait for
-    them before the job starts. If the lease moves to another node (a failover), that node waits for
-    its secrets too: keep `gpunet lease status LEASE --follow --secret ...` running to seal them again."""
+    """Give your lease its next job, signed with your wallet.
+
+    The first job gets the lease placed; a later one runs on the same GPUs once
+    the current job has ended (one job at a time). What is given is checked before
+    anything is sent: a bad --input URL, digest or path, --env, --secret or
+    --expose is refused (exit 2).
+
+    With secrets, it then waits for the lease's nodes and seals each secret to
+    each node's key: the nodes wait for them before the job starts. If the lease
+    moves to another node (a failover), that node waits for its secrets too: keep
+    `gpunet lease status LEASE --follow --secret ...` running to seal them again."""
 
     async def command_(s: Session) -> None:
         address = pubkey_arg(lease, "lease address")
@@ -769,13 +802,18 @@ def status(
     keypair: KeypairOpt = DEFAULT_KEYPAIR,
     json_output: JsonOpt = False,
 ) -> None:
-    """Where the coordinator placed the lease, its job on each node, and the latest log lines; with
-    --follow, then every new log line and change of state as it comes, until the job ends (--json:
-    one JSON object per line, the status first, then each line and each change with its "event").
-    Only the lease's client (or a supplier of its nodes) may read it: the request is signed with your
-    wallet. It seals the lease's checkpoint key (derived from your wallet) to every node of the lease
-    that lacks it, and with the job's secrets (--secret, --secret-file) seals them too: after a
-    failover, the new node's job waits ("waiting_secrets") until then."""
+    """Where the coordinator placed the lease, its job on each node, and the latest log lines.
+
+    The placement, each node's job state and the latest 20 log lines. With
+    --follow, then every new log line and change of state, placement or job as it
+    comes, until the job ends (or Ctrl-C); with --json, one JSON object per line:
+    the status first, then each line and each change with its "event".
+
+    Only the lease's client (or a supplier of its nodes) may read it: the request
+    is signed with your wallet (-k). It seals the lease's checkpoint key (derived
+    from your wallet) to every node of the lease that lacks it, and with the job's
+    secrets (--secret, --secret-file) seals them too: after a failover, the new
+    node's job waits ("waiting_secrets") until then."""
 
     async def command_(s: Session) -> None:
         address = pubkey_arg(lease, "lease address")
@@ -852,7 +890,12 @@ def status(
 def files(
     lease: LeaseArg,
     out: Annotated[
-        Path | None, typer.Option("--out", help="Write the files under this directory (default: ./LEASE-checkpoint).")
+        Path | None,
+        typer.Option(
+            "--out",
+            help="Write the files under this directory (default: ./LEASE-checkpoint, and ./LEASE-checkpoint-rankR "
+            "for --rank R other than 0).",
+        ),
     ] = None,
     rank: Annotated[
         int,
@@ -866,12 +909,17 @@ def files(
     keypair: KeypairOpt = DEFAULT_KEYPAIR,
     json_output: JsonOpt = False,
 ) -> None:
-    """Download the lease's latest checkpoint: the files its job last wrote to $GPUNET_CHECKPOINT_DIR,
-    as the coordinator keeps them (each checked against its SHA-256); of a multi-node lease, rank 0's
-    unless --rank says another's. Only the lease's client may
-    read them (the request is signed with your wallet). Nothing else a job writes (its working
-    directory, other outputs) reaches the coordinator: have the job upload what it must keep, or
-    write it as a checkpoint."""
+    """Download the lease's latest checkpoint from the coordinator.
+
+    The checkpoint is what the lease's job last wrote to $GPUNET_CHECKPOINT_DIR:
+    at most 512 KiB through the gateway, or up to 64 MiB from the checkpoint
+    store; of a multi-node lease, rank 0's unless --rank names another. Each file
+    is checked against its SHA-256 before any is written. Only the lease's client
+    may read it: the request is signed with your wallet (-k).
+
+    Nothing else a job writes (its working directory, other outputs) reaches the
+    coordinator: have the job upload what it must keep, or write it as its
+    checkpoint."""
 
     async def command_(s: Session) -> None:
         address = pubkey_arg(lease, "lease address")
@@ -918,14 +966,18 @@ def files(
 def logs(
     lease: LeaseArg,
     coordinator: CoordinatorOpt = DEFAULT_COORDINATOR,
-    follow: Annotated[bool, typer.Option("--follow", "-f", help="keep printing new lines until the job ends")] = False,
-    after: Annotated[int, typer.Option(min=0, help="only lines after this id (ids are printed with --json)")] = 0,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new lines until the job ends.")] = False,
+    after: Annotated[int, typer.Option(min=0, help="Only lines after this id (--json prints each line's id).")] = 0,
     url: UrlOpt = None,
     keypair: KeypairOpt = DEFAULT_KEYPAIR,
     json_output: JsonOpt = False,
 ) -> None:
-    """Every log line of the lease's jobs, in order (one JSON object per line with --json). Only the
-    lease's client (or a supplier of its nodes) may read them: the request is signed with your wallet."""
+    """Every log line of the lease's jobs, in order.
+
+    Fetched from the coordinator a page at a time; with --json, one JSON object
+    per line, with each line's id (for --after). Only the lease's client (or a
+    supplier of its nodes) may read them: the request is signed with your wallet
+    (-k)."""
 
     async def command_(s: Session) -> None:
         address = pubkey_arg(lease, "lease address")
@@ -953,12 +1005,14 @@ def ray_cli(
     url: UrlOpt = None,
     keypair: KeypairOpt = DEFAULT_KEYPAIR,
 ) -> None:
-    """Run Ray's own CLI against the lease's Ray cluster (a job attached with --ray): RAY_ADDRESS and
-    RAY_API_SERVER_ADDRESS are its head's Jobs API (for `ray job submit|logs|status|list|stop`),
-    GPUNET_RAY_GCS its GCS address (`ray status --address $GPUNET_RAY_GCS` from the cluster's network),
-    RAY_AUTH_TOKEN the lease's Ray token (derived from your wallet; the cluster admits no one without it).
-    Ray's CLI comes with gpunet's `ray` extra (`pip install 'gpunet\\[ray]'`). Exits with the command's
-    exit status."""
+    """Run Ray's own CLI against the lease's Ray cluster (a job attached with --ray).
+
+    RAY_ADDRESS and RAY_API_SERVER_ADDRESS are its head's Jobs API (for `ray job
+    submit|logs|status|list|stop`), GPUNET_RAY_GCS its GCS address (`ray status
+    --address $GPUNET_RAY_GCS` from the cluster's network), RAY_AUTH_TOKEN the
+    lease's Ray token (derived from your wallet; the cluster admits no one without
+    it). Ray's CLI comes with gpunet's `ray` extra (`pip install
+    'gpunet\\[ray]'`). Exits with the command's exit status."""
     found: dict[str, Any] = {}
 
     async def command_(s: Session) -> None:

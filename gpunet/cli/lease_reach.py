@@ -557,15 +557,20 @@ def shell(
     url: UrlOpt = None,
     keypair: KeypairOpt = DEFAULT_KEYPAIR,
 ) -> None:
-    """An interactive terminal inside the lease's job (the node of --rank), with the job's environment,
-    working directory and GPUs, end to end encrypted to the node key the chain assigns the rank to. Your
-    terminal is in raw mode while it runs (Ctrl-C, Ctrl-Z and Ctrl-D go to the remote terminal) and the
-    remote one follows your window's size. Exits with the remote shell's exit status (as `lease exec`);
-    when the connection breaks first (the node lost), says so and, at a terminal, offers to reconnect to
-    the rank's node as the chain assigns it once the share moved (a new shell: the old one ended with
-    its node); else exits 14. Without a terminal on stdin it still runs (no raw mode; stdin's end is
-    the remote terminal's end of input). Not opened: 1 refused (not your lease, no job running there,
-    the node's refusal), 2 a lease not active or a rank it lacks, 5 the node or coordinator unreached."""
+    """An interactive terminal inside the lease's job (the node of --rank).
+
+    It has the job's environment, working directory and GPUs, end to end encrypted
+    to the node key the chain assigns the rank to. Your terminal is in raw mode
+    while it runs (Ctrl-C, Ctrl-Z and Ctrl-D go to the remote terminal) and the
+    remote one follows your window's size. Without a terminal on stdin it still
+    runs (no raw mode; stdin's end is the remote terminal's end of input).
+
+    Exits with the remote shell's exit status (as `lease exec`); when the
+    connection breaks first (the node lost), says so and, at a terminal, offers to
+    reconnect to the rank's node as the chain assigns it once the share moved (a
+    new shell: the old one ended with its node); else exits 14. Not opened: 1
+    refused (not your lease, no job running there, the node's refusal), 2 a lease
+    not active or a rank it lacks, 5 the node or coordinator unreached."""
     s = Session(url, keypair, False)
     terminal = stdin_is_terminal()
     interactive = terminal and sys.stderr.isatty()
@@ -636,11 +641,14 @@ def exec_(
     url: UrlOpt = None,
     keypair: KeypairOpt = DEFAULT_KEYPAIR,
 ) -> None:
-    """Run one command inside the lease's job (the node of --rank), without a terminal: its stdout to
-    stdout and its stderr to stderr, this stdin to its stdin (`echo hi | gpunet lease exec L -- cat`),
-    and exit with its exit status (128 + N when a signal N killed it). Ctrl-C once sends it SIGINT,
-    twice gives up here (130), which ends it there. When the connection breaks before it ended (the
-    node lost), exits 14: how the command ended is unknown. Not started: 1, 2 or 5, as `lease shell`."""
+    """Run one command inside the lease's job (the node of --rank), without a terminal.
+
+    Its stdout goes to stdout and its stderr to stderr, this stdin to its stdin
+    (`echo hi | gpunet lease exec L -- cat`), and it exits with the command's exit
+    status (128 + N when a signal N killed it). Ctrl-C once sends it SIGINT, twice
+    gives up here (130), which ends it there. When the connection breaks before it
+    ended (the node lost), exits 14: how the command ended is unknown. Not
+    started: 1, 2 or 5, as `lease shell`."""
     s = Session(url, keypair, False)
     result: dict[str, Any] = {}
 
@@ -689,11 +697,13 @@ def forward(
     url: UrlOpt = None,
     keypair: KeypairOpt = DEFAULT_KEYPAIR,
 ) -> None:
-    """Forward a local TCP port (127.0.0.1 only) to a port inside the lease's job (the node of --rank):
-    Jupyter, TensorBoard, the Ray dashboard, an SSH server in the image. Each local connection opens its
-    own end-to-end channel to the node the chain assigns the rank to at that moment: a connection
-    dropped with its node ends alone, and the next one reaches the node the share moved to. Runs until
-    Ctrl-C (130) or the lease ends (14); prints a line per connection that fails."""
+    """Forward a local TCP port (127.0.0.1 only) to a port inside the lease's job (the node of --rank).
+
+    For Jupyter, TensorBoard, the Ray dashboard, an SSH server in the image. Each
+    local connection opens its own end-to-end channel to the node the chain
+    assigns the rank to at that moment: a connection dropped with its node ends
+    alone, and the next one reaches the node the share moved to. Runs until Ctrl-C
+    (130) or the lease ends (14); prints a line per connection that fails."""
     s = Session(url, keypair, False)
 
     async def command_(s: Session) -> None:

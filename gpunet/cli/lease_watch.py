@@ -111,12 +111,23 @@ def watch(
     keypair: KeypairOpt = DEFAULT_KEYPAIR,
     json_output: JsonOpt = False,
 ) -> None:
-    """Follow a lease until it closes: its state, end, time left and escrow runway, each change as it
-    comes (--json: one JSON object per line, a "lease" sample at every read and an "event" for each
-    change). With --auto-top-up MAX_IO it tops the lease up to keep --runway of time left, never
-    spending more than MAX_IO in all; at the cap it says so and tops up no more, and a top-up that is
-    refused is reported and not tried again (exit 1 when the lease then closes). With the job's
-    secrets (--secret, --secret-file) it seals them to every node the lease moves to."""
+    """Follow a lease until it stops running: its state, end, time left and escrow runway.
+
+    A line for each change (--json: one JSON object per line, a "lease" sample at
+    every read and an "event" for each change). Time left is the time to the
+    lease's end, or until its escrow runs dry if that comes first.
+
+    With --auto-top-up MAX_IO, whenever the time left falls under --runway it tops
+    the escrow up to 1.5 x the runway, as `gpunet lease top-up` does (signed by
+    your wallet, which must be the lease's client), never spending more than
+    MAX_IO in all over the watch, in exact base units: at the cap it tops up what
+    still fits, says so and tops up no more. A top-up the chain refuses (a lease
+    past its end, say) is reported once and not tried again (exit 1 when the lease
+    then closes).
+
+    With the job's secrets (--secret, --secret-file) it seals them, and the
+    lease's checkpoint key, to every node the lease moves to, as `gpunet lease
+    status --follow --secret` does."""
 
     async def command(s: Session) -> None:
         address = pubkey_arg(lease, "lease address")

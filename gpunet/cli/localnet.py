@@ -28,8 +28,8 @@ LAMPORTS_PER_SOL = 10**9
 
 
 def localnet(
-    rpc_port: Annotated[int, typer.Option("--rpc-port", min=1, max=65535)] = 8899,
-    ws_port: Annotated[int, typer.Option("--ws-port", min=1, max=65535)] = 8900,
+    rpc_port: Annotated[int, typer.Option("--rpc-port", min=1, max=65535, help="The JSON-RPC port.")] = 8899,
+    ws_port: Annotated[int, typer.Option("--ws-port", min=1, max=65535, help="The PubSub (websocket) port.")] = 8900,
     ledger: Annotated[Path | None, typer.Option("--ledger", help="Keep state here across restarts.")] = None,
     slot_ms: Annotated[int, typer.Option("--slot-ms", min=1, help="Milliseconds per slot.")] = 400,
     confirm_slots: Annotated[
@@ -43,9 +43,12 @@ def localnet(
     ] = 0,
     keypair: KeypairOpt = DEFAULT_KEYPAIR,
 ) -> None:
-    """Run gpunet-localnet (JSON-RPC + PubSub with the gpunet program) until Ctrl-C. Your wallet
-    (--keypair) is the program's upgrade authority, as if you had deployed it: `gpunet admin init`
-    works only with it (without a wallet file: the local deployer key, see gpunet.localnet)."""
+    """Run gpunet-localnet, a local node with the gpunet program, in the foreground until Ctrl-C.
+
+    It serves JSON-RPC on --rpc-port and PubSub on --ws-port. Your wallet
+    (--keypair) is the program's upgrade authority, as if you had deployed it:
+    `gpunet admin init` works only with it (without a wallet file: the local
+    deployer key, see gpunet.localnet)."""
     try:
         binary = localnet_binary()
     except LocalnetError as e:

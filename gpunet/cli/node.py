@@ -44,7 +44,8 @@ NodeKeyArg = Annotated[
     str,
     typer.Argument(
         help="The node: its public key (its worker signs with it), its name from `gpunet keys new-node`, or its "
-        "keypair file."
+        "keypair file. An unknown name, or a public key that is also the name of a node key file holding another "
+        "key, is refused (exit 2)."
     ),
 ]
 RegionOpt = Annotated[
@@ -148,7 +149,12 @@ def register(
     keypair: KeypairOpt = DEFAULT_KEYPAIR,
     json_output: JsonOpt = False,
 ) -> None:
-    """Register a node; bonds min-stake-per-GPU x GPUs of your free stake."""
+    """Register a node, offering its GPUs at a price.
+
+    It bonds min-stake-per-GPU x GPUs of your free stake (`gpunet admin show`).
+    Checked before anything is sent: too little free stake is refused (exit 4),
+    and so is a node already registered, or deregistered and not released yet
+    (exit 2)."""
 
     async def command(s: Session) -> None:
         model = catalog.gpu_model(gpu)
@@ -224,8 +230,11 @@ def update(
 def deregister(
     node_key: NodeKeyArg, url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR, json_output: JsonOpt = False
 ) -> None:
-    """Take an idle node off the market; its bonded stake stays bonded, and slashable, for the
-    unbonding period (`node release` frees it then)."""
+    """Take an idle node off the market.
+
+    Its bonded stake stays bonded, and slashable, for the unbonding period (at
+    least the settlement window); `gpunet node release` frees it then. A node with
+    GPUs on active leases is refused (exit 2)."""
 
     async def command(s: Session) -> None:
         key = node_key_arg(node_key)
@@ -254,8 +263,10 @@ def deregister(
 def release(
     node_key: NodeKeyArg, url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR, json_output: JsonOpt = False
 ) -> None:
-    """Free a deregistered node's bonded stake once the unbonding period since its deregistration has
-    passed, and close its account."""
+    """Free a deregistered node's bonded stake and close its account.
+
+    Only once the unbonding period since its deregistration has passed (before, it
+    is refused, with the date: exit 2); a jailed node must be unjailed first."""
 
     async def command(s: Session) -> None:
         key = pubkey_arg(node_key, "node key")
@@ -309,9 +320,12 @@ def _set_draining(node_key: str, draining: bool, url: str | None, keypair: Path 
 def drain(
     node_key: NodeKeyArg, url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR, json_output: JsonOpt = False
 ) -> None:
-    """Announce a node's maintenance: no new leases; the coordinator moves its running shares to spare
-    nodes (resuming their jobs from the latest checkpoint) without any slash. Keep the worker running
-    until `gpunet node list` shows it holds nothing. A share with no spare node stays where it is."""
+    """Announce a node's maintenance: it gets no new leases.
+
+    The coordinator moves its running shares to spare nodes (resuming their jobs
+    from the latest checkpoint) without any slash; what the node delivered is
+    paid. Keep the worker running until `gpunet node list` shows it holds nothing.
+    A share with no spare node stays where it is."""
     _set_draining(node_key, True, url, keypair, json_output)
 
 
@@ -356,7 +370,12 @@ def list_nodes(
     explorer: ExplorerOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
-    """Every registered node (or one provider's)."""
+    """Every registered node (or one provider's).
+
+    Each with its GPUs, how many are leased, VRAM, region, price, state (ok,
+    jailed, deregistered or draining) and verification: verified (its tier, and
+    until when), unverified, or failed (jailed with its verification cleared,
+    where the config requires a tier)."""
 
     async def command(s: Session) -> None:
         async with s.client() as client:
@@ -415,11 +434,13 @@ def verifications(
     coordinator: CoordinatorOpt = DEFAULT_COORDINATOR,
     json_output: JsonOpt = False,
 ) -> None:
-    """A node's GPU verification history, newest first: each GPU's compute check and memory check
-    (model it was sized for, the time expected of the model, deadline, how long the node took; for the
-    memory check also the answer's deadline and time) and its verdict, with why. The coordinator keeps
-    it. A real GPU of a model not calibrated yet that answers right after the deadline is too_slow: not
-    slashed, not verified, checked again."""
+    """A node's GPU verification history, newest first, as the coordinator keeps it.
+
+    Each GPU's compute check and memory check (model it was sized for, the time
+    expected of the model, deadline, how long the node took; for the memory check
+    also the answer's deadline and time) and its verdict, with why. A real GPU of
+    a model not calibrated yet that answers right after the deadline is too_slow:
+    not slashed, not verified, checked again."""
 
     async def command(s: Session) -> None:
         key = node_key_arg(node)  # the coordinator takes the node account too

@@ -83,7 +83,12 @@ def stake(
 def unstake(
     amount: AmountArg, url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR, json_output: JsonOpt = False
 ) -> None:
-    """Start unbonding free stake (stake not backing a node); withdraw it after the unbonding time."""
+    """Start unbonding free stake (stake not backing a node).
+
+    Withdraw it with `gpunet provider withdraw` once the unbonding time has
+    passed. One amount unbonds at a time: while stake is unbonding, unstake is
+    refused (exit 2), with the date from which to withdraw it. More than your free
+    stake is refused (exit 4)."""
 
     async def command(s: Session) -> None:
         units, me = parse_io(amount), s.wallet.pubkey()
@@ -119,7 +124,10 @@ def unstake(
 
 @app.command("withdraw")
 def withdraw(url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR, json_output: JsonOpt = False) -> None:
-    """Withdraw stake whose unbonding time has passed to your IO account."""
+    """Withdraw stake whose unbonding time has passed to your IO account.
+
+    Refused (exit 2) when nothing is unbonding, or before its unbonding time has
+    passed (with the date)."""
 
     async def command(s: Session) -> None:
         me = s.wallet.pubkey()
@@ -248,8 +256,10 @@ def open_pool(
     keypair: KeypairOpt = DEFAULT_KEYPAIR,
     json_output: JsonOpt = False,
 ) -> None:
-    """Open your pool to delegators (co-staking): it takes delegations (up to 1x your own active stake)
-    from now on and earns rewards from the next epoch on."""
+    """Open your pool to delegators (co-staking).
+
+    From now on it takes delegations, up to 1x your own active stake, and it earns
+    rewards from the next epoch on."""
 
     async def command(s: Session) -> None:
         me = s.wallet.pubkey()
@@ -286,8 +296,11 @@ def commission(
     keypair: KeypairOpt = DEFAULT_KEYPAIR,
     json_output: JsonOpt = False,
 ) -> None:
-    """Change your pool's commission: a cut applies at once, a raise only after a full epoch's notice
-    (from the epoch after next), so delegators can leave before it applies."""
+    """Change your pool's commission.
+
+    A cut applies at once, a raise only after a full epoch's notice (from the
+    epoch after next), so delegators can leave before it applies. A commission
+    above the staking config's bound is refused (exit 2)."""
 
     async def command(s: Session) -> None:
         me = s.wallet.pubkey()
@@ -318,8 +331,9 @@ def commission(
 
 @app.command("withdraw-rewards")
 def withdraw_rewards(url: UrlOpt = None, keypair: KeypairOpt = DEFAULT_KEYPAIR, json_output: JsonOpt = False) -> None:
-    """Withdraw your pool's rewards (your own part and your commission) to your IO account; until then
-    a slash takes them first."""
+    """Withdraw your pool's rewards (your own part and your commission) to your IO account.
+
+    Until then a slash takes them first."""
 
     async def command(s: Session) -> None:
         me = s.wallet.pubkey()

@@ -87,9 +87,15 @@ def quote(
     coordinator: CoordinatorOpt = DEFAULT_COORDINATOR,
     json_output: JsonOpt = False,
 ) -> None:
-    """Which nodes a lease would get now: the matching nodes with their price, region, reliability and
-    online state, the ones the coordinator would choose, and the escrow `lease open` needs for the
-    duration (with the command that opens it). Asks the coordinator; nothing is sent on chain."""
+    """Which nodes a lease would get now, and the escrow `gpunet lease open` needs for it.
+
+    Asks the coordinator (--coordinator), which sees the nodes; nothing is sent on
+    chain. It shows the matching nodes with their price, free GPUs (of those the
+    node's worker runs: registered GPUs it lacks show as missing and are never
+    placed), region, reliability, verification (verified, unverified or failed)
+    and online state; the ones the coordinator would choose, or why none; the
+    escrow `gpunet lease open` needs for the duration (at --max-price, else at the
+    dearest chosen node's price); and the `gpunet lease open` command."""
 
     async def command(s: Session) -> None:
         model = "any" if gpu.strip().lower() == "any" else catalog.gpu_model(gpu.strip()).name

@@ -138,8 +138,13 @@ def delegate(
     keypair: KeypairOpt = DEFAULT_KEYPAIR,
     json_output: JsonOpt = False,
 ) -> None:
-    """Delegate IO from your wallet to a provider's pool, as a new position (the next free nonce).
-    It backs the provider at once and earns rewards from the next epoch on."""
+    """Delegate IO from your wallet to a provider's pool, as a new position.
+
+    The position holds shares of the pool's delegated stake, at the lowest nonce
+    you hold no position at. It backs the provider at once and earns rewards from
+    the next epoch on. Refused before anything is sent (exit 2) when it would pass
+    the pool's cap (1x the supplier's own stake), buys no share, or the pool was
+    slashed to nothing; more IO than you hold is refused (exit 4)."""
 
     async def command(s: Session) -> None:
         units, me = parse_io(amount), s.wallet.pubkey()
@@ -199,8 +204,10 @@ def undelegate(
     keypair: KeypairOpt = DEFAULT_KEYPAIR,
     json_output: JsonOpt = False,
 ) -> None:
-    """Undelegate your active positions in a provider's pool (or one, --nonce): they earn through this
-    epoch, then unbond; withdraw them with `gpunet stake withdraw` once that ends."""
+    """Undelegate your active positions in a provider's pool (or one, --nonce).
+
+    They earn through this epoch, then unbond; withdraw them with `gpunet stake
+    withdraw` once that ends."""
 
     async def command(s: Session) -> None:
         me = s.wallet.pubkey()
@@ -281,9 +288,11 @@ def withdraw(
     keypair: KeypairOpt = DEFAULT_KEYPAIR,
     json_output: JsonOpt = False,
 ) -> None:
-    """Withdraw your undelegated positions in a provider's pool whose unbonding has ended (or one,
-    --nonce) to your IO account, collecting their credited rewards first (a position closes once
-    withdrawn and collected through its exit epoch)."""
+    """Withdraw your unbonded positions in a provider's pool (or one, --nonce) to your IO account.
+
+    A position is withdrawn once it was undelegated and its unbonding has ended,
+    its credited rewards collected first; a position closes once withdrawn and
+    collected through its exit epoch."""
 
     async def command(s: Session) -> None:
         me = s.wallet.pubkey()
@@ -367,8 +376,10 @@ def collect(
     keypair: KeypairOpt = DEFAULT_KEYPAIR,
     json_output: JsonOpt = False,
 ) -> None:
-    """Collect the rewards credited to your positions in a provider's pool (or one, --nonce) to your
-    IO account. A withdrawn position whose rewards are all collected closes (its rent comes back)."""
+    """Collect the rewards credited to your positions in a provider's pool (or one, --nonce).
+
+    They go to your IO account. A withdrawn position whose rewards are all
+    collected closes (its rent comes back)."""
 
     async def command(s: Session) -> None:
         me = s.wallet.pubkey()
@@ -441,8 +452,12 @@ def show(
     explorer: ExplorerOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
-    """A wallet's positions (in every pool, or one provider's) with what they are worth now, their
-    state and the rewards they can collect; with PROVIDER, the pool too: commission, stakes and cap."""
+    """A wallet's positions, in every pool or in one provider's.
+
+    Each position with what it is worth now, its state and the rewards it can
+    collect. With PROVIDER, the pool too: its commission and any change to come
+    (from which epoch), the supplier's own stake, the delegated stake and the cap
+    (1x the own stake)."""
 
     async def command(s: Session) -> None:
         async with s.client() as client:

@@ -48,7 +48,12 @@ def balance(
     explorer: ExplorerOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
-    """A wallet's SOL, IO, stake (if it is a provider) and the escrow locked in its open leases."""
+    """A wallet's SOL, IO, stake and the escrow locked in its leases.
+
+    Stake is shown for a provider's wallet: how much is bonded to its nodes, how
+    much is free, and how much is unbonding (with the date it can be withdrawn).
+    The escrow locked is what the wallet's leases not yet finalized (open, active
+    or closing) still hold."""
 
     async def command(s: Session) -> None:
         owner = pubkey_arg(wallet, "wallet") if wallet else s.wallet.pubkey()
@@ -114,7 +119,13 @@ def transfer(
     keypair: KeypairOpt = DEFAULT_KEYPAIR,
     json_output: JsonOpt = False,
 ) -> None:
-    """Send IO to another wallet; creates its IO account (paid by you) if it has none."""
+    """Send IO to another wallet.
+
+    TO must be a wallet: a token account, a gpunet account or your own wallet is
+    refused (exit 2), and so is a bad amount; more IO than you hold is refused
+    (exit 4). Nothing is sent then. When the recipient has no IO account yet, it
+    is created in the same transaction, its rent paid by you, and the command says
+    so."""
 
     async def command(s: Session) -> None:
         units, me = parse_io(amount), s.wallet.pubkey()

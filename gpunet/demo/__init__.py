@@ -1,1 +1,1 @@
-"""The README's demo: gpunet's whole story with every real part (`scripts/demo`)."""
+"""The demo of the README's first command: gpunet's whole story with every real part (`scripts/demo`)."""

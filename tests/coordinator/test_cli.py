@@ -4,6 +4,7 @@ command's verdict is its exit code; a ledger is never mixed with another chain's
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import os
 import shutil
@@ -21,6 +22,7 @@ from coordinator.settings import Settings
 from gpunet.keys import create_keypair_file
 from gpunet.localnet import free_ports
 from gpunet.testbed import Market
+from worker.agent import WorkerSettings
 
 from .conftest import eventually
 
@@ -153,7 +155,23 @@ def test_run_with_the_rpc_node_down_says_so_in_one_line(tmp_path):
     assert "gpunet localnet" in line
 
 
-def test_the_readme_lists_every_setting():
-    readme = (REPO / "README.md").read_text()
-    missing = [name for name in Settings.model_fields if f"`GPUNET_{name.upper()}`" not in readme]
-    assert not missing, f"README's coordinator settings lack {missing}"
+def test_the_configuration_page_is_generated_from_every_setting():
+    """docs/configuration.md holds no hand-written settings: its tables are rendered by the docs hook
+    from Settings and WorkerSettings, every field with a description (what `--help` and the page say
+    of it) in a row of its own, and the worker's with `gpunet worker run`'s flag where it has one."""
+    spec = importlib.util.spec_from_file_location("settings_reference", REPO / "docs/_hooks/settings_reference.py")
+    assert spec is not None and spec.loader is not None
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    source = (REPO / "docs" / "configuration.md").read_text()
+    assert "| `GPUNET_" not in source, "docs/configuration.md has a hand-written settings row"
+    page = hook.render_page(source)
+    rows = {line.split("|")[1].strip(" `"): line for line in page.splitlines() if line.startswith("| `GPUNET_")}
+    for model in (Settings, WorkerSettings):
+        for name, info in model.model_fields.items():
+            variable = hook.variable(model, name)
+            assert (info.description or "").strip(), f"{variable} has no description"
+            assert variable in rows, f"the configuration page has no row for {variable}"
+            assert hook.cell(info.description) in rows[variable], f"{variable}'s row lacks its description"
+    assert "`--gateway`" in rows["GPUNET_WORKER_GATEWAY_URL"]
+    assert "`--url`" in rows["GPUNET_WORKER_RPC_URL"]
