@@ -130,12 +130,13 @@ def test_the_walk_sees_the_source():
 def test_each_service_has_its_extra_and_the_set_up_installs_them_all():
     """gpunet/extras.py names the extras a service asks for; pyproject.toml must define them, `all`
     must hold them and every other extra (Ray's too, which no service asks for: a worker refuses Ray
-    jobs without it) but the tools that test and document gpunet and `gpu` (CUDA's wheels, of use only on a machine with an
-    NVIDIA GPU, where `gpunet worker check` names it), and scripts/setup must install `all` (the
-    README's commands run everything)."""
+    jobs without it) but the tools that test and document gpunet and `gpu` (CUDA's wheels, of use
+    only on a machine with an NVIDIA GPU, where `gpunet worker check` names it), and scripts/setup
+    must install `all` (the README's commands run everything)."""
     extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     assert set(EXTRAS) <= set(extras)
     [everything] = extras["all"]
     assert everything.startswith("gpunet[") and everything.endswith("]")
-    assert set(everything.removeprefix("gpunet[").removesuffix("]").split(",")) == set(extras) - {"all", "test", "docs", "gpu"}
+    tools = {"all", "test", "docs", "gpu"}
+    assert set(everything.removeprefix("gpunet[").removesuffix("]").split(",")) == set(extras) - tools
     assert "-e '.[all,test,docs]'" in (REPO / "scripts" / "setup").read_text()
