@@ -204,6 +204,10 @@ class JobRunner:
         if self.uid is not None:
             for d in (self.dirs.workdir, self.dirs.checkpoint):
                 _give(d, self.uid)
+                # bubblewrap enters the workdir (--chdir) as a root without capabilities, before
+                # setpriv drops to the job's uid: searchable by others whatever the agent's umask (the
+                # service's is 0077); the state directory above is the agent's alone
+                d.chmod(0o755)
         if self.image is not None and (failed := await self._pull(self.image)) is not None:
             return failed
         loop = asyncio.get_running_loop()  # the job's time limit runs from here: a pull is not its time

@@ -4,6 +4,7 @@ cancel (SIGTERM, then SIGKILL after the grace period), refusals."""
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import sys
 from pathlib import Path
@@ -94,6 +95,18 @@ async def test_every_status_and_log_line_names_the_job_it_belongs_to(tmp_path) -
     final = await runner(tmp_path, rec, {"STEPS": "2"}, job_number=3).run()
     assert final.state == "succeeded" and final.job_number == 3
     assert rec.messages and {m.job_number for m in rec.messages} == {3}
+
+
+async def test_a_job_runs_under_an_agent_with_the_service_s_umask(tmp_path) -> None:
+    """gpunet-worker.service runs the agent with UMask=0077 (its journal and keys its own): the job's
+    sandbox is still made with the permissions it asks for, so the job's uid reaches its own dirs."""
+    rec = Recorder()
+    umask = os.umask(0o077)
+    try:
+        final = await runner(tmp_path, rec, {"STEPS": "2"}).run()
+    finally:
+        os.umask(umask)
+    assert (final.state, rec.lines()[-1:]) == ("succeeded", ["done"]), (final, rec.lines("stderr"))
 
 
 async def test_restart_policy_never_reports_the_failure(tmp_path) -> None:
