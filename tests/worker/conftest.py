@@ -17,15 +17,16 @@ from tests.worker.sandboxes import IMAGE
 from worker.sandbox import Sandbox, SandboxUnavailable
 
 
-def _podman_missing() -> str | None:
+def podman_missing(image: str = IMAGE) -> str | None:
+    """Why rootful podman with runc cannot run `image` here; None when it can."""
     if os.geteuid() != 0:
         return "the container tests need root (rootful podman)"
     for tool in ("podman", "runc"):
         if shutil.which(tool) is None:
             return f"{tool} is not installed: run scripts/setup (apt-get install podman runc)"
-    found = subprocess.run(["podman", "image", "exists", IMAGE], capture_output=True, check=False)
+    found = subprocess.run(["podman", "image", "exists", image], capture_output=True, check=False)
     if found.returncode != 0:
-        return f"the test image {IMAGE} is missing: run scripts/sandbox-setup (it says why it cannot build it)"
+        return f"the test image {image} is missing: run scripts/sandbox-setup (it says why it cannot build it)"
     return None
 
 
@@ -36,7 +37,7 @@ def podman(tmp_path, monkeypatch) -> Sandbox:
     conf = tmp_path / "containers.conf"
     conf.write_text("[containers]\ndefault_ulimits = []\n")
     monkeypatch.setenv("CONTAINERS_CONF", str(conf))
-    reason = _podman_missing()
+    reason = podman_missing()
     if reason:
         pytest.skip(reason)
     try:

@@ -14,6 +14,7 @@ from worker.sandbox import Sandbox
 
 JOBS = Path(__file__).parent / "jobs"
 IMAGE = "localhost/gpunet-sandbox-test:bookworm-2"  # scripts/sandbox-setup builds it (the container tests)
+SYSTEMD_IMAGE = "localhost/gpunet-systemd-test:bookworm-1"  # and this (the worker under systemd)
 # the worker settings (GPUNET_WORKER_* variables) of an agent process that runs these jobs
 # (no container engine: they run host jobs only, so nothing depends on podman or the egress filter here)
 HOST_JOBS_ENV = {

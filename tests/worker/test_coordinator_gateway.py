@@ -16,65 +16,16 @@ from pathlib import Path
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
-from coordinator.gateway import Gateway, NotRegistered
+from coordinator.gateway import Gateway
 from gpunet.exits import Exit
 from gpunet.keys import create_keypair_file
 from gpunet.protocol import Ack, Checkpoint, Dispatch, Heartbeat, Hello, JobLog, JobSpec, JobStatus, UsageReceiptMessage
+from tests.worker.recording_coordinator import Coordinator, until
 from tests.worker.sandboxes import HOST_JOBS_ENV, HOST_JOBS_SETTINGS
 from worker.agent import Agent, WorkerSettings
 from worker.simulate import SimulatedGpus
 
 JOB = str(Path(__file__).parent / "jobs" / "steps.py")
-
-
-class Coordinator:
-    """Records what the gateway hands the coordinator; admits only the registered node keys."""
-
-    def __init__(self, registered: set[Pubkey]) -> None:
-        self.registered = registered
-        self.seen: list[object] = []
-
-    async def admit(self, node_key: Pubkey, hello: Hello) -> NotRegistered | None:
-        return None if node_key in self.registered else NotRegistered(f"node {node_key} has no Node account")
-
-    async def connected(self, node_key: Pubkey, hello: Hello) -> None:
-        self.seen.append(hello)
-
-    async def heartbeat(self, node_key: Pubkey, beat: Heartbeat) -> None:
-        self.seen.append(beat)
-
-    async def job_status(self, node_key: Pubkey, status: JobStatus) -> None:
-        self.seen.append(status)
-
-    async def job_log(self, node_key: Pubkey, line: JobLog) -> None:
-        self.seen.append(line)
-
-    async def usage(self, node_key: Pubkey, receipt: UsageReceiptMessage) -> None:
-        self.seen.append(receipt)
-
-    async def worker_ack(self, node_key: Pubkey, ack: Ack) -> None:
-        self.seen.append(ack)
-
-    async def checkpoint(self, node_key: Pubkey, checkpoint: Checkpoint) -> None:
-        self.seen.append(checkpoint)
-
-    async def disconnected(self, node_key: Pubkey) -> None:
-        pass
-
-    def of(self, kind: type) -> list:
-        return [m for m in self.seen if isinstance(m, kind)]
-
-
-async def until(condition, what: str, timeout: float = 60.0):
-    async def poll():
-        while not (value := condition()):
-            await asyncio.sleep(0.05)
-        return value
-
-    try:
-        return await asyncio.wait_for(poll(), timeout)
-    except TimeoutError:
-        raise AssertionError(f"timed out waiting for {what}") from None
 
 
 @contextlib.asynccontextmanager

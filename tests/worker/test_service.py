@@ -1,7 +1,7 @@
 """The worker as a systemd service: the unit `gpunet worker install` writes passes `systemd-analyze
 verify` (a unit whose program is missing is the failing control), install and uninstall round-trip
-on a scratch root (the node key stays), and bad input writes nothing. What is not run here: this
-machine's PID 1 is not systemd, so the service is never started under a real systemd."""
+on a scratch root (the node key stays), and bad input writes nothing. test_service_systemd.py starts
+the service under a real systemd, in a container."""
 
 from __future__ import annotations
 
