@@ -11,6 +11,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from solders.pubkey import Pubkey
 
 from gpunet.client import DEFAULT_WINDOW
+from gpunet.cluster import pubsub_url
 from gpunet.idl import PROGRAM_ID
 
 __all__ = ["Settings", "settings_help"]
@@ -22,7 +23,11 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GPUNET_", extra="ignore")
 
     rpc_url: str = Field(default="http://127.0.0.1:8899", description="JSON-RPC of the cluster")
-    ws_url: str = Field(default="ws://127.0.0.1:8900", description="the cluster's PubSub WebSocket")
+    ws_url: str = Field(
+        default="",
+        description="the cluster's PubSub WebSocket; unset: the RPC URL's (ws or wss, on its port + 1 when it "
+        "names one: the Solana convention)",
+    )
     database_url: str | None = Field(
         default=None,
         description="PostgreSQL, e.g. postgresql://gpunet:secret@db.example:5432/gpunet; "
@@ -374,6 +379,14 @@ class Settings(BaseSettings):
         return value
 
     @model_validator(mode="after")
+    def _pubsub_follows_the_rpc_url(self) -> Settings:
+        # before, an unset ws_url stayed the local node's while GPUNET_RPC_URL named another cluster:
+        # the indexer then watched the wrong chain (or none)
+        if not self.ws_url:
+            self.ws_url = pubsub_url(self.rpc_url)
+        return self
+
+    @model_validator(mode="after")
     def _leader_renews_within_its_lease(self) -> Settings:
         if self.leader_renew_seconds * 2 > self.leader_ttl_seconds:
             raise ValueError(
@@ -419,6 +432,6 @@ def settings_help() -> str:
     prefix = Settings.model_config.get("env_prefix", "")
     lines = []
     for name, info in Settings.model_fields.items():
-        default = "unset" if info.default is None else str(info.default)
+        default = "unset" if info.default in (None, "") else str(info.default)
         lines.append(f"{prefix}{name.upper()} (default {default}): {info.description}")
     return "\n\n".join(lines)

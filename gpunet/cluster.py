@@ -13,7 +13,7 @@ from urllib.parse import urlparse
 from gpunet.errors import GpunetError
 from gpunet.solana_config import SolanaConfig, SolanaConfigError, load_solana_config
 
-__all__ = ["CLUSTERS", "Cluster", "ClusterError", "is_local", "resolve_cluster"]
+__all__ = ["CLUSTERS", "Cluster", "ClusterError", "is_local", "pubsub_url", "resolve_cluster"]
 
 CLUSTERS: dict[str, str] = {
     "localnet": "http://127.0.0.1:8899",
@@ -49,8 +49,9 @@ def is_local(rpc_url: str) -> bool:
     return host == "localhost" or host == "::1" or host.startswith("127.")
 
 
-def _ws_url(rpc_url: str) -> str:
-    # The Solana convention (and gpunet-localnet's): PubSub on the RPC port + 1 over ws(s).
+def pubsub_url(rpc_url: str) -> str:
+    """The cluster's PubSub WebSocket by the Solana convention (and gpunet-localnet's): the RPC
+    URL over ws(s), on its port + 1 when it names one."""
     parsed = urlparse(rpc_url)
     scheme = "wss" if parsed.scheme == "https" else "ws"
     if parsed.port is None:
@@ -98,7 +99,7 @@ def resolve_cluster(
     else:
         value, source = "localnet", "default"
     rpc_url = _url(value, source)
-    ws = ws_flag or os.environ.get("GPUNET_WS_URL") or config_ws or _ws_url(rpc_url)
+    ws = ws_flag or os.environ.get("GPUNET_WS_URL") or config_ws or pubsub_url(rpc_url)
     return Cluster(rpc_url=rpc_url, ws_url=ws, source=source)
 
 

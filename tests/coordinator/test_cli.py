@@ -53,6 +53,21 @@ def test_bad_settings_are_refused_with_a_message(env, message):
     assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
 
 
+@pytest.mark.parametrize(
+    ("rpc_url", "ws_url"),
+    [
+        ("https://api.devnet.solana.com", "wss://api.devnet.solana.com"),
+        ("http://10.0.0.5:8899", "ws://10.0.0.5:8900"),
+        ("http://127.0.0.1:8899", "ws://127.0.0.1:8900"),  # the default: gpunet-localnet's
+    ],
+)
+def test_the_pubsub_url_follows_the_rpc_url_unless_it_is_set(monkeypatch, rpc_url, ws_url):
+    """An operator who names another cluster's RPC gets that cluster's PubSub, not the local node's."""
+    monkeypatch.delenv("GPUNET_WS_URL", raising=False)
+    assert Settings(rpc_url=rpc_url).ws_url == ws_url
+    assert Settings(rpc_url=rpc_url, ws_url="wss://pubsub.example/ws").ws_url == "wss://pubsub.example/ws"
+
+
 def test_audit_needs_exactly_one_valid_account():
     assert "exactly one of --lease or --provider" in coordinator("audit").stderr
     out = coordinator("audit", "--provider", "0x1234")
