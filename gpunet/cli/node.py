@@ -269,7 +269,7 @@ def release(
     is refused, with the date: exit 2); a jailed node must be unjailed first."""
 
     async def command(s: Session) -> None:
-        key = pubkey_arg(node_key, "node key")
+        key = node_key_arg(node_key)
         async with s.client() as client:
             n = await fetch(client, node_pda(key), "Node")
             if not n.deregistered_at:

@@ -135,7 +135,8 @@ def test_a_supplier_and_a_client_from_registration_to_audit(market) -> None:
     refused = g(*again, "--price", "2", wallet="supplier", expect=2).output
     assert "only once released" in refused, refused
     time.sleep(1.5)  # unbonding is 1 s on this cluster
-    assert g.json("node", "release", g.pubkey("node1"), wallet="supplier")["released_stake"] == 400 * IO
+    # by its key file, as every node command takes a node (before, release took only a public key)
+    assert g.json("node", "release", str(g.key("node1")), wallet="supplier")["released_stake"] == 400 * IO
     g("provider", "unstake", "300", wallet="supplier")
     # one unbonding at a time: a second request is refused, saying when the first one is withdrawable
     sent = g.signatures_of("supplier")
