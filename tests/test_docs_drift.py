@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 
 from coordinator.settings import Settings
+from gpunet.exits import Exit
 from worker.agent import WorkerSettings
 
 REPO = Path(__file__).resolve().parents[1]
@@ -76,3 +77,12 @@ def test_the_guard_sees_a_renamed_module_and_an_unknown_setting() -> None:
     assert _paths_named(page, tops) == {"coordinator/replicas.py"}
     assert "coordinator/replicas.py" not in tracked
     assert "GPUNET_REPLICA_COUNT" not in {f"GPUNET_{n.upper()}" for n in Settings.model_fields}
+
+
+def test_every_exit_code_is_in_the_cli_page() -> None:
+    """docs/cli.md lists the exit codes as `· N meaning`: one for each of gpunet.exits.Exit (the
+    worker's 10-13 and 16 were once missing)."""
+    listed = {
+        int(n) for n in re.findall(r"(?:^|· |Exit codes: )(\d+) ", (REPO / "docs" / "cli.md").read_text(), re.MULTILINE)
+    }
+    assert {int(code) for code in Exit} - listed == set()
