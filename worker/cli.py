@@ -63,7 +63,7 @@ SimulateOption = typer.Option(
     help="Simulated GPUs for a machine without an NVIDIA driver (marked simulated everywhere).",
 )
 StateDirOption = typer.Option(
-    None, "--state-dir", help="Journal, job and checkpoint directories [default: ~/.local/state/gpunet-worker]."
+    None, "--state-dir", help="Journal, job and checkpoint directories (default: ~/.local/state/gpunet-worker)."
 )
 UrlOption = typer.Option(
     None,
