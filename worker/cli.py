@@ -29,7 +29,7 @@ from gpunet.catalog import gpu_model, gpu_model_name, region_name
 from gpunet.cluster import ClusterError, resolve_cluster
 from gpunet.exits import Exit
 from gpunet.json_input import NotJson, parse_json
-from gpunet.keys import KeypairFileError, load_node_keypair
+from gpunet.keys import KeypairFileError, load_node_keypair, node_keypair_path
 from gpunet.protocol import GpuTelemetry, Inventory
 from worker.agent import Agent, SandboxUnavailable, StateDirUnusable, WorkerSettings
 from worker.chain import fetch_node, fetch_node_leases
@@ -323,7 +323,8 @@ def install(
             raise _fail(Exit.BAD_INPUT, f"--set {item!r}: expected GPUNET_WORKER_NAME=VALUE")
         settings[key] = value
     try:
-        service = Service(keypair.expanduser().resolve(), settings, simulate_gpus)
+        # the key's file, as `worker run -k` finds it (a name from `gpunet keys new-node`, or a path)
+        service = Service(node_keypair_path(keypair).resolve(), settings, simulate_gpus)
     except ServiceError as e:
         raise _fail(Exit.BAD_INPUT, str(e)) from None
     written = install_service(service, root)

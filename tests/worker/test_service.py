@@ -115,3 +115,15 @@ def test_a_bad_node_key_writes_nothing(tmp_path) -> None:
 def test_a_relative_key_path_is_refused_by_the_service() -> None:
     with pytest.raises(ServiceError, match="absolute"):
         Service(Path("node.json"))
+
+
+def test_a_node_key_named_as_worker_run_takes_it_is_the_unit_s_key_file(tmp_path, monkeypatch) -> None:
+    """`-k node1` names ~/.config/gpunet/nodes/node1.json, for install as for `worker run`."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    named = tmp_path / "config" / "gpunet" / "nodes" / "node1.json"
+    named.parent.mkdir(parents=True)
+    create_keypair_file(named, Keypair())
+    root = tmp_path / "root"
+    code, out = _gpunet("worker", "install", "-k", "node1", "--gateway", GATEWAY, "--root", str(root))
+    assert code == 0, out
+    assert f"ExecStart={PROGRAM} worker run --keypair {named}\n" in (root / UNIT).read_text()
