@@ -19,6 +19,7 @@ from gpunet import logs
 from gpunet.checkpoint import open_key
 from gpunet.logs import get_logger
 from gpunet.protocol import (
+    JOB_ENDED,
     PROTOCOL_VERSION,
     Ack,
     Cancel,
@@ -296,6 +297,7 @@ class _Share:
     successor: Dispatch | None = None  # a newer assignment of the lease, taken once this share's job stopped
     uploads: int = 0  # checkpoints of the current job stored (each a debug line; their sum at info at its end)
     uploaded_chunks: int = 0  # chunks those uploads sent (the others were in the store already)
+    ended: JobStatus | None = None  # the job's end, said once its last checkpoint has gone
 
     @property
     def job_running(self) -> bool:
@@ -687,7 +689,7 @@ class Agent:
             share.gpu_uuids,
             JobDirs.of(self.settings.state_dir, d),
             simulated=self.simulated,
-            send=self.session.send,
+            send=lambda message: self._send_from_job(share, message),
             grace_seconds=self.settings.stop_grace_seconds,
             sandbox=self.sandbox,
             reach=ClusterPeer(host=self.advertise_addr or "127.0.0.1", ports=self.cluster_ports),
@@ -793,13 +795,19 @@ class Agent:
                 "job.ended", lease=lease, job=runner.dispatch.job_number, state=final.state, exit_code=final.exit_code
             )
         finally:
-            # the last one, written just before the job ended
-            if self._uses_store(share.dispatch):
-                await self._upload_checkpoint(lease, share, final=True)
-                if share.uploads:
-                    log.info("checkpoint.uploads", lease=lease, checkpoints=share.uploads, chunks=share.uploaded_chunks)
-            else:
-                self._send_checkpoint(lease, share)
+            try:  # the last one, written just before the job ended
+                if self._uses_store(share.dispatch):
+                    await self._upload_checkpoint(lease, share, final=True)
+                    if share.uploads:
+                        log.info(
+                            "checkpoint.uploads", lease=lease, checkpoints=share.uploads, chunks=share.uploaded_chunks
+                        )
+                else:
+                    self._send_checkpoint(lease, share)
+            finally:
+                if share.ended is not None:
+                    self.session.send(share.ended)
+                    share.ended = None
             if share.released and self.shares.get(lease) is share:
                 del self.shares[lease]  # released while the job ran: its GPUs are free only now
                 if share.successor is not None:
@@ -807,6 +815,15 @@ class Agent:
                 for waiting in list(self.waiting.values()):  # those that waited for these GPUs
                     if waiting.lease not in self.shares:
                         self._take(waiting)
+
+    def _send_from_job(self, share: _Share, message: BaseModel) -> None:
+        """A job runner's status or log line, to the coordinator; the job's end waits until its last
+        checkpoint has gone (_run_job): a client told the job ended fetches that checkpoint, not the
+        one before."""
+        if isinstance(message, JobStatus) and message.state in JOB_ENDED:
+            share.ended = message
+        else:
+            self.session.send(message)
 
     def _cancel(self, c: Cancel) -> None:
         """The coordinator releases the share (the lease ended or was closed, or the share moved):

@@ -51,15 +51,13 @@ async def running_agent(
     gateway: FakeGateway, state_dir: Path, node: Keypair | None = None, **settings_: object
 ) -> AsyncIterator[Agent]:
     node = node or Keypair()
-    settings = WorkerSettings(
-        gateway_url=gateway.url,
-        state_dir=state_dir,
-        meter_tick_seconds=0.2,
-        stop_grace_seconds=2,
-        reconnect_base_seconds=0.1,
-        reconnect_cap_seconds=1,
-        **(HOST_JOBS_SETTINGS | settings_),
-    )
+    quick = {
+        "meter_tick_seconds": 0.2,
+        "stop_grace_seconds": 2,
+        "reconnect_base_seconds": 0.1,
+        "reconnect_cap_seconds": 1,
+    }
+    settings = WorkerSettings(gateway_url=gateway.url, state_dir=state_dir, **(quick | HOST_JOBS_SETTINGS | settings_))
     agent = Agent(settings, node, SimulatedGpus.parse("H100:2:80", str(node.pubkey())))
     task = asyncio.create_task(agent.run())
     try:

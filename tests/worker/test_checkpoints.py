@@ -162,3 +162,18 @@ def test_the_agent_follows_no_link_the_job_swapped_in_after_the_listing(tmp_path
     store = CheckpointStoreClient("http://127.0.0.1:9", Keypair(), str(Pubkey.new_unique()), bytes(32), signers=set())
     with store:
         assert [(e.path, e.size) for e in store._seal_directory(ckpt, UploadStats())] == []
+
+
+async def test_the_job_s_end_is_said_after_its_last_checkpoint_has_gone(tmp_path) -> None:
+    """A client told the job ended fetches its checkpoint: that must be the last one the job wrote.
+    The meter clock's own sends are out of the way (a tick longer than the test), so only the send at
+    the job's end carries step 4."""
+    lease = str(Pubkey.new_unique())
+    async with FakeGateway() as gateway:
+        async with running_agent(gateway, tmp_path / "node", Keypair(), meter_tick_seconds=60):
+            await gateway.send(Dispatch(lease=lease, gpus=1, job=job(steps=4, step_seconds=0.1)))
+            ended = await gateway.wait_for(lambda: final_status(gateway, lease), what="the job's end")
+            received = [m for _, m in gateway.received]
+            last = [i for i, m in enumerate(received) if isinstance(m, Checkpoint) and m.files[0].content() == b"4"]
+    assert ended.state == "succeeded"
+    assert last and last[-1] < received.index(ended), "the job's end came before its last checkpoint"
