@@ -5,6 +5,7 @@ the honest report is the control."""
 from __future__ import annotations
 
 import html
+import json
 
 import httpx
 from solders.pubkey import Pubkey
@@ -17,9 +18,11 @@ from coordinator.web.explorer import explorer_routes
 from coordinator.web.explorer.common import audited  # also registers the pages' filters
 from coordinator.web.explorer.rule import FeeHistory
 from coordinator.web.explorer.timeline import timeline
+from coordinator.web.feed.tx import AMOUNT_FIELDS
 from gpunet.amounts import IO
 from gpunet.audit import ChainAuditReport, Check, EvidenceCheck
 from gpunet.errors import GpunetError
+from gpunet.idl import idl_json
 
 
 def _verdict(report: ChainAuditReport | None, error: str | None) -> str:
@@ -101,12 +104,43 @@ def _lease_page(settled: dict[str, int]) -> str:
 
 def test_a_tampered_settlement_row_is_shown_as_a_mismatch() -> None:
     honest = {"gpu_seconds": 12, "amount": 1_200_000, "fee": 60_000, "payout": 1_140_000, "escrow_left": 5 * IO}
+    honest |= {"to_pool": 0, "income_epoch": 0}
     shown = _lease_page(honest)
     assert 'data-check="checked"' in shown and "✓ checked" in shown and "mismatch" not in shown
     assert "12 GPU-s" in shown and 'data-units="1200000"' in shown
     shown = _lease_page({**honest, "fee": 50_000, "payout": 1_150_000})  # a 4.2 % fee, not the 5 % in force
     assert 'data-check="mismatch"' in shown and "1 mismatch" in shown
     assert "✗ mismatch: fee 50000 (the rule: 60000); payout 1150000 (the rule: 1140000)" in shown
+
+
+def test_a_pooled_supplier_s_settlement_shows_its_delegators_part() -> None:
+    settled = {"gpu_seconds": 12, "amount": 1_200_000, "fee": 60_000, "payout": 1_140_000, "escrow_left": 5 * IO}
+    shown = html.unescape(_lease_page({**settled, "to_pool": 380_000, "income_epoch": 7}))
+    assert 'data-to-pool="380000"' in shown and "✓ checked" in shown
+    assert "to the provider's delegators: their pool's income of staking epoch 7" in shown
+    alone = html.unescape(_lease_page({**settled, "to_pool": 0, "income_epoch": 7}))  # the control: no pool
+    assert 'data-to-pool="0"' in alone and "delegators" not in alone
+
+
+def test_every_io_amount_of_the_events_is_shown_in_io() -> None:
+    """The transaction page formats AMOUNT_FIELDS as IO: every integer field of the IDL's events is
+    either one or named here as a count, a time, an epoch or an id (co-staking's amounts were once
+    shown as bare integers)."""
+    not_io = {
+        "billable_until", "claimable_at", "deregistered_at", "eligible_shares", "epoch", "exit_epoch",
+        "extra_seconds", "fault_at", "from_epoch", "genesis", "gpu_seconds", "income_epoch", "jail_ends_at",
+        "lease_id", "receipt_gpu_seconds", "settle_deadline", "shares", "since_epoch", "started_at", "through",
+        "through_epoch", "unbonding_ends_at", "valid_until", "withdrawable_at",
+    }  # fmt: skip
+    idl = json.loads(idl_json())
+    types = {t["name"]: t for t in idl["types"]}
+    integers = {
+        f["name"]
+        for e in idl["events"]
+        for f in types[e["name"]]["type"]["fields"]
+        if f["type"] in ("u64", "i64", "u128", "i128")
+    }
+    assert integers - not_io == set(AMOUNT_FIELDS) & integers
 
 
 async def test_a_bad_address_or_offset_is_a_clear_400_page() -> None:

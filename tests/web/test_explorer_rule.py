@@ -27,8 +27,11 @@ def test_the_sdk_rule_is_the_programs() -> None:
         settle(3_600, 0, 1, 10_001, U64_MAX)
 
 
-def _settled(gpu_seconds: int, amount: int, fee: int, payout: int, escrow_left: int, epoch: int = 1) -> dict[str, Any]:
+def _settled(
+    gpu_seconds: int, amount: int, fee: int, payout: int, escrow_left: int, epoch: int = 1, to_pool: int = 0
+) -> dict[str, Any]:
     return {
+        "to_pool": to_pool,
         "node": "N",
         "epoch": epoch,
         "gpu_seconds": gpu_seconds,
@@ -53,6 +56,10 @@ def test_an_honest_settlement_is_checked_and_a_tampered_one_is_a_mismatch() -> N
     assert check_settlement(_settled(12, 1_000_000, 50_000, 950_000, 1), PRICE, 0, 500).status == "mismatch"
     # the fee in force, not today's
     assert check_settlement(honest, PRICE, 0, 400).status == "mismatch"
+    # a pooled supplier's delegators get a part of the payout, never more than all of it
+    assert check_settlement({**honest, "to_pool": 1_140_000}, PRICE, 0, 500).status == "checked"
+    over = check_settlement({**honest, "to_pool": 1_140_001}, PRICE, 0, 500)
+    assert (over.status, over.reason) == ("mismatch", "to_pool 1140001 exceeds the payout 1140000")
 
 
 def test_a_settlement_without_its_inputs_is_never_checked() -> None:

@@ -41,13 +41,17 @@ def check_settlement(
     expected = settle(price, settled_before, gpu_seconds, fee_bps, escrow_before)
     cost = usage_cost(price, settled_before + gpu_seconds) - usage_cost(price, settled_before)
     found = SettlementSplit(amount, int(event["payout"]), int(event["fee"]))
-    if found == expected:
-        return SettlementCheck("checked", "as the program's rule gives", price, fee_bps, settled_before, expected, cost)
     differs = [
         f"{k} {getattr(found, k)} (the rule: {getattr(expected, k)})"
         for k in ("amount", "fee", "payout")
         if getattr(found, k) != getattr(expected, k)
     ]
+    # a pooled supplier's delegators get a part of the payout, never more (their stake at the time,
+    # which sets the part, is not in the event: the provider's audit recomputes the stake vault)
+    if (to_pool := int(event["to_pool"])) > found.payout:
+        differs.append(f"to_pool {to_pool} exceeds the payout {found.payout}")
+    if not differs:
+        return SettlementCheck("checked", "as the program's rule gives", price, fee_bps, settled_before, expected, cost)
     return SettlementCheck("mismatch", "; ".join(differs), price, fee_bps, settled_before, expected, cost)
 
 
