@@ -38,6 +38,8 @@ def _settled(amount: int, node: str = NODE) -> DecodedTransaction:
         "payout": amount - amount // 20,
         "fee": amount // 20,
         "escrow_left": 10**9,
+        "to_pool": 0,
+        "income_epoch": 0,
     }
     signature = str(Keypair().sign_message(str(amount).encode()))
     return DecodedTransaction(signature, next(_slots), 1_700_000_000, False, [("UsageSettled", data)])
