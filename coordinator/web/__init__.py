@@ -8,6 +8,8 @@ tell this app from a phishing copy of it."""
 from __future__ import annotations
 
 import hashlib
+import time
+from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,6 +20,8 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
+from gpunet.amounts import format_io
+
 if TYPE_CHECKING:
     import asyncpg
 
@@ -25,13 +29,28 @@ if TYPE_CHECKING:
     from coordinator.service import Coordinator
     from coordinator.settings import Settings
 
-__all__ = ["BUNDLE", "STATIC", "bundle_sha256", "templates", "web_routes"]
+__all__ = ["BUNDLE", "STATIC", "bundle_sha256", "templates", "utc", "web_routes"]
 
 HERE = Path(__file__).parent
 STATIC = HERE / "static"
 BUNDLE = STATIC / "wallet.js"  # built by scripts/setup (web/): not in git
 
 templates = Jinja2Templates(directory=HERE / "templates")
+
+
+def utc(unix: int | float | None) -> str:
+    """A block time as people read it."""
+    if not unix:
+        return "—"
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(unix))
+
+
+# Every page's filters, here with the templates (a template rendered before the module that once
+# registered a filter was imported failed: "No filter named 'io'")
+templates.env.filters["io"] = format_io
+templates.env.filters["utc"] = utc
+# a block time as a machine reads it
+templates.env.filters["utc_iso"] = lambda seconds: datetime.fromtimestamp(seconds, UTC).isoformat()[:19] + "Z"
 
 
 @cache

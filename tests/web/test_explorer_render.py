@@ -15,7 +15,7 @@ from starlette.applications import Starlette
 from coordinator.settings import Settings
 from coordinator.web import templates
 from coordinator.web.explorer import explorer_routes
-from coordinator.web.explorer.common import audited  # also registers the pages' filters
+from coordinator.web.explorer.common import audited
 from coordinator.web.explorer.rule import FeeHistory
 from coordinator.web.explorer.timeline import timeline
 from coordinator.web.feed.tx import AMOUNT_FIELDS

@@ -1,9 +1,8 @@
 """What the explorer's pages share: reading an address from the URL (a bad one is a clear 400 page,
-never a crash), the chain client the audits run on, and times shown in UTC."""
+never a crash), the chain client the audits run on, and an audit's outcome."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
@@ -16,8 +15,7 @@ from solders.pubkey import Pubkey
 from starlette.requests import Request
 from starlette.responses import Response
 
-from coordinator.web import page, templates
-from gpunet.amounts import format_io
+from coordinator.web import page
 from gpunet.audit import ChainAuditReport
 from gpunet.errors import GpunetError
 
@@ -32,7 +30,6 @@ __all__ = [
     "error_page",
     "parse_address",
     "parse_offset",
-    "utc",
 ]
 
 
@@ -67,12 +64,6 @@ async def chain_client(settings: Settings) -> AsyncIterator[AsyncClient]:
         yield client
 
 
-def utc(unix: int | float | None) -> str:
-    if not unix:
-        return "—"
-    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(unix))
-
-
 # The errors reading the chain (or the coordinator's evidence) can end in: the page says what failed.
 CHAIN_ERRORS = (GpunetError, SolanaRpcException, httpx.HTTPError, OSError)
 
@@ -83,7 +74,3 @@ async def audited(run: Awaitable[ChainAuditReport]) -> tuple[ChainAuditReport | 
         return await run, None
     except CHAIN_ERRORS as e:
         return None, f"{type(e).__name__}: {e}"
-
-
-templates.env.filters["io"] = format_io
-templates.env.filters["utc"] = utc

@@ -5,7 +5,6 @@ them."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
@@ -23,9 +22,6 @@ if TYPE_CHECKING:
     from coordinator.settings import Settings
 
 __all__ = ["error_page", "query", "settlement", "settlement_row_html", "settlements"]
-
-# A block time as a machine reads it (the explorer's `utc` filter is the one people read).
-templates.env.filters["utc_iso"] = lambda seconds: datetime.fromtimestamp(seconds, UTC).isoformat()[:19] + "Z"
 
 
 def query(request: Request, params: Iterable[Param]) -> dict[str, Any]:
