@@ -12,6 +12,7 @@ from playwright.async_api import expect
 from solders.pubkey import Pubkey
 
 from gpunet.amounts import IO, escrow_for
+from gpunet.history import transactions_of
 from gpunet.idl import PROGRAM_ID
 from gpunet.pda import lease_vault_pda
 from gpunet.tokens import io_account, token_balance
@@ -84,9 +85,20 @@ async def test_a_client_opens_a_lease_attaches_a_job_follows_it_tops_up_and_clos
     end = await io_of(web_stack, me)
     assert refund > 0 and end == before + refund
     # Every base unit the client spent is in the lease's vault (fees, what may still be settled) or
-    # was paid to the suppliers: none appeared or vanished.
+    # was paid out: to the suppliers' wallets, and to their pools' delegators (the demo's suppliers
+    # have pools: from their first epoch on, a settlement sends the delegators' part to the stake
+    # vault, which rewards also move through, so it is counted from the settlements' events). None
+    # appeared or vanished.
     paid = sum([await io_of(web_stack, s) for s in suppliers]) - start_suppliers
-    assert start - end == await token_balance(web_stack.chain, vault) + paid
+    settled = [
+        e.data
+        for tx in await transactions_of(web_stack.chain, Pubkey.from_string(lease))
+        for e in tx.events
+        if e.name == "UsageSettled"
+    ]
+    to_pools = sum(d.to_pool for d in settled)
+    assert paid + to_pools == sum(d.payout for d in settled) > 0
+    assert start - end == await token_balance(web_stack.chain, vault) + paid + to_pools
     assert len(wallet.transactions()) == 3 and all(t.message.account_keys[0] == me for t in wallet.transactions())
     assert io_account(me, web_stack.market.mint) in wallet.transactions()[0].message.account_keys
 
