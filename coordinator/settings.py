@@ -299,7 +299,7 @@ class Settings(BaseSettings):
         "its own",
     )
 
-    # --- rewards (coordinator/rewards.py; README, "Co-staking and rewards")
+    # --- rewards (coordinator/rewards.py; docs/program/costaking.md)
     reward_sample_seconds: int = Field(
         default=3_600,
         ge=1,
@@ -324,7 +324,7 @@ class Settings(BaseSettings):
         description="how often the leader looks for ended epochs to post a root for and claims to crank",
     )
 
-    # --- GPU verification (gpunet.verification; README, "Verified supply")
+    # --- GPU verification (gpunet.verification; docs/supplier/verification.md)
     verify_every_seconds: float = Field(
         default=86_400.0,
         gt=0,
